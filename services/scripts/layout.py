@@ -1,0 +1,38 @@
+"""The job directory contract shared by the rendered script and every submitter backend.
+
+A rendered script runs with its working directory set to the job directory (mode 0700,
+unique per pod UID) and writes, for each container ``<name>`` (Kubernetes names are DNS labels,
+so they are safe file names):
+
+- ``containers/<name>.log``      the container's stdout and stderr;
+- ``containers/<name>.started``  the start time, seconds since the epoch (written when it starts);
+- ``containers/<name>.exit``     the exit code, written atomically when it ends.
+
+The job's own exit code is 0 when every container succeeded, else the first failure's code.
+Submitters read these files to report per-container state; nothing else is parsed.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+CONTAINERS_DIR = "containers"
+SCRIPT_NAME = "job.sh"
+JOB_STDOUT = "job.out"
+LOG_SUFFIX = ".log"
+STARTED_SUFFIX = ".started"
+EXIT_SUFFIX = ".exit"
+JOB_DIR_ENV = "INTERLINK_JOB_DIR"
+"""Env var set by the submitter to the job directory; the script also defaults to its cwd."""
+
+
+def log_path(job_dir: Path, container: str) -> Path:
+    return job_dir / CONTAINERS_DIR / f"{container}{LOG_SUFFIX}"
+
+
+def started_path(job_dir: Path, container: str) -> Path:
+    return job_dir / CONTAINERS_DIR / f"{container}{STARTED_SUFFIX}"
+
+
+def exit_path(job_dir: Path, container: str) -> Path:
+    return job_dir / CONTAINERS_DIR / f"{container}{EXIT_SUFFIX}"

@@ -1,0 +1,77 @@
+"""NATS subject names and pool-name rules: the one place that spells them.
+
+Every process (gateway, submitters, controller, the nats-config generator) builds its
+subjects here, so permissions and subscriptions can never drift apart.
+"""
+
+from __future__ import annotations
+
+import re
+
+DEFAULT_PREFIX = "interlink"
+"""Prefix of announcement and event subjects (a MasterQueue's `natsSubject: interlink.resources` matches)."""
+
+RPC_PACKAGE = "interlink_nats.v1"
+SUBMITTER_SERVICE = f"{RPC_PACKAGE}.SubmitterService"
+
+EVENTS_STREAM = "INTERLINK_EVENTS"
+"""JetStream stream that holds every pool's JobEvents."""
+
+_POOL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+
+
+class InvalidPoolNameError(ValueError):
+    """A pool name that is not a DNS label, so it is not a safe NATS subject token either."""
+
+
+def validate_pool(pool: str) -> str:
+    """Return ``pool`` if it is a DNS label (RFC 1123: lowercase, digits, '-', ≤ 63), else raise.
+
+    A DNS label is also a valid NATS token (no '.', '*', '>' or whitespace) and a valid
+    Kubernetes label value, which the pool becomes in ResourceFlavors.
+    """
+    if not isinstance(pool, str) or not _POOL_RE.match(pool):
+        raise InvalidPoolNameError(
+            f"invalid pool name {pool!r}: must be a DNS label (lowercase letters, digits and '-', "
+            "starting and ending with a letter or digit, at most 63 characters)"
+        )
+    return pool
+
+
+def route_to_subject(route: str, pool: str) -> str:
+    """``/interlink_nats.v1.SubmitterService/Submit`` + pool → ``interlink_nats.v1.SubmitterService.Submit.<pool>``."""
+    return f"{route.lstrip('/').replace('/', '.')}.{validate_pool(pool)}"
+
+
+def rpc_subject(method: str, pool: str) -> str:
+    """Subject of one SubmitterService method for one pool (``*`` allowed as a wildcard method)."""
+    return f"{SUBMITTER_SERVICE}.{method}.{validate_pool(pool)}"
+
+
+def rpc_wildcard(pool: str) -> str:
+    """Every SubmitterService method of one pool (what a pool's credential may subscribe to)."""
+    return f"{SUBMITTER_SERVICE}.*.{validate_pool(pool)}"
+
+
+def config_subject(pool: str, prefix: str = DEFAULT_PREFIX) -> str:
+    """Where a pool announces its BuildConfig."""
+    return f"{prefix}.config.{validate_pool(pool)}"
+
+
+def resources_subject(pool: str, prefix: str = DEFAULT_PREFIX) -> str:
+    """Where a pool announces its ResourceReport."""
+    return f"{prefix}.resources.{validate_pool(pool)}"
+
+
+def events_subject(pool: str, prefix: str = DEFAULT_PREFIX) -> str:
+    """Where a pool publishes its JobEvents (captured by the EVENTS_STREAM)."""
+    return f"{prefix}.events.{validate_pool(pool)}"
+
+
+def events_wildcard(prefix: str = DEFAULT_PREFIX) -> str:
+    return f"{prefix}.events.*"
+
+
+def pool_from_subject(subject: str) -> str:
+    """The pool is always the last token of our subjects."""
+    return subject.rsplit(".", 1)[-1]

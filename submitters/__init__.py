@@ -1,0 +1,1 @@
+"""Submitter runtime (serves ``SubmitterService`` for one pool) and one module per backend in ``backends``."""
