@@ -36,3 +36,15 @@ def started_path(job_dir: Path, container: str) -> Path:
 
 def exit_path(job_dir: Path, container: str) -> Path:
     return job_dir / CONTAINERS_DIR / f"{container}{EXIT_SUFFIX}"
+
+
+# Extensions (the rendered script's own files; submitters may read them but need not).
+VOLUMES_DIR = "volumes"
+"""Per-pod volume data (configMap, secret, projected, downwardAPI, emptyDir): ``volumes/<volume>/``.
+Removed by the script when it exits; logs and exit files stay."""
+ROOTFS_DIR = "rootfs"
+"""Runtime ``none`` only: ``rootfs/<container>/<mountPath>`` are symlinks to the volumes, and the
+container runs with ``INTERLINK_ROOTFS`` pointing at ``rootfs/<container>``. Removed at exit."""
+DEADLINE_FILE = "deadline-exceeded"
+"""Created when the script stops the pod because ``activeDeadlineSeconds`` passed."""
+ROOTFS_ENV = "INTERLINK_ROOTFS"

@@ -1,0 +1,56 @@
+# The two commands of the README:
+#   make up    create/refresh the virtualenv, install, run `interlink-nats up` (nats-server + gateway + shell submitter)
+#   make test  the same set-up plus the system packages the tests need (where it can install them), then pytest
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+SYSTEM_PACKAGES := redis-server slurm-wlm munge
+PYTEST_ARGS ?=
+
+.PHONY: up test venv system-packages check lint gen bench clean
+
+up: venv
+	$(BIN)/interlink-nats up
+
+test: venv system-packages
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	@touch $(STAMP)
+
+# Debian packages for the real-service tests (redis, Slurm); needs root or sudo, skipped otherwise.
+system-packages:
+	@missing=""; for p in $(SYSTEM_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+	  if command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+	    echo "installing$$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	  elif command -v sudo >/dev/null 2>&1 && command -v apt-get >/dev/null 2>&1; then \
+	    sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	  else echo "warning: cannot install$$missing; tests that need them will be skipped"; fi; \
+	fi
+
+# Regenerate gen/ from proto/. Run from an empty directory: the betterproto2 compiler formats with
+# the `ruff` on PATH using the config of its working directory, and decides which __init__.py files to
+# write by looking at its working directory, so running it from the repository root changes its output.
+gen: venv
+	@work=$$(mktemp -d) && cd $$work && PATH="$(CURDIR)/$(BIN):$$PATH" \
+	  "$(CURDIR)/$(BIN)/buf" generate --template "$(CURDIR)/buf.gen.yaml" -o "$(CURDIR)" "$(CURDIR)"; \
+	  status=$$?; rm -rf $$work; exit $$status
+
+lint: venv
+	$(BIN)/ruff check .
+	$(BIN)/buf lint
+	$(BIN)/buf format -d --exit-code
+
+bench: venv
+	for b in bench/*.py; do $(BIN)/python $$b || exit 1; done
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -1,0 +1,67 @@
+"""``interlink-nats controller …``: render Kueue objects offline, or run the controller."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from interlink_nats.controller import model, render as rendering
+from interlink_nats.controller.reconcile import KUEUE_VERSIONS
+
+app = typer.Typer(help="kueue-nats: keep Kueue ResourceFlavors and ClusterQueues in line with pool reports.")
+
+
+@app.command()
+def render(
+    masterqueue: Annotated[Path, typer.Option("--masterqueue", "-m", exists=True, dir_okay=False, help="MasterQueue YAML")],
+    reports: Annotated[Path, typer.Option("--reports", "-r", exists=True, dir_okay=False, help="ResourceReports JSON")],
+    kueue_api: Annotated[str, typer.Option("--kueue-api", help="v1beta2 or v1beta1")] = "v1beta2",
+) -> None:
+    """Print the ResourceFlavors and ClusterQueues for MQ.yaml and REPORTS.json as a YAML stream (no cluster needed)."""
+    if kueue_api not in KUEUE_VERSIONS:
+        raise typer.BadParameter(f"must be one of {', '.join(KUEUE_VERSIONS)}", param_hint="--kueue-api")
+    bodies = rendering.load_masterqueues(masterqueue.read_text())
+    if not bodies:
+        typer.echo(f"{masterqueue}: no MasterQueue found", err=True)
+        raise typer.Exit(2)
+    try:
+        objects, warnings = rendering.render(bodies, rendering.load_reports(reports.read_text()), kueue_api)
+    except model.MasterQueueError as exc:
+        for problem in exc.problems:
+            typer.echo(f"error: {problem}", err=True)
+        raise typer.Exit(1) from exc
+    for warning in warnings:
+        typer.echo(f"warning: {warning}", err=True)
+    typer.echo(rendering.to_yaml_stream(objects), nl=False)
+
+
+@app.command()
+def run(
+    kueue_api: Annotated[str, typer.Option("--kueue-api", help="auto (discovery), v1beta2 or v1beta1")] = "auto",
+    field_manager: Annotated[str, typer.Option(help="server-side apply field manager")] = "kueue-nats",
+    tick: Annotated[float, typer.Option(help="seconds between liveness checks")] = 2.0,
+    describe_timeout: Annotated[float, typer.Option(help="seconds to wait for Describe answers at start")] = 5.0,
+    log_level: Annotated[str, typer.Option(help="logging level")] = "INFO",
+) -> None:
+    """Run the controller against the cluster from KUBECONFIG (or in-cluster service account)."""
+    from interlink_nats.controller import kube, runner
+
+    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    if kueue_api not in ("auto", *KUEUE_VERSIONS):
+        raise typer.BadParameter(f"must be auto or one of {', '.join(KUEUE_VERSIONS)}", param_hint="--kueue-api")
+
+    async def main() -> None:
+        api = kube.LightkubeApi.from_environment(field_manager=field_manager)
+        settings = runner.Settings(
+            kueue_api=None if kueue_api == "auto" else kueue_api, tick=tick, describe_timeout=describe_timeout
+        )
+        try:
+            await runner.Controller(api, settings=settings).run()
+        finally:
+            await api.close()
+
+    asyncio.run(main())

@@ -1,0 +1,304 @@
+"""The MasterQueue custom resource (``vk.io/v1``) and pool reports as typed, validated values.
+
+Pure data: parsing a MasterQueue body never touches the network. Every error names the field
+path, so a bad object shows one clear message in its status and events instead of a traceback.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from interlink_nats.controller import quantity
+
+GROUP = "vk.io"
+VERSION = "v1"
+KIND = "MasterQueue"
+PLURAL = "masterqueues"
+
+DEFAULT_COVERED_RESOURCES: tuple[str, ...] = ("cpu", "memory", "pods", "nvidia.com/gpu")
+"""What the original controller hard-coded; now only the default of ``spec.coveredResources``."""
+
+DEFAULT_NATS_CONNECTOR = "nats://nats.nats:4222"
+DEFAULT_NATS_SUBJECT = "interlink.resources"
+DEFAULT_POOL_TIMEOUT = 60.0
+DEFAULT_FLAVOR_RETENTION = 600.0
+"""Seconds a timed-out pool's ResourceFlavor is kept after it left the queues (a flapping pool causes no delete/create churn)."""
+
+_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_RESOURCE_NAME = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+
+TEMPLATE_FIELDS = frozenset(
+    {
+        "cohort",
+        "cohortName",
+        "flavorFungibility",
+        "preemption",
+        "stopPolicy",
+        "queueingStrategy",
+        "namespaceSelector",
+        "fairSharing",
+        "admissionChecks",
+        "admissionChecksStrategy",
+        "admissionScope",
+    }
+)
+"""ClusterQueue spec fields a template may carry (``cohort`` as documented; ``cohortName`` accepted too)."""
+
+
+class MasterQueueError(ValueError):
+    """A MasterQueue that cannot be reconciled; ``problems`` holds one ``path: message`` per error."""
+
+    def __init__(self, problems: Sequence[str]) -> None:
+        self.problems = list(problems)
+        super().__init__("; ".join(self.problems))
+
+
+@dataclass(frozen=True)
+class SecretRef:
+    """Where NATS credentials live instead of inline in ``natsConnector``."""
+
+    name: str
+    namespace: str
+
+
+@dataclass(frozen=True)
+class NatsSource:
+    """One NATS subscription: MasterQueues naming the same source share it."""
+
+    connector: str
+    subject: str
+    secret: SecretRef | None = None
+
+    @property
+    def prefix(self) -> str:
+        """``interlink.resources`` → ``interlink`` (the RPC/announcement prefix of the pools)."""
+        return self.subject.rsplit(".resources", 1)[0] if self.subject.endswith(".resources") else self.subject
+
+
+@dataclass(frozen=True)
+class NatsFlavor:
+    source: NatsSource
+    virtual_node: str | None
+    pools: tuple[str, ...] | None
+    pool_regexp: re.Pattern[str] | None
+    pool_timeout: float
+    flavor_retention: float
+
+    def selects(self, pool: str) -> bool:
+        """Whether a pool belongs to this group: listed in ``pools``, or ``re.search(poolRegExp, pool)``."""
+        if self.pools is not None:
+            return pool in self.pools
+        if self.pool_regexp is not None:
+            return self.pool_regexp.search(pool) is not None
+        return True
+
+
+@dataclass(frozen=True)
+class Lending:
+    queue: str
+    lending_limit: Mapping[str, str]
+
+
+@dataclass(frozen=True)
+class FlavorGroup:
+    """One ``spec.flavors[]`` entry: a NATS pool group or a local ResourceFlavor."""
+
+    name: str
+    nominal_quota: Mapping[str, str]
+    can_lend_to: tuple[Lending, ...]
+    nats: NatsFlavor | None
+
+    @property
+    def is_local(self) -> bool:
+        return self.nats is None
+
+
+@dataclass(frozen=True)
+class MasterQueue:
+    name: str
+    uid: str
+    template: Mapping[str, Any]
+    covered_resources: tuple[str, ...]
+    flavors: tuple[FlavorGroup, ...]
+    generation: int = 0
+
+    @property
+    def cohort(self) -> str:
+        return str(self.template.get("cohort") or self.template.get("cohortName"))
+
+    def sources(self) -> set[NatsSource]:
+        return {group.nats.source for group in self.flavors if group.nats is not None}
+
+
+@dataclass(frozen=True)
+class Taint:
+    key: str
+    value: str
+    effect: str
+
+
+@dataclass(frozen=True)
+class PoolReport:
+    """What the controller knows of a pool: its last report and when it arrived (epoch seconds)."""
+
+    pool: str
+    capacity: Mapping[str, str]
+    received_at: float
+    labels: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
+    reported_at: float | None = None
+
+
+def report_from_proto(report: Any, received_at: float) -> PoolReport:
+    """A ``pb.ResourceReport`` (or anything shaped like it) as a PoolReport; invalid quantities are dropped."""
+    capacity = {k: v for k, v in dict(report.capacity).items() if quantity.is_valid(v)}
+    reported = report.reported_at
+    return PoolReport(
+        pool=report.pool,
+        capacity=capacity,
+        received_at=received_at,
+        labels=dict(report.labels),
+        taints=tuple(Taint(t.key, t.value, t.effect) for t in report.taints),
+        reported_at=reported.timestamp() if isinstance(reported, dt.datetime) else None,
+    )
+
+
+def _seconds(value: Any, path: str, default: float, problems: list[str]) -> float:
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        problems.append(f"{path}: must be a positive number of seconds")
+        return default
+    return float(value)
+
+
+def _quotas(value: Any, path: str, problems: list[str]) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        problems.append(f"{path}: must be a map of resource name to quantity")
+        return {}
+    out: dict[str, str] = {}
+    for key, raw in value.items():
+        if not quantity.is_valid(raw):
+            problems.append(f"{path}.{key}: invalid quantity {raw!r}")
+        elif quantity.parse(raw) < 0:
+            problems.append(f"{path}.{key}: must not be negative")
+        else:
+            out[str(key)] = quantity.normalize(raw)
+    return out
+
+
+def _nats_flavor(raw: Mapping[str, Any], path: str, problems: list[str]) -> NatsFlavor:
+    secret: SecretRef | None = None
+    secret_raw = raw.get("natsSecretRef")
+    if secret_raw is not None:
+        if not isinstance(secret_raw, Mapping) or not secret_raw.get("name") or not secret_raw.get("namespace"):
+            problems.append(f"{path}.natsSecretRef: needs name and namespace")
+        else:
+            secret = SecretRef(str(secret_raw["name"]), str(secret_raw["namespace"]))
+    pools_raw = raw.get("pools")
+    regexp_raw = raw.get("poolRegExp")
+    pools: tuple[str, ...] | None = None
+    regexp: re.Pattern[str] | None = None
+    if pools_raw is not None and regexp_raw is not None:
+        problems.append(f"{path}: set either pools or poolRegExp, not both")
+    if pools_raw is not None:
+        if not isinstance(pools_raw, list) or not all(isinstance(p, str) for p in pools_raw):
+            problems.append(f"{path}.pools: must be a list of pool names")
+        else:
+            pools = tuple(dict.fromkeys(pools_raw))
+    elif regexp_raw is not None:
+        try:
+            regexp = re.compile(str(regexp_raw))
+        except re.error as exc:
+            problems.append(f"{path}.poolRegExp: not a Python regular expression: {exc}")
+    subject = str(raw.get("natsSubject") or DEFAULT_NATS_SUBJECT)
+    if any(c in subject for c in " *>") or subject.startswith(".") or subject.endswith("."):
+        problems.append(f"{path}.natsSubject: must be a literal NATS subject (no wildcards)")
+    return NatsFlavor(
+        source=NatsSource(str(raw.get("natsConnector") or DEFAULT_NATS_CONNECTOR), subject, secret),
+        virtual_node=str(raw["virtualNode"]) if raw.get("virtualNode") else None,
+        pools=pools,
+        pool_regexp=regexp,
+        pool_timeout=_seconds(raw.get("poolTimeout"), f"{path}.poolTimeout", DEFAULT_POOL_TIMEOUT, problems),
+        flavor_retention=_seconds(
+            raw.get("flavorRetention"), f"{path}.flavorRetention", DEFAULT_FLAVOR_RETENTION, problems
+        ),
+    )
+
+
+def parse_masterqueue(body: Mapping[str, Any]) -> MasterQueue:
+    """Validate a MasterQueue object (as the API returns it) into a MasterQueue; raise MasterQueueError."""
+    problems: list[str] = []
+    metadata = body.get("metadata") or {}
+    spec = body.get("spec") or {}
+    name = str(metadata.get("name") or "")
+    if not _DNS_SUBDOMAIN.match(name):
+        problems.append(f"metadata.name: {name!r} is not a DNS subdomain")
+
+    template = dict(spec.get("template") or {})
+    unknown = sorted(set(template) - TEMPLATE_FIELDS)
+    if unknown:
+        problems.append(f"spec.template: unknown fields {unknown}")
+    cohort = template.get("cohort") or template.get("cohortName")
+    if not cohort:
+        problems.append("spec.template.cohort: required")
+    elif not _DNS_SUBDOMAIN.match(str(cohort)):
+        problems.append(f"spec.template.cohort: {cohort!r} is not a DNS subdomain")
+
+    covered_raw = spec.get("coveredResources") or list(DEFAULT_COVERED_RESOURCES)
+    covered = tuple(dict.fromkeys(str(r) for r in covered_raw))
+    if len(covered) != len(covered_raw):
+        problems.append("spec.coveredResources: duplicate resource names")
+    for resource in covered:
+        if not _RESOURCE_NAME.match(resource):
+            problems.append(f"spec.coveredResources: {resource!r} is not a resource name")
+    if not 1 <= len(covered) <= 64:
+        problems.append("spec.coveredResources: between 1 and 64 resources")
+
+    groups: list[FlavorGroup] = []
+    seen: set[str] = set()
+    for index, raw in enumerate(spec.get("flavors") or []):
+        path = f"spec.flavors[{index}]"
+        flavor_name = str(raw.get("name") or "")
+        if not _DNS_SUBDOMAIN.match(flavor_name):
+            problems.append(f"{path}.name: {flavor_name!r} is not a DNS subdomain")
+        if flavor_name in seen:
+            problems.append(f"{path}.name: duplicate flavor {flavor_name!r}")
+        seen.add(flavor_name)
+        has_nats, has_local = raw.get("natsFlavor") is not None, raw.get("localFlavor") is not None
+        if has_nats == has_local:
+            problems.append(f"{path}: set exactly one of natsFlavor or localFlavor")
+        lendings: list[Lending] = []
+        for j, lend in enumerate(raw.get("canLendTo") or []):
+            queue = str(lend.get("queue") or "")
+            if not _DNS_SUBDOMAIN.match(queue):
+                problems.append(f"{path}.canLendTo[{j}].queue: {queue!r} is not a DNS subdomain")
+            if queue == name:
+                problems.append(f"{path}.canLendTo[{j}].queue: cannot lend to the MasterQueue's own queue")
+            lendings.append(
+                Lending(queue, _quotas(lend.get("lendingLimit"), f"{path}.canLendTo[{j}].lendingLimit", problems))
+            )
+        groups.append(
+            FlavorGroup(
+                name=flavor_name,
+                nominal_quota=_quotas(raw.get("nominalQuota"), f"{path}.nominalQuota", problems),
+                can_lend_to=tuple(lendings),
+                nats=_nats_flavor(raw["natsFlavor"] or {}, f"{path}.natsFlavor", problems) if has_nats else None,
+            )
+        )
+    if problems:
+        raise MasterQueueError(problems)
+    return MasterQueue(
+        name=name,
+        uid=str(metadata.get("uid") or ""),
+        template=template,
+        covered_resources=covered,
+        flavors=tuple(groups),
+        generation=int(metadata.get("generation") or 0),
+    )

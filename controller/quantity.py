@@ -1,0 +1,106 @@
+"""Kubernetes resource quantities as exact numbers: parse, compare, pick the smaller.
+
+Pure and exact (``Fraction``), because quotas are compared and capped: a float would turn
+``1Ei`` or ``100m`` into rounding noise and make "nothing changed" comparisons flaky.
+"""
+
+from __future__ import annotations
+
+import re
+from fractions import Fraction
+
+_SUFFIXES: dict[str, Fraction] = {
+    "": Fraction(1),
+    "n": Fraction(1, 10**9),
+    "u": Fraction(1, 10**6),
+    "m": Fraction(1, 10**3),
+    "k": Fraction(10**3),
+    "M": Fraction(10**6),
+    "G": Fraction(10**9),
+    "T": Fraction(10**12),
+    "P": Fraction(10**15),
+    "E": Fraction(10**18),
+    "Ki": Fraction(2**10),
+    "Mi": Fraction(2**20),
+    "Gi": Fraction(2**30),
+    "Ti": Fraction(2**40),
+    "Pi": Fraction(2**50),
+    "Ei": Fraction(2**60),
+}
+
+_QUANTITY_RE = re.compile(
+    r"^(?P<num>[+-]?(?:\d+(?:\.\d*)?|\.\d+))(?:(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])|[eE](?P<exp>[+-]?\d+))?$"
+)
+
+
+class InvalidQuantityError(ValueError):
+    """A string that is not a Kubernetes quantity (the API server would reject it too)."""
+
+
+def parse(value: str | int | float) -> Fraction:
+    """The exact value of a quantity such as ``"64"``, ``"256Gi"``, ``"500m"`` or ``"1e3"``."""
+    if isinstance(value, bool):
+        raise InvalidQuantityError(f"invalid quantity {value!r}")
+    if isinstance(value, int):
+        return Fraction(value)
+    if isinstance(value, float):
+        return Fraction(str(value))
+    match = _QUANTITY_RE.match(value.strip()) if isinstance(value, str) else None
+    if match is None:
+        raise InvalidQuantityError(f"invalid quantity {value!r}")
+    number = Fraction(match["num"])
+    if match["exp"] is not None:
+        return number * Fraction(10) ** int(match["exp"])
+    return number * _SUFFIXES[match["suffix"] or ""]
+
+
+def is_valid(value: object) -> bool:
+    try:
+        parse(value)  # type: ignore[arg-type]
+    except InvalidQuantityError:
+        return False
+    return True
+
+
+def normalize(value: str | int | float) -> str:
+    """The string form we write: the input's own spelling when it is one (no churn), else a plain number."""
+    if isinstance(value, str):
+        parse(value)
+        return value.strip()
+    return format_fraction(parse(value))
+
+
+def format_fraction(value: Fraction) -> str:
+    """A quantity string for an exact value: integer when whole, else milli-units rounded up."""
+    if value.denominator == 1:
+        return str(value.numerator)
+    millis = -((-value * 1000) // 1)  # ceil, so a cap is never silently lowered below the input
+    if millis % 1000 == 0:
+        return str(millis // 1000)
+    return f"{millis}m"
+
+
+def minimum(*values: str) -> str:
+    """The smallest of the quantities, spelled as given (ties keep the first)."""
+    if not values:
+        raise ValueError("minimum() needs at least one quantity")
+    best = values[0]
+    best_value = parse(best)
+    for candidate in values[1:]:
+        candidate_value = parse(candidate)
+        if candidate_value < best_value:
+            best, best_value = candidate, candidate_value
+    return normalize(best)
+
+
+def maximum(*values: str) -> str:
+    """The largest of the quantities, spelled as given (ties keep the first)."""
+    if not values:
+        raise ValueError("maximum() needs at least one quantity")
+    best = values[0]
+    best_value = parse(best)
+    for candidate in values[1:]:
+        candidate_value = parse(candidate)
+        if candidate_value > best_value:
+            best, best_value = candidate, candidate_value
+    return normalize(best)

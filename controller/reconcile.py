@@ -1,0 +1,334 @@
+"""The pure reconcile: (MasterQueue, pool reports, Kueue API version, now) → desired Kueue objects.
+
+No I/O and no clock of its own (``now`` is an argument), so the same inputs always give the same
+objects; the controller compares them with what it last applied and writes only differences.
+
+Mapping (see docs/controller.md):
+
+- one ResourceFlavor per (MasterQueue, flavor group, live pool), named ``<mq>-<group>-<pool>``:
+  ``nodeLabels`` pin to the virtual node, ``nodeTaints`` keep non-offloadable pods off it,
+  ``tolerations`` make Kueue inject ``pool.vk.io=<pool>:NoSchedule`` into admitted pods;
+- the master ClusterQueue (named like the MasterQueue) in the template's cohort lists every live
+  pool (quota = min(reported, nominalQuota) per covered resource) and every local flavor
+  (quota = nominalQuota), with ``lendingLimit`` = what its ``canLendTo`` queues may take ("0" when none);
+- each ``canLendTo`` queue is a ClusterQueue in the same cohort listing the lender's flavors with
+  ``nominalQuota: 0`` and ``borrowingLimit`` = its ``lendingLimit`` (capped at the quota), per pool.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from interlink_nats.controller import quantity
+from interlink_nats.controller.model import (
+    GROUP,
+    KIND,
+    VERSION,
+    FlavorGroup,
+    MasterQueue,
+    NatsSource,
+    PoolReport,
+)
+
+KUEUE_GROUP = "kueue.x-k8s.io"
+KUEUE_VERSIONS = ("v1beta2", "v1beta1")
+DEFAULT_KUEUE_VERSION = "v1beta2"
+
+MANAGED_BY_LABEL = "app.kubernetes.io/managed-by"
+MANAGED_BY = "kueue-nats"
+MASTERQUEUE_LABEL = "vk.io/masterqueue"
+POOL_LABEL = "vk.io/pool"
+POOL_TOLERATION_KEY = "pool.vk.io"
+NO_SCHEDULE_TAINT_KEY = "virtual-node.interlink/no-schedule"
+VIRTUAL_NODE_LABEL = "kubernetes.io/hostname"
+
+MAX_FLAVORS_PER_GROUP = 64
+"""Kueue's CRD caps a resource group at 64 flavors, and a resource may sit in one group only."""
+MAX_TAINTS = 8
+
+_LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
+_LABEL_PREFIX = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
+_POOL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+_TAINT_EFFECTS = frozenset({"NoSchedule", "PreferNoSchedule", "NoExecute"})
+
+
+class PoolState(StrEnum):
+    LIVE = "Live"
+    TIMED_OUT = "TimedOut"
+    EXCLUDED = "Excluded"
+    """Live, but beyond Kueue's 64 flavors per resource group."""
+
+
+@dataclass(frozen=True)
+class PoolStatus:
+    """One row of ``status.pools``."""
+
+    pool: str
+    group: str
+    flavor: str
+    state: PoolState
+    last_report: float | None
+    capacity: Mapping[str, str]
+
+
+@dataclass
+class Desired:
+    """Everything one MasterQueue wants to exist, in apply order (flavors before queues)."""
+
+    flavors: list[dict[str, Any]] = field(default_factory=list)
+    cluster_queues: list[dict[str, Any]] = field(default_factory=list)
+    pools: list[PoolStatus] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def pools_live(self) -> int:
+        return sum(1 for p in self.pools if p.state is PoolState.LIVE)
+
+    def objects(self) -> list[dict[str, Any]]:
+        return [*self.flavors, *self.cluster_queues]
+
+
+@dataclass(frozen=True)
+class _Entry:
+    """One flavor of the master queue with its quota per covered resource."""
+
+    group: FlavorGroup
+    flavor: str
+    quota: Mapping[str, str]
+
+
+def flavor_name(mq: str, group: str, pool: str) -> str:
+    return f"{mq}-{group}-{pool}"
+
+
+def is_valid_label(key: str, value: str) -> bool:
+    prefix, _, name = key.rpartition("/")
+    if prefix and (len(prefix) > 253 or not _LABEL_PREFIX.match(prefix)):
+        return False
+    return bool(_LABEL_NAME.match(name)) and bool(_LABEL_VALUE.match(value))
+
+
+def pool_state(report: PoolReport, group: FlavorGroup, now: float | None) -> PoolState | None:
+    """Live within ``poolTimeout``; TimedOut (flavor kept, out of the queues) within ``flavorRetention`` more; else gone."""
+    assert group.nats is not None
+    if now is None:
+        return PoolState.LIVE
+    age = now - report.received_at
+    if age <= group.nats.pool_timeout:
+        return PoolState.LIVE
+    if age <= group.nats.pool_timeout + group.nats.flavor_retention:
+        return PoolState.TIMED_OUT
+    return None
+
+
+def pool_quota(report: PoolReport, group: FlavorGroup, covered: tuple[str, ...]) -> dict[str, str]:
+    """min(reported, nominalQuota) per covered resource; unreported → 0; no nominal → the reported value."""
+    out: dict[str, str] = {}
+    for resource in covered:
+        reported = report.capacity.get(resource, "0")
+        if quantity.parse(reported) < 0:
+            reported = "0"
+        nominal = group.nominal_quota.get(resource)
+        out[resource] = quantity.minimum(reported, nominal) if nominal is not None else quantity.normalize(reported)
+    return out
+
+
+def _owner(mq: MasterQueue) -> list[dict[str, Any]]:
+    if not mq.uid:
+        return []
+    return [
+        {
+            "apiVersion": f"{GROUP}/{VERSION}",
+            "kind": KIND,
+            "name": mq.name,
+            "uid": mq.uid,
+            "controller": True,
+            "blockOwnerDeletion": False,
+        }
+    ]
+
+
+def _metadata(mq: MasterQueue, name: str, extra_labels: Mapping[str, str] | None = None) -> dict[str, Any]:
+    labels = dict(extra_labels or {})
+    labels[MANAGED_BY_LABEL] = MANAGED_BY
+    labels[MASTERQUEUE_LABEL] = mq.name
+    metadata: dict[str, Any] = {"name": name, "labels": dict(sorted(labels.items()))}
+    owners = _owner(mq)
+    if owners:
+        metadata["ownerReferences"] = owners
+    return metadata
+
+
+def resource_flavor(
+    mq: MasterQueue, group: FlavorGroup, report: PoolReport, api_version: str, warnings: list[str]
+) -> dict[str, Any]:
+    """The ResourceFlavor of one pool."""
+    assert group.nats is not None
+    pool = report.pool
+    labels = {k: v for k, v in report.labels.items() if is_valid_label(k, v)}
+    if len(labels) != len(report.labels):
+        warnings.append(f"pool {pool}: dropped reported labels that are not valid Kubernetes labels")
+    labels[POOL_LABEL] = pool
+    taints: list[dict[str, str]] = [{"key": NO_SCHEDULE_TAINT_KEY, "value": "true", "effect": "NoSchedule"}]
+    for taint in report.taints:
+        if taint.effect not in _TAINT_EFFECTS or not is_valid_label(taint.key, taint.value):
+            warnings.append(f"pool {pool}: dropped invalid reported taint {taint.key}={taint.value}:{taint.effect}")
+            continue
+        entry = {"key": taint.key, "effect": taint.effect}
+        if taint.value:
+            entry["value"] = taint.value
+        if entry not in taints:
+            taints.append(entry)
+    if len(taints) > MAX_TAINTS:
+        warnings.append(f"pool {pool}: more than {MAX_TAINTS} taints; kept the first {MAX_TAINTS}")
+        taints = taints[:MAX_TAINTS]
+    spec: dict[str, Any] = {}
+    if group.nats.virtual_node:
+        spec["nodeLabels"] = {VIRTUAL_NODE_LABEL: group.nats.virtual_node}
+    spec["nodeTaints"] = taints
+    spec["tolerations"] = [
+        {"key": POOL_TOLERATION_KEY, "operator": "Equal", "value": pool, "effect": "NoSchedule"}
+    ]
+    return {
+        "apiVersion": f"{KUEUE_GROUP}/{api_version}",
+        "kind": "ResourceFlavor",
+        "metadata": _metadata(mq, flavor_name(mq.name, group.name, pool), labels),
+        "spec": spec,
+    }
+
+
+_FUNGIBILITY_TO_V1BETA2 = {"Borrow": "MayStopSearch", "Preempt": "MayStopSearch"}
+_LEGACY_STOP_POLICY = {"Stop": "Hold", "StopAndHold": "HoldAndDrain"}
+
+
+def queue_spec_base(template: Mapping[str, Any], api_version: str) -> dict[str, Any]:
+    """The template as a ClusterQueue spec of the served Kueue version (``cohort`` ↔ ``cohortName`` and friends)."""
+    spec = {k: v for k, v in template.items() if k not in {"cohort", "cohortName", "admissionChecks"}}
+    cohort = template.get("cohort") or template.get("cohortName")
+    if api_version == "v1beta2":
+        spec["cohortName"] = cohort
+        checks = template.get("admissionChecks")
+        if checks and "admissionChecksStrategy" not in spec:
+            spec["admissionChecksStrategy"] = {"admissionChecks": [{"name": str(c)} for c in checks]}
+        fungibility = spec.get("flavorFungibility")
+        if isinstance(fungibility, Mapping):
+            spec["flavorFungibility"] = {
+                k: _FUNGIBILITY_TO_V1BETA2.get(v, v) if isinstance(v, str) else v for k, v in fungibility.items()
+            }
+    else:
+        spec["cohort"] = cohort
+        if template.get("admissionChecks") and "admissionChecksStrategy" not in spec:
+            spec["admissionChecks"] = list(template["admissionChecks"])
+    if spec.get("stopPolicy") in _LEGACY_STOP_POLICY:
+        spec["stopPolicy"] = _LEGACY_STOP_POLICY[spec["stopPolicy"]]
+    spec.setdefault("namespaceSelector", {})  # null would mean "no namespace may use the queue"
+    return spec
+
+
+def _cluster_queue(
+    mq: MasterQueue, name: str, api_version: str, flavors: list[dict[str, Any]]
+) -> dict[str, Any]:
+    spec = queue_spec_base(mq.template, api_version)
+    spec["resourceGroups"] = (
+        [{"coveredResources": list(mq.covered_resources), "flavors": flavors}] if flavors else []
+    )
+    return {
+        "apiVersion": f"{KUEUE_GROUP}/{api_version}",
+        "kind": "ClusterQueue",
+        "metadata": _metadata(mq, name),
+        "spec": spec,
+    }
+
+
+def _lend_limit(limit: Mapping[str, str], resource: str, quota: str) -> str:
+    """A canLendTo limit for one resource, capped at the quota (an absent resource lends the whole quota)."""
+    return quantity.minimum(limit[resource], quota) if resource in limit else quota
+
+
+def reconcile(
+    mq: MasterQueue,
+    reports: Mapping[NatsSource, Mapping[str, PoolReport]],
+    api_version: str = DEFAULT_KUEUE_VERSION,
+    now: float | None = None,
+) -> Desired:
+    """Desired ResourceFlavors and ClusterQueues of one MasterQueue; ``now=None`` treats every report as live."""
+    if api_version not in KUEUE_VERSIONS:
+        raise ValueError(f"unsupported Kueue API version {api_version!r} (one of {KUEUE_VERSIONS})")
+    desired = Desired()
+    covered = mq.covered_resources
+    entries: list[_Entry] = []
+    for group in mq.flavors:
+        if group.nats is None:
+            quota = {r: group.nominal_quota.get(r, "0") for r in covered}
+            entries.append(_Entry(group, group.name, quota))
+            continue
+        known = reports.get(group.nats.source, {})
+        if group.nats.pools is not None:
+            candidates = [p for p in group.nats.pools if p in known]
+        else:
+            candidates = sorted(p for p in known if group.nats.selects(p))
+        for pool in candidates:
+            if not _POOL.match(pool):
+                desired.warnings.append(f"pool {pool!r}: not a DNS label; ignored")
+                continue
+            report = known[pool]
+            state = pool_state(report, group, now)
+            if state is None:
+                continue
+            name = flavor_name(mq.name, group.name, pool)
+            quota = pool_quota(report, group, covered)
+            if state is PoolState.LIVE and len(entries) >= MAX_FLAVORS_PER_GROUP:
+                state = PoolState.EXCLUDED
+                desired.warnings.append(
+                    f"pool {pool}: left out, a ClusterQueue holds at most {MAX_FLAVORS_PER_GROUP} flavors"
+                )
+            desired.pools.append(PoolStatus(pool, group.name, name, state, report.received_at, dict(report.capacity)))
+            if state is PoolState.EXCLUDED:
+                continue
+            desired.flavors.append(resource_flavor(mq, group, report, api_version, desired.warnings))
+            if state is PoolState.LIVE:
+                entries.append(_Entry(group, name, quota))
+    if len(entries) > MAX_FLAVORS_PER_GROUP:  # only local flavors can get here
+        desired.warnings.append(f"more than {MAX_FLAVORS_PER_GROUP} local flavors; kept the first ones")
+        entries = entries[:MAX_FLAVORS_PER_GROUP]
+
+    master_flavors: list[dict[str, Any]] = []
+    borrowers: dict[str, list[dict[str, Any]]] = {}
+    for entry in entries:
+        targets = entry.group.can_lend_to
+        resources = []
+        for r in covered:
+            q = entry.quota[r]
+            lend = quantity.maximum(*(_lend_limit(t.lending_limit, r, q) for t in targets)) if targets else "0"
+            resources.append({"name": r, "nominalQuota": q, "lendingLimit": lend})
+        master_flavors.append({"name": entry.flavor, "resources": resources})
+        for target in targets:
+            flavors = borrowers.setdefault(target.queue, [])
+            if any(f["name"] == entry.flavor for f in flavors):
+                desired.warnings.append(f"queue {target.queue}: named twice in canLendTo of {entry.group.name}")
+                continue
+            flavors.append(
+                {
+                    "name": entry.flavor,
+                    "resources": [
+                        {
+                            "name": r,
+                            "nominalQuota": "0",
+                            "borrowingLimit": _lend_limit(target.lending_limit, r, entry.quota[r]),
+                        }
+                        for r in covered
+                    ],
+                }
+            )
+    for group in mq.flavors:  # a borrower exists even while its lender has no live pool
+        for target in group.can_lend_to:
+            borrowers.setdefault(target.queue, [])
+    desired.cluster_queues.append(_cluster_queue(mq, mq.name, api_version, master_flavors))
+    for queue, flavors in borrowers.items():
+        desired.cluster_queues.append(_cluster_queue(mq, queue, api_version, flavors))
+    return desired

@@ -1,0 +1,366 @@
+"""The gateway's HTTP app: interLink's plugin API (``/create``, ``/status``, ``/delete``, ``/getLogs``)
+plus ``/healthz``, ``/metrics`` and ``/openapi.json``.
+
+Request handling is a thin shell: parsing and reply shapes live in ``wire``, routing in
+``routing``, rendering in ``services.scripts``; this module only sequences them and maps
+errors to HTTP codes. Nothing a caller sends may produce a 500: every failure is a 4xx with a
+message naming the field, or a 5xx that names the pool that failed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any, TypeVar
+
+from grpclib.const import Status
+from grpclib.exceptions import GRPCError
+from nats.aio.client import Client as NatsClient
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.applications import Starlette
+from starlette.requests import ClientDisconnect, Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.routing import Route
+
+from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.services.gateway import wire
+from interlink_nats.services.gateway.errors import http_status_for
+from interlink_nats.services.gateway.events import EventConsumer
+from interlink_nats.services.gateway.metrics import GatewayMetrics
+from interlink_nats.services.gateway.pools import PoolDirectory
+from interlink_nats.services.gateway.routing import pool_for_pod
+from interlink_nats.services.gateway.settings import GatewaySettings
+from interlink_nats.services.gateway.store import PodRecord, PodStore
+from interlink_nats.services.rpc import submitter_client
+from interlink_nats.services.scripts import PodRejected, render_job
+
+log = logging.getLogger("interlink_nats.gateway")
+
+SESSION_HEADER = "InterLink-Http-Session"
+_T = TypeVar("_T")
+
+
+class HttpError(Exception):
+    def __init__(self, status_code: int, message: str) -> None:
+        super().__init__(message)
+        self.status_code = status_code
+        self.message = message
+
+
+@dataclass
+class Gateway:
+    """The gateway's state and behaviour, independent of how it is served."""
+
+    settings: GatewaySettings
+    nc: NatsClient
+    store: PodStore
+    pools: PoolDirectory = field(init=False)
+    events: EventConsumer = field(init=False)
+    metrics: GatewayMetrics = field(init=False)
+    redis: Any = None
+    _stubs: dict[str, pb.SubmitterServiceStub] = field(default_factory=dict, init=False)
+    _pending_cancels: set[str] = field(default_factory=set, init=False)
+
+    def __post_init__(self) -> None:
+        self.pools = PoolDirectory(self.nc, self._describe, prefix=self.settings.prefix, redis=self.redis)
+        self.metrics = GatewayMetrics(self.store.counts_by_state, lambda: len(self.pools.live_reports()))
+        self.events = EventConsumer(
+            self.nc, self.store, prefix=self.settings.prefix, durable=self.settings.events_durable,
+            on_applied=lambda _record: self.metrics.events.inc(),
+        )
+
+    # --- lifecycle -------------------------------------------------------------------------
+    async def start(self) -> None:
+        loaded = await self.store.load()
+        await self.pools.start()
+        await self.events.start()
+        log.info("gateway started: %d pods restored from redis", loaded)
+
+    async def close(self) -> None:
+        await self.events.stop()
+        await self.pools.stop()
+
+    # --- RPC helpers -----------------------------------------------------------------------
+    def stub(self, pool: str) -> pb.SubmitterServiceStub:
+        stub = self._stubs.get(pool)
+        if stub is None:
+            stub = self._stubs[pool] = submitter_client(self.nc, pool, timeout=self.settings.submit_timeout_s)
+        return stub
+
+    async def _describe(self, pool: str, timeout: float) -> pb.DescribeResponse:
+        return await self._with_pool_wait(pool, "Describe", lambda: self.stub(pool).describe(
+            pb.DescribeRequest(), timeout=timeout))
+
+    async def _with_pool_wait(self, pool: str, method: str, call: Callable[[], Awaitable[_T]]) -> _T:
+        """Retry UNAVAILABLE (no submitter of the pool connected) for up to ``pool_wait_s``, then give up."""
+        deadline = time.monotonic() + self.settings.pool_wait_s
+        delay = 0.05
+        while True:
+            try:
+                return await call()
+            except GRPCError as exc:
+                if exc.status is not Status.UNAVAILABLE or time.monotonic() + delay > deadline:
+                    self.metrics.rpc_errors.labels(pool=pool, method=method, status=exc.status.name).inc()
+                    raise
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 0.5)
+
+    def _rpc_error(self, pool: str, exc: GRPCError) -> HttpError:
+        code = http_status_for(exc.status)
+        if exc.status is Status.UNAVAILABLE:
+            message = f"pool {pool!r} is unavailable: no submitter answered within {self.settings.pool_wait_s:g}s"
+        elif exc.status is Status.DEADLINE_EXCEEDED:
+            message = f"pool {pool!r} did not answer in time"
+        else:
+            message = f"pool {pool!r}: {exc.message or exc.status.name}"
+        return HttpError(code, message)
+
+    # --- endpoints -------------------------------------------------------------------------
+    async def create(self, body: bytes) -> dict[str, str]:
+        data = wire.parse_create(body)
+        pod = data["pod"]
+        identity = wire.pod_identity(pod)
+        existing = self.store.get(identity.uid)
+        if existing is not None and existing.job_id:
+            return {"PodUID": identity.uid, "PodJID": existing.job_id}  # interLink retried a create
+        pool = pool_for_pod(pod, self.settings.default_pool)
+        try:
+            build_config = await self.pools.build_config(pool, self.settings.pool_wait_s)
+        except GRPCError as exc:
+            raise self._rpc_error(pool, exc) from None
+        try:
+            job = render_job(data, build_config)
+        except PodRejected as exc:
+            raise HttpError(422, f"pod rejected: {exc}") from None
+        spec = pod["spec"]
+        record = PodRecord(
+            uid=identity.uid, namespace=identity.namespace, name=identity.name, pool=pool,
+            init_containers=list(job.init_containers), containers=list(job.containers),
+            images={c.get("name", ""): c.get("image", "") for c in
+                    [*(spec.get("initContainers") or []), *(spec.get("containers") or [])] if isinstance(c, dict)},
+        )
+        # Record the pod before submitting: if we crash after the pool accepted it, the events
+        # stream and ListJobs still find a record to attach to.
+        await self.store.put(record)
+        try:
+            reply = await self._with_pool_wait(pool, "Submit", lambda: self.stub(pool).submit(
+                pb.SubmitRequest(job=job), timeout=self.settings.submit_timeout_s))
+        except GRPCError as exc:
+            await self.store.delete(identity.uid)
+            raise self._rpc_error(pool, exc) from None
+        record.job_id = reply.job_id
+        if reply.status is not None:
+            self.store.apply_status(identity.uid, reply.status, 0)
+        await self.store.save(record)
+        log.info("created pod %s/%s uid=%s pool=%s job=%s", identity.namespace, identity.name, identity.uid,
+                 pool, reply.job_id)
+        return {"PodUID": identity.uid, "PodJID": reply.job_id}
+
+    async def status(self, body: bytes) -> list[dict[str, Any]] | dict[str, Any]:
+        pods = wire.parse_status(body)
+        if not pods:
+            return wire.ping_response(self.pools.live_reports())
+        missing: dict[str, list[PodRecord]] = {}
+        for identity in pods:
+            record = self.store.get(identity.uid)
+            if record is not None and record.status is None and record.job_id:
+                missing.setdefault(record.pool, []).append(record)
+        if missing:
+            await self._pull_statuses(missing)
+        out = []
+        for identity in pods:
+            record = self.store.get(identity.uid)
+            if record is not None:
+                out.append(record.status_json())
+        return out
+
+    async def _pull_statuses(self, by_pool: dict[str, list[PodRecord]]) -> None:
+        """The fallback for pods no event has reached yet (e.g. right after a restart): one batch per pool."""
+
+        async def pull(pool: str, records: list[PodRecord]) -> None:
+            try:
+                reply = await self.stub(pool).get_status(
+                    pb.GetStatusRequest(pod_uids=[r.uid for r in records]),
+                    timeout=self.settings.status_fallback_timeout_s,
+                )
+            except GRPCError as exc:
+                log.debug("status fallback for pool %s failed: %s", pool, exc)
+                return
+            for status in reply.statuses:
+                if status.pod is not None:
+                    updated = self.store.apply_status(status.pod.uid, status, 0)
+                    if updated is not None:
+                        await self.store.save(updated)
+
+        await asyncio.gather(*(pull(pool, records) for pool, records in by_pool.items()))
+
+    async def delete(self, body: bytes) -> str:
+        identity = wire.parse_delete(body)
+        record = self.store.get(identity.uid)
+        if record is None:
+            return f"pod {identity.uid} is not known; nothing to delete"
+        try:
+            await self.stub(record.pool).cancel(pb.CancelRequest(pod_uid=identity.uid),
+                                                timeout=self.settings.submit_timeout_s)
+        except GRPCError as exc:
+            if exc.status is not Status.NOT_FOUND:
+                # Keep the record so a retried delete (interLink retries) can still cancel the job.
+                raise self._rpc_error(record.pool, exc) from None
+        await self.store.delete(identity.uid)
+        log.info("deleted pod %s/%s uid=%s pool=%s", identity.namespace, identity.name, identity.uid, record.pool)
+        return f"pod {identity.uid} deleted"
+
+    async def logs(self, body: bytes) -> tuple[PodRecord, wire.LogRequest]:
+        request = wire.parse_logs(body)
+        record = self.store.get(request.pod_uid)
+        if record is None:
+            raise HttpError(404, f"pod {request.pod_uid} is not known to this gateway")
+        if request.container not in (*record.init_containers, *record.containers):
+            raise HttpError(404, f"pod {request.pod_uid} has no container {request.container!r}")
+        return record, request
+
+    async def stream_logs(self, record: PodRecord, request: wire.LogRequest) -> AsyncIterator[bytes]:
+        message = pb.GetLogsRequest(
+            pod_uid=record.uid, container=request.container, tail_lines=request.tail,
+            limit_bytes=request.limit_bytes, follow=request.follow, since_time=request.since,
+            timestamps=request.timestamps, previous=request.previous,
+        )
+        timeout = None if request.follow else self.settings.submit_timeout_s
+        async for chunk in self.stub(record.pool).get_logs(message, timeout=timeout):
+            if chunk.data:
+                yield chunk.data
+
+
+def _json(data: Any, status_code: int = 200) -> Response:
+    return Response(json.dumps(data, separators=(",", ":")), status_code=status_code, media_type="application/json")
+
+
+def build_app(gateway: Gateway) -> Starlette:
+    """The Starlette app around ``gateway``; the bearer token and body limit are enforced here."""
+    settings = gateway.settings
+    token = settings.bearer_token.get_secret_value() if settings.bearer_token else None
+
+    async def read_body(request: Request) -> bytes:
+        declared = request.headers.get("content-length")
+        if declared is not None and declared.isdigit() and int(declared) > settings.max_body_bytes:
+            raise HttpError(413, f"request body larger than {settings.max_body_bytes} bytes")
+        chunks, size = [], 0
+        try:
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > settings.max_body_bytes:
+                    raise HttpError(413, f"request body larger than {settings.max_body_bytes} bytes")
+                chunks.append(chunk)
+        except ClientDisconnect:
+            raise HttpError(400, "client disconnected while sending the body") from None
+        return b"".join(chunks)
+
+    def endpoint(name: str, handler: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
+        async def run(request: Request) -> Response:
+            started = time.perf_counter()
+            session = request.headers.get(SESSION_HEADER, "-")
+            try:
+                if token is not None and name not in ("healthz",) and not _authorized(request, token):
+                    response: Response = PlainTextResponse("missing or wrong bearer token", status_code=401)
+                else:
+                    response = await handler(request)
+            except wire.BadRequest as exc:
+                response = PlainTextResponse(str(exc), status_code=exc.status_code)
+            except HttpError as exc:
+                response = PlainTextResponse(exc.message, status_code=exc.status_code)
+            except Exception:
+                log.exception("%s failed (session %s)", name, session)
+                response = PlainTextResponse(f"internal error in {name}; see the gateway log", status_code=500)
+            gateway.metrics.requests.labels(endpoint=name, code=str(response.status_code)).inc()
+            gateway.metrics.latency.labels(endpoint=name).observe(time.perf_counter() - started)
+            if response.status_code >= 400:
+                log.info("%s -> %d (session %s): %s", name, response.status_code, session,
+                         bytes(response.body[:300]).decode(errors="replace") if hasattr(response, "body") else "")
+            else:
+                log.debug("%s -> %d (session %s)", name, response.status_code, session)
+            return response
+
+        return run
+
+    async def create(request: Request) -> Response:
+        return _json(await gateway.create(await read_body(request)))
+
+    async def status(request: Request) -> Response:
+        return _json(await gateway.status(await read_body(request)))
+
+    async def delete(request: Request) -> Response:
+        return PlainTextResponse(await gateway.delete(await read_body(request)))
+
+    async def get_logs(request: Request) -> Response:
+        record, log_request = await gateway.logs(await read_body(request))
+        stream = gateway.stream_logs(record, log_request)
+        if not log_request.follow:
+            try:
+                data = b"".join([chunk async for chunk in stream])
+            except GRPCError as exc:
+                raise gateway._rpc_error(record.pool, exc) from None
+            return Response(data, media_type="text/plain")
+        # Follow: get the first chunk before answering, so an error can still become a status code.
+        try:
+            first = await anext(stream, b"")
+        except GRPCError as exc:
+            raise gateway._rpc_error(record.pool, exc) from None
+
+        async def body() -> AsyncIterator[bytes]:
+            if first:
+                yield first
+            try:
+                async for chunk in stream:
+                    yield chunk
+            except GRPCError as exc:
+                log.info("log follow of %s/%s ended: %s", record.uid, log_request.container, exc.message)
+            finally:
+                with contextlib.suppress(Exception):
+                    await stream.aclose()
+
+        return StreamingResponse(body(), media_type="text/plain")
+
+    async def healthz(request: Request) -> Response:
+        nats_ok = gateway.nc.is_connected
+        redis_ok = True
+        if gateway.redis is not None:
+            try:
+                await asyncio.wait_for(gateway.redis.ping(), 1.0)
+            except Exception:
+                redis_ok = False
+        body = {"nats": nats_ok, "redis": redis_ok if gateway.redis is not None else None,
+                "pods": len(gateway.store.pods), "pools_live": len(gateway.pools.live_reports())}
+        return JSONResponse(body, status_code=200 if nats_ok and redis_ok else 503)
+
+    async def metrics(request: Request) -> Response:
+        gateway.metrics.refresh()
+        return Response(generate_latest(gateway.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    async def openapi(request: Request) -> Response:
+        text = resources.files("interlink_nats.services.gateway").joinpath("openapi.json").read_text()
+        return Response(text, media_type="application/json")
+
+    routes = [
+        Route("/create", endpoint("create", create), methods=["POST"]),
+        Route("/status", endpoint("status", status), methods=["GET", "POST"]),
+        Route("/delete", endpoint("delete", delete), methods=["POST", "DELETE"]),
+        Route("/getLogs", endpoint("getLogs", get_logs), methods=["GET", "POST"]),
+        Route("/healthz", endpoint("healthz", healthz), methods=["GET"]),
+        Route("/metrics", endpoint("metrics", metrics), methods=["GET"]),
+        Route("/openapi.json", endpoint("openapi", openapi), methods=["GET"]),
+    ]
+    return Starlette(routes=routes)
+
+
+def _authorized(request: Request, token: str) -> bool:
+    import hmac
+
+    header = request.headers.get("authorization", "")
+    scheme, _, value = header.partition(" ")
+    return scheme.lower() == "bearer" and hmac.compare_digest(value.strip().encode(), token.encode())

@@ -1,0 +1,149 @@
+"""What the gateway knows about pools: BuildConfigs and resource reports.
+
+Pools announce both periodically (``<prefix>.config.<pool>``, ``<prefix>.resources.<pool>``);
+a pool the gateway has not heard from yet is asked with ``Describe`` on demand, so the first pod
+of a pool after a gateway restart is rendered with that pool's real BuildConfig, never a guess.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from nats.aio.client import Client as NatsClient
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
+
+from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.services.gateway.store import REDIS_BUILD_CONFIGS_KEY
+from interlink_nats.services.subjects import DEFAULT_PREFIX, InvalidPoolNameError, pool_from_subject, validate_pool
+
+log = logging.getLogger(__name__)
+
+DescribeFn = Callable[[str, float], Awaitable[pb.DescribeResponse]]
+"""(pool, timeout seconds) → the pool's Describe answer; raises GRPCError when it cannot."""
+
+
+@dataclass(slots=True)
+class PoolInfo:
+    build_config: pb.BuildConfig | None = None
+    report: pb.ResourceReport | None = None
+    last_seen: float = 0.0
+
+
+class PoolDirectory:
+    def __init__(
+        self,
+        nc: NatsClient,
+        describe: DescribeFn,
+        *,
+        prefix: str = DEFAULT_PREFIX,
+        redis: object | None = None,
+        liveness_factor: float = 3.0,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.nc = nc
+        self.describe = describe
+        self.prefix = prefix
+        self.redis = redis
+        self.liveness_factor = liveness_factor
+        self.clock = clock
+        self.pools: dict[str, PoolInfo] = {}
+        self._subs: list[Subscription] = []
+
+    async def start(self) -> None:
+        await self._load_from_redis()
+        self._subs.append(await self.nc.subscribe(f"{self.prefix}.config.*", cb=self._on_config))
+        self._subs.append(await self.nc.subscribe(f"{self.prefix}.resources.*", cb=self._on_resources))
+        await self.nc.flush()
+
+    async def stop(self) -> None:
+        for sub in self._subs:
+            try:
+                await sub.unsubscribe()
+            except Exception:  # connection already closed
+                pass
+        self._subs.clear()
+
+    def _info(self, pool: str) -> PoolInfo:
+        return self.pools.setdefault(pool, PoolInfo())
+
+    async def _on_config(self, msg: Msg) -> None:
+        pool = self._pool_of(msg)
+        if pool is None:
+            return
+        try:
+            config = pb.BuildConfig.parse(msg.data)
+        except Exception as exc:  # a malformed announcement must not stop the subscription
+            log.warning("ignoring malformed BuildConfig from pool %s: %s", pool, exc)
+            return
+        await self.remember_build_config(pool, config)
+
+    async def _on_resources(self, msg: Msg) -> None:
+        pool = self._pool_of(msg)
+        if pool is None:
+            return
+        try:
+            report = pb.ResourceReport.parse(msg.data)
+        except Exception as exc:
+            log.warning("ignoring malformed ResourceReport from pool %s: %s", pool, exc)
+            return
+        info = self._info(pool)
+        info.report = report
+        info.last_seen = self.clock()
+
+    def _pool_of(self, msg: Msg) -> str | None:
+        try:
+            return validate_pool(pool_from_subject(msg.subject))
+        except InvalidPoolNameError:
+            log.warning("ignoring announcement on %s: not a valid pool subject", msg.subject)
+            return None
+
+    async def remember_build_config(self, pool: str, config: pb.BuildConfig) -> None:
+        info = self._info(pool)
+        changed = info.build_config != config
+        info.build_config = config
+        info.last_seen = self.clock()
+        if changed and self.redis is not None:
+            try:
+                await self.redis.hset(REDIS_BUILD_CONFIGS_KEY, pool, bytes(config))  # type: ignore[attr-defined]
+            except Exception as exc:
+                log.warning("could not store BuildConfig of %s in redis: %s", pool, exc)
+
+    async def _load_from_redis(self) -> None:
+        if self.redis is None:
+            return
+        try:
+            raw = await self.redis.hgetall(REDIS_BUILD_CONFIGS_KEY)  # type: ignore[attr-defined]
+        except Exception as exc:
+            log.warning("could not load BuildConfigs from redis: %s", exc)
+            return
+        for pool, data in raw.items():
+            name = pool.decode() if isinstance(pool, bytes) else pool
+            self._info(name).build_config = pb.BuildConfig.parse(data)
+
+    async def build_config(self, pool: str, timeout: float) -> pb.BuildConfig:
+        """The pool's BuildConfig: announced or cached, else asked with ``Describe`` (GRPCError if it can't)."""
+        info = self.pools.get(pool)
+        if info is not None and info.build_config is not None:
+            return info.build_config
+        described = await self.describe(pool, timeout)
+        await self.remember_build_config(pool, described.build_config or pb.BuildConfig())
+        if described.resources is not None:
+            self._info(pool).report = described.resources
+        return self._info(pool).build_config or pb.BuildConfig()
+
+    def is_live(self, pool: str) -> bool:
+        info = self.pools.get(pool)
+        if info is None or info.report is None:
+            return False
+        interval = info.report.interval_seconds or 30
+        return self.clock() - info.last_seen <= interval * self.liveness_factor
+
+    def live_reports(self) -> list[pb.ResourceReport]:
+        return [info.report for pool, info in self.pools.items() if info.report is not None and self.is_live(pool)]
+
+    def known_pools(self) -> list[str]:
+        return sorted(self.pools)

@@ -1,0 +1,80 @@
+"""Run a gateway: connect NATS and redis, start the Gateway, serve HTTP on TCP or a unix socket."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+
+import uvicorn
+
+from interlink_nats.services.gateway.app import Gateway, build_app
+from interlink_nats.services.gateway.settings import GatewaySettings
+from interlink_nats.services.gateway.store import PodStore
+from interlink_nats.services.natsconn import connect
+
+log = logging.getLogger("interlink_nats.gateway")
+
+
+@contextlib.asynccontextmanager
+async def running_gateway(settings: GatewaySettings) -> AsyncIterator[Gateway]:
+    """A started Gateway (not yet serving HTTP); closes NATS and redis on exit."""
+    nc = await connect(settings.nats, "interlink-gateway")
+    redis = None
+    if settings.redis_url:
+        import redis.asyncio as aioredis
+
+        redis = aioredis.from_url(settings.redis_url)
+    gateway = Gateway(settings=settings, nc=nc, store=PodStore(redis), redis=redis)
+    try:
+        await gateway.start()
+        resync = asyncio.create_task(_redis_watchdog(gateway)) if redis is not None else None
+        yield gateway
+    finally:
+        if redis is not None and resync is not None:
+            resync.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await resync
+        await gateway.close()
+        with contextlib.suppress(Exception):
+            await nc.drain()
+        if redis is not None:
+            await redis.aclose()
+
+
+async def _redis_watchdog(gateway: Gateway, every_s: float = 5.0) -> None:
+    """Rewrite redis from memory when it was flushed or missed writes while down."""
+    while True:
+        await asyncio.sleep(every_s)
+        await gateway.store.resync_redis()
+
+
+def uvicorn_config(app: object, settings: GatewaySettings) -> uvicorn.Config:
+    kwargs: dict[str, object] = {"log_level": "warning", "access_log": False, "lifespan": "off"}
+    if settings.unix_socket is not None:
+        kwargs["uds"] = str(settings.unix_socket)
+    else:
+        kwargs["host"], kwargs["port"] = settings.host, settings.port
+    return uvicorn.Config(app, **kwargs)  # type: ignore[arg-type]
+
+
+async def serve(settings: GatewaySettings, stop: asyncio.Event | None = None) -> None:
+    """Serve until ``stop`` is set (or forever); used by the CLI and by ``interlink-nats up``."""
+    async with running_gateway(settings) as gateway:
+        server = uvicorn.Server(uvicorn_config(build_app(gateway), settings))
+        server.install_signal_handlers = lambda: None  # type: ignore[method-assign]  # the caller owns signals
+        task = asyncio.create_task(server.serve())
+        where = settings.unix_socket or f"http://{settings.host}:{settings.port}"
+        log.info("gateway listening on %s", where)
+        try:
+            if stop is None:
+                await task
+            else:
+                stopper = asyncio.create_task(stop.wait())
+                await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
+                stopper.cancel()
+        finally:
+            server.should_exit = True
+            with contextlib.suppress(asyncio.CancelledError):
+                await task

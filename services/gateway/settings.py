@@ -1,0 +1,29 @@
+"""Gateway settings: from the environment (``INTERLINK_GATEWAY_*``, nested with ``__``) or arguments."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import Field, SecretStr
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from interlink_nats.services.natsconn import NatsConnectionSettings
+from interlink_nats.services.subjects import DEFAULT_PREFIX
+
+
+class GatewaySettings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="INTERLINK_GATEWAY_", env_nested_delimiter="__")
+
+    nats: NatsConnectionSettings = Field(default_factory=NatsConnectionSettings)
+    host: str = Field("127.0.0.1", description="TCP address to listen on")
+    port: int = Field(4000, description="TCP port to listen on")
+    unix_socket: Path | None = Field(None, description="listen on this unix socket instead of TCP")
+    bearer_token: SecretStr | None = Field(None, description="require `Authorization: Bearer <token>`")
+    redis_url: str | None = Field(None, description="redis for state that survives restarts; memory only if unset")
+    default_pool: str | None = Field(None, description="pool for pods that name none")
+    prefix: str = Field(DEFAULT_PREFIX, description="prefix of announcement and event subjects")
+    submit_timeout_s: float = Field(30.0, description="deadline of one Submit call to a pool")
+    pool_wait_s: float = Field(5.0, description="how long to wait for a pool with no live submitter before a 503")
+    status_fallback_timeout_s: float = Field(2.0, description="deadline of the GetStatus fallback")
+    max_body_bytes: int = Field(32 * 1024 * 1024, description="larger request bodies get a 413")
+    events_durable: str = Field("interlink-gateway", description="name of the durable JetStream consumer")

@@ -1,0 +1,210 @@
+"""Pod records and their last status: answered from memory, mirrored to redis.
+
+``/status`` must be answerable at thousands of calls per second, so reads come from the
+in-memory table only. Redis makes the table survive a gateway restart; if redis itself is
+lost, the gateway rebuilds the table from the pools' ``ListJobs``.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.services.gateway.wire import PodIdentity, pod_status_json
+
+log = logging.getLogger(__name__)
+
+REDIS_PODS_KEY = "interlink-nats:pods"
+REDIS_BUILD_CONFIGS_KEY = "interlink-nats:build-configs"
+
+
+@dataclass(slots=True)
+class PodRecord:
+    """What the gateway knows about one pod; enough to answer interLink with no NATS round trip."""
+
+    uid: str
+    namespace: str
+    name: str
+    pool: str
+    job_id: str = ""
+    init_containers: list[str] = field(default_factory=list)
+    containers: list[str] = field(default_factory=list)
+    images: dict[str, str] = field(default_factory=dict)
+    status: pb.JobStatus | None = None
+    revision: int = 0
+    created_at: float = field(default_factory=time.time)
+    _status_json: dict[str, Any] | None = field(default=None, repr=False)
+
+    @property
+    def identity(self) -> PodIdentity:
+        return PodIdentity(self.uid, self.namespace, self.name)
+
+    def status_json(self) -> dict[str, Any]:
+        """The interLink PodStatus, cached until the status changes."""
+        if self._status_json is None:
+            self._status_json = pod_status_json(self.identity, self.job_id, self.effective_status(), self.images)
+        return self._status_json
+
+    def effective_status(self) -> pb.JobStatus:
+        """The last pushed status, or every container waiting when none arrived yet."""
+        if self.status is not None and self.status.containers:
+            return self.status
+        waiting = [
+            pb.ContainerStatus(name=name, init=True, phase=pb.ContainerPhase.WAITING, reason="Submitted")
+            for name in self.init_containers
+        ] + [
+            pb.ContainerStatus(name=name, init=False, phase=pb.ContainerPhase.WAITING, reason="Submitted")
+            for name in self.containers
+        ]
+        return pb.JobStatus(state=pb.JobState.PENDING, containers=waiting, job_id=self.job_id)
+
+    def is_final(self) -> bool:
+        return self.status is not None and self.status.state in FINAL_STATES
+
+    def to_json(self) -> str:
+        return json.dumps({
+            "uid": self.uid, "namespace": self.namespace, "name": self.name, "pool": self.pool,
+            "job_id": self.job_id, "init": self.init_containers, "containers": self.containers,
+            "images": self.images, "revision": self.revision, "created_at": self.created_at,
+            "status": base64.b64encode(bytes(self.status)).decode() if self.status is not None else None,
+        })
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> PodRecord:
+        data = json.loads(text)
+        status = pb.JobStatus.parse(base64.b64decode(data["status"])) if data.get("status") else None
+        return cls(
+            uid=data["uid"], namespace=data["namespace"], name=data["name"], pool=data["pool"],
+            job_id=data.get("job_id", ""), init_containers=list(data.get("init", [])),
+            containers=list(data.get("containers", [])), images=dict(data.get("images", {})),
+            status=status, revision=int(data.get("revision", 0)), created_at=float(data.get("created_at", 0)),
+        )
+
+
+FINAL_STATES = frozenset({pb.JobState.SUCCEEDED, pb.JobState.FAILED, pb.JobState.CANCELLED, pb.JobState.LOST})
+
+
+class RedisLike(Protocol):
+    """The few async redis calls the store uses (redis.asyncio.Redis satisfies it)."""
+
+    async def hset(self, name: str, key: str, value: str | bytes) -> Any: ...
+    async def hdel(self, name: str, *keys: str) -> Any: ...
+    async def hgetall(self, name: str) -> dict[bytes, bytes]: ...
+    async def hlen(self, name: str) -> int: ...
+    async def ping(self) -> Any: ...
+
+
+class PodStore:
+    """In-memory pod table with a best-effort redis mirror.
+
+    Redis failures never fail a request: the memory table stays authoritative while the gateway
+    runs, ``redis_ok`` turns false (``/healthz`` shows it), and :meth:`resync_redis` rewrites
+    the mirror once redis answers again.
+    """
+
+    def __init__(self, redis: RedisLike | None = None) -> None:
+        self.redis = redis
+        self.pods: dict[str, PodRecord] = {}
+        self.redis_ok = redis is not None
+        self._dirty = False
+
+    async def load(self) -> int:
+        """Fill memory from redis; returns how many pods were loaded."""
+        if self.redis is None:
+            return 0
+        raw = await self.redis.hgetall(REDIS_PODS_KEY)
+        for uid, text in raw.items():
+            try:
+                record = PodRecord.from_json(text)
+            except (ValueError, KeyError) as exc:
+                log.warning("skipping unreadable pod record %s in redis: %s", uid, exc)
+                continue
+            self.pods[record.uid] = record
+        return len(raw)
+
+    def get(self, uid: str) -> PodRecord | None:
+        return self.pods.get(uid)
+
+    async def put(self, record: PodRecord) -> None:
+        record._status_json = None
+        self.pods[record.uid] = record
+        await self._mirror(record)
+
+    def apply_status(self, uid: str, status: pb.JobStatus, revision: int) -> PodRecord | None:
+        """Keep ``status`` if it is newer than what we have; returns the record when it changed.
+
+        Revisions are per pod and monotonic at the submitter; a revision of 0 (a pulled status,
+        not an event) is applied unless we already hold a final state.
+        """
+        record = self.pods.get(uid)
+        if record is None:
+            return None
+        if revision and revision <= record.revision:
+            return None
+        if not revision and record.is_final():
+            return None
+        record.status = status
+        if status.job_id:
+            record.job_id = status.job_id
+        record.revision = max(record.revision, revision)
+        record._status_json = None
+        return record
+
+    async def save(self, record: PodRecord) -> None:
+        await self._mirror(record)
+
+    async def delete(self, uid: str) -> PodRecord | None:
+        record = self.pods.pop(uid, None)
+        if self.redis is not None:
+            try:
+                await self.redis.hdel(REDIS_PODS_KEY, uid)
+                self.redis_ok = True
+            except Exception as exc:  # redis down: memory stays right, mirror catches up later
+                self._redis_failed(exc)
+        return record
+
+    async def _mirror(self, record: PodRecord) -> None:
+        if self.redis is None:
+            return
+        try:
+            await self.redis.hset(REDIS_PODS_KEY, record.uid, record.to_json())
+            self.redis_ok = True
+        except Exception as exc:  # redis down: memory stays right, mirror catches up later
+            self._redis_failed(exc)
+
+    def _redis_failed(self, exc: Exception) -> None:
+        if self.redis_ok:
+            log.warning("redis unavailable, serving from memory: %s", exc)
+        self.redis_ok = False
+        self._dirty = True
+
+    async def resync_redis(self) -> bool:
+        """Rewrite the mirror if redis lost it (flushed, restarted) or missed writes; True if rewritten."""
+        if self.redis is None:
+            return False
+        try:
+            count = await self.redis.hlen(REDIS_PODS_KEY)
+            if not self._dirty and count == len(self.pods):
+                self.redis_ok = True
+                return False
+            for record in list(self.pods.values()):
+                await self.redis.hset(REDIS_PODS_KEY, record.uid, record.to_json())
+            self._dirty = False
+            self.redis_ok = True
+            log.info("rewrote %d pod records to redis", len(self.pods))
+            return True
+        except Exception as exc:
+            self._redis_failed(exc)
+            return False
+
+    def counts_by_state(self) -> dict[str, int]:
+        counts: dict[str, int] = {}
+        for record in self.pods.values():
+            state = record.status.state.name if record.status is not None else "PENDING"
+            counts[state] = counts.get(state, 0) + 1
+        return counts

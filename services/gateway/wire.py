@@ -1,0 +1,248 @@
+"""interLink plugin wire format: request parsing and reply building, with no I/O.
+
+The shapes follow what the interLink Go API server really sends (0.3 → 0.6.2), not the
+upstream OpenAPI file: ``/create`` takes an object or a one-element array, ``/status`` and
+``/getLogs`` are GETs with JSON bodies, logs options use ``Bytes`` (not ``LimitBytes``).
+Every parse error names the offending field so interLink can relay it to the user.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from interlink_nats.gen.interlink_nats import v1 as pb
+
+GO_ZERO_TIME_PREFIX = "0001-01-01"
+
+
+class BadRequest(ValueError):
+    """A request body interLink (or anyone) sent that we cannot accept; becomes an HTTP 4xx."""
+
+    def __init__(self, field: str, message: str, status_code: int = 400) -> None:
+        super().__init__(f"{field}: {message}" if field else message)
+        self.field = field
+        self.message = message
+        self.status_code = status_code
+
+
+def parse_json(body: bytes) -> Any:
+    if not body.strip():
+        raise BadRequest("body", "empty request body; expected JSON")
+    try:
+        return json.loads(body)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise BadRequest("body", f"invalid JSON: {exc}") from None
+
+
+def _expect(value: Any, kind: type | tuple[type, ...], field: str, what: str) -> Any:
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise BadRequest(field, f"expected {what}, got {type(value).__name__}")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class PodIdentity:
+    uid: str
+    namespace: str
+    name: str
+
+
+def pod_identity(pod: Any, field: str = "pod") -> PodIdentity:
+    """uid/namespace/name of a v1.Pod dict, each required and a string."""
+    _expect(pod, dict, field, "a Pod object")
+    meta = _expect(pod.get("metadata"), dict, f"{field}.metadata", "an object")
+    values = []
+    for key in ("uid", "namespace", "name"):
+        value = meta.get(key)
+        if not isinstance(value, str) or not value:
+            raise BadRequest(f"{field}.metadata.{key}", "required, must be a non-empty string")
+        values.append(value)
+    return PodIdentity(*values)
+
+
+def parse_create(body: bytes) -> dict[str, Any]:
+    """A RetrievedPodData dict, from the ≥0.5 object or the ≤0.4 one-element array."""
+    data = parse_json(body)
+    if isinstance(data, list):
+        if len(data) != 1:
+            raise BadRequest("body", f"expected one RetrievedPodData (or a one-element array), got {len(data)}")
+        data = data[0]
+    _expect(data, dict, "body", "a RetrievedPodData object")
+    pod_identity(data.get("pod"), "pod")
+    spec = _expect(data["pod"].get("spec"), dict, "pod.spec", "an object")
+    containers = spec.get("containers")
+    if not isinstance(containers, list) or not containers:
+        raise BadRequest("pod.spec.containers", "required, must be a non-empty list")
+    if data.get("container") is not None:
+        _expect(data["container"], list, "container", "a list")
+    return data
+
+
+def parse_status(body: bytes) -> list[PodIdentity]:
+    """The pods of a ``/status`` call; ``[]`` is interLink's ping."""
+    data = parse_json(body)
+    _expect(data, list, "body", "a JSON array of pods")
+    return [pod_identity(pod, f"[{i}]") for i, pod in enumerate(data)]
+
+
+def parse_delete(body: bytes) -> PodIdentity:
+    data = parse_json(body)
+    return pod_identity(data, "body")
+
+
+@dataclass(frozen=True, slots=True)
+class LogRequest:
+    pod_uid: str
+    namespace: str
+    pod_name: str
+    container: str
+    tail: int | None
+    limit_bytes: int | None
+    follow: bool
+    timestamps: bool
+    previous: bool
+    since: datetime | None
+
+
+def _parse_go_time(value: Any, field: str) -> datetime | None:
+    if value in (None, ""):
+        return None
+    if not isinstance(value, str):
+        raise BadRequest(field, "expected an RFC 3339 time string")
+    if value.startswith(GO_ZERO_TIME_PREFIX):
+        return None  # Go's zero time means "unset"
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise BadRequest(field, f"not an RFC 3339 time: {value!r}") from None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def parse_logs(body: bytes, now: datetime | None = None) -> LogRequest:
+    """A ``LogStruct``; ``SinceSeconds`` is turned into an absolute time against ``now``."""
+    data = _expect(parse_json(body), dict, "body", "a LogStruct object")
+    fields = {}
+    for key in ("PodUID", "Namespace", "PodName", "ContainerName"):
+        value = data.get(key)
+        if not isinstance(value, str) or not value:
+            raise BadRequest(key, "required, must be a non-empty string")
+        fields[key] = value
+    opts = data.get("Opts") or {}
+    _expect(opts, dict, "Opts", "an object")
+
+    def int_opt(key: str) -> int:
+        value = opts.get(key, 0)
+        if value is None:
+            return 0
+        _expect(value, int, f"Opts.{key}", "an integer")
+        if value < 0:
+            raise BadRequest(f"Opts.{key}", "must not be negative")
+        return int(value)
+
+    def bool_opt(key: str) -> bool:
+        value = opts.get(key, False)
+        return bool(_expect(value, bool, f"Opts.{key}", "a boolean")) if value is not None else False
+
+    tail, limit, since_seconds = int_opt("Tail"), int_opt("Bytes"), int_opt("SinceSeconds")
+    since = _parse_go_time(opts.get("SinceTime"), "Opts.SinceTime")
+    if since_seconds:
+        if since is not None:
+            raise BadRequest("Opts", "SinceSeconds and SinceTime are mutually exclusive")
+        since = (now or datetime.now(UTC)) - timedelta(seconds=since_seconds)
+    return LogRequest(
+        pod_uid=fields["PodUID"], namespace=fields["Namespace"], pod_name=fields["PodName"],
+        container=fields["ContainerName"], tail=tail or None, limit_bytes=limit or None,
+        follow=bool_opt("Follow"), timestamps=bool_opt("Timestamps"), previous=bool_opt("Previous"), since=since,
+    )
+
+
+def _rfc3339(value: datetime | None) -> str | None:
+    if value is None:
+        return None
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def container_status_json(status: pb.ContainerStatus, image: str) -> dict[str, Any]:
+    """One ``v1.ContainerStatus`` as the VK expects it (state drives the pod phase)."""
+    state: dict[str, Any]
+    if status.phase == pb.ContainerPhase.TERMINATED:
+        terminated: dict[str, Any] = {"exitCode": status.exit_code if status.exit_code is not None else 0}
+        if status.reason:
+            terminated["reason"] = status.reason
+        if status.message:
+            terminated["message"] = status.message
+        if status.started_at is not None:
+            terminated["startedAt"] = _rfc3339(status.started_at)
+        if status.finished_at is not None:
+            terminated["finishedAt"] = _rfc3339(status.finished_at)
+        state = {"terminated": terminated}
+    elif status.phase == pb.ContainerPhase.RUNNING:
+        state = {"running": {"startedAt": _rfc3339(status.started_at)} if status.started_at else {}}
+    else:
+        waiting: dict[str, Any] = {}
+        if status.reason:
+            waiting["reason"] = status.reason
+        if status.message:
+            waiting["message"] = status.message
+        state = {"waiting": waiting}
+    return {
+        "name": status.name,
+        "state": state,
+        "ready": status.phase == pb.ContainerPhase.RUNNING,
+        "restartCount": 0,
+        "image": image,
+        "imageID": "",
+    }
+
+
+def pod_status_json(
+    identity: PodIdentity, job_id: str, status: pb.JobStatus, images: dict[str, str]
+) -> dict[str, Any]:
+    """interLink's ``PodStatus``: every init container and container, each time."""
+    init = [container_status_json(c, images.get(c.name, "")) for c in status.containers if c.init]
+    main = [container_status_json(c, images.get(c.name, "")) for c in status.containers if not c.init]
+    return {
+        "name": identity.name,
+        "UID": identity.uid,
+        "namespace": identity.namespace,
+        "JID": job_id,
+        "initContainers": init,
+        "containers": main,
+    }
+
+
+def ping_response(reports: list[pb.ResourceReport]) -> dict[str, Any]:
+    """A ``PingResponse`` aggregating live pools' total capacity and taints.
+
+    Resources that no pool reports are left out rather than sent as "0", which would drain the
+    virtual node (interLink #558).
+    """
+    from interlink_nats.services.quantities import format_quantity, parse_quantity
+
+    totals: dict[str, float] = {}
+    taints: dict[tuple[str, str, str], dict[str, str]] = {}
+    for report in reports:
+        for resource, quantity in report.capacity.items():
+            try:
+                totals[resource] = totals.get(resource, 0.0) + parse_quantity(quantity)
+            except ValueError:
+                continue  # a pool's malformed figure must not break the ping
+        for taint in report.taints:
+            taints[(taint.key, taint.value, taint.effect)] = {
+                "key": taint.key, "value": taint.value, "effect": taint.effect or "NoSchedule"
+            }
+    resources: dict[str, Any] = {}
+    accelerators = []
+    for resource, total in sorted(totals.items()):
+        if total <= 0:
+            continue
+        if resource in ("cpu", "memory", "pods"):
+            resources[resource] = format_quantity(total, resource)
+        elif "/" in resource:
+            accelerators.append({"resourceType": resource, "available": format_quantity(total, resource)})
+    if accelerators:
+        resources["accelerators"] = accelerators
+    return {"status": "ok", "resources": resources, "taints": list(taints.values())}

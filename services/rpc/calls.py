@@ -1,0 +1,175 @@
+"""Server side of one call: the stream object a generated ``__rpc_*`` handler talks to.
+
+Generated handlers only use ``recv_message()`` and ``send_message()``. Service code that needs
+the caller's deadline or metadata reads ``current_call()`` (set for the handler's task).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import contextvars
+from typing import TYPE_CHECKING, Any
+
+import nats.errors
+from grpclib.const import Status
+from grpclib.exceptions import GRPCError
+from grpclib.metadata import Deadline
+
+from . import wire
+
+if TYPE_CHECKING:
+    from nats.aio.client import Client as NATS
+    from nats.aio.msg import Msg
+
+_current: contextvars.ContextVar[ServerCall] = contextvars.ContextVar("interlink_nats_rpc_call")
+
+
+def current_call() -> ServerCall:
+    """The call being handled by this task; raises LookupError outside a handler."""
+    return _current.get()
+
+
+class StreamGone(Exception):
+    """The client of a server stream cancelled, vanished or stopped acking: stop producing."""
+
+
+class ServerCall:
+    """What every call exposes to handlers: the request, the caller's metadata and deadline."""
+
+    def __init__(
+        self, nc: NATS, msg: Msg, request: Any, *, method: str, pool: str, deadline: Deadline | None
+    ) -> None:
+        self._nc = nc
+        self._reply = msg.reply
+        self._request = request
+        self._headers = msg.headers
+        self.method = method
+        self.pool = pool
+        self.deadline = deadline
+        self._metadata: dict[str, str | bytes] | None = None
+
+    @property
+    def metadata(self) -> dict[str, str | bytes]:
+        """The caller's metadata (decoded on first use: most handlers never look)."""
+        if self._metadata is None:
+            self._metadata = wire.decode_metadata(self._headers)
+        return self._metadata
+
+    def time_remaining(self) -> float | None:
+        """Seconds until the caller gives up, to pass on to subprocesses and I/O; None = no deadline."""
+        return None if self.deadline is None else self.deadline.time_remaining()
+
+    async def recv_message(self) -> Any:
+        return self._request
+
+    def bind(self) -> contextvars.Token[ServerCall]:
+        return _current.set(self)
+
+    @staticmethod
+    def unbind(token: contextvars.Token[ServerCall]) -> None:
+        _current.reset(token)
+
+
+class UnaryServerCall(ServerCall):
+    """Keeps the reply until the handler returns, so a handler can never answer twice."""
+
+    reply: bytes | None = None
+
+    async def send_message(self, message: Any) -> None:
+        if self.reply is not None:
+            raise GRPCError(Status.INTERNAL, "a unary handler sent two replies")
+        self.reply = message.SerializeToString()
+
+    async def finish(self, status: Status, message: str | None) -> None:
+        """Publish the reply, or the status when the handler failed."""
+        if status is Status.OK and self.reply is None:
+            status, message = Status.INTERNAL, "handler sent no reply"
+        if status is Status.OK:
+            await self._nc.publish(self._reply, self.reply or b"")
+        else:
+            await self._nc.publish(self._reply, b"", headers=wire.status_headers(status, message))
+
+
+class StreamServerCall(ServerCall):
+    """Server stream with credit flow control.
+
+    The server announces a private control subject and a window; it sends at most ``window``
+    data messages beyond what the client has acked, then waits (up to ``idle_timeout``) for
+    more credit. A cancel from the client, or a no-responders bounce when its inbox is gone,
+    cancels the handler task.
+    """
+
+    def __init__(
+        self, nc: NATS, msg: Msg, request: Any, *, method: str, pool: str, deadline: Deadline | None,
+        window: int, idle_timeout: float,
+    ) -> None:
+        super().__init__(nc, msg, request, method=method, pool=pool, deadline=deadline)
+        self._window = window
+        self._idle_timeout = idle_timeout
+        self._sent = 0
+        self._acked = 0
+        self._credit = asyncio.Event()
+        self._control = ""
+        self._control_sub: Any = None
+        self._task: asyncio.Task[Any] | None = None
+        self.gone = False
+        """True once the client cancelled or vanished: nothing more should be sent to it."""
+
+    async def open(self) -> None:
+        """Listen for acks and cancel, then tell the client where to send them."""
+        self._task = asyncio.current_task()
+        self._control = self._nc.new_inbox()
+        self._control_sub = await self._nc.subscribe(self._control, cb=self._on_control)
+        # reply=control: if the client's inbox is already gone, nats-server bounces a 503 there.
+        await self._nc.publish(
+            self._reply, b"", reply=self._control,
+            headers={wire.CONTROL: self._control, wire.WINDOW: str(self._window)},
+        )
+
+    async def _on_control(self, msg: Msg) -> None:
+        headers = msg.headers or {}
+        ack = headers.get(wire.ACK)
+        if ack is not None:
+            with contextlib.suppress(ValueError):
+                self._acked = max(self._acked, int(ack))
+                self._credit.set()
+        elif wire.CANCEL in headers or headers.get(wire.NATS_STATUS) == wire.NO_RESPONDERS:
+            self._client_gone()
+
+    def _client_gone(self) -> None:
+        if not self.gone:
+            self.gone = True
+            if self._task is not None and not self._task.done():
+                self._task.cancel()
+
+    async def send_message(self, message: Any) -> None:
+        if self.gone:
+            raise StreamGone("client went away")
+        payload = message.SerializeToString()
+        while self._sent >= self._acked + self._window:
+            self._credit.clear()
+            try:
+                async with asyncio.timeout(self._idle_timeout):
+                    await self._credit.wait()
+            except TimeoutError:
+                self.gone = True
+                raise StreamGone(f"no credit from the client for {self._idle_timeout}s") from None
+        await self._nc.publish(self._reply, payload, reply=self._control)
+        self._sent += 1
+
+    async def finish(self, status: Status, message: str | None) -> None:
+        """Send the end marker (unless the client is gone) and stop listening for control."""
+        self._task = None  # a late cancel must not hit the end marker
+        try:
+            if not self.gone:
+                await self._nc.publish(self._reply, b"", headers=wire.end_headers(status, message))
+        finally:
+            await self.close()
+
+    async def close(self) -> None:
+        self._task = None
+        sub, self._control_sub = self._control_sub, None
+        if sub is not None:
+            with contextlib.suppress(nats.errors.Error):
+                await sub.unsubscribe()

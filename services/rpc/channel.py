@@ -1,0 +1,289 @@
+"""Client side: a grpclib-``Channel`` look-alike, so generated betterproto2 stubs run over NATS unchanged.
+
+``ServiceStub`` only ever does ``async with channel.request(...) as stream`` followed by
+``send_message(msg, end=True)`` and ``recv_message()`` (unary) or ``async for`` (server stream);
+that is the whole surface implemented here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+
+import nats.errors
+from grpclib.const import Cardinality, Status
+from grpclib.exceptions import GRPCError
+from grpclib.metadata import Deadline
+
+from ..subjects import route_to_subject, validate_pool
+from . import wire
+
+if TYPE_CHECKING:
+    from nats.aio.client import Client as NATS
+    from nats.aio.msg import Msg
+
+    from ...gen.interlink_nats.v1 import SubmitterServiceStub
+
+log = logging.getLogger(__name__)
+
+_FOREVER = 365 * 24 * 3600.0
+"""nats-py's request() needs a number; a call with no deadline waits this long."""
+
+
+class Message(Protocol):
+    """What the channel needs of a message: betterproto2 and google-protobuf both fit."""
+
+    def SerializeToString(self) -> bytes: ...
+
+
+R = TypeVar("R")
+
+
+class NatsChannel:
+    """Stands in for ``grpclib.client.Channel``: ``SubmitterServiceStub(NatsChannel(nc, pool="a"))``.
+
+    Every call goes to ``<route with / → .>.<pool>``, where the pool's submitters listen in one
+    queue group. ``timeout`` is the default deadline (seconds) of calls that pass neither
+    ``timeout=`` nor ``deadline=``; ``None`` means calls wait forever. The NATS connection stays
+    the caller's to close.
+    """
+
+    def __init__(self, nc: NATS, pool: str, *, timeout: float | None = 10.0) -> None:
+        self.nc = nc
+        self.pool = validate_pool(pool)
+        self.timeout = timeout
+        self._subjects: dict[str, str] = {}
+
+    def subject(self, route: str) -> str:
+        """Subject of one route for this pool (cached: it is computed on every call otherwise)."""
+        subject = self._subjects.get(route)
+        if subject is None:
+            subject = self._subjects[route] = route_to_subject(route, self.pool)
+        return subject
+
+    def request(
+        self,
+        name: str,
+        cardinality: Cardinality,
+        request_type: type[Any],
+        reply_type: type[R],
+        *,
+        timeout: float | None = None,
+        deadline: Deadline | None = None,
+        metadata: wire.MetadataLike | None = None,
+    ) -> UnaryCall[R] | StreamCall[R]:
+        """Open one call; the signature is grpclib's, so stubs pass their kwargs straight through."""
+        remaining = self._remaining(timeout, deadline)
+        headers: wire.Headers = {}
+        if remaining is not None:
+            headers[wire.TIMEOUT] = wire.encode_timeout(remaining)
+        wire.encode_metadata(metadata, headers)
+        subject = self.subject(name)
+        if cardinality is Cardinality.UNARY_UNARY:
+            return UnaryCall(self, subject, reply_type, remaining, headers or None)
+        if cardinality is Cardinality.UNARY_STREAM:
+            return StreamCall(self, subject, reply_type, remaining, headers or None)
+        raise GRPCError(Status.UNIMPLEMENTED, f"{cardinality.name} calls are not supported over NATS")
+
+    def _remaining(self, timeout: float | None, deadline: Deadline | None) -> float | None:
+        """Seconds left for the call: the tighter of timeout and deadline, else the channel default."""
+        if deadline is not None:
+            left = deadline.time_remaining()
+            return left if timeout is None else min(left, timeout)
+        return self.timeout if timeout is None else timeout
+
+    def close(self) -> None:
+        """grpclib's Channel has it; the NATS connection belongs to the caller, so nothing to do."""
+
+    def __repr__(self) -> str:
+        return f"NatsChannel(pool={self.pool!r}, timeout={self.timeout!r})"
+
+
+class _Call:
+    """What unary and stream calls share: the async-context shape the stub expects."""
+
+    def __init__(
+        self, channel: NatsChannel, subject: str, reply_type: type[R], timeout: float | None,
+        headers: wire.Headers | None,
+    ) -> None:
+        self._channel = channel
+        self._nc = channel.nc
+        self._subject = subject
+        self._reply_type: Any = reply_type
+        self._timeout = timeout
+        self._headers = headers
+
+    async def __aenter__(self) -> Any:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        return None
+
+    def _parse(self, data: bytes) -> Any:
+        try:
+            return self._reply_type.FromString(data)
+        except Exception:
+            wire.protocol_error(f"reply is not a valid {self._reply_type.__name__}")
+
+    async def send_request(self, *, end: bool = False) -> None:
+        """grpclib sends headers separately; here they travel with the request message."""
+
+    async def end(self) -> None:
+        """Client-streaming is not supported, so there is nothing to half-close."""
+
+
+class UnaryCall(_Call, Generic[R]):
+    """One request-reply through nats-py's shared reply inbox (no per-call subscription)."""
+
+    _payload: bytes | None = None
+
+    async def send_message(self, message: Message, *, end: bool = False) -> None:
+        # Serialize now, send in recv_message: nc.request() does both halves in one step.
+        self._payload = message.SerializeToString()
+
+    async def recv_message(self) -> R:
+        if self._payload is None:
+            raise GRPCError(Status.INTERNAL, "recv_message() before send_message()")
+        timeout = _FOREVER if self._timeout is None else self._timeout
+        if timeout <= 0:
+            raise wire.deadline_exceeded()
+        try:
+            msg = await self._nc.request(self._subject, self._payload, timeout=timeout, headers=self._headers)
+        except nats.errors.Error as exc:
+            raise wire.translate_nats_error(exc, self._channel.pool) from exc
+        if msg.headers:
+            wire.raise_for_status(msg.headers)
+        result: R = self._parse(msg.data)
+        return result
+
+
+class StreamCall(_Call, Generic[R]):
+    """A server-streaming call with credit flow control (see the package docstring).
+
+    The reply inbox is our own subscription; its callback only queues, so the server's window
+    bounds how much can pile up here however slowly the caller iterates.
+    """
+
+    def __init__(
+        self, channel: NatsChannel, subject: str, reply_type: type[R], timeout: float | None,
+        headers: wire.Headers | None,
+    ) -> None:
+        super().__init__(channel, subject, reply_type, timeout, headers)
+        loop = asyncio.get_running_loop()
+        self._deadline_at = None if timeout is None else loop.time() + timeout
+        self._queue: asyncio.Queue[Msg] = asyncio.Queue()
+        self._sub: Any = None
+        self._control: str | None = None
+        self._ack_every = 1
+        self._consumed = 0
+        self._acked = 0
+        self._done = False
+
+    async def send_message(self, message: Message, *, end: bool = False) -> None:
+        payload = message.SerializeToString()
+        inbox = self._nc.new_inbox()
+        try:
+            self._sub = await self._nc.subscribe(inbox, cb=self._on_reply)
+            await self._nc.publish(self._subject, payload, reply=inbox, headers=self._headers)
+        except nats.errors.Error as exc:
+            self._done = True
+            raise wire.translate_nats_error(exc, self._channel.pool) from exc
+
+    async def _on_reply(self, msg: Msg) -> None:
+        self._queue.put_nowait(msg)
+
+    async def recv_message(self) -> R | None:
+        """The next item, or None after the server's end marker (which may raise its status)."""
+        while not self._done:
+            msg = await self._next()
+            headers = msg.headers
+            if not headers:  # data messages carry no headers
+                self._consumed += 1
+                if self._control is not None and self._consumed - self._acked >= self._ack_every:
+                    await self._ack()
+                result: R = self._parse(msg.data)
+                return result
+            if wire.END in headers:
+                self._done = True
+                wire.raise_for_status(headers)
+                return None
+            if wire.CONTROL in headers:
+                self._opened(headers)
+                continue
+            if headers.get(wire.NATS_STATUS) == wire.NO_RESPONDERS:
+                self._done = True
+                raise wire.unavailable(self._channel.pool)
+            wire.protocol_error(f"unexpected stream message with headers {sorted(headers)}")
+        return None
+
+    def _opened(self, headers: dict[str, str]) -> None:
+        self._control = headers[wire.CONTROL]
+        try:
+            window = int(headers.get(wire.WINDOW, "1"))
+        except ValueError:
+            window = 1
+        # Ack at half the window so the server rarely stalls while the caller keeps up.
+        self._ack_every = max(1, window // 2)
+
+    async def _next(self) -> Msg:
+        if self._sub is None:
+            raise GRPCError(Status.INTERNAL, "recv_message() before send_message()")
+        try:
+            async with asyncio.timeout_at(self._deadline_at):
+                return await self._queue.get()
+        except TimeoutError:
+            await self._cancel_remote()
+            raise wire.deadline_exceeded() from None
+
+    async def _ack(self) -> None:
+        assert self._control is not None
+        self._acked = self._consumed
+        try:
+            await self._nc.publish(self._control, b"", headers={wire.ACK: str(self._consumed)})
+        except nats.errors.Error as exc:
+            self._done = True
+            raise wire.translate_nats_error(exc, self._channel.pool) from exc
+
+    async def _cancel_remote(self) -> None:
+        """Tell the server to stop; best effort (if we never learnt its control subject,
+        its next publish to our vanished inbox bounces as no-responders and stops it too)."""
+        if self._done:
+            return
+        self._done = True
+        while self._control is None and not self._queue.empty():
+            headers = self._queue.get_nowait().headers
+            if headers and wire.CONTROL in headers:
+                self._opened(headers)
+        if self._control is not None:
+            with contextlib.suppress(nats.errors.Error):
+                await self._nc.publish(self._control, b"", headers={wire.CANCEL: "1"})
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self._cancel_remote()
+        if self._sub is not None:
+            sub, self._sub = self._sub, None
+            with contextlib.suppress(nats.errors.Error):
+                await sub.unsubscribe()
+
+    def __aiter__(self) -> StreamCall[R]:
+        return self
+
+    async def __anext__(self) -> R:
+        message = await self.recv_message()
+        if message is None:
+            raise StopAsyncIteration
+        return message
+
+
+def submitter_client(nc: NATS, pool: str, *, timeout: float | None = 10.0) -> SubmitterServiceStub:
+    """A ready ``SubmitterServiceStub`` for one pool (imported lazily: gen/ is heavy to import)."""
+    from ...gen.interlink_nats.v1 import SubmitterServiceStub
+
+    return SubmitterServiceStub(NatsChannel(nc, pool, timeout=timeout))

@@ -1,0 +1,491 @@
+"""Pure core of ``interlink-nats nats-config``: pools → nats-server config text + credentials.
+
+No I/O here (seeds come in as arguments or from an injected generator), so the permission
+model can be unit-tested and the CLI stays a thin edge.
+
+Model (docs/security.md has the table): one NATS account ``INTERLINK`` with JetStream, one
+nkey user per identity. nkeys keep every secret out of the server config: the config only
+holds public keys, the seed stays with the process that signs the server's nonce.
+
+* **gateway**: sends every RPC to every pool, consumes the events stream, reads announcements.
+* **controller**: reads announcements, may only call ``Describe`` on pools.
+* **pool ``p``**: receives only ``SubmitterService.*.p``, answers requests (``allow_responses``),
+  publishes only its own events and announcements.
+
+Each identity also gets a *private inbox prefix* (``_INBOX.gateway``, ``_INBOX.controller``,
+``_INBOX.pool.<p>``) and may subscribe only below it, so one pool cannot read replies meant
+for the gateway (logs and statuses of other pools). Clients must connect with that
+``inbox_prefix`` (see :func:`interlink_nats.services.security.connect.nats_connect_options`);
+``shared_inboxes=True`` falls back to everyone subscribing ``_INBOX.>`` for clients that
+cannot set a prefix, at the cost of that isolation.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import PurePath
+
+import nkeys
+
+from .. import subjects
+
+ACCOUNT = "INTERLINK"
+"""The one application account; JetStream is enabled for it."""
+
+INBOX_ROOT = "_INBOX"
+SRV_ALL = "$SRV.>"
+"""NATS micro services API (``$SRV.PING|INFO|STATS[.name[.id]]``)."""
+
+
+class Role(StrEnum):
+    GATEWAY = "gateway"
+    CONTROLLER = "controller"
+    POOL = "pool"
+
+
+def identity_name(role: Role, pool: str | None = None) -> str:
+    """File/credential name of an identity: ``gateway``, ``controller`` or ``pool-<pool>``.
+
+    The ``pool-`` prefix keeps a pool that happens to be named ``gateway`` from colliding.
+    """
+    if role is Role.POOL:
+        if pool is None:
+            raise ValueError("a pool identity needs a pool name")
+        return f"pool-{subjects.validate_pool(pool)}"
+    return role.value
+
+
+def inbox_prefix(role: Role, pool: str | None = None) -> str:
+    """The private inbox prefix an identity must use (``nats.connect(inbox_prefix=...)``).
+
+    A nuid-based default inbox (``_INBOX.<22 chars>``) can never equal ``gateway``,
+    ``controller`` or ``pool``, so these prefixes cannot collide with legacy inboxes.
+    """
+    if role is Role.POOL:
+        if pool is None:
+            raise ValueError("a pool identity needs a pool name")
+        return f"{INBOX_ROOT}.pool.{subjects.validate_pool(pool)}"
+    return f"{INBOX_ROOT}.{role.value}"
+
+
+@dataclass(frozen=True)
+class ResponsePermission:
+    """``allow_responses``: publish to the reply subject of a request received, a bounded number of times.
+
+    ``max_msgs`` > 1 lets a server-streaming method answer with several chunks on the
+    caller's reply subject; ``expires`` bounds how long a received request keeps that right.
+    """
+
+    max_msgs: int = 1
+    expires: str | None = None
+
+
+@dataclass(frozen=True)
+class Permissions:
+    """Subject allow-lists of one user. Anything not listed is denied by nats-server."""
+
+    publish: tuple[str, ...]
+    subscribe: tuple[str, ...]
+    allow_responses: ResponsePermission | None = None
+
+    def as_dict(self) -> dict[str, object]:
+        out: dict[str, object] = {
+            "publish": {"allow": list(self.publish)},
+            "subscribe": {"allow": list(self.subscribe)},
+        }
+        if self.allow_responses is not None:
+            resp: dict[str, object] = {"max": self.allow_responses.max_msgs}
+            if self.allow_responses.expires:
+                resp["expires"] = self.allow_responses.expires
+            out["allow_responses"] = resp
+        return out
+
+
+def _rpc_any_pool(method: str) -> str:
+    return f"{subjects.SUBMITTER_SERVICE}.{method}.*"
+
+
+def _inbox_subscriptions(role: Role, pool: str | None, shared_inboxes: bool) -> tuple[str, ...]:
+    return (f"{INBOX_ROOT}.>",) if shared_inboxes else (f"{inbox_prefix(role, pool)}.>",)
+
+
+def _jetstream_consumer_api(stream: str) -> tuple[str, ...]:
+    """What a durable consumer of ``stream`` needs: create/update the stream, consumers, fetch, ack.
+
+    Scoped to the one stream by name, so the gateway cannot read or delete other streams.
+    Stream deletion and purge are deliberately absent: an operator does those with an admin
+    credential, never the gateway.
+    """
+    return (
+        "$JS.API.INFO",
+        "$JS.API.STREAM.NAMES",
+        f"$JS.API.STREAM.CREATE.{stream}",
+        f"$JS.API.STREAM.UPDATE.{stream}",
+        f"$JS.API.STREAM.INFO.{stream}",
+        f"$JS.API.STREAM.MSG.GET.{stream}",
+        f"$JS.API.DIRECT.GET.{stream}",
+        f"$JS.API.DIRECT.GET.{stream}.>",
+        f"$JS.API.CONSUMER.CREATE.{stream}",
+        f"$JS.API.CONSUMER.CREATE.{stream}.>",
+        f"$JS.API.CONSUMER.DURABLE.CREATE.{stream}.*",
+        f"$JS.API.CONSUMER.INFO.{stream}.*",
+        f"$JS.API.CONSUMER.DELETE.{stream}.*",
+        f"$JS.API.CONSUMER.NAMES.{stream}",
+        f"$JS.API.CONSUMER.LIST.{stream}",
+        f"$JS.API.CONSUMER.MSG.NEXT.{stream}.*",
+        f"$JS.ACK.{stream}.>",
+        f"$JS.FC.{stream}.>",
+    )
+
+
+def gateway_permissions(
+    prefix: str = subjects.DEFAULT_PREFIX,
+    stream: str = subjects.EVENTS_STREAM,
+    *,
+    shared_inboxes: bool = False,
+) -> Permissions:
+    """The gateway: every RPC on every pool, the events stream, announcements, discovery.
+
+    It may publish below ``_INBOX.>`` because a server-streaming call sends flow-control
+    credit to a subject the serving pool announces under *its* inbox; only the gateway is
+    trusted with that, pools never are.
+    """
+    return Permissions(
+        publish=(
+            _rpc_any_pool("*"),
+            SRV_ALL,
+            f"{INBOX_ROOT}.>",
+            *_jetstream_consumer_api(stream),
+        ),
+        subscribe=(
+            *_inbox_subscriptions(Role.GATEWAY, None, shared_inboxes),
+            f"{prefix}.config.*",
+            f"{prefix}.resources.*",
+            subjects.events_wildcard(prefix),
+        ),
+        # The gateway answers no requests; responses stay closed.
+        allow_responses=None,
+    )
+
+
+def controller_permissions(prefix: str = subjects.DEFAULT_PREFIX, *, shared_inboxes: bool = False) -> Permissions:
+    """The controller: read announcements, ask pools to ``Describe``, discovery. Nothing else."""
+    return Permissions(
+        publish=(_rpc_any_pool("Describe"), SRV_ALL),
+        subscribe=(
+            *_inbox_subscriptions(Role.CONTROLLER, None, shared_inboxes),
+            f"{prefix}.config.*",
+            f"{prefix}.resources.*",
+        ),
+        allow_responses=None,
+    )
+
+
+def pool_permissions(
+    pool: str,
+    prefix: str = subjects.DEFAULT_PREFIX,
+    stream: str = subjects.EVENTS_STREAM,
+    *,
+    shared_inboxes: bool = False,
+    responses: ResponsePermission | None = None,
+) -> Permissions:
+    """One pool: receive its own RPCs and micro-API pings, reply, publish its own events/announcements.
+
+    It may not publish to ``_INBOX.>``: replies go out through ``allow_responses`` only, so a
+    pool can answer exactly the requests it was sent and cannot forge replies to anyone else.
+    ``$SRV.>`` carries only empty discovery requests, so subscribing it leaks nothing; a pool
+    can answer them, so discovery output is informational and never an identity proof.
+    ``$JS.API.STREAM.INFO`` of the events stream lets a submitter check the stream exists
+    before it relies on publish acks; it reveals only the stream's config and counters.
+    """
+    subjects.validate_pool(pool)
+    return Permissions(
+        publish=(
+            subjects.events_subject(pool, prefix),
+            subjects.config_subject(pool, prefix),
+            subjects.resources_subject(pool, prefix),
+            f"$JS.API.STREAM.INFO.{stream}",
+        ),
+        subscribe=(
+            subjects.rpc_wildcard(pool),
+            SRV_ALL,
+            *_inbox_subscriptions(Role.POOL, pool, shared_inboxes),
+        ),
+        allow_responses=responses or ResponsePermission(),
+    )
+
+
+@dataclass(frozen=True)
+class Credential:
+    """One identity's nkey and what it is for. ``seed`` is secret: it is kept out of ``repr``."""
+
+    name: str
+    role: Role
+    pool: str | None
+    public_key: str
+    inbox_prefix: str
+    permissions: Permissions
+    seed: str = field(repr=False)
+
+    @property
+    def seed_file_name(self) -> str:
+        return f"{self.name}.nk"
+
+    def manifest_entry(self) -> dict[str, object]:
+        """Everything about the identity except the seed (safe to log, print or commit)."""
+        return {
+            "name": self.name,
+            "role": self.role.value,
+            "pool": self.pool,
+            "public_key": self.public_key,
+            "inbox_prefix": self.inbox_prefix,
+            "seed_file": self.seed_file_name,
+            "permissions": self.permissions.as_dict(),
+        }
+
+
+@dataclass(frozen=True)
+class NatsConfigOptions:
+    """Knobs of the generated nats-server configuration (ports, TLS files, JetStream store)."""
+
+    pools: tuple[str, ...]
+    prefix: str = subjects.DEFAULT_PREFIX
+    stream: str = subjects.EVENTS_STREAM
+    host: str = "0.0.0.0"
+    client_port: int = 4222
+    websocket_port: int = 8443
+    http_port: int | None = None
+    """Monitoring endpoint (``/healthz``, ``/varz``); ``None`` = off."""
+    jetstream_store_dir: str = "/data/jetstream"
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    tls_ca: str | None = None
+    """CA to verify client certificates with; only used when ``tls_verify_clients``."""
+    tls_verify_clients: bool = False
+    """Require client certificates (mutual TLS) on top of nkeys."""
+    client_tls: bool = True
+    """TLS on the client port too (``tls://``); off lets in-cluster clients use plain ``nats://``."""
+    websocket_compression: bool = True
+    max_payload: int | None = None
+    server_name: str = "interlink-nats"
+    shared_inboxes: bool = False
+    response_max: int = 100_000
+    """allow_responses.max: chunks a pool may send back for one request (server streaming)."""
+    response_expires: str | None = "1h"
+    """allow_responses.expires: how long a received request may still be answered."""
+
+    def __post_init__(self) -> None:
+        if not self.pools:
+            raise ValueError("at least one pool is needed")
+        for pool in self.pools:
+            subjects.validate_pool(pool)
+        if len(set(self.pools)) != len(self.pools):
+            raise ValueError(f"duplicate pool names in {list(self.pools)}")
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise ValueError("--tls-cert and --tls-key go together")
+        if self.tls_verify_clients and not self.tls_ca:
+            raise ValueError("verifying client certificates needs --tls-ca")
+        if self.response_max < 1:
+            raise ValueError("response_max must be >= 1")
+
+    @property
+    def tls_enabled(self) -> bool:
+        return self.tls_cert is not None
+
+    def identities(self) -> list[tuple[Role, str | None]]:
+        return [(Role.GATEWAY, None), (Role.CONTROLLER, None), *((Role.POOL, p) for p in self.pools)]
+
+    def permissions_for(self, role: Role, pool: str | None) -> Permissions:
+        if role is Role.GATEWAY:
+            return gateway_permissions(self.prefix, self.stream, shared_inboxes=self.shared_inboxes)
+        if role is Role.CONTROLLER:
+            return controller_permissions(self.prefix, shared_inboxes=self.shared_inboxes)
+        assert pool is not None
+        return pool_permissions(
+            pool,
+            self.prefix,
+            self.stream,
+            shared_inboxes=self.shared_inboxes,
+            responses=ResponsePermission(self.response_max, self.response_expires),
+        )
+
+
+def new_user_seed() -> str:
+    """A fresh nkey user seed (``SU...``) from the OS CSPRNG."""
+    return nkeys.encode_seed(secrets.token_bytes(32), nkeys.PREFIX_BYTE_USER).decode()
+
+
+def public_key_of(seed: str) -> str:
+    """The ``U...`` public key of a user seed; raises if the seed is not a user seed."""
+    kp = nkeys.from_seed(bytearray(seed.strip().encode()))
+    try:
+        public = kp.public_key.decode()
+    finally:
+        kp.wipe()
+    if not public.startswith("U"):
+        raise ValueError("not a user nkey seed")
+    return public
+
+
+@dataclass(frozen=True)
+class Bundle:
+    """The generated server configuration and the credentials it accepts."""
+
+    options: NatsConfigOptions
+    config_text: str
+    credentials: tuple[Credential, ...]
+
+    def credential(self, name: str) -> Credential:
+        for cred in self.credentials:
+            if cred.name == name:
+                return cred
+        raise KeyError(name)
+
+    def manifest(self) -> dict[str, object]:
+        """Public description of the bundle (no seeds): what ``identities.json`` holds."""
+        return {
+            "account": ACCOUNT,
+            "prefix": self.options.prefix,
+            "stream": self.options.stream,
+            "shared_inboxes": self.options.shared_inboxes,
+            "identities": [c.manifest_entry() for c in self.credentials],
+        }
+
+
+def build_bundle(
+    options: NatsConfigOptions,
+    existing_seeds: Mapping[str, str] | None = None,
+    rotate: Iterable[str] = (),
+    new_seed: Callable[[], str] = new_user_seed,
+) -> Bundle:
+    """Credentials for every identity (reusing ``existing_seeds`` unless rotated) + the config accepting them.
+
+    Reusing seeds makes the command idempotent: adding a pool does not invalidate the
+    credentials already handed out. ``rotate`` names identities (``pool-a``) or pools (``a``)
+    whose seed is replaced; the old public key disappears from the config, so after a
+    reload the old seed is refused.
+    """
+    existing = dict(existing_seeds or {})
+    wanted = {identity_name(r, p) for r, p in options.identities()}
+    rotate_names: set[str] = set()
+    for item in rotate:
+        name = item if item in wanted else f"pool-{item}"
+        if name not in wanted:
+            raise ValueError(f"cannot rotate unknown identity {item!r} (known: {sorted(wanted)})")
+        rotate_names.add(name)
+    creds: list[Credential] = []
+    for role, pool in options.identities():
+        name = identity_name(role, pool)
+        seed = existing.get(name) if name not in rotate_names else None
+        seed = seed.strip() if seed else new_seed()
+        creds.append(
+            Credential(
+                name=name,
+                role=role,
+                pool=pool,
+                public_key=public_key_of(seed),
+                inbox_prefix=inbox_prefix(role, pool),
+                permissions=options.permissions_for(role, pool),
+                seed=seed,
+            )
+        )
+    keys = [c.public_key for c in creds]
+    if len(set(keys)) != len(keys):
+        raise ValueError("two identities share one nkey; every identity needs its own seed")
+    return Bundle(options=options, config_text=render_server_config(options, creds), credentials=tuple(creds))
+
+
+# --- rendering -------------------------------------------------------------------------------------------
+
+
+def _q(value: str | PurePath) -> str:
+    """A double-quoted nats-conf string. JSON escaping is valid there, and quoting stops
+    nats-conf from reading ``$JS...`` as a variable reference."""
+    return json.dumps(str(value))
+
+
+def _list(items: Iterable[str], indent: str) -> str:
+    inner = "".join(f"{indent}  {_q(i)}\n" for i in items)
+    return f"[\n{inner}{indent}]"
+
+
+def _render_permissions(perms: Permissions, indent: str) -> str:
+    lines = [
+        f"{indent}permissions: {{",
+        f"{indent}  publish: {{ allow: {_list(perms.publish, indent + '  ')} }}",
+        f"{indent}  subscribe: {{ allow: {_list(perms.subscribe, indent + '  ')} }}",
+    ]
+    if perms.allow_responses is not None:
+        resp = f"max: {perms.allow_responses.max_msgs}"
+        if perms.allow_responses.expires:
+            resp += f", expires: {_q(perms.allow_responses.expires)}"
+        lines.append(f"{indent}  allow_responses: {{ {resp} }}")
+    lines.append(f"{indent}}}")
+    return "\n".join(lines)
+
+
+def _render_tls(options: NatsConfigOptions, indent: str, *, client_port: bool) -> str:
+    assert options.tls_cert and options.tls_key
+    lines = [
+        f"{indent}tls {{",
+        f"{indent}  cert_file: {_q(options.tls_cert)}",
+        f"{indent}  key_file: {_q(options.tls_key)}",
+    ]
+    if options.tls_ca and options.tls_verify_clients:
+        lines.append(f"{indent}  ca_file: {_q(options.tls_ca)}")
+        lines.append(f"{indent}  verify: true")
+    if client_port:
+        lines.append(f"{indent}  timeout: 5")
+    lines.append(f"{indent}}}")
+    return "\n".join(lines)
+
+
+def render_server_config(options: NatsConfigOptions, credentials: Iterable[Credential]) -> str:
+    """The nats-server configuration text. Holds public keys only: safe to diff and review."""
+    creds = list(credentials)
+    out = [
+        "# Generated by `interlink-nats nats-config`; regenerate instead of editing.",
+        "# Holds nkey *public* keys only; the seeds live in the per-identity .nk files.",
+        f"server_name: {_q(options.server_name)}",
+        f"listen: {_q(f'{options.host}:{options.client_port}')}",
+    ]
+    if options.http_port is not None:
+        out.append(f"http: {_q(f'{options.host}:{options.http_port}')}")
+    if options.max_payload is not None:
+        out.append(f"max_payload: {options.max_payload}")
+    if options.tls_enabled and options.client_tls:
+        out.append(_render_tls(options, "", client_port=True))
+    out.append("")
+    out.append("websocket {")
+    out.append(f"  listen: {_q(f'{options.host}:{options.websocket_port}')}")
+    if options.tls_enabled:
+        out.append(_render_tls(options, "  ", client_port=False))
+    else:
+        out.append("  # No certificate given: plain ws:// for local development only.")
+        out.append("  no_tls: true")
+    out.append(f"  compression: {'true' if options.websocket_compression else 'false'}")
+    out.append("}")
+    out.append("")
+    out.append("jetstream {")
+    out.append(f"  store_dir: {_q(options.jetstream_store_dir)}")
+    out.append("}")
+    out.append("")
+    out.append("accounts {")
+    out.append(f"  {ACCOUNT}: {{")
+    out.append("    jetstream: enabled")
+    out.append("    users: [")
+    for cred in creds:
+        label = cred.name if cred.pool is None else f"{cred.name} (pool {cred.pool})"
+        out.append(f"      # {label}; inbox prefix {cred.inbox_prefix}")
+        out.append("      {")
+        out.append(f"        nkey: {_q(cred.public_key)}")
+        out.append(_render_permissions(cred.permissions, "        "))
+        out.append("      }")
+    out.append("    ]")
+    out.append("  }")
+    out.append("}")
+    return "\n".join(out) + "\n"

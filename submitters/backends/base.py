@@ -1,0 +1,180 @@
+"""The one small interface every backend implements, and the value types crossing it.
+
+Backends own only the conversation with the batch system (spawn/sbatch, poll, cancel,
+capacity). They never touch SQLite, NATS or protobuf status: the runtime decides, the
+backend reports what it observed as plain data (:class:`Observation`).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+from interlink_nats.gen.interlink_nats import v1 as pb
+
+
+class BackendState(enum.Enum):
+    """What the batch system says about one job, normalised across backends."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    TIMEOUT = "timeout"
+    DEADLINE = "deadline"
+    OUT_OF_MEMORY = "out_of_memory"
+    NODE_FAIL = "node_fail"
+    PREEMPTED = "preempted"
+    GONE = "gone"
+    """The backend no longer knows the job (purged, or the process vanished)."""
+
+    @property
+    def terminal(self) -> bool:
+        return self not in (BackendState.QUEUED, BackendState.RUNNING)
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """One job as the backend saw it during one poll."""
+
+    state: BackendState
+    exit_code: int | None = None
+    """The job's own exit code, when the backend knows it."""
+    signal: int | None = None
+    """Signal that ended the job, when the backend knows it."""
+    reason: str = ""
+    """The backend's own words (e.g. Slurm's pending reason ``Resources``)."""
+    raw_state: str = ""
+    started_at: float | None = None
+    finished_at: float | None = None
+
+
+GONE = Observation(BackendState.GONE)
+
+
+@dataclass(frozen=True, slots=True)
+class JobHandle:
+    """What a backend needs to find a job again: identity, directory and its own id."""
+
+    uid: str
+    job_dir: Path
+    job_id: str = ""
+    """Backend id; empty when the submission never reported one (crash mid-submit)."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """A job ready to hand to the backend: the script already sits in ``job_dir``."""
+
+    uid: str
+    job_dir: Path
+    script: Path
+    resources: pb.ResourceRequest | None = None
+    backend_flags: tuple[str, ...] = ()
+    namespace: str = ""
+    name: str = ""
+
+    @property
+    def handle(self) -> JobHandle:
+        return JobHandle(self.uid, self.job_dir)
+
+
+@dataclass(frozen=True, slots=True)
+class Capacity:
+    """What the backend can run in total (not what is free: Kueue does the accounting)."""
+
+    cpu_millis: int = 0
+    memory_bytes: int = 0
+    gpus: int = 0
+    nodes: int = 0
+    extra: Mapping[str, str] = field(default_factory=dict)
+
+    def quantities(self) -> dict[str, str]:
+        """Kubernetes quantities, as the ResourceReport carries them."""
+        out: dict[str, str] = {}
+        if self.cpu_millis:
+            out["cpu"] = str(self.cpu_millis // 1000) if self.cpu_millis % 1000 == 0 else f"{self.cpu_millis}m"
+        if self.memory_bytes:
+            mib = self.memory_bytes // 2**20
+            out["memory"] = f"{mib}Mi" if self.memory_bytes % 2**20 == 0 else str(self.memory_bytes)
+        if self.gpus:
+            out["nvidia.com/gpu"] = str(self.gpus)
+        out.update(self.extra)
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Reconciled:
+    """Outcome of looking for a job whose submission may or may not have reached the backend."""
+
+    job_id: str | None
+    """The backend id when found (or ``""`` when it evidently ran but its id is unknown); None: never submitted."""
+
+
+class BackendError(Exception):
+    """Base of every error a backend raises; nothing else may escape a backend.
+
+    * BackendError
+      + CommandFailed      a batch command exited non-zero (carries argv, code and stderr)
+      + BackendUnavailable the batch system cannot be reached now; retrying later may work
+      + SubmitRejected     the batch system refused this job; retrying will not help
+    """
+
+
+class CommandFailed(BackendError):
+    def __init__(self, argv: Sequence[str], returncode: int | None, stderr: str) -> None:
+        self.argv = list(argv)
+        self.returncode = returncode
+        self.stderr = stderr.strip()
+        what = "timed out" if returncode is None else f"exited with {returncode}"
+        super().__init__(f"{Path(self.argv[0]).name} {what}: {self.stderr or '(no stderr)'}")
+
+
+class BackendUnavailable(BackendError):
+    """Transient: the caller keeps the submission intent and retries."""
+
+
+class SubmitRejected(BackendError):
+    """Permanent: the job is recorded as failed with this message."""
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """The seam between the submitter runtime and a batch system.
+
+    ``poll`` is called once per interval with *every* tracked job so that a backend can
+    answer with one batch call (one ``squeue``), never one call per job.
+    """
+
+    name: str
+    calls: int
+    """Batch-system calls made so far (subprocesses); the poll benchmark reads it."""
+
+    async def start(self) -> None: ...
+
+    async def close(self) -> None:
+        """Stop background work; running jobs are left alone (they outlive the submitter)."""
+
+    def configure(self, build_config: pb.BuildConfig) -> None:
+        """Take the pool's current BuildConfig (pool-wide flags, concurrency)."""
+
+    async def submit(self, spec: JobSpec) -> str:
+        """Hand a job to the batch system; returns its backend id."""
+
+    async def reconcile(self, jobs: Sequence[JobHandle]) -> dict[str, Reconciled]:
+        """After a restart: find jobs whose submission may have reached the backend."""
+
+    async def poll(self, jobs: Sequence[JobHandle]) -> dict[str, Observation]:
+        """Observe many jobs at once; a job missing from the result is GONE."""
+
+    async def cancel(self, job: JobHandle) -> None:
+        """Stop a job; idempotent, and quiet when it already ended."""
+
+    async def capacity(self) -> Capacity: ...
+
+    def output_path(self, job_dir: Path) -> Path:
+        """Where the batch system writes the job's own stdout/stderr."""
