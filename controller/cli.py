@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-
-from interlink_nats.controller import model, render as rendering
+from interlink_nats.controller import model
+from interlink_nats.controller import render as rendering
 from interlink_nats.controller.reconcile import KUEUE_VERSIONS
 
 app = typer.Typer(help="kueue-nats: keep Kueue ResourceFlavors and ClusterQueues in line with pool reports.")
@@ -17,7 +17,9 @@ app = typer.Typer(help="kueue-nats: keep Kueue ResourceFlavors and ClusterQueues
 
 @app.command()
 def render(
-    masterqueue: Annotated[Path, typer.Option("--masterqueue", "-m", exists=True, dir_okay=False, help="MasterQueue YAML")],
+    masterqueue: Annotated[
+        Path, typer.Option("--masterqueue", "-m", exists=True, dir_okay=False, help="MasterQueue YAML")
+    ],
     reports: Annotated[Path, typer.Option("--reports", "-r", exists=True, dir_okay=False, help="ResourceReports JSON")],
     kueue_api: Annotated[str, typer.Option("--kueue-api", help="v1beta2 or v1beta1")] = "v1beta2",
 ) -> None:

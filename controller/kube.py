@@ -13,14 +13,14 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any, Protocol
 
 import httpx2
+from interlink_nats.controller import model
 from lightkube import ApiError, AsyncClient, KubeConfig
+from lightkube.config.models import Cluster, User
 from lightkube.generic_resource import create_global_resource
 from lightkube.models.core_v1 import EventSource, ObjectReference
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.core_v1 import Event, Secret
 from lightkube.types import OnErrorAction, OnErrorResult, PatchType
-
-from interlink_nats.controller import model
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +99,8 @@ class LightkubeApi:
     @classmethod
     def from_server(cls, url: str, field_manager: str = "kueue-nats") -> LightkubeApi:
         """An unauthenticated API server URL (tests' emulator)."""
-        return cls(AsyncClient(KubeConfig.from_server(url), timeout=httpx2.Timeout(10.0)), field_manager)
+        config = KubeConfig.from_one(cluster=Cluster(server=url), user=User(token="emulator"))
+        return cls(AsyncClient(config, timeout=httpx2.Timeout(10.0), trust_env=False), field_manager)
 
     async def close(self) -> None:
         await self.client.close()

@@ -26,10 +26,12 @@ DEFAULT_NATS_CONNECTOR = "nats://nats.nats:4222"
 DEFAULT_NATS_SUBJECT = "interlink.resources"
 DEFAULT_POOL_TIMEOUT = 60.0
 DEFAULT_FLAVOR_RETENTION = 600.0
-"""Seconds a timed-out pool's ResourceFlavor is kept after it left the queues (a flapping pool causes no delete/create churn)."""
+"""Seconds a timed-out pool's ResourceFlavor outlives its place in the queues (no churn for a flapping pool)."""
 
 _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_RESOURCE_NAME = re.compile(r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+_RESOURCE_NAME = re.compile(
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+)
 
 TEMPLATE_FIELDS = frozenset(
     {

@@ -6,6 +6,7 @@ Pure and exact (``Fraction``), because quotas are compared and capped: a float w
 
 from __future__ import annotations
 
+import functools
 import re
 from fractions import Fraction
 
@@ -45,7 +46,15 @@ def parse(value: str | int | float) -> Fraction:
         return Fraction(value)
     if isinstance(value, float):
         return Fraction(str(value))
-    match = _QUANTITY_RE.match(value.strip()) if isinstance(value, str) else None
+    if not isinstance(value, str):
+        raise InvalidQuantityError(f"invalid quantity {value!r}")
+    return _parse_text(value)
+
+
+@functools.lru_cache(maxsize=8192)
+def _parse_text(value: str) -> Fraction:
+    """Cached: a controller sees the same few hundred quantity strings on every pass."""
+    match = _QUANTITY_RE.match(value.strip())
     if match is None:
         raise InvalidQuantityError(f"invalid quantity {value!r}")
     number = Fraction(match["num"])

@@ -32,6 +32,7 @@ from interlink_nats.controller.model import (
     MasterQueue,
     NatsSource,
     PoolReport,
+    Taint,
 )
 
 KUEUE_GROUP = "kueue.x-k8s.io"
@@ -74,6 +75,8 @@ class PoolStatus:
     state: PoolState
     last_report: float | None
     capacity: Mapping[str, str]
+    labels: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
 
 
 @dataclass
@@ -114,7 +117,7 @@ def is_valid_label(key: str, value: str) -> bool:
 
 
 def pool_state(report: PoolReport, group: FlavorGroup, now: float | None) -> PoolState | None:
-    """Live within ``poolTimeout``; TimedOut (flavor kept, out of the queues) within ``flavorRetention`` more; else gone."""
+    """Live within ``poolTimeout``; TimedOut (flavor kept, out of the queues) for ``flavorRetention``; then gone."""
     assert group.nats is not None
     if now is None:
         return PoolState.LIVE
@@ -281,18 +284,22 @@ def reconcile(
             if state is None:
                 continue
             name = flavor_name(mq.name, group.name, pool)
-            quota = pool_quota(report, group, covered)
             if state is PoolState.LIVE and len(entries) >= MAX_FLAVORS_PER_GROUP:
                 state = PoolState.EXCLUDED
                 desired.warnings.append(
                     f"pool {pool}: left out, a ClusterQueue holds at most {MAX_FLAVORS_PER_GROUP} flavors"
                 )
-            desired.pools.append(PoolStatus(pool, group.name, name, state, report.received_at, dict(report.capacity)))
+            desired.pools.append(
+                PoolStatus(
+                    pool, group.name, name, state, report.received_at, dict(report.capacity),
+                    dict(report.labels), report.taints,
+                )
+            )
             if state is PoolState.EXCLUDED:
                 continue
             desired.flavors.append(resource_flavor(mq, group, report, api_version, desired.warnings))
             if state is PoolState.LIVE:
-                entries.append(_Entry(group, name, quota))
+                entries.append(_Entry(group, name, pool_quota(report, group, covered)))
     if len(entries) > MAX_FLAVORS_PER_GROUP:  # only local flavors can get here
         desired.warnings.append(f"more than {MAX_FLAVORS_PER_GROUP} local flavors; kept the first ones")
         entries = entries[:MAX_FLAVORS_PER_GROUP]

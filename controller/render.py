@@ -12,7 +12,6 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import yaml
-
 from interlink_nats.controller import model, reconcile
 from interlink_nats.gen.interlink_nats import v1 as pb
 

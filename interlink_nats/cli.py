@@ -29,7 +29,12 @@ def run_until_signal(main: object) -> None:
             loop.add_signal_handler(sig, stop.set)
         await main(stop)  # type: ignore[operator]
 
-    asyncio.run(runner())
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is optional (not on Windows)
+        asyncio.run(runner())
+    else:
+        uvloop.run(runner())
 
 
 @app.command()
@@ -72,6 +77,15 @@ def gateway(
     if nats_url:
         settings.nats = settings.nats.model_copy(update={"url": nats_url})
     run_until_signal(lambda stop: serve(settings, stop))
+
+
+def _register_subcommands() -> None:
+    from interlink_nats.controller.cli import app as controller_app
+
+    app.add_typer(controller_app, name="controller", help="kueue-nats: MasterQueue → Kueue objects (run, render).")
+
+
+_register_subcommands()
 
 
 def main() -> None:

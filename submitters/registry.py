@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import os
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import aiosqlite
-
 from interlink_nats.gen.interlink_nats import v1 as pb
 
 SUBMITTING = "submitting"
@@ -141,7 +141,7 @@ class Registry:
             await db.executescript(_SCHEMA)
         except Exception as exc:
             raise RegistryError(f"cannot open registry {path}: {exc}") from exc
-        path.chmod(0o600)
+        os.chmod(path, 0o600)
         return cls(db, path)
 
     async def close(self) -> None:

@@ -18,7 +18,6 @@ from typing import Any
 
 import jsonschema
 import yaml
-
 from interlink_nats.controller import quantity
 
 CRD_DIR = Path(__file__).parent / "data" / "kueue-crds"

@@ -21,24 +21,23 @@ from typing import Any, TypeVar
 
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
+from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.services.gateway import wire
+from interlink_nats.services.gateway.errors import http_status_for
+from interlink_nats.services.gateway.events import EventConsumer
+from interlink_nats.services.gateway.metrics import GatewayMetrics
+from interlink_nats.services.gateway.pools import PoolDirectory, discover_pools
+from interlink_nats.services.gateway.routing import pool_for_pod
+from interlink_nats.services.gateway.settings import GatewaySettings
+from interlink_nats.services.gateway.store import PodRecord, PodStore
+from interlink_nats.services.rpc import SERVICE_NAME, submitter_client
+from interlink_nats.services.scripts import PodRejected, render_job
 from nats.aio.client import Client as NatsClient
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
-
-from interlink_nats.gen.interlink_nats import v1 as pb
-from interlink_nats.services.gateway import wire
-from interlink_nats.services.gateway.errors import http_status_for
-from interlink_nats.services.gateway.events import EventConsumer
-from interlink_nats.services.gateway.metrics import GatewayMetrics
-from interlink_nats.services.gateway.pools import PoolDirectory
-from interlink_nats.services.gateway.routing import pool_for_pod
-from interlink_nats.services.gateway.settings import GatewaySettings
-from interlink_nats.services.gateway.store import PodRecord, PodStore
-from interlink_nats.services.rpc import submitter_client
-from interlink_nats.services.scripts import PodRejected, render_job
 
 log = logging.getLogger("interlink_nats.gateway")
 
@@ -80,7 +79,42 @@ class Gateway:
         loaded = await self.store.load()
         await self.pools.start()
         await self.events.start()
-        log.info("gateway started: %d pods restored from redis", loaded)
+        rebuilt = await self.rebuild_from_pools() if self.redis is not None and loaded == 0 else 0
+        log.info("gateway started: %d pods restored from redis, %d from the pools' ListJobs", loaded, rebuilt)
+
+    async def rebuild_from_pools(self) -> int:
+        """Refill the pod table from every reachable pool's ``ListJobs`` (redis was empty or lost).
+
+        Pods come back with pool, job id and last status; images are unknown until the next create.
+        """
+        pools = set(self.pools.known_pools()) | await discover_pools(self.nc, SERVICE_NAME)
+        added = 0
+        for pool in sorted(pools):
+            token = ""
+            while True:
+                try:
+                    reply = await self.stub(pool).list_jobs(
+                        pb.ListJobsRequest(include_finished=True, page_size=500, page_token=token),
+                        timeout=self.settings.submit_timeout_s,
+                    )
+                except GRPCError as exc:
+                    log.warning("could not list jobs of pool %s: %s", pool, exc.message)
+                    break
+                for status in reply.jobs:
+                    if status.pod is None or not status.pod.uid or self.store.get(status.pod.uid) is not None:
+                        continue
+                    names = [c for c in status.containers]
+                    record = PodRecord(
+                        uid=status.pod.uid, namespace=status.pod.namespace, name=status.pod.name, pool=pool,
+                        job_id=status.job_id, init_containers=[c.name for c in names if c.init],
+                        containers=[c.name for c in names if not c.init], status=status,
+                    )
+                    await self.store.put(record)
+                    added += 1
+                token = reply.next_page_token
+                if not token:
+                    break
+        return added
 
     async def close(self) -> None:
         await self.events.stop()
@@ -93,9 +127,9 @@ class Gateway:
             stub = self._stubs[pool] = submitter_client(self.nc, pool, timeout=self.settings.submit_timeout_s)
         return stub
 
-    async def _describe(self, pool: str, timeout: float) -> pb.DescribeResponse:
+    async def _describe(self, pool: str, deadline_s: float) -> pb.DescribeResponse:
         return await self._with_pool_wait(pool, "Describe", lambda: self.stub(pool).describe(
-            pb.DescribeRequest(), timeout=timeout))
+            pb.DescribeRequest(), timeout=deadline_s))
 
     async def _with_pool_wait(self, pool: str, method: str, call: Callable[[], Awaitable[_T]]) -> _T:
         """Retry UNAVAILABLE (no submitter of the pool connected) for up to ``pool_wait_s``, then give up."""
@@ -261,7 +295,9 @@ def build_app(gateway: Gateway) -> Starlette:
             raise HttpError(400, "client disconnected while sending the body") from None
         return b"".join(chunks)
 
-    def endpoint(name: str, handler: Callable[[Request], Awaitable[Response]]) -> Callable[[Request], Awaitable[Response]]:
+    Handler = Callable[[Request], Awaitable[Response]]
+
+    def endpoint(name: str, handler: Handler) -> Handler:
         async def run(request: Request) -> Response:
             started = time.perf_counter()
             session = request.headers.get(SESSION_HEADER, "-")

@@ -7,14 +7,13 @@ import contextlib
 import logging
 from collections.abc import Callable
 
-from nats.aio.client import Client as NatsClient
-from nats.errors import TimeoutError as NatsTimeoutError
-from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
-
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.services.events import ensure_events_stream
 from interlink_nats.services.gateway.store import PodRecord, PodStore
 from interlink_nats.services.subjects import DEFAULT_PREFIX, EVENTS_STREAM, events_wildcard
+from nats.aio.client import Client as NatsClient
+from nats.errors import TimeoutError as NatsTimeoutError
+from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +71,7 @@ class EventConsumer:
         while not self._stopping.is_set():
             try:
                 msgs = await self._sub.fetch(self.batch, timeout=1.0)
-            except (NatsTimeoutError, asyncio.TimeoutError):
+            except (TimeoutError, NatsTimeoutError):
                 continue
             except asyncio.CancelledError:
                 raise

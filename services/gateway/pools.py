@@ -7,18 +7,18 @@ of a pool after a gateway restart is rendered with that pool's real BuildConfig,
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
-from nats.aio.client import Client as NatsClient
-from nats.aio.msg import Msg
-from nats.aio.subscription import Subscription
-
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.services.gateway.store import REDIS_BUILD_CONFIGS_KEY
 from interlink_nats.services.subjects import DEFAULT_PREFIX, InvalidPoolNameError, pool_from_subject, validate_pool
+from nats.aio.client import Client as NatsClient
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 
 log = logging.getLogger(__name__)
 
@@ -61,10 +61,8 @@ class PoolDirectory:
 
     async def stop(self) -> None:
         for sub in self._subs:
-            try:
+            with contextlib.suppress(Exception):  # connection already closed
                 await sub.unsubscribe()
-            except Exception:  # connection already closed
-                pass
         self._subs.clear()
 
     def _info(self, pool: str) -> PoolInfo:
@@ -124,12 +122,12 @@ class PoolDirectory:
             name = pool.decode() if isinstance(pool, bytes) else pool
             self._info(name).build_config = pb.BuildConfig.parse(data)
 
-    async def build_config(self, pool: str, timeout: float) -> pb.BuildConfig:
+    async def build_config(self, pool: str, deadline_s: float) -> pb.BuildConfig:
         """The pool's BuildConfig: announced or cached, else asked with ``Describe`` (GRPCError if it can't)."""
         info = self.pools.get(pool)
         if info is not None and info.build_config is not None:
             return info.build_config
-        described = await self.describe(pool, timeout)
+        described = await self.describe(pool, deadline_s)
         await self.remember_build_config(pool, described.build_config or pb.BuildConfig())
         if described.resources is not None:
             self._info(pool).report = described.resources
@@ -147,3 +145,35 @@ class PoolDirectory:
 
     def known_pools(self) -> list[str]:
         return sorted(self.pools)
+
+
+async def discover_pools(nc: NatsClient, service_name: str, wait_s: float = 0.5) -> set[str]:
+    """Pools with a live submitter, from the NATS micro ``$SRV.PING.<name>`` answers (metadata ``pool``).
+
+    Every submitter answers, so one request gathers them all; the wait bounds how long we listen.
+    """
+    import asyncio
+    import json
+
+    pools: set[str] = set()
+    inbox = nc.new_inbox()
+    sub = await nc.subscribe(inbox)
+    try:
+        await nc.publish(f"$SRV.PING.{service_name}", b"", reply=inbox)
+        await nc.flush()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + wait_s
+        while (left := deadline - loop.time()) > 0:
+            try:
+                msg = await sub.next_msg(timeout=left)
+            except Exception:  # timeout: nobody else answered
+                break
+            try:
+                pool = (json.loads(msg.data).get("metadata") or {}).get("pool")
+                if pool:
+                    pools.add(validate_pool(pool))
+            except (ValueError, AttributeError, InvalidPoolNameError):
+                log.debug("ignoring unreadable micro ping answer on %s", msg.subject)
+    finally:
+        await sub.unsubscribe()
+    return pools

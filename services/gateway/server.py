@@ -8,7 +8,6 @@ import logging
 from collections.abc import AsyncIterator
 
 import uvicorn
-
 from interlink_nats.services.gateway.app import Gateway, build_app
 from interlink_nats.services.gateway.settings import GatewaySettings
 from interlink_nats.services.gateway.store import PodStore
@@ -51,7 +50,7 @@ async def _redis_watchdog(gateway: Gateway, every_s: float = 5.0) -> None:
 
 
 def uvicorn_config(app: object, settings: GatewaySettings) -> uvicorn.Config:
-    kwargs: dict[str, object] = {"log_level": "warning", "access_log": False, "lifespan": "off"}
+    kwargs: dict[str, object] = {"log_level": "warning", "access_log": False, "lifespan": "off", "http": "httptools"}
     if settings.unix_socket is not None:
         kwargs["uds"] = str(settings.unix_socket)
     else:

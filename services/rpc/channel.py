@@ -149,13 +149,23 @@ class UnaryCall(_Call, Generic[R]):
     async def recv_message(self) -> R:
         if self._payload is None:
             raise GRPCError(Status.INTERNAL, "recv_message() before send_message()")
-        timeout = _FOREVER if self._timeout is None else self._timeout
-        if timeout <= 0:
-            raise wire.deadline_exceeded()
-        try:
-            msg = await self._nc.request(self._subject, self._payload, timeout=timeout, headers=self._headers)
-        except nats.errors.Error as exc:
-            raise wire.translate_nats_error(exc, self._channel.pool) from exc
+        loop = asyncio.get_running_loop()
+        deadline_at = loop.time() + (_FOREVER if self._timeout is None else self._timeout)
+        retried = False
+        while True:
+            timeout = deadline_at - loop.time()
+            if timeout <= 0:
+                raise wire.deadline_exceeded()
+            try:
+                msg = await self._nc.request(self._subject, self._payload, timeout=timeout, headers=self._headers)
+                break
+            except nats.errors.NoRespondersError as exc:
+                if retried:
+                    raise wire.unavailable(self._channel.pool) from exc
+                retried = True
+                await _settle(self._nc, deadline_at - loop.time(), self._channel.pool)
+            except nats.errors.Error as exc:
+                raise wire.translate_nats_error(exc, self._channel.pool) from exc
         if msg.headers:
             wire.raise_for_status(msg.headers)
         result: R = self._parse(msg.data)
@@ -183,13 +193,27 @@ class StreamCall(_Call, Generic[R]):
         self._consumed = 0
         self._acked = 0
         self._done = False
+        self._retried = False
+        self._payload: bytes | None = None
+        self._inbox = ""
 
     async def send_message(self, message: Message, *, end: bool = False) -> None:
-        payload = message.SerializeToString()
-        inbox = self._nc.new_inbox()
+        self._payload = message.SerializeToString()
+        self._inbox = self._nc.new_inbox()
         try:
-            self._sub = await self._nc.subscribe(inbox, cb=self._on_reply)
-            await self._nc.publish(self._subject, payload, reply=inbox, headers=self._headers)
+            self._sub = await self._nc.subscribe(self._inbox, cb=self._on_reply)
+            await self._nc.publish(self._subject, self._payload, reply=self._inbox, headers=self._headers)
+        except nats.errors.Error as exc:
+            self._done = True
+            raise wire.translate_nats_error(exc, self._channel.pool) from exc
+
+    async def _republish(self) -> None:
+        """Second and last try after a no-responders bounce (see ``_settle``)."""
+        assert self._payload is not None
+        left = _FOREVER if self._deadline_at is None else self._deadline_at - asyncio.get_running_loop().time()
+        await _settle(self._nc, left, self._channel.pool)
+        try:
+            await self._nc.publish(self._subject, self._payload, reply=self._inbox, headers=self._headers)
         except nats.errors.Error as exc:
             self._done = True
             raise wire.translate_nats_error(exc, self._channel.pool) from exc
@@ -216,6 +240,10 @@ class StreamCall(_Call, Generic[R]):
                 self._opened(headers)
                 continue
             if headers.get(wire.NATS_STATUS) == wire.NO_RESPONDERS:
+                if not self._retried and self._payload is not None:
+                    self._retried = True
+                    await self._republish()
+                    continue
                 self._done = True
                 raise wire.unavailable(self._channel.pool)
             wire.protocol_error(f"unexpected stream message with headers {sorted(headers)}")
@@ -280,6 +308,21 @@ class StreamCall(_Call, Generic[R]):
         if message is None:
             raise StopAsyncIteration
         return message
+
+
+async def _settle(nc: NATS, budget: float, pool: str) -> None:
+    """Flush before retrying a no-responders call.
+
+    nats-server can answer 503 for a subscription that another connection registered (and
+    flushed) an instant earlier; a round trip on our own connection is enough to see it.
+    Retrying is safe: a 503 means no handler received the request.
+    """
+    if budget <= 0:
+        raise wire.deadline_exceeded()
+    try:
+        await nc.flush(timeout=min(budget, 5.0))  # type: ignore[arg-type]
+    except nats.errors.Error as exc:
+        raise wire.translate_nats_error(exc, pool) from exc
 
 
 def submitter_client(nc: NATS, pool: str, *, timeout: float | None = 10.0) -> SubmitterServiceStub:

@@ -98,15 +98,18 @@ def pod_resources(pod: dict[str, Any]) -> pb.ResourceRequest:
     """What the whole pod needs at once: main containers run concurrently (summed), init containers run
     one at a time (max), the pod needs the larger of the two; activeDeadlineSeconds becomes the wall time."""
     spec = pod.get("spec") or {}
-    main = [0, 0, 0]
-    for i, c in enumerate(spec.get("containers") or []):
-        for k, v in enumerate(container_resources(c, f"spec.containers[{i}]")):
-            main[k] += v
-    init = [0, 0, 0]
-    for i, c in enumerate(spec.get("initContainers") or []):
-        for k, v in enumerate(container_resources(c, f"spec.initContainers[{i}]")):
-            init[k] = max(init[k], v)
-    total = [max(a, b) for a, b in zip(main, init, strict=True)]
+    main = [container_resources(c, f"spec.containers[{i}]") for i, c in enumerate(spec.get("containers") or [])]
+    init = [container_resources(c, f"spec.initContainers[{i}]") for i, c in enumerate(spec.get("initContainers") or [])]
+    return pod_resources_from(main, init, spec)
+
+
+def pod_resources_from(
+    main: list[tuple[int, int, int]], init: list[tuple[int, int, int]], spec: dict[str, Any]
+) -> pb.ResourceRequest:
+    """pod_resources from per-container figures already computed (the renderer has them)."""
+    summed = [sum(c[k] for c in main) for k in range(3)]
+    peak = [max((c[k] for c in init), default=0) for k in range(3)]
+    total = [max(a, b) for a, b in zip(summed, peak, strict=True)]
     if spec.get("resources"):  # pod-level resources (Kubernetes >= 1.32) bound the whole pod
         pod_level = container_resources(spec, "spec")
         total = [p if p else t for p, t in zip(pod_level, total, strict=True)]

@@ -99,8 +99,7 @@ class Capacity:
         if self.cpu_millis:
             out["cpu"] = str(self.cpu_millis // 1000) if self.cpu_millis % 1000 == 0 else f"{self.cpu_millis}m"
         if self.memory_bytes:
-            mib = self.memory_bytes // 2**20
-            out["memory"] = f"{mib}Mi" if self.memory_bytes % 2**20 == 0 else str(self.memory_bytes)
+            out["memory"] = f"{self.memory_bytes // 2**20}Mi"  # rounded down: capacity is a cap
         if self.gpus:
             out["nvidia.com/gpu"] = str(self.gpus)
         out.update(self.extra)

@@ -23,12 +23,12 @@ class Completed:
 async def run_command(
     argv: Sequence[str],
     *,
-    timeout: float = 60.0,
+    time_limit: float = 60.0,
     env: Mapping[str, str] | None = None,
     check: bool = True,
     cwd: str | None = None,
 ) -> Completed:
-    """Run ``argv`` to completion; raise CommandFailed on a non-zero exit (when ``check``) or timeout."""
+    """Run ``argv`` to completion; raise CommandFailed on a non-zero exit (when ``check``) or after ``time_limit``."""
     argv = [str(a) for a in argv]
     try:
         proc = await asyncio.create_subprocess_exec(
@@ -40,7 +40,7 @@ async def run_command(
     except OSError as exc:
         raise BackendUnavailable(f"cannot run {argv[0]}: {exc}") from exc
     try:
-        out, err = await asyncio.wait_for(proc.communicate(), timeout)
+        out, err = await asyncio.wait_for(proc.communicate(), time_limit)
     except (TimeoutError, asyncio.CancelledError):
         with contextlib.suppress(ProcessLookupError):
             proc.kill()
@@ -48,7 +48,7 @@ async def run_command(
             await asyncio.shield(proc.wait())
         if asyncio.current_task() is not None and asyncio.current_task().cancelling():  # type: ignore[union-attr]
             raise
-        raise CommandFailed(argv, None, f"no answer within {timeout:g}s") from None
+        raise CommandFailed(argv, None, f"no answer within {time_limit:g}s") from None
     done = Completed(argv, proc.returncode or 0, out.decode(errors="replace"), err.decode(errors="replace"))
     if check and done.returncode != 0:
         raise CommandFailed(argv, done.returncode, done.stderr or done.stdout)

@@ -1,0 +1,155 @@
+"""Shared pieces of the benchmarks: service processes, a lean keep-alive HTTP client, statistics.
+
+The HTTP client is deliberately minimal (pre-built request bytes over raw asyncio streams) so the
+load generator costs far less than the server it measures on a 2-core machine.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    ordered = sorted(values)
+    if not ordered:
+        return float("nan")
+    index = min(len(ordered) - 1, max(0, round(q / 100 * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def print_table(title: str, header: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
+    widths = [max(len(str(h)), *(len(str(r[i])) for r in rows)) for i, h in enumerate(header)]
+    print(f"\n{title}")
+    print("  ".join(str(h).ljust(w) for h, w in zip(header, widths, strict=True)))
+    print("  ".join("-" * w for w in widths))
+    for row in rows:
+        print("  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)))
+
+
+class RedisProcess:
+    def __init__(self) -> None:
+        binary = shutil.which("redis-server") or "/usr/bin/redis-server"
+        self.port = free_port()
+        self.tmp = tempfile.TemporaryDirectory(prefix="bench-redis-")
+        self.proc = subprocess.Popen(
+            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+             "--dir", self.tmp.name], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=0.2).close()
+                return
+            except OSError:
+                time.sleep(0.05)
+        raise RuntimeError("redis-server did not start")
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(10)
+        self.tmp.cleanup()
+
+
+def start_cli(args: list[str], env: dict[str, str] | None = None, log: Path | None = None) -> subprocess.Popen[bytes]:
+    """Start ``interlink-nats <args>`` from this venv as its own process."""
+    exe = Path(sys.executable).with_name("interlink-nats")
+    out = log.open("ab") if log else subprocess.DEVNULL
+    return subprocess.Popen([str(exe), *args], env={**os.environ, **(env or {})}, stdout=out, stderr=out,
+                            start_new_session=True)
+
+
+def stop_process(proc: subprocess.Popen[bytes]) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def wait_http(url: str, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with urllib.request.urlopen(url, timeout=1):
+                return
+        except Exception:
+            time.sleep(0.1)
+    raise RuntimeError(f"{url} did not answer within {timeout}s")
+
+
+def nats_message_count(monitor_url: str) -> int:
+    """in_msgs + out_msgs of the whole server (monitoring endpoint /varz)."""
+    with urllib.request.urlopen(f"{monitor_url}/varz", timeout=2) as response:
+        varz = json.loads(response.read())
+    return int(varz["in_msgs"]) + int(varz["out_msgs"])
+
+
+class HttpConnection:
+    """One keep-alive HTTP/1.1 connection that sends pre-built requests and reads Content-Length bodies."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+
+    @classmethod
+    async def open(cls, host: str, port: int) -> HttpConnection:
+        reader, writer = await asyncio.open_connection(host, port)
+        return cls(reader, writer)
+
+    async def call(self, request: bytes) -> tuple[int, bytes]:
+        self.writer.write(request)
+        head = await self.reader.readuntil(b"\r\n\r\n")
+        status = int(head.split(b" ", 2)[1])
+        length = 0
+        chunked = False
+        for line in head.split(b"\r\n"):
+            lower = line.lower()
+            if lower.startswith(b"content-length:"):
+                length = int(line.split(b":", 1)[1])
+            elif lower.startswith(b"transfer-encoding:") and b"chunked" in lower:
+                chunked = True
+        if chunked:
+            body = b""
+            while True:
+                size = int((await self.reader.readuntil(b"\r\n")).strip(), 16)
+                chunk = await self.reader.readexactly(size + 2)
+                if size == 0:
+                    break
+                body += chunk[:-2]
+            return status, body
+        return status, await self.reader.readexactly(length)
+
+    def close(self) -> None:
+        self.writer.close()
+
+
+def http_request(method: str, path: str, body: bytes, host: str = "127.0.0.1") -> bytes:
+    return (f"{method} {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n").encode() + body

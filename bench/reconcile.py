@@ -1,0 +1,211 @@
+"""kueue-nats at scale: 500 pools across 3 MasterQueues, real nats-server, Kubernetes API emulator.
+
+Measures
+- report → applied quota latency (p50/p99): a pool publishes a new capacity; the clock stops when the
+  server-side apply of the ClusterQueue holding the new quota returns;
+- API writes per tick while every pool keeps announcing the same capacity (goal: 0);
+- the cost of one reconcile pass over all MasterQueues (pure reconcile + diff, no writes).
+
+Kueue caps a ClusterQueue at 64 flavors per resource group, so each MasterQueue lists 64 of its
+~167 pools (the rest are reported as Excluded in its status); all 500 reports are still received
+and evaluated every pass. Every Kueue object left in the emulator (tests/kube_emulator.py)
+is validated against the real Kueue CRDs at the end (not during timing: it shares our CPU).
+
+Usage: python bench/reconcile.py [--pools 500] [--masterqueues 3] [--rounds 40]
+Prints a table, then one JSON object as the last line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import nats
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+
+from interlink_nats.controller import kube, runner
+from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.services.nats_server import NatsServerProcess
+from interlink_nats.services.subjects import resources_subject
+from kube_emulator import KubeEmulator
+from kueue_validation import validation_errors
+
+
+class TimedApi(kube.LightkubeApi):
+    """Records when each ClusterQueue apply returned and which cpu quotas it carried."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.waiters: dict[tuple[str, str, str], asyncio.Future[float]] = {}
+
+    async def apply(self, obj: Any) -> dict[str, Any]:
+        result = await super().apply(obj)
+        if obj["kind"] == "ClusterQueue" and self.waiters:
+            done = time.perf_counter()
+            for group in obj["spec"]["resourceGroups"]:
+                for flavor in group["flavors"]:
+                    key = (obj["metadata"]["name"], flavor["name"], flavor["resources"][0]["nominalQuota"])
+                    future = self.waiters.pop(key, None)
+                    if future is not None and not future.done():
+                        future.set_result(done)
+        return result
+
+
+def masterqueue(index: int, nats_url: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "vk.io/v1", "kind": "MasterQueue", "metadata": {"name": f"mq{index}"},
+        "spec": {
+            "template": {"cohort": f"cohort{index}"},
+            "flavors": [{
+                "name": "hpc",
+                "natsFlavor": {"natsConnector": nats_url, "natsSubject": "interlink.resources",
+                               "virtualNode": "vk", "poolRegExp": f"^m{index}-", "poolTimeout": 600},
+                "nominalQuota": {"cpu": "100000"},
+                "canLendTo": [{"queue": f"mq{index}-shared", "lendingLimit": {"cpu": "8"}}],
+            }],
+        },
+    }
+
+
+def report(pool: str, cpu: int) -> bytes:
+    return bytes(pb.ResourceReport(
+        pool=pool, capacity={"cpu": str(cpu), "memory": "512Gi", "pods": "1000", "nvidia.com/gpu": "4"},
+        backend="slurm", interval_seconds=30,
+    ))
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
+
+
+async def bench(pools_total: int, mq_count: int, rounds: int, tick: float) -> dict[str, Any]:
+    server = await NatsServerProcess(jetstream=False).start()
+    emu = await KubeEmulator(validate=False).start()  # validated once at the end: it shares our CPU
+    nc = await nats.connect(server.url)
+    api = TimedApi.from_server(emu.url)
+    settings = runner.Settings(tick=tick, describe_timeout=0.5, status_refresh=30.0)
+    controller = runner.Controller(api, settings=settings)
+    pools = [f"m{i % mq_count}-pool-{i:04}" for i in range(pools_total)]
+    cpu = dict.fromkeys(pools, 64)
+    try:
+        for i in range(mq_count):
+            emu.put_object("vk.io", "masterqueues", masterqueue(i, server.url))
+        task = asyncio.ensure_future(controller.run())
+        await asyncio.sleep(1.5)  # subscribed and past the start-up Describe window
+
+        start = time.perf_counter()
+        for pool in pools:
+            await nc.publish(resources_subject(pool), report(pool, cpu[pool]))
+        await nc.flush()
+        listed: dict[str, list[str]] = {}
+        while time.perf_counter() - start < 60:
+            listed = {}
+            for i in range(mq_count):
+                cq = emu.get("ClusterQueue", f"mq{i}") or {}
+                groups = (cq.get("spec") or {}).get("resourceGroups") or []
+                listed[f"mq{i}"] = [f["name"] for g in groups for f in g["flavors"]]
+            if all(len(v) == min(64, sum(p.startswith(f"m{k[2:]}-") for p in pools)) for k, v in listed.items()):
+                break
+            await asyncio.sleep(0.02)
+        converge = time.perf_counter() - start
+        listed_pools = [(mq, name.removeprefix(f"{mq}-hpc-")) for mq, names in listed.items() for name in names]
+
+        # report → applied quota, one pool at a time
+        latencies: list[float] = []
+        rng = random.Random(7)
+        for _ in range(rounds):
+            mq, pool = rng.choice(listed_pools)
+            cpu[pool] += 1
+            future: asyncio.Future[float] = asyncio.get_running_loop().create_future()
+            api.waiters[(mq, f"{mq}-hpc-{pool}", str(cpu[pool]))] = future
+            sent = time.perf_counter()
+            await nc.publish(resources_subject(pool), report(pool, cpu[pool]))
+            await nc.flush()
+            latencies.append(await asyncio.wait_for(future, 30) - sent)
+            await asyncio.sleep(rng.uniform(0, tick))
+
+        # a burst: 50 pools change at once
+        burst: list[asyncio.Future[float]] = []
+        sent = time.perf_counter()
+        for mq, pool in rng.sample(listed_pools, min(50, len(listed_pools))):
+            cpu[pool] += 1
+            future = asyncio.get_running_loop().create_future()
+            api.waiters[(mq, f"{mq}-hpc-{pool}", str(cpu[pool]))] = future
+            burst.append(future)
+            await nc.publish(resources_subject(pool), report(pool, cpu[pool]))
+        await nc.flush()
+        burst_latencies = [t - sent for t in await asyncio.wait_for(asyncio.gather(*burst), 30)]
+
+        # nothing changed: every pool re-announces the same capacity for several ticks
+        await asyncio.sleep(2 * tick)
+        writes_before = len(emu.writes)
+        kueue_before = emu.writes_of(("ResourceFlavor", "ClusterQueue"))
+        idle_ticks = 6
+        for _ in range(idle_ticks):
+            for pool in pools:
+                await nc.publish(resources_subject(pool), report(pool, cpu[pool]))
+            await nc.flush()
+            await asyncio.sleep(tick)
+        idle_writes = len(emu.writes) - writes_before
+        idle_kueue_writes = emu.writes_of(("ResourceFlavor", "ClusterQueue")) - kueue_before
+
+        # cost of one pass with nothing to write
+        pass_times = []
+        for _ in range(10):
+            t0 = time.perf_counter()
+            writes = await controller.step()
+            pass_times.append(time.perf_counter() - t0)
+            assert writes == 0
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        invalid = sum(
+            1 for (group, _, _, _), obj in emu.objects.items() if group == "kueue.x-k8s.io" and validation_errors(obj)
+        )
+    finally:
+        await nc.close()
+        await api.close()
+        await emu.stop()
+        await server.stop()
+    return {
+        "pools": pools_total,
+        "masterqueues": mq_count,
+        "pools_in_queues": len(listed_pools),
+        "tick_s": tick,
+        "converge_s": round(converge, 3),
+        "latency_p50_ms": round(statistics.median(latencies) * 1000, 1),
+        "latency_p99_ms": round(percentile(latencies, 0.99) * 1000, 1),
+        "burst50_p50_ms": round(statistics.median(burst_latencies) * 1000, 1),
+        "burst50_p99_ms": round(percentile(burst_latencies, 0.99) * 1000, 1),
+        "idle_writes_per_tick": idle_writes / idle_ticks,
+        "idle_kueue_writes_per_tick": idle_kueue_writes / idle_ticks,
+        "reconcile_pass_ms": round(statistics.median(pass_times) * 1000, 2),
+        "invalid_objects": invalid,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pools", type=int, default=500)
+    parser.add_argument("--masterqueues", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=40)
+    parser.add_argument("--tick", type=float, default=0.5)
+    args = parser.parse_args()
+    result = asyncio.run(bench(args.pools, args.masterqueues, args.rounds, args.tick))
+    width = max(map(len, result))
+    print(f"{'figure':<{width}}  value")
+    for key, value in result.items():
+        print(f"{key:<{width}}  {value}")
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,56 @@
+"""`interlink-nats render POD.json`: show the script a pod becomes, secrets masked (for users and admins)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+import yaml
+from interlink_nats.gen.interlink_nats import v1 as pb
+
+from .errors import PodRejected
+from .render import RUNTIME_NAMES, render_job
+
+RUNTIMES = {name: rt for rt, name in RUNTIME_NAMES.items()}
+
+
+def load_build_config(path: Path | None, runtime: str | None) -> pb.BuildConfig:
+    """BuildConfig from a YAML/JSON file in proto3-JSON form; ``runtime`` (e.g. "none") overrides it."""
+    bc = pb.BuildConfig()
+    if path is not None:
+        raw: Any = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        if not isinstance(raw, dict):
+            raise typer.BadParameter("the build config must be a mapping", param_hint="--build-config")
+        bc = pb.BuildConfig.from_dict(raw)
+    if runtime is not None:
+        key = runtime.strip().lower()
+        if key not in RUNTIMES:
+            raise typer.BadParameter(f"one of {', '.join(sorted(RUNTIMES))}", param_hint="--runtime")
+        bc.runtime = RUNTIMES[key]
+    return bc
+
+
+def render(
+    pod_json: Annotated[Path, typer.Argument(help="A pod, or interLink's /create body (RetrievedPodData).")],
+    build_config: Annotated[
+        Path | None, typer.Option("--build-config", help="BuildConfig file (YAML or JSON, proto3-JSON names).")
+    ] = None,
+    runtime: Annotated[
+        str | None, typer.Option("--runtime", help="apptainer, singularity, podman or none (overrides the file).")
+    ] = None,
+) -> None:
+    """Print the job script a pod renders to, with secret values masked."""
+    bc = load_build_config(build_config, runtime)
+    data = json.loads(pod_json.read_text(encoding="utf-8"))
+    try:
+        job = render_job(data, bc, mask_secrets=True)
+    except PodRejected as e:
+        typer.echo(f"rejected: {e}", err=True)
+        raise typer.Exit(code=2) from None
+    typer.echo(job.script, nl=False)
+
+
+def main() -> None:  # pragma: no cover - the project CLI registers `render` itself
+    typer.run(render)

@@ -1,0 +1,107 @@
+"""``interlink-nats submitter <backend>``: run a submitter for one pool.
+
+Registered by the top-level CLI as ``app.add_typer(submitters.cli.app, name="submitter")``.
+Every option can also come from the environment (``INTERLINK_SUBMITTER_<FIELD>``) or the config
+file (``--config``, YAML or TOML); the command line wins, then the environment, then the file.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from pydantic import ValidationError
+
+from interlink_nats.logs import setup_logging
+
+app = typer.Typer(
+    name="submitter",
+    help="Serve SubmitterService for one pool on a site (settings also from INTERLINK_SUBMITTER_* and --config).",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+
+ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help="YAML or TOML config file")]
+PoolOpt = Annotated[str | None, typer.Option(help="pool name (a DNS label)")]
+NatsOpt = Annotated[
+    list[str] | None, typer.Option("--nats-url", help="nats://, tls:// or wss:// URL (repeatable)")
+]
+StateOpt = Annotated[Path | None, typer.Option(help="job directories and the registry")]
+PollOpt = Annotated[float | None, typer.Option(help="seconds between backend polls")]
+InstanceOpt = Annotated[str | None, typer.Option(help="name of this replica (default: host + random)")]
+LogOpt = Annotated[str, typer.Option(help="debug, info, warning")]
+JsonOpt = Annotated[bool, typer.Option(help="log JSON lines")]
+
+
+def _serve(config: Path | None, log_level: str, json_logs: bool, overrides: dict[str, Any]) -> None:
+    from interlink_nats.submitters.runtime import run_submitter
+    from interlink_nats.submitters.settings import ConfigFileError, SubmitterSettings
+
+    setup_logging(log_level, json_logs)
+    try:
+        settings = SubmitterSettings.load(config, **overrides)
+    except (ValidationError, ConfigFileError) as exc:
+        typer.echo(f"invalid submitter settings: {exc}", err=True)
+        raise typer.Exit(2) from None
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await run_submitter(settings, stop)
+
+    try:
+        asyncio.run(main())
+    except Exception as exc:  # a start-up failure: one clear line, not a traceback
+        typer.echo(f"submitter failed: {type(exc).__name__}: {exc}", err=True)
+        sys.exit(1)
+
+
+@app.command()
+def shell(
+    config: ConfigOpt = None,
+    pool: PoolOpt = None,
+    nats_url: NatsOpt = None,
+    state_dir: StateOpt = None,
+    poll_interval: PollOpt = None,
+    instance_id: InstanceOpt = None,
+    max_concurrent_jobs: Annotated[int | None, typer.Option(help="jobs at once (0: BuildConfig, else CPUs)")] = None,
+    log_level: LogOpt = "info",
+    json_logs: JsonOpt = False,
+) -> None:
+    """Run pods as local processes (bash job.sh) on this host."""
+    shell_opts = {"max_concurrent_jobs": max_concurrent_jobs} if max_concurrent_jobs is not None else None
+    _serve(config, log_level, json_logs, {
+        "backend": "shell", "pool": pool, "nats_url": nats_url or None, "state_dir": state_dir,
+        "poll_interval": poll_interval, "instance_id": instance_id, "shell": shell_opts,
+    })
+
+
+@app.command()
+def slurm(
+    config: ConfigOpt = None,
+    pool: PoolOpt = None,
+    nats_url: NatsOpt = None,
+    state_dir: StateOpt = None,
+    poll_interval: PollOpt = None,
+    instance_id: InstanceOpt = None,
+    partition: Annotated[str | None, typer.Option(help="partition whose nodes are announced as capacity")] = None,
+    use_sacct: Annotated[bool | None, typer.Option(help="ask sacct about jobs that left squeue")] = None,
+    log_level: LogOpt = "info",
+    json_logs: JsonOpt = False,
+) -> None:
+    """Submit pods as Slurm batch jobs (sbatch/squeue/sacct/scancel/sinfo)."""
+    slurm_opts = {k: v for k, v in {"partition": partition, "use_sacct": use_sacct}.items() if v is not None}
+    _serve(config, log_level, json_logs, {
+        "backend": "slurm", "pool": pool, "nats_url": nats_url or None, "state_dir": state_dir,
+        "poll_interval": poll_interval, "instance_id": instance_id, "slurm": slurm_opts or None,
+    })
+
+
+if __name__ == "__main__":  # ``python -m interlink_nats.submitters.cli shell …`` (tests run it this way)
+    app()

@@ -1,0 +1,242 @@
+"""Submitter settings: command line > environment (``INTERLINK_SUBMITTER_*``) > config file > defaults.
+
+The config file is YAML or TOML (by extension; ``.yml``/``.yaml``/``.toml``, JSON is YAML). Its
+top-level keys are the field names below; nested groups use nested tables, and in the
+environment a double underscore: ``INTERLINK_SUBMITTER_SLURM__PARTITION=debug``.
+The pool's BuildConfig is the file's ``build_config`` section (proto3 JSON field names), or a
+separate file named by ``build_config_file``; either is re-read when it changes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import tomllib
+import uuid
+from contextvars import ContextVar
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.services.subjects import DEFAULT_PREFIX, validate_pool
+from pydantic import BaseModel, Field, SecretStr, field_validator
+from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
+
+ENV_PREFIX = "INTERLINK_SUBMITTER_"
+
+
+class ConfigFileError(ValueError):
+    """The config file could not be read or parsed; the message names the file."""
+
+
+def load_document(path: Path) -> dict[str, Any]:
+    """Parse a YAML/TOML/JSON file into a dict (empty file → {})."""
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise ConfigFileError(f"cannot read config file {path}: {exc}") from exc
+    try:
+        if path.suffix.lower() == ".toml":
+            data: Any = tomllib.loads(text)
+        elif path.suffix.lower() == ".json":
+            data = json.loads(text) if text.strip() else {}
+        else:
+            data = yaml.safe_load(text) or {}
+    except (tomllib.TOMLDecodeError, yaml.YAMLError, json.JSONDecodeError) as exc:
+        raise ConfigFileError(f"cannot parse config file {path}: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigFileError(f"config file {path} must hold a mapping at the top level")
+    return data
+
+
+def parse_build_config(data: dict[str, Any] | None, *, where: str = "build_config") -> pb.BuildConfig:
+    """A BuildConfig from its proto3-JSON form (camelCase or snake_case keys; enum names short or full)."""
+    if not data:
+        return pb.BuildConfig()
+    fixed = dict(data)
+    runtime = fixed.get("runtime")
+    if isinstance(runtime, str) and not runtime.upper().startswith("CONTAINER_RUNTIME_"):
+        fixed["runtime"] = f"CONTAINER_RUNTIME_{runtime.upper()}"
+    try:
+        return pb.BuildConfig.from_dict(fixed)
+    except (KeyError, ValueError, TypeError) as exc:
+        raise ConfigFileError(f"invalid {where}: {exc}") from exc
+
+
+_FILE_VALUES: ContextVar[dict[str, Any]] = ContextVar("submitter_file_values", default={})  # noqa: B039
+
+
+class _FileSource(PydanticBaseSettingsSource):
+    """The config file's values, below the environment (pydantic-settings deep-merges sources)."""
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return dict(_FILE_VALUES.get())
+
+
+class TaintSpec(BaseModel):
+    key: str
+    value: str = ""
+    effect: str = "NoSchedule"
+
+
+class ShellSettings(BaseModel):
+    max_concurrent_jobs: int = Field(0, ge=0)
+    """Jobs running at once; 0 means the BuildConfig's value, else the number of CPUs."""
+    bash: str = "bash"
+
+
+class SlurmSettings(BaseModel):
+    sbatch: str = "sbatch"
+    squeue: str = "squeue"
+    scancel: str = "scancel"
+    sacct: str = "sacct"
+    sinfo: str = "sinfo"
+    partition: str | None = None
+    """Limit capacity discovery (sinfo) to this partition; jobs pick theirs with sbatch flags."""
+    use_sacct: bool | None = None
+    """Ask sacct about jobs that left squeue; None: as the BuildConfig says (slurm.use_sacct)."""
+    squeue_all_users: bool = False
+    """Poll every user's jobs instead of ``--me`` (when jobs are submitted as another user)."""
+    command_timeout: float = Field(60.0, gt=0)
+
+
+class SubmitterSettings(BaseSettings):
+    """Everything a submitter needs; validated once at start."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX, env_nested_delimiter="__", extra="forbid", validate_default=True,
+    )
+
+    pool: str
+    backend: Literal["shell", "slurm"] = "shell"
+    config_file: Path | None = None
+    """Where these settings (and the BuildConfig) were read from; watched for BuildConfig changes."""
+
+    nats_url: Annotated[list[str], NoDecode] = Field(default_factory=lambda: ["nats://127.0.0.1:4222"])
+    """nats://, tls:// or wss:// URLs (comma-separated in the environment)."""
+    nats_user: str | None = None
+    nats_password: SecretStr | None = None
+    nats_token: SecretStr | None = None
+    nats_nkey_seed_file: Path | None = None
+    nats_creds_file: Path | None = None
+    tls_ca_file: Path | None = None
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
+    nats_connect_timeout: float = Field(5.0, gt=0)
+    reconnect_wait_max: float = Field(30.0, gt=0)
+    """Cap of the exponential back-off between reconnect attempts (forever)."""
+    drain_timeout: float = Field(20.0, gt=0)
+    subject_prefix: str = DEFAULT_PREFIX
+
+    state_dir: Path | None = None
+    """Job directories and the registry; default ``$XDG_STATE_HOME/interlink-nats/<pool>``."""
+    registry_path: Path | None = None
+    instance_id: str | None = None
+    """Names this process in events and ownership records; default ``<host>-<random>``."""
+
+    poll_interval: float = Field(5.0, gt=0)
+    announce_interval: float = Field(30.0, gt=0)
+    max_concurrency: int = Field(64, ge=1)
+    """RPC handlers running at once."""
+    kill_grace: float = Field(5.0, ge=0)
+    retention_days: float = Field(7.0, gt=0)
+    """Finished jobs are forgotten after this long (k8s never reuses a pod UID)."""
+
+    build_config: dict[str, Any] | None = None
+    build_config_file: Path | None = None
+    capacity: dict[str, str] = Field(default_factory=dict)
+    """Overrides of discovered capacity, as Kubernetes quantities: {"cpu": "64", "pods": "500"}."""
+    labels: dict[str, str] = Field(default_factory=dict)
+    taints: list[TaintSpec] = Field(default_factory=list)
+
+    shell: ShellSettings = Field(default_factory=ShellSettings)
+    slurm: SlurmSettings = Field(default_factory=SlurmSettings)
+
+    @field_validator("pool")
+    @classmethod
+    def _pool(cls, value: str) -> str:
+        return validate_pool(value)
+
+    @field_validator("nats_url", mode="before")
+    @classmethod
+    def _urls(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [u.strip() for u in value.split(",") if u.strip()]
+        return value
+
+    @field_validator("nats_url")
+    @classmethod
+    def _schemes(cls, value: list[str]) -> list[str]:
+        for url in value:
+            scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+            if scheme not in ("nats", "tls", "ws", "wss"):
+                raise ValueError(f"NATS URL {url!r} must start with nats://, tls://, ws:// or wss://")
+        if not value:
+            raise ValueError("at least one NATS URL is needed")
+        return value
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return init_settings, env_settings, _FileSource(settings_cls), file_secret_settings
+
+    @classmethod
+    def load(cls, config_file: Path | None = None, **overrides: Any) -> SubmitterSettings:
+        """Settings from the file (if any), overridden by the environment, overridden by ``overrides``."""
+        overrides = {k: v for k, v in overrides.items() if v is not None}
+        config_file = config_file or (Path(os.environ[f"{ENV_PREFIX}CONFIG_FILE"])
+                                      if os.environ.get(f"{ENV_PREFIX}CONFIG_FILE") else None)
+        file_values: dict[str, Any] = load_document(config_file) if config_file else {}
+        if config_file is not None:
+            overrides.setdefault("config_file", config_file)
+        token = _FILE_VALUES.set(file_values)
+        try:
+            return cls(**overrides)
+        finally:
+            _FILE_VALUES.reset(token)
+
+    # Derived values -------------------------------------------------------------------------
+
+    def resolved_state_dir(self) -> Path:
+        if self.state_dir is not None:
+            return self.state_dir
+        base = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
+        return base / "interlink-nats" / self.pool
+
+    def resolved_registry_path(self) -> Path:
+        return self.registry_path or self.resolved_state_dir() / "registry.sqlite3"
+
+    def resolved_instance_id(self) -> str:
+        return self.instance_id or f"{socket.gethostname().split('.')[0]}-{uuid.uuid4().hex[:8]}"
+
+    def build_config_source(self) -> tuple[Path | None, str | None]:
+        """(file to watch, section in it) for the BuildConfig."""
+        if self.build_config_file is not None:
+            return self.build_config_file, None
+        if self.config_file is not None:
+            return self.config_file, "build_config"
+        return None, None
+
+    def read_build_config(self) -> pb.BuildConfig:
+        path, section = self.build_config_source()
+        if path is None:
+            return parse_build_config(self.build_config)
+        doc = load_document(path)
+        data = doc.get(section) if section else doc
+        if section and data is None:
+            data = self.build_config  # the file has no section: keep what env/overrides gave
+        return parse_build_config(data, where=f"BuildConfig in {path}")
+
+    def report_taints(self) -> list[pb.Taint]:
+        return [pb.Taint(key=t.key, value=t.value, effect=t.effect) for t in self.taints]

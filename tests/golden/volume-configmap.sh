@@ -1,0 +1,130 @@
+#!/bin/bash
+# interlink-nats job script (runtime apptainer). Self-contained; run with cwd = job directory.
+# Needs bash >= 4.2 and coreutils (base64, chmod, mkdir, ln, mv, rm, sleep).
+# Every pod-derived value below is a single-quoted shell word; only the pre-exec sections are raw shell.
+set -u
+umask 077
+__job_dir=${INTERLINK_JOB_DIR:-$PWD}
+cd -- "$__job_dir" || exit 125
+__job_dir=$PWD
+export INTERLINK_JOB_DIR="$__job_dir"
+chmod 0700 -- "$__job_dir"
+mkdir -p -- containers
+__names=(c)
+__cancelled=0
+__trapped=0
+__setup_error=
+__rc=0
+__pgids=()
+__timers=()
+__wait_status=0
+
+# Start time, exit code (atomically) and log line of one container.
+__started() { printf '%(%s)T\n' -1 > "containers/$1.started"; }
+__exited() {
+  printf '%s\n' "$2" > "containers/$1.exit.tmp" && mv -f -- "containers/$1.exit.tmp" "containers/$1.exit"
+}
+# Report every container without an exit file as terminated with code $1, the reason in its log.
+__terminate_rest() {
+  local n
+  for n in ${__names[@]+"${__names[@]}"}; do
+    if [ ! -e "containers/$n.exit" ]; then
+      printf '%s\n' "$2" >> "containers/$n.log"
+      __exited "$n" "$1"
+    fi
+  done
+}
+__signal_all() {
+  local g
+  for g in ${__pgids[@]+"${__pgids[@]}"}; do kill "-$1" -- "-$g" 2>/dev/null; done
+}
+# TERM/INT (cancel, deadline): forward to every container's process group, then KILL after the grace period.
+__on_signal() {
+  __trapped=1
+  if [ "$__cancelled" = 0 ]; then
+    __cancelled=1
+    __signal_all TERM
+    ( sleep 30; __signal_all KILL ) &
+    __timers+=($!)
+  fi
+}
+__cleanup() {
+  local t
+  trap - TERM INT
+  for t in ${__timers[@]+"${__timers[@]}"}; do kill -- "-$t" 2>/dev/null; done
+  __terminate_rest 143 "interlink-nats: the job script ended before this container ended"
+  rm -rf -- "$__job_dir"/volumes "$__job_dir"/rootfs
+}
+trap __on_signal TERM INT
+trap __cleanup EXIT
+set -m
+# Wait for one container's process group; a trapped signal interrupts `wait`, so wait again.
+__wait() {
+  local rc
+  while :; do
+    __trapped=0
+    wait "$1"
+    rc=$?
+    if [ "$__trapped" = 1 ] && [ "$rc" -gt 128 ]; then
+      if kill -0 "$1" 2>/dev/null; then continue; fi
+      wait "$1" 2>/dev/null
+      local again=$?
+      [ "$again" = 127 ] || rc=$again
+    fi
+    __wait_status=$rc
+    return 0
+  done
+}
+__setup_failed() { [ -n "$__setup_error" ] || __setup_error=$1; }
+# File writers (created 0600 under umask 077; other modes applied below): text as a quoted word, binary as base64.
+__t() { printf '%s' "$2" > "$1" || __setup_failed "cannot write $1"; }
+__b() { printf '%s' "$2" | base64 -d > "$1" || __setup_failed "cannot write $1"; }
+__need() { test "-$1" "$2" || __setup_failed "hostPath $2 is not of type $3"; }
+export APPTAINER_CACHEDIR=/scratch/cache
+
+# --- volumes ---
+mkdir -p -- volumes/vol volumes/vol/dir || __setup_failed "cannot create volume directories"
+__t volumes/vol/dir/a.txt 'line 1
+it'"'"'s line 2
+'
+__b volumes/vol/b.bin AAH+
+chmod 0755 -- volumes/vol volumes/vol/dir
+chmod 0400 -- volumes/vol/dir/a.txt
+chmod 0640 -- volumes/vol/b.bin
+
+# --- pre-exec (pool BuildConfig.pre_exec; trusted admin shell) ---
+source /etc/profile.d/site.sh
+cd -- "$__job_dir" || exit 125
+umask 022
+
+# --- containers ---
+__c0() {
+  if [ -e /images/busybox ]; then __img=/images/busybox; else __img=docker://busybox; fi
+  exec /opt/apptainer/bin/apptainer exec --no-home --writable-tmpfs --bind /etc/grid-security --bind "$__job_dir"/volumes/vol:/mnt/vol:ro "$__img" ls -lR /mnt/vol
+}
+# Run container $1 (function index) named $2 in its own process group; its wrapper writes the exit file.
+__launch() {
+  __started "$2"
+  ( trap : TERM INT; ( "__c$1" ) > "containers/$2.log" 2>&1 < /dev/null; rc=$?; __exited "$2" "$rc"; exit "$rc" ) &
+  __pgids+=($!)
+}
+__record() {
+  [ -e "containers/$1.exit" ] || __exited "$1" "$2"
+  if [ "$2" != 0 ] && [ "$__rc" = 0 ]; then __rc=$2; fi
+}
+if [ -n "$__setup_error" ]; then
+  __rc=125
+  __terminate_rest 125 "interlink-nats: pod setup failed: $__setup_error"
+fi
+if [ "$__rc" = 0 ] && [ "$__cancelled" = 0 ]; then
+  __launch 0 c
+  __first=${#__pgids[@]}
+  __first=$((__first - 1))
+  __wait "${__pgids[$((__first + 0))]}"
+  __record c "$__wait_status"
+fi
+if [ "$__cancelled" = 1 ]; then
+  __terminate_rest 143 "interlink-nats: cancelled before this container started"
+  [ "$__rc" != 0 ] || __rc=143
+fi
+exit "$__rc"

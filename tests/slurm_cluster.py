@@ -1,0 +1,139 @@
+"""A real one-node Slurm (Debian slurm-wlm + munge) in a temp dir, on free ports: for the slurm tests.
+
+Follows /work/shared/reference/slurm-local.md: no systemd, no /etc edits; every client call
+needs ``SLURM_CONF`` (pass ``cluster.env``). Teardown cancels jobs first (running jobs would
+otherwise survive the daemons), then stops slurmd/slurmctld, kills our own slurmstepds (found
+by SLURM_CONF in their environment, never by name alone) and stops munged.
+"""
+
+from __future__ import annotations
+
+import os
+import pwd
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+BINARIES = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scancel", "sinfo")
+
+_CONF = """\
+ClusterName=test
+SlurmctldHost=localhost
+SlurmUser={user}
+SlurmdUser={user}
+AuthType=auth/munge
+AuthInfo=socket={d}/munge/munge.sock
+CredType=cred/munge
+SlurmctldPort={port1}
+SlurmdPort={port2}
+StateSaveLocation={d}/state
+SlurmdSpoolDir={d}/spool
+SlurmctldPidFile={d}/slurmctld.pid
+SlurmdPidFile={d}/slurmd.pid
+SlurmctldLogFile={d}/log/slurmctld.log
+SlurmdLogFile={d}/log/slurmd.log
+ProctrackType=proctrack/linuxproc
+TaskPlugin=task/none
+SelectType=select/cons_tres
+SelectTypeParameters=CR_Core_Memory
+DefMemPerCPU=256
+JobAcctGatherType=jobacct_gather/linux
+JobAcctGatherFrequency=task=1
+JobAcctGatherParams=OverMemoryKill
+AccountingStorageType=accounting_storage/none
+JobCompType=jobcomp/filetxt
+JobCompLoc={d}/log/jobcomp.txt
+MpiDefault=none
+MailProg=/bin/true
+ReturnToService=2
+MinJobAge=300
+KillWait=2
+OverTimeLimit=0
+SchedulerParameters=batch_sched_delay=0,sched_min_interval=0
+NodeName=localnode NodeAddr=127.0.0.1 NodeHostname=localhost CPUs={cpus} RealMemory={mem_mb}
+PartitionName=debug Nodes=localnode Default=YES MaxTime=INFINITE State=UP
+"""
+
+
+def missing_binaries() -> list[str]:
+    return [b for b in BINARIES if shutil.which(b) is None]
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class SlurmCluster:
+    def __init__(self) -> None:
+        self.dir = Path(tempfile.mkdtemp(prefix="slurm-", dir="/tmp"))
+        self.conf = self.dir / "slurm.conf"
+        self.env = dict(os.environ, SLURM_CONF=str(self.conf))
+        self.cpus = os.cpu_count() or 1
+        self.mem_mb = int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**20 * 0.8)
+        self._procs: list[subprocess.Popen[bytes]] = []
+
+    def run(self, *argv: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(argv, env=self.env, capture_output=True, text=True, timeout=60)
+
+    def start(self) -> SlurmCluster:
+        d = self.dir
+        d.chmod(0o755)
+        for sub in ("munge", "state", "spool", "log"):
+            (d / sub).mkdir(mode=0o755)
+        key = d / "munge" / "munge.key"
+        key.write_bytes(os.urandom(1024))
+        key.chmod(0o400)
+        user = pwd.getpwuid(os.getuid()).pw_name
+        self.conf.write_text(_CONF.format(d=d, user=user, port1=_port(), port2=_port(), cpus=self.cpus,
+                                          mem_mb=self.mem_mb))
+        m = d / "munge"
+        subprocess.run(["munged", f"--key-file={key}", f"--socket={m}/munge.sock", f"--pid-file={m}/munged.pid",
+                        f"--log-file={m}/munged.log", f"--seed-file={m}/munged.seed"], check=True, timeout=30)
+        for cmd in (["slurmctld", "-D", "-c"], ["slurmd", "-D", "-N", "localnode"]):
+            with (d / "log" / f"{cmd[0]}.out").open("wb") as out:
+                self._procs.append(subprocess.Popen([*cmd, "-f", str(self.conf)], env=self.env,
+                                                    stdin=subprocess.DEVNULL, stdout=out,
+                                                    stderr=subprocess.STDOUT, start_new_session=True))
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            if self.run("sinfo", "-h", "-n", "localnode", "-o", "%t").stdout.strip() == "idle":
+                return self
+            time.sleep(0.2)
+        tail = (d / "log" / "slurmctld.out").read_text()[-3000:]
+        self.stop()
+        raise RuntimeError(f"slurm did not come up: {tail}")
+
+    def stop(self) -> None:
+        self.run("scancel", "--full", "--partition=debug")
+        for _ in range(40):
+            if not self.run("squeue", "-h").stdout.strip():
+                break
+            time.sleep(0.25)
+        for p in self._procs:
+            p.terminate()
+        for p in self._procs:
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        self._procs = []
+        marker = f"SLURM_CONF={self.conf}".encode()
+        for pid in subprocess.run(["pgrep", "-x", "slurmstepd"], capture_output=True, text=True).stdout.split():
+            try:
+                if marker in Path(f"/proc/{pid}/environ").read_bytes():
+                    os.kill(int(pid), signal.SIGKILL)
+            except (OSError, ValueError):
+                pass
+        pidfile = self.dir / "munge" / "munged.pid"
+        try:
+            os.kill(int(pidfile.read_text().strip()), signal.SIGTERM)
+        except (OSError, ValueError):
+            pass
+        shutil.rmtree(self.dir, ignore_errors=True)

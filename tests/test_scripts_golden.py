@@ -1,0 +1,209 @@
+"""Golden scripts: one per runtime and one per volume kind (tests/golden/*.sh).
+
+Regenerate after an intended change with ``UPDATE_GOLDEN=1 .venv/bin/pytest tests/test_scripts_golden.py``
+and review the diff: it is the exact shell every site will run.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.services.scripts import render_job
+
+GOLDEN = Path(__file__).parent / "golden"
+RT = pb.ContainerRuntime
+UID = "6f1c2e9a-1111-2222-3333-444455556666"
+
+
+def b64(text: str) -> str:
+    return base64.b64encode(text.encode()).decode()
+
+
+def full_pod() -> dict[str, Any]:
+    """Init + two main containers, env, workingDir, GPUs, annotations, a few volumes."""
+    mounts = [{"name": "cfg", "mountPath": "/etc/app"}, {"name": "scratch", "mountPath": "/scratch"}]
+    return {
+        "pod": {
+            "metadata": {
+                "name": "golden",
+                "namespace": "team-a",
+                "uid": UID,
+                "annotations": {
+                    "slurm-job.vk.io/flags": "--partition=gpu --time=01:00:00",
+                    "slurm-job.vk.io/pre-exec": "module load cuda\nexport OMP_NUM_THREADS=4",
+                    "slurm-job.vk.io/singularity-options": "--cleanenv --contain",
+                    "slurm-job.vk.io/singularity-mounts": "--bind /cvmfs:/cvmfs:ro",
+                    "slurm-job.vk.io/singularity-commands": "--quiet",
+                    "slurm-job.vk.io/mpi-flags": "mpirun -np 2",
+                },
+            },
+            "spec": {
+                "initContainers": [
+                    {
+                        "name": "fetch",
+                        "image": "busybox:1.36",
+                        "command": ["sh", "-c"],
+                        "args": ["echo 'ready' > /scratch/ready"],
+                        "volumeMounts": mounts[1:],
+                    }
+                ],
+                "containers": [
+                    {
+                        "name": "train",
+                        "image": "ghcr.io/example/train:1.0",
+                        "command": ["python3", "train.py"],
+                        "args": ["--epochs", "$(EPOCHS)", "--name", "it's $(POD)"],
+                        "workingDir": "/scratch",
+                        "env": [{"name": "EPOCHS", "value": "3"}, {"name": "POD", "value": "golden"}],
+                        "resources": {"limits": {"cpu": "2", "memory": "4Gi", "nvidia.com/gpu": "1"}},
+                        "volumeMounts": mounts,
+                    },
+                    {
+                        "name": "sidecar",
+                        "image": "/cvmfs/images/sidecar.sif",
+                        "args": ["--serve", "8080"],
+                        "resources": {"requests": {"cpu": "250m", "memory": "128Mi"}},
+                        "volumeMounts": mounts[1:],
+                    },
+                ],
+                "volumes": [
+                    {"name": "cfg", "configMap": {"name": "app-config", "defaultMode": 420}},
+                    {"name": "scratch", "emptyDir": {}},
+                ],
+                "activeDeadlineSeconds": 3600,
+                "terminationGracePeriodSeconds": 15,
+            },
+        },
+        "container": [
+            {"name": "fetch"},
+            {"name": "train", "configMaps": [{"metadata": {"name": "app-config"}, "data": {"app.yaml": "lr: 0.1\n"}}]},
+            {"name": "sidecar"},
+        ],
+    }
+
+
+def none_pod() -> dict[str, Any]:
+    data = full_pod()
+    data["pod"]["spec"]["containers"][1]["command"] = ["/usr/bin/sidecar"]
+    return data
+
+
+BUILD = {
+    "apptainer": pb.BuildConfig(
+        runtime=RT.APPTAINER,
+        executable="/opt/apptainer/bin/apptainer",
+        runtime_flags=["--no-home", "--writable-tmpfs"],
+        cache_dir="/scratch/cache",
+        image_prefix="docker://",
+        image_dir="/images",
+        binds=["/etc/grid-security"],
+        gpu_support=True,
+        pre_exec="source /etc/profile.d/site.sh",
+    ),
+    "singularity": pb.BuildConfig(runtime=RT.SINGULARITY, gpu_support=True, cache_dir="/scratch/cache"),
+    "podman": pb.BuildConfig(
+        runtime=RT.PODMAN, runtime_flags=["--network=host"], gpu_support=True, binds=["/data:/data:ro"]
+    ),
+    "none": pb.BuildConfig(runtime=RT.NONE),
+}
+
+
+def volume_pod(kind: str) -> dict[str, Any]:
+    """One container mounting one volume of ``kind`` (with the interLink data it needs)."""
+    volumes: dict[str, dict[str, Any]] = {
+        "configmap": {
+            "configMap": {
+                "name": "cm",
+                "defaultMode": 0o640,
+                "items": [{"key": "a.txt", "path": "dir/a.txt", "mode": 0o400}, {"key": "b.bin", "path": "b.bin"}],
+            }
+        },
+        "secret": {"secret": {"secretName": "sec", "defaultMode": 0o644}},
+        "projected": {"projected": {"sources": [{"serviceAccountToken": {"path": "token"}}]}},
+        "downwardapi": {
+            "downwardAPI": {
+                "items": [
+                    {"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}},
+                    {"path": "ns", "fieldRef": {"fieldPath": "metadata.namespace"}},
+                ]
+            }
+        },
+        "emptydir": {"emptyDir": {"medium": "Memory"}},
+        "hostpath": {"hostPath": {"path": "/srv/shared data", "type": "DirectoryOrCreate"}},
+        "subpath": {"configMap": {"name": "cm"}},
+    }
+    mount: dict[str, Any] = {"name": "vol", "mountPath": "/mnt/vol", "readOnly": kind == "hostpath"}
+    if kind == "subpath":
+        mount = {"name": "vol", "mountPath": "/etc/a.txt", "subPath": "a.txt"}
+    return {
+        "pod": {
+            "metadata": {"name": f"vol-{kind}", "namespace": "ns", "uid": UID, "labels": {"app": "x", "tier": "it's"}},
+            "spec": {
+                "containers": [
+                    {"name": "c", "image": "busybox", "command": ["ls", "-lR", "/mnt/vol"], "volumeMounts": [mount]}
+                ],
+                "volumes": [{"name": "vol", **volumes[kind]}],
+            },
+        },
+        "container": [
+            {
+                "name": "c",
+                "configMaps": [
+                    {
+                        "metadata": {"name": "cm"},
+                        "data": {"a.txt": "line 1\nit's line 2\n"},
+                        "binaryData": {"b.bin": base64.b64encode(b"\x00\x01\xfe").decode()},
+                    }
+                ],
+                "secrets": [{"metadata": {"name": "sec"}, "data": {"password": b64("hunter2"), "user": b64("svc")}}],
+                "projectedvolumemaps": [
+                    {
+                        "metadata": {"name": "vol"},
+                        "data": {
+                            "token": "eyJhbGciOi.token",
+                            "ca.crt": "-----BEGIN CERT-----\nMIIB\n",
+                            "namespace": "ns",
+                        },
+                    }
+                ],
+            }
+        ],
+    }
+
+
+CASES: dict[str, tuple[dict[str, Any], pb.BuildConfig]] = {
+    **{f"runtime-{rt}": (none_pod() if rt == "none" else full_pod(), bc) for rt, bc in BUILD.items()},
+    **{
+        f"volume-{kind}": (volume_pod(kind), BUILD["apptainer"])
+        for kind in ("configmap", "secret", "projected", "downwardapi", "emptydir", "hostpath", "subpath")
+    },
+    **{f"volume-{kind}-none": (volume_pod(kind), BUILD["none"]) for kind in ("configmap", "subpath", "hostpath")},
+}
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_golden(case: str) -> None:
+    data, bc = CASES[case]
+    script = render_job(data, bc).script
+    path = GOLDEN / f"{case}.sh"
+    if os.environ.get("UPDATE_GOLDEN") == "1":
+        GOLDEN.mkdir(exist_ok=True)
+        path.write_text(script)
+    assert path.exists(), f"missing {path}; run with UPDATE_GOLDEN=1"
+    assert script == path.read_text(), f"{case} differs from {path}; review and run with UPDATE_GOLDEN=1"
+    subprocess.run(["bash", "-n"], input=script, text=True, check=True)
+
+
+def test_render_is_deterministic() -> None:
+    data, bc = CASES["runtime-apptainer"]
+    assert render_job(data, bc).script == render_job(data, bc).script
+
+
+def test_golden_dir_has_no_stale_files() -> None:
+    assert {p.stem for p in GOLDEN.glob("*.sh")} <= set(CASES)

@@ -1,0 +1,88 @@
+"""Sites dial out over TLS WebSockets: ``wss://`` with the site's CA file, end to end through a pool credential.
+
+The pool's submitter side (a ``SubmitterServiceBase`` served by ``services.rpc``) connects over
+``wss://`` exactly as a remote site would; the gateway calls it (unary and server-streaming).
+A client that trusts another CA, or only the system store, is refused by its own TLS check.
+"""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import nats
+import nats.errors
+import pytest
+
+from interlink_nats.gen.interlink_nats.v1 import DescribeRequest, GetLogsRequest
+from interlink_nats.services.rpc import RpcServer, submitter_client
+from test_security_nats import FakeSubmitter, settle
+from tls import ErrorLog, SecureStack, stack_fixture, write_other_ca
+
+pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureStack]:
+    yield from stack_fixture(tmp_path_factory.mktemp("wss"))
+
+
+@pytest.fixture
+async def clients(stack: SecureStack) -> AsyncIterator[SecureStack]:
+    yield stack
+    await stack.close_clients()
+
+
+def test_listeners_are_tls_only(stack: SecureStack) -> None:
+    assert stack.server.websocket_url is not None
+    assert stack.server.websocket_url.startswith("wss://")
+    assert "tls" in stack.bundle.config_text and "no_tls" not in stack.bundle.config_text
+
+
+async def test_pool_over_wss_serves_the_gateway(clients: SecureStack) -> None:
+    pool_errors = ErrorLog()
+    pool_nc = await clients.connect("pool-a", url=clients.wss_url, errors=pool_errors)
+    assert pool_nc.connected_url is not None and pool_nc.connected_url.scheme == "wss"
+    server = RpcServer(pool_nc, [FakeSubmitter("a")], pool="a", stream_window=4)
+    await server.start()
+    await settle(pool_nc)
+
+    gateway = await clients.connect("gateway", url=clients.wss_url)
+    stub = submitter_client(gateway, "a", timeout=5)
+    assert (await stub.describe(DescribeRequest())).pool == "a"
+    chunks = [c async for c in stub.get_logs(GetLogsRequest(pod_uid="x"))]
+    assert [c.offset for c in chunks] == list(range(1, 101))
+    assert pool_errors.violations() == []
+    await server.stop(grace=0)
+
+
+@pytest.mark.parametrize("scheme", ["wss", "tls"])
+async def test_wrong_ca_is_refused(clients: SecureStack, tmp_path: Path, scheme: str) -> None:
+    other_ca = write_other_ca(tmp_path / "other-ca.pem")
+    url = clients.wss_url if scheme == "wss" else clients.tls_url
+    opts = clients.connect_options("pool-a", ca_file=other_ca)
+    with pytest.raises((ssl.SSLCertVerificationError, nats.errors.Error, OSError)) as info:
+        nc = await nats.connect(url, allow_reconnect=False, max_reconnect_attempts=0, connect_timeout=3, **opts)
+        await nc.close()
+    assert _is_cert_failure(info.value), repr(info.value)
+
+
+async def test_system_trust_store_does_not_trust_the_site_ca(clients: SecureStack) -> None:
+    opts = clients.connect_options("pool-a")
+    opts["tls"] = ssl.create_default_context()
+    with pytest.raises((ssl.SSLCertVerificationError, nats.errors.Error, OSError)) as info:
+        nc = await nats.connect(clients.wss_url, allow_reconnect=False, max_reconnect_attempts=0,
+                                connect_timeout=3, **opts)
+        await nc.close()
+    assert _is_cert_failure(info.value), repr(info.value)
+
+
+def _is_cert_failure(exc: BaseException) -> bool:
+    """Walk the cause chain: aiohttp wraps the SSL error for wss://, nats-py may wrap it for tls://."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ssl.SSLCertVerificationError) or "CERTIFICATE_VERIFY_FAILED" in str(seen):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False

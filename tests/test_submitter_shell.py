@@ -1,0 +1,255 @@
+"""The shell submitter end to end: real nats-server, real RPC layer, real bash jobs."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import nats
+import pytest
+from grpclib.const import Status
+from grpclib.exceptions import GRPCError
+
+from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.services.rpc import submitter_client
+from interlink_nats.services.subjects import EVENTS_STREAM, config_subject, events_subject, resources_subject
+from interlink_nats.submitters.runtime import Submitter
+from interlink_nats.submitters.testing import pod_job, settings_for, wait_for
+
+Phase = pb.ContainerPhase
+
+
+def uid() -> str:
+    return str(uuid.uuid4())
+
+
+@pytest.fixture
+async def nc(nats_url: str) -> AsyncIterator[nats.NATS]:
+    conn = await nats.connect(nats_url)
+    yield conn
+    await conn.close()
+
+
+@pytest.fixture
+def pool() -> str:
+    return f"p{uuid.uuid4().hex[:10]}"
+
+
+@pytest.fixture
+async def submitter(tmp_path: Path, nats_url: str, pool: str) -> AsyncIterator[Submitter]:
+    async with Submitter(settings_for(tmp_path / "state", nats_url, pool=pool)) as s:
+        yield s
+
+
+async def final_status(client: pb.SubmitterServiceStub, pod_uid: str, timeout: float = 20) -> pb.JobStatus:
+    async def check() -> pb.JobStatus | None:
+        resp = await client.get_status(pb.GetStatusRequest(pod_uids=[pod_uid]))
+        st = resp.statuses[0]
+        done = st.state in (pb.JobState.SUCCEEDED, pb.JobState.FAILED, pb.JobState.CANCELLED, pb.JobState.LOST)
+        return st if done else None
+
+    return await wait_for(check, timeout=timeout, what=f"pod {pod_uid} to finish")
+
+
+async def test_a_job_runs_and_reports_every_container_with_its_exit_code(
+    submitter: Submitter, nc: nats.NATS, pool: str
+) -> None:
+    client = submitter_client(nc, pool)
+    u = uid()
+    job = pod_job(u, {"main": "echo hello; exit 3", "side": "echo side"}, init={"prep": "echo prep"})
+    resp = await client.submit(pb.SubmitRequest(job=job))
+    assert resp.created
+    assert resp.job_id
+    assert [c.name for c in resp.status.containers] == ["prep", "main", "side"]
+
+    st = await final_status(client, u)
+    assert st.state == pb.JobState.FAILED
+    codes = {c.name: (c.phase, c.exit_code, c.init) for c in st.containers}
+    assert codes == {
+        "prep": (Phase.TERMINATED, 0, True),
+        "main": (Phase.TERMINATED, 3, False),
+        "side": (Phase.TERMINATED, 0, False),
+    }
+    main = next(c for c in st.containers if c.name == "main")
+    assert main.started_at is not None
+    assert main.finished_at is not None
+    assert main.finished_at >= main.started_at
+    assert st.message == "container main exited with 3"
+
+    again = await client.submit(pb.SubmitRequest(job=job))
+    assert not again.created
+    assert again.status.state == pb.JobState.FAILED
+
+
+async def test_a_failed_init_container_terminates_the_main_containers(
+    submitter: Submitter, nc: nats.NATS, pool: str
+) -> None:
+    client = submitter_client(nc, pool)
+    u = uid()
+    await client.submit(pb.SubmitRequest(job=pod_job(u, {"main": "echo never"}, init={"prep": "exit 7"})))
+    st = await final_status(client, u)
+    assert st.state == pb.JobState.FAILED
+    assert st.reason == "InitContainerFailed"
+    assert [(c.name, c.phase, c.exit_code) for c in st.containers] == [
+        ("prep", Phase.TERMINATED, 7),
+        ("main", Phase.TERMINATED, 7),
+    ]
+
+
+async def test_logs_stream_while_running_and_follow_ends_when_the_container_ends(
+    submitter: Submitter, nc: nats.NATS, pool: str, tmp_path: Path
+) -> None:
+    client = submitter_client(nc, pool, timeout=30)
+    u = uid()
+    gate = tmp_path / "gate"
+    cmd = f"for i in 1 2 3; do echo line$i; done; while [ ! -e {gate} ]; do sleep 0.1; done; echo last"
+    await client.submit(pb.SubmitRequest(job=pod_job(u, {"main": cmd})))
+
+    async def running() -> bool:
+        st = (await client.get_status(pb.GetStatusRequest(pod_uids=[u]))).statuses[0]
+        return st.state == pb.JobState.RUNNING and st.containers[0].phase == Phase.RUNNING
+
+    await wait_for(running, what="the container to run")
+
+    async def three_lines() -> bytes | None:
+        chunks = [c async for c in client.get_logs(pb.GetLogsRequest(pod_uid=u, container="main"))]
+        data = b"".join(c.data for c in chunks)
+        return data if data.count(b"\n") >= 3 else None
+
+    data = await wait_for(three_lines, what="three log lines")
+    assert data == b"line1\nline2\nline3\n"
+    tail = b"".join([c.data async for c in client.get_logs(pb.GetLogsRequest(pod_uid=u, container="main", tail_lines=1))])
+    assert tail == b"line3\n"
+    limited = [c async for c in client.get_logs(pb.GetLogsRequest(pod_uid=u, container="main", limit_bytes=4))]
+    assert b"".join(c.data for c in limited) == b"ne3\n"
+
+    async def follow() -> bytes:
+        got = b""
+        async for chunk in client.get_logs(pb.GetLogsRequest(pod_uid=u, container="main", follow=True, offset=6)):
+            got += chunk.data
+        return got
+
+    follower = asyncio.create_task(follow())
+    await asyncio.sleep(0.5)
+    assert not follower.done()
+    gate.touch()
+    assert await asyncio.wait_for(follower, 15) == b"line2\nline3\nlast\n"
+    assert (await final_status(client, u)).state == pb.JobState.SUCCEEDED
+
+
+async def test_cancel_stops_the_job_removes_its_files_and_is_idempotent(
+    submitter: Submitter, nc: nats.NATS, pool: str
+) -> None:
+    client = submitter_client(nc, pool)
+    u = uid()
+    job = pod_job(u, {"main": "sleep 300"})
+    await client.submit(pb.SubmitRequest(job=job))
+
+    async def running() -> bool:
+        st = (await client.get_status(pb.GetStatusRequest(pod_uids=[u]))).statuses[0]
+        return st.containers[0].phase == Phase.RUNNING
+
+    await wait_for(running, what="the container to run")
+    job_dir = submitter.state_dir / "jobs" / u
+    assert job_dir.is_dir()
+    assert oct(job_dir.stat().st_mode & 0o777) == "0o700"
+    assert oct((job_dir / "job.sh").stat().st_mode & 0o777) == "0o700"
+
+    resp = await client.cancel(pb.CancelRequest(pod_uid=u))
+    assert resp.found
+    assert resp.status.state == pb.JobState.CANCELLED
+    assert all(c.phase == Phase.TERMINATED for c in resp.status.containers)
+    assert not job_dir.exists()
+    assert (await client.cancel(pb.CancelRequest(pod_uid=u))).found
+    assert not (await client.cancel(pb.CancelRequest(pod_uid=uid()))).found
+
+    resubmit = await client.submit(pb.SubmitRequest(job=job))
+    assert not resubmit.created, "a cancelled pod is never run again"
+    with pytest.raises(GRPCError) as err:
+        [c async for c in client.get_logs(pb.GetLogsRequest(pod_uid=u, container="main"))]
+    assert err.value.status == Status.NOT_FOUND
+
+
+async def test_invalid_jobs_are_rejected_with_a_clear_error(submitter: Submitter, nc: nats.NATS, pool: str) -> None:
+    client = submitter_client(nc, pool)
+    bad = pb.JobScript(pod=pb.PodRef(uid="../etc", name="x", namespace="d"), script="true", containers=["main"])
+    with pytest.raises(GRPCError) as err:
+        await client.submit(pb.SubmitRequest(job=bad))
+    assert err.value.status == Status.INVALID_ARGUMENT
+    empty = pb.JobScript(pod=pb.PodRef(uid=uid(), name="x", namespace="d"), script="true", containers=[])
+    with pytest.raises(GRPCError) as err:
+        await client.submit(pb.SubmitRequest(job=empty))
+    assert "at least one container" in (err.value.message or "")
+
+
+async def test_events_list_and_describe(submitter: Submitter, nc: nats.NATS, pool: str) -> None:
+    client = submitter_client(nc, pool)
+    js = nc.jetstream()
+    info = await js.stream_info(EVENTS_STREAM)
+    assert "interlink.events.*" in info.config.subjects
+    sub = await js.subscribe(events_subject(pool), ordered_consumer=True)
+    uids = [uid() for _ in range(3)]
+    for u in uids:
+        await client.submit(pb.SubmitRequest(job=pod_job(u, {"main": "true"})))
+    for u in uids:
+        await final_status(client, u)
+
+    async def all_succeeded_events() -> set[str] | None:
+        seen: dict[str, tuple[int, pb.JobState]] = {}
+        while True:
+            try:
+                msg = await sub.next_msg(timeout=0.2)
+            except nats.errors.TimeoutError:
+                break
+            ev = pb.JobEvent.parse(msg.data)
+            uid_ = ev.status.pod.uid
+            assert ev.revision > seen.get(uid_, (0, None))[0]
+            assert ev.instance_id == submitter.instance_id
+            seen[uid_] = (ev.revision, ev.status.state)
+            all_succeeded_events.seen.update(seen)  # type: ignore[attr-defined]
+        ok = {u for u, (_, s) in all_succeeded_events.seen.items() if s == pb.JobState.SUCCEEDED}  # type: ignore[attr-defined]
+        return ok if ok >= set(uids) else None
+
+    all_succeeded_events.seen = {}  # type: ignore[attr-defined]
+    await wait_for(all_succeeded_events, what="SUCCEEDED events for every job")
+
+    page1 = await client.list_jobs(pb.ListJobsRequest(include_finished=True, page_size=2))
+    assert len(page1.jobs) == 2
+    assert page1.next_page_token
+    page2 = await client.list_jobs(pb.ListJobsRequest(include_finished=True, page_size=2, page_token=page1.next_page_token))
+    assert {j.pod.uid for j in page1.jobs + page2.jobs} == set(uids)
+    assert not page2.next_page_token
+    assert (await client.list_jobs(pb.ListJobsRequest())).jobs == []
+
+    desc = await client.describe(pb.DescribeRequest())
+    assert desc.pool == pool
+    assert desc.backend == "shell"
+    assert desc.instance_id == submitter.instance_id
+    assert desc.resources.capacity["cpu"]
+    assert desc.resources.capacity["memory"].endswith("Mi")
+
+
+async def test_announcements_carry_the_build_config_and_follow_file_changes(
+    tmp_path: Path, nats_url: str, nc: nats.NATS, pool: str
+) -> None:
+    cfg = tmp_path / "bc.yaml"
+    cfg.write_text("runtime: none\nscratch_dir: /scratch/a\n")
+    configs = await nc.subscribe(config_subject(pool))
+    resources = await nc.subscribe(resources_subject(pool))
+    settings = settings_for(tmp_path / "state", nats_url, pool=pool, build_config_file=cfg,
+                            capacity={"pods": "7"}, labels={"site": "here"})
+    async with Submitter(settings):
+        first = pb.BuildConfig.parse((await configs.next_msg(timeout=5)).data)
+        assert first.runtime == pb.ContainerRuntime.NONE
+        assert first.scratch_dir == "/scratch/a"
+        report = pb.ResourceReport.parse((await resources.next_msg(timeout=5)).data)
+        assert report.capacity["pods"] == "7"
+        assert report.labels == {"site": "here"}
+        assert report.backend == "shell"
+        await asyncio.sleep(0.05)
+        cfg.write_text("runtime: apptainer\nscratch_dir: /scratch/b\n")
+        changed = pb.BuildConfig.parse((await configs.next_msg(timeout=10)).data)
+        assert changed.runtime == pb.ContainerRuntime.APPTAINER
+        assert changed.scratch_dir == "/scratch/b"
