@@ -216,10 +216,12 @@ async def test_a_client_that_stops_acking_is_given_up(
 
 
 async def test_a_vanished_client_inbox_cancels_the_handler(
-    server: RpcServer, source: LogSource, client_nc: NATS, pool: str
+    server_nc: NATS, source: LogSource, client_nc: NATS, pool: str
 ) -> None:
     """No cancel message, no acks: the client's inbox just disappears (e.g. a crashed caller)."""
-    source.stall = 0.3  # the inbox is gone before the first data message
+    server = RpcServer(server_nc, [source], pool=pool, stream_window=8, stream_idle_timeout=60)
+    await server.start()  # a long idle timeout, so only the no-responders bounce can stop it in time
+    source.stall = 1.0  # the inbox is gone before the first data message
     inbox = client_nc.new_inbox()
     sub = await client_nc.subscribe(inbox)
     await client_nc.flush()
@@ -230,9 +232,10 @@ async def test_a_vanished_client_inbox_cancels_the_handler(
     await sub.unsubscribe()
     await client_nc.flush()
 
-    # CancelledError (not the idle timeout's quiet close): the first data message bounced as no-responders.
+    # The first data message bounced as no-responders and the handler got CancelledError.
     await asyncio.wait_for(source.cancelled.wait(), 10)
     assert source.produced <= 8 + 1
+    await server.stop(grace=1)
 
 
 async def test_end_marker_carries_ok_status(server: RpcServer, client_nc: NATS, pool: str) -> None:
