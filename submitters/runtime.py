@@ -71,7 +71,7 @@ from interlink_nats.submitters.registry import (
     StatusUpdate,
 )
 from interlink_nats.submitters.service import SubmitterServiceImpl
-from interlink_nats.submitters.settings import ConfigFileError, SubmitterSettings
+from interlink_nats.submitters.settings import SubmitterSettings
 from interlink_nats.submitters.status import (
     JobMeta,
     cancelled_status,
@@ -669,7 +669,11 @@ class Submitter:
     # Announcements ----------------------------------------------------------------------------
 
     def _reload_build_config(self, *, force: bool = False) -> bool:
-        """Re-read the BuildConfig when its file changed; True when it did."""
+        """Re-read the BuildConfig when its file changed; True when it did.
+
+        A broken file at start is fatal (nothing sensible to announce); later it is logged and
+        the previous BuildConfig stays in force.
+        """
         path, _ = self.settings.build_config_source()
         mtime = None
         if path is not None:
@@ -679,16 +683,16 @@ class Submitter:
                 mtime = None
         if not force and mtime == self._config_mtime:
             return False
-        try:
-            self.build_config = self.settings.read_build_config()
-        except ConfigFileError as exc:
-            log.error("keeping the previous BuildConfig: %s", exc)
-            if force and self._config_mtime is None and path is not None and mtime is None:
-                raise
-            self._config_mtime = mtime
-            return False
         self._config_mtime = mtime
-        self.backend.configure(self.build_config)
+        try:
+            config = self.settings.read_build_config()
+            self.backend.configure(config)
+        except ValueError as exc:  # ConfigFileError, or flags the backend refuses
+            if force:
+                raise SubmitterError(f"invalid BuildConfig: {exc}") from exc
+            log.error("keeping the previous BuildConfig: %s", exc)
+            return False
+        self.build_config = config
         return True
 
     async def _discover_capacity(self) -> Capacity:

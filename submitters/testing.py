@@ -63,7 +63,11 @@ def settings_for(
 
 
 async def wait_for(
-    check: Callable[[], Awaitable[T | None]], *, timeout: float = 20.0, interval: float = 0.1, what: str = "condition"
+    check: Callable[[], Awaitable[T | None]],
+    *,
+    timeout: float = 20.0,  # noqa: ASYNC109 - a polling budget, not a cancellation scope
+    interval: float = 0.1,
+    what: str = "condition",
 ) -> T:
     """Await ``check()`` until it returns something truthy, or fail after ``timeout``."""
     deadline = time.monotonic() + timeout

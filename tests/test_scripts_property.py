@@ -79,9 +79,9 @@ def pods(draw: st.DrawFn) -> tuple[dict[str, Any], dict[str, Any]]:
     cname = draw(dns_label)
     env_items = draw(st.lists(st.tuples(env_name, text), max_size=6, unique_by=lambda t: t[0]))
     args = draw(st.lists(text, max_size=6))
-    workdir = "/" + "/".join(draw(st.lists(component, min_size=1, max_size=2)))
+    workdir = "/wd/" + "/".join(draw(st.lists(component, min_size=1, max_size=2)))  # apart from the mounts
     env_items = [("EXISTING", "yes"), ("EXPECT_WD", workdir), *env_items]
-    mount = "/" + "/".join(draw(st.lists(component, min_size=1, max_size=3)))
+    mount = "/m/" + "/".join(draw(st.lists(component, min_size=1, max_size=3)))
     keys = draw(st.lists(component, min_size=1, max_size=3, unique=True))
     contents = [draw(text) for _ in keys]
     item_path = "/".join(draw(st.lists(component, min_size=1, max_size=2)))

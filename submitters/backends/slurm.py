@@ -1,0 +1,179 @@
+"""The ``slurm`` backend: sbatch / squeue / sacct / scancel / sinfo, all batched.
+
+- submit: ``sbatch --job-name=<pod uid> --chdir=<job dir> --output=<job dir>/job.out --parsable``,
+  with the pool's ``slurm.sbatch_flags``, the pod's backend flags (annotation) and its resources
+  (``--cpus-per-task``/``--mem``/``--gres=gpu:N``/``--time``), in that precedence;
+- poll: ONE ``squeue --me --states=all`` for every job (not ``-j a,b,c``: one purged id makes
+  squeue print nothing), plus one ``sacct`` for jobs squeue no longer lists when the site has
+  accounting; the job's own container files give the exact per-container exit codes;
+- reconcile after a crash: jobs are named by pod UID, so ``squeue --name`` (and sacct) finds a
+  submission whose id was never recorded; a job directory with output proves it ran;
+- cancel: ``scancel <id>`` (or ``scancel --name=<uid>`` when the id was never recorded).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from pathlib import Path
+
+from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.services.scripts import layout
+from interlink_nats.submitters.backends import slurm_parse as sp
+from interlink_nats.submitters.backends.base import (
+    BackendUnavailable,
+    Capacity,
+    CommandFailed,
+    JobHandle,
+    JobSpec,
+    Observation,
+    Reconciled,
+    SubmitRejected,
+)
+from interlink_nats.submitters.backends.proc import environ_with, run_command
+from interlink_nats.submitters.settings import SlurmSettings
+
+log = logging.getLogger(__name__)
+
+
+class SlurmBackend:
+    name = "slurm"
+
+    def __init__(self, settings: SlurmSettings | None = None) -> None:
+        self.settings = settings or SlurmSettings()
+        self._pool_flags: list[str] = []
+        self._use_sacct = bool(self.settings.use_sacct)
+        self._sacct_broken = False
+        self.calls = 0
+
+    def configure(self, build_config: pb.BuildConfig) -> None:
+        slurm = build_config.slurm or pb.SlurmOptions()
+        sp.check_flags(slurm.sbatch_flags, source="pool sbatch")
+        self._pool_flags = list(slurm.sbatch_flags)
+        if self.settings.use_sacct is None:
+            self._use_sacct = slurm.use_sacct
+
+    async def start(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+    def output_path(self, job_dir: Path) -> Path:
+        return job_dir / layout.JOB_STDOUT
+
+    async def _run(self, argv: list[str], *, env: dict[str, str] | None = None) -> str:
+        self.calls += 1
+        try:
+            done = await run_command(argv, time_limit=self.settings.command_timeout, env=env)
+        except CommandFailed as exc:
+            if exc.returncode is None or sp.is_transient(exc.stderr):
+                raise BackendUnavailable(str(exc)) from exc
+            raise
+        return done.stdout
+
+    async def submit(self, spec: JobSpec) -> str:
+        try:
+            argv = sp.sbatch_argv(
+                self.settings.sbatch, uid=spec.uid, job_dir=str(spec.job_dir), script=str(spec.script),
+                pool_flags=self._pool_flags, pod_flags=spec.backend_flags, resources=spec.resources,
+            )
+        except sp.FlagError as exc:
+            raise SubmitRejected(str(exc)) from exc
+        env = environ_with({layout.JOB_DIR_ENV: str(spec.job_dir)})
+        try:
+            out = await self._run(argv, env=env)
+        except CommandFailed as exc:
+            raise SubmitRejected(exc.stderr or str(exc)) from exc
+        try:
+            return sp.parse_sbatch_id(out)
+        except ValueError as exc:
+            raise BackendUnavailable(str(exc)) from exc
+
+    def _squeue_argv(self) -> list[str]:
+        who = [] if self.settings.squeue_all_users else ["--me"]
+        return [self.settings.squeue, "-h", *who, "--states=all", "-O", sp.SQUEUE_FORMAT]
+
+    async def _squeue(self) -> dict[str, sp.SlurmJob]:
+        return sp.parse_squeue(await self._run(self._squeue_argv()))
+
+    async def _sacct(self, job_ids: Sequence[str]) -> dict[str, sp.SlurmJob]:
+        if not job_ids or not self._use_sacct or self._sacct_broken:
+            return {}
+        argv = [self.settings.sacct, "-X", "-n", "-P", "-o", sp.SACCT_FIELDS, "-j", ",".join(job_ids)]
+        try:
+            return sp.parse_sacct(await self._run(argv))
+        except CommandFailed as exc:
+            if "accounting storage" in exc.stderr.lower() or "slurmdbd" in exc.stderr.lower():
+                log.warning("sacct is not usable on this site (%s); relying on job files", exc.stderr)
+                self._sacct_broken = True
+                return {}
+            raise BackendUnavailable(str(exc)) from exc
+
+    async def poll(self, jobs: Sequence[JobHandle]) -> dict[str, Observation]:
+        if not jobs:
+            return {}
+        try:
+            listed = await self._squeue()
+        except CommandFailed as exc:
+            raise BackendUnavailable(str(exc)) from exc
+        by_id = {j.job_id: j for j in jobs if j.job_id}
+        out = {by_id[i].uid: job.observation for i, job in listed.items() if i in by_id}
+        missing = [i for i, j in by_id.items() if j.uid not in out]
+        if missing:
+            for i, job in (await self._sacct(missing)).items():
+                if i in by_id:
+                    out[by_id[i].uid] = job.observation
+        return out
+
+    async def reconcile(self, jobs: Sequence[JobHandle]) -> dict[str, Reconciled]:
+        out = {j.uid: Reconciled(j.job_id) for j in jobs if j.job_id}
+        unknown = [j for j in jobs if not j.job_id]
+        if not unknown:
+            return out
+        names = sp.names_to_ids(await self._squeue())
+        if self._use_sacct and not self._sacct_broken:
+            argv = [self.settings.sacct, "-X", "-n", "-P", "-o", sp.SACCT_FIELDS, "--name",
+                    ",".join(j.uid for j in unknown), "-S", "now-7days"]
+            try:
+                names = {**sp.names_to_ids(sp.parse_sacct(await self._run(argv))), **names}
+            except (CommandFailed, BackendUnavailable) as exc:
+                log.warning("sacct lookup failed during reconcile: %s", exc)
+        for job in unknown:
+            if job.uid in names:
+                out[job.uid] = Reconciled(names[job.uid])
+            elif await asyncio.to_thread(_ran, job.job_dir):
+                out[job.uid] = Reconciled("")  # it ran (output exists) but Slurm forgot it
+            else:
+                out[job.uid] = Reconciled(None)
+        return out
+
+    async def cancel(self, job: JobHandle) -> None:
+        if job.job_id:
+            argv = [self.settings.scancel, job.job_id]
+        else:
+            argv = [self.settings.scancel, "--me", f"--name={job.uid}"]
+        try:
+            await self._run(argv)
+        except CommandFailed as exc:
+            if "invalid job id" in exc.stderr.lower() or "already completing" in exc.stderr.lower():
+                return
+            raise BackendUnavailable(str(exc)) from exc
+
+    async def capacity(self) -> Capacity:
+        argv = [self.settings.sinfo, "-h", "-N", "-o", sp.SINFO_FORMAT]
+        if self.settings.partition:
+            argv += ["-p", self.settings.partition]
+        try:
+            return sp.parse_sinfo(await self._run(argv))
+        except CommandFailed as exc:
+            raise BackendUnavailable(str(exc)) from exc
+
+
+def _ran(job_dir: Path) -> bool:
+    """Evidence that a job started: Slurm created its output file, or a container wrote a file."""
+    if (job_dir / layout.JOB_STDOUT).exists():
+        return True
+    cdir = job_dir / layout.CONTAINERS_DIR
+    return cdir.is_dir() and any(cdir.iterdir())

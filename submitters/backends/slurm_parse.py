@@ -1,0 +1,250 @@
+"""Pure Slurm text handling: sbatch argument building, squeue/sacct/sinfo parsing, state mapping.
+
+Tested from recorded output (tests/test_slurm_parse.py); the backend only runs the commands.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+
+from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.submitters.backends.base import BackendState, Capacity, Observation
+
+SQUEUE_FORMAT = "JobID:|,Name:|,State:|,Reason:|,exit_code:|,StartTime:|,EndTime:"
+"""``squeue -O``: '|' after each field, full widths (no padding); exit_code is a raw wait status."""
+SACCT_FIELDS = "JobID,JobName,State,ExitCode,Start,End"
+SINFO_FORMAT = "%N|%c|%m|%G"
+
+# Flags a pod (annotation) or a pool may not set: they would move the job's files, run something
+# else than the script, or hide the job from the submitter.
+FORBIDDEN_FLAGS = (
+    "--wrap", "--uid", "--gid", "--chdir", "-D", "--output", "-o", "--error", "-e", "--input", "-i",
+    "--job-name", "-J", "--parsable", "--array", "-a", "--export", "--export-file", "--test-only",
+    "--wait", "-W", "--get-user-env", "--kill-command", "--dependency", "-d",
+)
+
+_STATES: dict[str, BackendState] = {
+    "PENDING": BackendState.QUEUED,
+    "CONFIGURING": BackendState.QUEUED,
+    "REQUEUED": BackendState.QUEUED,
+    "REQUEUE_FED": BackendState.QUEUED,
+    "REQUEUE_HOLD": BackendState.QUEUED,
+    "RESV_DEL_HOLD": BackendState.QUEUED,
+    "RUNNING": BackendState.RUNNING,
+    "COMPLETING": BackendState.RUNNING,
+    "SIGNALING": BackendState.RUNNING,
+    "STAGE_OUT": BackendState.RUNNING,
+    "RESIZING": BackendState.RUNNING,
+    "SUSPENDED": BackendState.RUNNING,
+    "STOPPED": BackendState.RUNNING,
+    "COMPLETED": BackendState.COMPLETED,
+    "FAILED": BackendState.FAILED,
+    "BOOT_FAIL": BackendState.NODE_FAIL,
+    "NODE_FAIL": BackendState.NODE_FAIL,
+    "SPECIAL_EXIT": BackendState.FAILED,
+    "CANCELLED": BackendState.CANCELLED,
+    "REVOKED": BackendState.CANCELLED,
+    "TIMEOUT": BackendState.TIMEOUT,
+    "DEADLINE": BackendState.DEADLINE,
+    "OUT_OF_MEMORY": BackendState.OUT_OF_MEMORY,
+    "PREEMPTED": BackendState.PREEMPTED,
+}
+
+# sbatch stderr that means "try again later", not "this job is wrong".
+_TRANSIENT = re.compile(
+    r"unable to contact slurm controller|socket timed out|temporarily unable|resource temporarily unavailable|"
+    r"connection refused|communication connection failure|slurm_persist_conn|zero bytes were transmitted|"
+    r"no answer within|sending.*failed|Job submit/allocate failed: Slurm backup controller in standby mode",
+    re.IGNORECASE,
+)
+
+
+class FlagError(ValueError):
+    """A backend flag the submitter may not pass on (the message names it)."""
+
+
+def map_state(raw: str) -> BackendState | None:
+    """``CANCELLED by 0`` → CANCELLED; unknown words → None (the caller keeps the job as it was)."""
+    word = raw.strip().split(" ", 1)[0].rstrip("+").upper()
+    return _STATES.get(word)
+
+
+def is_transient(stderr: str) -> bool:
+    return bool(_TRANSIENT.search(stderr))
+
+
+def check_flags(flags: Iterable[str], *, source: str) -> list[str]:
+    out = []
+    for word in flags:
+        name = word.split("=", 1)[0]
+        for bad in FORBIDDEN_FLAGS:
+            short = not bad.startswith("--")
+            if name == bad or (short and word.startswith(bad) and not word.startswith("--")):
+                raise FlagError(f"{source} flag {word!r} is not allowed (the submitter sets {bad} itself)")
+        out.append(word)
+    return out
+
+
+def resource_flags(req: pb.ResourceRequest | None) -> list[str]:
+    """Pod resources → sbatch flags (cpus rounded up, memory in MiB rounded up, time in whole minutes)."""
+    if req is None:
+        return []
+    flags: list[str] = []
+    if req.cpu_millis > 0:
+        flags.append(f"--cpus-per-task={max(1, math.ceil(req.cpu_millis / 1000))}")
+    if req.memory_bytes > 0:
+        flags.append(f"--mem={max(1, math.ceil(req.memory_bytes / 2**20))}M")
+    if req.gpus > 0:
+        flags.append(f"--gres=gpu:{req.gpus}")
+    if req.wall_time is not None and req.wall_time.total_seconds() > 0:
+        flags.append(f"--time={format_minutes(req.wall_time)}")
+    return flags
+
+
+def format_minutes(limit: dt.timedelta) -> str:
+    """Slurm time ``D-HH:MM:00`` rounded up to the minute (Slurm's granularity)."""
+    minutes = max(1, math.ceil(limit.total_seconds() / 60))
+    days, rest = divmod(minutes, 24 * 60)
+    hours, mins = divmod(rest, 60)
+    return f"{days}-{hours:02d}:{mins:02d}:00"
+
+
+def sbatch_argv(
+    sbatch: str,
+    *,
+    uid: str,
+    job_dir: str,
+    script: str,
+    pool_flags: Sequence[str],
+    pod_flags: Sequence[str],
+    resources: pb.ResourceRequest | None,
+) -> list[str]:
+    """The whole sbatch command. Later flags win in sbatch, so the order is the precedence:
+    pool flags < pod annotation flags < pod resources < what the submitter must control."""
+    return [
+        sbatch,
+        *check_flags(pool_flags, source="pool sbatch"),
+        *check_flags(pod_flags, source="pod"),
+        *resource_flags(resources),
+        f"--job-name={uid}",
+        f"--chdir={job_dir}",
+        f"--output={job_dir}/job.out",
+        "--parsable",
+        script,
+    ]
+
+
+def parse_sbatch_id(stdout: str) -> str:
+    """``--parsable`` prints ``<id>`` or ``<id>;<cluster>``."""
+    line = stdout.strip().splitlines()[-1] if stdout.strip() else ""
+    job_id = line.split(";", 1)[0].strip()
+    if not job_id.isdigit():
+        raise ValueError(f"sbatch printed no job id: {stdout.strip()!r}")
+    return job_id
+
+
+def parse_time(value: str) -> float | None:
+    """Slurm's local ``YYYY-MM-DDTHH:MM:SS`` (``N/A``/``Unknown``/``None`` → None)."""
+    value = value.strip()
+    if not value or not value[0].isdigit():
+        return None
+    try:
+        return dt.datetime.strptime(value, "%Y-%m-%dT%H:%M:%S").timestamp()
+    except ValueError:
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class SlurmJob:
+    job_id: str
+    name: str
+    observation: Observation
+
+
+def _observation(
+    state_raw: str, reason: str, code: int | None, sig: int | None, start: str, end: str
+) -> Observation | None:
+    state = map_state(state_raw)
+    if state is None:
+        return None
+    return Observation(
+        state, exit_code=code, signal=sig, reason="" if reason == "None" else reason,
+        raw_state=state_raw.strip(), started_at=parse_time(start), finished_at=parse_time(end),
+    )
+
+
+def parse_squeue(text: str) -> dict[str, SlurmJob]:
+    """Lines of ``squeue -h -O SQUEUE_FORMAT`` → jobs by id (array/het sub-jobs are ignored)."""
+    jobs: dict[str, SlurmJob] = {}
+    for line in text.splitlines():
+        parts = line.rstrip("\n").split("|")
+        if len(parts) < 7:
+            continue
+        job_id, name, state, reason, raw_exit, start, end = (p.strip() for p in parts[:7])
+        if not job_id.isdigit():
+            continue
+        code = sig = None
+        if raw_exit.isdigit():
+            status = int(raw_exit)
+            code, sig = (status >> 8) & 0xFF, status & 0x7F
+        obs = _observation(state, reason, code, sig or None, start, end)
+        if obs is not None:
+            jobs[job_id] = SlurmJob(job_id, name, obs)
+    return jobs
+
+
+def parse_sacct(text: str) -> dict[str, SlurmJob]:
+    """Lines of ``sacct -X -n -P -o SACCT_FIELDS`` (ExitCode is ``code:signal``)."""
+    jobs: dict[str, SlurmJob] = {}
+    for line in text.splitlines():
+        parts = line.split("|")
+        if len(parts) < 6:
+            continue
+        job_id, name, state, exit_code, start, end = (p.strip() for p in parts[:6])
+        if not job_id.isdigit():
+            continue
+        code = sig = None
+        if ":" in exit_code:
+            a, b = exit_code.split(":", 1)
+            code = int(a) if a.isdigit() else None
+            sig = int(b) if b.isdigit() and int(b) else None
+        obs = _observation(state, "", code, sig, start, end)
+        if obs is not None:
+            jobs[job_id] = SlurmJob(job_id, name, obs)
+    return jobs
+
+
+_GPU = re.compile(r"gpu(?::[^:(,]+)?:(\d+)")
+
+
+def parse_sinfo(text: str) -> Capacity:
+    """``sinfo -h -N -o SINFO_FORMAT`` → total capacity (a node listed in several partitions counts once)."""
+    seen: dict[str, tuple[int, int, int]] = {}
+    for line in text.splitlines():
+        parts = line.split("|")
+        if len(parts) < 4 or not parts[0].strip():
+            continue
+        name, cpus, mem, gres = (p.strip() for p in parts[:4])
+        gpus = sum(int(m) for m in _GPU.findall(gres))
+        try:
+            seen[name] = (int(cpus), int(mem.rstrip("+")), gpus)
+        except ValueError:
+            continue
+    return Capacity(
+        cpu_millis=sum(c for c, _, _ in seen.values()) * 1000,
+        memory_bytes=sum(m for _, m, _ in seen.values()) * 2**20,
+        gpus=sum(g for _, _, g in seen.values()),
+        nodes=len(seen),
+    )
+
+
+def names_to_ids(jobs: Mapping[str, SlurmJob]) -> dict[str, str]:
+    """Job name (pod UID) → newest job id with that name."""
+    out: dict[str, str] = {}
+    for job in sorted(jobs.values(), key=lambda j: int(j.job_id)):
+        out[job.name] = job.job_id
+    return out
