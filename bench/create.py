@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from _harness import (  # noqa: E402
+from _harness import (
     HttpConnection,
     free_port,
     http_request,
@@ -34,10 +34,9 @@ from _harness import (  # noqa: E402
     stop_process,
     wait_http,
 )
-
-from interlink_nats.gen.interlink_nats import v1 as pb  # noqa: E402
-from interlink_nats.services.nats_server import NatsServerProcess  # noqa: E402
-from interlink_nats.services.scripts import render_job  # noqa: E402
+from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.services.nats_server import NatsServerProcess
+from interlink_nats.services.scripts import render_job
 
 IN_FLIGHT = 64
 

@@ -22,7 +22,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from _harness import (  # noqa: E402
+from _harness import (
     HttpConnection,
     RedisProcess,
     free_port,
@@ -35,10 +35,9 @@ from _harness import (  # noqa: E402
     stop_process,
     wait_http,
 )
-
-from interlink_nats.gen.interlink_nats import v1 as pb  # noqa: E402
-from interlink_nats.services.gateway.store import REDIS_PODS_KEY, PodRecord  # noqa: E402
-from interlink_nats.services.nats_server import NatsServerProcess  # noqa: E402
+from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.services.gateway.store import REDIS_PODS_KEY, PodRecord
+from interlink_nats.services.nats_server import NatsServerProcess
 
 
 def make_records(count: int) -> list[PodRecord]:

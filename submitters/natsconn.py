@@ -19,6 +19,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import nats
+from interlink_nats.services.security.config import Role, inbox_prefix
 from interlink_nats.submitters.settings import SubmitterSettings
 from nats.aio.client import Client as NATS
 
@@ -89,6 +90,7 @@ def connect_options(
     ctx = tls_context(settings)
     if ctx is not None:
         opts["tls"] = ctx
+    opts["inbox_prefix"] = settings.nats_inbox_prefix or inbox_prefix(Role.POOL, settings.pool)
     if settings.nats_user:
         opts["user"] = settings.nats_user
         if settings.nats_password is not None:

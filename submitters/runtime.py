@@ -43,11 +43,11 @@ import nats.js.errors
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.services.events import ensure_events_stream
 from interlink_nats.services.subjects import (
     EVENTS_STREAM,
     config_subject,
     events_subject,
-    events_wildcard,
     resources_subject,
 )
 from interlink_nats.submitters import jobfiles
@@ -118,6 +118,8 @@ class _Tracked:
     names: tuple[str, ...]
     status: bytes | None
     revision: int
+    inputs: object = None
+    """The (observation, files) last mapped: equal inputs give an equal status, so mapping is skipped."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -545,7 +547,12 @@ class Submitter:
         events: dict[str, pb.JobEvent] = {}
         finished: list[_Tracked] = []
         for t, f in zip(tracked, files, strict=True):
-            status = map_status(t.meta, observed.get(t.meta.uid, GONE), f, now=now)
+            obs = observed.get(t.meta.uid, GONE)
+            inputs = (obs, f)
+            if inputs == t.inputs:
+                continue  # map_status is pure: nothing new to say (the common case, by far)
+            t.inputs = inputs
+            status = map_status(t.meta, obs, f, now=now)
             raw = bytes(status)
             terminal = is_terminal(status.state)
             if terminal:
@@ -606,20 +613,26 @@ class Submitter:
         return pb.JobEvent(status=status, revision=revision, instance_id=self.instance_id)
 
     async def _ensure_stream(self) -> None:
-        """Create the events stream if missing; a stream the gateway made (any config) is fine."""
+        """Make sure the events stream exists (the definition is shared with the gateway).
+
+        A pool credential may only look the stream up, not create it (the gateway does), so a
+        lookup comes first; a failure is only logged: unacked events stay pending and retried.
+        """
         assert self.nc is not None
-        js = self.nc.jetstream()
-        subject = events_wildcard(self.settings.subject_prefix)
-        try:
-            await js.add_stream(name=EVENTS_STREAM, subjects=[subject], max_age=7 * 86400.0)
-        except nats.js.errors.BadRequestError:
-            info = await js.stream_info(EVENTS_STREAM)  # exists with another config: use it if it covers us
-            if subject not in (info.config.subjects or []):
-                log.warning("stream %s exists without subject %s; events may not be stored", EVENTS_STREAM, subject)
-        except (nats.errors.Error, TimeoutError) as exc:
-            log.warning("cannot ensure stream %s now (%s); will retry", EVENTS_STREAM, exc)
-            return
+        js = self.nc.jetstream(timeout=5)
         self._stream_ready = True
+        try:
+            await js.stream_info(EVENTS_STREAM)
+            return
+        except nats.js.errors.NotFoundError:
+            pass
+        except (nats.errors.Error, TimeoutError) as exc:
+            log.warning("cannot look up stream %s (%s); events wait until it is there", EVENTS_STREAM, exc)
+            return
+        try:
+            await ensure_events_stream(js, self.settings.subject_prefix)
+        except (nats.errors.Error, TimeoutError) as exc:
+            log.warning("cannot create stream %s (%s); events wait until the gateway creates it", EVENTS_STREAM, exc)
 
     async def publish_pending(self) -> int:
         """Publish every unpublished event (newest revision per pod); returns how many went out."""

@@ -127,6 +127,8 @@ class SubmitterSettings(BaseSettings):
     tls_ca_file: Path | None = None
     tls_cert_file: Path | None = None
     tls_key_file: Path | None = None
+    nats_inbox_prefix: str | None = None
+    """Reply inbox prefix; default ``_INBOX.pool.<pool>``, the private inbox a pool credential may use."""
     nats_connect_timeout: float = Field(5.0, gt=0)
     reconnect_wait_max: float = Field(30.0, gt=0)
     """Cap of the exponential back-off between reconnect attempts (forever)."""

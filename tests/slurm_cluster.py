@@ -8,6 +8,7 @@ by SLURM_CONF in their environment, never by name alone) and stops munged.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import shutil
@@ -132,8 +133,6 @@ class SlurmCluster:
             except (OSError, ValueError):
                 pass
         pidfile = self.dir / "munge" / "munged.pid"
-        try:
+        with contextlib.suppress(OSError, ValueError):
             os.kill(int(pidfile.read_text().strip()), signal.SIGTERM)
-        except (OSError, ValueError):
-            pass
         shutil.rmtree(self.dir, ignore_errors=True)

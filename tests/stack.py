@@ -18,7 +18,6 @@ from typing import Any
 
 import httpx
 import uvicorn
-
 from interlink_nats.services.gateway.app import Gateway, build_app
 from interlink_nats.services.gateway.server import running_gateway, uvicorn_config
 from interlink_nats.services.gateway.settings import GatewaySettings
@@ -109,13 +108,13 @@ async def full_stack(
         yield stack
 
 
-async def eventually(check: Callable[[], Awaitable[bool]], timeout: float = 20.0, what: str = "condition") -> None:
-    deadline = time.monotonic() + timeout
+async def eventually(check: Callable[[], Awaitable[bool]], within: float = 20.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + within
     while time.monotonic() < deadline:
         if await check():
             return
         await asyncio.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+    raise AssertionError(f"timed out after {within}s waiting for {what}")
 
 
 def pod(uid: str | None = None, *, containers: dict[str, list[str]], init: dict[str, list[str]] | None = None,

@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
 from stack import create_body, eventually, full_stack, logs_body, pod, terminated
 
 

@@ -6,7 +6,6 @@ import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
-
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.services.gateway import wire
 from interlink_nats.services.gateway.routing import pool_for_pod

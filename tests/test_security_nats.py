@@ -16,7 +16,6 @@ import nats.errors
 import pytest
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
-
 from interlink_nats.gen.interlink_nats.v1 import (
     DescribeRequest,
     DescribeResponse,
@@ -162,7 +161,8 @@ async def test_server_streaming_reply_with_credit_through_pool_permissions(clien
     chunks = [c async for c in submitter_client(gw, "a", timeout=10).get_logs(GetLogsRequest(pod_uid="p"))]
     assert len(chunks) == 100
     assert chunks[-1].offset == 100
-    assert pool_errors.violations() == [] and gw_errors.violations() == []
+    assert pool_errors.violations() == []
+    assert gw_errors.violations() == []
     await server.stop(grace=0)
 
 
@@ -190,7 +190,8 @@ async def test_gateway_calls_every_pool_and_consumes_events(clients: SecureStack
     await servers[1].nc.jetstream().publish("interlink.events.b", b"state")
     sub = await js.pull_subscribe("interlink.events.*", durable="security-test", stream=subjects.EVENTS_STREAM)
     msgs = await sub.fetch(1, timeout=3)
-    assert msgs and msgs[0].subject.startswith("interlink.events.")
+    assert msgs
+    assert msgs[0].subject.startswith("interlink.events.")
     for m in msgs:
         await m.ack()
     await gw.flush()
@@ -202,8 +203,12 @@ async def test_gateway_calls_every_pool_and_consumes_events(clients: SecureStack
 async def test_gateway_cannot_impersonate_pools_or_snoop_jobs(clients: SecureStack) -> None:
     errors = ErrorLog()
     gw = await clients.connect("gateway", errors=errors)
-    for subject in ("interlink.events.a", "interlink.config.a", "interlink.resources.a",
-                    f"$JS.API.STREAM.DELETE.{subjects.EVENTS_STREAM}"):
+    for subject in (
+        "interlink.events.a",
+        "interlink.config.a",
+        "interlink.resources.a",
+        f"$JS.API.STREAM.DELETE.{subjects.EVENTS_STREAM}",
+    ):
         await gw.publish(subject, b"")
         await gw.flush()
         await errors.wait_violation("publish", subject)
@@ -251,8 +256,7 @@ async def test_unknown_nkey_is_refused(clients: SecureStack, tmp_path: Path) -> 
     opts = clients.connect_options("pool-a")
     opts["nkeys_seed"] = str(stranger)
     with pytest.raises((nats.errors.Error, OSError)):
-        await nats.connect(clients.tls_url, allow_reconnect=False, max_reconnect_attempts=0, connect_timeout=3,
-                           **opts)
+        await nats.connect(clients.tls_url, allow_reconnect=False, max_reconnect_attempts=0, connect_timeout=3, **opts)
 
 
 async def test_rotating_a_pool_revokes_its_old_seed(tmp_path: Path) -> None:
@@ -270,8 +274,9 @@ async def test_rotating_a_pool_revokes_its_old_seed(tmp_path: Path) -> None:
         refused = False
         for _ in range(50):  # the reload is asynchronous: wait until the server applied it
             try:
-                probe = await nats.connect(stack.tls_url, allow_reconnect=False, max_reconnect_attempts=0,
-                                           connect_timeout=3, **opts)
+                probe = await nats.connect(
+                    stack.tls_url, allow_reconnect=False, max_reconnect_attempts=0, connect_timeout=3, **opts
+                )
                 await probe.close()
                 await asyncio.sleep(0.1)
             except (nats.errors.Error, OSError):  # an auth error, or the server hanging up mid-handshake

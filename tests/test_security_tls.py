@@ -7,20 +7,30 @@ A client that trusts another CA, or only the system store, is refused by its own
 
 from __future__ import annotations
 
+import asyncio
+import gc
 import ssl
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import nats
 import nats.errors
 import pytest
-
 from interlink_nats.gen.interlink_nats.v1 import DescribeRequest, GetLogsRequest
 from interlink_nats.services.rpc import RpcServer, submitter_client
 from test_security_nats import FakeSubmitter, settle
 from tls import ErrorLog, SecureStack, stack_fixture, write_other_ca
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [
+    pytest.mark.timeout(60),
+    # nats-py 2.16's WebSocket transport passes a float timeout that aiohttp deprecates; as an
+    # error (pyproject's filterwarnings) it would make every wss:// connect fail and retry forever.
+    pytest.mark.filterwarnings("ignore:parameter 'timeout' of type 'float' is deprecated:DeprecationWarning"),
+    # ...and leaves its aiohttp session unclosed when a wss:// handshake fails (collected below).
+    pytest.mark.filterwarnings("ignore:Unclosed client session:ResourceWarning"),
+    pytest.mark.filterwarnings("ignore:unclosed transport:ResourceWarning"),
+]
 
 
 @pytest.fixture(scope="module")
@@ -37,13 +47,15 @@ async def clients(stack: SecureStack) -> AsyncIterator[SecureStack]:
 def test_listeners_are_tls_only(stack: SecureStack) -> None:
     assert stack.server.websocket_url is not None
     assert stack.server.websocket_url.startswith("wss://")
-    assert "tls" in stack.bundle.config_text and "no_tls" not in stack.bundle.config_text
+    assert "tls" in stack.bundle.config_text
+    assert "no_tls" not in stack.bundle.config_text
 
 
 async def test_pool_over_wss_serves_the_gateway(clients: SecureStack) -> None:
     pool_errors = ErrorLog()
     pool_nc = await clients.connect("pool-a", url=clients.wss_url, errors=pool_errors)
-    assert pool_nc.connected_url is not None and pool_nc.connected_url.scheme == "wss"
+    assert pool_nc.connected_url is not None
+    assert pool_nc.connected_url.scheme == "wss"
     server = RpcServer(pool_nc, [FakeSubmitter("a")], pool="a", stream_window=4)
     await server.start()
     await settle(pool_nc)
@@ -61,21 +73,38 @@ async def test_pool_over_wss_serves_the_gateway(clients: SecureStack) -> None:
 async def test_wrong_ca_is_refused(clients: SecureStack, tmp_path: Path, scheme: str) -> None:
     other_ca = write_other_ca(tmp_path / "other-ca.pem")
     url = clients.wss_url if scheme == "wss" else clients.tls_url
-    opts = clients.connect_options("pool-a", ca_file=other_ca)
-    with pytest.raises((ssl.SSLCertVerificationError, nats.errors.Error, OSError)) as info:
-        nc = await nats.connect(url, allow_reconnect=False, max_reconnect_attempts=0, connect_timeout=3, **opts)
-        await nc.close()
-    assert _is_cert_failure(info.value), repr(info.value)
+    failures = await attempt_connect(url, clients.connect_options("pool-a", ca_file=other_ca))
+    assert any(_is_cert_failure(f) for f in failures), failures
 
 
 async def test_system_trust_store_does_not_trust_the_site_ca(clients: SecureStack) -> None:
     opts = clients.connect_options("pool-a")
     opts["tls"] = ssl.create_default_context()
-    with pytest.raises((ssl.SSLCertVerificationError, nats.errors.Error, OSError)) as info:
-        nc = await nats.connect(clients.wss_url, allow_reconnect=False, max_reconnect_attempts=0,
-                                connect_timeout=3, **opts)
-        await nc.close()
-    assert _is_cert_failure(info.value), repr(info.value)
+    failures = await attempt_connect(clients.wss_url, opts)
+    assert any(_is_cert_failure(f) for f in failures), failures
+
+
+async def attempt_connect(url: str, opts: dict[str, Any]) -> list[BaseException]:
+    """Try to connect once; return what went wrong (raised or reported), failing the test if it connected.
+
+    nats-py keeps retrying a failing ``wss://`` server even with reconnects off, so the attempt
+    is bounded by a timeout and the TLS error is taken from the error callback.
+    """
+    reported: list[BaseException] = []
+
+    async def on_error(exc: Exception) -> None:
+        reported.append(exc)
+
+    try:
+        async with asyncio.timeout(3):
+            nc = await nats.connect(
+                url, error_cb=on_error, allow_reconnect=False, max_reconnect_attempts=0, connect_timeout=2, **opts
+            )
+    except (TimeoutError, nats.errors.Error, OSError) as exc:
+        gc.collect()  # finalize the abandoned client here, under this module's warning filters
+        return [*reported, exc]
+    await nc.close()
+    pytest.fail(f"connected to {url} although the server's certificate should not verify")
 
 
 def _is_cert_failure(exc: BaseException) -> bool:

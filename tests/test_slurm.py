@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
@@ -10,9 +9,9 @@ from pathlib import Path
 
 import nats
 import pytest
+from conftest import missing_service
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
-
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.services.rpc import submitter_client
 from interlink_nats.services.subjects import events_subject
@@ -20,8 +19,6 @@ from interlink_nats.submitters.backends.base import JobHandle
 from interlink_nats.submitters.backends.slurm import SlurmBackend
 from interlink_nats.submitters.runtime import Submitter
 from interlink_nats.submitters.testing import pod_job, settings_for, wait_for
-
-from conftest import missing_service
 from slurm_cluster import SlurmCluster, missing_binaries
 
 pytestmark = pytest.mark.slurm
@@ -71,12 +68,12 @@ async def status_of(client: pb.SubmitterServiceStub, u: str) -> pb.JobStatus:
     return (await client.get_status(pb.GetStatusRequest(pod_uids=[u]))).statuses[0]
 
 
-async def until_terminal(client: pb.SubmitterServiceStub, u: str, timeout: float = 60) -> pb.JobStatus:
+async def until_terminal(client: pb.SubmitterServiceStub, u: str, within: float = 60) -> pb.JobStatus:
     async def check() -> pb.JobStatus | None:
         st = await status_of(client, u)
         return st if st.state in TERMINAL else None
 
-    return await wait_for(check, timeout=timeout, interval=0.25, what=f"pod {u} to end")
+    return await wait_for(check, timeout=within, interval=0.25, what=f"pod {u} to end")
 
 
 @pytest.fixture
@@ -219,7 +216,7 @@ async def test_a_job_over_its_time_limit_ends_as_deadline_exceeded(
     job = pod_job(u, {"main": "sleep 600"})
     job.backend_flags = ["--time=1"]  # Slurm's smallest limit: one minute (it kills 60-90 s after start)
     await client.submit(pb.SubmitRequest(job=job))
-    st = await until_terminal(client, u, timeout=200)
+    st = await until_terminal(client, u, within=200)
     assert st.state == pb.JobState.FAILED
     assert st.reason == "DeadlineExceeded"
     main = st.containers[0]

@@ -11,7 +11,6 @@ import nats
 import pytest
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
-
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.services.rpc import submitter_client
 from interlink_nats.services.subjects import EVENTS_STREAM, config_subject, events_subject, resources_subject
@@ -43,14 +42,14 @@ async def submitter(tmp_path: Path, nats_url: str, pool: str) -> AsyncIterator[S
         yield s
 
 
-async def final_status(client: pb.SubmitterServiceStub, pod_uid: str, timeout: float = 20) -> pb.JobStatus:
+async def final_status(client: pb.SubmitterServiceStub, pod_uid: str, within: float = 20) -> pb.JobStatus:
     async def check() -> pb.JobStatus | None:
         resp = await client.get_status(pb.GetStatusRequest(pod_uids=[pod_uid]))
         st = resp.statuses[0]
         done = st.state in (pb.JobState.SUCCEEDED, pb.JobState.FAILED, pb.JobState.CANCELLED, pb.JobState.LOST)
         return st if done else None
 
-    return await wait_for(check, timeout=timeout, what=f"pod {pod_uid} to finish")
+    return await wait_for(check, timeout=within, what=f"pod {pod_uid} to finish")
 
 
 async def test_a_job_runs_and_reports_every_container_with_its_exit_code(
@@ -120,7 +119,8 @@ async def test_logs_stream_while_running_and_follow_ends_when_the_container_ends
 
     data = await wait_for(three_lines, what="three log lines")
     assert data == b"line1\nline2\nline3\n"
-    tail = b"".join([c.data async for c in client.get_logs(pb.GetLogsRequest(pod_uid=u, container="main", tail_lines=1))])
+    tail_req = pb.GetLogsRequest(pod_uid=u, container="main", tail_lines=1)
+    tail = b"".join([c.data async for c in client.get_logs(tail_req)])
     assert tail == b"line3\n"
     limited = [c async for c in client.get_logs(pb.GetLogsRequest(pod_uid=u, container="main", limit_bytes=4))]
     assert b"".join(c.data for c in limited) == b"ne3\n"
@@ -218,7 +218,9 @@ async def test_events_list_and_describe(submitter: Submitter, nc: nats.NATS, poo
     page1 = await client.list_jobs(pb.ListJobsRequest(include_finished=True, page_size=2))
     assert len(page1.jobs) == 2
     assert page1.next_page_token
-    page2 = await client.list_jobs(pb.ListJobsRequest(include_finished=True, page_size=2, page_token=page1.next_page_token))
+    page2 = await client.list_jobs(
+        pb.ListJobsRequest(include_finished=True, page_size=2, page_token=page1.next_page_token)
+    )
     assert {j.pod.uid for j in page1.jobs + page2.jobs} == set(uids)
     assert not page2.next_page_token
     assert (await client.list_jobs(pb.ListJobsRequest())).jobs == []

@@ -15,13 +15,12 @@ from pathlib import Path
 from typing import Any
 
 import nats
-from nats.aio.client import Client as NATS
-
 from interlink_nats.services.nats_server import NatsServerProcess
 from interlink_nats.services.security import NatsConfigOptions, build_bundle, nats_connect_options
 from interlink_nats.services.security.config import Bundle, Credential
 from interlink_nats.services.security.devtls import DevTlsFiles, make_ca, write_dev_tls
 from interlink_nats.services.security.files import CONFIG_FILE, WriteResult, read_existing_seeds, write_bundle
+from nats.aio.client import Client as NATS
 
 POOLS = ("a", "b")
 
@@ -108,10 +107,10 @@ class ErrorLog:
     def violations(self) -> list[str]:
         return [e for e in self.errors if "permissions violation" in e.lower()]
 
-    async def wait_violation(self, kind: str, subject: str, timeout: float = 3.0) -> str:
+    async def wait_violation(self, kind: str, subject: str, within: float = 3.0) -> str:
         """Wait until the server reported a violation for ``kind`` (publish/subscription) on ``subject``."""
         wanted = f'permissions violation for {kind} to "{subject}"'.lower()
-        async with asyncio.timeout(timeout):
+        async with asyncio.timeout(within):
             while True:
                 for err in self.errors:
                     if wanted in err.lower():

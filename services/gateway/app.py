@@ -38,6 +38,7 @@ from starlette.applications import Starlette
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
 from starlette.routing import Route
+from tenacity import AsyncRetrying, wait_exponential
 
 log = logging.getLogger("interlink_nats.gateway")
 
@@ -76,7 +77,15 @@ class Gateway:
 
     # --- lifecycle -------------------------------------------------------------------------
     async def start(self) -> None:
-        loaded = await self.store.load()
+        # Serving without the pod table would answer "unknown" for live pods: wait for redis instead.
+        async for attempt in AsyncRetrying(
+            wait=wait_exponential(multiplier=0.2, max=5), reraise=True,
+            before_sleep=lambda state: log.warning(
+                "waiting for redis: %s", state.outcome and state.outcome.exception()
+            ),
+        ):
+            with attempt:
+                loaded = await self.store.load()
         await self.pools.start()
         await self.events.start()
         rebuilt = await self.rebuild_from_pools() if self.redis is not None and loaded == 0 else 0

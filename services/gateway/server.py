@@ -26,12 +26,13 @@ async def running_gateway(settings: GatewaySettings) -> AsyncIterator[Gateway]:
 
         redis = aioredis.from_url(settings.redis_url)
     gateway = Gateway(settings=settings, nc=nc, store=PodStore(redis), redis=redis)
+    resync: asyncio.Task[None] | None = None
     try:
         await gateway.start()
         resync = asyncio.create_task(_redis_watchdog(gateway)) if redis is not None else None
         yield gateway
     finally:
-        if redis is not None and resync is not None:
+        if resync is not None:
             resync.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await resync

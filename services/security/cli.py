@@ -95,12 +95,14 @@ def nats_config(
     result = write_bundle(bundle, out)
     typer.echo(f"wrote {result.config_file}")
     if not options.tls_enabled:
-        typer.echo("warning: no --tls-cert/--tls-key: WebSocket and client port are plain text (development only)",
-                   err=True)
+        typer.echo(
+            "warning: no --tls-cert/--tls-key: WebSocket and client port are plain text (development only)", err=True
+        )
     for cred in bundle.credentials:
-        typer.echo(f"  {cred.name:<24} {cred.public_key}  inbox {cred.inbox_prefix}  "
-                   f"seed {out / CREDENTIALS_DIR / cred.seed_file_name}")
+        typer.echo(
+            f"  {cred.name:<24} {cred.public_key}  inbox {cred.inbox_prefix}  "
+            f"seed {out / CREDENTIALS_DIR / cred.seed_file_name}"
+        )
     for name in result.stale:
-        typer.echo(f"revoked: {name} is no longer in {CONFIG_FILE}; delete {out / CREDENTIALS_DIR / name}.nk",
-                   err=True)
+        typer.echo(f"revoked: {name} is no longer in {CONFIG_FILE}; delete {out / CREDENTIALS_DIR / name}.nk", err=True)
     typer.echo("reload a running server with: nats-server --signal reload=<pid> (or send it SIGHUP)")

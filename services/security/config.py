@@ -429,7 +429,8 @@ def _render_permissions(perms: Permissions, indent: str) -> str:
 
 
 def _render_tls(options: NatsConfigOptions, indent: str, *, client_port: bool) -> str:
-    assert options.tls_cert and options.tls_key
+    assert options.tls_cert
+    assert options.tls_key
     lines = [
         f"{indent}tls {{",
         f"{indent}  cert_file: {_q(options.tls_cert)}",

@@ -37,8 +37,7 @@ def _crypto() -> None:
         import cryptography  # noqa: F401
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise DevTlsUnavailableError(
-            "generating development certificates needs the 'cryptography' package: "
-            "pip install 'interlink-nats[tls]'"
+            "generating development certificates needs the 'cryptography' package: pip install 'interlink-nats[tls]'"
         ) from exc
 
 
@@ -83,9 +82,15 @@ def make_ca(common_name: str = "interlink-nats dev CA", days: int = 30) -> tuple
         .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
         .add_extension(
             x509.KeyUsage(
-                digital_signature=True, key_cert_sign=True, crl_sign=True, content_commitment=False,
-                key_encipherment=False, data_encipherment=False, key_agreement=False,
-                encipher_only=False, decipher_only=False,
+                digital_signature=True,
+                key_cert_sign=True,
+                crl_sign=True,
+                content_commitment=False,
+                key_encipherment=False,
+                data_encipherment=False,
+                key_agreement=False,
+                encipher_only=False,
+                decipher_only=False,
             ),
             critical=True,
         )
@@ -154,8 +159,10 @@ def write_dev_tls(out_dir: Path, hosts: list[str], days: int = 30) -> DevTlsFile
     """
     out_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     files = DevTlsFiles(
-        ca_cert=out_dir / "ca.pem", ca_key=out_dir / "ca-key.pem",
-        server_cert=out_dir / "server.pem", server_key=out_dir / "server-key.pem",
+        ca_cert=out_dir / "ca.pem",
+        ca_key=out_dir / "ca-key.pem",
+        server_cert=out_dir / "server.pem",
+        server_key=out_dir / "server-key.pem",
     )
     if files.ca_cert.exists() and files.ca_key.exists():
         ca_cert, ca_key = files.ca_cert.read_bytes(), files.ca_key.read_bytes()

@@ -1,0 +1,168 @@
+"""One poll of 10,000 tracked jobs: backend calls per poll and time per poll, against per-pod polling.
+
+Slurm: a fake ``squeue`` on PATH prints 10,000 lines (the batched call) or one line when asked
+for one job (``-j``, the per-pod baseline that the original plugins use). Shell: 10,000 job
+directories whose jobs have ended (the file-reading path). For both, the whole runtime poll
+(``Submitter.poll_once``: backend poll + container files + status mapping + one registry
+commit) is timed on the first pass (every status changes) and on a steady pass (nothing
+changes). The baseline is measured in the same run: per-pod calls are timed on a sample and
+scaled to 10,000.
+
+Prints a table; the LAST line is one JSON object with the figures.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.services.scripts import layout
+from interlink_nats.submitters.backends.base import Backend, JobHandle
+from interlink_nats.submitters.backends.proc import run_command
+from interlink_nats.submitters.backends.shell import CLAIM, EXIT_FILE, PID_FILE, ShellBackend
+from interlink_nats.submitters.backends.slurm import SlurmBackend
+from interlink_nats.submitters.registry import Registry
+from interlink_nats.submitters.runtime import Submitter
+from interlink_nats.submitters.settings import SlurmSettings, SubmitterSettings
+
+FAKE_SQUEUE = """#!/bin/sh
+# Fake squeue for the benchmark: the whole table, or one line for `-j <id>` (per-pod polling).
+for a in "$@"; do
+  if [ "$prev" = "-j" ]; then grep "^$a|" "{table}"; exit 0; fi
+  prev=$a
+done
+cat "{table}"
+"""
+
+
+def make_jobs(root: Path, n: int, *, shell_done: bool) -> list[tuple[str, Path, str]]:
+    jobs = []
+    for i in range(n):
+        uid = f"{i:08d}-0000-4000-8000-000000000000"
+        job_dir = root / "jobs" / uid
+        (job_dir / layout.CONTAINERS_DIR).mkdir(parents=True)
+        (job_dir / layout.SCRIPT_NAME).write_text("#!/bin/bash\ntrue\n")
+        layout.started_path(job_dir, "main").write_text("1800000000\n")
+        if shell_done:
+            (job_dir / CLAIM).mkdir()
+            (job_dir / PID_FILE).write_text("1\n")
+            (job_dir / EXIT_FILE).write_text("0\n")
+        jobs.append((uid, job_dir, str(100000 + i)))
+    # Make the container dirs "settled" so the mtime cache is allowed to work, as in a real steady state.
+    old = time.time() - 60
+    for _, job_dir, _ in jobs:
+        os.utime(job_dir / layout.CONTAINERS_DIR, (old, old))
+    return jobs
+
+
+async def runtime_for(root: Path, backend: Backend, jobs: list[tuple[str, Path, str]]) -> Submitter:
+    settings = SubmitterSettings.load(None, pool="bench", backend=backend.name, state_dir=root)
+    sub = Submitter(settings, backend=backend)
+    sub.registry = await Registry.open(root / "registry.sqlite3")
+    spec = bytes(pb.JobScript(containers=["main"]))
+    for uid, job_dir, job_id in jobs:
+        await sub.registry.claim(uid=uid, namespace="bench", name=uid[:8], owner=sub.instance_id, job_dir=job_dir,
+                                 init_containers=[], containers=["main"], spec=spec, status=b"")
+        await sub.registry.mark_submitted(uid, job_id if backend.name == "slurm" else uid)
+    for row in await sub.registry.live(sub.instance_id):
+        sub._track(row)
+    return sub
+
+
+async def time_polls(sub: Submitter) -> tuple[float, float, int, int]:
+    """(first poll s, steady poll s, backend calls in the steady poll, statuses changed in the first)."""
+    first = await sub.poll_once()
+    steady = [await sub.poll_once() for _ in range(3)]
+    return first.seconds, statistics.median(s.seconds for s in steady), steady[-1].backend_calls, first.changed
+
+
+async def bench_slurm(root: Path, n: int, sample: int) -> dict[str, float | int]:
+    jobs = make_jobs(root, n, shell_done=False)
+    table = root / "squeue.txt"
+    table.write_text("".join(f"{jid}|{uid}|RUNNING|None|0|2026-11-25T23:53:00|N/A\n" for uid, _, jid in jobs))
+    bindir = root / "bin"
+    bindir.mkdir()
+    fake = bindir / "squeue"
+    fake.write_text(FAKE_SQUEUE.replace("{table}", str(table)))
+    fake.chmod(0o755)
+    os.environ["PATH"] = f"{bindir}:{os.environ['PATH']}"
+    backend = SlurmBackend(SlurmSettings(squeue=str(fake)))
+    handles = [JobHandle(uid, d, jid) for uid, d, jid in jobs]
+
+    calls0 = backend.calls
+    t0 = time.perf_counter()
+    observed = await backend.poll(handles)
+    backend_s = time.perf_counter() - t0
+    assert len(observed) == n, len(observed)
+    backend_calls = backend.calls - calls0
+
+    # Per-pod baseline: one `squeue -j <id>` per job, timed on a sample, scaled to n.
+    t0 = time.perf_counter()
+    for _, _, jid in jobs[:sample]:
+        await run_command([str(fake), "-h", "-j", jid, "-O", "JobID:|,State:|"])
+    per_pod_s = (time.perf_counter() - t0) / sample * n
+
+    sub = await runtime_for(root, backend, jobs)
+    first_s, steady_s, steady_calls, changed = await time_polls(sub)
+    assert changed == n
+    await sub.registry.close()  # type: ignore[union-attr]
+    return {
+        "backend_calls_per_poll": backend_calls, "backend_poll_s": round(backend_s, 4),
+        "per_pod_calls": n, "per_pod_s": round(per_pod_s, 3), "speedup_vs_per_pod": round(per_pod_s / backend_s, 1),
+        "runtime_first_poll_s": round(first_s, 3), "runtime_steady_poll_s": round(steady_s, 4),
+        "runtime_steady_backend_calls": steady_calls,
+    }
+
+
+async def bench_shell(root: Path, n: int) -> dict[str, float | int]:
+    jobs = make_jobs(root, n, shell_done=True)
+    backend = ShellBackend()
+    handles = [JobHandle(uid, d, uid) for uid, d, _ in jobs]
+    t0 = time.perf_counter()
+    observed = await backend.poll(handles)
+    backend_s = time.perf_counter() - t0
+    assert len(observed) == n
+    sub = await runtime_for(root, ShellBackend(), jobs)
+    first_s, _, _, changed = await time_polls(sub)
+    assert changed == n
+    await sub.registry.close()  # type: ignore[union-attr]
+    return {"backend_calls_per_poll": backend.calls, "backend_poll_s": round(backend_s, 4),
+            "runtime_first_poll_s": round(first_s, 3)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=10_000)
+    parser.add_argument("--sample", type=int, default=100, help="per-pod calls actually timed for the baseline")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="bench-poll-") as tmp:
+        slurm = asyncio.run(bench_slurm(Path(tmp) / "slurm", args.jobs, args.sample))
+        shell = asyncio.run(bench_shell(Path(tmp) / "shell", args.jobs))
+    print(f"\nOne poll of {args.jobs:,} tracked jobs (2 shared cores; per-pod baseline timed on {args.sample} calls)")
+    rows = [
+        ("slurm: batched squeue (backend only)", slurm["backend_calls_per_poll"], f"{slurm['backend_poll_s']:.3f}"),
+        ("slurm: per-pod squeue -j (baseline)", slurm["per_pod_calls"], f"{slurm['per_pod_s']:.2f}"),
+        ("slurm: runtime poll, every status changes", 1, f"{slurm['runtime_first_poll_s']:.3f}"),
+        ("slurm: runtime poll, steady", slurm["runtime_steady_backend_calls"], f"{slurm['runtime_steady_poll_s']:.3f}"),
+        ("shell: backend poll (files + /proc)", shell["backend_calls_per_poll"], f"{shell['backend_poll_s']:.3f}"),
+        ("shell: runtime poll, every job finishes", 0, f"{shell['runtime_first_poll_s']:.3f}"),
+    ]
+    w = max(len(r[0]) for r in rows)
+    print(f"{'case'.ljust(w)}  calls/poll  seconds")
+    for name, calls, secs in rows:
+        print(f"{name.ljust(w)}  {str(calls).rjust(10)}  {secs.rjust(7)}")
+    print(f"batched vs per-pod squeue: {slurm['speedup_vs_per_pod']}x faster, "
+          f"{slurm['per_pod_calls']}x fewer calls")
+    print(json.dumps({"bench": "poll", "jobs": args.jobs, "slurm": slurm, "shell": shell}))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

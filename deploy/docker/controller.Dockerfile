@@ -1,0 +1,33 @@
+# syntax=docker/dockerfile:1
+# kueue-nats: keeps Kueue ResourceFlavors/ClusterQueues in line with what pools announce.
+# Build from the repository root:  docker build -f deploy/docker/controller.Dockerfile -t interlink-nats-controller .
+ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+
+FROM ${PYTHON_IMAGE} AS build
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+WORKDIR /src
+RUN python -m venv /opt/venv
+COPY pyproject.toml README.md ./
+COPY interlink_nats/ interlink_nats/
+COPY gen/ gen/
+COPY services/ services/
+COPY submitters/ submitters/
+COPY controller/ controller/
+RUN /opt/venv/bin/pip install --no-cache-dir .
+
+FROM ${PYTHON_IMAGE}
+LABEL org.opencontainers.image.title="interlink-nats controller (kueue-nats)" \
+      org.opencontainers.image.licenses="Apache-2.0"
+RUN groupadd --system --gid 10001 interlink \
+ && useradd --system --uid 10001 --gid interlink --home-dir /var/lib/interlink-nats --create-home \
+      --shell /usr/sbin/nologin interlink
+COPY --from=build /opt/venv /opt/venv
+ENV PATH=/opt/venv/bin:$PATH \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1
+WORKDIR /var/lib/interlink-nats
+USER 10001:10001
+# Talks to the Kubernetes API and NATS only; Kubernetes watches the process.
+HEALTHCHECK NONE
+ENTRYPOINT ["interlink-nats"]
+CMD ["controller", "run"]

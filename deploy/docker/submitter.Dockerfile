@@ -1,0 +1,39 @@
+# syntax=docker/dockerfile:1
+# A submitter for one pool. This image runs the `shell` backend (jobs as host processes inside the container),
+# which is what the development compose stack uses; a site with Slurm or HTCondor installs the submitter next to
+# its batch client tools instead (pip install interlink-nats) or derives from this image and adds them.
+# Build from the repository root:  docker build -f deploy/docker/submitter.Dockerfile -t interlink-nats-submitter .
+ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+
+FROM ${PYTHON_IMAGE} AS build
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+WORKDIR /src
+RUN python -m venv /opt/venv
+COPY pyproject.toml README.md ./
+COPY interlink_nats/ interlink_nats/
+COPY gen/ gen/
+COPY services/ services/
+COPY submitters/ submitters/
+COPY controller/ controller/
+RUN /opt/venv/bin/pip install --no-cache-dir .
+
+FROM ${PYTHON_IMAGE}
+LABEL org.opencontainers.image.title="interlink-nats submitter" \
+      org.opencontainers.image.licenses="Apache-2.0"
+RUN groupadd --system --gid 10001 interlink \
+ && useradd --system --uid 10001 --gid interlink --home-dir /var/lib/interlink-nats --create-home \
+      --shell /usr/sbin/nologin interlink \
+ && install -d -o interlink -g interlink -m 0700 /var/lib/interlink-nats/state
+COPY --from=build /opt/venv /opt/venv
+ENV PATH=/opt/venv/bin:$PATH \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    INTERLINK_SUBMITTER_STATE_DIR=/var/lib/interlink-nats/state
+WORKDIR /var/lib/interlink-nats
+USER 10001:10001
+# Job directories and the SQLite registry: keep them on a volume so a restart resumes tracking.
+VOLUME ["/var/lib/interlink-nats/state"]
+# A submitter only dials out (NATS); liveness is its NATS connection, which the orchestrator sees as the process.
+HEALTHCHECK NONE
+ENTRYPOINT ["interlink-nats"]
+CMD ["submitter", "shell"]

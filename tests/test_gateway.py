@@ -1,0 +1,162 @@
+"""Gateway behaviour beyond the happy path: follow logs, pool problems, auth, sockets, health, metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+import pytest
+from conftest import RedisServer
+from interlink_nats.services.gateway.server import running_gateway
+from interlink_nats.services.gateway.settings import GatewaySettings
+from interlink_nats.services.natsconn import NatsConnectionSettings
+from stack import create_body, eventually, full_stack, gateway_only, logs_body, new_pool, pod, terminated
+
+
+async def test_follow_streams_lines_as_they_are_written_until_the_container_ends(
+    nats_url: str, tmp_path: Path
+) -> None:
+    async with full_stack(nats_url, tmp_path) as stack:
+        p = pod(containers={"ticker": ["sh", "-c", "for i in 1 2 3 4 5; do echo tick-$i; sleep 0.4; done"]})
+        assert (await stack.post("/create", create_body(p))).status_code == 200
+
+        async def running() -> bool:
+            status = await stack.status_of(p)
+            return any("running" in c["state"] or "terminated" in c["state"] for c in status["containers"])
+
+        await eventually(running, what="the container to start")
+        arrivals: list[tuple[float, str]] = []
+        started = time.monotonic()
+        async with stack.http.stream("GET", "/getLogs", json=logs_body(p, "ticker", Follow=True)) as response:
+            assert response.status_code == 200
+            assert response.headers["content-type"].startswith("text/plain")
+            async for line in response.aiter_lines():
+                if line:
+                    arrivals.append((time.monotonic() - started, line))
+        assert [line for _, line in arrivals] == [f"tick-{i}" for i in range(1, 6)]
+        # Streamed, not buffered: the lines arrived over time, not all at the end.
+        assert arrivals[-1][0] - arrivals[0][0] > 0.5
+
+
+async def test_tail_and_bytes_limit_the_log(nats_url: str, tmp_path: Path) -> None:
+    async with full_stack(nats_url, tmp_path) as stack:
+        p = pod(containers={"main": ["sh", "-c", "for i in 1 2 3 4 5; do echo line-$i; done"]})
+        assert (await stack.post("/create", create_body(p))).status_code == 200
+
+        async def done() -> bool:
+            return terminated(await stack.status_of(p))
+
+        await eventually(done, what="the container to finish")
+        tail = await stack.get("/getLogs", logs_body(p, "main", Tail=2))
+        assert tail.text == "line-4\nline-5\n"
+        limited = await stack.get("/getLogs", logs_body(p, "main", Bytes=7))
+        assert limited.text == "line-5\n"
+        unknown = await stack.get("/getLogs", logs_body(p, "nope"))
+        assert unknown.status_code == 404 and "nope" in unknown.text
+
+
+async def test_a_pool_without_submitters_is_a_503_after_a_bounded_wait(nats_url: str) -> None:
+    async with gateway_only(nats_url, default_pool=new_pool(), pool_wait_s=0.5) as stack:
+        started = time.monotonic()
+        response = await stack.post("/create", create_body(pod(containers={"main": ["true"]})))
+        elapsed = time.monotonic() - started
+        assert response.status_code == 503
+        assert "unavailable" in response.text and stack.pool in response.text
+        assert elapsed < 5
+
+
+async def test_a_pod_naming_no_pool_without_a_default_is_a_4xx(nats_url: str) -> None:
+    async with gateway_only(nats_url, default_pool=None) as stack:
+        response = await stack.post("/create", create_body(pod(containers={"main": ["true"]})))
+        assert response.status_code == 422
+        assert "pool.vk.io" in response.text
+
+
+async def test_the_toleration_routes_the_pod_to_its_pool(nats_url: str, tmp_path: Path) -> None:
+    async with full_stack(nats_url, tmp_path) as stack:
+        stack.gateway.settings.default_pool = None
+        p = pod(containers={"main": ["true"]}, pool=stack.pool)
+        response = await stack.post("/create", create_body(p))
+        assert response.status_code == 200, response.text
+        assert stack.gateway.store.get(p["metadata"]["uid"]).pool == stack.pool  # type: ignore[union-attr]
+
+
+async def test_a_pod_the_renderer_rejects_is_a_422_naming_the_field(nats_url: str, tmp_path: Path) -> None:
+    async with full_stack(nats_url, tmp_path) as stack:
+        p = pod(containers={"main": ["true"]})
+        p["spec"]["volumes"] = [{"name": "data", "persistentVolumeClaim": {"claimName": "x"}}]
+        response = await stack.post("/create", create_body(p))
+        assert response.status_code == 422
+        assert "persistentVolumeClaim" in response.text
+
+
+async def test_bearer_token_is_required_when_configured(nats_url: str) -> None:
+    async with gateway_only(nats_url, default_pool="x", bearer_token="s3cret") as stack:
+        assert (await stack.get("/status", [])).status_code == 401
+        ok = await stack.http.request("GET", "/status", json=[], headers={"Authorization": "Bearer s3cret"})
+        assert ok.status_code == 200
+        wrong = await stack.http.request("GET", "/status", json=[], headers={"Authorization": "Bearer nope"})
+        assert wrong.status_code == 401
+        assert (await stack.http.get("/healthz")).status_code == 200, "health stays open for probes"
+
+
+async def test_the_gateway_listens_on_a_unix_socket(nats_url: str, tmp_path: Path) -> None:
+    import uvicorn
+    from interlink_nats.services.gateway.app import build_app
+    from interlink_nats.services.gateway.server import uvicorn_config
+
+    sock = tmp_path / "gw.sock"
+    settings = GatewaySettings(nats=NatsConnectionSettings(url=nats_url), unix_socket=sock,
+                               events_durable=f"gw-{uuid.uuid4().hex[:8]}")
+    async with running_gateway(settings) as gateway:
+        server = uvicorn.Server(uvicorn_config(build_app(gateway), settings))
+        task = asyncio.create_task(server.serve())
+        try:
+            await eventually(lambda: asyncio.sleep(0, sock.exists()), what="the socket")
+            transport = httpx.AsyncHTTPTransport(uds=str(sock))
+            async with httpx.AsyncClient(transport=transport, base_url="http://gateway") as client:
+                response = await client.request("GET", "/status", json=[])
+            assert response.status_code == 200
+            assert response.json()["status"] == "ok"
+        finally:
+            server.should_exit = True
+            await task
+
+
+async def test_healthz_and_metrics_reflect_the_gateway(nats_url: str, tmp_path: Path) -> None:
+    async with full_stack(nats_url, tmp_path) as stack:
+        health = await stack.http.get("/healthz")
+        assert health.status_code == 200 and health.json()["nats"] is True
+        p = pod(containers={"main": ["true"]})
+        assert (await stack.post("/create", create_body(p))).status_code == 200
+        assert (await stack.post("/create", content_bad := {"pod": {}})).status_code == 400 and content_bad
+        text = (await stack.http.get("/metrics")).text
+        assert 'interlink_gateway_requests_total{code="200",endpoint="create"} 1.0' in text
+        assert 'interlink_gateway_requests_total{code="400",endpoint="create"} 1.0' in text
+        assert "interlink_gateway_pods{" in text
+        assert p["metadata"]["uid"] not in text, "no pod data in metric labels"
+
+
+async def test_healthz_reports_a_redis_outage_and_recovery(nats_url: str, redis_server: RedisServer) -> None:
+    own = RedisServer(redis_server.binary)
+    own.start()
+    try:
+        async with gateway_only(nats_url, default_pool="x", redis_url=own.url) as stack:
+            assert (await stack.http.get("/healthz")).json()["redis"] is True
+            own.stop()
+            health = await stack.http.get("/healthz")
+            assert health.status_code == 503
+            assert health.json()["redis"] is False
+            own.start()
+            assert (await stack.http.get("/healthz")).status_code == 200
+    finally:
+        own.cleanup()
+
+
+@pytest.mark.parametrize("method", ["PUT", "PATCH"])
+async def test_wrong_methods_are_405(nats_url: str, method: str) -> None:
+    async with gateway_only(nats_url, default_pool="x") as stack:
+        assert (await stack.http.request(method, "/create")).status_code == 405

@@ -1,0 +1,644 @@
+"""Fuzzing the gateway's HTTP API against a real stack: no input ever gets a 5xx or crashes it.
+
+One gateway + shell submitter (runtime ``none``) runs in a background thread for the whole
+module, on a real port; tests talk to it over HTTP like interLink does. Three sources of input:
+
+* schemathesis, from the gateway's own OpenAPI file (positive and negative data for every
+  operation; ``GET /status`` and ``GET /getLogs`` really carry their JSON bodies);
+* hypothesis pods: valid-ish RetrievedPodData with random names, env, volumes of every kind,
+  resources, junk fields and values of the wrong type dropped anywhere;
+* hand-written bad input: malformed JSON, wrong shapes, unknown UIDs, huge bodies, wrong
+  content types and methods.
+
+Pods that pass validation really run on this host (runtime ``none``), so every generated pod
+is defanged before it is sent: commands are only ``true`` or ``echo``, no pre-exec/MPI
+annotations, hostPath volumes only below a scratch directory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import re
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import requests
+import schemathesis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from schemathesis import GenerationMode
+from schemathesis.checks import not_a_server_error
+from schemathesis.specs.openapi.checks import (
+    content_type_conformance,
+    response_schema_conformance,
+    status_code_conformance,
+)
+from stack import create_body, eventually, full_stack, logs_body, new_pool, pod
+
+SCHEMA_FILE = Path(__file__).resolve().parents[1] / "services" / "gateway" / "openapi.json"
+SCHEMA = schemathesis.openapi.from_path(str(SCHEMA_FILE))
+POOL = new_pool()
+MAX_BODY = 256 * 1024
+FUZZ = settings(
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much,
+                           HealthCheck.function_scoped_fixture],
+)
+# A 4xx message names the field first: "pod.metadata.uid: ...", "pod rejected: spec.volumes[0].name: ...".
+FIELD_MESSAGE = re.compile(
+    r"^(pod rejected: )?(body|pod|spec|metadata|container|configMap|secret|projectedvolumemaps|Opts|PodUID|"
+    r"Namespace|PodName|ContainerName|\[\d+\])[^\n]*?: \S"
+)
+
+
+# --- the live stack ----------------------------------------------------------------------------
+
+
+@dataclass
+class Live:
+    base_url: str
+    pool: str
+    sandbox: Path
+    http: httpx.Client
+    thread: threading.Thread
+
+    def send(self, method: str, path: str, body: Any, **kwargs: Any) -> httpx.Response:
+        """``body`` as JSON; ``ensure_ascii`` so lone surrogates travel as valid ``\\udXXX`` escapes."""
+        return self.http.request(method, path, content=json.dumps(body).encode(),
+                                 headers={"content-type": "application/json"}, **kwargs)
+
+    def assert_alive(self) -> None:
+        assert self.thread.is_alive(), "the gateway's event loop died"
+        ping = self.send("GET", "/status", [])
+        assert ping.status_code == 200, ping.text
+        assert ping.json()["status"] == "ok"
+
+
+@pytest.fixture(scope="module")
+def live(nats_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
+    """The stack, served from its own event loop in a thread, so sync hypothesis tests can drive it."""
+    state_dir = tmp_path_factory.mktemp("fuzz-state")
+    sandbox = tmp_path_factory.mktemp("fuzz-hostpath")
+    ready = threading.Event()
+    box: dict[str, Any] = {}
+
+    async def serve() -> None:
+        stop = asyncio.Event()
+        box["stop"] = stop
+        box["loop"] = asyncio.get_running_loop()
+        async with full_stack(nats_url, state_dir, pool=POOL, max_body_bytes=MAX_BODY, pool_wait_s=0.5) as stack:
+            box["url"] = stack.base_url
+            ready.set()
+            await stop.wait()
+
+    def run() -> None:
+        try:
+            asyncio.run(serve())
+        except BaseException as exc:  # surfaced by the fixture, not lost in the thread
+            box["error"] = exc
+        finally:
+            ready.set()
+
+    thread = threading.Thread(target=run, name="fuzz-stack", daemon=True)
+    thread.start()
+    assert ready.wait(60), "the stack did not start"
+    if "error" in box:
+        raise box["error"]
+    with httpx.Client(base_url=box["url"], timeout=30) as http:
+        yield Live(box["url"], POOL, sandbox, http, thread)
+    box["loop"].call_soon_threadsafe(box["stop"].set)
+    thread.join(30)
+    assert not thread.is_alive(), "the stack did not stop"
+    if "error" in box:
+        raise box["error"]
+
+
+def assert_not_5xx_and_explained(response: httpx.Response | requests.Response, what: str) -> None:
+    assert response.status_code < 500, f"{what} -> {response.status_code}: {response.text[:500]}"
+    if response.status_code >= 400:
+        assert response.text.strip(), f"{what} -> {response.status_code} with an empty body"
+
+
+# --- defanging: generated pods run on this host ------------------------------------------------
+
+SAFE_PROGRAMS = ("true", "echo")
+
+
+def defang(body: Any, sandbox: Path) -> Any:
+    """Make whatever pod ``body`` holds harmless to run with runtime ``none``, keeping its wrong types."""
+    entries = body if isinstance(body, list) else [body]
+    for entry in entries:
+        if isinstance(entry, dict):
+            _defang_pod(entry.get("pod"), sandbox)
+    return body
+
+
+def _defang_pod(p: Any, sandbox: Path) -> None:
+    if not isinstance(p, dict):
+        return
+    meta = p.get("metadata")
+    if isinstance(meta, dict) and isinstance(meta.get("annotations"), dict):
+        # pre-exec runs on the host, mpi-flags prefix the command, flags reach the batch system.
+        for key in [k for k in meta["annotations"] if isinstance(k, str) and k.startswith("slurm-job.vk.io/")]:
+            del meta["annotations"][key]
+    spec = p.get("spec")
+    if not isinstance(spec, dict):
+        return
+    for key in ("containers", "initContainers"):
+        containers = spec.get(key)
+        if isinstance(containers, list):
+            for c in containers:
+                if isinstance(c, dict) and isinstance(c.get("command"), list):
+                    command = c["command"]
+                    if command and isinstance(command[0], str) and command[0] not in SAFE_PROGRAMS:
+                        command[0] = "echo"
+                    if not command:
+                        c["command"] = ["true"]
+    volumes = spec.get("volumes")
+    if isinstance(volumes, list):
+        for i, v in enumerate(volumes):
+            if isinstance(v, dict) and isinstance(v.get("hostPath"), dict) and isinstance(v["hostPath"].get("path"),
+                                                                                          str):
+                v["hostPath"]["path"] = f"{sandbox}/v{i}"
+
+
+# --- schemathesis ------------------------------------------------------------------------------
+
+OPERATIONS = [("/create", "POST"), ("/status", "GET"), ("/delete", "POST"), ("/getLogs", "GET")]
+CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
+
+
+@pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE], ids=str)
+@pytest.mark.parametrize(("path", "method"), OPERATIONS, ids=[p for p, _ in OPERATIONS])
+@settings(FUZZ, max_examples=40)
+@given(data=st.data())
+def test_schemathesis_cases_never_get_a_5xx(live: Live, path: str, method: str, mode: GenerationMode,
+                                            data: st.DataObject) -> None:
+    case = data.draw(SCHEMA[path][method].as_strategy(generation_mode=mode), label="case")
+    if path == "/create" and case.body is not schemathesis.core.NOT_SET:
+        defang(case.body, live.sandbox)
+    response = case.call(base_url=live.base_url, timeout=30)
+    sent = response.request.body
+    if mode is GenerationMode.POSITIVE:
+        assert sent, f"{method} {path} was sent without its JSON body"  # GET bodies must really travel
+    assert_not_5xx_and_explained(response, f"{method} {path} {sent!r:.300}")
+    case.validate_response(response, checks=CHECKS)
+    if path == "/create" and response.status_code == 200:
+        live.send("POST", "/delete", case.body if isinstance(case.body, dict) else case.body[0])
+    if path == "/create" and 400 <= response.status_code < 500 and response.status_code != 413:
+        assert FIELD_MESSAGE.match(response.text), f"create 4xx names no field: {response.text[:300]}"
+
+
+@settings(FUZZ, max_examples=10)
+@given(data=st.data())
+def test_schemathesis_health_and_metrics(live: Live, data: st.DataObject) -> None:
+    for path in ("/healthz", "/metrics"):
+        case = data.draw(SCHEMA[path]["GET"].as_strategy(), label=path)
+        response = case.call(base_url=live.base_url, timeout=30)
+        assert response.status_code == 200, response.text
+        case.validate_response(response, checks=CHECKS)
+
+
+def test_the_served_openapi_is_the_one_fuzzed(live: Live) -> None:
+    served = live.http.get("/openapi.json")
+    assert served.status_code == 200
+    assert served.json() == json.loads(SCHEMA_FILE.read_text())
+
+
+# --- hypothesis pods ---------------------------------------------------------------------------
+
+scalars = st.one_of(st.none(), st.booleans(), st.integers(-(2**70), 2**70), st.floats(allow_nan=False),
+                    st.text(max_size=12))
+junk = st.recursive(scalars, lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner,
+                                                                                         max_size=3), max_leaves=6)
+dns = st.from_regex(r"[a-z]([a-z0-9-]{0,10}[a-z0-9])?", fullmatch=True)
+odd_text = st.sampled_from(["", "\ud800", "a\x00b", "$(HOME)", "$$(X)", "'\"`;|&", "é漢字🙂", "x" * 300, "A B",
+                            "../..", "/abs", "a=b", "-n", "\n"])
+text = st.one_of(st.text(max_size=16), odd_text)
+name_like = st.one_of(dns, dns, dns, odd_text, junk)
+quantity = st.one_of(st.sampled_from(["100m", "1", "1Gi", "2.5", "500Mi", "1e3", "0", "-1", "abc", "1.5Ki", "1Zi",
+                                      " 2 ", "9" * 40, "", "1e400"]),
+                     st.integers(-5, 2**64), st.floats(allow_nan=False, allow_infinity=False), junk)
+resource_names = st.sampled_from(["cpu", "memory", "nvidia.com/gpu", "ephemeral-storage", "hugepages-2Mi", "bogus"])
+resources = st.fixed_dictionaries({}, optional={
+    "requests": st.dictionaries(resource_names, quantity, max_size=3),
+    "limits": st.dictionaries(resource_names, quantity, max_size=3),
+})
+field_paths = st.sampled_from(["metadata.name", "metadata.namespace", "metadata.uid", "metadata.labels",
+                               "metadata.annotations", "metadata.labels['app']", "status.podIP", "spec.nodeName",
+                               "spec.bogus", "metadata.labels['", ""])
+mode = st.one_of(st.none(), st.integers(-1, 0o1000), st.sampled_from([0o644, 0o400, 0o755]), junk)
+rel_path = st.one_of(dns, st.sampled_from(["a/b", "dir/file.txt", "../up", "/abs", "a//b", ".", "", "x\x00y"]))
+abs_path = st.one_of(dns.map(lambda s: f"/{s}"),
+                     st.sampled_from(["/data", "/a/b/c", "/", "rel", "/a,b", "/a:b", "/x/../y", "/x\x00y", ""]))
+KINDS = ["emptyDir", "configMap", "secret", "downwardAPI", "projected", "hostPath", "persistentVolumeClaim", "nfs"]
+
+
+@st.composite
+def volume(draw: st.DrawFn, vname: str) -> tuple[dict[str, Any], list[dict[str, Any]], list[dict[str, Any]]]:
+    """(volume, configMaps, secrets) — the data interLink would attach, sometimes missing or broken."""
+    kind = draw(st.sampled_from(KINDS))
+    cms: list[dict[str, Any]] = []
+    secrets: list[dict[str, Any]] = []
+    keys = draw(st.lists(st.one_of(dns, rel_path), max_size=3, unique=True))
+    items = draw(st.one_of(st.none(), st.lists(st.fixed_dictionaries(
+        {"key": st.one_of(st.sampled_from(keys or ["k"]), junk), "path": rel_path}, optional={"mode": mode}),
+        max_size=2)))
+    optional = draw(st.one_of(st.none(), st.booleans()))
+    source: dict[str, Any]
+    if kind == "emptyDir":
+        source = draw(st.sampled_from([{}, {"medium": "Memory"}, {"sizeLimit": "1Gi"}]))
+    elif kind in ("configMap", "secret"):
+        obj_name = draw(dns)
+        name_key = "name" if kind == "configMap" else "secretName"
+        source = {name_key: draw(st.one_of(st.just(obj_name), name_like)), "optional": optional,
+                  "defaultMode": draw(mode)}
+        if items is not None:
+            source["items"] = items
+        if draw(st.booleans()):  # interLink sent the object
+            if kind == "configMap":
+                cms.append({"metadata": {"name": obj_name},
+                            "data": draw(st.dictionaries(st.sampled_from(keys or ["k"]), text, max_size=3)),
+                            "binaryData": draw(st.dictionaries(st.sampled_from(keys or ["k"]),
+                                                               st.one_of(st.binary(max_size=8).map(
+                                                                   lambda b: base64.b64encode(b).decode()), text),
+                                                               max_size=2))})
+            else:
+                secrets.append({"metadata": {"name": obj_name},
+                                "data": draw(st.dictionaries(st.sampled_from(keys or ["k"]), st.one_of(
+                                    st.binary(max_size=8).map(lambda b: base64.b64encode(b).decode()), text),
+                                    max_size=3))})
+    elif kind == "downwardAPI":
+        source = {"items": draw(st.lists(st.fixed_dictionaries(
+            {"path": rel_path, "fieldRef": st.fixed_dictionaries({"fieldPath": field_paths})},
+            optional={"mode": mode}), max_size=3))}
+    elif kind == "projected":
+        sources = draw(st.lists(st.sampled_from([
+            {"serviceAccountToken": {"path": "token"}},
+            {"downwardAPI": {"items": [{"path": "name", "fieldRef": {"fieldPath": "metadata.name"}}]}},
+            {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+            {"configMap": {"name": "absent", "optional": True}},
+            {"secret": {"name": "absent"}},
+            {"clusterTrustBundle": {"path": "x"}},
+            {},
+        ]), max_size=3))
+        source = {"sources": sources, "defaultMode": draw(mode)}
+    elif kind == "hostPath":  # the path is moved below the sandbox by defang()
+        source = {"path": draw(abs_path), "type": draw(st.sampled_from(
+            ["", "DirectoryOrCreate", "FileOrCreate", "Directory", "File", "Socket", "Bogus"]))}
+    else:
+        source = {"claimName": "c"} if kind == "persistentVolumeClaim" else {"server": "s", "path": "/"}
+    return {"name": vname, kind: source}, cms, secrets
+
+
+@st.composite
+def container(draw: st.DrawFn, cname: Any, volume_names: list[str]) -> dict[str, Any]:
+    c: dict[str, Any] = {"name": cname, "image": draw(st.one_of(st.sampled_from(
+        ["busybox", "docker://busybox:1.36", "/images/x.sif", "oras://r/x:1", ""]), text))}
+    # Only harmless programs: these pods run on this host.
+    c["command"] = draw(st.one_of(st.just(["true"]), st.lists(text, max_size=3).map(lambda a: ["echo", *a])))
+    if draw(st.booleans()):
+        c["args"] = draw(st.lists(text, max_size=3))
+    env_var = st.one_of(
+        st.fixed_dictionaries({"name": st.one_of(st.from_regex(r"[A-Z_][A-Z0-9_]{0,8}", fullmatch=True), text),
+                               "value": st.one_of(text, st.just("$(A)-$$(B)"))}),
+        st.fixed_dictionaries({"name": st.just("FROM_FIELD"),
+                               "valueFrom": st.fixed_dictionaries({"fieldRef": st.fixed_dictionaries(
+                                   {"fieldPath": field_paths})})}),
+        st.fixed_dictionaries({"name": st.just("FROM_REF"), "valueFrom": st.one_of(
+                st.fixed_dictionaries({"configMapKeyRef": st.fixed_dictionaries(
+                    {"name": dns, "key": dns}, optional={"optional": st.booleans()})}),
+                st.fixed_dictionaries({"secretKeyRef": st.fixed_dictionaries(
+                    {"name": dns, "key": dns}, optional={"optional": st.booleans()})}),
+                st.fixed_dictionaries({"resourceFieldRef": st.just({"resource": "limits.cpu"})}))}),
+    )
+    if draw(st.booleans()):
+        c["env"] = draw(st.lists(env_var, max_size=4))
+    if draw(st.integers(0, 4)) == 0:
+        c["envFrom"] = draw(st.lists(st.one_of(
+            st.fixed_dictionaries({"configMapRef": st.fixed_dictionaries({"name": dns},
+                                                                         optional={"optional": st.booleans()})},
+                                  optional={"prefix": text}),
+            st.fixed_dictionaries({"secretRef": st.fixed_dictionaries({"name": dns})}),
+            st.just({"bogusRef": {}})), max_size=2))
+    if volume_names and draw(st.booleans()):
+        c["volumeMounts"] = draw(st.lists(st.fixed_dictionaries(
+            {"name": st.one_of(st.sampled_from(volume_names), st.just("missing"), junk), "mountPath": abs_path},
+            optional={"readOnly": st.booleans(), "subPath": rel_path, "subPathExpr": st.just("$(FROM_FIELD)"),
+                      "mountPropagation": st.sampled_from(["None", "HostToContainer", "Bidirectional"])}),
+            max_size=3))
+    if draw(st.booleans()):
+        c["workingDir"] = draw(abs_path)
+    if draw(st.booleans()):
+        c["resources"] = draw(resources)
+    if draw(st.integers(0, 5)) == 0:  # junk fields: ignored ones, unsupported ones, made-up ones
+        c.update(draw(st.dictionaries(st.one_of(st.sampled_from(
+            ["ports", "imagePullPolicy", "lifecycle", "restartPolicy", "securityContext", "bogus"]), st.text(
+                max_size=6)), junk, max_size=2)))
+    return c
+
+
+@st.composite
+def pod_bodies(draw: st.DrawFn, pool: str) -> dict[str, Any]:
+    """A RetrievedPodData: valid-ish, then junk fields, then values of the wrong type at random spots."""
+    uid = draw(st.one_of(st.uuids().map(str), st.uuids().map(str), st.uuids().map(str),
+                         st.sampled_from(["", "..", "a/b", "x" * 300, "\ud800", "ok-uid_1.2", "a b"]), junk))
+    meta: dict[str, Any] = {"name": draw(name_like), "namespace": draw(st.one_of(st.just("default"), name_like)),
+                            "uid": uid}
+    if draw(st.booleans()):
+        meta["labels"] = draw(st.dictionaries(dns, text, max_size=3))
+    if draw(st.booleans()):
+        meta["annotations"] = draw(st.dictionaries(st.one_of(dns, st.sampled_from(
+            ["slurm-job.vk.io/flags", "slurm-job.vk.io/pre-exec", "slurm-job.vk.io/mpi-flags",
+             "slurm-job.vk.io/image-root", "interlink.eu/pod-ip"])), text, max_size=3))
+    vnames = draw(st.lists(st.one_of(dns, dns, dns, name_like.filter(lambda v: isinstance(v, str))), max_size=4))
+    volumes, cms, secrets = [], [], []
+    for vname in vnames:
+        v, c, s = draw(volume(vname))
+        volumes.append(v)
+        cms += c
+        secrets += s
+    plain_names = [v for v in vnames if isinstance(v, str)]
+    n_init, n_main = draw(st.integers(0, 2)), draw(st.integers(1, 3))
+    base_names = draw(st.lists(name_like, min_size=n_init + n_main, max_size=n_init + n_main))
+    names = [f"{n}-{i}" if isinstance(n, str) and draw(st.booleans()) else n for i, n in enumerate(base_names)]
+    init = [draw(container(n, plain_names)) for n in names[:n_init]]
+    main = [draw(container(n, plain_names)) for n in names[n_init:]]
+    spec: dict[str, Any] = {"containers": main}
+    if init:
+        spec["initContainers"] = init
+    if volumes:
+        spec["volumes"] = volumes
+    placement = draw(st.sampled_from(["default", "toleration", "selector", "both-agree", "conflict", "invalid"]))
+    toleration = {"key": "pool.vk.io", "operator": "Equal", "value": pool, "effect": "NoSchedule"}
+    if placement in ("toleration", "both-agree", "conflict"):
+        spec["tolerations"] = [toleration]
+    if placement in ("selector", "both-agree"):
+        spec["nodeSelector"] = {"pool.vk.io": pool}
+    if placement == "conflict":
+        spec["nodeSelector"] = {"pool.vk.io": pool + "-other"}
+    if placement == "invalid":
+        spec["tolerations"] = [{**toleration, "value": "Not A Pool!"}]
+    optional_spec = {"restartPolicy": st.sampled_from(["Never", "Always"]),
+                     "activeDeadlineSeconds": st.one_of(st.integers(-1, 10**6), junk),
+                     "terminationGracePeriodSeconds": st.one_of(st.integers(-1, 100), junk),
+                     "hostNetwork": st.booleans(), "ephemeralContainers": st.just([]),
+                     "resources": resources}
+    spec.update(draw(st.fixed_dictionaries({}, optional=optional_spec)))
+    if draw(st.integers(0, 5)) == 0:
+        spec.update(draw(st.dictionaries(st.sampled_from(["affinity", "overhead", "bogus", "volumes2", "hostPID"]),
+                                         junk, max_size=2)))
+    the_pod: dict[str, Any] = {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec,
+                               "status": {"phase": "Pending"}}
+    body = create_body({"metadata": meta, "spec": {"containers": [c for c in main if isinstance(c["name"], str)]}})
+    body["pod"] = the_pod
+    # Real interLink puts every object in every container's entry; spread them at random instead.
+    for entry in body["container"]:
+        entry["configMaps"] = [cm for cm in cms if draw(st.booleans())] or None
+        entry["secrets"] = [s for s in secrets if draw(st.booleans())] or None
+    if draw(st.integers(0, 9)) == 0:
+        body = [body]  # interLink <= 0.4
+    for _ in range(draw(st.sampled_from([0, 0, 0, 1, 1, 2]))):
+        spots = list(_spots(body))
+        where, key = draw(st.sampled_from(spots), label="mutated spot")
+        where[key] = draw(junk, label="wrong value")
+    return body
+
+
+def _spots(value: Any) -> Iterator[tuple[Any, Any]]:
+    """Every (container, key) in a JSON tree, to drop a value of the wrong type there."""
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield value, k
+            yield from _spots(v)
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield value, i
+            yield from _spots(v)
+
+
+def _uid_of(body: Any) -> str | None:
+    entry = body[0] if isinstance(body, list) and body else body
+    try:
+        uid = entry["pod"]["metadata"]["uid"]
+    except (KeyError, TypeError, IndexError):
+        return None
+    return uid if isinstance(uid, str) else None
+
+
+@settings(FUZZ, max_examples=100)
+@given(data=st.data())
+def test_hypothesis_pods_get_200_or_a_4xx_naming_a_field(live: Live, data: st.DataObject) -> None:
+    body = defang(data.draw(pod_bodies(live.pool), label="body"), live.sandbox)
+    response = live.send("POST", "/create", body)
+    what = f"create {json.dumps(body)[:600]}"
+    assert_not_5xx_and_explained(response, what)
+    if response.status_code == 200:
+        created = response.json()
+        assert created["PodUID"] == _uid_of(body) and created["PodJID"], created
+        the_pod = (body[0] if isinstance(body, list) else body)["pod"]
+        status = live.send("GET", "/status", [the_pod])
+        assert status.status_code == 200, status.text
+        [one] = status.json()
+        assert one["UID"] == created["PodUID"]
+        deleted = live.send("POST", "/delete", the_pod)
+        assert deleted.status_code == 200, deleted.text
+    else:
+        assert response.status_code in (400, 404, 409, 413, 422), what + f" -> {response.status_code}"
+        if response.status_code != 413:
+            assert FIELD_MESSAGE.match(response.text), f"{what}\n-> {response.status_code} names no field: " \
+                                                       f"{response.text[:300]}"
+    live.assert_alive()
+
+
+def test_a_generated_pod_really_runs(live: Live) -> None:
+    """The generator's happy path is really accepted (else the property above proves little)."""
+    @settings(FUZZ, max_examples=200)
+    @given(data=st.data())
+    def find(data: st.DataObject) -> None:
+        body = defang(data.draw(pod_bodies(live.pool)), live.sandbox)
+        if live.send("POST", "/create", body).status_code == 200:
+            raise _Found(body)
+
+    with pytest.raises(_Found):
+        find()
+
+
+class _Found(Exception):
+    pass
+
+
+# --- getLogs options on a real pod -------------------------------------------------------------
+
+log_opt_value = st.one_of(st.integers(-3, 3), st.integers(-(2**70), 2**70), st.booleans(), st.none(),
+                          st.floats(allow_nan=False), st.text(max_size=5), junk)
+since_time = st.one_of(st.sampled_from(["0001-01-01T00:00:00Z", "", "2024-01-01T00:00:00Z", "9999-12-31T23:59:59-14:00",
+                                        "0001-01-01T00:00:00+14:00", "0002-01-01T00:00:00+14:00", "not a time",
+                                        "2024-02-30T00:00:00Z", "2024-01-01"]), st.datetimes().map(str), junk)
+
+
+@pytest.fixture(scope="module")
+def finished_pod(live: Live) -> dict[str, Any]:
+    p = pod(containers={"main": ["echo", "hello"]}, name="logs")
+    assert live.send("POST", "/create", create_body(p)).status_code == 200
+
+    def done() -> bool:
+        [status] = live.send("GET", "/status", [p]).json()
+        return all("terminated" in c["state"] for c in status["containers"])
+
+    asyncio.run(eventually(_async(done), what="the log pod finished"))
+    return p
+
+
+def _async(check: Any) -> Any:
+    async def run() -> bool:
+        return bool(check())
+    return run
+
+
+@settings(FUZZ, max_examples=60)
+@given(opts=st.fixed_dictionaries({}, optional={
+    "Tail": log_opt_value, "Bytes": log_opt_value, "SinceSeconds": log_opt_value, "SinceTime": since_time,
+    "Timestamps": log_opt_value, "Follow": st.one_of(st.just(False), junk), "Previous": log_opt_value}),
+    container=st.one_of(st.just("main"), text))
+def test_getlogs_options_on_a_real_pod_never_get_a_5xx(live: Live, finished_pod: dict[str, Any], opts: dict[str, Any],
+                                                       container: str) -> None:
+    body = logs_body(finished_pod, container)
+    body["Opts"] = opts
+    response = live.send("GET", "/getLogs", body)
+    assert_not_5xx_and_explained(response, f"getLogs {json.dumps(body)[:400]}")
+    if response.status_code == 200:
+        assert response.text in ("", "hello\n") or "hello" in response.text, response.text
+    else:
+        assert response.status_code in (400, 404, 422), response.text
+    live.assert_alive()
+
+
+# --- hand-written bad input --------------------------------------------------------------------
+
+GOOD_LOGS = {"Namespace": "default", "PodUID": "u", "PodName": "p", "ContainerName": "c", "Opts": {}}
+
+
+@pytest.mark.parametrize("path,method", [("/create", "POST"), ("/status", "GET"), ("/delete", "POST"),
+                                         ("/getLogs", "GET")])
+@pytest.mark.parametrize("raw", [
+    b"", b" \n", b"{", b"[1,", b"{'single': 'quotes'}", b"\xff\xfe\x00", b"null", b"NaN", b"1e999", b"\"text\"",
+    b"[" * 100_000, b"{\"a\":" * 50_000, b"9" * 5000, b"[" + b"9" * 5000 + b"]", b"\xef\xbb\xbf[]",
+    b"{\"pod\": {\"metadata\": {\"uid\": \"\\ud800\", \"name\": \"n\", \"namespace\": \"d\"}}}",
+], ids=lambda raw: repr(raw[:20]))
+def test_malformed_json_is_a_400_with_a_message(live: Live, path: str, method: str, raw: bytes) -> None:
+    response = live.http.request(method, path, content=raw, headers={"content-type": "application/json"})
+    assert_not_5xx_and_explained(response, f"{method} {path} {raw[:40]!r}")
+    if path != "/status" or raw.strip() not in (b"[]", b"\xef\xbb\xbf[]"):
+        assert 400 <= response.status_code < 500, f"{raw[:40]!r} -> {response.status_code} {response.text[:200]}"
+    live.assert_alive()
+
+
+@pytest.mark.parametrize(("path", "method", "body", "field"), [
+    ("/create", "POST", [], "body"),
+    ("/create", "POST", [{}, {}], "body"),
+    ("/create", "POST", {"pod": []}, "pod"),
+    ("/create", "POST", {"pod": {"metadata": {"uid": 1}}}, "pod.metadata.uid"),
+    ("/create", "POST", {"pod": {"metadata": {"uid": "u", "name": "n", "namespace": "d"}, "spec": []}}, "pod.spec"),
+    ("/create", "POST", {"pod": {"metadata": {"uid": "u", "name": "n", "namespace": "d"}, "spec": {}}},
+     "pod.spec.containers"),
+    ("/status", "GET", {"not": "a list"}, "body"),
+    ("/status", "GET", [1], "[0]"),
+    ("/status", "GET", [{"metadata": {"uid": "u", "name": "n"}}], "[0].metadata.namespace"),
+    ("/delete", "POST", [], "body"),
+    ("/delete", "POST", {"metadata": None}, "body.metadata"),
+    ("/getLogs", "GET", [], "body"),
+    ("/getLogs", "GET", {**GOOD_LOGS, "PodUID": 7}, "PodUID"),
+    ("/getLogs", "GET", {**GOOD_LOGS, "Opts": []}, "Opts"),
+    ("/getLogs", "GET", {**GOOD_LOGS, "Opts": {"Tail": "3"}}, "Opts.Tail"),
+    ("/getLogs", "GET", {**GOOD_LOGS, "Opts": {"Tail": -1}}, "Opts.Tail"),
+    ("/getLogs", "GET", {**GOOD_LOGS, "Opts": {"SinceSeconds": 10**20}}, "Opts.SinceSeconds"),
+    ("/getLogs", "GET", {**GOOD_LOGS, "Opts": {"SinceTime": "yesterday"}}, "Opts.SinceTime"),
+])
+def test_wrong_shapes_are_a_400_naming_the_field(live: Live, path: str, method: str, body: Any, field: str) -> None:
+    response = live.send(method, path, body)
+    assert response.status_code == 400, response.text
+    assert response.text.startswith(f"{field}: "), response.text
+
+
+def test_unknown_uids(live: Live) -> None:
+    stranger = pod(containers={"main": ["true"]})
+    deleted = live.send("POST", "/delete", stranger)
+    assert deleted.status_code == 200 and deleted.text.strip(), deleted.text
+    status = live.send("GET", "/status", [stranger])
+    assert status.status_code == 200 and status.json() == []
+    logs = live.send("GET", "/getLogs", logs_body(stranger, "main"))
+    assert logs.status_code == 404 and stranger["metadata"]["uid"] in logs.text
+
+
+def test_unknown_container_of_a_known_pod_is_a_404(live: Live, finished_pod: dict[str, Any]) -> None:
+    logs = live.send("GET", "/getLogs", logs_body(finished_pod, "nope"))
+    assert logs.status_code == 404 and "'nope'" in logs.text
+
+
+@pytest.mark.parametrize("path,method", [("/create", "POST"), ("/status", "GET"), ("/delete", "POST"),
+                                         ("/getLogs", "GET")])
+def test_huge_bodies_are_a_413(live: Live, path: str, method: str) -> None:
+    huge = json.dumps({"pad": "x" * (MAX_BODY + 1)}).encode()
+    declared = live.http.request(method, path, content=huge)
+    assert declared.status_code == 413 and str(MAX_BODY) in declared.text, declared.text
+
+    def chunks() -> Iterator[bytes]:  # no Content-Length: the limit must hold while streaming
+        for i in range(0, len(huge), 16 * 1024):
+            yield huge[i:i + 16 * 1024]
+
+    streamed = live.http.request(method, path, content=chunks())
+    assert streamed.status_code == 413 and str(MAX_BODY) in streamed.text, streamed.text
+    live.assert_alive()
+
+
+def test_a_body_just_under_the_limit_is_parsed(live: Live) -> None:
+    pad = "x" * (MAX_BODY - 200)
+    response = live.send("GET", "/status", [{"metadata": {"uid": "u", "name": "n", "namespace": "d", "pad": pad}}])
+    assert response.status_code == 200 and response.json() == []
+
+
+@pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded", "multipart/form-data",
+                                          "application/xml", None, "application/json; charset=latin-1"])
+def test_content_type_is_not_trusted_but_never_breaks_anything(live: Live, content_type: str | None) -> None:
+    headers = {"content-type": content_type} if content_type else {}
+    ping = live.http.request("GET", "/status", content=b"[]", headers=headers)
+    assert ping.status_code == 200, ping.text  # interLink's JSON, whatever the label says
+    form = live.http.request("POST", "/create", content=b"pod=x&container=y", headers=headers)
+    assert form.status_code == 400 and form.text.startswith("body: "), form.text
+    xml = live.http.request("POST", "/delete", content=b"<pod uid='x'/>", headers=headers)
+    assert xml.status_code == 400 and xml.text.startswith("body: "), xml.text
+
+
+@pytest.mark.parametrize(("method", "path"), [("GET", "/create"), ("PUT", "/create"), ("PATCH", "/status"),
+                                              ("GET", "/delete"), ("DELETE", "/getLogs"), ("POST", "/healthz")])
+def test_wrong_methods_are_a_405(live: Live, method: str, path: str) -> None:
+    response = live.http.request(method, path, content=b"{}")
+    assert response.status_code == 405 and response.text.strip(), response.text
+
+
+def test_unknown_paths_are_a_404(live: Live) -> None:
+    response = live.http.request("POST", "/createe", content=b"{}")
+    assert response.status_code == 404 and response.text.strip()
+
+
+def test_the_gateway_still_serves_a_real_pod_after_the_fuzzing(live: Live) -> None:
+    p = pod(containers={"main": ["echo", "still-here"]}, name="after")
+    created = live.send("POST", "/create", create_body(p))
+    assert created.status_code == 200, created.text
+
+    def done() -> bool:
+        [status] = live.send("GET", "/status", [p]).json()
+        return all("terminated" in c["state"] for c in status["containers"])
+
+    asyncio.run(eventually(_async(done), what="the pod finished"))
+    assert live.send("GET", "/getLogs", logs_body(p, "main")).text == "still-here\n"
+    health = live.http.get("/healthz")
+    assert health.status_code == 200 and health.json()["nats"] is True

@@ -1,0 +1,129 @@
+"""Slurm text handling from recorded output (no Slurm needed; not marked ``slurm``)."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.submitters.backends import slurm_parse as sp
+from interlink_nats.submitters.backends.base import BackendState as B
+
+# Recorded from slurm-wlm 22.05.8: squeue -h --me --states=all -O "JobID:|,Name:|,State:|,Reason:|,exit_code:|,..."
+SQUEUE = """\
+3|uid-d|CANCELLED|None|0|2026-11-25T23:52:38|2026-11-25T23:52:38
+1|uid-a|FAILED|NonZeroExitCode|768|2026-11-25T23:52:32|2026-11-25T23:52:35
+4|0f3bd293-bef1-4af9-b11f-3af7d25b8f85|PENDING|Priority|0|N/A|N/A
+5|uid-e|RUNNING|None|0|2026-11-25T23:53:00|2026-11-25T23:54:00
+6|uid-f|FAILED|JobLaunchFailure|9|2026-11-25T23:53:00|2026-11-25T23:53:01
+7|uid-g|TIMEOUT|TimeLimit|15|2026-11-25T23:53:00|2026-11-25T23:54:30
+8|uid-h|COMPLETED|None|0|2026-11-25T23:53:00|2026-11-25T23:53:02
+9|uid-i|OUT_OF_MEMORY|OutOfMemory|0|2026-11-25T23:53:00|2026-11-25T23:53:02
+10|uid-j|COMPLETING|None|0|2026-11-25T23:53:00|2026-11-25T23:53:02
+11|uid-k|WEIRD_NEW_STATE|None|0|N/A|N/A
+garbage line
+"""
+
+# sacct -X -n -P -o JobID,JobName,State,ExitCode,Start,End (from slurm-local.md's slurmdbd run)
+SACCT = """\
+12|uid-l|COMPLETED|0:0|2026-11-25T23:53:00|2026-11-25T23:53:02
+13|uid-m|FAILED|3:0|2026-11-25T23:53:00|2026-11-25T23:53:02
+14|uid-n|CANCELLED by 0|0:15|2026-11-25T23:53:00|2026-11-25T23:53:02
+15|uid-o|OUT_OF_MEMORY|0:125|2026-11-25T23:53:00|2026-11-25T23:53:02
+16|uid-p|TIMEOUT|0:0|2026-11-25T23:53:00|Unknown
+16.batch|batch|CANCELLED|0:15|2026-11-25T23:53:00|2026-11-25T23:53:02
+"""
+
+
+def test_squeue_lines_become_observations() -> None:
+    jobs = sp.parse_squeue(SQUEUE)
+    assert set(jobs) == {"1", "3", "4", "5", "6", "7", "8", "9", "10"}
+    got = {i: (j.name, j.observation.state, j.observation.exit_code, j.observation.signal) for i, j in jobs.items()}
+    assert got["1"] == ("uid-a", B.FAILED, 3, None)
+    assert got["3"] == ("uid-d", B.CANCELLED, 0, None)
+    assert got["4"] == ("0f3bd293-bef1-4af9-b11f-3af7d25b8f85", B.QUEUED, 0, None)
+    assert got["5"][1] is B.RUNNING
+    assert got["6"] == ("uid-f", B.FAILED, 0, 9), "squeue's exit_code is a raw wait status"
+    assert got["7"][1] is B.TIMEOUT
+    assert got["8"][1] is B.COMPLETED
+    assert got["9"][1] is B.OUT_OF_MEMORY
+    assert got["10"][1] is B.RUNNING
+    assert jobs["4"].observation.reason == "Priority"
+    assert jobs["5"].observation.reason == ""
+    assert jobs["4"].observation.started_at is None
+    start = jobs["1"].observation.started_at
+    assert start == dt.datetime(2026, 11, 25, 23, 52, 32).timestamp()
+
+
+def test_sacct_lines_become_observations() -> None:
+    jobs = sp.parse_sacct(SACCT)
+    assert set(jobs) == {"12", "13", "14", "15", "16"}, "job steps are ignored"
+    got = {i: (j.observation.state, j.observation.exit_code, j.observation.signal) for i, j in jobs.items()}
+    assert got == {
+        "12": (B.COMPLETED, 0, None),
+        "13": (B.FAILED, 3, None),
+        "14": (B.CANCELLED, 0, 15),
+        "15": (B.OUT_OF_MEMORY, 0, 125),
+        "16": (B.TIMEOUT, 0, None),
+    }
+    assert jobs["16"].observation.finished_at is None
+
+
+@pytest.mark.parametrize(
+    ("raw", "state"),
+    [("PENDING", B.QUEUED), ("CANCELLED by 1000", B.CANCELLED), ("NODE_FAIL", B.NODE_FAIL),
+     ("BOOT_FAIL", B.NODE_FAIL), ("PREEMPTED", B.PREEMPTED), ("DEADLINE", B.DEADLINE), ("SUSPENDED", B.RUNNING),
+     ("REQUEUED", B.QUEUED), ("completed", B.COMPLETED), ("NOPE", None)],
+)
+def test_state_words(raw: str, state: B | None) -> None:
+    assert sp.map_state(raw) is state
+
+
+def test_sinfo_counts_each_node_once() -> None:
+    text = "n1|64|256000|gpu:a100:4(S:0-1)|\nn1|64|256000|gpu:a100:4(S:0-1)|\nn2|32|128000|(null)|\nn3|8|1000+|gpu:2|\n"
+    cap = sp.parse_sinfo(text)
+    assert cap.cpu_millis == 104_000
+    assert cap.memory_bytes == 385_000 * 2**20
+    assert cap.gpus == 6
+    assert cap.nodes == 3
+    assert cap.quantities() == {"cpu": "104", "memory": "385000Mi", "nvidia.com/gpu": "6"}
+
+
+def test_resources_become_sbatch_flags() -> None:
+    req = pb.ResourceRequest(cpu_millis=1500, memory_bytes=100 * 2**20 + 1, gpus=2,
+                             wall_time=dt.timedelta(hours=25, seconds=1))
+    assert sp.resource_flags(req) == ["--cpus-per-task=2", "--mem=101M", "--gres=gpu:2", "--time=1-01:01:00"]
+    assert sp.resource_flags(pb.ResourceRequest()) == []
+    assert sp.resource_flags(None) == []
+
+
+def test_sbatch_argv_orders_flags_by_precedence_and_controls_its_own() -> None:
+    argv = sp.sbatch_argv(
+        "sbatch", uid="u1", job_dir="/s/jobs/u1", script="/s/jobs/u1/job.sh", pool_flags=["-p", "batch", "--mem=1G"],
+        pod_flags=["--qos=high", "--mem=2G"], resources=pb.ResourceRequest(memory_bytes=2**30 * 3),
+    )
+    assert argv == ["sbatch", "-p", "batch", "--mem=1G", "--qos=high", "--mem=2G", "--mem=3072M", "--job-name=u1",
+                    "--chdir=/s/jobs/u1", "--output=/s/jobs/u1/job.out", "--parsable", "/s/jobs/u1/job.sh"]
+
+
+@pytest.mark.parametrize(
+    "flag", ["--wrap=id", "--output=/x", "-o", "-o/x", "--chdir", "-D/tmp", "--uid=0", "-J", "--export=NONE"]
+)
+def test_flags_that_would_escape_the_job_are_refused(flag: str) -> None:
+    with pytest.raises(sp.FlagError, match="not allowed"):
+        sp.check_flags([flag], source="pod")
+
+
+def test_harmless_flags_pass() -> None:
+    assert sp.check_flags(["-p", "debug", "--qos=x", "--account=a", "-t", "10"], source="pod")
+
+
+def test_sbatch_ids_and_transient_errors() -> None:
+    assert sp.parse_sbatch_id("123\n") == "123"
+    assert sp.parse_sbatch_id("123;cluster\n") == "123"
+    with pytest.raises(ValueError, match="no job id"):
+        sp.parse_sbatch_id("sbatch: something else")
+    assert sp.is_transient("sbatch: error: Batch job submission failed: Unable to contact slurm controller")
+    assert sp.is_transient("sbatch: error: Socket timed out on send/recv operation")
+    assert not sp.is_transient("sbatch: error: Invalid generic resource (gres) specification")
+    assert sp.names_to_ids(sp.parse_squeue(SQUEUE))["uid-a"] == "1"

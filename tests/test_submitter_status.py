@@ -1,0 +1,182 @@
+"""The pure status mapping: (backend observation, container files) → JobStatus, as data tables."""
+
+from __future__ import annotations
+
+import pytest
+from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.submitters.backends.base import BackendState, Observation
+from interlink_nats.submitters.status import (
+    LOST_EXIT_CODE,
+    ContainerFiles,
+    JobMeta,
+    cancelled_status,
+    map_status,
+    submit_failed_status,
+)
+
+B = BackendState
+P = pb.ContainerPhase
+S = pb.JobState
+META = JobMeta("u1", "ns", "pod", "pool", "42", ("init",), ("main", "side"), "slurm")
+NOW = 1_800_000_000.0
+
+
+def done(code: int, start: float = NOW - 10, end: float = NOW - 5) -> ContainerFiles:
+    return ContainerFiles(started_at=start, exit_code=code, finished_at=end)
+
+
+RUN = ContainerFiles(started_at=NOW - 3)
+
+
+def view(status: pb.JobStatus) -> list[tuple[str, P, int | None, str]]:
+    return [(c.name, c.phase, c.exit_code, c.reason) for c in status.containers]
+
+
+CASES = {
+    "not at the backend yet: all waiting": (
+        None, {}, S.PENDING,
+        [("init", P.WAITING, None, "Queued"), ("main", P.WAITING, None, "Queued"), ("side", P.WAITING, None, "Queued")],
+    ),
+    "queued in slurm": (
+        Observation(B.QUEUED, reason="Priority"), {}, S.PENDING,
+        [("init", P.WAITING, None, "Queued"), ("main", P.WAITING, None, "Queued"), ("side", P.WAITING, None, "Queued")],
+    ),
+    "init running": (
+        Observation(B.RUNNING), {"init": RUN}, S.RUNNING,
+        [("init", P.RUNNING, None, ""), ("main", P.WAITING, None, "PodInitializing"),
+         ("side", P.WAITING, None, "PodInitializing")],
+    ),
+    "mains running": (
+        Observation(B.RUNNING), {"init": done(0), "main": RUN, "side": RUN}, S.RUNNING,
+        [("init", P.TERMINATED, 0, "Completed"), ("main", P.RUNNING, None, ""), ("side", P.RUNNING, None, "")],
+    ),
+    "one main finished while the other runs": (
+        Observation(B.RUNNING), {"init": done(0), "main": done(0), "side": RUN}, S.RUNNING,
+        [("init", P.TERMINATED, 0, "Completed"), ("main", P.TERMINATED, 0, "Completed"),
+         ("side", P.RUNNING, None, "")],
+    ),
+    "all succeeded": (
+        Observation(B.COMPLETED, 0), {"init": done(0), "main": done(0), "side": done(0)}, S.SUCCEEDED,
+        [("init", P.TERMINATED, 0, "Completed"), ("main", P.TERMINATED, 0, "Completed"),
+         ("side", P.TERMINATED, 0, "Completed")],
+    ),
+    "a main failed: exact code from its file": (
+        Observation(B.FAILED, 3), {"init": done(0), "main": done(3), "side": done(0)}, S.FAILED,
+        [("init", P.TERMINATED, 0, "Completed"), ("main", P.TERMINATED, 3, "Error"),
+         ("side", P.TERMINATED, 0, "Completed")],
+    ),
+    "failed init terminates the mains even while the job still runs": (
+        Observation(B.RUNNING), {"init": done(7)}, S.RUNNING,
+        [("init", P.TERMINATED, 7, "Error"), ("main", P.TERMINATED, 7, "InitContainerFailed"),
+         ("side", P.TERMINATED, 7, "InitContainerFailed")],
+    ),
+    "failed init, job over": (
+        Observation(B.FAILED, 7), {"init": done(7)}, S.FAILED,
+        [("init", P.TERMINATED, 7, "Error"), ("main", P.TERMINATED, 7, "InitContainerFailed"),
+         ("side", P.TERMINATED, 7, "InitContainerFailed")],
+    ),
+    "out of memory: 137 OOMKilled for what left no exit file": (
+        Observation(B.OUT_OF_MEMORY, 0, 9, raw_state="OUT_OF_MEMORY"), {"init": done(0), "main": RUN, "side": done(0)},
+        S.FAILED,
+        [("init", P.TERMINATED, 0, "Completed"), ("main", P.TERMINATED, 137, "OOMKilled"),
+         ("side", P.TERMINATED, 0, "Completed")],
+    ),
+    "time limit: DeadlineExceeded; a container killed by it keeps its code": (
+        Observation(B.TIMEOUT, raw_state="TIMEOUT"), {"init": done(0), "main": done(143), "side": RUN}, S.FAILED,
+        [("init", P.TERMINATED, 0, "Completed"), ("main", P.TERMINATED, 143, "DeadlineExceeded"),
+         ("side", P.TERMINATED, 143, "DeadlineExceeded")],
+    ),
+    "cancelled by the batch system": (
+        Observation(B.CANCELLED, raw_state="CANCELLED by 0"), {"init": done(0), "main": RUN}, S.CANCELLED,
+        [("init", P.TERMINATED, 0, "Completed"), ("main", P.TERMINATED, 143, "Cancelled"),
+         ("side", P.TERMINATED, 143, "Cancelled")],
+    ),
+    "killed by a signal without exit files": (
+        Observation(B.FAILED, None, 9), {"init": done(0)}, S.FAILED,
+        [("init", P.TERMINATED, 0, "Completed"), ("main", P.TERMINATED, 137, "Error"),
+         ("side", P.TERMINATED, 137, "Error")],
+    ),
+    "node failure": (
+        Observation(B.NODE_FAIL), {}, S.FAILED,
+        [("init", P.TERMINATED, 137, "NodeFailure"), ("main", P.TERMINATED, 137, "NodeFailure"),
+         ("side", P.TERMINATED, 137, "NodeFailure")],
+    ),
+    "vanished, but every container left its exit file": (
+        Observation(B.GONE), {"init": done(0), "main": done(0), "side": done(2)}, S.FAILED,
+        [("init", P.TERMINATED, 0, "Completed"), ("main", P.TERMINATED, 0, "Completed"),
+         ("side", P.TERMINATED, 2, "Error")],
+    ),
+    "vanished without exit files: LOST": (
+        Observation(B.GONE), {"init": done(0), "main": RUN}, S.LOST,
+        [("init", P.TERMINATED, 0, "Completed"), ("main", P.TERMINATED, LOST_EXIT_CODE, "Lost"),
+         ("side", P.TERMINATED, LOST_EXIT_CODE, "Lost")],
+    ),
+}
+
+
+@pytest.mark.parametrize(("obs", "files", "state", "containers"), CASES.values(), ids=CASES.keys())
+def test_status_mapping(
+    obs: Observation | None,
+    files: dict[str, ContainerFiles],
+    state: S,
+    containers: list[tuple[str, P, int | None, str]],
+) -> None:
+    status = map_status(META, obs, files, now=NOW)
+    assert status.state == state
+    assert view(status) == containers
+    assert status.pod == pb.PodRef(uid="u1", namespace="ns", name="pod")
+    assert status.job_id == "42"
+    assert [c.init for c in status.containers] == [True, False, False]
+
+
+def test_every_container_is_reported_in_every_state() -> None:
+    for obs, files, *_ in CASES.values():
+        assert len(map_status(META, obs, files, now=NOW).containers) == 3
+
+
+def test_reasons_and_messages_are_clear() -> None:
+    oom = map_status(META, Observation(B.OUT_OF_MEMORY, raw_state="OUT_OF_MEMORY"), {}, now=NOW)
+    assert oom.reason == "OOMKilled"
+    assert "ran out of memory" in oom.message
+    lost = map_status(META, Observation(B.GONE), {}, now=NOW)
+    assert lost.reason == "Lost"
+    assert "vanished" in lost.message
+    assert "slurm job 42" in lost.message
+    timeout = map_status(META, Observation(B.TIMEOUT, raw_state="TIMEOUT"), {}, now=NOW)
+    assert (timeout.reason, timeout.state) == ("DeadlineExceeded", S.FAILED)
+    failed_init = map_status(META, Observation(B.FAILED, 7), {"init": done(7)}, now=NOW)
+    assert failed_init.reason == "InitContainerFailed"
+    assert failed_init.message == "init container init failed with exit code 7"
+
+
+def test_timestamps_come_from_the_files() -> None:
+    status = map_status(META, Observation(B.COMPLETED, 0), {"init": done(0, NOW - 9, NOW - 8),
+                                                            "main": done(0), "side": done(0)}, now=NOW)
+    init = status.containers[0]
+    assert init.started_at is not None
+    assert init.started_at.timestamp() == NOW - 9
+    assert init.finished_at is not None
+    assert init.finished_at.timestamp() == NOW - 8
+
+
+def test_the_mapping_is_stable_between_polls() -> None:
+    obs = Observation(B.RUNNING)
+    files = {"init": done(0), "main": RUN}
+    assert bytes(map_status(META, obs, files, now=NOW)) == bytes(map_status(META, obs, files, now=NOW + 60))
+
+
+def test_cancel_keeps_finished_containers_and_terminates_the_rest() -> None:
+    previous = map_status(META, Observation(B.RUNNING), {"init": done(0), "main": RUN}, now=NOW)
+    status = cancelled_status(META, previous, now=NOW)
+    assert status.state == S.CANCELLED
+    assert view(status) == [("init", P.TERMINATED, 0, "Completed"), ("main", P.TERMINATED, 143, "Cancelled"),
+                            ("side", P.TERMINATED, 143, "Cancelled")]
+    finished = map_status(META, Observation(B.COMPLETED, 0), {n: done(0) for n in ("init", "main", "side")}, now=NOW)
+    assert cancelled_status(META, finished, now=NOW).state == S.SUCCEEDED, "a finished job keeps its outcome"
+
+
+def test_a_refused_submission_fails_every_container() -> None:
+    status = submit_failed_status(META, "sbatch: error: Invalid partition", now=NOW)
+    assert status.state == S.FAILED
+    assert {c.phase for c in status.containers} == {P.TERMINATED}
+    assert status.message == "sbatch: error: Invalid partition"
