@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from interlink_nats.controller import quantity
+from interlink_nats.services import quantities as quantity
 
 GROUP = "vk.io"
 VERSION = "v1"

@@ -23,7 +23,6 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from interlink_nats.controller import quantity
 from interlink_nats.controller.model import (
     GROUP,
     KIND,
@@ -34,6 +33,7 @@ from interlink_nats.controller.model import (
     PoolReport,
     Taint,
 )
+from interlink_nats.services import quantities as quantity
 
 KUEUE_GROUP = "kueue.x-k8s.io"
 KUEUE_VERSIONS = ("v1beta2", "v1beta1")

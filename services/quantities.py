@@ -1,50 +1,127 @@
-"""Kubernetes resource quantities ("500m", "2Gi", "1e3") to numbers and back, with no I/O."""
+"""Kubernetes resource quantities as exact numbers: parse, compare, format. The one parser of the project.
+
+Pure and exact (``Fraction``), because quotas are compared and capped: a float would turn
+``1Ei`` or ``100m`` into rounding noise and make "nothing changed" comparisons flaky. Used by
+the renderer (pod requests), the controller (quotas) and the gateway (ping capacity).
+"""
 
 from __future__ import annotations
 
+import functools
 import re
-from decimal import Decimal, InvalidOperation
+from fractions import Fraction
 
-_SUFFIXES: dict[str, Decimal] = {
-    "n": Decimal("1e-9"), "u": Decimal("1e-6"), "m": Decimal("1e-3"), "": Decimal(1),
-    "k": Decimal(10) ** 3, "M": Decimal(10) ** 6, "G": Decimal(10) ** 9, "T": Decimal(10) ** 12,
-    "P": Decimal(10) ** 15, "E": Decimal(10) ** 18,
-    "Ki": Decimal(2) ** 10, "Mi": Decimal(2) ** 20, "Gi": Decimal(2) ** 30, "Ti": Decimal(2) ** 40,
-    "Pi": Decimal(2) ** 50, "Ei": Decimal(2) ** 60,
+_SUFFIXES: dict[str, Fraction] = {
+    "": Fraction(1),
+    "n": Fraction(1, 10**9),
+    "u": Fraction(1, 10**6),
+    "m": Fraction(1, 10**3),
+    "k": Fraction(10**3),
+    "M": Fraction(10**6),
+    "G": Fraction(10**9),
+    "T": Fraction(10**12),
+    "P": Fraction(10**15),
+    "E": Fraction(10**18),
+    "Ki": Fraction(2**10),
+    "Mi": Fraction(2**20),
+    "Gi": Fraction(2**30),
+    "Ti": Fraction(2**40),
+    "Pi": Fraction(2**50),
+    "Ei": Fraction(2**60),
 }
-_QUANTITY = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+))(?:([eE][+-]?\d+)|(Ki|Mi|Gi|Ti|Pi|Ei|n|u|m|k|M|G|T|P|E))?$")
+
+_QUANTITY_RE = re.compile(
+    r"^(?P<num>[+-]?(?:\d+(?:\.\d*)?|\.\d+))(?:(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])|[eE](?P<exp>[+-]?\d+))?$"
+)
 
 
-def parse_quantity_decimal(text: str | int | float) -> Decimal:
-    """Exact value of a quantity; raises ValueError naming the text when it is not one."""
-    if isinstance(text, bool):
-        raise ValueError(f"not a quantity: {text!r}")
-    if isinstance(text, int | float):
-        return Decimal(str(text))
-    match = _QUANTITY.match(text.strip()) if isinstance(text, str) else None
-    if not match:
-        raise ValueError(f"not a Kubernetes quantity: {text!r}")
-    number, exponent, suffix = match.groups()
+class InvalidQuantityError(ValueError):
+    """A string that is not a Kubernetes quantity (the API server would reject it too)."""
+
+
+def parse(value: str | int | float) -> Fraction:
+    """The exact value of a quantity such as ``"64"``, ``"256Gi"``, ``"500m"`` or ``"1e3"``."""
+    if isinstance(value, bool):
+        raise InvalidQuantityError(f"invalid quantity {value!r}")
+    if isinstance(value, int):
+        return Fraction(value)
+    if isinstance(value, float):
+        return Fraction(str(value))
+    if not isinstance(value, str):
+        raise InvalidQuantityError(f"invalid quantity {value!r}")
+    return _parse_text(value)
+
+
+@functools.lru_cache(maxsize=8192)
+def _parse_text(value: str) -> Fraction:
+    """Cached: a controller sees the same few hundred quantity strings on every pass."""
+    match = _QUANTITY_RE.match(value.strip())
+    if match is None:
+        raise InvalidQuantityError(f"invalid quantity {value!r}")
+    number = Fraction(match["num"])
+    if match["exp"] is not None:
+        return number * Fraction(10) ** int(match["exp"])
+    return number * _SUFFIXES[match["suffix"] or ""]
+
+
+def is_valid(value: object) -> bool:
     try:
-        value = Decimal(number)
-    except InvalidOperation:  # pragma: no cover - the regex already checked
-        raise ValueError(f"not a Kubernetes quantity: {text!r}") from None
-    if exponent:
-        return value * (Decimal(10) ** int(exponent[1:]))
-    return value * _SUFFIXES[suffix or ""]
+        parse(value)  # type: ignore[arg-type]
+    except InvalidQuantityError:
+        return False
+    return True
 
 
-def parse_quantity(text: str | int | float) -> float:
-    return float(parse_quantity_decimal(text))
+def normalize(value: str | int | float) -> str:
+    """The string form we write: the input's own spelling when it is one (no churn), else a plain number."""
+    if isinstance(value, str):
+        parse(value)
+        return value.strip()
+    return format_fraction(parse(value))
 
 
-def format_quantity(value: float, resource: str = "") -> str:
-    """A compact quantity: memory in Mi/Gi when whole, CPUs as cores or millicores, counts as integers."""
-    if resource == "memory":
-        for suffix, factor in (("Ti", 2**40), ("Gi", 2**30), ("Mi", 2**20), ("Ki", 2**10)):
+def format_fraction(value: Fraction) -> str:
+    """A quantity string for an exact value: integer when whole, else milli-units rounded up."""
+    if value.denominator == 1:
+        return str(value.numerator)
+    millis = -((-value * 1000) // 1)  # ceil, so a cap is never silently lowered below the input
+    if millis % 1000 == 0:
+        return str(millis // 1000)
+    return f"{millis}m"
+
+
+def minimum(*values: str) -> str:
+    """The smallest of the quantities, spelled as given (ties keep the first)."""
+    if not values:
+        raise ValueError("minimum() needs at least one quantity")
+    best = values[0]
+    best_value = parse(best)
+    for candidate in values[1:]:
+        candidate_value = parse(candidate)
+        if candidate_value < best_value:
+            best, best_value = candidate, candidate_value
+    return normalize(best)
+
+
+def maximum(*values: str) -> str:
+    """The largest of the quantities, spelled as given (ties keep the first)."""
+    if not values:
+        raise ValueError("maximum() needs at least one quantity")
+    best = values[0]
+    best_value = parse(best)
+    for candidate in values[1:]:
+        candidate_value = parse(candidate)
+        if candidate_value > best_value:
+            best, best_value = candidate, candidate_value
+    return normalize(best)
+
+
+def format_quantity(value: Fraction | int, resource: str = "") -> str:
+    """A compact spelling for display: memory in the largest whole binary unit, CPUs as cores or millicores."""
+    value = Fraction(value)
+    if resource == "memory" and value.denominator == 1:
+        for suffix in ("Ei", "Pi", "Ti", "Gi", "Mi", "Ki"):
+            factor = _SUFFIXES[suffix]
             if value >= factor and value % factor == 0:
-                return f"{int(value // factor)}{suffix}"
-        return str(int(value))
-    if resource == "cpu" and value != int(value):
-        return f"{round(value * 1000)}m"
-    return str(int(value)) if value == int(value) else str(value)
+                return f"{value // factor}{suffix}"
+    return format_fraction(value)

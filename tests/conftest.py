@@ -16,7 +16,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from interlink_nats.services.nats_server import NatsServerProcess, env_flag
 
 REQUIRE_ENV = "INTERLINK_NATS_REQUIRE_SERVICES"
@@ -97,7 +96,8 @@ class RedisServer:
 
 @pytest.fixture(scope="session")
 def redis_server() -> Iterator[RedisServer]:
-    binary = shutil.which("redis-server") or ("/usr/bin/redis-server" if Path("/usr/bin/redis-server").exists() else None)
+    fallback = Path("/usr/bin/redis-server")
+    binary = shutil.which("redis-server") or (str(fallback) if fallback.exists() else None)
     if binary is None:
         missing_service("redis-server (apt-get install -y redis-server)")
     server = RedisServer(binary)  # type: ignore[arg-type]

@@ -18,7 +18,7 @@ from typing import Any
 
 import jsonschema
 import yaml
-from interlink_nats.controller import quantity
+from interlink_nats.services import quantities as quantity
 
 CRD_DIR = Path(__file__).parent / "data" / "kueue-crds"
 FILES = {"ClusterQueue": "kueue.x-k8s.io_clusterqueues.yaml", "ResourceFlavor": "kueue.x-k8s.io_resourceflavors.yaml"}

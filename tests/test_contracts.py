@@ -11,7 +11,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-
 from interlink_nats.gen.interlink_nats import v1 as pb
 
 ROOT = Path(__file__).resolve().parents[1]

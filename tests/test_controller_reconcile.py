@@ -11,8 +11,9 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from interlink_nats.controller import model, quantity, reconcile, render
+from interlink_nats.controller import model, reconcile, render
 from interlink_nats.controller.cli import app
+from interlink_nats.services import quantities as quantity
 from kueue_validation import assert_valid, validation_errors
 from typer.testing import CliRunner
 

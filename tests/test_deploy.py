@@ -22,11 +22,10 @@ import jsonschema
 import pytest
 import typer
 import yaml
-from typer.testing import CliRunner
-
 from conftest import missing_service
 from interlink_nats.services.nats_server import nats_server_binary
 from interlink_nats.services.security.cli import nats_config
+from typer.testing import CliRunner
 
 ROOT = Path(__file__).resolve().parents[1]
 COMPOSE = ROOT / "docker-compose.yaml"

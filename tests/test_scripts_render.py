@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import datetime
 import json
-from decimal import Decimal
+from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -62,17 +62,17 @@ def rejected(d: dict[str, Any], bc: pb.BuildConfig = APPTAINER) -> PodRejected:
 @pytest.mark.parametrize(
     ("text", "value"),
     [
-        ("500m", Decimal("0.5")),
-        ("2", Decimal(2)),
-        ("1Gi", Decimal(2**30)),
-        ("1e3", Decimal(1000)),
-        ("128M", Decimal(128_000_000)),
-        ("0.5", Decimal("0.5")),
-        ("100k", Decimal(100_000)),
-        ("1.5Ki", Decimal(1536)),
+        ("500m", Fraction(1, 2)),
+        ("2", Fraction(2)),
+        ("1Gi", Fraction(2**30)),
+        ("1e3", Fraction(1000)),
+        ("128M", Fraction(128_000_000)),
+        ("0.5", Fraction(1, 2)),
+        ("100k", Fraction(100_000)),
+        ("1.5Ki", Fraction(1536)),
     ],
 )
-def test_parse_quantity(text: str, value: Decimal) -> None:
+def test_parse_quantity(text: str, value: Fraction) -> None:
     assert parse_quantity(text) == value
 
 

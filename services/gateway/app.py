@@ -324,7 +324,9 @@ def build_app(gateway: Gateway) -> Starlette:
                 response = PlainTextResponse(f"internal error in {name}; see the gateway log", status_code=500)
             gateway.metrics.requests.labels(endpoint=name, code=str(response.status_code)).inc()
             gateway.metrics.latency.labels(endpoint=name).observe(time.perf_counter() - started)
-            if response.status_code >= 400:
+            if name in ("create", "delete") and response.status_code < 400:
+                log.info("%s -> %d (session %s)", name, response.status_code, session)
+            elif response.status_code >= 400:
                 log.info("%s -> %d (session %s): %s", name, response.status_code, session,
                          bytes(response.body[:300]).decode(errors="replace") if hasattr(response, "body") else "")
             else:

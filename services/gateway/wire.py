@@ -220,15 +220,17 @@ def ping_response(reports: list[pb.ResourceReport]) -> dict[str, Any]:
     Resources that no pool reports are left out rather than sent as "0", which would drain the
     virtual node (interLink #558).
     """
-    from interlink_nats.services.quantities import format_quantity, parse_quantity
+    from fractions import Fraction
 
-    totals: dict[str, float] = {}
+    from interlink_nats.services import quantities
+
+    totals: dict[str, Fraction] = {}
     taints: dict[tuple[str, str, str], dict[str, str]] = {}
     for report in reports:
         for resource, quantity in report.capacity.items():
             try:
-                totals[resource] = totals.get(resource, 0.0) + parse_quantity(quantity)
-            except ValueError:
+                totals[resource] = totals.get(resource, Fraction(0)) + quantities.parse(quantity)
+            except quantities.InvalidQuantityError:
                 continue  # a pool's malformed figure must not break the ping
         for taint in report.taints:
             taints[(taint.key, taint.value, taint.effect)] = {
@@ -240,9 +242,9 @@ def ping_response(reports: list[pb.ResourceReport]) -> dict[str, Any]:
         if total <= 0:
             continue
         if resource in ("cpu", "memory", "pods"):
-            resources[resource] = format_quantity(total, resource)
+            resources[resource] = quantities.format_quantity(total, resource)
         elif "/" in resource:
-            accelerators.append({"resourceType": resource, "available": format_quantity(total, resource)})
+            accelerators.append({"resourceType": resource, "available": quantities.format_quantity(total, resource)})
     if accelerators:
         resources["accelerators"] = accelerators
     return {"status": "ok", "resources": resources, "taints": list(taints.values())}

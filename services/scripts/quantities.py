@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import datetime
 import math
-import re
-from decimal import Decimal, InvalidOperation
-from functools import lru_cache
+from fractions import Fraction
 from typing import Any
 
 from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.services import quantities
 
 from .errors import PodRejected
 
@@ -20,47 +19,15 @@ MEMORY = "memory"
 IGNORED_RESOURCES = frozenset({"ephemeral-storage"})
 KNOWN_RESOURCES = frozenset({CPU, MEMORY, GPU_RESOURCE}) | IGNORED_RESOURCES
 
-_SUFFIXES: dict[str, Decimal] = {
-    "": Decimal(1),
-    "n": Decimal("1e-9"),
-    "u": Decimal("1e-6"),
-    "m": Decimal("1e-3"),
-    "k": Decimal("1e3"),
-    "M": Decimal("1e6"),
-    "G": Decimal("1e9"),
-    "T": Decimal("1e12"),
-    "P": Decimal("1e15"),
-    "E": Decimal("1e18"),
-    "Ki": Decimal(2**10),
-    "Mi": Decimal(2**20),
-    "Gi": Decimal(2**30),
-    "Ti": Decimal(2**40),
-    "Pi": Decimal(2**50),
-    "Ei": Decimal(2**60),
-}
-_QUANTITY = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+))(?:([eE][+-]?\d+)|(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?)$")
-
-
-@lru_cache(maxsize=1024)
-def parse_quantity(text: str) -> Decimal:
-    """Parse a Kubernetes quantity ("500m", "1Gi", "1e3", 2) into a Decimal; ValueError if malformed."""
-    m = _QUANTITY.match(text.strip())
-    if not m:
-        raise ValueError(f"not a Kubernetes quantity: {text!r}")
-    number, exponent, suffix = m.groups()
-    try:
-        value = Decimal(number)
-        if exponent:
-            value = value.scaleb(int(exponent[1:]))
-    except InvalidOperation as e:  # pragma: no cover - the regex already guards this
-        raise ValueError(f"not a Kubernetes quantity: {text!r}") from e
-    value *= _SUFFIXES[suffix or ""]
+def parse_quantity(text: str) -> Fraction:
+    """A pod's quantity ("500m", "1Gi", "1e3"), exact; ValueError if malformed or negative."""
+    value = quantities.parse(text)
     if value < 0:
         raise ValueError(f"negative quantity: {text!r}")
     return value
 
 
-def _quantity(raw: Any, field: str) -> Decimal:
+def _quantity(raw: Any, field: str) -> Fraction:
     if isinstance(raw, bool) or not isinstance(raw, (str, int, float)):
         raise PodRejected(field, f"not a quantity: {raw!r}")
     try:
@@ -73,7 +40,7 @@ def container_resources(container: dict[str, Any], field: str) -> tuple[int, int
     """(cpu millis, memory bytes, gpus) of one container: max(request, limit) per resource,
     since a limit without a request implies request = limit and the batch system must grant the larger."""
     res = container.get("resources") or {}
-    cpu = mem = gpu = Decimal(0)
+    cpu = mem = gpu = Fraction(0)
     for kind in ("requests", "limits"):
         values = res.get(kind) or {}
         for name, raw in values.items():
@@ -88,7 +55,7 @@ def container_resources(container: dict[str, Any], field: str) -> tuple[int, int
             elif name == MEMORY:
                 mem = max(mem, q)
             else:
-                if q != q.to_integral_value():
+                if q.denominator != 1:
                     raise PodRejected(f, "GPU counts must be whole numbers")
                 gpu = max(gpu, q)
     return math.ceil(cpu * 1000), math.ceil(mem), int(gpu)
