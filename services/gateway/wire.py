@@ -33,7 +33,9 @@ def parse_json(body: bytes) -> Any:
         raise BadRequest("body", "empty request body; expected JSON")
     try:
         return json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except RecursionError:
+        raise BadRequest("body", "invalid JSON: nested too deeply") from None
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, integers past Python's digit limit
         raise BadRequest("body", f"invalid JSON: {exc}") from None
 
 
@@ -118,7 +120,10 @@ def _parse_go_time(value: Any, field: str) -> datetime | None:
         parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
     except ValueError:
         raise BadRequest(field, f"not an RFC 3339 time: {value!r}") from None
-    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    try:  # in UTC, a time at the edge of years 1..9999 can fall outside them (and outside a proto Timestamp)
+        return parsed.astimezone(UTC) if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+    except OverflowError:
+        raise BadRequest(field, f"out of range: {value!r}") from None
 
 
 def parse_logs(body: bytes, now: datetime | None = None) -> LogRequest:
@@ -140,7 +145,7 @@ def parse_logs(body: bytes, now: datetime | None = None) -> LogRequest:
         _expect(value, int, f"Opts.{key}", "an integer")
         if value < 0:
             raise BadRequest(f"Opts.{key}", "must not be negative")
-        return int(value)
+        return min(int(value), 2**63 - 1)  # the RPC field is an int64; more than that means no limit anyway
 
     def bool_opt(key: str) -> bool:
         value = opts.get(key, False)
@@ -151,7 +156,10 @@ def parse_logs(body: bytes, now: datetime | None = None) -> LogRequest:
     if since_seconds:
         if since is not None:
             raise BadRequest("Opts", "SinceSeconds and SinceTime are mutually exclusive")
-        since = (now or datetime.now(UTC)) - timedelta(seconds=since_seconds)
+        try:
+            since = (now or datetime.now(UTC)) - timedelta(seconds=since_seconds)
+        except OverflowError:
+            since = None  # further back than year 1: every line, as if unset
     return LogRequest(
         pod_uid=fields["PodUID"], namespace=fields["Namespace"], pod_name=fields["PodName"],
         container=fields["ContainerName"], tail=tail or None, limit_bytes=limit or None,
