@@ -13,6 +13,7 @@ answers with ``metadata.pool``), filtered by the regexp.
 from __future__ import annotations
 
 import asyncio
+import ssl
 import contextlib
 import json
 import logging
@@ -32,6 +33,8 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
 log = logging.getLogger(__name__)
+
+DEFAULT_INBOX_PREFIX = "_INBOX.controller"
 
 DISCOVERY_SUBJECT = "$SRV.INFO.interlink-submitter"
 _POOL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
@@ -180,7 +183,9 @@ class NatsHub:
 
     async def _options(self, conn: _Connection) -> dict[str, Any]:
         url, secret = conn.key
-        options: dict[str, Any] = {"servers": [url]}
+        # The generated NATS permissions (`interlink-nats nats-config`) let the controller read
+        # replies only on its own inbox prefix, so another identity cannot read Describe answers.
+        options: dict[str, Any] = {"servers": [url], "inbox_prefix": DEFAULT_INBOX_PREFIX}
         if secret is not None and self.secret_reader is not None:
             data = await self.secret_reader(secret.namespace, secret.name)
             if data.get("url"):
@@ -193,6 +198,10 @@ class NatsHub:
                 options["nkeys_seed_str"] = data["nkey"]
             if data.get("creds"):
                 options["user_credentials"] = RawCredentials(data["creds"])
+            if data.get("inboxPrefix"):
+                options["inbox_prefix"] = data["inboxPrefix"]
+            if data.get("ca.crt"):
+                options["tls"] = ssl.create_default_context(cadata=data["ca.crt"])
         return options
 
     async def _connect(self, conn: _Connection) -> None:

@@ -82,11 +82,13 @@ def gateway(
 def _register_subcommands() -> None:
     from interlink_nats.controller.cli import app as controller_app
     from interlink_nats.services.scripts.cli import render
+    from interlink_nats.services.security.cli import nats_config
     from interlink_nats.submitters.cli import app as submitter_app
 
     app.command(help="Print the job script a pod becomes (secrets masked), so an admin sees exactly what runs.")(
         render
     )
+    app.command("nats-config")(nats_config)
     app.add_typer(submitter_app, name="submitter")
     app.add_typer(controller_app, name="controller", help="kueue-nats: MasterQueue → Kueue objects (run, render).")
 

@@ -33,6 +33,9 @@ class NatsConnectionSettings(BaseModel):
     tls_ca_file: Path | None = Field(None, description="CA bundle to verify the server (tls:// and wss://)")
     tls_cert_file: Path | None = None
     tls_key_file: Path | None = None
+    inbox_prefix: str = Field(
+        "_INBOX", description="reply inbox prefix; with `nats-config` permissions each identity has its own"
+    )
     connect_timeout_s: float = 5.0
     reconnect_wait_s: float = 2.0
     max_reconnect_wait_s: float = 30.0
@@ -68,6 +71,7 @@ async def connect(settings: NatsConnectionSettings, name: str, *, first_connect_
         "max_reconnect_attempts": -1,
         "allow_reconnect": True,
         "error_cb": on_error,
+        "inbox_prefix": settings.inbox_prefix,
         "disconnected_cb": on_disconnected,
         "reconnected_cb": on_reconnected,
     }

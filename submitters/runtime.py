@@ -59,6 +59,7 @@ from interlink_nats.submitters.backends.base import (
     Capacity,
     JobHandle,
     JobSpec,
+    Observation,
     SubmitRejected,
 )
 from interlink_nats.submitters.registry import (
@@ -542,29 +543,9 @@ class Submitter:
             tracked = list(self._tracked.values())
         observed = await self.backend.poll([t.handle for t in tracked]) if tracked else {}
         now = self.clock()
-        files = await asyncio.to_thread(lambda: [self._files.read(t.handle.job_dir, t.names) for t in tracked])
-        updates: list[StatusUpdate] = []
-        events: dict[str, pb.JobEvent] = {}
-        finished: list[_Tracked] = []
-        for t, f in zip(tracked, files, strict=True):
-            obs = observed.get(t.meta.uid, GONE)
-            inputs = (obs, f)
-            if inputs == t.inputs:
-                continue  # map_status is pure: nothing new to say (the common case, by far)
-            t.inputs = inputs
-            status = map_status(t.meta, obs, f, now=now)
-            raw = bytes(status)
-            terminal = is_terminal(status.state)
-            if terminal:
-                finished.append(t)
-            if raw == t.status:
-                continue
-            t.status = raw
-            t.revision += 1
-            updates.append(StatusUpdate(t.meta.uid, DONE if terminal else ACTIVE, int(status.state), raw,
-                                        t.revision, now if terminal else None))
-            status.updated_at = _now_ts()
-            events[t.meta.uid] = self._event(status, t.revision)
+        # Files, mapping and serialisation run off the event loop: thousands of statuses changing
+        # at once must not stall RPC handling.
+        updates, events, finished = await asyncio.to_thread(self._compute, tracked, observed, now)
         async with self._poll_lock:
             # A job cancelled while we polled is no longer tracked: its tombstone must win.
             updates = [u for u in updates if u.uid in self._tracked]
@@ -580,6 +561,35 @@ class Submitter:
         stats = PollStats(len(tracked), len(updates), self.backend.calls - calls0, time.perf_counter() - t0)
         self.last_poll = stats
         return stats
+
+    def _compute(
+        self, tracked: list[_Tracked], observed: dict[str, Observation], now: float
+    ) -> tuple[list[StatusUpdate], dict[str, pb.JobEvent], list[_Tracked]]:
+        """Map every tracked job's inputs to its status; only this poll touches ``_Tracked`` fields."""
+        updates: list[StatusUpdate] = []
+        events: dict[str, pb.JobEvent] = {}
+        finished: list[_Tracked] = []
+        for t in tracked:
+            files = self._files.read(t.handle.job_dir, t.names)
+            obs = observed.get(t.meta.uid, GONE)
+            inputs = (obs, files)
+            if inputs == t.inputs:
+                continue  # map_status is pure: nothing new to say (the common case, by far)
+            t.inputs = inputs
+            status = map_status(t.meta, obs, files, now=now)
+            raw = bytes(status)
+            terminal = is_terminal(status.state)
+            if terminal:
+                finished.append(t)
+            if raw == t.status:
+                continue
+            t.status = raw
+            t.revision += 1
+            updates.append(StatusUpdate(t.meta.uid, DONE if terminal else ACTIVE, int(status.state), raw,
+                                        t.revision, now if terminal else None))
+            status.updated_at = _now_ts()
+            events[t.meta.uid] = self._event(status, t.revision)
+        return updates, events, finished
 
     async def _poll_loop(self) -> None:
         interval = self.settings.poll_interval
@@ -599,6 +609,8 @@ class Submitter:
                 if self._polls % 1000 == 1:
                     cutoff = self.clock() - self.settings.retention_days * 86400
                     await self._reg().prune(cutoff)
+            except BackendError as exc:
+                log.warning("%s poll failed (%s); retrying next interval", self.backend.name, exc)
             except Exception:
                 log.exception("poll failed; retrying next interval")
             delay = max(0.0, interval - (time.monotonic() - started))

@@ -77,10 +77,10 @@ async def serving(gateway: Gateway, settings: GatewaySettings) -> AsyncIterator[
 @contextlib.asynccontextmanager
 async def gateway_only(
     nats_url: str, *, default_pool: str | None, redis_url: str | None = None, durable: str | None = None,
-    **settings: Any,
+    nats: NatsConnectionSettings | None = None, **settings: Any,
 ) -> AsyncIterator[Stack]:
     config = GatewaySettings(
-        nats=NatsConnectionSettings(url=nats_url), port=free_port(), default_pool=default_pool,
+        nats=nats or NatsConnectionSettings(url=nats_url), port=free_port(), default_pool=default_pool,
         redis_url=redis_url, events_durable=durable or f"gw-{uuid.uuid4().hex[:8]}", **settings,
     )
     async with running_gateway(config) as gateway, serving(gateway, config) as url, \

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import re
 import threading
@@ -44,6 +45,40 @@ from stack import create_body, eventually, full_stack, logs_body, new_pool, pod
 
 SCHEMA_FILE = Path(__file__).resolve().parents[1] / "services" / "gateway" / "openapi.json"
 SCHEMA = schemathesis.openapi.from_path(str(SCHEMA_FILE))
+
+
+def _strict(raw: dict[str, Any]) -> dict[str, Any]:
+    """The same API with the pod fields the gateway needs made required, so schemathesis gets past the
+    identity checks and reaches the renderer, the submitter and back (its negative mode then mutates
+    near-valid pods)."""
+    schemas = raw["components"]["schemas"]
+    word = {"type": "string", "minLength": 1, "maxLength": 12}
+    schemas["ObjectMeta"]["required"] = ["name", "namespace", "uid"]
+    for key in ("name", "namespace", "uid"):
+        schemas["ObjectMeta"]["properties"][key] = word
+    container = {
+        "type": "object", "required": ["name", "command"], "additionalProperties": False,
+        "properties": {
+            "name": {"type": "string", "pattern": "^[a-z]([a-z0-9-]{0,6}[a-z0-9])?$"},
+            "image": {"type": "string"},
+            "command": {"type": "array", "items": {"type": "string"}, "maxItems": 3},
+            "args": {"type": "array", "items": {"type": "string"}, "maxItems": 3},
+            "workingDir": {"type": "string"},
+            "env": {"type": "array", "maxItems": 3, "items": {
+                "type": "object", "required": ["name"],
+                "properties": {"name": {"type": "string"}, "value": {"type": "string"}}}},
+        },
+    }
+    schemas["Pod"]["required"] = ["metadata", "spec"]
+    schemas["Pod"]["properties"]["spec"] = {
+        "type": "object", "required": ["containers"],
+        "properties": {"containers": {"type": "array", "minItems": 1, "maxItems": 3, "items": container},
+                       "initContainers": {"type": "array", "maxItems": 2, "items": container}},
+    }
+    return raw
+
+
+STRICT_SCHEMA = schemathesis.openapi.from_dict(_strict(json.loads(SCHEMA_FILE.read_text())))
 POOL = new_pool()
 MAX_BODY = 256 * 1024
 FUZZ = settings(
@@ -97,6 +132,10 @@ def live(nats_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Li
             box["url"] = stack.base_url
             ready.set()
             await stop.wait()
+            # Workaround: nats-py's batched fetch never marks messages done, so draining the events
+            # pull subscription waits out the 30 s drain timeout after bursts of events. Drop it first.
+            with contextlib.suppress(Exception):
+                await stack.gateway.events._sub.unsubscribe()
 
     def run() -> None:
         try:
@@ -175,17 +214,20 @@ OPERATIONS = [("/create", "POST"), ("/status", "GET"), ("/delete", "POST"), ("/g
 CHECKS = [not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance]
 
 
+@pytest.mark.parametrize("strict", [False, True], ids=["served-schema", "strict-schema"])
 @pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE], ids=str)
 @pytest.mark.parametrize(("path", "method"), OPERATIONS, ids=[p for p, _ in OPERATIONS])
-@settings(FUZZ, max_examples=40)
+@settings(FUZZ, max_examples=30)
 @given(data=st.data())
 def test_schemathesis_cases_never_get_a_5xx(live: Live, path: str, method: str, mode: GenerationMode,
-                                            data: st.DataObject) -> None:
-    case = data.draw(SCHEMA[path][method].as_strategy(generation_mode=mode), label="case")
+                                            strict: bool, data: st.DataObject) -> None:
+    schema = STRICT_SCHEMA if strict else SCHEMA
+    case = data.draw(schema[path][method].as_strategy(generation_mode=mode), label="case")
     if path == "/create" and case.body is not schemathesis.core.NOT_SET:
         defang(case.body, live.sandbox)
     response = case.call(base_url=live.base_url, timeout=30)
     sent = response.request.body
+    import sys; print("STAT", path, mode, strict, response.status_code, response.text[:80].replace("\n"," "), file=sys.stderr)
     if mode is GenerationMode.POSITIVE:
         assert sent, f"{method} {path} was sent without its JSON body"  # GET bodies must really travel
     assert_not_5xx_and_explained(response, f"{method} {path} {sent!r:.300}")
@@ -556,10 +598,11 @@ def test_malformed_json_is_a_400_with_a_message(live: Live, path: str, method: s
     ("/delete", "POST", {"metadata": None}, "body.metadata"),
     ("/getLogs", "GET", [], "body"),
     ("/getLogs", "GET", {**GOOD_LOGS, "PodUID": 7}, "PodUID"),
-    ("/getLogs", "GET", {**GOOD_LOGS, "Opts": []}, "Opts"),
+    ("/getLogs", "GET", {**GOOD_LOGS, "Opts": [1]}, "Opts"),
     ("/getLogs", "GET", {**GOOD_LOGS, "Opts": {"Tail": "3"}}, "Opts.Tail"),
     ("/getLogs", "GET", {**GOOD_LOGS, "Opts": {"Tail": -1}}, "Opts.Tail"),
-    ("/getLogs", "GET", {**GOOD_LOGS, "Opts": {"SinceSeconds": 10**20}}, "Opts.SinceSeconds"),
+    ("/getLogs", "GET", {**GOOD_LOGS, "Opts": {"SinceSeconds": -5}}, "Opts.SinceSeconds"),
+    ("/getLogs", "GET", {**GOOD_LOGS, "Opts": {"SinceTime": "9999-12-31T23:59:59-14:00"}}, "Opts.SinceTime"),
     ("/getLogs", "GET", {**GOOD_LOGS, "Opts": {"SinceTime": "yesterday"}}, "Opts.SinceTime"),
 ])
 def test_wrong_shapes_are_a_400_naming_the_field(live: Live, path: str, method: str, body: Any, field: str) -> None:

@@ -8,17 +8,18 @@ A client that trusts another CA, or only the system store, is refused by its own
 from __future__ import annotations
 
 import asyncio
-import gc
 import ssl
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
+from unittest import mock
 
 import nats
 import nats.errors
 import pytest
 from interlink_nats.gen.interlink_nats.v1 import DescribeRequest, GetLogsRequest
 from interlink_nats.services.rpc import RpcServer, submitter_client
+from nats.aio.transport import WebSocketTransport
 from test_security_nats import FakeSubmitter, settle
 from tls import ErrorLog, SecureStack, stack_fixture, write_other_ca
 
@@ -27,9 +28,6 @@ pytestmark = [
     # nats-py 2.16's WebSocket transport passes a float timeout that aiohttp deprecates; as an
     # error (pyproject's filterwarnings) it would make every wss:// connect fail and retry forever.
     pytest.mark.filterwarnings("ignore:parameter 'timeout' of type 'float' is deprecated:DeprecationWarning"),
-    # ...and leaves its aiohttp session unclosed when a wss:// handshake fails (collected below).
-    pytest.mark.filterwarnings("ignore:Unclosed client session:ResourceWarning"),
-    pytest.mark.filterwarnings("ignore:unclosed transport:ResourceWarning"),
 ]
 
 
@@ -88,21 +86,33 @@ async def attempt_connect(url: str, opts: dict[str, Any]) -> list[BaseException]
     """Try to connect once; return what went wrong (raised or reported), failing the test if it connected.
 
     nats-py keeps retrying a failing ``wss://`` server even with reconnects off, so the attempt
-    is bounded by a timeout and the TLS error is taken from the error callback.
+    is bounded by a timeout and the TLS error is taken from the error callback. Each retry builds
+    a WebSocket transport whose aiohttp session nats-py never closes; they are tracked and closed
+    here, or their finalizers would warn in whatever test the garbage collector runs next.
     """
     reported: list[BaseException] = []
+    transports: list[WebSocketTransport] = []
+
+    class TrackedTransport(WebSocketTransport):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            transports.append(self)
 
     async def on_error(exc: Exception) -> None:
         reported.append(exc)
 
-    try:
-        async with asyncio.timeout(3):
-            nc = await nats.connect(
-                url, error_cb=on_error, allow_reconnect=False, max_reconnect_attempts=0, connect_timeout=2, **opts
-            )
-    except (TimeoutError, nats.errors.Error, OSError) as exc:
-        gc.collect()  # finalize the abandoned client here, under this module's warning filters
-        return [*reported, exc]
+    with mock.patch("nats.aio.client.WebSocketTransport", TrackedTransport):
+        try:
+            async with asyncio.timeout(3):
+                nc = await nats.connect(
+                    url, error_cb=on_error, allow_reconnect=False, max_reconnect_attempts=0, connect_timeout=2, **opts
+                )
+        except (TimeoutError, nats.errors.Error, OSError) as exc:
+            return [*reported, exc]
+        finally:
+            for transport in transports:
+                if transport._client is not None and not transport._client.closed:
+                    await transport._client.close()
     await nc.close()
     pytest.fail(f"connected to {url} although the server's certificate should not verify")
 

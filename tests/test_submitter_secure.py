@@ -16,6 +16,12 @@ from interlink_nats.submitters.runtime import Submitter
 from interlink_nats.submitters.testing import pod_job, settings_for, wait_for
 from tls import SecureStack, stack_fixture
 
+# nats-py hands aiohttp a float connect timeout for wss://; under pyproject's "warnings are errors"
+# that would fail every WebSocket connect (production only sees a warning).
+pytestmark = pytest.mark.filterwarnings(
+    "ignore:parameter 'timeout' of type 'float' is deprecated:DeprecationWarning"
+)
+
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureStack]:

@@ -255,3 +255,39 @@ async def test_announcements_carry_the_build_config_and_follow_file_changes(
         changed = pb.BuildConfig.parse((await configs.next_msg(timeout=10)).data)
         assert changed.runtime == pb.ContainerRuntime.APPTAINER
         assert changed.scratch_dir == "/scratch/b"
+
+
+async def test_replicas_share_the_registry_answer_for_each_other_and_adopt_a_stopped_ones_jobs(
+    tmp_path: Path, nats_url: str, nc: nats.NATS, pool: str
+) -> None:
+    state = tmp_path / "state"
+    a = Submitter(settings_for(state, nats_url, pool=pool, instance_id="replica-a"))
+    b = Submitter(settings_for(state, nats_url, pool=pool, instance_id="replica-b"))
+    await a.start()
+    await b.start()
+    try:
+        client = submitter_client(nc, pool)
+        uids = [uid() for _ in range(8)]
+        for u in uids:
+            await client.submit(pb.SubmitRequest(job=pod_job(u, {"main": "sleep 1.5"})))
+        owners = {a.instance_id: a.tracked, b.instance_id: b.tracked}
+        assert sum(owners.values()) == len(uids)
+        assert all(owners.values()), f"the queue group spreads the jobs: {owners}"
+        # Either replica answers for every job, whoever owns it.
+        for replica in (a, b):
+            resp = await replica.get_status(uids)
+            assert not resp.unknown_pod_uids
+            assert len(resp.statuses) == len(uids)
+        victim = uids[0]
+        assert (await b.cancel(victim)).found
+        await a.stop()  # its lock goes: b adopts its jobs on its next adoption check
+
+        async def all_done() -> bool:
+            resp = await b.get_status(uids[1:])
+            return all(s.state == pb.JobState.SUCCEEDED for s in resp.statuses)
+
+        await wait_for(all_done, what="b to finish a's jobs")
+        assert (await b.get_status([victim])).statuses[0].state == pb.JobState.CANCELLED
+    finally:
+        await a.stop()
+        await b.stop()

@@ -18,7 +18,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
 from conftest import missing_service
 from interlink_nats.services.rpc import RpcServer
 from test_security_nats import FakeSubmitter, settle
@@ -40,7 +39,10 @@ def ts_client(tmp_path_factory: pytest.TempPathFactory) -> Path:
     copy = work / "clients" / "typescript"
     shutil.copytree(CLIENT, copy, ignore=shutil.ignore_patterns("node_modules", "gen"))
     install = subprocess.run(
-        [npm, "ci", "--no-audit", "--no-fund", "--prefer-offline"], cwd=copy, capture_output=True, text=True,
+        [npm, "ci", "--no-audit", "--no-fund", "--prefer-offline"],
+        cwd=copy,
+        capture_output=True,
+        text=True,
         timeout=180,
     )
     if install.returncode != 0:
@@ -49,7 +51,11 @@ def ts_client(tmp_path_factory: pytest.TempPathFactory) -> Path:
     env = {**os.environ, "PATH": f"{copy / 'node_modules' / '.bin'}{os.pathsep}{os.environ.get('PATH', '')}"}
     gen = subprocess.run(
         [buf, "generate", "--template", str(ROOT / "buf.gen.ts.yaml"), "-o", str(work), str(ROOT / "proto")],
-        cwd=ROOT, capture_output=True, text=True, env=env, timeout=120,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
     )
     assert gen.returncode == 0, gen.stdout + gen.stderr
     assert (copy / "src" / "gen" / "interlink_nats" / "v1" / "submitter_pb.ts").is_file()
@@ -73,8 +79,12 @@ async def run_describe(stack: SecureStack, client: Path, pool: str) -> tuple[int
         "TIMEOUT_MS": "5000",
     }
     proc = await asyncio.create_subprocess_exec(
-        str(client / "node_modules" / ".bin" / "tsx"), "src/describe.ts", cwd=client, env=env,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        str(client / "node_modules" / ".bin" / "tsx"),
+        "src/describe.ts",
+        cwd=client,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
     )
     out, err = await asyncio.wait_for(proc.communicate(), 60)
     assert proc.returncode is not None

@@ -9,6 +9,7 @@ Every parse error names the offending field so interLink can relay it to the use
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -16,6 +17,8 @@ from typing import Any
 from interlink_nats.gen.interlink_nats import v1 as pb
 
 GO_ZERO_TIME_PREFIX = "0001-01-01"
+# What a submitter accepts as a pod UID (it names the job directory); Kubernetes UIDs are UUIDs.
+POD_UID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
 class BadRequest(ValueError):
@@ -73,7 +76,9 @@ def parse_create(body: bytes) -> dict[str, Any]:
             raise BadRequest("body", f"expected one RetrievedPodData (or a one-element array), got {len(data)}")
         data = data[0]
     _expect(data, dict, "body", "a RetrievedPodData object")
-    pod_identity(data.get("pod"), "pod")
+    uid = pod_identity(data.get("pod"), "pod").uid
+    if not POD_UID.fullmatch(uid):
+        raise BadRequest("pod.metadata.uid", f"{uid!r} is not a pod UID: letters, digits, '.', '_' and '-' only")
     spec = _expect(data["pod"].get("spec"), dict, "pod.spec", "an object")
     containers = spec.get("containers")
     if not isinstance(containers, list) or not containers:

@@ -126,6 +126,11 @@ class RpcServer:
                     await self.nc.subscribe(endpoint.subject, queue=self.pool, cb=self._callback(endpoint))
                 )
             await self.micro.start()
+            # nats-py's flush() writes its PING straight to the socket, so it can overtake SUBs still
+            # queued in the pending buffer; yielding first lets the flusher send them, and a second
+            # round trip makes sure the server has registered every subscription before we return.
+            await asyncio.sleep(0)
+            await self.nc.flush()
             await self.nc.flush()
         except nats.errors.Error:
             await self.stop(grace=0)

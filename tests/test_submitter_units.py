@@ -1,0 +1,130 @@
+"""Small pure pieces of the submitter: settings sources, log offsets, job files, flags of the registry."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.services.scripts import layout
+from interlink_nats.submitters import jobfiles, logs
+from interlink_nats.submitters.registry import Registry
+from interlink_nats.submitters.settings import ConfigFileError, SubmitterSettings, parse_build_config
+from pydantic import ValidationError
+
+
+def test_settings_precedence_is_cli_then_env_then_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cfg = tmp_path / "submitter.toml"
+    cfg.write_text(
+        'pool = "from-file"\npoll_interval = 9.0\nnats_url = "tls://file:4222"\n'
+        '[slurm]\nsbatch = "/opt/slurm/bin/sbatch"\npartition = "file"\n'
+        '[build_config]\nruntime = "apptainer"\nimage_prefix = "docker://"\n'
+    )
+    monkeypatch.setenv("INTERLINK_SUBMITTER_SLURM__PARTITION", "env")
+    monkeypatch.setenv("INTERLINK_SUBMITTER_NATS_URL", "wss://a/nats,wss://b/nats")
+    s = SubmitterSettings.load(cfg, poll_interval=1.5)
+    assert s.pool == "from-file"
+    assert s.poll_interval == 1.5
+    assert s.nats_url == ["wss://a/nats", "wss://b/nats"]
+    assert s.slurm.partition == "env"
+    assert s.slurm.sbatch == "/opt/slurm/bin/sbatch", "env for one nested key keeps the file's others"
+    bc = s.read_build_config()
+    assert bc.runtime == pb.ContainerRuntime.APPTAINER
+    assert bc.image_prefix == "docker://"
+
+
+def test_yaml_config_and_clear_errors(tmp_path: Path) -> None:
+    cfg = tmp_path / "s.yaml"
+    cfg.write_text("pool: Bad_Pool\n")
+    with pytest.raises(ValidationError, match="DNS label"):
+        SubmitterSettings.load(cfg)
+    cfg.write_text("pool: ok\nnats_url: [http://x]\n")
+    with pytest.raises(ValidationError, match="nats://"):
+        SubmitterSettings.load(cfg)
+    cfg.write_text("pool: [unclosed\n")
+    with pytest.raises(ConfigFileError, match=r"s\.yaml"):
+        SubmitterSettings.load(cfg)
+    with pytest.raises(ConfigFileError, match="invalid"):
+        parse_build_config({"no_such_field": 1})
+
+
+def test_tail_and_limit_offsets(tmp_path: Path) -> None:
+    log = tmp_path / "c.log"
+    log.write_bytes(b"a\nbb\nccc\n")
+    start = logs.start_offset
+    assert start(log, offset=0, tail_lines=None, limit_bytes=None) == 0
+    assert start(log, offset=0, tail_lines=1, limit_bytes=None) == 5
+    assert start(log, offset=0, tail_lines=2, limit_bytes=None) == 2
+    assert start(log, offset=0, tail_lines=10, limit_bytes=None) == 0
+    assert start(log, offset=0, tail_lines=0, limit_bytes=None) == 9
+    assert start(log, offset=0, tail_lines=None, limit_bytes=3) == 6
+    assert start(log, offset=0, tail_lines=3, limit_bytes=3) == 6, "the stricter limit wins"
+    assert start(log, offset=4, tail_lines=1, limit_bytes=None) == 4, "an explicit offset resumes there"
+    assert start(log, offset=99, tail_lines=None, limit_bytes=None) == 9
+    assert start(tmp_path / "missing", offset=0, tail_lines=1, limit_bytes=None) == 0
+    log.write_bytes(b"a\nno newline at end")
+    assert start(log, offset=0, tail_lines=1, limit_bytes=None) == 2
+    big = tmp_path / "big.log"
+    big.write_bytes(b"".join(b"%05d\n" % i for i in range(5000)))
+    assert logs.read_chunk(big, start(big, offset=0, tail_lines=2, limit_bytes=None)) == b"04998\n04999\n"
+    assert logs.read_chunk(tmp_path / "missing", 0) == b""
+
+
+def test_job_dirs_are_private_and_names_are_checked(tmp_path: Path) -> None:
+    job_dir = jobfiles.job_dir_for(tmp_path, "0f3bd293-bef1-4af9-b11f-3af7d25b8f85")
+    old_umask = os.umask(0o022)
+    try:
+        script = jobfiles.prepare_job_dir(job_dir, "echo hi\n")
+    finally:
+        os.umask(old_umask)
+    assert script.read_text() == "#!/bin/bash\necho hi\n"
+    assert oct(job_dir.stat().st_mode & 0o777) == "0o700"
+    assert oct(script.stat().st_mode & 0o777) == "0o700"
+    for bad in ("", "..", "a/b", "-rf", "x" * 200):
+        with pytest.raises(jobfiles.InvalidJobError):
+            jobfiles.job_dir_for(tmp_path, bad)
+    with pytest.raises(jobfiles.InvalidJobError):
+        jobfiles.validate_container("Main")
+
+
+def test_container_files_are_read_and_cached_by_directory_mtime(tmp_path: Path) -> None:
+    job_dir = tmp_path / "j"
+    jobfiles.prepare_job_dir(job_dir, "true")
+    layout.started_path(job_dir, "c").write_text("1800000000\n")
+    layout.exit_path(job_dir, "c").write_text("3\n")
+    cache = jobfiles.ContainerFilesCache()
+    files = cache.read(job_dir, ["c", "d"])
+    assert files["c"].exit_code == 3
+    assert files["c"].started_at == 1800000000.0
+    assert files["d"].exit_code is None
+    old = 1_700_000_000
+    os.utime(job_dir / layout.CONTAINERS_DIR, (old, old))
+    cache.read(job_dir, ["c", "d"])
+    layout.exit_path(job_dir, "c").write_text("4\n")  # an in-place rewrite the layout never does
+    os.utime(job_dir / layout.CONTAINERS_DIR, (old, old))
+    assert cache.read(job_dir, ["c", "d"])["c"].exit_code == 3, "unchanged directory → cached"
+    layout.exit_path(job_dir, "d").write_text("0\n")
+    assert cache.read(job_dir, ["c", "d"])["d"].exit_code == 0
+
+
+async def test_registry_claims_once_and_survives_reopen(tmp_path: Path) -> None:
+    path = tmp_path / "r.sqlite3"
+    reg = await Registry.open(path)
+    kw = {"namespace": "n", "name": "p", "owner": "a", "job_dir": tmp_path / "j", "init_containers": [],
+          "containers": ["c"], "spec": b"", "status": b""}
+    created, row = await reg.claim(uid="u1", **kw)
+    assert created
+    assert row.phase == "submitting"
+    again, _ = await reg.claim(uid="u1", **{**kw, "owner": "b"})
+    assert not again
+    await reg.mark_submitted("u1", "77")
+    await reg.close()
+    reg = await Registry.open(path)
+    row2 = await reg.get("u1")
+    assert row2 is not None
+    assert (row2.phase, row2.job_id, row2.owner) == ("active", "77", "a")
+    assert oct(path.stat().st_mode & 0o777) == "0o600"
+    assert await reg.adopt("a", "b") == 1
+    assert [r.uid for r in await reg.live("b")] == ["u1"]
+    await reg.close()
