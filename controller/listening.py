@@ -13,11 +13,11 @@ answers with ``metadata.pool``), filtered by the regexp.
 from __future__ import annotations
 
 import asyncio
-import ssl
 import contextlib
 import json
 import logging
 import re
+import ssl
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field

@@ -1,22 +1,35 @@
 """How every interlink-nats process connects to NATS: one settings model, one ``connect``.
 
-Sites dial out only, over ``nats://``, ``tls://`` or ``wss://`` (WebSocket through a TLS
-terminating proxy); auth by user/password, token, nkey seed or creds file. Reconnection is
-forever with back-off: a site that loses its network must come back by itself.
+- ``nats://``, ``tls://`` and ``wss://`` (WebSocket through a TLS-terminating proxy); TLS uses
+  the system CAs or ``tls_ca_file``, with an optional client certificate.
+- user/password, token, nkey seed file or creds file (JWT + nkey).
+- The first connection is retried forever (a site may boot before the central NATS is
+  reachable); reconnects after a loss use capped, jittered exponential back-off through
+  nats-py's ``reconnect_to_server_handler``, with ``max_reconnect_attempts=-1``.
+- The reply inbox prefix is a setting: the permissions written by ``interlink-nats nats-config``
+  let each identity read replies only under its own prefix.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
+import random
 import ssl
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 import nats
 from nats.aio.client import Client as NatsClient
 from pydantic import BaseModel, Field, SecretStr
-from tenacity import AsyncRetrying, retry_if_exception_type, stop_after_attempt, stop_never, wait_exponential
 
 log = logging.getLogger(__name__)
+
+
+class NatsConnectError(Exception):
+    """Connecting was abandoned (only when the caller asked to stop)."""
 
 
 class NatsConnectionSettings(BaseModel):
@@ -36,67 +49,115 @@ class NatsConnectionSettings(BaseModel):
     inbox_prefix: str = Field(
         "_INBOX", description="reply inbox prefix; with `nats-config` permissions each identity has its own"
     )
-    connect_timeout_s: float = 5.0
-    reconnect_wait_s: float = 2.0
-    max_reconnect_wait_s: float = 30.0
+    connect_timeout_s: float = Field(5.0, gt=0)
+    reconnect_wait_max_s: float = Field(30.0, gt=0, description="cap of the jittered reconnect back-off")
+    drain_timeout_s: float = Field(20.0, gt=0)
 
     def servers(self) -> list[str]:
         return [part.strip() for part in self.url.split(",") if part.strip()]
 
-    def ssl_context(self) -> ssl.SSLContext | None:
-        if not any(s.startswith(("tls://", "wss://")) for s in self.servers()) and self.tls_ca_file is None:
-            return None
-        context = ssl.create_default_context(cafile=str(self.tls_ca_file) if self.tls_ca_file else None)
-        if self.tls_cert_file and self.tls_key_file:
-            context.load_cert_chain(str(self.tls_cert_file), str(self.tls_key_file))
-        return context
+
+def backoff_delay(attempt: int, cap: float, base: float = 0.5) -> float:
+    """Full-jitter exponential back-off: uniform in [base/2, min(cap, base·2^attempt)]."""
+    ceiling = min(cap, base * (2 ** min(attempt, 16)))
+    return random.uniform(min(base / 2, ceiling), ceiling)
 
 
-async def connect(settings: NatsConnectionSettings, name: str, *, first_connect_retries: int = -1) -> NatsClient:
-    """Connect with infinite reconnects; ``first_connect_retries=-1`` keeps trying at start too."""
-    async def on_error(exc: Exception) -> None:
-        log.warning("nats (%s): %s", name, exc)
+def tls_context(settings: NatsConnectionSettings) -> ssl.SSLContext | None:
+    """A verifying client context when the URL or settings ask for TLS; None for plain nats://."""
+    needs = any(u.lower().startswith(("tls://", "wss://")) for u in settings.servers()) or settings.tls_ca_file
+    if not needs and not settings.tls_cert_file:
+        return None
+    ctx = ssl.create_default_context(cafile=str(settings.tls_ca_file) if settings.tls_ca_file else None)
+    if settings.tls_cert_file:
+        ctx.load_cert_chain(str(settings.tls_cert_file), str(settings.tls_key_file) if settings.tls_key_file else None)
+    return ctx
 
-    async def on_disconnected() -> None:
-        log.warning("nats (%s): disconnected", name)
 
-    async def on_reconnected() -> None:
-        log.info("nats (%s): reconnected", name)
+def connect_options(
+    settings: NatsConnectionSettings,
+    *,
+    name: str,
+    on_disconnect: Callable[[], Awaitable[None]] | None = None,
+    on_reconnect: Callable[[], Awaitable[None]] | None = None,
+) -> dict[str, Any]:
+    """Keyword arguments for ``nats.connect`` (pure, so it is tested without a server)."""
+    cap = settings.reconnect_wait_max_s
 
-    options: dict[str, object] = {
+    def pick(servers: list[Any], _info: dict[str, Any]) -> tuple[Any, float]:
+        server = min(servers, key=lambda s: s.reconnects)
+        return server, backoff_delay(server.reconnects, cap)
+
+    async def error_cb(exc: Exception) -> None:
+        log.warning("NATS (%s): %s: %s", name, type(exc).__name__, exc)
+
+    async def disconnected_cb() -> None:
+        log.info("NATS (%s) disconnected (reconnecting with back-off unless closing)", name)
+        if on_disconnect is not None:
+            await on_disconnect()
+
+    async def reconnected_cb() -> None:
+        log.info("NATS (%s) reconnected", name)
+        if on_reconnect is not None:
+            await on_reconnect()
+
+    opts: dict[str, Any] = {
         "servers": settings.servers(),
         "name": name,
-        "connect_timeout": settings.connect_timeout_s,
-        "reconnect_time_wait": settings.reconnect_wait_s,
-        "max_reconnect_attempts": -1,
         "allow_reconnect": True,
-        "error_cb": on_error,
+        "max_reconnect_attempts": -1,
+        "reconnect_to_server_handler": pick,
+        "connect_timeout": settings.connect_timeout_s,
+        "drain_timeout": settings.drain_timeout_s,
+        "error_cb": error_cb,
+        "disconnected_cb": disconnected_cb,
+        "reconnected_cb": reconnected_cb,
+        "ping_interval": 20,
+        "max_outstanding_pings": 3,
         "inbox_prefix": settings.inbox_prefix,
-        "disconnected_cb": on_disconnected,
-        "reconnected_cb": on_reconnected,
     }
+    ctx = tls_context(settings)
+    if ctx is not None:
+        opts["tls"] = ctx
     if settings.user:
-        options["user"] = settings.user
-        options["password"] = settings.password.get_secret_value() if settings.password else ""
-    if settings.token:
-        options["token"] = settings.token.get_secret_value()
-    if settings.nkey_seed_file:
-        options["nkeys_seed"] = str(settings.nkey_seed_file)
-    if settings.creds_file:
-        options["user_credentials"] = str(settings.creds_file)
-    context = settings.ssl_context()
-    if context is not None:
-        options["tls"] = context
-    retrying = AsyncRetrying(
-        retry=retry_if_exception_type((OSError, nats.errors.NoServersError, TimeoutError)),
-        wait=wait_exponential(multiplier=settings.reconnect_wait_s / 2, max=settings.max_reconnect_wait_s),
-        stop=stop_never if first_connect_retries < 0 else stop_after_attempt(first_connect_retries + 1),
-        before_sleep=lambda state: log.warning(
-            "nats (%s): cannot connect yet (%s), retrying", name, state.outcome.exception() if state.outcome else ""
-        ),
-        reraise=True,
-    )
-    async for attempt in retrying:
-        with attempt:
-            return await nats.connect(**options)  # type: ignore[arg-type]
-    raise AssertionError("unreachable")  # pragma: no cover
+        opts["user"] = settings.user
+        if settings.password is not None:
+            opts["password"] = settings.password.get_secret_value()
+    if settings.token is not None:
+        opts["token"] = settings.token.get_secret_value()
+    if settings.nkey_seed_file is not None:
+        opts["nkeys_seed"] = str(settings.nkey_seed_file)
+    if settings.creds_file is not None:
+        opts["user_credentials"] = str(settings.creds_file)
+    return opts
+
+
+async def connect(
+    settings: NatsConnectionSettings,
+    name: str,
+    *,
+    stop: asyncio.Event | None = None,
+    on_disconnect: Callable[[], Awaitable[None]] | None = None,
+    on_reconnect: Callable[[], Awaitable[None]] | None = None,
+) -> NatsClient:
+    """Connect, retrying forever (nats-py loops itself with ``max_reconnect_attempts=-1``).
+
+    Returns once connected; raises NatsConnectError if ``stop`` is set first. Errors that
+    retrying cannot fix (a malformed URL, an unreadable creds file) are raised at once.
+    """
+    opts = connect_options(settings, name=name, on_disconnect=on_disconnect, on_reconnect=on_reconnect)
+    opts["reconnect_time_wait"] = 2
+    task = asyncio.ensure_future(nats.connect(**opts))
+    if stop is None:
+        return await task
+    stopper = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        stopper.cancel()
+    if task.done():
+        return task.result()
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await task
+    raise NatsConnectError("stopped before NATS was reachable")

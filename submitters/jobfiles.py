@@ -64,6 +64,17 @@ def prepare_job_dir(job_dir: Path, script: str) -> Path:
     return path
 
 
+def prepare_job_dirs(items: Sequence[tuple[Path, str]]) -> list[Path | OSError]:
+    """:func:`prepare_job_dir` for many jobs in one thread hop (Submit batches them); errors stay per job."""
+    out: list[Path | OSError] = []
+    for job_dir, script in items:
+        try:
+            out.append(prepare_job_dir(job_dir, script))
+        except OSError as exc:
+            out.append(exc)
+    return out
+
+
 def remove_job_dir(job_dir: Path) -> None:
     shutil.rmtree(job_dir, ignore_errors=True)
 

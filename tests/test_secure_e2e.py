@@ -11,12 +11,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from stack import create_body, eventually, gateway_only, logs_body, pod, terminated
-from tls import SecureStack, stack_fixture
-
 from interlink_nats.services.natsconn import NatsConnectionSettings
 from interlink_nats.submitters.runtime import Submitter
 from interlink_nats.submitters.settings import SubmitterSettings
+from stack import create_body, eventually, gateway_only, logs_body, pod, terminated
+from tls import SecureStack, stack_fixture
 
 POOL = "site-a"
 

@@ -88,15 +88,17 @@ class Gateway:
                 loaded = await self.store.load()
         await self.pools.start()
         await self.events.start()
-        rebuilt = await self.rebuild_from_pools() if self.redis is not None and loaded == 0 else 0
+        live = await discover_pools(self.nc, SERVICE_NAME)
+        await self.pools.describe_all(live, self.settings.pool_wait_s)
+        rebuilt = await self.rebuild_from_pools(live) if self.redis is not None and loaded == 0 else 0
         log.info("gateway started: %d pods restored from redis, %d from the pools' ListJobs", loaded, rebuilt)
 
-    async def rebuild_from_pools(self) -> int:
+    async def rebuild_from_pools(self, live: set[str]) -> int:
         """Refill the pod table from every reachable pool's ``ListJobs`` (redis was empty or lost).
 
         Pods come back with pool, job id and last status; images are unknown until the next create.
         """
-        pools = set(self.pools.known_pools()) | await discover_pools(self.nc, SERVICE_NAME)
+        pools = set(self.pools.known_pools()) | live
         added = 0
         for pool in sorted(pools):
             token = ""

@@ -66,6 +66,9 @@ class EventConsumer:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._task
             self._task = None
+        # An open pull subscription keeps a later drain() of the connection waiting for its timeout.
+        with contextlib.suppress(Exception):
+            await self._sub.unsubscribe()
 
     async def _run(self) -> None:
         while not self._stopping.is_set():

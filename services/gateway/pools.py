@@ -133,6 +133,23 @@ class PoolDirectory:
             self._info(pool).report = described.resources
         return self._info(pool).build_config or pb.BuildConfig()
 
+    async def describe_all(self, pools: set[str], deadline_s: float) -> None:
+        """Ask every pool to describe itself, so the ping and renders are right right after a restart."""
+        import asyncio
+
+        async def one(pool: str) -> None:
+            try:
+                described = await self.describe(pool, deadline_s)
+            except Exception as exc:  # a pool that cannot answer now will announce itself later
+                log.info("pool %s did not describe itself: %s", pool, exc)
+                return
+            await self.remember_build_config(pool, described.build_config or pb.BuildConfig())
+            if described.resources is not None:
+                self._info(pool).report = described.resources
+                self._info(pool).last_seen = self.clock()
+
+        await asyncio.gather(*(one(pool) for pool in sorted(pools)))
+
     def is_live(self, pool: str) -> bool:
         info = self.pools.get(pool)
         if info is None or info.report is None:
