@@ -14,9 +14,8 @@ import tempfile
 from pathlib import Path
 
 from interlink_nats.services.gateway.server import serve
-from interlink_nats.services.gateway.settings import GatewaySettings
+from interlink_nats.services.gateway.settings import GatewayNatsSettings, GatewaySettings
 from interlink_nats.services.nats_server import NatsServerProcess
-from interlink_nats.services.natsconn import NatsConnectionSettings
 from interlink_nats.submitters.runtime import run_submitter
 from interlink_nats.submitters.settings import SubmitterSettings
 
@@ -40,7 +39,7 @@ async def run_stack(
                 build_config={"runtime": "CONTAINER_RUNTIME_NONE"}, poll_interval=1.0,
             )
             gateway_settings = GatewaySettings(
-                nats=NatsConnectionSettings(url=nats_server.url), host=host, port=http_port, default_pool=pool,
+                nats=GatewayNatsSettings(url=nats_server.url), host=host, port=http_port, default_pool=pool,
             )
             submitter = asyncio.create_task(run_submitter(submitter_settings, stop), name="submitter")
             gateway = asyncio.create_task(serve(gateway_settings, stop), name="gateway")

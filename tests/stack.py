@@ -20,8 +20,7 @@ import httpx
 import uvicorn
 from interlink_nats.services.gateway.app import Gateway, build_app
 from interlink_nats.services.gateway.server import running_gateway, uvicorn_config
-from interlink_nats.services.gateway.settings import GatewaySettings
-from interlink_nats.services.natsconn import NatsConnectionSettings
+from interlink_nats.services.gateway.settings import GatewayNatsSettings, GatewaySettings
 from interlink_nats.submitters.runtime import Submitter
 from interlink_nats.submitters.settings import SubmitterSettings
 
@@ -77,10 +76,10 @@ async def serving(gateway: Gateway, settings: GatewaySettings) -> AsyncIterator[
 @contextlib.asynccontextmanager
 async def gateway_only(
     nats_url: str, *, default_pool: str | None, redis_url: str | None = None, durable: str | None = None,
-    nats: NatsConnectionSettings | None = None, **settings: Any,
+    nats: GatewayNatsSettings | None = None, **settings: Any,
 ) -> AsyncIterator[Stack]:
     config = GatewaySettings(
-        nats=nats or NatsConnectionSettings(url=nats_url), port=free_port(), default_pool=default_pool,
+        nats=nats or GatewayNatsSettings(url=nats_url), port=free_port(), default_pool=default_pool,
         redis_url=redis_url, events_durable=durable or f"gw-{uuid.uuid4().hex[:8]}", **settings,
     )
     async with running_gateway(config) as gateway, serving(gateway, config) as url, \

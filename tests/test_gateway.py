@@ -11,8 +11,7 @@ import httpx
 import pytest
 from conftest import RedisServer
 from interlink_nats.services.gateway.server import running_gateway
-from interlink_nats.services.gateway.settings import GatewaySettings
-from interlink_nats.services.natsconn import NatsConnectionSettings
+from interlink_nats.services.gateway.settings import GatewayNatsSettings, GatewaySettings
 from stack import create_body, eventually, full_stack, gateway_only, logs_body, new_pool, pod, terminated
 
 
@@ -109,7 +108,7 @@ async def test_the_gateway_listens_on_a_unix_socket(nats_url: str, tmp_path: Pat
     from interlink_nats.services.gateway.server import uvicorn_config
 
     sock = tmp_path / "gw.sock"
-    settings = GatewaySettings(nats=NatsConnectionSettings(url=nats_url), unix_socket=sock,
+    settings = GatewaySettings(nats=GatewayNatsSettings(url=nats_url), unix_socket=sock,
                                events_durable=f"gw-{uuid.uuid4().hex[:8]}")
     async with running_gateway(settings) as gateway:
         server = uvicorn.Server(uvicorn_config(build_app(gateway), settings))

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from interlink_nats.services.natsconn import NatsConnectionSettings
+from interlink_nats.services.gateway.settings import GatewayNatsSettings
 from interlink_nats.submitters.runtime import Submitter
 from interlink_nats.submitters.settings import SubmitterSettings
 from stack import create_body, eventually, gateway_only, logs_body, pod, terminated
@@ -33,7 +33,7 @@ async def test_a_pod_runs_end_to_end_with_the_site_on_wss(secure: SecureStack, t
         build_config={"runtime": "CONTAINER_RUNTIME_NONE"}, poll_interval=0.2,
     )
     gateway_cred = secure.cred("gateway")
-    gateway_nats = NatsConnectionSettings(
+    gateway_nats = GatewayNatsSettings(
         url=secure.tls_url, nkey_seed_file=secure.written.seed_files["gateway"], tls_ca_file=secure.tls.ca_cert,
         inbox_prefix=gateway_cred.inbox_prefix,
     )

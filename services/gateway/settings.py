@@ -10,13 +10,16 @@ from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
+class GatewayNatsSettings(NatsConnectionSettings):
+    inbox_prefix: str = Field(
+        "_INBOX.gateway", description="the gateway's replies arrive here: the inbox `nats-config` grants it"
+    )
+
+
 class GatewaySettings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="INTERLINK_GATEWAY_", env_nested_delimiter="__")
 
-    nats: NatsConnectionSettings = Field(
-        default_factory=lambda: NatsConnectionSettings(inbox_prefix="_INBOX.gateway"),
-        description="the gateway's replies arrive under _INBOX.gateway, the inbox `nats-config` grants it",
-    )
+    nats: GatewayNatsSettings = Field(default_factory=GatewayNatsSettings)
     host: str = Field("127.0.0.1", description="TCP address to listen on")
     port: int = Field(4000, description="TCP port to listen on")
     unix_socket: Path | None = Field(None, description="listen on this unix socket instead of TCP")
