@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import datetime as dt
 import fcntl
 import logging
@@ -43,17 +44,19 @@ from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.services.events import ensure_events_stream
+from interlink_nats.services.scripts import layout
 from interlink_nats.services.subjects import (
     EVENTS_STREAM,
     config_subject,
     events_subject,
     resources_subject,
 )
-from interlink_nats.submitters import jobfiles
+from interlink_nats.submitters import fastwire, jobfiles, logindex
 from interlink_nats.submitters.backends.base import (
     GONE,
     Backend,
     BackendError,
+    BackendState,
     BackendUnavailable,
     Capacity,
     JobHandle,
@@ -74,6 +77,7 @@ from interlink_nats.submitters.registry import (
 from interlink_nats.submitters.service import SubmitterServiceImpl
 from interlink_nats.submitters.settings import SubmitterSettings
 from interlink_nats.submitters.status import (
+    ContainerFiles,
     JobMeta,
     cancelled_status,
     is_terminal,
@@ -121,6 +125,8 @@ class _Tracked:
     revision: int
     inputs: object = None
     """The (observation, files) last mapped: equal inputs give an equal status, so mapping is skipped."""
+    log_sizes: dict[Path, int | None] = dataclasses.field(default_factory=dict)
+    """Size of each log at its last checkpoint (``logindex``): a checkpoint is written only on change."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -428,8 +434,8 @@ class Submitter:
         """Claim (durable intent) → job directory → backend → mark submitted; see the module docstring.
 
         Hot path: the claim and the mark each wait for a group commit shared with every concurrent
-        Submit, the job directory is written in a batch with theirs on one thread, and the pending
-        status is built and serialised once (the answer reuses it with the job id set).
+        Submit, the job directory is written in a batch with theirs on one thread, and the two
+        messages the registry keeps (spec, pending status) are encoded by ``fastwire``.
         """
         reg = self._reg()
         pod = job.pod or pb.PodRef()
@@ -438,11 +444,11 @@ class Submitter:
                                 resources=job.resources, backend_flags=job.backend_flags)
         meta = JobMeta(pod.uid, pod.namespace, pod.name, self.pool, "", tuple(job.init_containers),
                        tuple(job.containers), self.backend.name)
-        pending = map_status(meta, None, {}, now=self.clock())
         created, row = await reg.claim(
             uid=pod.uid, namespace=pod.namespace, name=pod.name, owner=self.instance_id, job_dir=job_dir,
-            init_containers=job.init_containers, containers=job.containers, spec=bytes(spec_msg),
-            status=bytes(pending),
+            init_containers=job.init_containers, containers=job.containers, spec=fastwire.job_spec(job),
+            status=fastwire.pending_status(pod.uid, pod.namespace, pod.name, self.pool, job.init_containers,
+                                           job.containers),
         )
         if not created:
             resumable = row.phase == SUBMITTING and (
@@ -479,7 +485,7 @@ class Submitter:
         row.job_id = job_id
         async with self._poll_lock:
             self._track(row)
-        pending.job_id = job_id  # map_status of a job not yet observed differs only by the job id
+        pending = map_status(dataclasses.replace(meta, job_id=job_id), None, {}, now=self.clock())
         return pb.SubmitResponse(job_id=job_id, created=created, status=pending)
 
     async def _record_final(self, row: JobRow, status: pb.JobStatus) -> None:
@@ -584,9 +590,12 @@ class Submitter:
         updates: list[StatusUpdate] = []
         events: dict[str, pb.JobEvent] = {}
         finished: list[_Tracked] = []
+        now_ns = time.time_ns()
         for t in tracked:
             files = self._files.read(t.handle.job_dir, t.names)
             obs = observed.get(t.meta.uid, GONE)
+            if obs.state is not BackendState.QUEUED:
+                self._checkpoint_logs(t, files, now_ns)
             inputs = (obs, files)
             if inputs == t.inputs:
                 continue  # map_status is pure: nothing new to say (the common case, by far)
@@ -605,6 +614,14 @@ class Submitter:
             status.updated_at = _now_ts()
             events[t.meta.uid] = self._event(status, t.revision)
         return updates, events, finished
+
+    def _checkpoint_logs(self, t: _Tracked, files: dict[str, ContainerFiles], now_ns: int) -> None:
+        """Note the size of every log that may be growing (for GetLogs since_time/timestamps)."""
+        job_dir = t.handle.job_dir
+        paths = [layout.log_path(job_dir, n) for n in t.names if n in files and files[n].started_at is not None]
+        paths.append(self.backend.output_path(job_dir))
+        for path in paths:
+            t.log_sizes[path] = logindex.record(path, now_ns, t.log_sizes.get(path))
 
     async def _poll_loop(self) -> None:
         interval = self.settings.poll_interval

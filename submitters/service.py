@@ -7,6 +7,7 @@ receives a call answers it correctly, whoever owns the job.
 from __future__ import annotations
 
 import asyncio
+import datetime as dt
 import time
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
@@ -15,7 +16,7 @@ from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.services.scripts import layout
-from interlink_nats.submitters import logs
+from interlink_nats.submitters import logindex, logs
 from interlink_nats.submitters.registry import DELETED, DONE
 
 if TYPE_CHECKING:
@@ -57,7 +58,8 @@ class SubmitterServiceImpl(pb.SubmitterServiceBase):
         """Stream a container's log from an offset; with ``follow``, until its ``.exit`` appears or the job ends.
 
         ``container`` empty means the batch system's own output of the job (``job.out``).
-        ``since_time``/``timestamps`` are ignored: the log files carry no timestamps.
+        ``since_time`` and ``timestamps`` use the log's checkpoint index (``logindex``): times are
+        those at which the submitter first saw the bytes, so their precision is one poll interval.
         """
         row = await self.s._reg().get(message.pod_uid)
         if row is None or row.phase == DELETED:
@@ -76,6 +78,15 @@ class SubmitterServiceImpl(pb.SubmitterServiceBase):
             logs.start_offset, path, offset=message.offset, tail_lines=message.tail_lines,
             limit_bytes=message.limit_bytes,
         )
+        stamper: logindex.Stamper | None = None
+        if message.since_time is not None or message.timestamps:
+            now_ns = time.time_ns()
+            index, _ = await asyncio.to_thread(logindex.checkpoint_and_read, path, now_ns)
+            if message.since_time is not None and not message.offset:
+                since_ns = _unix_ns(message.since_time)
+                offset = max(offset, await asyncio.to_thread(logindex.since_start, path, index, since_ns))
+            if message.timestamps:
+                stamper = logindex.Stamper(index, offset, now_ns)
         ended = row.phase == DONE
         last_state_check = time.monotonic()
         while True:
@@ -86,13 +97,30 @@ class SubmitterServiceImpl(pb.SubmitterServiceBase):
                 if not data:
                     break
                 offset += len(data)
-                yield pb.GetLogsResponse(data=data, offset=offset)
+                yield pb.GetLogsResponse(data=stamper.feed(data) if stamper is not None else data, offset=offset)
             if not message.follow or finished:
                 return
             await asyncio.sleep(FOLLOW_INTERVAL)
+            if stamper is not None:  # a follower checkpoints what it is about to read: its lines get this time
+                now_ns = time.time_ns()
+                size = await asyncio.to_thread(logindex.record, path, now_ns, stamper.index[-1].size
+                                               if stamper.index else None)
+                if size:
+                    stamper.add(logindex.Checkpoint(now_ns, size))
             if time.monotonic() - last_state_check >= FOLLOW_STATE_EVERY:
                 last_state_check = time.monotonic()
                 current = await self.s._reg().get(message.pod_uid)
                 if current is None or current.phase == DELETED:
                     return
                 ended = current.phase == DONE
+
+
+def _unix_ns(when: dt.datetime) -> int:
+    """A protobuf Timestamp as betterproto2 gives it (an aware datetime; naive means UTC) in unix ns."""
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=dt.UTC)
+    delta = when - _EPOCH
+    return (delta.days * 86_400 + delta.seconds) * 1_000_000_000 + delta.microseconds * 1_000
+
+
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)

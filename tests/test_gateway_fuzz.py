@@ -34,7 +34,7 @@ import httpx
 import pytest
 import requests
 import schemathesis
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 from schemathesis import GenerationMode
 from schemathesis.checks import not_a_server_error
@@ -63,23 +63,34 @@ def _strict(raw: dict[str, Any]) -> dict[str, Any]:
     one_element = raw["paths"]["/create"]["post"]["requestBody"]["content"]["application/json"]["schema"]["oneOf"][1]
     one_element.update(minItems=1, maxItems=1)
     container = {
-        "type": "object", "required": ["name", "command"], "additionalProperties": False,
+        "type": "object",
+        "required": ["name", "command"],
+        "additionalProperties": False,
         "properties": {
             "name": {"type": "string", "pattern": "^[a-z]([a-z0-9-]{0,6}[a-z0-9])?$"},
             "image": {"type": "string"},
             "command": {"type": "array", "items": {"type": "string"}, "maxItems": 3},
             "args": {"type": "array", "items": {"type": "string"}, "maxItems": 3},
             "workingDir": {"type": "string"},
-            "env": {"type": "array", "maxItems": 3, "items": {
-                "type": "object", "required": ["name"],
-                "properties": {"name": {"type": "string"}, "value": {"type": "string"}}}},
+            "env": {
+                "type": "array",
+                "maxItems": 3,
+                "items": {
+                    "type": "object",
+                    "required": ["name"],
+                    "properties": {"name": {"type": "string"}, "value": {"type": "string"}},
+                },
+            },
         },
     }
     schemas["Pod"]["required"] = ["metadata", "spec"]
     schemas["Pod"]["properties"]["spec"] = {
-        "type": "object", "required": ["containers"],
-        "properties": {"containers": {"type": "array", "minItems": 1, "maxItems": 3, "items": container},
-                       "initContainers": {"type": "array", "maxItems": 2, "items": container}},
+        "type": "object",
+        "required": ["containers"],
+        "properties": {
+            "containers": {"type": "array", "minItems": 1, "maxItems": 3, "items": container},
+            "initContainers": {"type": "array", "maxItems": 2, "items": container},
+        },
     }
     return raw
 
@@ -93,8 +104,14 @@ POD_EXAMPLES = 100 * SCALE
 LOG_EXAMPLES = 60 * SCALE
 FUZZ = settings(
     deadline=None,
-    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much,
-                           HealthCheck.function_scoped_fixture],
+    # No shrinking: every step is an HTTP round trip (and maybe a job); the failure message has the body.
+    phases=(Phase.explicit, Phase.reuse, Phase.generate),
+    suppress_health_check=[
+        HealthCheck.too_slow,
+        HealthCheck.data_too_large,
+        HealthCheck.filter_too_much,
+        HealthCheck.function_scoped_fixture,
+    ],
 )
 # A 4xx message names the field first: "pod.metadata.uid: ...", "pod rejected: spec.volumes[0].name: ...".
 FIELD_MESSAGE = re.compile(
@@ -116,8 +133,9 @@ class Live:
 
     def send(self, method: str, path: str, body: Any, **kwargs: Any) -> httpx.Response:
         """``body`` as JSON; ``ensure_ascii`` so lone surrogates travel as valid ``\\udXXX`` escapes."""
-        return self.http.request(method, path, content=json.dumps(body).encode(),
-                                 headers={"content-type": "application/json"}, **kwargs)
+        return self.http.request(
+            method, path, content=json.dumps(body).encode(), headers={"content-type": "application/json"}, **kwargs
+        )
 
     def assert_alive(self) -> None:
         assert self.thread.is_alive(), "the gateway's event loop died"
@@ -213,8 +231,11 @@ def _defang_pod(p: Any, sandbox: Path) -> None:
     volumes = spec.get("volumes")
     if isinstance(volumes, list):
         for i, v in enumerate(volumes):
-            if isinstance(v, dict) and isinstance(v.get("hostPath"), dict) and isinstance(v["hostPath"].get("path"),
-                                                                                          str):
+            if (
+                isinstance(v, dict)
+                and isinstance(v.get("hostPath"), dict)
+                and isinstance(v["hostPath"].get("path"), str)
+            ):
                 v["hostPath"]["path"] = f"{sandbox}/v{i}"
 
 
@@ -231,8 +252,9 @@ EXAMPLES = {("/create", GenerationMode.NEGATIVE): 12 * SCALE}
 @pytest.mark.parametrize("strict", [False, True], ids=["served-schema", "strict-schema"])
 @pytest.mark.parametrize("mode", [GenerationMode.POSITIVE, GenerationMode.NEGATIVE], ids=str)
 @pytest.mark.parametrize(("path", "method"), OPERATIONS, ids=[p for p, _ in OPERATIONS])
-def test_schemathesis_cases_never_get_a_5xx(live: Live, path: str, method: str, mode: GenerationMode,
-                                            strict: bool) -> None:
+def test_schemathesis_cases_never_get_a_5xx(
+    live: Live, path: str, method: str, mode: GenerationMode, strict: bool
+) -> None:
     schema = STRICT_SCHEMA if strict else SCHEMA
 
     @settings(FUZZ, max_examples=EXAMPLES.get((path, mode), 25 * SCALE))
@@ -289,29 +311,73 @@ junk = st.recursive(
     max_leaves=6,
 )
 dns = st.from_regex(r"[a-z]([a-z0-9-]{0,10}[a-z0-9])?", fullmatch=True)
-odd_text = st.sampled_from(["", "\ud800", "a\x00b", "$(HOME)", "$$(X)", "'\"`;|&", "é漢字🙂", "x" * 300, "A B",
-                            "../..", "/abs", "a=b", "-n", "\n"])
+odd_text = st.sampled_from(
+    [
+        "",
+        "\ud800",
+        "a\x00b",
+        "$(HOME)",
+        "$$(X)",
+        "'\"`;|&",
+        "é漢字🙂",
+        "x" * 300,
+        "A B",
+        "../..",
+        "/abs",
+        "a=b",
+        "-n",
+        "\n",
+    ]
+)
 text = mostly(st.text(max_size=16), odd_text, odds=2)
 name_like = mostly(dns, odd_text, junk)
-quantity = mostly(st.sampled_from(["100m", "1", "1Gi", "2.5", "500Mi", "1e3", "0", "1.5Ki", "2"]),
-                  st.sampled_from(["-1", "abc", "1Zi", " 2 ", "9" * 40, "", "1e400", "Infinity"]),
-                  st.integers(-5, 2**64), st.floats(allow_nan=False, allow_infinity=False), junk, odds=12)
-resource_names = mostly(st.sampled_from(["cpu", "memory"]),
-                        st.sampled_from(["nvidia.com/gpu", "ephemeral-storage", "hugepages-2Mi", "bogus"]))
-resources = st.fixed_dictionaries({}, optional={
-    "requests": st.dictionaries(resource_names, quantity, max_size=3),
-    "limits": st.dictionaries(resource_names, quantity, max_size=3),
-})
-field_paths = mostly(st.sampled_from(["metadata.name", "metadata.namespace", "metadata.uid", "metadata.labels",
-                                      "metadata.annotations", "metadata.labels['app']", "status.podIP"]),
-                     st.sampled_from(["spec.nodeName", "spec.bogus", "metadata.labels['", ""]))
+quantity = mostly(
+    st.sampled_from(["100m", "1", "1Gi", "2.5", "500Mi", "1e3", "0", "1.5Ki", "2"]),
+    st.sampled_from(["-1", "abc", "1Zi", " 2 ", "9" * 40, "", "1e400", "Infinity"]),
+    st.integers(-5, 2**64),
+    st.floats(allow_nan=False, allow_infinity=False),
+    junk,
+    odds=12,
+)
+resource_names = mostly(
+    st.sampled_from(["cpu", "memory"]),
+    st.sampled_from(["nvidia.com/gpu", "ephemeral-storage", "hugepages-2Mi", "bogus"]),
+)
+resources = st.fixed_dictionaries(
+    {},
+    optional={
+        "requests": st.dictionaries(resource_names, quantity, max_size=3),
+        "limits": st.dictionaries(resource_names, quantity, max_size=3),
+    },
+)
+field_paths = mostly(
+    st.sampled_from(
+        [
+            "metadata.name",
+            "metadata.namespace",
+            "metadata.uid",
+            "metadata.labels",
+            "metadata.annotations",
+            "metadata.labels['app']",
+            "status.podIP",
+        ]
+    ),
+    st.sampled_from(["spec.nodeName", "spec.bogus", "metadata.labels['", ""]),
+)
 mode = mostly(st.sampled_from([None, 0o644, 0o400, 0o755, 0o600]), st.integers(-1, 0o1000), junk)
-rel_path = mostly(st.one_of(dns, st.sampled_from(["a/b", "dir/file.txt"])),
-                  st.sampled_from(["../up", "/abs", "a//b", ".", "", "x\x00y"]))
-abs_path = mostly(dns.map(lambda s: f"/{s}"),
-                  st.sampled_from(["/data", "/a/b/c", "/", "rel", "/a,b", "/a:b", "/x/../y", "/x\x00y", ""]))
-volume_kinds = mostly(st.sampled_from(["emptyDir", "configMap", "secret", "downwardAPI", "projected", "hostPath"]),
-                      st.sampled_from(["persistentVolumeClaim", "nfs"]), odds=8)
+rel_path = mostly(
+    st.one_of(dns, st.sampled_from(["a/b", "dir/file.txt"])),
+    st.sampled_from(["../up", "/abs", "a//b", ".", "", "x\x00y"]),
+)
+abs_path = mostly(
+    dns.map(lambda s: f"/{s}"),
+    st.sampled_from(["/data", "/a/b/c", "/", "rel", "/a,b", "/a:b", "/x/../y", "/x\x00y", ""]),
+)
+volume_kinds = mostly(
+    st.sampled_from(["emptyDir", "configMap", "secret", "downwardAPI", "projected", "hostPath"]),
+    st.sampled_from(["persistentVolumeClaim", "nfs"]),
+    odds=8,
+)
 base64_or_not = mostly(st.binary(max_size=8).map(lambda b: base64.b64encode(b).decode()), text)
 
 
@@ -322,8 +388,18 @@ def volume(draw: st.DrawFn, vname: str) -> tuple[dict[str, Any], list[dict[str, 
     cms: list[dict[str, Any]] = []
     secrets: list[dict[str, Any]] = []
     keys = draw(st.lists(rel_path, min_size=1, max_size=3, unique=True))
-    items = draw(st.one_of(st.none(), st.none(), st.lists(st.fixed_dictionaries(
-        {"key": mostly(st.sampled_from(keys), junk), "path": rel_path}, optional={"mode": mode}), max_size=2)))
+    items = draw(
+        st.one_of(
+            st.none(),
+            st.none(),
+            st.lists(
+                st.fixed_dictionaries(
+                    {"key": mostly(st.sampled_from(keys), junk), "path": rel_path}, optional={"mode": mode}
+                ),
+                max_size=2,
+            ),
+        )
+    )
     optional = draw(st.one_of(st.none(), st.booleans()))
     source: dict[str, Any]
     if kind == "emptyDir":
@@ -331,58 +407,107 @@ def volume(draw: st.DrawFn, vname: str) -> tuple[dict[str, Any], list[dict[str, 
     elif kind in ("configMap", "secret"):
         obj_name = draw(dns)
         name_key = "name" if kind == "configMap" else "secretName"
-        source = {name_key: draw(mostly(st.just(obj_name), name_like)), "optional": optional,
-                  "defaultMode": draw(mode)}
+        source = {name_key: draw(mostly(st.just(obj_name), name_like)), "optional": optional, "defaultMode": draw(mode)}
         if items is not None:
             source["items"] = items
         if draw(mostly(st.just(True), st.just(False), odds=4)):  # interLink sent the object
-            data = draw(st.dictionaries(st.sampled_from(keys), base64_or_not if kind == "secret" else text,
-                                        max_size=3))
+            data = draw(st.dictionaries(st.sampled_from(keys), base64_or_not if kind == "secret" else text, max_size=3))
             obj: dict[str, Any] = {"metadata": {"name": obj_name}, "data": data}
             if kind == "configMap" and draw(st.booleans()):
                 obj["binaryData"] = draw(st.dictionaries(st.sampled_from(keys), base64_or_not, max_size=2))
             (cms if kind == "configMap" else secrets).append(obj)
     elif kind == "downwardAPI":
-        source = {"items": draw(st.lists(st.fixed_dictionaries(
-            {"path": rel_path, "fieldRef": st.fixed_dictionaries({"fieldPath": field_paths})},
-            optional={"mode": mode}), max_size=3))}
+        source = {
+            "items": draw(
+                st.lists(
+                    st.fixed_dictionaries(
+                        {"path": rel_path, "fieldRef": st.fixed_dictionaries({"fieldPath": field_paths})},
+                        optional={"mode": mode},
+                    ),
+                    max_size=3,
+                )
+            )
+        }
     elif kind == "projected":
-        sources = draw(st.lists(mostly(st.sampled_from([
-            {"serviceAccountToken": {"path": "token"}},
-            {"downwardAPI": {"items": [{"path": "name", "fieldRef": {"fieldPath": "metadata.name"}}]}},
-            {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
-            {"configMap": {"name": "absent", "optional": True}},
-        ]), st.sampled_from([{"secret": {"name": "absent"}}, {"clusterTrustBundle": {"path": "x"}}, {}])),
-            max_size=3))
+        sources = draw(
+            st.lists(
+                mostly(
+                    st.sampled_from(
+                        [
+                            {"serviceAccountToken": {"path": "token"}},
+                            {"downwardAPI": {"items": [{"path": "name", "fieldRef": {"fieldPath": "metadata.name"}}]}},
+                            {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                            {"configMap": {"name": "absent", "optional": True}},
+                        ]
+                    ),
+                    st.sampled_from([{"secret": {"name": "absent"}}, {"clusterTrustBundle": {"path": "x"}}, {}]),
+                ),
+                max_size=3,
+            )
+        )
         source = {"sources": sources, "defaultMode": draw(mode)}
     elif kind == "hostPath":  # the path is moved below the sandbox by defang()
-        source = {"path": draw(abs_path), "type": draw(mostly(
-            st.sampled_from(["", "DirectoryOrCreate", "FileOrCreate"]),
-            st.sampled_from(["Directory", "File", "Socket", "Bogus"])))}
+        source = {
+            "path": draw(abs_path),
+            "type": draw(
+                mostly(
+                    st.sampled_from(["", "DirectoryOrCreate", "FileOrCreate"]),
+                    st.sampled_from(["Directory", "File", "Socket", "Bogus"]),
+                )
+            ),
+        }
     else:
         source = {"claimName": "c"} if kind == "persistentVolumeClaim" else {"server": "s", "path": "/"}
     return {"name": vname, kind: source}, cms, secrets
 
 
 env_var = mostly(
-    st.fixed_dictionaries({"name": mostly(st.from_regex(r"[A-Z_][A-Z0-9_]{0,8}", fullmatch=True), text),
-                           "value": st.one_of(text, st.just("$(A)-$$(B)"))}),
-    st.fixed_dictionaries({"name": st.just("FROM_FIELD"), "valueFrom": st.fixed_dictionaries(
-        {"fieldRef": st.fixed_dictionaries({"fieldPath": field_paths})})}),
-    st.fixed_dictionaries({"name": st.just("FROM_REF"), "valueFrom": st.one_of(
-        st.fixed_dictionaries({"configMapKeyRef": st.fixed_dictionaries(
-            {"name": dns, "key": dns}, optional={"optional": st.booleans()})}),
-        st.fixed_dictionaries({"secretKeyRef": st.fixed_dictionaries(
-            {"name": dns, "key": dns}, optional={"optional": st.booleans()})}),
-        st.just({"resourceFieldRef": {"resource": "limits.cpu"}}))}),
+    st.fixed_dictionaries(
+        {
+            "name": mostly(st.from_regex(r"[A-Z_][A-Z0-9_]{0,8}", fullmatch=True), text),
+            "value": st.one_of(text, st.just("$(A)-$$(B)")),
+        }
+    ),
+    st.fixed_dictionaries(
+        {
+            "name": st.just("FROM_FIELD"),
+            "valueFrom": st.fixed_dictionaries({"fieldRef": st.fixed_dictionaries({"fieldPath": field_paths})}),
+        }
+    ),
+    st.fixed_dictionaries(
+        {
+            "name": st.just("FROM_REF"),
+            "valueFrom": st.one_of(
+                st.fixed_dictionaries(
+                    {
+                        "configMapKeyRef": st.fixed_dictionaries(
+                            {"name": dns, "key": dns}, optional={"optional": st.booleans()}
+                        )
+                    }
+                ),
+                st.fixed_dictionaries(
+                    {
+                        "secretKeyRef": st.fixed_dictionaries(
+                            {"name": dns, "key": dns}, optional={"optional": st.booleans()}
+                        )
+                    }
+                ),
+                st.just({"resourceFieldRef": {"resource": "limits.cpu"}}),
+            ),
+        }
+    ),
     odds=4,
 )
 
 
 @st.composite
 def container(draw: st.DrawFn, cname: Any, volume_names: list[str]) -> dict[str, Any]:
-    c: dict[str, Any] = {"name": cname, "image": draw(mostly(st.sampled_from(
-        ["busybox", "docker://busybox:1.36", "/images/x.sif", "oras://r/x:1"]), text))}
+    c: dict[str, Any] = {
+        "name": cname,
+        "image": draw(
+            mostly(st.sampled_from(["busybox", "docker://busybox:1.36", "/images/x.sif", "oras://r/x:1"]), text)
+        ),
+    }
     # Only harmless programs: these pods run on this host.
     c["command"] = draw(st.one_of(st.just(["true"]), st.lists(text, max_size=3).map(lambda a: ["echo", *a])))
     if draw(st.booleans()):
@@ -390,43 +515,100 @@ def container(draw: st.DrawFn, cname: Any, volume_names: list[str]) -> dict[str,
     if draw(st.booleans()):
         c["env"] = draw(st.lists(env_var, max_size=4))
     if draw(st.integers(0, 4)) == 0:
-        c["envFrom"] = draw(st.lists(mostly(
-            st.fixed_dictionaries({"configMapRef": st.fixed_dictionaries({"name": dns},
-                                                                         optional={"optional": st.just(True)})},
-                                  optional={"prefix": text}),
-            st.fixed_dictionaries({"secretRef": st.fixed_dictionaries({"name": dns})}),
-            st.just({"bogusRef": {}}), odds=3), max_size=2))
+        c["envFrom"] = draw(
+            st.lists(
+                mostly(
+                    st.fixed_dictionaries(
+                        {"configMapRef": st.fixed_dictionaries({"name": dns}, optional={"optional": st.just(True)})},
+                        optional={"prefix": text},
+                    ),
+                    st.fixed_dictionaries({"secretRef": st.fixed_dictionaries({"name": dns})}),
+                    st.just({"bogusRef": {}}),
+                    odds=3,
+                ),
+                max_size=2,
+            )
+        )
     if volume_names and draw(st.booleans()):
         mount_paths = draw(st.lists(abs_path, min_size=1, max_size=3, unique=True))
-        c["volumeMounts"] = [draw(st.fixed_dictionaries(
-            {"name": mostly(st.sampled_from(volume_names), st.just("missing"), junk), "mountPath": st.just(path)},
-            optional={"readOnly": st.booleans(), "subPath": rel_path, "subPathExpr": st.just("$(FROM_FIELD)"),
-                      "mountPropagation": mostly(st.sampled_from(["None", "HostToContainer"]),
-                                                 st.just("Bidirectional"))})) for path in mount_paths]
+        c["volumeMounts"] = [
+            draw(
+                st.fixed_dictionaries(
+                    {
+                        "name": mostly(st.sampled_from(volume_names), st.just("missing"), junk),
+                        "mountPath": st.just(path),
+                    },
+                    optional={
+                        "readOnly": st.booleans(),
+                        "subPath": rel_path,
+                        "subPathExpr": st.just("$(FROM_FIELD)"),
+                        "mountPropagation": mostly(
+                            st.sampled_from(["None", "HostToContainer"]), st.just("Bidirectional")
+                        ),
+                    },
+                )
+            )
+            for path in mount_paths
+        ]
     if draw(st.booleans()):
         c["workingDir"] = draw(abs_path)
     if draw(st.booleans()):
         c["resources"] = draw(resources)
     if draw(st.integers(0, 7)) == 0:  # junk fields: ignored ones, unsupported ones, made-up ones
-        c.update(draw(st.dictionaries(mostly(st.sampled_from(
-            ["ports", "imagePullPolicy", "stdin", "securityContext", "tty"]),
-            st.sampled_from(["lifecycle", "restartPolicy", "bogus"]), st.text(max_size=6), odds=4), junk, max_size=2)))
+        c.update(
+            draw(
+                st.dictionaries(
+                    mostly(
+                        st.sampled_from(["ports", "imagePullPolicy", "stdin", "securityContext", "tty"]),
+                        st.sampled_from(["lifecycle", "restartPolicy", "bogus"]),
+                        st.text(max_size=6),
+                        odds=4,
+                    ),
+                    junk,
+                    max_size=2,
+                )
+            )
+        )
     return c
 
 
 @st.composite
 def pod_bodies(draw: st.DrawFn, pool: str) -> Any:
     """A RetrievedPodData: valid-ish, then junk fields, then values of the wrong type at random spots."""
-    uid = draw(mostly(st.uuids().map(str),
-                      st.sampled_from(["", "..", "a/b", "x" * 300, "\ud800", "ok-uid_1.2", "a b", "abc\n"]), junk))
-    meta: dict[str, Any] = {"name": draw(name_like), "namespace": draw(mostly(st.just("default"), name_like)),
-                            "uid": uid}
+    uid = draw(
+        mostly(
+            st.uuids().map(str),
+            st.sampled_from(["", "..", "a/b", "x" * 300, "\ud800", "ok-uid_1.2", "a b", "abc\n"]),
+            junk,
+        )
+    )
+    meta: dict[str, Any] = {
+        "name": draw(name_like),
+        "namespace": draw(mostly(st.just("default"), name_like)),
+        "uid": uid,
+    }
     if draw(st.booleans()):
         meta["labels"] = draw(st.dictionaries(dns, text, max_size=3))
     if draw(st.booleans()):
-        meta["annotations"] = draw(st.dictionaries(mostly(dns, st.sampled_from(
-            ["slurm-job.vk.io/flags", "slurm-job.vk.io/pre-exec", "slurm-job.vk.io/mpi-flags",
-             "slurm-job.vk.io/image-root", "interlink.eu/pod-ip"]), odds=3), text, max_size=3))
+        meta["annotations"] = draw(
+            st.dictionaries(
+                mostly(
+                    dns,
+                    st.sampled_from(
+                        [
+                            "slurm-job.vk.io/flags",
+                            "slurm-job.vk.io/pre-exec",
+                            "slurm-job.vk.io/mpi-flags",
+                            "slurm-job.vk.io/image-root",
+                            "interlink.eu/pod-ip",
+                        ]
+                    ),
+                    odds=3,
+                ),
+                text,
+                max_size=3,
+            )
+        )
     vnames = draw(st.lists(mostly(dns, name_like.filter(lambda v: isinstance(v, str))), max_size=4, unique=True))
     volumes, cms, secrets = [], [], []
     for vname in vnames:
@@ -435,9 +617,10 @@ def pod_bodies(draw: st.DrawFn, pool: str) -> Any:
         cms += c
         secrets += s
     n_init, n_main = draw(st.integers(0, 2)), draw(st.integers(1, 3))
-    names: list[Any] = [f"c{i}-{n}" if isinstance(n, str) else n
-                        for i, n in enumerate(draw(st.lists(name_like, min_size=n_init + n_main,
-                                                            max_size=n_init + n_main)))]
+    names: list[Any] = [
+        f"c{i}-{n}" if isinstance(n, str) else n
+        for i, n in enumerate(draw(st.lists(name_like, min_size=n_init + n_main, max_size=n_init + n_main)))
+    ]
     if len(names) > 1 and draw(st.integers(0, 9)) == 0:
         names[-1] = names[0]  # a duplicate container name
     init = [draw(container(n, vnames)) for n in names[:n_init]]
@@ -447,8 +630,12 @@ def pod_bodies(draw: st.DrawFn, pool: str) -> Any:
         spec["initContainers"] = init
     if volumes:
         spec["volumes"] = volumes
-    placement = draw(mostly(st.sampled_from(["default", "toleration", "selector", "both-agree"]),
-                            st.sampled_from(["conflict", "invalid"])))
+    placement = draw(
+        mostly(
+            st.sampled_from(["default", "toleration", "selector", "both-agree"]),
+            st.sampled_from(["conflict", "invalid"]),
+        )
+    )
     toleration = {"key": "pool.vk.io", "operator": "Equal", "value": pool, "effect": "NoSchedule"}
     if placement in ("toleration", "both-agree", "conflict"):
         spec["tolerations"] = [toleration]
@@ -458,22 +645,34 @@ def pod_bodies(draw: st.DrawFn, pool: str) -> Any:
         spec["nodeSelector"] = {"pool.vk.io": pool + "-other"}
     if placement == "invalid":
         spec["tolerations"] = [{**toleration, "value": "Not A Pool!"}]
-    spec.update(draw(st.fixed_dictionaries({}, optional={
-        "restartPolicy": st.sampled_from(["Never", "Always"]),
-        "activeDeadlineSeconds": mostly(st.integers(1, 10**6), st.integers(-1, 0), junk),
-        "terminationGracePeriodSeconds": mostly(st.integers(0, 100), junk),
-        "hostNetwork": mostly(st.just(False), st.just(True)),
-        "ephemeralContainers": st.just([]),
-        "resources": resources,
-    })))
+    spec.update(
+        draw(
+            st.fixed_dictionaries(
+                {},
+                optional={
+                    "restartPolicy": st.sampled_from(["Never", "Always"]),
+                    "activeDeadlineSeconds": mostly(st.integers(1, 10**6), st.integers(-1, 0), junk),
+                    "terminationGracePeriodSeconds": mostly(st.integers(0, 100), junk),
+                    "hostNetwork": mostly(st.just(False), st.just(True)),
+                    "ephemeralContainers": st.just([]),
+                    "resources": resources,
+                },
+            )
+        )
+    )
     if draw(st.integers(0, 5)) == 0:
-        spec.update(draw(st.dictionaries(st.sampled_from(["affinity", "overhead", "bogus", "hostPID"]),
-                                         junk, max_size=2)))
+        spec.update(
+            draw(st.dictionaries(st.sampled_from(["affinity", "overhead", "bogus", "hostPID"]), junk, max_size=2))
+        )
     the_pod = {"apiVersion": "v1", "kind": "Pod", "metadata": meta, "spec": spec, "status": {"phase": "Pending"}}
-    body: Any = {"pod": the_pod, "container": [
-        {"name": n, "configMaps": None, "secrets": None, "projectedvolumemaps": None, "emptyDirs": None}
-        for n in names],
-        "jobConfig": {"SingularityHubProxy": {"server": "", "master_token": "", "cache_validity_seconds": 0}}}
+    body: Any = {
+        "pod": the_pod,
+        "container": [
+            {"name": n, "configMaps": None, "secrets": None, "projectedvolumemaps": None, "emptyDirs": None}
+            for n in names
+        ],
+        "jobConfig": {"SingularityHubProxy": {"server": "", "master_token": "", "cache_validity_seconds": 0}},
+    }
     # Real interLink puts every object in every container's entry; spread them at random instead.
     for entry in body["container"]:
         entry["configMaps"] = [cm for cm in cms if draw(mostly(st.just(True), st.just(False), odds=3))] or None
@@ -544,19 +743,44 @@ def test_hypothesis_pods_get_200_or_a_4xx_naming_a_field(live: Live) -> None:
 
 # --- getLogs options on a real pod -------------------------------------------------------------
 
-log_int = mostly(st.integers(0, 1000), st.integers(-3, -1), st.integers(2**62, 2**70), st.floats(allow_nan=False),
-                 st.text(max_size=5), junk, odds=8)
+log_int = mostly(
+    st.integers(0, 1000),
+    st.integers(-3, -1),
+    st.integers(2**62, 2**70),
+    st.floats(allow_nan=False),
+    st.text(max_size=5),
+    junk,
+    odds=8,
+)
 log_bool = mostly(st.booleans(), st.none(), st.integers(0, 1), junk)
 since_time = mostly(
     st.sampled_from(["0001-01-01T00:00:00Z", "", "2024-01-01T00:00:00Z", "2999-01-01T00:00:00+02:00"]),
-    st.sampled_from(["9999-12-31T23:59:59-14:00", "0001-01-01T00:00:00+14:00", "0002-01-01T00:00:00+14:00",
-                     "not a time", "2024-02-30T00:00:00Z", "2024-01-01", "2024-01-01T00:00:00"]),
-    st.datetimes().map(str), junk,
+    st.sampled_from(
+        [
+            "9999-12-31T23:59:59-14:00",
+            "0001-01-01T00:00:00+14:00",
+            "0002-01-01T00:00:00+14:00",
+            "not a time",
+            "2024-02-30T00:00:00Z",
+            "2024-01-01",
+            "2024-01-01T00:00:00",
+        ]
+    ),
+    st.datetimes().map(str),
+    junk,
 )
-log_opts = st.fixed_dictionaries({}, optional={
-    "Tail": log_int, "Bytes": log_int, "SinceSeconds": log_int, "SinceTime": since_time, "Timestamps": log_bool,
-    "Follow": log_bool, "Previous": log_bool,
-})
+log_opts = st.fixed_dictionaries(
+    {},
+    optional={
+        "Tail": log_int,
+        "Bytes": log_int,
+        "SinceSeconds": log_int,
+        "SinceTime": since_time,
+        "Timestamps": log_bool,
+        "Follow": log_bool,
+        "Previous": log_bool,
+    },
+)
 
 
 @pytest.fixture(scope="module")
@@ -575,6 +799,7 @@ def finished_pod(live: Live) -> dict[str, Any]:
 def _async(check: Any) -> Any:
     async def run() -> bool:
         return bool(check())
+
     return run
 
 
@@ -600,18 +825,96 @@ def test_getlogs_options_on_a_real_pod_never_get_a_5xx(live: Live, finished_pod:
     assert answers[200] >= LOG_EXAMPLES // 10, answers
 
 
+# --- wrong types the renderer must reject (found by the fuzzing above) ----------------------------
+
+
+def _minimal(**container: Any) -> dict[str, Any]:
+    p = pod(containers={"main": ["true"]})
+    p["spec"]["containers"][0].update(container)
+    return create_body(p)
+
+
+def _with(
+    body: dict[str, Any],
+    *,
+    spec: dict[str, Any] | None = None,
+    meta: dict[str, Any] | None = None,
+    pod_fields: dict[str, Any] | None = None,
+    entry: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    body["pod"]["spec"].update(spec or {})
+    body["pod"]["metadata"].update(meta or {})
+    body["pod"].update(pod_fields or {})
+    body["container"][-1].update(entry or {})
+    return body
+
+
+MOUNT = {"volumeMounts": [{"name": "v", "mountPath": "/v"}]}
+IP_ENV = {"env": [{"name": "IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}}]}
+LABELS_ENV = {"env": [{"name": "L", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels"}}}]}
+RENDERER_CRASHES = {
+    "resources-not-an-object": _minimal(resources=True),
+    "resources-limits-a-list": _minimal(resources={"limits": ["cpu"]}),
+    "volumeMount-name-a-list": _with(
+        _minimal(volumeMounts=[{"name": [], "mountPath": "/v"}]), spec={"volumes": [{"name": "v", "emptyDir": {}}]}
+    ),
+    "configMaps-entry-a-string": _with(_minimal(), entry={"configMaps": ["x"]}),
+    "secrets-metadata-a-string": _with(_minimal(), entry={"secrets": [{"metadata": "x"}]}),
+    "pod-status-a-string": _with(_minimal(**IP_ENV), pod_fields={"status": "x"}),
+    "labels-a-list": _with(_minimal(**LABELS_ENV), meta={"labels": ["a"]}),
+    "mpi-flags-not-a-string": _with(_minimal(), meta={"annotations": {"slurm-job.vk.io/mpi-flags": 1}}),
+    "configMap-item-a-string": _with(
+        _minimal(**MOUNT),
+        spec={"volumes": [{"name": "v", "configMap": {"name": "cm", "items": ["x"]}}]},
+        entry={"configMaps": [{"metadata": {"name": "cm"}, "data": {"k": "v"}}]},
+    ),
+    "projected-downwardAPI-a-string": _with(
+        _minimal(**MOUNT), spec={"volumes": [{"name": "v", "projected": {"sources": [{"downwardAPI": "x"}]}}]}
+    ),
+    "configMapKeyRef-name-a-list": _minimal(
+        env=[{"name": "E", "valueFrom": {"configMapKeyRef": {"name": [], "key": "k"}}}]
+    ),
+}
+
+
+@pytest.mark.parametrize("body", list(RENDERER_CRASHES.values()), ids=list(RENDERER_CRASHES))
+def test_values_of_the_wrong_type_are_a_4xx_naming_the_field(live: Live, body: dict[str, Any]) -> None:
+    response = live.send("POST", "/create", body)
+    assert_not_5xx_and_explained(response, f"create {json.dumps(body)}")
+    assert response.status_code in (400, 422), response.text
+    assert FIELD_MESSAGE.match(response.text), response.text
+
+
 # --- hand-written bad input --------------------------------------------------------------------
 
 GOOD_LOGS = {"Namespace": "default", "PodUID": "u", "PodName": "p", "ContainerName": "c", "Opts": {}}
 
 
-@pytest.mark.parametrize("path,method", [("/create", "POST"), ("/status", "GET"), ("/delete", "POST"),
-                                         ("/getLogs", "GET")])
-@pytest.mark.parametrize("raw", [
-    b"", b" \n", b"{", b"[1,", b"{'single': 'quotes'}", b"\xff\xfe\x00", b"null", b"NaN", b"1e999", b"\"text\"",
-    b"[" * 100_000, b"{\"a\":" * 50_000, b"9" * 5000, b"[" + b"9" * 5000 + b"]", b"\xef\xbb\xbf[]",
-    b"{\"pod\": {\"metadata\": {\"uid\": \"\\ud800\", \"name\": \"n\", \"namespace\": \"d\"}}}",
-], ids=lambda raw: repr(raw[:20]))
+@pytest.mark.parametrize(
+    ("path", "method"), [("/create", "POST"), ("/status", "GET"), ("/delete", "POST"), ("/getLogs", "GET")]
+)
+@pytest.mark.parametrize(
+    "raw",
+    [
+        b"",
+        b" \n",
+        b"{",
+        b"[1,",
+        b"{'single': 'quotes'}",
+        b"\xff\xfe\x00",
+        b"null",
+        b"NaN",
+        b"1e999",
+        b'"text"',
+        b"[" * 100_000,
+        b'{"a":' * 50_000,
+        b"9" * 5000,
+        b"[" + b"9" * 5000 + b"]",
+        b"\xef\xbb\xbf[]",
+        b'{"pod": {"metadata": {"uid": "\\ud800", "name": "n", "namespace": "d"}}}',
+    ],
+    ids=lambda raw: repr(raw[:20]),
+)
 def test_malformed_json_is_a_400_with_a_message(live: Live, path: str, method: str, raw: bytes) -> None:
     response = live.http.request(method, path, content=raw, headers={"content-type": "application/json"})
     assert_not_5xx_and_explained(response, f"{method} {path} {raw[:40]!r}")
@@ -620,28 +923,35 @@ def test_malformed_json_is_a_400_with_a_message(live: Live, path: str, method: s
     live.assert_alive()
 
 
-@pytest.mark.parametrize(("path", "method", "body", "field"), [
-    ("/create", "POST", [], "body"),
-    ("/create", "POST", [{}, {}], "body"),
-    ("/create", "POST", {"pod": []}, "pod"),
-    ("/create", "POST", {"pod": {"metadata": {"uid": 1}}}, "pod.metadata.uid"),
-    ("/create", "POST", {"pod": {"metadata": {"uid": "u", "name": "n", "namespace": "d"}, "spec": []}}, "pod.spec"),
-    ("/create", "POST", {"pod": {"metadata": {"uid": "u", "name": "n", "namespace": "d"}, "spec": {}}},
-     "pod.spec.containers"),
-    ("/status", "GET", {"not": "a list"}, "body"),
-    ("/status", "GET", [1], "[0]"),
-    ("/status", "GET", [{"metadata": {"uid": "u", "name": "n"}}], "[0].metadata.namespace"),
-    ("/delete", "POST", [], "body"),
-    ("/delete", "POST", {"metadata": None}, "body.metadata"),
-    ("/getLogs", "GET", [], "body"),
-    ("/getLogs", "GET", {**GOOD_LOGS, "PodUID": 7}, "PodUID"),
-    ("/getLogs", "GET", {**GOOD_LOGS, "Opts": [1]}, "Opts"),
-    ("/getLogs", "GET", {**GOOD_LOGS, "Opts": {"Tail": "3"}}, "Opts.Tail"),
-    ("/getLogs", "GET", {**GOOD_LOGS, "Opts": {"Tail": -1}}, "Opts.Tail"),
-    ("/getLogs", "GET", {**GOOD_LOGS, "Opts": {"SinceSeconds": -5}}, "Opts.SinceSeconds"),
-    ("/getLogs", "GET", {**GOOD_LOGS, "Opts": {"SinceTime": "9999-12-31T23:59:59-14:00"}}, "Opts.SinceTime"),
-    ("/getLogs", "GET", {**GOOD_LOGS, "Opts": {"SinceTime": "yesterday"}}, "Opts.SinceTime"),
-])
+@pytest.mark.parametrize(
+    ("path", "method", "body", "field"),
+    [
+        ("/create", "POST", [], "body"),
+        ("/create", "POST", [{}, {}], "body"),
+        ("/create", "POST", {"pod": []}, "pod"),
+        ("/create", "POST", {"pod": {"metadata": {"uid": 1}}}, "pod.metadata.uid"),
+        ("/create", "POST", {"pod": {"metadata": {"uid": "u", "name": "n", "namespace": "d"}, "spec": []}}, "pod.spec"),
+        (
+            "/create",
+            "POST",
+            {"pod": {"metadata": {"uid": "u", "name": "n", "namespace": "d"}, "spec": {}}},
+            "pod.spec.containers",
+        ),
+        ("/status", "GET", {"not": "a list"}, "body"),
+        ("/status", "GET", [1], "[0]"),
+        ("/status", "GET", [{"metadata": {"uid": "u", "name": "n"}}], "[0].metadata.namespace"),
+        ("/delete", "POST", [], "body"),
+        ("/delete", "POST", {"metadata": None}, "body.metadata"),
+        ("/getLogs", "GET", [], "body"),
+        ("/getLogs", "GET", {**GOOD_LOGS, "PodUID": 7}, "PodUID"),
+        ("/getLogs", "GET", {**GOOD_LOGS, "Opts": [1]}, "Opts"),
+        ("/getLogs", "GET", {**GOOD_LOGS, "Opts": {"Tail": "3"}}, "Opts.Tail"),
+        ("/getLogs", "GET", {**GOOD_LOGS, "Opts": {"Tail": -1}}, "Opts.Tail"),
+        ("/getLogs", "GET", {**GOOD_LOGS, "Opts": {"SinceSeconds": -5}}, "Opts.SinceSeconds"),
+        ("/getLogs", "GET", {**GOOD_LOGS, "Opts": {"SinceTime": "9999-12-31T23:59:59-14:00"}}, "Opts.SinceTime"),
+        ("/getLogs", "GET", {**GOOD_LOGS, "Opts": {"SinceTime": "yesterday"}}, "Opts.SinceTime"),
+    ],
+)
 def test_wrong_shapes_are_a_400_naming_the_field(live: Live, path: str, method: str, body: Any, field: str) -> None:
     response = live.send(method, path, body)
     assert response.status_code == 400, response.text
@@ -663,8 +973,9 @@ def test_unknown_container_of_a_known_pod_is_a_404(live: Live, finished_pod: dic
     assert logs.status_code == 404 and "'nope'" in logs.text
 
 
-@pytest.mark.parametrize("path,method", [("/create", "POST"), ("/status", "GET"), ("/delete", "POST"),
-                                         ("/getLogs", "GET")])
+@pytest.mark.parametrize(
+    ("path", "method"), [("/create", "POST"), ("/status", "GET"), ("/delete", "POST"), ("/getLogs", "GET")]
+)
 def test_huge_bodies_are_a_413(live: Live, path: str, method: str) -> None:
     huge = json.dumps({"pad": "x" * (MAX_BODY + 1)}).encode()
     declared = live.http.request(method, path, content=huge)
@@ -672,7 +983,7 @@ def test_huge_bodies_are_a_413(live: Live, path: str, method: str) -> None:
 
     def chunks() -> Iterator[bytes]:  # no Content-Length: the limit must hold while streaming
         for i in range(0, len(huge), 16 * 1024):
-            yield huge[i:i + 16 * 1024]
+            yield huge[i : i + 16 * 1024]
 
     streamed = live.http.request(method, path, content=chunks())
     assert streamed.status_code == 413 and str(MAX_BODY) in streamed.text, streamed.text
@@ -685,8 +996,17 @@ def test_a_body_just_under_the_limit_is_parsed(live: Live) -> None:
     assert response.status_code == 200 and response.json() == []
 
 
-@pytest.mark.parametrize("content_type", ["text/plain", "application/x-www-form-urlencoded", "multipart/form-data",
-                                          "application/xml", None, "application/json; charset=latin-1"])
+@pytest.mark.parametrize(
+    "content_type",
+    [
+        "text/plain",
+        "application/x-www-form-urlencoded",
+        "multipart/form-data",
+        "application/xml",
+        None,
+        "application/json; charset=latin-1",
+    ],
+)
 def test_content_type_is_not_trusted_but_never_breaks_anything(live: Live, content_type: str | None) -> None:
     headers = {"content-type": content_type} if content_type else {}
     ping = live.http.request("GET", "/status", content=b"[]", headers=headers)
@@ -697,8 +1017,17 @@ def test_content_type_is_not_trusted_but_never_breaks_anything(live: Live, conte
     assert xml.status_code == 400 and xml.text.startswith("body: "), xml.text
 
 
-@pytest.mark.parametrize(("method", "path"), [("GET", "/create"), ("PUT", "/create"), ("PATCH", "/status"),
-                                              ("GET", "/delete"), ("DELETE", "/getLogs"), ("POST", "/healthz")])
+@pytest.mark.parametrize(
+    ("method", "path"),
+    [
+        ("GET", "/create"),
+        ("PUT", "/create"),
+        ("PATCH", "/status"),
+        ("GET", "/delete"),
+        ("DELETE", "/getLogs"),
+        ("POST", "/healthz"),
+    ],
+)
 def test_wrong_methods_are_a_405(live: Live, method: str, path: str) -> None:
     response = live.http.request(method, path, content=b"{}")
     assert response.status_code == 405 and response.text.strip(), response.text

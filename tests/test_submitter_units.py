@@ -128,3 +128,25 @@ async def test_registry_claims_once_and_survives_reopen(tmp_path: Path) -> None:
     assert await reg.adopt("a", "b") == 1
     assert [r.uid for r in await reg.live("b")] == ["u1"]
     await reg.close()
+
+
+@pytest.mark.parametrize("kw", [
+    {},
+    {"init": {"i": "true"}, "limits": {"cpu": "2", "memory": "1Gi", "nvidia.com/gpu": "1"},
+     "annotations": {"slurm-job.vk.io/flags": "--qos=x -N 2"}, "namespace": "ns-é", "name": "ü" * 200},
+])
+def test_fastwire_encodes_exactly_what_betterproto_does(kw: dict[str, object]) -> None:
+    from interlink_nats.gen.interlink_nats import v1 as pb
+    from interlink_nats.submitters import fastwire
+    from interlink_nats.submitters.status import JobMeta, map_status
+    from interlink_nats.submitters.testing import pod_job
+
+    job = pod_job("u-1", {"a": "true", "b": "false"}, **kw)  # type: ignore[arg-type]
+    spec = pb.JobScript(pod=job.pod, init_containers=job.init_containers, containers=job.containers,
+                        resources=job.resources, backend_flags=job.backend_flags)
+    assert fastwire.job_spec(job) == bytes(spec)
+    assert pb.JobScript.parse(fastwire.job_spec(job)) == spec
+    meta = JobMeta(job.pod.uid, job.pod.namespace, job.pod.name, "pool-a", "", tuple(job.init_containers),
+                   tuple(job.containers), "shell")
+    assert fastwire.pending_status(job.pod.uid, job.pod.namespace, job.pod.name, "pool-a", job.init_containers,
+                                   job.containers) == bytes(map_status(meta, None, {}, now=0.0))

@@ -79,6 +79,10 @@ def parse_create(body: bytes) -> dict[str, Any]:
     uid = pod_identity(data.get("pod"), "pod").uid
     if not POD_UID.fullmatch(uid):
         raise BadRequest("pod.metadata.uid", f"{uid!r} is not a pod UID: letters, digits, '.', '_' and '-' only")
+    try:  # Go never sends them; past here they would break proto encoding (the pod's name travels as a string)
+        json.dumps(data, ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        raise BadRequest("pod", "contains a lone UTF-16 surrogate (\\udXXX): not valid Unicode") from None
     spec = _expect(data["pod"].get("spec"), dict, "pod.spec", "an object")
     containers = spec.get("containers")
     if not isinstance(containers, list) or not containers:
