@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import math
+import re
 from fractions import Fraction
 from typing import Any
 
@@ -11,6 +12,7 @@ from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.services import quantities
 
 from .errors import PodRejected
+from .fields import as_obj, get_int, get_list, get_obj, member
 
 GPU_RESOURCE = "nvidia.com/gpu"
 CPU = "cpu"
@@ -18,6 +20,14 @@ MEMORY = "memory"
 # Resources we understand; anything else would be dropped silently, so it is rejected instead.
 IGNORED_RESOURCES = frozenset({"ephemeral-storage"})
 KNOWN_RESOURCES = frozenset({CPU, MEMORY, GPU_RESOURCE}) | IGNORED_RESOURCES
+MAX_WALL_SECONDS = 315_576_000_000
+INT64_MAX = 2**63 - 1
+"""JobScript.resources are int64 (cpu millis, memory bytes, GPUs): larger figures are rejected, not wrapped."""
+_EXPONENT = re.compile(r"[eE][+-]?0*(\d+)\s*$")
+MAX_EXPONENT = 99
+"""``1e-999999999`` would make the exact (Fraction) parser run for minutes: such exponents are rejected first."""
+"""10,000 years: the largest google.protobuf.Duration (and within datetime.timedelta)."""
+
 
 def parse_quantity(text: str) -> Fraction:
     """A pod's quantity ("500m", "1Gi", "1e3"), exact; ValueError if malformed or negative."""
@@ -30,8 +40,13 @@ def parse_quantity(text: str) -> Fraction:
 def _quantity(raw: Any, field: str) -> Fraction:
     if isinstance(raw, bool) or not isinstance(raw, (str, int, float)):
         raise PodRejected(field, f"not a quantity: {raw!r}")
+    text = str(raw)
+    if "e" in text or "E" in text:
+        m = _EXPONENT.search(text)
+        if m is not None and len(m.group(1)) > 2:
+            raise PodRejected(field, f"exponent out of range (at most {MAX_EXPONENT}): {text[:40]!r}")
     try:
-        return parse_quantity(str(raw))
+        return parse_quantity(text)
     except ValueError as e:
         raise PodRejected(field, str(e)) from None
 
@@ -39,17 +54,20 @@ def _quantity(raw: Any, field: str) -> Fraction:
 def container_resources(container: dict[str, Any], field: str) -> tuple[int, int, int]:
     """(cpu millis, memory bytes, gpus) of one container: max(request, limit) per resource,
     since a limit without a request implies request = limit and the batch system must grant the larger."""
-    res = container.get("resources") or {}
+    res = get_obj(container, "resources", field)
+    rw = field + ".resources"
     cpu = mem = gpu = Fraction(0)
     for kind in ("requests", "limits"):
-        values = res.get(kind) or {}
+        values = get_obj(res, kind, rw)
         for name, raw in values.items():
-            f = f'{field}.resources.{kind}["{name}"]'
+            f = member(f"{rw}.{kind}", name)
             if name not in KNOWN_RESOURCES:
                 raise PodRejected(f, "unsupported resource (only cpu, memory, nvidia.com/gpu)")
             if name in IGNORED_RESOURCES:
                 continue
             q = _quantity(raw, f)
+            if q * (1000 if name == CPU else 1) > INT64_MAX:
+                raise PodRejected(f, "too large")
             if name == CPU:
                 cpu = max(cpu, q)
             elif name == MEMORY:
@@ -64,9 +82,15 @@ def container_resources(container: dict[str, Any], field: str) -> tuple[int, int
 def pod_resources(pod: dict[str, Any]) -> pb.ResourceRequest:
     """What the whole pod needs at once: main containers run concurrently (summed), init containers run
     one at a time (max), the pod needs the larger of the two; activeDeadlineSeconds becomes the wall time."""
-    spec = pod.get("spec") or {}
-    main = [container_resources(c, f"spec.containers[{i}]") for i, c in enumerate(spec.get("containers") or [])]
-    init = [container_resources(c, f"spec.initContainers[{i}]") for i, c in enumerate(spec.get("initContainers") or [])]
+    spec = as_obj(pod.get("spec"), "spec")
+    main = [
+        container_resources(as_obj(c, f"spec.containers[{i}]"), f"spec.containers[{i}]")
+        for i, c in enumerate(get_list(spec, "containers", "spec"))
+    ]
+    init = [
+        container_resources(as_obj(c, f"spec.initContainers[{i}]"), f"spec.initContainers[{i}]")
+        for i, c in enumerate(get_list(spec, "initContainers", "spec"))
+    ]
     return pod_resources_from(main, init, spec)
 
 
@@ -77,13 +101,15 @@ def pod_resources_from(
     summed = [sum(c[k] for c in main) for k in range(3)]
     peak = [max((c[k] for c in init), default=0) for k in range(3)]
     total = [max(a, b) for a, b in zip(summed, peak, strict=True)]
-    if spec.get("resources"):  # pod-level resources (Kubernetes >= 1.32) bound the whole pod
+    if max(total) > INT64_MAX:
+        raise PodRejected("spec.containers", "the containers' resources add up to more than int64")
+    if get_obj(spec, "resources", "spec"):  # pod-level resources (Kubernetes >= 1.32) bound the whole pod
         pod_level = container_resources(spec, "spec")
         total = [p if p else t for p, t in zip(pod_level, total, strict=True)]
     req = pb.ResourceRequest(cpu_millis=total[0], memory_bytes=total[1], gpus=total[2])
-    deadline = spec.get("activeDeadlineSeconds")
+    deadline = get_int(spec, "activeDeadlineSeconds", "spec")
     if deadline is not None:
-        if isinstance(deadline, bool) or not isinstance(deadline, int) or deadline <= 0:
-            raise PodRejected("spec.activeDeadlineSeconds", "must be a positive integer")
+        if not 0 < deadline <= MAX_WALL_SECONDS:
+            raise PodRejected("spec.activeDeadlineSeconds", f"must be a positive integer up to {MAX_WALL_SECONDS}")
         req.wall_time = datetime.timedelta(seconds=deadline)
     return req

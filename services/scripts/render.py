@@ -23,7 +23,11 @@ from interlink_nats.gen.interlink_nats import v1 as pb
 
 from . import layout
 from .errors import PodRejected
-from .quantities import container_resources, pod_resources_from
+from .fields import as_list as _list
+from .fields import as_obj as _dict
+from .fields import as_str as _str
+from .fields import child, get_bool, get_int, get_list, get_obj, get_opt_str, get_str, member, str_map, wrong_type
+from .quantities import GPU_RESOURCE, container_resources, pod_resources_from
 
 RT = pb.ContainerRuntime
 
@@ -123,28 +127,6 @@ def _q(text: str, where: str) -> str:
     return quote(text)
 
 
-def _str(value: Any, where: str) -> str:
-    if not isinstance(value, str):
-        raise PodRejected(where, f"expected a string, got {type(value).__name__}")
-    return value
-
-
-def _list(value: Any, where: str) -> list[Any]:
-    if value is None:
-        return []
-    if not isinstance(value, list):
-        raise PodRejected(where, "expected a list")
-    return value
-
-
-def _dict(value: Any, where: str) -> dict[str, Any]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict):
-        raise PodRejected(where, "expected an object")
-    return value
-
-
 def expand(text: str, env: Mapping[str, str]) -> str:
     """Kubernetes ``$(VAR)`` expansion (kubelet semantics): ``$$`` is ``$``, unknown references stay."""
     if "$" not in text:
@@ -198,50 +180,74 @@ def _abs_path(path: str, where: str) -> str:
 
 
 @dataclass(slots=True)
+class Source:
+    """One ConfigMap/Secret-shaped object interLink sent, with its path in the data (for rejections)."""
+
+    obj: dict[str, Any]
+    where: str  # e.g. container[1].configMaps[0]
+    secret: bool  # Secret: ``data`` is base64
+    files: dict[str, bytes] | None = None  # decoded on first use, then shared by every reference
+
+    def key_where(self, key: str) -> str:
+        """Path of one key of the object (in ``data``, else ``binaryData``)."""
+        part = "data" if key in get_obj(self.obj, "data", self.where) else "binaryData"
+        return member(f"{self.where}.{part}", key)
+
+
+@dataclass(slots=True)
 class PodData:
     """The objects interLink attached to the pod, merged over its containers, by name."""
 
-    config_maps: dict[str, dict[str, Any]] = field(default_factory=dict)
-    secrets: dict[str, dict[str, Any]] = field(default_factory=dict)
-    projected: dict[str, dict[str, Any]] = field(default_factory=dict)
+    config_maps: dict[str, Source] = field(default_factory=dict)
+    secrets: dict[str, Source] = field(default_factory=dict)
+    projected: dict[str, Source] = field(default_factory=dict)
 
 
 def _pod_data(entries: Any) -> PodData:
     data = PodData()
     for k, entry in enumerate(_list(entries, "container")):
-        if not isinstance(entry, dict):
-            raise PodRejected(f"container[{k}]", "expected an object")
-        for key, target in (
-            ("configMaps", data.config_maps),
-            ("secrets", data.secrets),
-            ("projectedvolumemaps", data.projected),
+        ew = f"container[{k}]"
+        entry = _dict(entry, ew)
+        for key, target, secret in (
+            ("configMaps", data.config_maps, False),
+            ("secrets", data.secrets, True),
+            ("projectedvolumemaps", data.projected, False),
         ):
-            for obj in _list(entry.get(key), f"container[{k}].{key}"):
-                name = ((obj or {}).get("metadata") or {}).get("name")
-                if isinstance(name, str):
-                    target[name] = obj
+            lw = f"{ew}.{key}"
+            for j, obj in enumerate(get_list(entry, key, ew)):
+                ow = f"{lw}[{j}]"
+                obj = _dict(obj, ow)
+                name = get_opt_str(get_obj(obj, "metadata", ow), "name", ow + ".metadata")
+                if name is not None:
+                    target[name] = Source(obj, ow, secret)
     return data
 
 
-def _object_files(obj: dict[str, Any], secret: bool, where: str) -> dict[str, bytes]:
+def _object_files(src: Source) -> dict[str, bytes]:
     """Key -> bytes of a ConfigMap/Secret-shaped object (secret ``data`` and any ``binaryData`` are base64)."""
+    if src.files is not None:
+        return src.files
     files: dict[str, bytes] = {}
-    for key, value in _dict(obj.get("data"), where + ".data").items():
+    where, secret = src.where, src.secret
+    for key, value in get_obj(src.obj, "data", where).items():
         if value is None:
             value = ""
-        _str(value, f"{where}.data[{key!r}]")
+        elif not isinstance(value, str):
+            _str(value, member(where + ".data", key))
         if secret:
             try:
                 files[key] = base64.b64decode(value, validate=True)
             except (binascii.Error, ValueError):
-                raise PodRejected(f"{where}.data[{key!r}]", "secret data is not valid base64") from None
+                raise PodRejected(member(where + ".data", key), "secret data is not valid base64") from None
         else:
             files[key] = value.encode("utf-8", "surrogatepass")
-    for key, value in _dict(obj.get("binaryData"), where + ".binaryData").items():
+    for key, value in get_obj(src.obj, "binaryData", where).items():
+        kw = member(where + ".binaryData", key)
         try:
-            files[key] = base64.b64decode(_str(value, where), validate=True)
+            files[key] = base64.b64decode(_str(value, kw), validate=True)
         except (binascii.Error, ValueError):
-            raise PodRejected(f"{where}.binaryData[{key!r}]", "not valid base64") from None
+            raise PodRejected(kw, "not valid base64") from None
+    src.files = files
     return files
 
 
@@ -287,26 +293,32 @@ class Context:
     mask: bool
 
 
+def _ann(ctx: Context, key: str) -> str | None:
+    """An annotation's value (a string, as everywhere in metadata), ``None`` when absent."""
+    value = ctx.annotations.get(key)
+    if value is None or type(value) is str:
+        return value
+    return _str(value, _ann_field(key))
+
+
 def _downward_value(ctx: Context, field_path: str, where: str) -> str:
     """Resolve a downward-API fieldRef from the pod itself."""
-    meta, spec = ctx.meta, ctx.spec
-    simple = {
-        "metadata.name": meta.get("name"),
-        "metadata.namespace": meta.get("namespace"),
-        "metadata.uid": meta.get("uid"),
-        "spec.nodeName": spec.get("nodeName"),
-        "spec.serviceAccountName": spec.get("serviceAccountName"),
-        "status.podIP": (ctx.pod.get("status") or {}).get("podIP") or ctx.annotations.get("interlink.eu/pod-ip"),
-        "status.hostIP": (ctx.pod.get("status") or {}).get("hostIP"),
-    }
-    if field_path in simple:
-        return str(simple[field_path] or "")
+    name = field_path.partition(".")[2]
+    if field_path in ("metadata.name", "metadata.namespace", "metadata.uid"):
+        return get_str(ctx.meta, name, "metadata")
+    if field_path in ("spec.nodeName", "spec.serviceAccountName"):
+        return get_str(ctx.spec, name, "spec")
+    if field_path in ("status.podIP", "status.hostIP"):
+        value = get_str(_dict(ctx.pod.get("status"), "status"), name, "status")
+        if not value and name == "podIP":
+            value = _ann(ctx, "interlink.eu/pod-ip") or ""
+        return value
     if field_path in ("metadata.labels", "metadata.annotations"):
-        values = meta.get(field_path.split(".")[1]) or {}
-        return "\n".join(f"{k}={json.dumps(str(v), ensure_ascii=False)}" for k, v in sorted(values.items()))
+        values = str_map(ctx.meta.get(name), field_path)
+        return "\n".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in sorted(values.items()))
     m = _FIELD_PATH.match(field_path)
     if m:
-        return str((meta.get(m.group(1)) or {}).get(m.group(2), ""))
+        return str_map(ctx.meta.get(m.group(1)), "metadata." + m.group(1)).get(m.group(2), "")
     raise PodRejected(where, f"unsupported fieldPath {field_path!r}")
 
 
@@ -320,8 +332,8 @@ def _mode(raw: Any, where: str, default: int) -> int:
 
 def _keyed_files(
     vol: Volume,
-    files: dict[str, bytes],
-    items: Any,
+    src: Source,
+    items: list[Any],
     where: str,
     mode: int,
     secret: bool,
@@ -329,10 +341,12 @@ def _keyed_files(
     base: str = "",
 ) -> None:
     """Add a ConfigMap/Secret's keys (all, or ``items`` key->path with per-item mode) to a volume."""
+    files = _object_files(src)
     if items:
-        for j, item in enumerate(_list(items, where + ".items")):
+        for j, item in enumerate(items):
             iw = f"{where}.items[{j}]"
-            key = _str((item or {}).get("key"), iw + ".key")
+            item = _dict(item, iw)
+            key = _str(item.get("key"), iw + ".key")
             if key not in files:
                 if optional:
                     continue
@@ -341,7 +355,7 @@ def _keyed_files(
             _add_file(vol, base + path, files[key], _mode(item.get("mode"), iw + ".mode", mode), secret)
     else:
         for key, content in files.items():
-            _add_file(vol, base + _rel_path(key, f"{where}[{key!r}]"), content, mode, secret)
+            _add_file(vol, base + _rel_path(key, src.key_where(key)), content, mode, secret)
 
 
 def _add_file(vol: Volume, path: str, content: bytes, mode: int, secret: bool) -> None:
@@ -362,7 +376,7 @@ def _volume(ctx: Context, index: int, raw: dict[str, Any]) -> Volume:
         raise PodRejected(where, "a volume needs exactly one source")
     kind = kinds[0]
     if kind not in VOLUME_KINDS:
-        raise PodRejected(f"{where}.{kind}", f"volume type {kind!r} is not supported off-cluster")
+        raise PodRejected(child(where, kind), f"volume type {kind!r} is not supported off-cluster")
     src = _dict(raw[kind], f"{where}.{kind}")
     kw = f"{where}.{kind}"
     vol = Volume(name=name, kind=kind, index=index)
@@ -372,7 +386,7 @@ def _volume(ctx: Context, index: int, raw: dict[str, Any]) -> Volume:
     if kind == "hostPath":
         path = _abs_path(src.get("path"), kw + ".path")
         vol.host_path = path
-        htype = src.get("type") or ""
+        htype = get_str(src, "type", kw)
         qp = _q(path, kw + ".path")
         if htype == "DirectoryOrCreate":
             vol.host_lines.append(f"mkdir -p -- {qp} || __setup_failed {_q('cannot create hostPath ' + path, kw)}")
@@ -389,7 +403,7 @@ def _volume(ctx: Context, index: int, raw: dict[str, Any]) -> Volume:
     vol.read_only = True
     if kind == "configMap":
         cm_name = _str(src.get("name"), kw + ".name")
-        optional = bool(src.get("optional"))
+        optional = get_bool(src, "optional", kw)
         obj = ctx.data.config_maps.get(cm_name)
         mode = _mode(src.get("defaultMode"), kw + ".defaultMode", 0o644)
         vol.dir_mode = 0o755
@@ -397,44 +411,42 @@ def _volume(ctx: Context, index: int, raw: dict[str, Any]) -> Volume:
             if optional:
                 return vol
             raise PodRejected(kw + ".name", f"interLink sent no data for configMap {cm_name!r}")
-        _keyed_files(
-            vol, _object_files(obj, False, f"configMap {cm_name!r}"), src.get("items"), kw, mode, False, optional
-        )
+        _keyed_files(vol, obj, get_list(src, "items", kw), kw, mode, False, optional)
         return vol
     if kind == "secret":
         s_name = _str(src.get("secretName"), kw + ".secretName")
-        optional = bool(src.get("optional"))
+        optional = get_bool(src, "optional", kw)
         obj = ctx.data.secrets.get(s_name)
         mode = _mode(src.get("defaultMode"), kw + ".defaultMode", 0o600)
         if obj is None:
             if optional:
                 return vol
             raise PodRejected(kw + ".secretName", f"interLink sent no data for secret {s_name!r}")
-        _keyed_files(vol, _object_files(obj, True, f"secret {s_name!r}"), src.get("items"), kw, mode, True, optional)
+        _keyed_files(vol, obj, get_list(src, "items", kw), kw, mode, True, optional)
         return vol
     # projected and downwardAPI: interLink resolves them into projectedvolumemaps[volume name], keyed by path.
     mode = _mode(src.get("defaultMode"), kw + ".defaultMode", 0o600)
     obj = ctx.data.projected.get(name)
     if obj is not None:
-        for path, content in _object_files(obj, False, f"projectedvolumemaps {name!r}").items():
-            _add_file(vol, _rel_path(path, f"{kw}[{path!r}]"), content, mode, True)
+        for path, content in _object_files(obj).items():
+            _add_file(vol, _rel_path(path, obj.key_where(path)), content, mode, True)
         return vol
     if kind == "downwardAPI":
-        _downward_items(ctx, vol, src.get("items"), kw, mode)
+        _downward_items(ctx, vol, get_list(src, "items", kw), kw, mode)
         return vol
-    for j, source in enumerate(_list(src.get("sources"), kw + ".sources")):
+    for j, source in enumerate(get_list(src, "sources", kw)):
         _projected_source(ctx, vol, _dict(source, f"{kw}.sources[{j}]"), f"{kw}.sources[{j}]", mode)
     return vol
 
 
-def _downward_items(ctx: Context, vol: Volume, items: Any, where: str, mode: int, base: str = "") -> None:
-    for j, item in enumerate(_list(items, where + ".items")):
+def _downward_items(ctx: Context, vol: Volume, items: list[Any], where: str, mode: int, base: str = "") -> None:
+    for j, item in enumerate(items):
         iw = f"{where}.items[{j}]"
         item = _dict(item, iw)
         path = _rel_path(item.get("path"), iw + ".path")
         if "fieldRef" not in item:
             raise PodRejected(iw, "only fieldRef items are supported (resourceFieldRef is not)")
-        fp = _str(_dict(item["fieldRef"], iw + ".fieldRef").get("fieldPath"), iw + ".fieldRef.fieldPath")
+        fp = _str(get_obj(item, "fieldRef", iw).get("fieldPath"), iw + ".fieldRef.fieldPath")
         value = _downward_value(ctx, fp, iw + ".fieldRef.fieldPath")
         _add_file(vol, base + path, value.encode(), _mode(item.get("mode"), iw + ".mode", mode), True)
 
@@ -445,25 +457,25 @@ def _projected_source(ctx: Context, vol: Volume, source: dict[str, Any], where: 
     if "serviceAccountToken" in source:
         return
     if "downwardAPI" in source:
-        _downward_items(ctx, vol, source["downwardAPI"].get("items"), where + ".downwardAPI", mode)
+        dw = where + ".downwardAPI"
+        _downward_items(ctx, vol, get_list(get_obj(source, "downwardAPI", where), "items", dw), dw, mode)
         return
-    for kind, pool, name_key, secret in (
-        ("configMap", ctx.data.config_maps, "name", False),
-        ("secret", ctx.data.secrets, "name", True),
-    ):
+    for kind, pool in (("configMap", ctx.data.config_maps), ("secret", ctx.data.secrets)):
         if kind in source:
-            src = _dict(source[kind], f"{where}.{kind}")
-            obj_name = _str(src.get(name_key), f"{where}.{kind}.{name_key}")
+            kw = f"{where}.{kind}"
+            src = get_obj(source, kind, where)
+            obj_name = _str(src.get("name"), kw + ".name")
+            optional = get_bool(src, "optional", kw)
             obj = pool.get(obj_name)
             if obj is None:
-                if src.get("optional") or obj_name == "kube-root-ca.crt":
+                if optional or obj_name == "kube-root-ca.crt":
                     return
-                raise PodRejected(f"{where}.{kind}.{name_key}", f"interLink sent no data for {kind} {obj_name!r}")
-            files = _object_files(obj, secret, f"{kind} {obj_name!r}")
-            _keyed_files(vol, files, src.get("items"), f"{where}.{kind}", mode, True, bool(src.get("optional")))
+                raise PodRejected(kw + ".name", f"interLink sent no data for {kind} {obj_name!r}")
+            _keyed_files(vol, obj, get_list(src, "items", kw), kw, mode, True, optional)
             return
-    kind = next(iter(source), "<empty>")
-    raise PodRejected(f"{where}.{kind}", "unsupported projected volume source")
+    if not source:
+        raise PodRejected(where, "empty projected volume source")
+    raise PodRejected(child(where, next(iter(source))), "unsupported projected volume source")
 
 
 @dataclass(slots=True)
@@ -489,23 +501,25 @@ def _env(ctx: Context, c: dict[str, Any], where: str) -> tuple[list[tuple[str, s
     """(name, value, is_secret) in Kubernetes order (envFrom, then env; later wins) and the final map."""
     out: list[tuple[str, str, bool]] = []
     values: dict[str, str] = {}
-    for j, ref in enumerate(_list(c.get("envFrom"), where + ".envFrom")):
+    for j, ref in enumerate(get_list(c, "envFrom", where)):
         rw = f"{where}.envFrom[{j}]"
         ref = _dict(ref, rw)
-        prefix = _str(ref.get("prefix") or "", rw + ".prefix")
+        prefix = get_str(ref, "prefix", rw)
         if "configMapRef" in ref:
-            src, pool, secret, kind = _dict(ref["configMapRef"], rw), ctx.data.config_maps, False, "configMapRef"
+            pool, secret, kind = ctx.data.config_maps, False, "configMapRef"
         elif "secretRef" in ref:
-            src, pool, secret, kind = _dict(ref["secretRef"], rw), ctx.data.secrets, True, "secretRef"
+            pool, secret, kind = ctx.data.secrets, True, "secretRef"
         else:
             raise PodRejected(rw, "envFrom needs configMapRef or secretRef")
+        src = get_obj(ref, kind, rw)
         obj_name = _str(src.get("name"), f"{rw}.{kind}.name")
+        optional = get_bool(src, "optional", f"{rw}.{kind}")
         obj = pool.get(obj_name)
         if obj is None:
-            if src.get("optional"):
+            if optional:
                 continue
             raise PodRejected(f"{rw}.{kind}", f"interLink sent no data for {obj_name!r} to resolve envFrom")
-        for key, content in _object_files(obj, secret, f"{kind} {obj_name!r}").items():
+        for key, content in _object_files(obj).items():
             try:
                 text = content.decode()
             except UnicodeDecodeError:
@@ -514,24 +528,22 @@ def _env(ctx: Context, c: dict[str, Any], where: str) -> tuple[list[tuple[str, s
                 text = MASK
             out.append((prefix + key, text, secret))
             values[prefix + key] = text
-    for j, var in enumerate(_list(c.get("env"), where + ".env")):
-        if not isinstance(var, dict):
-            raise PodRejected(f"{where}.env[{j}]", "expected an object")
+    for j, var in enumerate(get_list(c, "env", where)):
+        vw = f"{where}.env[{j}]"
+        var = _dict(var, vw)
         name = var.get("name")
         if not isinstance(name, str) or not name or "=" in name or "\x00" in name:
-            raise PodRejected(f"{where}.env[{j}].name", f"invalid environment variable name {name!r}")
+            raise PodRejected(vw + ".name", f"invalid environment variable name {name!r}")
         secret = False
         if var.get("valueFrom") is not None:
-            ew = f"{where}.env[{j}].valueFrom"
+            ew = vw + ".valueFrom"
             value, secret = _value_from(ctx, _dict(var["valueFrom"], ew), ew)
             if value is None:
                 continue
             if secret and ctx.mask:
                 value = MASK  # masked at the source so $(VAR) expansions cannot reveal it
         else:
-            value = var.get("value") or ""
-            if not isinstance(value, str):
-                raise PodRejected(f"{where}.env[{j}].value", "expected a string")
+            value = get_str(var, "value", vw)
             if "$" in value:
                 value = expand(value, values)
         out.append((name, value, secret))
@@ -542,33 +554,35 @@ def _env(ctx: Context, c: dict[str, Any], where: str) -> tuple[list[tuple[str, s
 def _value_from(ctx: Context, ref: dict[str, Any], where: str) -> tuple[str | None, bool]:
     """Resolve an env valueFrom the VK left unresolved, when the pod or interLink data allow it."""
     if "fieldRef" in ref:
-        fp = _str(_dict(ref["fieldRef"], where).get("fieldPath"), where + ".fieldRef.fieldPath")
+        fp = _str(get_obj(ref, "fieldRef", where).get("fieldPath"), where + ".fieldRef.fieldPath")
         return _downward_value(ctx, fp, where + ".fieldRef.fieldPath"), False
     for kind, pool, secret in (
         ("configMapKeyRef", ctx.data.config_maps, False),
         ("secretKeyRef", ctx.data.secrets, True),
     ):
         if kind in ref:
-            src = _dict(ref[kind], f"{where}.{kind}")
-            obj = pool.get(src.get("name"))
-            files = _object_files(obj, secret, f"{where}.{kind}") if obj is not None else {}
-            key = src.get("key")
-            if key in files:
+            kw = f"{where}.{kind}"
+            src = get_obj(ref, kind, where)
+            obj = pool.get(get_str(src, "name", kw))
+            files = _object_files(obj) if obj is not None else {}
+            key = get_opt_str(src, "key", kw)
+            if key is not None and key in files:
                 try:
                     return files[key].decode(), secret
                 except UnicodeDecodeError:
-                    raise PodRejected(f"{where}.{kind}", "value is not UTF-8 text") from None
-            if src.get("optional"):
+                    raise PodRejected(kw, "value is not UTF-8 text") from None
+            if get_bool(src, "optional", kw):
                 return None, secret
             raise PodRejected(f"{where}.{kind}", "unresolved valueFrom: interLink sent no value for it")
-    kind = next(iter(ref), "<empty>")
-    raise PodRejected(f"{where}.{kind}", "unresolved valueFrom is not supported")
+    if not ref:
+        raise PodRejected(where, "empty valueFrom")
+    raise PodRejected(child(where, next(iter(ref))), "unresolved valueFrom is not supported")
 
 
 def _argv(c: dict[str, Any], key: str, where: str, env: dict[str, str]) -> list[tuple[str, str]]:
     """(expanded word, quoted word) of command or args; NUL rejected with the word's index."""
     out = []
-    for k, w in enumerate(_list(c.get(key), f"{where}.{key}")):
+    for k, w in enumerate(get_list(c, key, where)):
         if not isinstance(w, str):
             raise PodRejected(f"{where}.{key}[{k}]", "expected a string")
         if "$" in w:
@@ -580,7 +594,7 @@ def _argv(c: dict[str, Any], key: str, where: str, env: dict[str, str]) -> list[
 def _check_keys(obj: dict[str, Any], supported: frozenset[str], ignored: frozenset[str], where: str) -> None:
     for key in obj:
         if key not in supported and key not in ignored:
-            raise PodRejected(f"{where}.{key}", "not supported off-cluster")
+            raise PodRejected(child(where, key), "not supported off-cluster")
 
 
 def _words(text: Any, field_name: str) -> list[str]:
@@ -597,7 +611,7 @@ def _split(text: str) -> tuple[str, ...]:
 
 
 def _ann_field(key: str) -> str:
-    return f'metadata.annotations["{key}"]'
+    return member("metadata.annotations", key)
 
 
 def _mounts(
@@ -611,24 +625,26 @@ def _mounts(
 ) -> list[Mount]:
     mounts: list[Mount] = []
     binds = ctx.runtime != RT.NONE
-    for j, m in enumerate(_list(c.get("volumeMounts"), where + ".volumeMounts")):
+    for j, m in enumerate(get_list(c, "volumeMounts", where)):
         mw = f"{where}.volumeMounts[{j}]"
         m = _dict(m, mw)
         _check_keys(m, MOUNT_KEYS, frozenset(), mw)
-        vol = volumes.get(m.get("name"))  # type: ignore[arg-type]
+        vol_name = get_str(m, "name", mw)
+        vol = volumes.get(vol_name)
         if vol is None:
-            raise PodRejected(mw + ".name", f"no volume named {m.get('name')!r} in spec.volumes")
+            raise PodRejected(mw + ".name", f"no volume named {vol_name!r} in spec.volumes")
         path = _abs_path(m.get("mountPath"), mw + ".mountPath")
         if binds and ("," in path or ":" in path):
             raise PodRejected(mw + ".mountPath", "',' and ':' cannot be expressed in a bind mount")
-        sub = m.get("subPath") or ""
-        if m.get("subPathExpr"):
-            sub = expand(_str(m["subPathExpr"], mw + ".subPathExpr"), env)
+        sub = get_str(m, "subPath", mw)
+        sub_expr = get_str(m, "subPathExpr", mw)
+        if sub_expr:
+            sub = expand(sub_expr, env)
         if sub:
             sub = _rel_path(sub, mw + ".subPath")
             if binds and ("," in sub or ":" in sub):
                 raise PodRejected(mw + ".subPath", "',' and ':' cannot be expressed in a bind mount")
-        if m.get("mountPropagation") not in (None, "None", "HostToContainer"):
+        if get_opt_str(m, "mountPropagation", mw) not in (None, "None", "HostToContainer"):
             raise PodRejected(mw + ".mountPropagation", "only None/HostToContainer propagation is possible")
         if any(x.mount_path.rstrip("/") == path.rstrip("/") for x in mounts):
             raise PodRejected(mw + ".mountPath", f"{path!r} is mounted twice")
@@ -637,7 +653,7 @@ def _mounts(
         if binds and vol.host_path is not None and ("," in vol.host_path or ":" in vol.host_path):
             raise PodRejected(mw + ".name", "a hostPath with ',' or ':' cannot be expressed in a bind mount")
         used[vol.name] = vol
-        mounts.append(Mount(vol, path, sub, bool(m.get("readOnly")) or vol.read_only))
+        mounts.append(Mount(vol, path, sub, get_bool(m, "readOnly", mw) or vol.read_only))
     mounts.sort(key=lambda x: x.mount_path.count("/"))
     return mounts
 
@@ -659,7 +675,7 @@ def _image(ctx: Context, c: dict[str, Any], where: str) -> tuple[str | None, str
     if image.startswith("/") or _SCHEME.match(image):
         remote = image
     else:
-        prefix = ctx.annotations.get(ANN_IMAGE_ROOT)
+        prefix = _ann(ctx, ANN_IMAGE_ROOT)
         if prefix is None:
             prefix = ctx.bc.image_prefix or ("docker://" if ctx.runtime in ENV_PREFIX else "")
         remote = _str(prefix, _ann_field(ANN_IMAGE_ROOT)) + image
@@ -696,7 +712,7 @@ def _container(
     raw_command = [w for w, _ in command]
     command = [qw for _, qw in command]
     args = [qw for _, qw in args]
-    workdir = c.get("workingDir") or ""
+    workdir = get_str(c, "workingDir", where)
     if workdir:
         _abs_path(workdir, where + ".workingDir")
     mounts = _mounts(ctx, c, where, volumes, env_map, used, extra["host"])
@@ -712,7 +728,8 @@ def _container(
     body: list[str] = []
     rt = ctx.runtime
     if res[2] and rt != RT.NONE and not ctx.bc.gpu_support:
-        raise PodRejected(f'{where}.resources.limits["nvidia.com/gpu"]', "this pool offers no GPUs to the runtime")
+        kind = "limits" if GPU_RESOURCE in (c["resources"].get("limits") or ()) else "requests"  # checked: objects
+        raise PodRejected(member(f"{where}.resources.{kind}", GPU_RESOURCE), "this pool offers no GPUs to the runtime")
     if rt == RT.NONE:
         if not command:
             raise PodRejected(where + ".command", "runtime 'none' runs the command on the host: it is required")
@@ -829,7 +846,10 @@ def _unwrap(pod_data: Any) -> tuple[dict[str, Any], Any]:
     if not isinstance(pod_data, dict):
         raise PodRejected("pod", "expected an object")
     if "pod" in pod_data:
-        return _dict(pod_data["pod"], "pod"), pod_data.get("container")
+        pod = pod_data["pod"]
+        if not isinstance(pod, dict):
+            raise wrong_type("pod", "an object", pod)
+        return pod, pod_data.get("container")
     return pod_data, None
 
 
@@ -847,17 +867,18 @@ def render_job(
     uid = meta.get("uid")
     if not isinstance(uid, str) or not uid:
         raise PodRejected("metadata.uid", "the pod UID is required (it names the job directory)")
+    pod_name, pod_namespace = get_str(meta, "name", "metadata"), get_str(meta, "namespace", "metadata")
     for key in spec:
         if key in SPEC_SUPPORTED or key in SPEC_IGNORED:
             continue
         if key in SPEC_FALSE_ONLY:
-            if spec[key]:
+            if get_bool(spec, key, "spec"):
                 raise PodRejected(f"spec.{key}", "cannot share the host's namespaces on a batch site")
         elif key in SPEC_EMPTY_ONLY:
-            if spec[key]:
+            if get_list(spec, key, "spec"):
                 raise PodRejected(f"spec.{key}", "not supported off-cluster")
         else:
-            raise PodRejected(f"spec.{key}", "not supported off-cluster")
+            raise PodRejected(child("spec", key), "not supported off-cluster")
     ctx = Context(pod, meta, spec, annotations, _pod_data(entries), bc, runtime, mask_secrets)
 
     volumes: dict[str, Volume] = {}
@@ -876,20 +897,22 @@ def render_job(
         "global": [],
         "options": [],
     }
-    mpi = annotations.get(ANN_MPI_FLAGS)
+    mpi = _ann(ctx, ANN_MPI_FLAGS)
     if mpi is not None and mpi.strip() != "true":
         extra["mpi"] = _words(mpi, _ann_field(ANN_MPI_FLAGS))
     if runtime in ENV_PREFIX:
         for key, slot in ((ANN_SING_COMMANDS, "global"), (ANN_SING_OPTIONS, "options"), (ANN_SING_MOUNTS, "options")):
-            if key in annotations:
-                extra[slot] += [quote(w) for w in _words(annotations[key], _ann_field(key))]
-    backend_flags = _words(annotations[ANN_FLAGS], _ann_field(ANN_FLAGS)) if ANN_FLAGS in annotations else []
+            value = _ann(ctx, key)
+            if value is not None:
+                extra[slot] += [quote(w) for w in _words(value, _ann_field(key))]
+    flags = _ann(ctx, ANN_FLAGS)
+    backend_flags = _words(flags, _ann_field(ANN_FLAGS)) if flags is not None else []
 
     used: dict[str, Volume] = {}
     names: set[str] = set()
     plans: list[ContainerPlan] = []
-    raw_init = _list(spec.get("initContainers"), "spec.initContainers")
-    raw_main = _list(spec.get("containers"), "spec.containers")
+    raw_init = get_list(spec, "initContainers", "spec")
+    raw_main = get_list(spec, "containers", "spec")
     if not raw_main:
         raise PodRejected("spec.containers", "a pod needs at least one container")
     for i, c in enumerate(raw_init):
@@ -926,11 +949,10 @@ def render_job(
     exports: list[tuple[str, str]] = []
     if bc.cache_dir and runtime in CACHE_ENV:
         exports.append((CACHE_ENV[runtime], quote(bc.cache_dir)))
-    grace = spec.get("terminationGracePeriodSeconds")
-    if isinstance(grace, bool) or not isinstance(grace, int) or grace < 0:
+    grace = get_int(spec, "terminationGracePeriodSeconds", "spec")
+    if grace is None or grace < 0:
         grace = DEFAULT_GRACE_SECONDS
-    pre_exec = annotations.get(ANN_PRE_EXEC) or ""
-    _str(pre_exec, _ann_field(ANN_PRE_EXEC))
+    pre_exec = _ann(ctx, ANN_PRE_EXEC) or ""
 
     script = _template().render(
         runtime_name=RUNTIME_NAMES[runtime],
@@ -961,7 +983,7 @@ def render_job(
     except UnicodeEncodeError:
         raise PodRejected("pod", "contains text that is not valid Unicode (lone surrogates)") from None
     return pb.JobScript(
-        pod=pb.PodRef(uid=uid, namespace=str(meta.get("namespace") or ""), name=str(meta.get("name") or "")),
+        pod=pb.PodRef(uid=uid, namespace=pod_namespace, name=pod_name),
         script=script,
         init_containers=[p.name for p in plans if p.init],
         containers=[p.name for p in plans if not p.init],
