@@ -4,6 +4,9 @@ Stack: ``interlink-nats gateway`` and ``interlink-nats submitter shell`` as thei
 nats-server, pods whose one container runs ``true``. Each /create renders the pod, sends the script
 to the pool (Submit RPC), and returns when the submitter has recorded the job durably.
 
+Between reps the bench waits until every job of the rep has run (the last column), so a rep's creates
+never compete with the previous rep's jobs for the CPU.
+
 Ceiling, in the same run: a raw nats-py request-reply between two processes with the same request
 bytes as one Submit (a rendered no-op pod) and 64 in flight. The ratio is create/s ÷ raw/s.
 """
@@ -80,6 +83,25 @@ async def closed_loop(port: int, requests: list[bytes]) -> tuple[list[float], fl
     return latencies, time.perf_counter() - started, errors
 
 
+async def wait_finished(port: int, pods: list[dict[str, object]], limit_s: float = 300.0) -> float:
+    """Wait until every pod of a rep has run, so the next rep's creates do not compete with its jobs."""
+    started = time.perf_counter()
+    conn = await HttpConnection.open("127.0.0.1", port)
+    try:
+        pending = list(pods)
+        while pending and time.perf_counter() - started < limit_s:
+            batch = [p["pod"] for p in pending[:200]]
+            status, body = await conn.call(http_request("GET", "/status", json.dumps(batch).encode()))
+            done = {s["UID"] for s in json.loads(body) if status == 200 and all(
+                "terminated" in c["state"] for c in s["containers"])}
+            pending = [p for p in pending if p["pod"]["metadata"]["uid"] not in done]  # type: ignore[index]
+            if pending:
+                await asyncio.sleep(0.5)
+    finally:
+        conn.close()
+    return time.perf_counter() - started
+
+
 RAW_RESPONDER = textwrap.dedent("""
     import asyncio, sys, nats
     async def main():
@@ -137,22 +159,26 @@ def main() -> None:
         submit_bytes = bytes(pb.SubmitRequest(job=job))
         warm = [http_request("POST", "/create", json.dumps(pod_data(i, "warm")).encode()) for i in range(100)]
         asyncio.run(closed_loop(port, warm))
+        asyncio.run(wait_finished(port, [pod_data(i, "warm") for i in range(100)]))
         rows, creates, raws = [], [], []
         for rep in range(args.reps):
             run = f"r{rep}-{uuid.uuid4().hex[:6]}"
-            requests = [http_request("POST", "/create", json.dumps(pod_data(i, run)).encode())
-                        for i in range(args.pods)]
+            pods = [pod_data(i, run) for i in range(args.pods)]
+            requests = [http_request("POST", "/create", json.dumps(p).encode()) for p in pods]
             latencies, elapsed, errors = asyncio.run(closed_loop(port, requests))
+            drained = asyncio.run(wait_finished(port, pods))
             raw_lat, raw_elapsed = asyncio.run(raw_ceiling(nats_server.url, submit_bytes, args.pods * 4))
             create_rate, raw_rate = len(latencies) / elapsed, len(raw_lat) / raw_elapsed
             creates.append((create_rate, latencies))
             raws.append((raw_rate, raw_lat))
             rows.append([rep + 1, f"{create_rate:.0f}", f"{percentile(latencies, 50) * 1e3:.1f}",
                          f"{percentile(latencies, 99) * 1e3:.1f}", f"{raw_rate:.0f}",
-                         f"{percentile(raw_lat, 99) * 1e3:.1f}", f"{create_rate / raw_rate:.3f}", errors])
+                         f"{percentile(raw_lat, 99) * 1e3:.1f}", f"{create_rate / raw_rate:.3f}", errors,
+                         f"{drained:.1f}"])
         print_table(f"/create → PodJID, {IN_FLIGHT} in flight, {args.pods} pods per rep "
                     f"(Submit request {len(submit_bytes)} B on the wire)",
-                    ["rep", "creates/s", "p50 ms", "p99 ms", "raw NATS req/s", "raw p99 ms", "ratio", "errors"], rows)
+                    ["rep", "creates/s", "p50 ms", "p99 ms", "raw NATS req/s", "raw p99 ms", "ratio", "errors",
+                     "jobs done after s"], rows)
         create_rate = median([c[0] for c in creates])
         raw_rate = median([r[0] for r in raws])
         figures = {"creates_per_s": round(create_rate, 1),

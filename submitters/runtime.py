@@ -485,8 +485,10 @@ class Submitter:
         row.job_id = job_id
         async with self._poll_lock:
             self._track(row)
+        if created:
+            return pb.SubmitResponse(job_id=job_id, created=True)  # pending; the caller knows the containers
         pending = map_status(dataclasses.replace(meta, job_id=job_id), None, {}, now=self.clock())
-        return pb.SubmitResponse(job_id=job_id, created=created, status=pending)
+        return pb.SubmitResponse(job_id=job_id, created=False, status=pending)
 
     async def _record_final(self, row: JobRow, status: pb.JobStatus) -> None:
         revision = row.revision + 1

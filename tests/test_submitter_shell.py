@@ -61,7 +61,12 @@ async def test_a_job_runs_and_reports_every_container_with_its_exit_code(
     resp = await client.submit(pb.SubmitRequest(job=job))
     assert resp.created
     assert resp.job_id
-    assert [c.name for c in resp.status.containers] == ["prep", "main", "side"]
+    assert resp.status is None, "a new job is pending: its status is not sent back on the hot path"
+    again = await client.submit(pb.SubmitRequest(job=job))
+    assert not again.created
+    assert again.job_id == resp.job_id
+    assert again.status is not None
+    assert [c.name for c in again.status.containers] == ["prep", "main", "side"]
 
     st = await final_status(client, u)
     assert st.state == pb.JobState.FAILED

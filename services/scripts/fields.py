@@ -39,8 +39,13 @@ __all__ = [
 ]
 
 
+_PLAIN_KEY = re.compile(r'[^"\\\x00-\x1f\x7f]*\Z')
+
+
 def member(where: str, key: str) -> str:
     """Path of a map entry: ``where["key"]`` (JSON-quoted, so any key reads back unambiguously)."""
+    if _PLAIN_KEY.match(key):
+        return f'{where}["{key}"]'
     return f"{where}[{json.dumps(key, ensure_ascii=False)}]"
 
 

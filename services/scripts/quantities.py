@@ -37,18 +37,20 @@ def parse_quantity(text: str) -> Fraction:
     return value
 
 
-def _quantity(raw: Any, field: str) -> Fraction:
+def _quantity(raw: Any, where: str, kind: str, name: str) -> Fraction:
+    """Quantity ``where.kind[name]`` (the path is only built for a rejection)."""
     if isinstance(raw, bool) or not isinstance(raw, (str, int, float)):
-        raise PodRejected(field, f"not a quantity: {raw!r}")
-    text = str(raw)
+        raise PodRejected(member(f"{where}.{kind}", name), f"not a quantity: {raw!r}")
+    text = raw if type(raw) is str else str(raw)
     if "e" in text or "E" in text:
         m = _EXPONENT.search(text)
         if m is not None and len(m.group(1)) > 2:
-            raise PodRejected(field, f"exponent out of range (at most {MAX_EXPONENT}): {text[:40]!r}")
+            message = f"exponent out of range (at most {MAX_EXPONENT}): {text[:40]!r}"
+            raise PodRejected(member(f"{where}.{kind}", name), message)
     try:
         return parse_quantity(text)
     except ValueError as e:
-        raise PodRejected(field, str(e)) from None
+        raise PodRejected(member(f"{where}.{kind}", name), str(e)) from None
 
 
 def container_resources(container: dict[str, Any], field: str) -> tuple[int, int, int]:
@@ -60,21 +62,22 @@ def container_resources(container: dict[str, Any], field: str) -> tuple[int, int
     for kind in ("requests", "limits"):
         values = get_obj(res, kind, rw)
         for name, raw in values.items():
-            f = member(f"{rw}.{kind}", name)
             if name not in KNOWN_RESOURCES:
-                raise PodRejected(f, "unsupported resource (only cpu, memory, nvidia.com/gpu)")
+                raise PodRejected(
+                    member(f"{rw}.{kind}", name), "unsupported resource (only cpu, memory, nvidia.com/gpu)"
+                )
             if name in IGNORED_RESOURCES:
                 continue
-            q = _quantity(raw, f)
-            if q * (1000 if name == CPU else 1) > INT64_MAX:
-                raise PodRejected(f, "too large")
+            q = _quantity(raw, rw, kind, name)
+            if q.numerator * (1000 if name == CPU else 1) > INT64_MAX * q.denominator:
+                raise PodRejected(member(f"{rw}.{kind}", name), "too large")
             if name == CPU:
                 cpu = max(cpu, q)
             elif name == MEMORY:
                 mem = max(mem, q)
             else:
                 if q.denominator != 1:
-                    raise PodRejected(f, "GPU counts must be whole numbers")
+                    raise PodRejected(member(f"{rw}.{kind}", name), "GPU counts must be whole numbers")
                 gpu = max(gpu, q)
     return math.ceil(cpu * 1000), math.ceil(mem), int(gpu)
 

@@ -597,11 +597,12 @@ def _check_keys(obj: dict[str, Any], supported: frozenset[str], ignored: frozens
             raise PodRejected(child(where, key), "not supported off-cluster")
 
 
-def _words(text: Any, field_name: str) -> list[str]:
+def _words(text: str, key: str) -> list[str]:
+    """The shell words of annotation ``key`` (a string: read with :func:`_ann`)."""
     try:
-        return list(_split(_str(text, field_name)))
+        return list(_split(text))
     except ValueError as e:
-        raise PodRejected(field_name, f"cannot split into shell words: {e}") from None
+        raise PodRejected(_ann_field(key), f"cannot split into shell words: {e}") from None
 
 
 @lru_cache(maxsize=1024)
@@ -678,7 +679,7 @@ def _image(ctx: Context, c: dict[str, Any], where: str) -> tuple[str | None, str
         prefix = _ann(ctx, ANN_IMAGE_ROOT)
         if prefix is None:
             prefix = ctx.bc.image_prefix or ("docker://" if ctx.runtime in ENV_PREFIX else "")
-        remote = _str(prefix, _ann_field(ANN_IMAGE_ROOT)) + image
+        remote = prefix + image
     local = None
     if ctx.bc.image_dir and ctx.runtime in ENV_PREFIX and not image.startswith("/"):
         bare = _SCHEME.sub("", image)
@@ -899,14 +900,14 @@ def render_job(
     }
     mpi = _ann(ctx, ANN_MPI_FLAGS)
     if mpi is not None and mpi.strip() != "true":
-        extra["mpi"] = _words(mpi, _ann_field(ANN_MPI_FLAGS))
+        extra["mpi"] = _words(mpi, ANN_MPI_FLAGS)
     if runtime in ENV_PREFIX:
         for key, slot in ((ANN_SING_COMMANDS, "global"), (ANN_SING_OPTIONS, "options"), (ANN_SING_MOUNTS, "options")):
             value = _ann(ctx, key)
             if value is not None:
-                extra[slot] += [quote(w) for w in _words(value, _ann_field(key))]
+                extra[slot] += [quote(w) for w in _words(value, key)]
     flags = _ann(ctx, ANN_FLAGS)
-    backend_flags = _words(flags, _ann_field(ANN_FLAGS)) if flags is not None else []
+    backend_flags = _words(flags, ANN_FLAGS) if flags is not None else []
 
     used: dict[str, Volume] = {}
     names: set[str] = set()

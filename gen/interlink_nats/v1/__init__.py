@@ -983,6 +983,10 @@ class SubmitResponse(betterproto2.Message):
     status: "JobStatus | None" = betterproto2.field(
         3, betterproto2.TYPE_MESSAGE, optional=True
     )
+    """
+    The known job's last status, set only when created is false: a new job is
+    pending, and leaving it out keeps the hot path of every create lean.
+    """
 
 
 default_message_pool.register_message(
