@@ -35,6 +35,10 @@ _QUANTITY_RE = re.compile(
 )
 
 
+MAX_EXPONENT = 99
+"""``1e-999999999`` would keep the exact (Fraction) arithmetic busy for minutes: refused up front."""
+
+
 class InvalidQuantityError(ValueError):
     """A string that is not a Kubernetes quantity (the API server would reject it too)."""
 
@@ -57,7 +61,9 @@ def _parse_text(value: str) -> Fraction:
     """Cached: a controller sees the same few hundred quantity strings on every pass."""
     match = _QUANTITY_RE.match(value.strip())
     if match is None:
-        raise InvalidQuantityError(f"invalid quantity {value!r}")
+        raise InvalidQuantityError(f"invalid quantity {value[:40]!r}")
+    if match["exp"] is not None and abs(int(match["exp"])) > MAX_EXPONENT:
+        raise InvalidQuantityError(f"exponent out of range (at most {MAX_EXPONENT}): {value[:40]!r}")
     number = Fraction(match["num"])
     if match["exp"] is not None:
         return number * Fraction(10) ** int(match["exp"])
