@@ -15,6 +15,7 @@ from interlink_nats.gen.interlink_nats.v1 import (
     GetLogsResponse,
     SubmitterServiceBase,
 )
+from interlink_nats.services.nats_server import NatsServerProcess
 from interlink_nats.services.rpc import CONTROL, END, STATUS, WINDOW, RpcServer, submitter_client
 from interlink_nats.services.subjects import rpc_subject
 from nats.aio.client import Client as NATS
@@ -216,9 +217,15 @@ async def test_a_client_that_stops_acking_is_given_up(
 
 
 async def test_a_vanished_client_inbox_cancels_the_handler(
-    server_nc: NATS, source: LogSource, client_nc: NATS, pool: str
+    fresh_nats_server: NatsServerProcess, source: LogSource, pool: str
 ) -> None:
-    """No cancel message, no acks: the client's inbox just disappears (e.g. a crashed caller)."""
+    """No cancel message, no acks: the client's inbox just disappears (e.g. a crashed caller).
+
+    On a server of its own: the bounce needs *no* subscriber for the inbox, and a wildcard
+    subscription left by any other test on a shared server would swallow the data instead.
+    """
+    server_nc = await nats.connect(fresh_nats_server.url)
+    client_nc = await nats.connect(fresh_nats_server.url)
     server = RpcServer(server_nc, [source], pool=pool, stream_window=8, stream_idle_timeout=60)
     await server.start()  # a long idle timeout, so only the no-responders bounce can stop it in time
     source.stall = 5.0  # the inbox is gone well before the first data message, even on a loaded machine
@@ -236,6 +243,8 @@ async def test_a_vanished_client_inbox_cancels_the_handler(
     await asyncio.wait_for(source.cancelled.wait(), 20)
     assert source.produced <= 8 + 1
     await server.stop(grace=1)
+    await client_nc.close()
+    await server_nc.close()
 
 
 async def test_end_marker_carries_ok_status(server: RpcServer, client_nc: NATS, pool: str) -> None:
