@@ -235,6 +235,10 @@ LAUNCH_ATTEMPTS = 3
 """Tries per job when the launcher itself fails (a retry of a started job is a no-op)."""
 
 
+REAP_FALLBACK_S = 0.5
+"""How often full slots are re-checked when no pidfd told us a runner ended."""
+
+
 @dataclass(slots=True)
 class _Running:
     pid: int
@@ -262,6 +266,7 @@ class ShellBackend:
         self._task: asyncio.Task[None] | None = None
         self._launcher = _Launcher(bash)
         self._launches: set[asyncio.Task[None]] = set()
+        self._exit_fds: set[int] = set()
         self.calls = 0
 
     @property
@@ -286,6 +291,11 @@ class ShellBackend:
             self._task = None
         if self._launches:  # answers in flight: each runner it started is recorded before we go
             await asyncio.wait(set(self._launches), timeout=5)
+        loop = asyncio.get_running_loop()
+        for fd in self._exit_fds:  # runners go on without us; stop watching them
+            loop.remove_reader(fd)
+            os.close(fd)
+        self._exit_fds.clear()
         await self._launcher.close()
 
     def output_path(self, job_dir: Path) -> Path:
@@ -307,7 +317,11 @@ class ShellBackend:
                 if len(self._running) + len(self._starting) >= self._limit:
                     self._reap()
                     if len(self._running) + len(self._starting) >= self._limit:
-                        await asyncio.sleep(0.05)
+                        # Woken as soon as a runner exits (pidfd); the timeout is the fallback where
+                        # pidfds are unavailable, and for runners adopted after a restart.
+                        self._wake.clear()
+                        with contextlib.suppress(TimeoutError):
+                            await asyncio.wait_for(self._wake.wait(), REAP_FALLBACK_S)
                         continue
                 spec = self._queue.popleft()
                 if spec.uid in self._cancelled:
@@ -337,12 +351,33 @@ class ShellBackend:
                 seen = _proc_start_ticks(pid)
                 if seen is not None:
                     self._running[spec.uid] = _Running(pid, seen[0], spec.job_dir)
+                    self._watch_exit(spec.uid, pid)
                 return
         except Exception:
             log.exception("launching job %s failed; it will be reported as lost", spec.uid)
         finally:
             self._starting.discard(spec.uid)
             self._wake.set()
+
+    def _watch_exit(self, uid: str, pid: int) -> None:
+        """Free the slot the moment the runner exits: a pidfd becomes readable then (Linux ≥ 5.3)."""
+        try:
+            fd = os.pidfd_open(pid)
+        except (AttributeError, OSError):
+            return  # no pidfd (or already gone): _reap() finds it on the fallback tick
+        loop = asyncio.get_running_loop()
+        self._exit_fds.add(fd)
+
+        def exited() -> None:
+            loop.remove_reader(fd)
+            os.close(fd)
+            self._exit_fds.discard(fd)
+            run = self._running.get(uid)
+            if run is not None and run.pid == pid:
+                del self._running[uid]
+            self._wake.set()
+
+        loop.add_reader(fd, exited)
 
     def _alive(self, run: _Running) -> bool:
         seen = _proc_start_ticks(run.pid)
