@@ -159,3 +159,18 @@ async def test_healthz_reports_a_redis_outage_and_recovery(nats_url: str, redis_
 async def test_wrong_methods_are_405(nats_url: str, method: str) -> None:
     async with gateway_only(nats_url, default_pool="x") as stack:
         assert (await stack.http.request(method, "/create")).status_code == 405
+
+
+async def test_a_lost_event_is_made_up_for_by_pulling_stale_statuses(nats_url: str, tmp_path: Path) -> None:
+    async with full_stack(nats_url, tmp_path, stale_after_s=0.5) as stack:
+        await stack.gateway.events.stop()  # from now on no event reaches this gateway
+        p = pod(containers={"main": ["sh", "-c", "exit 4"]})
+        assert (await stack.post("/create", create_body(p))).status_code == 200
+
+        async def done() -> bool:
+            return terminated(await stack.status_of(p))
+
+        await eventually(done, what="the status pulled by the safety net")
+        [main] = (await stack.status_of(p))["containers"]
+        assert main["state"]["terminated"]["exitCode"] == 4
+        assert stack.gateway.events.applied == 0

@@ -66,7 +66,7 @@ class Gateway:
     metrics: GatewayMetrics = field(init=False)
     redis: Any = None
     _stubs: dict[str, pb.SubmitterServiceStub] = field(default_factory=dict, init=False)
-    _pending_cancels: set[str] = field(default_factory=set, init=False)
+    _refresher: asyncio.Task[None] | None = field(default=None, init=False)
 
     def __post_init__(self) -> None:
         self.pools = PoolDirectory(self.nc, self._describe, prefix=self.settings.prefix, redis=self.redis)
@@ -88,10 +88,12 @@ class Gateway:
             with attempt:
                 loaded = await self.store.load()
         await self.pools.start()
-        await self.events.start()
         live = await discover_pools(self.nc, SERVICE_NAME)
         await self.pools.describe_all(live, self.settings.pool_wait_s)
         rebuilt = await self.rebuild_from_pools(live) if self.redis is not None and loaded == 0 else 0
+        # Events only after the table is complete: an event for a pod not in the table is dropped.
+        await self.events.start()
+        self._refresher = asyncio.create_task(self._refresh_stale(), name="gateway-refresh-stale")
         # The restored table is long-lived: keep it out of the cyclic GC's full scans, whose pauses
         # would otherwise show up as /status tail latency at thousands of calls per second.
         gc.freeze()
@@ -132,6 +134,10 @@ class Gateway:
         return added
 
     async def close(self) -> None:
+        if self._refresher is not None:
+            self._refresher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._refresher
         await self.events.stop()
         await self.pools.stop()
 
@@ -248,6 +254,25 @@ class Gateway:
                         await self.store.save(updated)
 
         await asyncio.gather(*(pull(pool, records) for pool, records in by_pool.items()))
+
+    async def _refresh_stale(self) -> None:
+        """Pull the status of live pods that no event mentioned for ``stale_after_s``.
+
+        Events are the normal path; this is the safety net for one lost in a crash window (for
+        example fetched by a gateway that was killed before acking it), at one batched call per pool.
+        """
+        while True:
+            await asyncio.sleep(self.settings.stale_after_s / 2)
+            stale = self.store.stale(self.settings.stale_after_s)
+            if not stale:
+                continue
+            by_pool: dict[str, list[PodRecord]] = {}
+            for record in stale[:10_000]:
+                by_pool.setdefault(record.pool, []).append(record)
+            try:
+                await self._pull_statuses(by_pool)
+            except Exception:  # never let the safety net die
+                log.exception("refreshing stale statuses failed")
 
     async def delete(self, body: bytes) -> str:
         identity = wire.parse_delete(body)

@@ -38,6 +38,8 @@ class PodRecord:
     status: pb.JobStatus | None = None
     revision: int = 0
     created_at: float = field(default_factory=time.time)
+    heard_at: float = field(default_factory=time.monotonic)
+    """When the pool last told us about this pod (event, pull or create); not persisted."""
     _status_json: dict[str, Any] | None = field(default=None, repr=False)
 
     @property
@@ -144,6 +146,7 @@ class PodStore:
         record = self.pods.get(uid)
         if record is None:
             return None
+        record.heard_at = time.monotonic()
         if revision and revision <= record.revision:
             return None
         if not revision and record.is_final():
@@ -201,6 +204,11 @@ class PodStore:
         except Exception as exc:
             self._redis_failed(exc)
             return False
+
+    def stale(self, older_than_s: float) -> list[PodRecord]:
+        """Live pods no event has mentioned for a while: candidates for a pulled status."""
+        cutoff = time.monotonic() - older_than_s
+        return [r for r in self.pods.values() if r.job_id and not r.is_final() and r.heard_at < cutoff]
 
     def counts_by_state(self) -> dict[str, int]:
         counts: dict[str, int] = {}
