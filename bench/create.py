@@ -28,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from _harness import (
     HttpConnection,
+    closed_loop_calls,
     free_port,
     http_request,
     median,
@@ -120,22 +121,10 @@ async def raw_ceiling(url: str, payload: bytes, count: int) -> tuple[list[float]
     import nats
 
     nc = await nats.connect(url)
-    latencies: list[float] = []
-    remaining = count
-
-    async def worker() -> None:
-        nonlocal remaining
-        while remaining > 0:
-            remaining -= 1
-            started = time.perf_counter()
-            await nc.request("bench.raw", payload, timeout=10)
-            latencies.append(time.perf_counter() - started)
-
-    started = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(IN_FLIGHT)))
-    elapsed = time.perf_counter() - started
-    await nc.close()
-    return latencies, elapsed
+    try:
+        return await closed_loop_calls(lambda: nc.request("bench.raw", payload, timeout=10), count, IN_FLIGHT)
+    finally:
+        await nc.close()
 
 
 def main() -> None:

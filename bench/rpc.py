@@ -13,9 +13,9 @@ import asyncio
 import json
 import statistics
 import sys
-import time
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
+from pathlib import Path
 
 import nats
 from interlink_nats.gen.interlink_nats.v1 import (
@@ -28,6 +28,9 @@ from interlink_nats.gen.interlink_nats.v1 import (
 )
 from interlink_nats.services.nats_server import NatsServerProcess
 from interlink_nats.services.rpc import RpcServer, submitter_client
+
+sys.path.insert(0, str(Path(__file__).parent))
+from _harness import closed_loop_calls
 
 POOL = "bench"
 RAW_SUBJECT = "bench.raw.submit"
@@ -76,20 +79,7 @@ async def serve(url: str) -> None:
 
 async def measure(call: Callable[[], Awaitable[object]], count: int, in_flight: int) -> tuple[float, float]:
     """(requests per second, p50 latency ms) for ``count`` calls with ``in_flight`` concurrent workers."""
-    latencies: list[float] = []
-    remaining = count
-
-    async def worker() -> None:
-        nonlocal remaining
-        while remaining > 0:
-            remaining -= 1
-            start = time.perf_counter()
-            await call()
-            latencies.append(time.perf_counter() - start)
-
-    start = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(in_flight)))
-    elapsed = time.perf_counter() - start
+    latencies, elapsed = await closed_loop_calls(call, count, in_flight)
     return count / elapsed, statistics.median(latencies) * 1000
 
 

@@ -12,9 +12,10 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
+import nats
 import pytest
 from interlink_nats.services.nats_server import NatsServerProcess, env_flag
 
@@ -51,6 +52,22 @@ def fresh_nats_server() -> Iterator[NatsServerProcess]:
     """A nats-server of the test's own, for tests that restart or kill it."""
     with NatsServerProcess() as server:
         yield server
+
+
+@pytest.fixture
+async def client_nc(nats_url: str) -> AsyncIterator[nats.aio.client.Client]:
+    """A connection of the test's own, as the calling side."""
+    nc = await nats.connect(nats_url)
+    yield nc
+    await nc.close()
+
+
+@pytest.fixture
+async def server_nc(nats_url: str) -> AsyncIterator[nats.aio.client.Client]:
+    """A second connection of the test's own, as the serving side."""
+    nc = await nats.connect(nats_url)
+    yield nc
+    await nc.close()
 
 
 class RedisServer:

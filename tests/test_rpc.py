@@ -82,20 +82,6 @@ def pool() -> str:
     return f"t-{uuid.uuid4().hex[:10]}"
 
 
-@pytest.fixture
-async def client_nc(nats_url: str) -> AsyncIterator[NATS]:
-    nc = await nats.connect(nats_url)
-    yield nc
-    await nc.close()
-
-
-@pytest.fixture
-async def server_nc(nats_url: str) -> AsyncIterator[NATS]:
-    nc = await nats.connect(nats_url)
-    yield nc
-    await nc.close()
-
-
 Serve = Callable[..., Awaitable[RpcServer]]
 
 
