@@ -81,7 +81,11 @@ class NatsServerProcess:
                 args += ["-js", "-sd", str(store)]
         args += self.extra_args
         log = (self.work_dir / "nats-server.log").open("ab")
-        self._proc = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        # Own session: a Ctrl-C in the terminal reaches only us, and we stop the server last, after
+        # the gateway and submitter have drained their connections.
+        self._proc = subprocess.Popen(
+            args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+        )
         log.close()
         ports_file = self.work_dir / f"nats-server_{self._proc.pid}.ports"
         deadline = time.monotonic() + self.start_timeout
