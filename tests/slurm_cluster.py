@@ -1,6 +1,6 @@
 """A real one-node Slurm (Debian slurm-wlm + munge) in a temp dir, on free ports: for the slurm tests.
 
-Follows /work/shared/reference/slurm-local.md: no systemd, no /etc edits; every client call
+Follows shared/reference/slurm-local.md (beside the project): no systemd, no /etc edits; every client call
 needs ``SLURM_CONF`` (pass ``cluster.env``). Teardown cancels jobs first (running jobs would
 otherwise survive the daemons), then stops slurmd/slurmctld, kills our own slurmstepds (found
 by SLURM_CONF in their environment, never by name alone) and stops munged.

@@ -174,3 +174,38 @@ async def test_a_lost_event_is_made_up_for_by_pulling_stale_statuses(nats_url: s
         [main] = (await stack.status_of(p))["containers"]
         assert main["state"]["terminated"]["exitCode"] == 4
         assert stack.gateway.events.applied == 0
+
+
+async def test_secret_values_never_reach_the_logs(
+    nats_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    import base64
+    import logging
+
+    marker = "s3cr3t-" + uuid.uuid4().hex
+    caplog.set_level(logging.DEBUG)
+    async with full_stack(nats_url, tmp_path) as stack:
+        p = pod(containers={"main": ["sh", "-c", "test -s token"]})
+        p["spec"]["volumes"] = [{"name": "creds", "secret": {"secretName": "creds"}}]
+        p["spec"]["containers"][0]["volumeMounts"] = [{"name": "creds", "mountPath": "/creds"}]
+        p["spec"]["containers"][0]["workingDir"] = "/creds"
+        body = create_body(p)
+        body["container"][0]["secrets"] = [
+            {"metadata": {"name": "creds"}, "data": {"token": base64.b64encode(marker.encode()).decode()}}
+        ]
+        assert (await stack.post("/create", body)).status_code == 200
+
+        async def done() -> bool:
+            return terminated(await stack.status_of(p))
+
+        await eventually(done, what="the pod with a secret to finish")
+        [main] = (await stack.status_of(p))["containers"]
+        assert main["state"]["terminated"]["exitCode"] == 0, "the secret file was there for the container"
+        rejected = create_body(pod(containers={"main": ["true"]}))
+        rejected["pod"]["spec"]["containers"][0]["env"] = [{"name": "X", "valueFrom": {"secretKeyRef": {
+            "name": "nope", "key": marker}}}]
+        assert (await stack.post("/create", rejected)).status_code == 422
+        text = (await stack.http.get("/metrics")).text
+    logged = "\n".join(record.getMessage() for record in caplog.records)
+    assert marker not in logged and base64.b64encode(marker.encode()).decode() not in logged
+    assert marker not in text
