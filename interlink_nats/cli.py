@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
-import signal
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
 from interlink_nats.logs import setup_logging
+from interlink_nats.signals import run_until_signal
 
 app = typer.Typer(
     name="interlink-nats",
@@ -17,24 +16,6 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
 )
-
-
-def run_until_signal(main: object) -> None:
-    """Run ``main(stop_event)`` until SIGINT/SIGTERM sets the event: a clean drain, not a traceback."""
-
-    async def runner() -> None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        await main(stop)  # type: ignore[operator]
-
-    try:
-        import uvloop
-    except ImportError:  # pragma: no cover - uvloop is optional (not on Windows)
-        asyncio.run(runner())
-    else:
-        uvloop.run(runner())
 
 
 @app.command()

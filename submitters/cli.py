@@ -7,9 +7,7 @@ file (``--config``, YAML or TOML); the command line wins, then the environment, 
 
 from __future__ import annotations
 
-import asyncio
 import gc
-import signal
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -18,6 +16,7 @@ import typer
 from pydantic import ValidationError
 
 from interlink_nats.logs import setup_logging
+from interlink_nats.signals import run_until_signal
 
 app = typer.Typer(
     name="submitter",
@@ -67,15 +66,8 @@ def _serve(config: Path | None, log_level: str, json_logs: bool, overrides: dict
 
     _tune_gc()
 
-    async def main() -> None:
-        stop = asyncio.Event()
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        await run_submitter(settings, stop)
-
     try:
-        asyncio.run(main())
+        run_until_signal(lambda stop: run_submitter(settings, stop))
     except Exception as exc:  # a start-up failure: one clear line, not a traceback
         typer.echo(f"submitter failed: {type(exc).__name__}: {exc}", err=True)
         sys.exit(1)
