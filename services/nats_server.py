@@ -42,6 +42,8 @@ class NatsServerProcess:
     """
 
     host: str = "127.0.0.1"
+    port: int = -1
+    """-1: a free port, reported through the ports file."""
     jetstream: bool = True
     config_file: Path | None = None
     work_dir: Path | None = None
@@ -76,7 +78,7 @@ class NatsServerProcess:
         if self.config_file is not None:
             args += ["-c", str(self.config_file)]
         else:
-            args += ["-a", self.host, "-p", "-1"]
+            args += ["-a", self.host, "-p", str(self.port)]
             if self.jetstream:
                 args += ["-js", "-sd", str(store)]
         args += self.extra_args
@@ -124,30 +126,16 @@ class NatsServerProcess:
             self._tmp = None
             self.work_dir = None
 
-    def kill_blocking(self) -> None:
-        """SIGKILL, keeping the work dir (JetStream store) so a restart finds its data."""
-        if self._proc is not None:
-            self._proc.kill()
-            self._proc.wait()
-            self._proc = None
-
     def restart_blocking(self) -> NatsServerProcess:
         """Stop and start again on the same port and store (for fault tests)."""
-        port = self.url.rsplit(":", 1)[1]
+        if self.config_file is None:
+            self.port = int(self.url.rsplit(":", 1)[1])
         if self._proc is not None:
             self._proc.terminate()
             self._proc.wait(10)
             self._proc = None
         for stale in (self.work_dir or Path()).glob("nats-server_*.ports"):
             stale.unlink()
-        if self.config_file is None:
-            self.extra_args = [a for a in self.extra_args if a != "-p"]
-            saved = list(self.extra_args)
-            self.extra_args = [*saved, "-p", port]
-            try:
-                return self.start_blocking()
-            finally:
-                self.extra_args = saved
         return self.start_blocking()
 
     async def start(self) -> NatsServerProcess:

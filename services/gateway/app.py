@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import gc
+import hmac
 import json
 import logging
 import time
@@ -437,8 +438,6 @@ def build_app(gateway: Gateway) -> Starlette:
 
 
 def _authorized(request: Request, token: str) -> bool:
-    import hmac
-
     header = request.headers.get("authorization", "")
     scheme, _, value = header.partition(" ")
     return scheme.lower() == "bearer" and hmac.compare_digest(value.strip().encode(), token.encode())

@@ -7,7 +7,9 @@ of a pool after a gateway restart is rendered with that pool's real BuildConfig,
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import json
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -135,8 +137,6 @@ class PoolDirectory:
 
     async def describe_all(self, pools: set[str], deadline_s: float) -> None:
         """Ask every pool to describe itself, so the ping and renders are right right after a restart."""
-        import asyncio
-
         async def one(pool: str) -> None:
             try:
                 described = await self.describe(pool, deadline_s)
@@ -169,9 +169,6 @@ async def discover_pools(nc: NatsClient, service_name: str, wait_s: float = 0.5)
 
     Every submitter answers, so one request gathers them all; the wait bounds how long we listen.
     """
-    import asyncio
-    import json
-
     pools: set[str] = set()
     inbox = nc.new_inbox()
     sub = await nc.subscribe(inbox)

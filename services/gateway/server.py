@@ -7,6 +7,7 @@ import contextlib
 import logging
 from collections.abc import AsyncIterator
 
+import redis.asyncio as aioredis
 import uvicorn
 from interlink_nats.services.gateway.app import Gateway, build_app
 from interlink_nats.services.gateway.settings import GatewaySettings
@@ -22,8 +23,6 @@ async def running_gateway(settings: GatewaySettings) -> AsyncIterator[Gateway]:
     nc = await connect(settings.nats, "interlink-gateway")
     redis = None
     if settings.redis_url:
-        import redis.asyncio as aioredis
-
         redis = aioredis.from_url(settings.redis_url)
     gateway = Gateway(settings=settings, nc=nc, store=PodStore(redis), redis=redis)
     resync: asyncio.Task[None] | None = None

@@ -12,9 +12,11 @@ import json
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from fractions import Fraction
 from typing import Any
 
 from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.services import quantities
 
 GO_ZERO_TIME_PREFIX = "0001-01-01"
 # What a submitter accepts as a pod UID (it names the job directory); Kubernetes UIDs are UUIDs.
@@ -237,10 +239,6 @@ def ping_response(reports: list[pb.ResourceReport]) -> dict[str, Any]:
     Resources that no pool reports are left out rather than sent as "0", which would drain the
     virtual node (interLink #558).
     """
-    from fractions import Fraction
-
-    from interlink_nats.services import quantities
-
     totals: dict[str, Fraction] = {}
     taints: dict[tuple[str, str, str], dict[str, str]] = {}
     for report in reports:
