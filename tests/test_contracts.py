@@ -11,6 +11,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from conftest import missing_service
 from interlink_nats.gen.interlink_nats import v1 as pb
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -35,7 +36,9 @@ def test_buf_format_is_clean() -> None:
 def test_no_breaking_change_against_previous_commit() -> None:
     has_parent = run("git", "rev-parse", "--verify", "--quiet", "HEAD~1^{commit}").returncode == 0
     if not has_parent:
-        pytest.skip("no previous commit to compare against (first commit or shallow clone without history)")
+        if run("git", "rev-parse", "--is-shallow-repository").stdout.strip() == "true":
+            missing_service("the previous commit for buf breaking (a shallow clone: git fetch --deepen=1)")
+        pytest.skip("the first commit has nothing to be compatible with")
     result = run(str(BIN / "buf"), "breaking", "--against", ".git#ref=HEAD~1")
     assert result.returncode == 0, result.stdout + result.stderr
 
