@@ -31,7 +31,9 @@ class GatewaySettings(BaseSettings):
     pool_wait_s: float = Field(5.0, description="how long to wait for a pool with no live submitter before a 503")
     status_fallback_timeout_s: float = Field(2.0, description="deadline of the GetStatus fallback")
     stale_after_s: float = Field(
-        30.0, gt=0, description="pull the status of a live pod no event mentioned for this long (safety net)"
+        300.0, gt=0,
+        description="pull the status of a live pod no event mentioned for this long (safety net; a long-running "
+        "pod is pulled once per period, in one batch per pool)",
     )
     max_body_bytes: int = Field(32 * 1024 * 1024, description="larger request bodies get a 413")
     events_durable: str = Field("interlink-gateway", description="name of the durable JetStream consumer")
