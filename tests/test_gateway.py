@@ -209,3 +209,14 @@ async def test_secret_values_never_reach_the_logs(
     logged = "\n".join(record.getMessage() for record in caplog.records)
     assert marker not in logged and base64.b64encode(marker.encode()).decode() not in logged
     assert marker not in text
+
+
+async def test_status_is_answered_from_memory_with_no_nats_traffic(nats_url: str, tmp_path: Path) -> None:
+    async with full_stack(nats_url, tmp_path) as stack:
+        p = pod(containers={"main": ["sleep", "2"]})
+        assert (await stack.post("/create", create_body(p))).status_code == 200
+        sent = stack.gateway.nc.stats["out_msgs"]
+        for _ in range(5):
+            status = await stack.status_of(p)
+            assert [c["name"] for c in status["containers"]] == ["main"], "every container, even before any event"
+        assert stack.gateway.nc.stats["out_msgs"] == sent

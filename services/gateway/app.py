@@ -222,13 +222,8 @@ class Gateway:
         pods = wire.parse_status(body)
         if not pods:
             return wire.ping_response(self.pools.live_reports())
-        missing: dict[str, list[PodRecord]] = {}
-        for identity in pods:
-            record = self.store.get(identity.uid)
-            if record is not None and record.status is None and record.job_id:
-                missing.setdefault(record.pool, []).append(record)
-        if missing:
-            await self._pull_statuses(missing)
+        # Memory only: a pod no event has reached yet is reported waiting; lost events are made up
+        # for by _refresh_stale, never by a NATS round trip on this path.
         out = []
         for identity in pods:
             record = self.store.get(identity.uid)
@@ -237,7 +232,7 @@ class Gateway:
         return out
 
     async def _pull_statuses(self, by_pool: dict[str, list[PodRecord]]) -> None:
-        """The fallback for pods no event has reached yet (e.g. right after a restart): one batch per pool."""
+        """Pulled statuses, one GetStatus batch per pool (the safety net's I/O)."""
 
         async def pull(pool: str, records: list[PodRecord]) -> None:
             try:
