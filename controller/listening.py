@@ -26,6 +26,7 @@ from typing import Any
 import nats
 from interlink_nats.controller import model
 from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.services import natsconn
 from interlink_nats.services.subjects import validate_pool
 from nats.aio.client import Client as NATS
 from nats.aio.client import RawCredentials
@@ -182,48 +183,46 @@ class NatsHub:
                 await conn.nc.close()
 
     async def _options(self, conn: _Connection) -> dict[str, Any]:
+        """The shared connection options (``services.natsconn``) plus what a Secret adds.
+
+        The generated NATS permissions (`interlink-nats nats-config`) let the controller read
+        replies only on its own inbox prefix, so another identity cannot read Describe answers.
+        """
         url, secret = conn.key
-        # The generated NATS permissions (`interlink-nats nats-config`) let the controller read
-        # replies only on its own inbox prefix, so another identity cannot read Describe answers.
-        options: dict[str, Any] = {"servers": [url], "inbox_prefix": DEFAULT_INBOX_PREFIX}
-        if secret is not None and self.secret_reader is not None:
-            data = await self.secret_reader(secret.namespace, secret.name)
-            if data.get("url"):
-                options["servers"] = [data["url"]]
-            if data.get("username"):
-                options["user"], options["password"] = data["username"], data.get("password", "")
-            if data.get("token"):
-                options["token"] = data["token"]
-            if data.get("nkey"):
-                options["nkeys_seed_str"] = data["nkey"]
-            if data.get("creds"):
-                options["user_credentials"] = RawCredentials(data["creds"])
-            if data.get("inboxPrefix"):
-                options["inbox_prefix"] = data["inboxPrefix"]
-            if data.get("ca.crt"):
-                options["tls"] = ssl.create_default_context(cadata=data["ca.crt"])
+
+        async def reconnected() -> None:
+            log.info("NATS %s reconnected; asking its pools to describe themselves", url)
+            for source in list(conn.sources):
+                self._spawn(self._describe_all(conn, source))
+
+        settings = natsconn.NatsConnectionSettings(
+            url=url, inbox_prefix=DEFAULT_INBOX_PREFIX, reconnect_wait_max_s=self.max_backoff
+        )
+        data = await self.secret_reader(secret.namespace, secret.name) if secret and self.secret_reader else {}
+        if data.get("url"):
+            settings.url = data["url"]
+        if data.get("inboxPrefix"):
+            settings.inbox_prefix = data["inboxPrefix"]
+        options = natsconn.connect_options(settings, name="kueue-nats", on_reconnect=reconnected)
+        if data.get("username"):
+            options["user"], options["password"] = data["username"], data.get("password", "")
+        if data.get("token"):
+            options["token"] = data["token"]
+        if data.get("nkey"):
+            options["nkeys_seed_str"] = data["nkey"]
+        if data.get("creds"):
+            options["user_credentials"] = RawCredentials(data["creds"])
+        if data.get("ca.crt"):
+            options["tls"] = ssl.create_default_context(cadata=data["ca.crt"])
         return options
 
     async def _connect(self, conn: _Connection) -> None:
-        """Connect with exponential back-off; nats-py then reconnects by itself (forever)."""
+        """Connect with exponential back-off, re-reading the Secret each time (it may appear later);
+        nats-py then reconnects by itself (forever)."""
         delay = 0.5
         while True:
             try:
-                options = await self._options(conn)
-
-                async def reconnected() -> None:
-                    log.info("NATS %s reconnected; asking its pools to describe themselves", conn.key[0])
-                    for source in list(conn.sources):
-                        self._spawn(self._describe_all(conn, source))
-
-                async def on_error(exc: Exception) -> None:
-                    log.warning("NATS %s: %s", conn.key[0], exc)
-
-                conn.nc = await nats.connect(
-                    **options, allow_reconnect=True, max_reconnect_attempts=-1, reconnect_time_wait=1,
-                    connect_timeout=5, reconnected_cb=reconnected, error_cb=on_error,
-                    name="kueue-nats",
-                )
+                conn.nc = await nats.connect(**await self._options(conn))
                 break
             except asyncio.CancelledError:
                 raise
