@@ -36,8 +36,9 @@ async def test_a_pod_runs_init_then_containers_and_reports_each_exit_code_and_lo
 
         deleted = await stack.post("/delete", p)
         assert deleted.status_code == 200
-        assert await stack.get("/status", [p]) is not None
-        assert (await stack.get("/status", [p])).json() == []
+        after = await stack.get("/status", [p])
+        assert after.status_code == 200
+        assert after.json() == [], "a deleted pod is no longer reported"
         again = await stack.post("/delete", p)
         assert again.status_code == 200, "delete must be idempotent"
 
