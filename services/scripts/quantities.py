@@ -11,7 +11,7 @@ from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.services import quantities
 
 from .errors import PodRejected
-from .fields import as_obj, get_int, get_list, get_obj, member
+from .fields import as_obj, child, get_int, get_list, get_obj, member
 
 GPU_RESOURCE = "nvidia.com/gpu"
 CPU = "cpu"
@@ -49,6 +49,9 @@ def container_resources(container: dict[str, Any], field: str) -> tuple[int, int
     since a limit without a request implies request = limit and the batch system must grant the larger."""
     res = get_obj(container, "resources", field)
     rw = field + ".resources"
+    for key in res:
+        if key not in ("requests", "limits"):
+            raise PodRejected(child(rw, key), "unsupported here (only requests and limits of cpu, memory, GPUs)")
     cpu = mem = gpu = Fraction(0)
     for kind in ("requests", "limits"):
         values = get_obj(res, kind, rw)

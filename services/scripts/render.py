@@ -647,6 +647,9 @@ def _mounts(
                 raise PodRejected(mw + ".subPath", "',' and ':' cannot be expressed in a bind mount")
         if get_opt_str(m, "mountPropagation", mw) not in (None, "None", "HostToContainer"):
             raise PodRejected(mw + ".mountPropagation", "only None/HostToContainer propagation is possible")
+        if get_opt_str(m, "recursiveReadOnly", mw) == "Enabled":
+            # A read-only bind does not reach the mounts below it; "IfPossible" and "Disabled" are honest.
+            raise PodRejected(mw + ".recursiveReadOnly", "Enabled cannot be guaranteed off-cluster; use IfPossible")
         if any(x.mount_path.rstrip("/") == path.rstrip("/") for x in mounts):
             raise PodRejected(mw + ".mountPath", f"{path!r} is mounted twice")
         if sub and vol.kind == "emptyDir":  # Kubernetes creates a missing subPath in an emptyDir
