@@ -75,8 +75,22 @@ class RedisProcess:
         self.port = free_port()
         self.tmp = tempfile.TemporaryDirectory(prefix="bench-redis-")
         self.proc = subprocess.Popen(
-            [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-             "--dir", self.tmp.name], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            [
+                binary,
+                "--port",
+                str(self.port),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                self.tmp.name,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline:
             try:
@@ -100,8 +114,9 @@ def start_cli(args: list[str], env: dict[str, str] | None = None, log: Path | No
     """Start ``interlink-nats <args>`` from this venv as its own process."""
     exe = Path(sys.executable).with_name("interlink-nats")
     out = log.open("ab") if log else subprocess.DEVNULL
-    return subprocess.Popen([str(exe), *args], env={**os.environ, **(env or {})}, stdout=out, stderr=out,
-                            start_new_session=True)
+    return subprocess.Popen(
+        [str(exe), *args], env={**os.environ, **(env or {})}, stdout=out, stderr=out, start_new_session=True
+    )
 
 
 def stop_process(proc: subprocess.Popen[bytes]) -> None:
@@ -171,5 +186,7 @@ class HttpConnection:
 
 
 def http_request(method: str, path: str, body: bytes, host: str = "127.0.0.1") -> bytes:
-    return (f"{method} {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
-            f"Content-Length: {len(body)}\r\n\r\n").encode() + body
+    return (
+        f"{method} {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode() + body

@@ -46,13 +46,24 @@ IN_FLIGHT = 64
 
 
 def pod_data(i: int, run: str) -> dict[str, object]:
-    return {"pod": {"apiVersion": "v1", "kind": "Pod",
-                    "metadata": {"name": f"bench-{run}-{i}", "namespace": "bench",
-                                 "uid": str(uuid.uuid5(uuid.NAMESPACE_URL, f"{run}/{i}"))},
-                    "spec": {"containers": [{"name": "main", "image": "busybox", "command": ["true"],
-                                             "env": [{"name": "N", "value": str(i)}]}],
-                             "tolerations": [{"key": "pool.vk.io", "value": "bench", "effect": "NoSchedule"}]}},
-            "container": [{"name": "main", "configMaps": None, "secrets": None, "projectedvolumemaps": None}]}
+    return {
+        "pod": {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": f"bench-{run}-{i}",
+                "namespace": "bench",
+                "uid": str(uuid.uuid5(uuid.NAMESPACE_URL, f"{run}/{i}")),
+            },
+            "spec": {
+                "containers": [
+                    {"name": "main", "image": "busybox", "command": ["true"], "env": [{"name": "N", "value": str(i)}]}
+                ],
+                "tolerations": [{"key": "pool.vk.io", "value": "bench", "effect": "NoSchedule"}],
+            },
+        },
+        "container": [{"name": "main", "configMaps": None, "secrets": None, "projectedvolumemaps": None}],
+    }
 
 
 async def closed_loop(port: int, requests: list[bytes]) -> tuple[list[float], float, int]:
@@ -93,8 +104,11 @@ async def wait_finished(port: int, pods: list[dict[str, object]], limit_s: float
         while pending and time.perf_counter() - started < limit_s:
             batch = [p["pod"] for p in pending[:200]]
             status, body = await conn.call(http_request("GET", "/status", json.dumps(batch).encode()))
-            done = {s["UID"] for s in json.loads(body) if status == 200 and all(
-                "terminated" in c["state"] for c in s["containers"])}
+            done = {
+                s["UID"]
+                for s in json.loads(body)
+                if status == 200 and all("terminated" in c["state"] for c in s["containers"])
+            }
             pending = [p for p in pending if p["pod"]["metadata"]["uid"] not in done]  # type: ignore[index]
             if pending:
                 await asyncio.sleep(0.5)
@@ -136,10 +150,14 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="bench-create-"))
     nats_server = NatsServerProcess().start_blocking()
     port = free_port()
-    submitter = start_cli(["submitter", "shell", "--pool", "bench", "--nats-url", nats_server.url,
-                           "--state-dir", str(tmp / "submitter")], log=tmp / "submitter.log")
-    gateway = start_cli(["gateway", "--nats-url", nats_server.url, "--port", str(port), "--log-level", "warning"],
-                        log=tmp / "gateway.log")
+    submitter = start_cli(
+        ["submitter", "shell", "--pool", "bench", "--nats-url", nats_server.url, "--state-dir", str(tmp / "submitter")],
+        log=tmp / "submitter.log",
+    )
+    gateway = start_cli(
+        ["gateway", "--nats-url", nats_server.url, "--port", str(port), "--log-level", "warning"],
+        log=tmp / "gateway.log",
+    )
     responder = subprocess.Popen([sys.executable, "-c", RAW_RESPONDER, nats_server.url], stdout=subprocess.PIPE)
     try:
         assert responder.stdout is not None and responder.stdout.readline().strip() == b"ready"
@@ -160,21 +178,46 @@ def main() -> None:
             create_rate, raw_rate = len(latencies) / elapsed, len(raw_lat) / raw_elapsed
             creates.append((create_rate, latencies))
             raws.append((raw_rate, raw_lat))
-            rows.append([rep + 1, f"{create_rate:.0f}", f"{percentile(latencies, 50) * 1e3:.1f}",
-                         f"{percentile(latencies, 99) * 1e3:.1f}", f"{raw_rate:.0f}",
-                         f"{percentile(raw_lat, 99) * 1e3:.1f}", f"{create_rate / raw_rate:.3f}", errors,
-                         f"{drained:.1f}"])
-        print_table(f"/create → PodJID, {IN_FLIGHT} in flight, {args.pods} pods per rep "
-                    f"(Submit request {len(submit_bytes)} B on the wire)",
-                    ["rep", "creates/s", "p50 ms", "p99 ms", "raw NATS req/s", "raw p99 ms", "ratio", "errors",
-                     "jobs done after s"], rows)
+            rows.append(
+                [
+                    rep + 1,
+                    f"{create_rate:.0f}",
+                    f"{percentile(latencies, 50) * 1e3:.1f}",
+                    f"{percentile(latencies, 99) * 1e3:.1f}",
+                    f"{raw_rate:.0f}",
+                    f"{percentile(raw_lat, 99) * 1e3:.1f}",
+                    f"{create_rate / raw_rate:.3f}",
+                    errors,
+                    f"{drained:.1f}",
+                ]
+            )
+        print_table(
+            f"/create → PodJID, {IN_FLIGHT} in flight, {args.pods} pods per rep "
+            f"(Submit request {len(submit_bytes)} B on the wire)",
+            [
+                "rep",
+                "creates/s",
+                "p50 ms",
+                "p99 ms",
+                "raw NATS req/s",
+                "raw p99 ms",
+                "ratio",
+                "errors",
+                "jobs done after s",
+            ],
+            rows,
+        )
         create_rate = median([c[0] for c in creates])
         raw_rate = median([r[0] for r in raws])
-        figures = {"creates_per_s": round(create_rate, 1),
-                   "create_p50_ms": round(median([percentile(c[1], 50) for c in creates]) * 1e3, 2),
-                   "create_p99_ms": round(median([percentile(c[1], 99) for c in creates]) * 1e3, 2),
-                   "raw_nats_per_s": round(raw_rate, 1), "ratio": round(create_rate / raw_rate, 3),
-                   "submit_request_bytes": len(submit_bytes), "in_flight": IN_FLIGHT}
+        figures = {
+            "creates_per_s": round(create_rate, 1),
+            "create_p50_ms": round(median([percentile(c[1], 50) for c in creates]) * 1e3, 2),
+            "create_p99_ms": round(median([percentile(c[1], 99) for c in creates]) * 1e3, 2),
+            "raw_nats_per_s": round(raw_rate, 1),
+            "ratio": round(create_rate / raw_rate, 3),
+            "submit_request_bytes": len(submit_bytes),
+            "in_flight": IN_FLIGHT,
+        }
         print(json.dumps(figures))
     finally:
         responder.kill()

@@ -69,8 +69,17 @@ async def runtime_for(root: Path, backend: Backend, jobs: list[tuple[str, Path, 
     sub.registry = await Registry.open(root / "registry.sqlite3")
     spec = bytes(pb.JobScript(containers=["main"]))
     for uid, job_dir, job_id in jobs:
-        await sub.registry.claim(uid=uid, namespace="bench", name=uid[:8], owner=sub.instance_id, job_dir=job_dir,
-                                 init_containers=[], containers=["main"], spec=spec, status=b"")
+        await sub.registry.claim(
+            uid=uid,
+            namespace="bench",
+            name=uid[:8],
+            owner=sub.instance_id,
+            job_dir=job_dir,
+            init_containers=[],
+            containers=["main"],
+            spec=spec,
+            status=b"",
+        )
         await sub.registry.mark_submitted(uid, job_id if backend.name == "slurm" else uid)
     for row in await sub.registry.live(sub.instance_id):
         sub._track(row)
@@ -115,9 +124,13 @@ async def bench_slurm(root: Path, n: int, sample: int) -> dict[str, float | int]
     assert changed == n
     await sub.registry.close()  # type: ignore[union-attr]
     return {
-        "backend_calls_per_poll": backend_calls, "backend_poll_s": round(backend_s, 4),
-        "per_pod_calls": n, "per_pod_s": round(per_pod_s, 3), "speedup_vs_per_pod": round(per_pod_s / backend_s, 1),
-        "runtime_first_poll_s": round(first_s, 3), "runtime_steady_poll_s": round(steady_s, 4),
+        "backend_calls_per_poll": backend_calls,
+        "backend_poll_s": round(backend_s, 4),
+        "per_pod_calls": n,
+        "per_pod_s": round(per_pod_s, 3),
+        "speedup_vs_per_pod": round(per_pod_s / backend_s, 1),
+        "runtime_first_poll_s": round(first_s, 3),
+        "runtime_steady_poll_s": round(steady_s, 4),
         "runtime_steady_backend_calls": steady_calls,
     }
 
@@ -134,8 +147,11 @@ async def bench_shell(root: Path, n: int) -> dict[str, float | int]:
     first_s, _, _, changed = await time_polls(sub)
     assert changed == n
     await sub.registry.close()  # type: ignore[union-attr]
-    return {"backend_calls_per_poll": backend.calls, "backend_poll_s": round(backend_s, 4),
-            "runtime_first_poll_s": round(first_s, 3)}
+    return {
+        "backend_calls_per_poll": backend.calls,
+        "backend_poll_s": round(backend_s, 4),
+        "runtime_first_poll_s": round(first_s, 3),
+    }
 
 
 def main() -> None:
@@ -159,8 +175,7 @@ def main() -> None:
     print(f"{'case'.ljust(w)}  calls/poll  seconds")
     for name, calls, secs in rows:
         print(f"{name.ljust(w)}  {str(calls).rjust(10)}  {secs.rjust(7)}")
-    print(f"batched vs per-pod squeue: {slurm['speedup_vs_per_pod']}x faster, "
-          f"{slurm['per_pod_calls']}x fewer calls")
+    print(f"batched vs per-pod squeue: {slurm['speedup_vs_per_pod']}x faster, {slurm['per_pod_calls']}x fewer calls")
     print(json.dumps({"bench": "poll", "jobs": args.jobs, "slurm": slurm, "shell": shell}))
 
 

@@ -61,25 +61,38 @@ class TimedApi(kube.LightkubeApi):
 
 def masterqueue(index: int, nats_url: str) -> dict[str, Any]:
     return {
-        "apiVersion": "vk.io/v1", "kind": "MasterQueue", "metadata": {"name": f"mq{index}"},
+        "apiVersion": "vk.io/v1",
+        "kind": "MasterQueue",
+        "metadata": {"name": f"mq{index}"},
         "spec": {
             "template": {"cohort": f"cohort{index}"},
-            "flavors": [{
-                "name": "hpc",
-                "natsFlavor": {"natsConnector": nats_url, "natsSubject": "interlink.resources",
-                               "virtualNode": "vk", "poolRegExp": f"^m{index}-", "poolTimeout": 600},
-                "nominalQuota": {"cpu": "100000"},
-                "canLendTo": [{"queue": f"mq{index}-shared", "lendingLimit": {"cpu": "8"}}],
-            }],
+            "flavors": [
+                {
+                    "name": "hpc",
+                    "natsFlavor": {
+                        "natsConnector": nats_url,
+                        "natsSubject": "interlink.resources",
+                        "virtualNode": "vk",
+                        "poolRegExp": f"^m{index}-",
+                        "poolTimeout": 600,
+                    },
+                    "nominalQuota": {"cpu": "100000"},
+                    "canLendTo": [{"queue": f"mq{index}-shared", "lendingLimit": {"cpu": "8"}}],
+                }
+            ],
         },
     }
 
 
 def report(pool: str, cpu: int) -> bytes:
-    return bytes(pb.ResourceReport(
-        pool=pool, capacity={"cpu": str(cpu), "memory": "512Gi", "pods": "1000", "nvidia.com/gpu": "4"},
-        backend="slurm", interval_seconds=30,
-    ))
+    return bytes(
+        pb.ResourceReport(
+            pool=pool,
+            capacity={"cpu": str(cpu), "memory": "512Gi", "pods": "1000", "nvidia.com/gpu": "4"},
+            backend="slurm",
+            interval_seconds=30,
+        )
+    )
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -38,18 +38,29 @@ RAW_SUBJECT = "bench.raw.submit"
 
 def realistic_request() -> SubmitRequest:
     """A SubmitRequest with a ~4 KB rendered batch script, like the gateway sends for a typical pod."""
-    lines = ["#!/bin/bash", "#SBATCH --job-name=default-train-7f9c", "#SBATCH --cpus-per-task=4",
-             "#SBATCH --mem=16G", "#SBATCH --time=02:00:00", "set -euo pipefail"]
+    lines = [
+        "#!/bin/bash",
+        "#SBATCH --job-name=default-train-7f9c",
+        "#SBATCH --cpus-per-task=4",
+        "#SBATCH --mem=16G",
+        "#SBATCH --time=02:00:00",
+        "set -euo pipefail",
+    ]
     lines += [f"export ENV_VAR_{i:02d}='value-{i:02d}-{'abcdef0123456789' * 2}'" for i in range(60)]
-    lines += ["apptainer exec --nv --bind /scratch:/scratch docker://registry.example/ml/train:1.4.2 \\",
-              "  python -m train --epochs 10 --data /scratch/data --out /scratch/out", "echo done"]
-    return SubmitRequest(job=JobScript(
-        pod=PodRef(uid="5f1c6c3e-8a1d-4b8e-9d7e-2c8f0b6a1e42", namespace="default", name="train-7f9c"),
-        script="\n".join(lines) + "\n",
-        containers=["train"],
-        resources=ResourceRequest(cpu_millis=4000, memory_bytes=16 << 30, gpus=1, wall_time=timedelta(hours=2)),
-        backend_flags=["--partition=gpu", "--account=proj42"],
-    ))
+    lines += [
+        "apptainer exec --nv --bind /scratch:/scratch docker://registry.example/ml/train:1.4.2 \\",
+        "  python -m train --epochs 10 --data /scratch/data --out /scratch/out",
+        "echo done",
+    ]
+    return SubmitRequest(
+        job=JobScript(
+            pod=PodRef(uid="5f1c6c3e-8a1d-4b8e-9d7e-2c8f0b6a1e42", namespace="default", name="train-7f9c"),
+            script="\n".join(lines) + "\n",
+            containers=["train"],
+            resources=ResourceRequest(cpu_millis=4000, memory_bytes=16 << 30, gpus=1, wall_time=timedelta(hours=2)),
+            backend_flags=["--partition=gpu", "--account=proj42"],
+        )
+    )
 
 
 REPLY = SubmitResponse(job_id="1234567", created=True)
@@ -86,8 +97,12 @@ async def measure(call: Callable[[], Awaitable[object]], count: int, in_flight: 
 async def main(reps: int, in_flight: int, rpc_count: int, raw_count: int) -> dict[str, float]:
     async with NatsServerProcess() as server:
         responder = await asyncio.create_subprocess_exec(
-            sys.executable, __file__, "--serve", server.url,
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            sys.executable,
+            __file__,
+            "--serve",
+            server.url,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
         )
         assert responder.stdout is not None
         assert responder.stdin is not None
@@ -113,8 +128,10 @@ async def main(reps: int, in_flight: int, rpc_count: int, raw_count: int) -> dic
             for rep in range(reps):
                 rows["rpc"].append(await measure(rpc, rpc_count, in_flight))
                 rows["raw"].append(await measure(raw, raw_count, in_flight))
-                print(f"rep {rep + 1}/{reps}: rpc {rows['rpc'][-1][0]:8.0f}/s  raw {rows['raw'][-1][0]:8.0f}/s",
-                      file=sys.stderr)
+                print(
+                    f"rep {rep + 1}/{reps}: rpc {rows['rpc'][-1][0]:8.0f}/s  raw {rows['raw'][-1][0]:8.0f}/s",
+                    file=sys.stderr,
+                )
             await nc.close()
         finally:
             responder.stdin.close()

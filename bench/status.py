@@ -45,29 +45,52 @@ def make_records(count: int) -> list[PodRecord]:
     for i in range(count):
         uid = str(uuid.UUID(int=i + 1))
         status = pb.JobStatus(
-            pod=pb.PodRef(uid=uid, namespace="bench", name=f"pod-{i}"), pool="bench", job_id=str(1000 + i),
+            pod=pb.PodRef(uid=uid, namespace="bench", name=f"pod-{i}"),
+            pool="bench",
+            job_id=str(1000 + i),
             state=pb.JobState.RUNNING,
-            containers=[pb.ContainerStatus(name="init", init=True, phase=pb.ContainerPhase.TERMINATED, exit_code=0),
-                        pb.ContainerStatus(name="main", phase=pb.ContainerPhase.RUNNING),
-                        pb.ContainerStatus(name="sidecar", phase=pb.ContainerPhase.RUNNING)],
+            containers=[
+                pb.ContainerStatus(name="init", init=True, phase=pb.ContainerPhase.TERMINATED, exit_code=0),
+                pb.ContainerStatus(name="main", phase=pb.ContainerPhase.RUNNING),
+                pb.ContainerStatus(name="sidecar", phase=pb.ContainerPhase.RUNNING),
+            ],
         )
-        records.append(PodRecord(uid=uid, namespace="bench", name=f"pod-{i}", pool="bench", job_id=str(1000 + i),
-                                 init_containers=["init"], containers=["main", "sidecar"],
-                                 images={"main": "busybox", "sidecar": "busybox", "init": "busybox"},
-                                 status=status, revision=1))
+        records.append(
+            PodRecord(
+                uid=uid,
+                namespace="bench",
+                name=f"pod-{i}",
+                pool="bench",
+                job_id=str(1000 + i),
+                init_containers=["init"],
+                containers=["main", "sidecar"],
+                images={"main": "busybox", "sidecar": "busybox", "init": "busybox"},
+                status=status,
+                revision=1,
+            )
+        )
     return records
 
 
 def status_body(record: PodRecord) -> bytes:
     """A full pod as the VK sends it (metadata, spec and status), one per call."""
-    pod = {"apiVersion": "v1", "kind": "Pod",
-           "metadata": {"name": record.name, "namespace": record.namespace, "uid": record.uid,
-                        "annotations": {"JobID": record.job_id}, "labels": {"app": "bench"}},
-           "spec": {"containers": [{"name": n, "image": "busybox", "command": ["sleep", "3600"]}
-                                   for n in record.containers],
-                    "initContainers": [{"name": "init", "image": "busybox", "command": ["true"]}],
-                    "tolerations": [{"key": "pool.vk.io", "value": "bench", "effect": "NoSchedule"}]},
-           "status": {"phase": "Running"}}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": record.name,
+            "namespace": record.namespace,
+            "uid": record.uid,
+            "annotations": {"JobID": record.job_id},
+            "labels": {"app": "bench"},
+        },
+        "spec": {
+            "containers": [{"name": n, "image": "busybox", "command": ["sleep", "3600"]} for n in record.containers],
+            "initContainers": [{"name": "init", "image": "busybox", "command": ["true"]}],
+            "tolerations": [{"key": "pool.vk.io", "value": "bench", "effect": "NoSchedule"}],
+        },
+        "status": {"phase": "Running"},
+    }
     return json.dumps([pod]).encode()
 
 
@@ -127,8 +150,20 @@ def main() -> None:
         pipe.hset(REDIS_PODS_KEY, record.uid, record.to_json())
     pipe.execute()
     port = free_port()
-    gateway = start_cli(["gateway", "--nats-url", nats.url, "--redis-url", redis_server.url, "--port", str(port),
-                         "--log-level", "warning"], log=tmp / "gateway.log")
+    gateway = start_cli(
+        [
+            "gateway",
+            "--nats-url",
+            nats.url,
+            "--redis-url",
+            redis_server.url,
+            "--port",
+            str(port),
+            "--log-level",
+            "warning",
+        ],
+        log=tmp / "gateway.log",
+    )
     try:
         wait_http(f"http://127.0.0.1:{port}/healthz")
         calls = int(args.rate * args.seconds)
@@ -151,19 +186,35 @@ def main() -> None:
             results["status"].append(latencies)
             results["ping"].append(base)
             results["msgs"].append(msgs_per_call)
-            rows.append([rep + 1, f"{len(latencies) / elapsed:.0f}", f"{percentile(latencies, 50) * 1e3:.2f}",
-                         f"{percentile(latencies, 99) * 1e3:.2f}", f"{percentile(base, 50) * 1e3:.2f}",
-                         f"{percentile(base, 99) * 1e3:.2f}", f"{msgs_per_call:.3f}", errors + base_errors])
-        print_table(f"/status: {args.pods} tracked pods, one pod per call, open loop at {args.rate:.0f}/s",
-                    ["rep", "calls/s", "p50 ms", "p99 ms", "ping p50", "ping p99", "NATS msgs/call", "errors"],
-                    rows)
+            rows.append(
+                [
+                    rep + 1,
+                    f"{len(latencies) / elapsed:.0f}",
+                    f"{percentile(latencies, 50) * 1e3:.2f}",
+                    f"{percentile(latencies, 99) * 1e3:.2f}",
+                    f"{percentile(base, 50) * 1e3:.2f}",
+                    f"{percentile(base, 99) * 1e3:.2f}",
+                    f"{msgs_per_call:.3f}",
+                    errors + base_errors,
+                ]
+            )
+        print_table(
+            f"/status: {args.pods} tracked pods, one pod per call, open loop at {args.rate:.0f}/s",
+            ["rep", "calls/s", "p50 ms", "p99 ms", "ping p50", "ping p99", "NATS msgs/call", "errors"],
+            rows,
+        )
         p50 = median([percentile(r, 50) for r in results["status"]]) * 1e3
         p99 = median([percentile(r, 99) for r in results["status"]]) * 1e3
         b99 = median([percentile(r, 99) for r in results["ping"]]) * 1e3
-        figures = {"pods": args.pods, "rate_per_s": args.rate, "status_p50_ms": round(p50, 3),
-                   "status_p99_ms": round(p99, 3), "ping_p99_ms": round(b99, 3),
-                   "p99_ratio_vs_ping": round(p99 / b99, 2) if b99 else None,
-                   "nats_msgs_per_call": round(median(results["msgs"]), 4)}
+        figures = {
+            "pods": args.pods,
+            "rate_per_s": args.rate,
+            "status_p50_ms": round(p50, 3),
+            "status_p99_ms": round(p99, 3),
+            "ping_p99_ms": round(b99, 3),
+            "p99_ratio_vs_ping": round(p99 / b99, 2) if b99 else None,
+            "nats_msgs_per_call": round(median(results["msgs"]), 4),
+        }
         print(json.dumps(figures))
     finally:
         stop_process(gateway)

@@ -146,8 +146,12 @@ class LightkubeApi:
         res = _resource(group, version, obj["kind"])
         try:
             result = await self.client.patch(
-                res, obj["metadata"]["name"], dict(obj), patch_type=PatchType.APPLY,
-                field_manager=self.field_manager, force=True,
+                res,
+                obj["metadata"]["name"],
+                dict(obj),
+                patch_type=PatchType.APPLY,
+                field_manager=self.field_manager,
+                force=True,
             )
         except (ApiError, httpx2.HTTPError) as exc:
             raise _translate(exc) from exc
@@ -188,9 +192,14 @@ class LightkubeApi:
             involvedObject=ObjectReference(
                 apiVersion=f"{model.GROUP}/{model.VERSION}", kind=model.KIND, name=mq.name, uid=mq.uid or None
             ),
-            reason=reason, message=message[:1024], type=kind,
-            firstTimestamp=now, lastTimestamp=now, count=1,
-            source=EventSource(component=self.field_manager), reportingComponent=self.field_manager,
+            reason=reason,
+            message=message[:1024],
+            type=kind,
+            firstTimestamp=now,
+            lastTimestamp=now,
+            count=1,
+            source=EventSource(component=self.field_manager),
+            reportingComponent=self.field_manager,
         )
         try:
             await self.client.create(event, namespace="default")

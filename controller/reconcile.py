@@ -194,9 +194,7 @@ def resource_flavor(
     if group.nats.virtual_node:
         spec["nodeLabels"] = {VIRTUAL_NODE_LABEL: group.nats.virtual_node}
     spec["nodeTaints"] = taints
-    spec["tolerations"] = [
-        {"key": POOL_TOLERATION_KEY, "operator": "Equal", "value": pool, "effect": "NoSchedule"}
-    ]
+    spec["tolerations"] = [{"key": POOL_TOLERATION_KEY, "operator": "Equal", "value": pool, "effect": "NoSchedule"}]
     return {
         "apiVersion": f"{KUEUE_GROUP}/{api_version}",
         "kind": "ResourceFlavor",
@@ -233,13 +231,9 @@ def queue_spec_base(template: Mapping[str, Any], api_version: str) -> dict[str, 
     return spec
 
 
-def _cluster_queue(
-    mq: MasterQueue, name: str, api_version: str, flavors: list[dict[str, Any]]
-) -> dict[str, Any]:
+def _cluster_queue(mq: MasterQueue, name: str, api_version: str, flavors: list[dict[str, Any]]) -> dict[str, Any]:
     spec = queue_spec_base(mq.template, api_version)
-    spec["resourceGroups"] = (
-        [{"coveredResources": list(mq.covered_resources), "flavors": flavors}] if flavors else []
-    )
+    spec["resourceGroups"] = [{"coveredResources": list(mq.covered_resources), "flavors": flavors}] if flavors else []
     return {
         "apiVersion": f"{KUEUE_GROUP}/{api_version}",
         "kind": "ClusterQueue",
@@ -291,8 +285,14 @@ def reconcile(
                 )
             desired.pools.append(
                 PoolStatus(
-                    pool, group.name, name, state, report.received_at, dict(report.capacity),
-                    dict(report.labels), report.taints,
+                    pool,
+                    group.name,
+                    name,
+                    state,
+                    report.received_at,
+                    dict(report.capacity),
+                    dict(report.labels),
+                    report.taints,
                 )
             )
             if state is PoolState.EXCLUDED:

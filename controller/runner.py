@@ -219,10 +219,16 @@ class Controller:
             taints = tuple(
                 model.Taint(t.get("key", ""), t.get("value", ""), t.get("effect", "")) for t in row.get("taints") or []
             )
-            self.store.seed(group.nats.source, model.PoolReport(
-                pool=row["name"], capacity=dict(row.get("capacity") or {}), received_at=received,
-                labels=dict(row.get("labels") or {}), taints=taints,
-            ))
+            self.store.seed(
+                group.nats.source,
+                model.PoolReport(
+                    pool=row["name"],
+                    capacity=dict(row.get("capacity") or {}),
+                    received_at=received,
+                    labels=dict(row.get("labels") or {}),
+                    taints=taints,
+                ),
+            )
 
     async def _sync_sources(self) -> None:
         wanted: dict[model.NatsSource, set[str] | None] = {}
@@ -251,8 +257,13 @@ class Controller:
             await self.load_owned()
             self.applied.clear()
         horizon = max(
-            (g.nats.pool_timeout + g.nats.flavor_retention for s in self.mqs.values() if s.parsed
-             for g in s.parsed.flavors if g.nats is not None),
+            (
+                g.nats.pool_timeout + g.nats.flavor_retention
+                for s in self.mqs.values()
+                if s.parsed
+                for g in s.parsed.flavors
+                if g.nats is not None
+            ),
             default=0.0,
         )
         self.store.prune(now - horizon - 60.0)
@@ -305,7 +316,9 @@ class Controller:
         if owner == mq.name:
             return False
         await self._event_once(
-            state, "Warning", "QueueConflict",
+            state,
+            "Warning",
+            "QueueConflict",
             f"{key[0]} {key[1]} exists and is not managed by this MasterQueue (owner: {owner or 'none'}); left alone",
         )
         return True
@@ -324,7 +337,8 @@ class Controller:
     async def _delete_owned(self, mq_name: str, keep: set[Key]) -> None:
         assert self.version is not None or not self.live
         stale = [
-            key for key, obj in self.live.items()
+            key
+            for key, obj in self.live.items()
             if key not in keep and (obj.get("metadata", {}).get("labels") or {}).get(MASTERQUEUE_LABEL) == mq_name
         ]
         for key in sorted(stale, key=lambda k: k[0] != "ClusterQueue"):  # queues first, then flavors
@@ -345,8 +359,12 @@ class Controller:
         pools = []
         for p in desired.pools if desired else []:
             row: dict[str, Any] = {
-                "name": p.pool, "flavorGroup": p.group, "resourceFlavor": p.flavor, "state": str(p.state),
-                "lastReport": _rfc3339(p.last_report), "capacity": dict(p.capacity),
+                "name": p.pool,
+                "flavorGroup": p.group,
+                "resourceFlavor": p.flavor,
+                "state": str(p.state),
+                "lastReport": _rfc3339(p.last_report),
+                "capacity": dict(p.capacity),
             }
             if p.labels:
                 row["labels"] = dict(p.labels)
@@ -357,8 +375,7 @@ class Controller:
             condition = {"type": "Ready", "status": "False", "reason": "InvalidSpec", "message": state.error[:1024]}
         else:
             live = desired.pools_live if desired else 0
-            condition = {"type": "Ready", "status": "True", "reason": "Reconciled",
-                         "message": f"{live} pool(s) live"}
+            condition = {"type": "Ready", "status": "True", "reason": "Reconciled", "message": f"{live} pool(s) live"}
         status: dict[str, Any] = {
             "observedGeneration": int(state.body.get("metadata", {}).get("generation") or 0),
             "kueueAPIVersion": self.version,
@@ -401,8 +418,11 @@ class Controller:
         current = {p.pool: str(p.state) for p in desired.pools}
         for pool, now_state in current.items():
             if state.pool_states.get(pool) != now_state:
-                reason = {PoolState.LIVE: "PoolLive", PoolState.TIMED_OUT: "PoolTimedOut",
-                          PoolState.EXCLUDED: "PoolExcluded"}[PoolState(now_state)]
+                reason = {
+                    PoolState.LIVE: "PoolLive",
+                    PoolState.TIMED_OUT: "PoolTimedOut",
+                    PoolState.EXCLUDED: "PoolExcluded",
+                }[PoolState(now_state)]
                 kind = "Normal" if now_state == PoolState.LIVE else "Warning"
                 await self._event(mq, kind, reason, f"pool {pool}: {now_state}")
         state.pool_states = current
@@ -412,8 +432,11 @@ class Controller:
             return
         state.seen_warnings.add((reason, message))
         mq = state.parsed or model.MasterQueue(
-            name=state.body.get("metadata", {}).get("name", ""), uid=state.body.get("metadata", {}).get("uid", ""),
-            template={}, covered_resources=(), flavors=(),
+            name=state.body.get("metadata", {}).get("name", ""),
+            uid=state.body.get("metadata", {}).get("uid", ""),
+            template={},
+            covered_resources=(),
+            flavors=(),
         )
         await self._event(mq, kind, reason, message)
 

@@ -52,8 +52,13 @@ def gateway(
 
     setup_logging(log_level, json_logs)
     settings = GatewaySettings()
-    overrides = {"host": host, "port": port, "unix_socket": unix_socket, "redis_url": redis_url,
-                 "default_pool": default_pool}
+    overrides = {
+        "host": host,
+        "port": port,
+        "unix_socket": unix_socket,
+        "redis_url": redis_url,
+        "default_pool": default_pool,
+    }
     settings = settings.model_copy(update={k: v for k, v in overrides.items() if v is not None})
     if nats_url:
         settings.nats = settings.nats.model_copy(update={"url": nats_url})
@@ -66,9 +71,7 @@ def _register_subcommands() -> None:
     from interlink_nats.services.security.cli import nats_config
     from interlink_nats.submitters.cli import app as submitter_app
 
-    app.command(help="Print the job script a pod becomes (secrets masked), so an admin sees exactly what runs.")(
-        render
-    )
+    app.command(help="Print the job script a pod becomes (secrets masked), so an admin sees exactly what runs.")(render)
     app.command("nats-config")(nats_config)
     app.add_typer(submitter_app, name="submitter")
     app.add_typer(controller_app, name="controller", help="kueue-nats: MasterQueue → Kueue objects (run, render).")

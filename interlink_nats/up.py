@@ -23,7 +23,11 @@ log = logging.getLogger("interlink_nats.up")
 
 
 async def run_stack(
-    stop: asyncio.Event, *, http_port: int = 4000, host: str = "127.0.0.1", pool: str = "local",
+    stop: asyncio.Event,
+    *,
+    http_port: int = 4000,
+    host: str = "127.0.0.1",
+    pool: str = "local",
     state_dir: Path | None = None,
 ) -> None:
     """Run nats-server + submitter + gateway until ``stop`` is set, then stop them in reverse order."""
@@ -35,18 +39,34 @@ async def run_stack(
         await nats_server.start()
         try:
             submitter_settings = SubmitterSettings.load(
-                pool=pool, backend="shell", nats_url=[nats_server.url], state_dir=state_dir / "submitter",
-                build_config={"runtime": "CONTAINER_RUNTIME_NONE"}, poll_interval=1.0,
+                pool=pool,
+                backend="shell",
+                nats_url=[nats_server.url],
+                state_dir=state_dir / "submitter",
+                build_config={"runtime": "CONTAINER_RUNTIME_NONE"},
+                poll_interval=1.0,
             )
             gateway_settings = GatewaySettings(
-                nats=GatewayNatsSettings(url=nats_server.url), host=host, port=http_port, default_pool=pool,
+                nats=GatewayNatsSettings(url=nats_server.url),
+                host=host,
+                port=http_port,
+                default_pool=pool,
             )
             submitter = asyncio.create_task(run_submitter(submitter_settings, stop), name="submitter")
             gateway = asyncio.create_task(serve(gateway_settings, stop), name="gateway")
-            log.info("interlink-nats up: gateway http://%s:%d, pool %r, nats %s, state in %s",
-                     host, http_port, pool, nats_server.url, state_dir)
-            print(f"interlink-nats is up: interLink plugin API on http://{host}:{http_port} "
-                  f"(pool {pool!r}, NATS {nats_server.url}); Ctrl-C to stop", flush=True)
+            log.info(
+                "interlink-nats up: gateway http://%s:%d, pool %r, nats %s, state in %s",
+                host,
+                http_port,
+                pool,
+                nats_server.url,
+                state_dir,
+            )
+            print(
+                f"interlink-nats is up: interLink plugin API on http://{host}:{http_port} "
+                f"(pool {pool!r}, NATS {nats_server.url}); Ctrl-C to stop",
+                flush=True,
+            )
             done, _ = await asyncio.wait({submitter, gateway}, return_when=asyncio.FIRST_EXCEPTION)
             stop.set()
             await asyncio.gather(submitter, gateway, return_exceptions=True)

@@ -27,9 +27,7 @@ app = typer.Typer(
 
 ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help="YAML or TOML config file")]
 PoolOpt = Annotated[str | None, typer.Option(help="pool name (a DNS label)")]
-NatsOpt = Annotated[
-    list[str] | None, typer.Option("--nats-url", help="nats://, tls:// or wss:// URL (repeatable)")
-]
+NatsOpt = Annotated[list[str] | None, typer.Option("--nats-url", help="nats://, tls:// or wss:// URL (repeatable)")]
 StateOpt = Annotated[Path | None, typer.Option(help="job directories and the registry")]
 PollOpt = Annotated[float | None, typer.Option(help="seconds between backend polls")]
 InstanceOpt = Annotated[str | None, typer.Option(help="name of this replica (default: host + random)")]
@@ -87,10 +85,20 @@ def shell(
 ) -> None:
     """Run pods as local processes (bash job.sh) on this host."""
     shell_opts = {"max_concurrent_jobs": max_concurrent_jobs} if max_concurrent_jobs is not None else None
-    _serve(config, log_level, json_logs, {
-        "backend": "shell", "pool": pool, "nats_url": nats_url or None, "state_dir": state_dir,
-        "poll_interval": poll_interval, "instance_id": instance_id, "shell": shell_opts,
-    })
+    _serve(
+        config,
+        log_level,
+        json_logs,
+        {
+            "backend": "shell",
+            "pool": pool,
+            "nats_url": nats_url or None,
+            "state_dir": state_dir,
+            "poll_interval": poll_interval,
+            "instance_id": instance_id,
+            "shell": shell_opts,
+        },
+    )
 
 
 @app.command()
@@ -108,10 +116,20 @@ def slurm(
 ) -> None:
     """Submit pods as Slurm batch jobs (sbatch/squeue/sacct/scancel/sinfo)."""
     slurm_opts = {k: v for k, v in {"partition": partition, "use_sacct": use_sacct}.items() if v is not None}
-    _serve(config, log_level, json_logs, {
-        "backend": "slurm", "pool": pool, "nats_url": nats_url or None, "state_dir": state_dir,
-        "poll_interval": poll_interval, "instance_id": instance_id, "slurm": slurm_opts or None,
-    })
+    _serve(
+        config,
+        log_level,
+        json_logs,
+        {
+            "backend": "slurm",
+            "pool": pool,
+            "nats_url": nats_url or None,
+            "state_dir": state_dir,
+            "poll_interval": poll_interval,
+            "instance_id": instance_id,
+            "slurm": slurm_opts or None,
+        },
+    )
 
 
 if __name__ == "__main__":  # ``python -m interlink_nats.submitters.cli shell …`` (tests run it this way)

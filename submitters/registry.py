@@ -112,12 +112,22 @@ def _utc(ts: float) -> dt.datetime:
 
 def _row(r: Sequence[object]) -> JobRow:
     return JobRow(
-        uid=str(r[0]), namespace=str(r[1]), name=str(r[2]), phase=str(r[3]), job_id=str(r[4]), owner=str(r[5]),
-        job_dir=Path(str(r[6])), init_containers=tuple(json.loads(str(r[7]))),
-        containers=tuple(json.loads(str(r[8]))), spec=bytes(r[9]),  # type: ignore[arg-type]
-        state=int(r[10]), status=bytes(r[11]) if r[11] is not None else None,  # type: ignore[arg-type,call-overload]
-        revision=int(r[12]), published=int(r[13]),  # type: ignore[call-overload]
-        created_at=float(r[14]), updated_at=float(r[15]),  # type: ignore[arg-type]
+        uid=str(r[0]),
+        namespace=str(r[1]),
+        name=str(r[2]),
+        phase=str(r[3]),
+        job_id=str(r[4]),
+        owner=str(r[5]),
+        job_dir=Path(str(r[6])),
+        init_containers=tuple(json.loads(str(r[7]))),
+        containers=tuple(json.loads(str(r[8]))),
+        spec=bytes(r[9]),  # type: ignore[arg-type]
+        state=int(r[10]),
+        status=bytes(r[11]) if r[11] is not None else None,  # type: ignore[arg-type,call-overload]
+        revision=int(r[12]),
+        published=int(r[13]),  # type: ignore[call-overload]
+        created_at=float(r[14]),
+        updated_at=float(r[15]),  # type: ignore[arg-type]
         finished_at=float(r[16]) if r[16] is not None else None,  # type: ignore[arg-type]
     )
 
@@ -242,16 +252,42 @@ class Registry:
             return [_row(r) for r in await cur.fetchall()]
 
     async def claim(
-        self, *, uid: str, namespace: str, name: str, owner: str, job_dir: Path,
-        init_containers: Sequence[str], containers: Sequence[str], spec: bytes, status: bytes,
+        self,
+        *,
+        uid: str,
+        namespace: str,
+        name: str,
+        owner: str,
+        job_dir: Path,
+        init_containers: Sequence[str],
+        containers: Sequence[str],
+        spec: bytes,
+        status: bytes,
     ) -> tuple[bool, JobRow]:
         """Record the intent to submit, atomically: (True, row) if this call created it, else (False, existing).
 
         Returns once the row is committed. Claims of concurrent Submits share one transaction.
         """
         now = time.time()
-        values = (uid, namespace, name, SUBMITTING, "", owner, str(job_dir), json.dumps(list(init_containers)),
-                  json.dumps(list(containers)), spec, int(pb.JobState.PENDING), status, 1, 0, now, now, None)
+        values = (
+            uid,
+            namespace,
+            name,
+            SUBMITTING,
+            "",
+            owner,
+            str(job_dir),
+            json.dumps(list(init_containers)),
+            json.dumps(list(containers)),
+            spec,
+            int(pb.JobState.PENDING),
+            status,
+            1,
+            0,
+            now,
+            now,
+            None,
+        )
 
         def op(conn: sqlite3.Connection) -> tuple[bool, tuple[object, ...] | None]:
             if conn.execute(_INSERT, values).rowcount == 1:
@@ -263,8 +299,25 @@ class Registry:
         except Exception as exc:
             raise RegistryError(f"cannot record job {uid}: {exc}") from exc
         if created:
-            return True, JobRow(uid, namespace, name, SUBMITTING, "", owner, job_dir, tuple(init_containers),
-                                tuple(containers), spec, int(pb.JobState.PENDING), status, 1, 0, now, now, None)
+            return True, JobRow(
+                uid,
+                namespace,
+                name,
+                SUBMITTING,
+                "",
+                owner,
+                job_dir,
+                tuple(init_containers),
+                tuple(containers),
+                spec,
+                int(pb.JobState.PENDING),
+                status,
+                1,
+                0,
+                now,
+                now,
+                None,
+            )
         assert existing is not None
         return False, _row(existing)
 
@@ -283,9 +336,13 @@ class Registry:
 
     async def mark_submitted(self, uid: str, job_id: str) -> None:
         params = (ACTIVE, job_id, time.time(), uid, SUBMITTING)
-        await self._write(lambda conn: conn.execute(
-            "UPDATE jobs SET phase = ?, job_id = ?, updated_at = ? WHERE uid = ? AND phase = ?", params
-        ).rowcount)
+        await self._write(
+            lambda conn: (
+                conn.execute(
+                    "UPDATE jobs SET phase = ?, job_id = ?, updated_at = ? WHERE uid = ? AND phase = ?", params
+                ).rowcount
+            )
+        )
 
     async def save_statuses(self, updates: Iterable[StatusUpdate]) -> None:
         """Store many status changes in one transaction (one poll → one commit)."""
@@ -293,27 +350,37 @@ class Registry:
         rows = [(u.phase, u.state, u.status, u.revision, u.finished_at, now, u.uid) for u in updates]
         if not rows:
             return
-        await self._write(lambda conn: conn.executemany(
-            "UPDATE jobs SET phase = CASE WHEN phase = 'deleted' THEN phase ELSE ? END, state = ?, status = ?, "
-            "revision = ?, finished_at = ?, updated_at = ? WHERE uid = ?",
-            rows,
-        ).rowcount)
+        await self._write(
+            lambda conn: (
+                conn.executemany(
+                    "UPDATE jobs SET phase = CASE WHEN phase = 'deleted' THEN phase ELSE ? END, state = ?, status = ?, "
+                    "revision = ?, finished_at = ?, updated_at = ? WHERE uid = ?",
+                    rows,
+                ).rowcount
+            )
+        )
 
     async def mark_published(self, done: Iterable[tuple[str, int]]) -> None:
         rows = [(rev, uid, rev) for uid, rev in done]
         if rows:
-            await self._write(lambda conn: conn.executemany(
-                "UPDATE jobs SET published = ? WHERE uid = ? AND published < ?", rows
-            ).rowcount)
+            await self._write(
+                lambda conn: (
+                    conn.executemany("UPDATE jobs SET published = ? WHERE uid = ? AND published < ?", rows).rowcount
+                )
+            )
 
     async def mark_deleted(self, uid: str, status: bytes, state: int, revision: int) -> None:
         now = time.time()
         params = (DELETED, status, state, revision, now, now, uid)
-        await self._write(lambda conn: conn.execute(
-            "UPDATE jobs SET phase = ?, status = ?, state = ?, revision = ?, updated_at = ?, "
-            "finished_at = COALESCE(finished_at, ?) WHERE uid = ?",
-            params,
-        ).rowcount)
+        await self._write(
+            lambda conn: (
+                conn.execute(
+                    "UPDATE jobs SET phase = ?, status = ?, state = ?, revision = ?, updated_at = ?, "
+                    "finished_at = COALESCE(finished_at, ?) WHERE uid = ?",
+                    params,
+                ).rowcount
+            )
+        )
 
     async def live(self, owner: str) -> list[JobRow]:
         return await self._fetch(
@@ -332,9 +399,13 @@ class Registry:
 
     async def adopt(self, dead_owner: str, new_owner: str) -> int:
         params = (new_owner, dead_owner, *LIVE_PHASES)
-        n = await self._write(lambda conn: conn.execute(
-            "UPDATE jobs SET owner = ? WHERE owner = ? AND (phase IN (?, ?) OR published < revision)", params
-        ).rowcount)
+        n = await self._write(
+            lambda conn: (
+                conn.execute(
+                    "UPDATE jobs SET owner = ? WHERE owner = ? AND (phase IN (?, ?) OR published < revision)", params
+                ).rowcount
+            )
+        )
         return int(n)  # type: ignore[call-overload]
 
     async def page(self, *, include_finished: bool, after: str, limit: int) -> list[JobRow]:
@@ -356,7 +427,11 @@ class Registry:
     async def prune(self, older_than: float) -> int:
         """Forget finished jobs older than the retention, so the file does not grow forever."""
         params = (DONE, DELETED, older_than)
-        n = await self._write(lambda conn: conn.execute(
-            "DELETE FROM jobs WHERE phase IN (?, ?) AND published >= revision AND finished_at < ?", params
-        ).rowcount)
+        n = await self._write(
+            lambda conn: (
+                conn.execute(
+                    "DELETE FROM jobs WHERE phase IN (?, ?) AND published >= revision AND finished_at < ?", params
+                ).rowcount
+            )
+        )
         return int(n)  # type: ignore[call-overload]

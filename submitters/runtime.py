@@ -269,14 +269,19 @@ class Submitter:
                 from interlink_nats.submitters.natsconn import connect
 
                 self.nc = await connect(
-                    self.settings, name=f"interlink-submitter-{self.pool}-{self.instance_id}",
-                    stop=stop, on_reconnect=self._on_reconnect,
+                    self.settings,
+                    name=f"interlink-submitter-{self.pool}-{self.instance_id}",
+                    stop=stop,
+                    on_reconnect=self._on_reconnect,
                 )
             await self._ensure_stream()
             from interlink_nats.services.rpc import RpcServer
 
             self._rpc = RpcServer(
-                self.nc, [SubmitterServiceImpl(self)], pool=self.pool, max_concurrency=self.settings.max_concurrency,
+                self.nc,
+                [SubmitterServiceImpl(self)],
+                pool=self.pool,
+                max_concurrency=self.settings.max_concurrency,
                 metadata={"backend": self.backend.name, "instance": self.instance_id},
             )
             await self._rpc.start()
@@ -290,8 +295,13 @@ class Submitter:
             asyncio.create_task(self._announce_loop(), name="submitter-announce"),
             asyncio.create_task(self._publish_loop(), name="submitter-publish"),
         ]
-        log.info("submitter %s serving pool %s with backend %s (state %s)",
-                 self.instance_id, self.pool, self.backend.name, self.state_dir)
+        log.info(
+            "submitter %s serving pool %s with backend %s (state %s)",
+            self.instance_id,
+            self.pool,
+            self.backend.name,
+            self.state_dir,
+        )
 
     async def stop(self) -> None:
         """Stop serving (in-flight calls finish), flush events, drain NATS. Jobs keep running."""
@@ -374,8 +384,7 @@ class Submitter:
                 if not await asyncio.to_thread(script.exists):
                     if row.uid not in self._waiting_retry:
                         self._waiting_retry.add(row.uid)
-                        log.warning("job %s was interrupted before its script was stored; waiting for a retry",
-                                    row.uid)
+                        log.warning("job %s was interrupted before its script was stored; waiting for a retry", row.uid)
                     continue
                 try:
                     job_id = await self.backend.submit(self._spec(row, row.job_spec()))
@@ -390,14 +399,24 @@ class Submitter:
 
     def _spec(self, row: JobRow, job: pb.JobScript) -> JobSpec:
         return JobSpec(
-            uid=row.uid, job_dir=row.job_dir, script=row.job_dir / "job.sh", resources=job.resources,
-            backend_flags=tuple(job.backend_flags), namespace=row.namespace, name=row.name,
+            uid=row.uid,
+            job_dir=row.job_dir,
+            script=row.job_dir / "job.sh",
+            resources=job.resources,
+            backend_flags=tuple(job.backend_flags),
+            namespace=row.namespace,
+            name=row.name,
         )
 
     def _track(self, row: JobRow) -> _Tracked:
         meta = _meta_from_row(row, self.pool, self.backend.name)
-        t = _Tracked(meta, JobHandle(row.uid, row.job_dir, row.job_id),
-                     (*row.init_containers, *row.containers), row.status, row.revision)
+        t = _Tracked(
+            meta,
+            JobHandle(row.uid, row.job_dir, row.job_id),
+            (*row.init_containers, *row.containers),
+            row.status,
+            row.revision,
+        )
         self._tracked[row.uid] = t
         return t
 
@@ -440,15 +459,35 @@ class Submitter:
         reg = self._reg()
         pod = job.pod or pb.PodRef()
         job_dir = jobfiles.job_dir_for(self.state_dir, pod.uid)
-        spec_msg = pb.JobScript(pod=job.pod, init_containers=job.init_containers, containers=job.containers,
-                                resources=job.resources, backend_flags=job.backend_flags)
-        meta = JobMeta(pod.uid, pod.namespace, pod.name, self.pool, "", tuple(job.init_containers),
-                       tuple(job.containers), self.backend.name)
+        spec_msg = pb.JobScript(
+            pod=job.pod,
+            init_containers=job.init_containers,
+            containers=job.containers,
+            resources=job.resources,
+            backend_flags=job.backend_flags,
+        )
+        meta = JobMeta(
+            pod.uid,
+            pod.namespace,
+            pod.name,
+            self.pool,
+            "",
+            tuple(job.init_containers),
+            tuple(job.containers),
+            self.backend.name,
+        )
         created, row = await reg.claim(
-            uid=pod.uid, namespace=pod.namespace, name=pod.name, owner=self.instance_id, job_dir=job_dir,
-            init_containers=job.init_containers, containers=job.containers, spec=fastwire.job_spec(job),
-            status=fastwire.pending_status(pod.uid, pod.namespace, pod.name, self.pool, job.init_containers,
-                                           job.containers),
+            uid=pod.uid,
+            namespace=pod.namespace,
+            name=pod.name,
+            owner=self.instance_id,
+            job_dir=job_dir,
+            init_containers=job.init_containers,
+            containers=job.containers,
+            spec=fastwire.job_spec(job),
+            status=fastwire.pending_status(
+                pod.uid, pod.namespace, pod.name, self.pool, job.init_containers, job.containers
+            ),
         )
         if not created:
             resumable = row.phase == SUBMITTING and (
@@ -551,8 +590,13 @@ class Submitter:
 
     def describe(self) -> pb.DescribeResponse:
         return pb.DescribeResponse(
-            pool=self.pool, build_config=self.build_config, resources=self.resource_report(),
-            backend=self.backend.name, version=__version__, instance_id=self.instance_id, started_at=self.started_at,
+            pool=self.pool,
+            build_config=self.build_config,
+            resources=self.resource_report(),
+            backend=self.backend.name,
+            version=__version__,
+            instance_id=self.instance_id,
+            started_at=self.started_at,
         )
 
     # Polling ----------------------------------------------------------------------------------
@@ -611,8 +655,16 @@ class Submitter:
                 continue
             t.status = raw
             t.revision += 1
-            updates.append(StatusUpdate(t.meta.uid, DONE if terminal else ACTIVE, int(status.state), raw,
-                                        t.revision, now if terminal else None))
+            updates.append(
+                StatusUpdate(
+                    t.meta.uid,
+                    DONE if terminal else ACTIVE,
+                    int(status.state),
+                    raw,
+                    t.revision,
+                    now if terminal else None,
+                )
+            )
             status.updated_at = _now_ts()
             events[t.meta.uid] = self._event(status, t.revision)
         return updates, events, finished
@@ -766,8 +818,13 @@ class Submitter:
         capacity.setdefault("pods", "1000")
         capacity.update(self.settings.capacity)
         return pb.ResourceReport(
-            pool=self.pool, capacity=capacity, labels=dict(self.settings.labels), taints=self.settings.report_taints(),
-            reported_at=_now_ts(), backend=self.backend.name, interval_seconds=int(self.settings.announce_interval),
+            pool=self.pool,
+            capacity=capacity,
+            labels=dict(self.settings.labels),
+            taints=self.settings.report_taints(),
+            reported_at=_now_ts(),
+            backend=self.backend.name,
+            interval_seconds=int(self.settings.announce_interval),
         )
 
     async def announce(self) -> None:
@@ -824,4 +881,3 @@ async def run_submitter(settings: SubmitterSettings, stop_event: asyncio.Event |
         await stop_event.wait()
     finally:
         await submitter.stop()
-

@@ -75,7 +75,10 @@ class SubmitterServiceImpl(pb.SubmitterServiceBase):
             path = self.s.backend.output_path(row.job_dir)
             exit_file = None
         offset = await asyncio.to_thread(
-            logs.start_offset, path, offset=message.offset, tail_lines=message.tail_lines,
+            logs.start_offset,
+            path,
+            offset=message.offset,
+            tail_lines=message.tail_lines,
             limit_bytes=message.limit_bytes,
         )
         stamper: logindex.Stamper | None = None
@@ -103,8 +106,9 @@ class SubmitterServiceImpl(pb.SubmitterServiceBase):
             await asyncio.sleep(FOLLOW_INTERVAL)
             if stamper is not None:  # a follower checkpoints what it is about to read: its lines get this time
                 now_ns = time.time_ns()
-                size = await asyncio.to_thread(logindex.record, path, now_ns, stamper.index[-1].size
-                                               if stamper.index else None)
+                size = await asyncio.to_thread(
+                    logindex.record, path, now_ns, stamper.index[-1].size if stamper.index else None
+                )
                 if size:
                     stamper.add(logindex.Checkpoint(now_ns, size))
             if time.monotonic() - last_state_check >= FOLLOW_STATE_EVERY:

@@ -109,7 +109,10 @@ class SubmitterSettings(BaseSettings):
     """Everything a submitter needs; validated once at start."""
 
     model_config = SettingsConfigDict(
-        env_prefix=ENV_PREFIX, env_nested_delimiter="__", extra="forbid", validate_default=True,
+        env_prefix=ENV_PREFIX,
+        env_nested_delimiter="__",
+        extra="forbid",
+        validate_default=True,
     )
 
     pool: str
@@ -197,8 +200,9 @@ class SubmitterSettings(BaseSettings):
     def load(cls, config_file: Path | None = None, **overrides: Any) -> SubmitterSettings:
         """Settings from the file (if any), overridden by the environment, overridden by ``overrides``."""
         overrides = {k: v for k, v in overrides.items() if v is not None}
-        config_file = config_file or (Path(os.environ[f"{ENV_PREFIX}CONFIG_FILE"])
-                                      if os.environ.get(f"{ENV_PREFIX}CONFIG_FILE") else None)
+        config_file = config_file or (
+            Path(os.environ[f"{ENV_PREFIX}CONFIG_FILE"]) if os.environ.get(f"{ENV_PREFIX}CONFIG_FILE") else None
+        )
         file_values: dict[str, Any] = load_document(config_file) if config_file else {}
         if config_file is not None:
             overrides.setdefault("config_file", config_file)

@@ -93,7 +93,8 @@ def job_outcome(obs: Observation, meta: JobMeta) -> _Outcome | None:
         return _Outcome("Preempted", SIGTERM_EXIT, f"{where} was preempted{detail}")
     if state is BackendState.GONE:
         return _Outcome(
-            "Lost", LOST_EXIT_CODE,
+            "Lost",
+            LOST_EXIT_CODE,
             f"{where} vanished from the backend without leaving exit files",
         )
     return None
@@ -103,8 +104,14 @@ def _terminated(
     name: str, init: bool, code: int, started: float | None, finished: float | None, reason: str, message: str = ""
 ) -> pb.ContainerStatus:
     return pb.ContainerStatus(
-        name=name, init=init, phase=pb.ContainerPhase.TERMINATED, exit_code=code,
-        started_at=_ts(started), finished_at=_ts(finished), reason=reason, message=message,
+        name=name,
+        init=init,
+        phase=pb.ContainerPhase.TERMINATED,
+        exit_code=code,
+        started_at=_ts(started),
+        finished_at=_ts(finished),
+        reason=reason,
+        message=message,
     )
 
 
@@ -140,40 +147,82 @@ def map_status(
                 failed_init = (name, f.exit_code)
         elif failed_init is not None:
             fname, fcode = failed_init
-            statuses.append(_terminated(name, True, fcode, None, finished_fallback, "InitContainerFailed",
-                                        f"not run: init container {fname} failed with exit code {fcode}"))
+            statuses.append(
+                _terminated(
+                    name,
+                    True,
+                    fcode,
+                    None,
+                    finished_fallback,
+                    "InitContainerFailed",
+                    f"not run: init container {fname} failed with exit code {fcode}",
+                )
+            )
         elif outcome is not None:
-            statuses.append(_terminated(name, True, outcome.exit_code, f.started_at, finished_fallback,
-                                        outcome.reason, outcome.message))
+            statuses.append(
+                _terminated(
+                    name, True, outcome.exit_code, f.started_at, finished_fallback, outcome.reason, outcome.message
+                )
+            )
         elif f.started_at is not None:
-            statuses.append(pb.ContainerStatus(name=name, init=True, phase=pb.ContainerPhase.RUNNING,
-                                               started_at=_ts(f.started_at)))
+            statuses.append(
+                pb.ContainerStatus(name=name, init=True, phase=pb.ContainerPhase.RUNNING, started_at=_ts(f.started_at))
+            )
         else:
             statuses.append(_waiting(name, True, obs, running))
 
     for name in meta.containers:
         f = files.get(name, NO_FILES)
         if f.exit_code is not None:
-            reason = "Completed" if f.exit_code == 0 else (
-                outcome.reason if outcome is not None and outcome.reason not in ("Completed", "Lost") else "Error")
+            reason = (
+                "Completed"
+                if f.exit_code == 0
+                else (
+                    outcome.reason if outcome is not None and outcome.reason not in ("Completed", "Lost") else "Error"
+                )
+            )
             statuses.append(_terminated(name, False, f.exit_code, f.started_at, f.finished_at, reason))
         elif failed_init is not None:
             fname, fcode = failed_init
-            statuses.append(_terminated(name, False, fcode, None, finished_fallback, "InitContainerFailed",
-                                        f"not run: init container {fname} failed with exit code {fcode}"))
+            statuses.append(
+                _terminated(
+                    name,
+                    False,
+                    fcode,
+                    None,
+                    finished_fallback,
+                    "InitContainerFailed",
+                    f"not run: init container {fname} failed with exit code {fcode}",
+                )
+            )
         elif outcome is not None:
-            statuses.append(_terminated(name, False, outcome.exit_code, f.started_at, finished_fallback,
-                                        outcome.reason, outcome.message or "the job ended before the container did"))
+            statuses.append(
+                _terminated(
+                    name,
+                    False,
+                    outcome.exit_code,
+                    f.started_at,
+                    finished_fallback,
+                    outcome.reason,
+                    outcome.message or "the job ended before the container did",
+                )
+            )
         elif f.started_at is not None:
-            statuses.append(pb.ContainerStatus(name=name, init=False, phase=pb.ContainerPhase.RUNNING,
-                                               started_at=_ts(f.started_at)))
+            statuses.append(
+                pb.ContainerStatus(name=name, init=False, phase=pb.ContainerPhase.RUNNING, started_at=_ts(f.started_at))
+            )
         else:
             statuses.append(_waiting(name, False, obs, running))
 
     state, reason, message = _job_state(meta, obs, outcome, statuses, failed_init)
     return pb.JobStatus(
         pod=pb.PodRef(uid=meta.uid, namespace=meta.namespace, name=meta.name),
-        pool=meta.pool, job_id=meta.job_id, state=state, containers=statuses, reason=reason, message=message,
+        pool=meta.pool,
+        job_id=meta.job_id,
+        state=state,
+        containers=statuses,
+        reason=reason,
+        message=message,
     )
 
 
@@ -230,8 +279,13 @@ def submit_failed_status(meta: JobMeta, message: str, *, now: float) -> pb.JobSt
         for n in names
     ]
     return pb.JobStatus(
-        pod=pb.PodRef(uid=meta.uid, namespace=meta.namespace, name=meta.name), pool=meta.pool,
-        job_id=meta.job_id, state=pb.JobState.FAILED, containers=statuses, reason="SubmitFailed", message=message,
+        pod=pb.PodRef(uid=meta.uid, namespace=meta.namespace, name=meta.name),
+        pool=meta.pool,
+        job_id=meta.job_id,
+        state=pb.JobState.FAILED,
+        containers=statuses,
+        reason="SubmitFailed",
+        message=message,
     )
 
 
@@ -252,6 +306,11 @@ def cancelled_status(meta: JobMeta, previous: pb.JobStatus | None, *, now: float
     else:
         state, reason, message = pb.JobState.CANCELLED, "Cancelled", "cancelled by request"
     return pb.JobStatus(
-        pod=pb.PodRef(uid=meta.uid, namespace=meta.namespace, name=meta.name), pool=meta.pool,
-        job_id=meta.job_id, state=state, containers=statuses, reason=reason, message=message,
+        pod=pb.PodRef(uid=meta.uid, namespace=meta.namespace, name=meta.name),
+        pool=meta.pool,
+        job_id=meta.job_id,
+        state=state,
+        containers=statuses,
+        reason=reason,
+        message=message,
     )

@@ -53,8 +53,15 @@ def _json(body: Any, status: int = 200) -> web.Response:
 
 
 def _status(code: int, reason: str, message: str) -> web.Response:
-    body = {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
-            "message": message, "reason": reason, "code": code}
+    body = {
+        "kind": "Status",
+        "apiVersion": "v1",
+        "metadata": {},
+        "status": "Failure",
+        "message": message,
+        "reason": reason,
+        "code": code,
+    }
     return _json(body, status=code)
 
 
@@ -178,8 +185,7 @@ class KubeEmulator:
             return _status(404, "NotFound", f"group {group} not found")
         entries = [{"groupVersion": f"{group}/{v}", "version": v} for v in versions]
         return _json(
-            {"kind": "APIGroup", "apiVersion": "v1", "name": group, "versions": entries,
-             "preferredVersion": entries[0]}
+            {"kind": "APIGroup", "apiVersion": "v1", "name": group, "versions": entries, "preferredVersion": entries[0]}
         )
 
     def _route(self, request: web.Request) -> tuple[str, str, str, str] | web.Response:
@@ -245,15 +251,20 @@ class KubeEmulator:
         if request.method == "GET":
             selector = request.query.get("labelSelector")
             items = [
-                self._out(o, group, version) for (g, p, n, _), o in self.objects.items()
+                self._out(o, group, version)
+                for (g, p, n, _), o in self.objects.items()
                 if (g, p, n) == (group, plural, ns) and _matches(o["metadata"].get("labels") or {}, selector)
             ]
             if request.query.get("watch") in ("true", "1"):
                 return await self._watch(request, group, version, plural, items)
-            return _json({
-                "kind": f"{self.KINDS[(group, plural)]}List", "apiVersion": f"{group}/{version}" if group else "v1",
-                "metadata": {"resourceVersion": str(next(self._rv))}, "items": items,
-            })
+            return _json(
+                {
+                    "kind": f"{self.KINDS[(group, plural)]}List",
+                    "apiVersion": f"{group}/{version}" if group else "v1",
+                    "metadata": {"resourceVersion": str(next(self._rv))},
+                    "items": items,
+                }
+            )
         if request.method == "POST":
             obj = await self._body(request)
             meta = obj.setdefault("metadata", {})
@@ -359,9 +370,13 @@ class KubeEmulator:
         if (bad := self._check(group, version, new)) is not None:
             return bad
         comparable = ("metadata", "spec", "status")
-        if current is not None and all(new.get(f) == current.get(f) for f in comparable if f != "metadata") and (
-            {k: v for k, v in new["metadata"].items() if k != "resourceVersion"}
-            == {k: v for k, v in current["metadata"].items() if k != "resourceVersion"}
+        if (
+            current is not None
+            and all(new.get(f) == current.get(f) for f in comparable if f != "metadata")
+            and (
+                {k: v for k, v in new["metadata"].items() if k != "resourceVersion"}
+                == {k: v for k, v in current["metadata"].items() if k != "resourceVersion"}
+            )
         ):
             self.writes.append(Write(request.method, request.path, kind, name, False))
             return _json(self._out(current, group, version))

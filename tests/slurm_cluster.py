@@ -91,16 +91,34 @@ class SlurmCluster:
         key.write_bytes(os.urandom(1024))
         key.chmod(0o400)
         user = pwd.getpwuid(os.getuid()).pw_name
-        self.conf.write_text(_CONF.format(d=d, user=user, port1=_port(), port2=_port(), cpus=self.cpus,
-                                          mem_mb=self.mem_mb))
+        self.conf.write_text(
+            _CONF.format(d=d, user=user, port1=_port(), port2=_port(), cpus=self.cpus, mem_mb=self.mem_mb)
+        )
         m = d / "munge"
-        subprocess.run(["munged", f"--key-file={key}", f"--socket={m}/munge.sock", f"--pid-file={m}/munged.pid",
-                        f"--log-file={m}/munged.log", f"--seed-file={m}/munged.seed"], check=True, timeout=30)
+        subprocess.run(
+            [
+                "munged",
+                f"--key-file={key}",
+                f"--socket={m}/munge.sock",
+                f"--pid-file={m}/munged.pid",
+                f"--log-file={m}/munged.log",
+                f"--seed-file={m}/munged.seed",
+            ],
+            check=True,
+            timeout=30,
+        )
         for cmd in (["slurmctld", "-D", "-c"], ["slurmd", "-D", "-N", "localnode"]):
             with (d / "log" / f"{cmd[0]}.out").open("wb") as out:
-                self._procs.append(subprocess.Popen([*cmd, "-f", str(self.conf)], env=self.env,
-                                                    stdin=subprocess.DEVNULL, stdout=out,
-                                                    stderr=subprocess.STDOUT, start_new_session=True))
+                self._procs.append(
+                    subprocess.Popen(
+                        [*cmd, "-f", str(self.conf)],
+                        env=self.env,
+                        stdin=subprocess.DEVNULL,
+                        stdout=out,
+                        stderr=subprocess.STDOUT,
+                        start_new_session=True,
+                    )
+                )
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             if self.run("sinfo", "-h", "-n", "localnode", "-o", "%t").stdout.strip() == "idle":

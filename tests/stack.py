@@ -75,34 +75,58 @@ async def serving(gateway: Gateway, settings: GatewaySettings) -> AsyncIterator[
 
 @contextlib.asynccontextmanager
 async def gateway_only(
-    nats_url: str, *, default_pool: str | None, redis_url: str | None = None, durable: str | None = None,
-    nats: GatewayNatsSettings | None = None, **settings: Any,
+    nats_url: str,
+    *,
+    default_pool: str | None,
+    redis_url: str | None = None,
+    durable: str | None = None,
+    nats: GatewayNatsSettings | None = None,
+    **settings: Any,
 ) -> AsyncIterator[Stack]:
     config = GatewaySettings(
-        nats=nats or GatewayNatsSettings(url=nats_url), port=free_port(), default_pool=default_pool,
-        redis_url=redis_url, events_durable=durable or f"gw-{uuid.uuid4().hex[:8]}", **settings,
+        nats=nats or GatewayNatsSettings(url=nats_url),
+        port=free_port(),
+        default_pool=default_pool,
+        redis_url=redis_url,
+        events_durable=durable or f"gw-{uuid.uuid4().hex[:8]}",
+        **settings,
     )
-    async with running_gateway(config) as gateway, serving(gateway, config) as url, \
-            httpx.AsyncClient(base_url=url, timeout=30) as http:
+    async with (
+        running_gateway(config) as gateway,
+        serving(gateway, config) as url,
+        httpx.AsyncClient(base_url=url, timeout=30) as http,
+    ):
         yield Stack(pool=default_pool or "", http=http, gateway=gateway, submitter=None, base_url=url)
 
 
 def submitter_settings(nats_url: str, pool: str, state_dir: Path, **extra: Any) -> SubmitterSettings:
     return SubmitterSettings.load(
-        pool=pool, backend="shell", nats_url=[nats_url], state_dir=state_dir,
-        build_config={"runtime": "CONTAINER_RUNTIME_NONE"}, poll_interval=0.2, announce_interval=5.0, **extra,
+        pool=pool,
+        backend="shell",
+        nats_url=[nats_url],
+        state_dir=state_dir,
+        build_config={"runtime": "CONTAINER_RUNTIME_NONE"},
+        poll_interval=0.2,
+        announce_interval=5.0,
+        **extra,
     )
 
 
 @contextlib.asynccontextmanager
 async def full_stack(
-    nats_url: str, state_dir: Path, *, pool: str | None = None, redis_url: str | None = None,
-    durable: str | None = None, **gateway_settings: Any,
+    nats_url: str,
+    state_dir: Path,
+    *,
+    pool: str | None = None,
+    redis_url: str | None = None,
+    durable: str | None = None,
+    **gateway_settings: Any,
 ) -> AsyncIterator[Stack]:
     pool = pool or new_pool()
-    async with Submitter(submitter_settings(nats_url, pool, state_dir)) as submitter, gateway_only(
-        nats_url, default_pool=pool, redis_url=redis_url, durable=durable, **gateway_settings
-    ) as stack:
+    async with (
+        Submitter(submitter_settings(nats_url, pool, state_dir)) as submitter,
+        gateway_only(nats_url, default_pool=pool, redis_url=redis_url, durable=durable, **gateway_settings) as stack,
+    ):
         stack.submitter = submitter
         yield stack
 
@@ -116,29 +140,51 @@ async def eventually(check: Callable[[], Awaitable[bool]], within: float = 20.0,
     raise AssertionError(f"timed out after {within}s waiting for {what}")
 
 
-def pod(uid: str | None = None, *, containers: dict[str, list[str]], init: dict[str, list[str]] | None = None,
-        name: str = "p", pool: str | None = None, env: dict[str, str] | None = None) -> dict[str, Any]:
+def pod(
+    uid: str | None = None,
+    *,
+    containers: dict[str, list[str]],
+    init: dict[str, list[str]] | None = None,
+    name: str = "p",
+    pool: str | None = None,
+    env: dict[str, str] | None = None,
+) -> dict[str, Any]:
     """A pod whose containers run the given argv on the host (runtime none)."""
     spec: dict[str, Any] = {
-        "containers": [{"name": n, "image": "busybox", "command": argv,
-                        "env": [{"name": k, "value": v} for k, v in (env or {}).items()]}
-                       for n, argv in containers.items()],
+        "containers": [
+            {
+                "name": n,
+                "image": "busybox",
+                "command": argv,
+                "env": [{"name": k, "value": v} for k, v in (env or {}).items()],
+            }
+            for n, argv in containers.items()
+        ],
     }
     if init:
         spec["initContainers"] = [{"name": n, "image": "busybox", "command": argv} for n, argv in init.items()]
     if pool:
         spec["tolerations"] = [{"key": "pool.vk.io", "operator": "Equal", "value": pool, "effect": "NoSchedule"}]
-    return {"apiVersion": "v1", "kind": "Pod",
-            "metadata": {"name": name, "namespace": "default", "uid": uid or str(uuid.uuid4())},
-            "spec": spec, "status": {"phase": "Pending"}}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "namespace": "default", "uid": uid or str(uuid.uuid4())},
+        "spec": spec,
+        "status": {"phase": "Pending"},
+    }
 
 
 def create_body(p: dict[str, Any]) -> dict[str, Any]:
     """RetrievedPodData as interLink ≥ 0.5 sends it."""
     names = [c["name"] for c in p["spec"].get("initContainers", [])] + [c["name"] for c in p["spec"]["containers"]]
-    return {"pod": p, "container": [{"name": n, "configMaps": None, "secrets": None, "projectedvolumemaps": None,
-                                     "emptyDirs": None} for n in names],
-            "jobConfig": {"SingularityHubProxy": {"server": "", "master_token": "", "cache_validity_seconds": 0}}}
+    return {
+        "pod": p,
+        "container": [
+            {"name": n, "configMaps": None, "secrets": None, "projectedvolumemaps": None, "emptyDirs": None}
+            for n in names
+        ],
+        "jobConfig": {"SingularityHubProxy": {"server": "", "master_token": "", "cache_validity_seconds": 0}},
+    }
 
 
 def terminated(status: dict[str, Any]) -> bool:
@@ -146,7 +192,19 @@ def terminated(status: dict[str, Any]) -> bool:
 
 
 def logs_body(p: dict[str, Any], container: str, **opts: Any) -> dict[str, Any]:
-    base = {"Tail": 0, "Bytes": 0, "Timestamps": False, "Follow": False, "Previous": False, "SinceSeconds": 0,
-            "SinceTime": "0001-01-01T00:00:00Z"}
-    return {"Namespace": p["metadata"]["namespace"], "PodUID": p["metadata"]["uid"], "PodName": p["metadata"]["name"],
-            "ContainerName": container, "Opts": {**base, **opts}}
+    base = {
+        "Tail": 0,
+        "Bytes": 0,
+        "Timestamps": False,
+        "Follow": False,
+        "Previous": False,
+        "SinceSeconds": 0,
+        "SinceTime": "0001-01-01T00:00:00Z",
+    }
+    return {
+        "Namespace": p["metadata"]["namespace"],
+        "PodUID": p["metadata"]["uid"],
+        "PodName": p["metadata"]["name"],
+        "ContainerName": container,
+        "Opts": {**base, **opts},
+    }

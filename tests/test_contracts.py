@@ -49,8 +49,9 @@ def test_generated_code_is_fresh(tmp_path: Path) -> None:
     work.mkdir()
     out = tmp_path / "out"
     # Same invocation as `make gen`: from an empty working directory (see the Makefile for why).
-    result = run(str(BIN / "buf"), "generate", "--template", str(ROOT / "buf.gen.yaml"), "-o", str(out), str(ROOT),
-                 cwd=work)
+    result = run(
+        str(BIN / "buf"), "generate", "--template", str(ROOT / "buf.gen.yaml"), "-o", str(out), str(ROOT), cwd=work
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     fresh, committed = out / "gen", ROOT / "gen"
 
@@ -121,8 +122,14 @@ def test_pod_accepts_kubernetes_json_with_unknown_fields() -> None:
             "apiVersion": "v1",
             "metadata": {"name": "p", "namespace": "ns", "uid": "u", "creationTimestamp": None, "labels": {"a": "b"}},
             "spec": {
-                "containers": [{"name": "c", "image": "busybox", "imagePullPolicy": "Always",
-                                "volumeMounts": [{"name": "v", "mountPath": "/v", "readOnly": True}]}],
+                "containers": [
+                    {
+                        "name": "c",
+                        "image": "busybox",
+                        "imagePullPolicy": "Always",
+                        "volumeMounts": [{"name": "v", "mountPath": "/v", "readOnly": True}],
+                    }
+                ],
                 "volumes": [{"name": "v", "configMap": {"name": "cm", "defaultMode": 420}}],
                 "activeDeadlineSeconds": 60,
             },

@@ -42,14 +42,18 @@ async def test_masterqueue_on_a_real_cluster_gives_active_kueue_queues(nats_url:
     name, pool = f"e2e-{suffix}", f"e2e-pool-{suffix}"
     mq_res = create_global_resource("vk.io", "v1", "MasterQueue", "masterqueues")
     body: dict[str, Any] = {
-        "apiVersion": "vk.io/v1", "kind": "MasterQueue", "metadata": {"name": name},
+        "apiVersion": "vk.io/v1",
+        "kind": "MasterQueue",
+        "metadata": {"name": name},
         "spec": {
             "template": {"cohort": name},
-            "flavors": [{
-                "name": "hpc",
-                "natsFlavor": {"natsConnector": nats_url, "virtualNode": "vk", "pools": [pool], "poolTimeout": 60},
-                "canLendTo": [{"queue": f"{name}-shared", "lendingLimit": {"cpu": "1"}}],
-            }],
+            "flavors": [
+                {
+                    "name": "hpc",
+                    "natsFlavor": {"natsConnector": nats_url, "virtualNode": "vk", "pools": [pool], "poolTimeout": 60},
+                    "canLendTo": [{"queue": f"{name}-shared", "lendingLimit": {"cpu": "1"}}],
+                }
+            ],
         },
     }
     await api.client.create(mq_res(body))

@@ -23,25 +23,40 @@ RETENTION = 1.0
 
 
 def masterqueue(nats_url: str, name: str = "mq", **nats_flavor: Any) -> dict[str, Any]:
-    flavor = {"natsConnector": nats_url, "natsSubject": "interlink.resources", "virtualNode": "vk",
-              "poolRegExp": "^site-", "poolTimeout": POOL_TIMEOUT, "flavorRetention": RETENTION}
+    flavor = {
+        "natsConnector": nats_url,
+        "natsSubject": "interlink.resources",
+        "virtualNode": "vk",
+        "poolRegExp": "^site-",
+        "poolTimeout": POOL_TIMEOUT,
+        "flavorRetention": RETENTION,
+    }
     flavor.update(nats_flavor)
     return {
-        "apiVersion": "vk.io/v1", "kind": "MasterQueue", "metadata": {"name": name},
+        "apiVersion": "vk.io/v1",
+        "kind": "MasterQueue",
+        "metadata": {"name": name},
         "spec": {
             "template": {"cohort": "co"},
             "coveredResources": ["cpu", "memory"],
-            "flavors": [{
-                "name": "hpc", "natsFlavor": flavor, "nominalQuota": {"cpu": "100"},
-                "canLendTo": [{"queue": f"{name}-borrower", "lendingLimit": {"cpu": "4"}}],
-            }],
+            "flavors": [
+                {
+                    "name": "hpc",
+                    "natsFlavor": flavor,
+                    "nominalQuota": {"cpu": "100"},
+                    "canLendTo": [{"queue": f"{name}-borrower", "lendingLimit": {"cpu": "4"}}],
+                }
+            ],
         },
     }
 
 
 def report(pool: str, cpu: str = "64", memory: str = "256Gi") -> pb.ResourceReport:
     return pb.ResourceReport(
-        pool=pool, capacity={"cpu": cpu, "memory": memory}, backend="shell", interval_seconds=30,
+        pool=pool,
+        capacity={"cpu": cpu, "memory": memory},
+        backend="shell",
+        interval_seconds=30,
         reported_at=dt.datetime.now(dt.UTC),
     )
 
@@ -266,8 +281,12 @@ async def test_two_masterqueues_share_one_subscription_and_an_invalid_one_report
 async def test_a_queue_owned_by_someone_else_is_left_alone(
     emu: KubeEmulator, nats_url: str, publisher: Callable[[pb.ResourceReport], Awaitable[None]]
 ) -> None:
-    foreign = {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "ClusterQueue", "metadata": {"name": "mq-borrower"},
-               "spec": {"namespaceSelector": {}, "resourceGroups": []}}
+    foreign = {
+        "apiVersion": "kueue.x-k8s.io/v1beta2",
+        "kind": "ClusterQueue",
+        "metadata": {"name": "mq-borrower"},
+        "spec": {"namespaceSelector": {}, "resourceGroups": []},
+    }
     emu.put_object("kueue.x-k8s.io", "clusterqueues", foreign)
     emu.put_object("vk.io", "masterqueues", masterqueue(nats_url, poolTimeout=30))
     async with running_controller(emu):
@@ -285,8 +304,12 @@ async def test_nats_credentials_can_come_from_a_secret(
 ) -> None:
     import base64
 
-    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": "nats-creds", "namespace": "kueue-nats"},
-              "data": {"url": base64.b64encode(nats_url.encode()).decode()}}
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "nats-creds", "namespace": "kueue-nats"},
+        "data": {"url": base64.b64encode(nats_url.encode()).decode()},
+    }
     emu.put_object("", "secrets", secret, namespace="kueue-nats")
     body = masterqueue("nats://127.0.0.1:1", poolTimeout=30)  # unreachable unless the Secret's url is used
     body["spec"]["flavors"][0]["natsFlavor"]["natsSecretRef"] = {"name": "nats-creds", "namespace": "kueue-nats"}

@@ -84,7 +84,9 @@ def test_master_quota_is_min_of_reported_and_nominal_and_lender_limit_is_set() -
     borrower = queues["borrower"]["spec"]
     assert borrower["cohortName"] == "co"
     assert borrower["resourceGroups"][0]["flavors"][0]["resources"][0] == {
-        "name": "cpu", "nominalQuota": "0", "borrowingLimit": "8"
+        "name": "cpu",
+        "nominalQuota": "0",
+        "borrowingLimit": "8",
     }
 
 
@@ -108,7 +110,8 @@ def test_explicit_pools_keep_their_order_and_regexp_pools_are_sorted() -> None:
         model.parse_masterqueue(body), {SOURCE: {p: report(p) for p in ("alpha", "zeta", "other")}}
     )
     assert [f["name"] for f in desired.cluster_queues[0]["spec"]["resourceGroups"][0]["flavors"]] == [
-        "mq-hpc-zeta", "mq-hpc-alpha"
+        "mq-hpc-zeta",
+        "mq-hpc-alpha",
     ]
 
 
@@ -123,10 +126,14 @@ def test_more_than_64_pools_are_excluded_with_a_warning() -> None:
 
 
 def test_v1beta1_uses_cohort_and_legacy_template_values_are_translated() -> None:
-    body = mq_body(template={
-        "cohort": "co", "stopPolicy": "StopAndHold", "admissionChecks": ["prov"],
-        "flavorFungibility": {"whenCanBorrow": "Borrow", "whenCanPreempt": "TryNextFlavor"},
-    })
+    body = mq_body(
+        template={
+            "cohort": "co",
+            "stopPolicy": "StopAndHold",
+            "admissionChecks": ["prov"],
+            "flavorFungibility": {"whenCanBorrow": "Borrow", "whenCanPreempt": "TryNextFlavor"},
+        }
+    )
     mq = model.parse_masterqueue(body)
     beta1 = reconcile.reconcile(mq, {SOURCE: {"p1": report("p1")}}, "v1beta1")
     beta2 = reconcile.reconcile(mq, {SOURCE: {"p1": report("p1")}}, "v1beta2")
@@ -154,7 +161,9 @@ def test_invalid_masterqueue_reports_every_problem_with_its_path() -> None:
 def test_reported_labels_and_taints_are_kept_only_when_valid() -> None:
     mq = model.parse_masterqueue(mq_body())
     rep = model.PoolReport(
-        pool="p1", capacity={"cpu": "1"}, received_at=0,
+        pool="p1",
+        capacity={"cpu": "1"},
+        received_at=0,
         labels={"site": "infn", "bad label": "x", "gpu": "True"},
         taints=(model.Taint("maint", "yes", "NoSchedule"), model.Taint("x", "y", "Sometimes")),
     )
@@ -204,11 +213,17 @@ def scenarios(draw: st.DrawFn) -> tuple[dict[str, Any], dict[model.NatsSource, d
     sources = [SOURCE, model.NatsSource("nats://other:4222", "site.resources")]
     for i in range(draw(st.integers(1, 3))):
         quota = draw(st.dictionaries(st.sampled_from(RESOURCE_NAMES), quantities, max_size=4))
-        lend = draw(st.lists(
-            st.builds(lambda q, limit: {"queue": q, "lendingLimit": limit}, st.sampled_from(["b1", "b2"]),
-                      st.dictionaries(st.sampled_from(RESOURCE_NAMES), quantities, max_size=3)),
-            max_size=2, unique_by=lambda d: d["queue"],
-        ))
+        lend = draw(
+            st.lists(
+                st.builds(
+                    lambda q, limit: {"queue": q, "lendingLimit": limit},
+                    st.sampled_from(["b1", "b2"]),
+                    st.dictionaries(st.sampled_from(RESOURCE_NAMES), quantities, max_size=3),
+                ),
+                max_size=2,
+                unique_by=lambda d: d["queue"],
+            )
+        )
         if draw(st.booleans()):
             groups.append({"name": f"local{i}", "localFlavor": {}, "nominalQuota": quota, "canLendTo": lend})
         else:
@@ -223,11 +238,17 @@ def scenarios(draw: st.DrawFn) -> tuple[dict[str, Any], dict[model.NatsSource, d
     reports = {
         src: {
             p: model.PoolReport(pool=p, capacity=cap, received_at=t)
-            for p, cap, t in draw(st.lists(
-                st.tuples(pool_names, st.dictionaries(st.sampled_from(RESOURCE_NAMES), quantities, max_size=5),
-                          st.floats(0, 100)),
-                max_size=8, unique_by=lambda x: x[0],
-            ))
+            for p, cap, t in draw(
+                st.lists(
+                    st.tuples(
+                        pool_names,
+                        st.dictionaries(st.sampled_from(RESOURCE_NAMES), quantities, max_size=5),
+                        st.floats(0, 100),
+                    ),
+                    max_size=8,
+                    unique_by=lambda x: x[0],
+                )
+            )
         }
         for src in sources
     }

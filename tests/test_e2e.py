@@ -12,9 +12,13 @@ async def test_a_pod_runs_init_then_containers_and_reports_each_exit_code_and_lo
     nats_url: str, tmp_path: Path
 ) -> None:
     async with full_stack(nats_url, tmp_path) as stack:
-        p = pod(init={"prep": ["sh", "-c", "echo prepared > ../prep-was-here"]},
-                containers={"one": ["sh", "-c", "echo from-one; test -f ../prep-was-here"],
-                            "two": ["sh", "-c", "echo from-two >&2"]})
+        p = pod(
+            init={"prep": ["sh", "-c", "echo prepared > ../prep-was-here"]},
+            containers={
+                "one": ["sh", "-c", "echo from-one; test -f ../prep-was-here"],
+                "two": ["sh", "-c", "echo from-two >&2"],
+            },
+        )
         response = await stack.post("/create", create_body(p))
         assert response.status_code == 200, response.text
         created = response.json()
@@ -28,7 +32,9 @@ async def test_a_pod_runs_init_then_containers_and_reports_each_exit_code_and_lo
         assert status["JID"] == created["PodJID"]
         assert [(c["name"], c["state"]["terminated"]["exitCode"]) for c in status["initContainers"]] == [("prep", 0)]
         assert [(c["name"], c["state"]["terminated"]["exitCode"]) for c in status["containers"]] == [
-            ("one", 0), ("two", 0)]
+            ("one", 0),
+            ("two", 0),
+        ]
         one = await stack.get("/getLogs", logs_body(p, "one"))
         two = await stack.get("/getLogs", logs_body(p, "two"))
         assert one.status_code == 200 and one.text == "from-one\n"
@@ -61,8 +67,10 @@ async def test_a_failing_init_container_stops_the_pod_and_every_container_is_ter
 ) -> None:
     async with full_stack(nats_url, tmp_path) as stack:
         marker = tmp_path / "main-ran"
-        p = pod(init={"prep": ["sh", "-c", "exit 3"], "never": ["touch", str(marker)]},
-                containers={"main": ["touch", str(marker)]})
+        p = pod(
+            init={"prep": ["sh", "-c", "exit 3"], "never": ["touch", str(marker)]},
+            containers={"main": ["touch", str(marker)]},
+        )
         assert (await stack.post("/create", create_body(p))).status_code == 200
 
         async def done() -> bool:

@@ -15,9 +15,7 @@ from interlink_nats.services.gateway.settings import GatewayNatsSettings, Gatewa
 from stack import create_body, eventually, full_stack, gateway_only, logs_body, new_pool, pod, terminated
 
 
-async def test_follow_streams_lines_as_they_are_written_until_the_container_ends(
-    nats_url: str, tmp_path: Path
-) -> None:
+async def test_follow_streams_lines_as_they_are_written_until_the_container_ends(nats_url: str, tmp_path: Path) -> None:
     async with full_stack(nats_url, tmp_path) as stack:
         p = pod(containers={"ticker": ["sh", "-c", "for i in 1 2 3 4 5; do echo tick-$i; sleep 0.4; done"]})
         assert (await stack.post("/create", create_body(p))).status_code == 200
@@ -108,8 +106,9 @@ async def test_the_gateway_listens_on_a_unix_socket(nats_url: str, tmp_path: Pat
     from interlink_nats.services.gateway.server import uvicorn_config
 
     sock = tmp_path / "gw.sock"
-    settings = GatewaySettings(nats=GatewayNatsSettings(url=nats_url), unix_socket=sock,
-                               events_durable=f"gw-{uuid.uuid4().hex[:8]}")
+    settings = GatewaySettings(
+        nats=GatewayNatsSettings(url=nats_url), unix_socket=sock, events_durable=f"gw-{uuid.uuid4().hex[:8]}"
+    )
     async with running_gateway(settings) as gateway:
         server = uvicorn.Server(uvicorn_config(build_app(gateway), settings))
         task = asyncio.create_task(server.serve())
@@ -202,8 +201,9 @@ async def test_secret_values_never_reach_the_logs(
         [main] = (await stack.status_of(p))["containers"]
         assert main["state"]["terminated"]["exitCode"] == 0, "the secret file was there for the container"
         rejected = create_body(pod(containers={"main": ["true"]}))
-        rejected["pod"]["spec"]["containers"][0]["env"] = [{"name": "X", "valueFrom": {"secretKeyRef": {
-            "name": "nope", "key": marker}}}]
+        rejected["pod"]["spec"]["containers"][0]["env"] = [
+            {"name": "X", "valueFrom": {"secretKeyRef": {"name": "nope", "key": marker}}}
+        ]
         assert (await stack.post("/create", rejected)).status_code == 422
         text = (await stack.http.get("/metrics")).text
     logged = "\n".join(record.getMessage() for record in caplog.records)

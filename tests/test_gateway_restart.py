@@ -28,8 +28,12 @@ class Proc:
 
     def start(self) -> Proc:
         with self.log.open("ab") as out:
-            self.proc = subprocess.Popen([str(BIN / "interlink-nats"), *self.args], env={**os.environ, **self.env},
-                                         stdout=out, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(
+                [str(BIN / "interlink-nats"), *self.args],
+                env={**os.environ, **self.env},
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
         return self
 
     def kill(self) -> None:
@@ -52,12 +56,36 @@ def world(nats_url: str, redis_server: RedisServer, tmp_path: Path) -> Iterator[
     port = free_port()
     config = tmp_path / "submitter.yaml"
     config.write_text("build_config:\n  runtime: CONTAINER_RUNTIME_NONE\n")
-    submitter = Proc(["submitter", "shell", "--config", str(config), "--pool", pool, "--nats-url", nats_url,
-                      "--state-dir", str(tmp_path / "site"), "--poll-interval", "0.3"], {},
-                     tmp_path / "submitter.log").start()
+    submitter = Proc(
+        [
+            "submitter",
+            "shell",
+            "--config",
+            str(config),
+            "--pool",
+            pool,
+            "--nats-url",
+            nats_url,
+            "--state-dir",
+            str(tmp_path / "site"),
+            "--poll-interval",
+            "0.3",
+        ],
+        {},
+        tmp_path / "submitter.log",
+    ).start()
     gateway_env = {"INTERLINK_GATEWAY_EVENTS_DURABLE": f"gw-{uuid.uuid4().hex[:8]}"}
-    gateway_args = ["gateway", "--nats-url", nats_url, "--port", str(port), "--redis-url", redis_server.url,
-                    "--default-pool", pool]
+    gateway_args = [
+        "gateway",
+        "--nats-url",
+        nats_url,
+        "--port",
+        str(port),
+        "--redis-url",
+        redis_server.url,
+        "--default-pool",
+        pool,
+    ]
     gateway = Proc(gateway_args, gateway_env, tmp_path / "gateway.log")
     try:
         yield {"gateway": gateway, "base": f"http://127.0.0.1:{port}", "redis": redis_server, "log": tmp_path}
@@ -100,8 +128,10 @@ async def check_all_pods_finish_with_right_logs(client: httpx.AsyncClient, pods:
 
 
 def make_pods(count: int) -> list[dict]:
-    return [pod(name=f"p{i}", containers={"main": ["sh", "-c", f"sleep {0.2 * (i % 5)}; echo pod p{i}"]})
-            for i in range(count)]
+    return [
+        pod(name=f"p{i}", containers={"main": ["sh", "-c", f"sleep {0.2 * (i % 5)}; echo pod p{i}"]})
+        for i in range(count)
+    ]
 
 
 async def test_kill_9_of_the_gateway_mid_run_loses_no_pod(world: dict) -> None:

@@ -11,8 +11,10 @@ from interlink_nats.services.gateway import wire
 from interlink_nats.services.gateway.routing import pool_for_pod
 
 UID = "6f1c2e9a-1111-2222-3333-444455556666"
-POD = {"metadata": {"name": "hello", "namespace": "default", "uid": UID},
-       "spec": {"containers": [{"name": "main", "image": "busybox", "command": ["true"]}]}}
+POD = {
+    "metadata": {"name": "hello", "namespace": "default", "uid": UID},
+    "spec": {"containers": [{"name": "main", "image": "busybox", "command": ["true"]}]},
+}
 
 
 def body(data: object) -> bytes:
@@ -62,11 +64,25 @@ def test_status_names_the_bad_pod_by_index() -> None:
 
 
 def test_logs_read_bytes_not_limitbytes_and_treat_go_zero_time_as_unset() -> None:
-    request = wire.parse_logs(body({
-        "Namespace": "default", "PodUID": UID, "PodName": "hello", "ContainerName": "main",
-        "Opts": {"Tail": 0, "Bytes": 100, "Timestamps": False, "Follow": True, "Previous": False,
-                 "SinceSeconds": 0, "SinceTime": "0001-01-01T00:00:00Z"},
-    }))
+    request = wire.parse_logs(
+        body(
+            {
+                "Namespace": "default",
+                "PodUID": UID,
+                "PodName": "hello",
+                "ContainerName": "main",
+                "Opts": {
+                    "Tail": 0,
+                    "Bytes": 100,
+                    "Timestamps": False,
+                    "Follow": True,
+                    "Previous": False,
+                    "SinceSeconds": 0,
+                    "SinceTime": "0001-01-01T00:00:00Z",
+                },
+            }
+        )
+    )
     assert request.limit_bytes == 100
     assert request.tail is None
     assert request.follow is True
@@ -75,17 +91,30 @@ def test_logs_read_bytes_not_limitbytes_and_treat_go_zero_time_as_unset() -> Non
 
 def test_logs_since_seconds_becomes_an_absolute_time() -> None:
     now = datetime(2026, 1, 1, 12, tzinfo=UTC)
-    request = wire.parse_logs(body({
-        "Namespace": "d", "PodUID": UID, "PodName": "p", "ContainerName": "c", "Opts": {"SinceSeconds": 60},
-    }), now=now)
+    request = wire.parse_logs(
+        body(
+            {
+                "Namespace": "d",
+                "PodUID": UID,
+                "PodName": "p",
+                "ContainerName": "c",
+                "Opts": {"SinceSeconds": 60},
+            }
+        ),
+        now=now,
+    )
     assert request.since == now - timedelta(seconds=60)
 
 
 @pytest.mark.parametrize(
     ("opts", "field"),
-    [({"Tail": "10"}, "Opts.Tail"), ({"Tail": -1}, "Opts.Tail"), ({"Follow": "yes"}, "Opts.Follow"),
-     ({"SinceTime": "yesterday"}, "Opts.SinceTime"),
-     ({"SinceSeconds": 5, "SinceTime": "2026-01-01T00:00:00Z"}, "Opts")],
+    [
+        ({"Tail": "10"}, "Opts.Tail"),
+        ({"Tail": -1}, "Opts.Tail"),
+        ({"Follow": "yes"}, "Opts.Follow"),
+        ({"SinceTime": "yesterday"}, "Opts.SinceTime"),
+        ({"SinceSeconds": 5, "SinceTime": "2026-01-01T00:00:00Z"}, "Opts"),
+    ],
 )
 def test_logs_reject_bad_options_naming_them(opts: dict[str, object], field: str) -> None:
     with pytest.raises(wire.BadRequest) as caught:
@@ -95,19 +124,38 @@ def test_logs_reject_bad_options_naming_them(opts: dict[str, object], field: str
 
 def test_pod_status_reports_every_container_with_vk_field_names() -> None:
     t0 = datetime(2026, 1, 1, 10, tzinfo=UTC)
-    status = pb.JobStatus(state=pb.JobState.FAILED, containers=[
-        pb.ContainerStatus(name="prep", init=True, phase=pb.ContainerPhase.TERMINATED, exit_code=3,
-                           started_at=t0, finished_at=t0 + timedelta(seconds=5), reason="Error"),
-        pb.ContainerStatus(name="main", phase=pb.ContainerPhase.TERMINATED, exit_code=3,
-                           reason="InitFailed", message="init container prep failed"),
-        pb.ContainerStatus(name="side", phase=pb.ContainerPhase.RUNNING, started_at=t0),
-        pb.ContainerStatus(name="late", phase=pb.ContainerPhase.WAITING, reason="Pending"),
-    ])
+    status = pb.JobStatus(
+        state=pb.JobState.FAILED,
+        containers=[
+            pb.ContainerStatus(
+                name="prep",
+                init=True,
+                phase=pb.ContainerPhase.TERMINATED,
+                exit_code=3,
+                started_at=t0,
+                finished_at=t0 + timedelta(seconds=5),
+                reason="Error",
+            ),
+            pb.ContainerStatus(
+                name="main",
+                phase=pb.ContainerPhase.TERMINATED,
+                exit_code=3,
+                reason="InitFailed",
+                message="init container prep failed",
+            ),
+            pb.ContainerStatus(name="side", phase=pb.ContainerPhase.RUNNING, started_at=t0),
+            pb.ContainerStatus(name="late", phase=pb.ContainerPhase.WAITING, reason="Pending"),
+        ],
+    )
     out = wire.pod_status_json(wire.PodIdentity(UID, "default", "hello"), "42", status, {"main": "busybox"})
     assert out["UID"] == UID and out["JID"] == "42" and out["name"] == "hello" and out["namespace"] == "default"
     assert [c["name"] for c in out["initContainers"]] == ["prep"]
     assert out["initContainers"][0]["state"]["terminated"] == {
-        "exitCode": 3, "reason": "Error", "startedAt": "2026-01-01T10:00:00Z", "finishedAt": "2026-01-01T10:00:05Z"}
+        "exitCode": 3,
+        "reason": "Error",
+        "startedAt": "2026-01-01T10:00:00Z",
+        "finishedAt": "2026-01-01T10:00:05Z",
+    }
     main, side, late = out["containers"]
     assert main["state"]["terminated"]["exitCode"] == 3 and main["image"] == "busybox"
     assert side["state"] == {"running": {"startedAt": "2026-01-01T10:00:00Z"}} and side["ready"] is True
@@ -116,8 +164,11 @@ def test_pod_status_reports_every_container_with_vk_field_names() -> None:
 
 def test_ping_aggregates_live_pools_and_omits_zero_resources() -> None:
     reports = [
-        pb.ResourceReport(pool="a", capacity={"cpu": "64", "memory": "128Gi", "nvidia.com/gpu": "4", "pods": "100"},
-                          taints=[pb.Taint(key="site", value="a", effect="NoSchedule")]),
+        pb.ResourceReport(
+            pool="a",
+            capacity={"cpu": "64", "memory": "128Gi", "nvidia.com/gpu": "4", "pods": "100"},
+            taints=[pb.Taint(key="site", value="a", effect="NoSchedule")],
+        ),
         pb.ResourceReport(pool="b", capacity={"cpu": "500m", "memory": "1Gi", "nvidia.com/gpu": "0"}),
     ]
     out = wire.ping_response(reports)
@@ -131,8 +182,14 @@ def test_ping_aggregates_live_pools_and_omits_zero_resources() -> None:
 
 
 def test_pool_comes_from_the_toleration_kueue_injects() -> None:
-    pod = {"spec": {"tolerations": [{"key": "virtual-node.interlink/no-schedule", "operator": "Exists"},
-                                    {"key": "pool.vk.io", "operator": "Equal", "value": "site-a"}]}}
+    pod = {
+        "spec": {
+            "tolerations": [
+                {"key": "virtual-node.interlink/no-schedule", "operator": "Exists"},
+                {"key": "pool.vk.io", "operator": "Equal", "value": "site-a"},
+            ]
+        }
+    }
     assert pool_for_pod(pod, None) == "site-a"
     assert pool_for_pod({"spec": {"nodeSelector": {"pool.vk.io": "b"}}}, None) == "b"
     assert pool_for_pod({"spec": {}}, "local") == "local"
@@ -140,9 +197,11 @@ def test_pool_comes_from_the_toleration_kueue_injects() -> None:
 
 @pytest.mark.parametrize(
     ("spec", "needle"),
-    [({}, "names no pool"),
-     ({"tolerations": [{"key": "pool.vk.io", "value": "a"}], "nodeSelector": {"pool.vk.io": "b"}}, "more than one"),
-     ({"tolerations": [{"key": "pool.vk.io", "value": "Bad.Pool"}]}, "invalid pool name")],
+    [
+        ({}, "names no pool"),
+        ({"tolerations": [{"key": "pool.vk.io", "value": "a"}], "nodeSelector": {"pool.vk.io": "b"}}, "more than one"),
+        ({"tolerations": [{"key": "pool.vk.io", "value": "Bad.Pool"}]}, "invalid pool name"),
+    ],
 )
 def test_pool_problems_are_4xx_with_a_reason(spec: dict[str, object], needle: str) -> None:
     with pytest.raises(wire.BadRequest) as caught:

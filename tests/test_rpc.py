@@ -123,11 +123,20 @@ async def eventually(predicate: Callable[[], bool], within: float = 10.0) -> Non
         submit_request(script="x" * 4096),
         SubmitRequest(job=JobScript(resources=ResourceRequest(cpu_millis=1500, wall_time=timedelta(hours=2)))),
         GetStatusResponse(
-            statuses=[JobStatus(
-                job_id="123", state=JobState.RUNNING,
-                containers=[ContainerStatus(name="main", phase=ContainerPhase.TERMINATED, exit_code=0,
-                                            started_at=datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC))],
-            )],
+            statuses=[
+                JobStatus(
+                    job_id="123",
+                    state=JobState.RUNNING,
+                    containers=[
+                        ContainerStatus(
+                            name="main",
+                            phase=ContainerPhase.TERMINATED,
+                            exit_code=0,
+                            started_at=datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC),
+                        )
+                    ],
+                )
+            ],
             unknown_pod_uids=["gone"],
         ),
         GetLogsResponse(data=bytes(range(256)), offset=2**40),
@@ -280,9 +289,7 @@ async def test_closed_connection_is_unavailable_not_a_nats_error(nats_url: str, 
 # --- pools and queue groups ------------------------------------------------------------------
 
 
-async def test_queue_group_hands_each_request_to_exactly_one_server(
-    serve: Serve, client_nc: NATS, pool: str
-) -> None:
+async def test_queue_group_hands_each_request_to_exactly_one_server(serve: Serve, client_nc: NATS, pool: str) -> None:
     first, second = Recorder("first"), Recorder("second")
     first.delay = second.delay = 0.005
     await serve(first, pool)
@@ -381,9 +388,7 @@ async def test_stop_lets_in_flight_calls_finish(server_nc: NATS, client_nc: NATS
     assert caught.value.status is Status.UNAVAILABLE
 
 
-async def test_stop_after_grace_cancels_and_answers_unavailable(
-    server_nc: NATS, client_nc: NATS, pool: str
-) -> None:
+async def test_stop_after_grace_cancels_and_answers_unavailable(server_nc: NATS, client_nc: NATS, pool: str) -> None:
     service = Recorder()
     service.delay = 60
     server = RpcServer(server_nc, [service], pool=pool)

@@ -59,8 +59,11 @@ async def test_ping_answers_on_all_three_subjects(nc: NATS, server: RpcServer, n
     for subject in (f"$SRV.PING.{name}", f"$SRV.PING.{name}.{server.micro.id}"):
         ping = await ask(nc, subject)
         assert ping == {
-            "type": "io.nats.micro.v1.ping_response", "name": name, "id": server.micro.id,
-            "version": ping["version"], "metadata": {"site": "cineca", "pool": "gpu-a"},
+            "type": "io.nats.micro.v1.ping_response",
+            "name": name,
+            "id": server.micro.id,
+            "version": ping["version"],
+            "metadata": {"site": "cineca", "pool": "gpu-a"},
         }
         assert SEMVER.match(ping["version"])
 

@@ -93,10 +93,15 @@ def test_nats_errors_become_grpc_errors(exc: Exception, status: Status) -> None:
 
 VALID = [
     SubmitRequest(),
-    SubmitRequest(job=JobScript(pod=PodRef(uid="u"), script="é" * 100, containers=["a", "b"],
-                                resources=ResourceRequest(cpu_millis=-5, wall_time=timedelta(seconds=90)))),
-    GetStatusResponse(statuses=[JobStatus(containers=[ContainerStatus(exit_code=-1,
-                                                                      started_at=datetime.now(UTC))])]),
+    SubmitRequest(
+        job=JobScript(
+            pod=PodRef(uid="u"),
+            script="é" * 100,
+            containers=["a", "b"],
+            resources=ResourceRequest(cpu_millis=-5, wall_time=timedelta(seconds=90)),
+        )
+    ),
+    GetStatusResponse(statuses=[JobStatus(containers=[ContainerStatus(exit_code=-1, started_at=datetime.now(UTC))])]),
     GetLogsRequest(tail_lines=10, offset=2**63),
 ]
 
@@ -149,6 +154,7 @@ def test_strict_check_only_ever_raises_wire_format_error(data: bytes) -> None:
 @settings(max_examples=100, deadline=None)
 @given(st.text(max_size=50), st.lists(st.text(max_size=10), max_size=5), st.integers(-(2**63), 2**63 - 1))
 def test_strict_check_accepts_any_valid_submit_request(script: str, containers: list[str], cpu: int) -> None:
-    message = SubmitRequest(job=JobScript(script=script, containers=containers,
-                                          resources=ResourceRequest(cpu_millis=cpu)))
+    message = SubmitRequest(
+        job=JobScript(script=script, containers=containers, resources=ResourceRequest(cpu_millis=cpu))
+    )
     strict.check(bytes(message), SubmitRequest)

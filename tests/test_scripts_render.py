@@ -505,14 +505,20 @@ def test_bind_unsafe_host_path_rejected() -> None:
     ("patch", "field"),
     [
         ({"resources": {"claims": [{"name": "gpu"}]}}, "spec.containers[0].resources.claims"),
-        ({"volumeMounts": [{"name": "v", "mountPath": "/v", "recursiveReadOnly": "Enabled"}]},
-         "spec.containers[0].volumeMounts[0].recursiveReadOnly"),
+        (
+            {"volumeMounts": [{"name": "v", "mountPath": "/v", "recursiveReadOnly": "Enabled"}]},
+            "spec.containers[0].volumeMounts[0].recursiveReadOnly",
+        ),
     ],
 )
 def test_fields_that_cannot_be_honoured_are_rejected_not_dropped(patch: dict[str, object], field: str) -> None:
-    pod = {"metadata": {"name": "p", "namespace": "d", "uid": "u-1"},
-           "spec": {"containers": [{"name": "c", "image": "busybox", "command": ["true"], **patch}],
-                    "volumes": [{"name": "v", "emptyDir": {}}]}}
+    pod = {
+        "metadata": {"name": "p", "namespace": "d", "uid": "u-1"},
+        "spec": {
+            "containers": [{"name": "c", "image": "busybox", "command": ["true"], **patch}],
+            "volumes": [{"name": "v", "emptyDir": {}}],
+        },
+    }
     with pytest.raises(PodRejected) as caught:
         render_job({"pod": pod}, pb.BuildConfig(runtime=pb.ContainerRuntime.NONE))
     assert caught.value.field == field

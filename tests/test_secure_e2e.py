@@ -28,13 +28,20 @@ def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureStack]:
 async def test_a_pod_runs_end_to_end_with_the_site_on_wss(secure: SecureStack, tmp_path: Path) -> None:
     pool_cred = secure.cred(f"pool-{POOL}")
     site = SubmitterSettings.load(
-        pool=POOL, backend="shell", nats_url=[secure.wss_url], state_dir=tmp_path / "site",
-        nats_nkey_seed_file=secure.written.seed_files[f"pool-{POOL}"], tls_ca_file=secure.tls.ca_cert,
-        build_config={"runtime": "CONTAINER_RUNTIME_NONE"}, poll_interval=0.2,
+        pool=POOL,
+        backend="shell",
+        nats_url=[secure.wss_url],
+        state_dir=tmp_path / "site",
+        nats_nkey_seed_file=secure.written.seed_files[f"pool-{POOL}"],
+        tls_ca_file=secure.tls.ca_cert,
+        build_config={"runtime": "CONTAINER_RUNTIME_NONE"},
+        poll_interval=0.2,
     )
     gateway_cred = secure.cred("gateway")
     gateway_nats = GatewayNatsSettings(
-        url=secure.tls_url, nkey_seed_file=secure.written.seed_files["gateway"], tls_ca_file=secure.tls.ca_cert,
+        url=secure.tls_url,
+        nkey_seed_file=secure.written.seed_files["gateway"],
+        tls_ca_file=secure.tls.ca_cert,
         inbox_prefix=gateway_cred.inbox_prefix,
     )
     assert pool_cred.inbox_prefix != gateway_cred.inbox_prefix

@@ -84,14 +84,25 @@ async def nc(nats_url: str) -> AsyncIterator[nats.NATS]:
 
 
 async def test_a_job_runs_through_slurm_with_exact_exit_codes_logs_and_events(
-    submitter: Submitter, client: pb.SubmitterServiceStub, slurm: SlurmCluster, tmp_path: Path, nc: nats.NATS,
+    submitter: Submitter,
+    client: pb.SubmitterServiceStub,
+    slurm: SlurmCluster,
+    tmp_path: Path,
+    nc: nats.NATS,
     pool: str,
 ) -> None:
     events = await nc.jetstream().subscribe(events_subject(pool), ordered_consumer=True)
     u = str(uuid.uuid4())
     gate = tmp_path / "gate"
-    job = pod_job(u, {"main": f"echo one; echo two; while [ ! -e {gate} ]; do sleep 0.1; done; echo three; exit 3",
-                      "side": "echo side"}, init={"prep": "echo prep"}, limits={"cpu": "1", "memory": "64Mi"})
+    job = pod_job(
+        u,
+        {
+            "main": f"echo one; echo two; while [ ! -e {gate} ]; do sleep 0.1; done; echo three; exit 3",
+            "side": "echo side",
+        },
+        init={"prep": "echo prep"},
+        limits={"cpu": "1", "memory": "64Mi"},
+    )
     resp = await client.submit(pb.SubmitRequest(job=job))
     assert resp.created
     assert resp.job_id.isdigit()
@@ -117,12 +128,15 @@ async def test_a_job_runs_through_slurm_with_exact_exit_codes_logs_and_events(
     st = await until_terminal(client, u)
     assert st.state == pb.JobState.FAILED
     assert [(c.name, c.phase, c.exit_code) for c in st.containers] == [
-        ("prep", Phase.TERMINATED, 0), ("main", Phase.TERMINATED, 3), ("side", Phase.TERMINATED, 0),
+        ("prep", Phase.TERMINATED, 0),
+        ("main", Phase.TERMINATED, 3),
+        ("side", Phase.TERMINATED, 0),
     ]
     after = b"".join([c.data async for c in client.get_logs(pb.GetLogsRequest(pod_uid=u, container="main"))])
     assert after == b"one\ntwo\nthree\n"
 
     seen: list[pb.JobState] = []
+
     async def terminal_event() -> bool:
         try:
             while True:
@@ -161,9 +175,7 @@ async def test_cancel_scancels_the_job_and_removes_its_files(
     assert (await client.cancel(pb.CancelRequest(pod_uid=u))).found
 
 
-async def test_jobs_slurm_refuses_fail_with_its_message(
-    submitter: Submitter, client: pb.SubmitterServiceStub
-) -> None:
+async def test_jobs_slurm_refuses_fail_with_its_message(submitter: Submitter, client: pb.SubmitterServiceStub) -> None:
     u = str(uuid.uuid4())
     job = pod_job(u, {"main": "true"})
     job.backend_flags = ["--gres=gpu:1"]  # this cluster has no GPUs

@@ -71,9 +71,18 @@ def test_sacct_lines_become_observations() -> None:
 
 @pytest.mark.parametrize(
     ("raw", "state"),
-    [("PENDING", B.QUEUED), ("CANCELLED by 1000", B.CANCELLED), ("NODE_FAIL", B.NODE_FAIL),
-     ("BOOT_FAIL", B.NODE_FAIL), ("PREEMPTED", B.PREEMPTED), ("DEADLINE", B.DEADLINE), ("SUSPENDED", B.RUNNING),
-     ("REQUEUED", B.QUEUED), ("completed", B.COMPLETED), ("NOPE", None)],
+    [
+        ("PENDING", B.QUEUED),
+        ("CANCELLED by 1000", B.CANCELLED),
+        ("NODE_FAIL", B.NODE_FAIL),
+        ("BOOT_FAIL", B.NODE_FAIL),
+        ("PREEMPTED", B.PREEMPTED),
+        ("DEADLINE", B.DEADLINE),
+        ("SUSPENDED", B.RUNNING),
+        ("REQUEUED", B.QUEUED),
+        ("completed", B.COMPLETED),
+        ("NOPE", None),
+    ],
 )
 def test_state_words(raw: str, state: B | None) -> None:
     assert sp.map_state(raw) is state
@@ -90,8 +99,9 @@ def test_sinfo_counts_each_node_once() -> None:
 
 
 def test_resources_become_sbatch_flags() -> None:
-    req = pb.ResourceRequest(cpu_millis=1500, memory_bytes=100 * 2**20 + 1, gpus=2,
-                             wall_time=dt.timedelta(hours=25, seconds=1))
+    req = pb.ResourceRequest(
+        cpu_millis=1500, memory_bytes=100 * 2**20 + 1, gpus=2, wall_time=dt.timedelta(hours=25, seconds=1)
+    )
     assert sp.resource_flags(req) == ["--cpus-per-task=2", "--mem=101M", "--gres=gpu:2", "--time=1-01:01:00"]
     assert sp.resource_flags(pb.ResourceRequest()) == []
     assert sp.resource_flags(None) == []
@@ -99,11 +109,28 @@ def test_resources_become_sbatch_flags() -> None:
 
 def test_sbatch_argv_orders_flags_by_precedence_and_controls_its_own() -> None:
     argv = sp.sbatch_argv(
-        "sbatch", uid="u1", job_dir="/s/jobs/u1", script="/s/jobs/u1/job.sh", pool_flags=["-p", "batch", "--mem=1G"],
-        pod_flags=["--qos=high", "--mem=2G"], resources=pb.ResourceRequest(memory_bytes=2**30 * 3),
+        "sbatch",
+        uid="u1",
+        job_dir="/s/jobs/u1",
+        script="/s/jobs/u1/job.sh",
+        pool_flags=["-p", "batch", "--mem=1G"],
+        pod_flags=["--qos=high", "--mem=2G"],
+        resources=pb.ResourceRequest(memory_bytes=2**30 * 3),
     )
-    assert argv == ["sbatch", "-p", "batch", "--mem=1G", "--qos=high", "--mem=2G", "--mem=3072M", "--job-name=u1",
-                    "--chdir=/s/jobs/u1", "--output=/s/jobs/u1/job.out", "--parsable", "/s/jobs/u1/job.sh"]
+    assert argv == [
+        "sbatch",
+        "-p",
+        "batch",
+        "--mem=1G",
+        "--qos=high",
+        "--mem=2G",
+        "--mem=3072M",
+        "--job-name=u1",
+        "--chdir=/s/jobs/u1",
+        "--output=/s/jobs/u1/job.out",
+        "--parsable",
+        "/s/jobs/u1/job.sh",
+    ]
 
 
 @pytest.mark.parametrize(

@@ -33,13 +33,29 @@ TERMINAL = {pb.JobState.SUCCEEDED, pb.JobState.FAILED, pb.JobState.CANCELLED, pb
 
 
 async def start_cli(state_dir: Path, nats_url: str, pool: str, log: Path) -> asyncio.subprocess.Process:
-    args = [sys.executable, "-m", "interlink_nats.submitters.cli", "shell", "--pool", pool, "--nats-url", nats_url,
-            "--state-dir", str(state_dir), "--poll-interval", "0.2", "--max-concurrent-jobs", "32",
-            "--log-level", "warning"]
+    args = [
+        sys.executable,
+        "-m",
+        "interlink_nats.submitters.cli",
+        "shell",
+        "--pool",
+        pool,
+        "--nats-url",
+        nats_url,
+        "--state-dir",
+        str(state_dir),
+        "--poll-interval",
+        "0.2",
+        "--max-concurrent-jobs",
+        "32",
+        "--log-level",
+        "warning",
+    ]
     fh = log.open("ab")
     try:
-        return await asyncio.create_subprocess_exec(*args, stdout=fh, stderr=fh, stdin=asyncio.subprocess.DEVNULL,
-                                                    start_new_session=True)
+        return await asyncio.create_subprocess_exec(
+            *args, stdout=fh, stderr=fh, stdin=asyncio.subprocess.DEVNULL, start_new_session=True
+        )
     finally:
         fh.close()
 
@@ -102,8 +118,9 @@ async def test_kill_9_during_1000_creates_loses_nothing_and_runs_nothing_twice(
 
     t0 = time.monotonic()
     creates = asyncio.gather(*(one(j) for j in jobs))
-    await wait_for(lambda: asyncio.sleep(0, len(answered) >= 250), timeout=40, interval=0.01,
-                   what="250 answered creates")
+    await wait_for(
+        lambda: asyncio.sleep(0, len(answered) >= 250), timeout=40, interval=0.01, what="250 answered creates"
+    )
     os.kill(proc.pid, signal.SIGKILL)
     await proc.wait()
     killed_at = len(answered)

@@ -54,10 +54,12 @@ def test_stamper_prefixes_every_line_across_chunk_boundaries() -> None:
     index = [Checkpoint(1_000_000_000, 4), Checkpoint(2_000_000_000, 10)]
     s = Stamper(index, 0, fallback_ns=3_000_000_000)
     out = s.feed(b"ab\ncd") + s.feed(b"e\nfg\n") + s.feed(b"tail")
-    assert out == (b"1970-01-01T00:00:01.000000000Z ab\n"
-                   b"1970-01-01T00:00:01.000000000Z cde\n"  # its first byte (offset 3) was seen first
-                   b"1970-01-01T00:00:02.000000000Z fg\n"
-                   b"1970-01-01T00:00:03.000000000Z tail")  # beyond every checkpoint: the read time
+    assert out == (
+        b"1970-01-01T00:00:01.000000000Z ab\n"
+        b"1970-01-01T00:00:01.000000000Z cde\n"  # its first byte (offset 3) was seen first
+        b"1970-01-01T00:00:02.000000000Z fg\n"
+        b"1970-01-01T00:00:03.000000000Z tail"
+    )  # beyond every checkpoint: the read time
     s.add(Checkpoint(4_000_000_000, 20))
     assert s.feed(b"\nx") == b"\n1970-01-01T00:00:04.000000000Z x"  # offset 15: first seen at the added one
     assert s.index[-1] == Checkpoint(4_000_000_000, 20)
@@ -136,8 +138,11 @@ async def test_since_time_and_timestamps_through_the_shell_submitter(
         stamped = (await logs(timestamps=True)).splitlines()
         parsed = [STAMP.match(line) for line in stamped]
         assert all(parsed) and [m.group(2) for m in parsed if m] == [b"early", b"late"]
-        times = [dt.datetime.strptime(m.group(1).decode()[:26] + "Z", "%Y-%m-%dT%H:%M:%S.%fZ").replace(
-            tzinfo=dt.UTC) for m in parsed if m]
+        times = [
+            dt.datetime.strptime(m.group(1).decode()[:26] + "Z", "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=dt.UTC)
+            for m in parsed
+            if m
+        ]
         assert times[0] <= middle <= times[1]
         both = await logs(since_time=middle, timestamps=True)
         assert STAMP.match(both.rstrip(b"\n")) and both.endswith(b" late\n") and both.count(b"\n") == 1

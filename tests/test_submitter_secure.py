@@ -18,9 +18,7 @@ from tls import SecureStack, stack_fixture
 
 # nats-py hands aiohttp a float connect timeout for wss://; under pyproject's "warnings are errors"
 # that would fail every WebSocket connect (production only sees a warning).
-pytestmark = pytest.mark.filterwarnings(
-    "ignore:parameter 'timeout' of type 'float' is deprecated:DeprecationWarning"
-)
+pytestmark = pytest.mark.filterwarnings("ignore:parameter 'timeout' of type 'float' is deprecated:DeprecationWarning")
 
 
 @pytest.fixture(scope="module")
@@ -37,7 +35,10 @@ async def test_a_pool_credential_over_tls_serves_jobs_and_publishes_events(
         await ensure_events_stream(gateway.jetstream())
         url = stack.wss_url if scheme == "wss" else stack.tls_url
         settings = settings_for(
-            tmp_path / "state", url, pool="a", nats_nkey_seed_file=stack.written.seed_files["pool-a"],
+            tmp_path / "state",
+            url,
+            pool="a",
+            nats_nkey_seed_file=stack.written.seed_files["pool-a"],
             tls_ca_file=stack.tls.ca_cert,
         )
         caplog.set_level(logging.WARNING)
@@ -63,8 +64,15 @@ async def test_a_pool_credential_over_tls_serves_jobs_and_publishes_events(
 def test_connect_options_carry_auth_tls_and_the_private_inbox(tmp_path: Path) -> None:
     seed = tmp_path / "pool.nk"
     seed.write_text("SUA...")
-    settings = settings_for(tmp_path, ["tls://n1:4222", "wss://edge.example/nats"], pool="site-a",
-                            nats_user="u", nats_password="p", nats_token="t", nats_nkey_seed_file=seed)
+    settings = settings_for(
+        tmp_path,
+        ["tls://n1:4222", "wss://edge.example/nats"],
+        pool="site-a",
+        nats_user="u",
+        nats_password="p",
+        nats_token="t",
+        nats_nkey_seed_file=seed,
+    )
     opts = connect_options(settings, name="x")
     assert opts["servers"] == ["tls://n1:4222", "wss://edge.example/nats"]
     assert opts["max_reconnect_attempts"] == -1

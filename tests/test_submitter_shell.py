@@ -245,8 +245,9 @@ async def test_announcements_carry_the_build_config_and_follow_file_changes(
     cfg.write_text("runtime: none\nscratch_dir: /scratch/a\n")
     configs = await nc.subscribe(config_subject(pool))
     resources = await nc.subscribe(resources_subject(pool))
-    settings = settings_for(tmp_path / "state", nats_url, pool=pool, build_config_file=cfg,
-                            capacity={"pods": "7"}, labels={"site": "here"})
+    settings = settings_for(
+        tmp_path / "state", nats_url, pool=pool, build_config_file=cfg, capacity={"pods": "7"}, labels={"site": "here"}
+    )
     async with Submitter(settings):
         first = pb.BuildConfig.parse((await configs.next_msg(timeout=5)).data)
         assert first.runtime == pb.ContainerRuntime.NONE

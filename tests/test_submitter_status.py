@@ -34,82 +34,148 @@ def view(status: pb.JobStatus) -> list[tuple[str, P, int | None, str]]:
 
 CASES = {
     "not at the backend yet: all waiting": (
-        None, {}, S.PENDING,
+        None,
+        {},
+        S.PENDING,
         [("init", P.WAITING, None, "Queued"), ("main", P.WAITING, None, "Queued"), ("side", P.WAITING, None, "Queued")],
     ),
     "queued in slurm": (
-        Observation(B.QUEUED, reason="Priority"), {}, S.PENDING,
+        Observation(B.QUEUED, reason="Priority"),
+        {},
+        S.PENDING,
         [("init", P.WAITING, None, "Queued"), ("main", P.WAITING, None, "Queued"), ("side", P.WAITING, None, "Queued")],
     ),
     "init running": (
-        Observation(B.RUNNING), {"init": RUN}, S.RUNNING,
-        [("init", P.RUNNING, None, ""), ("main", P.WAITING, None, "PodInitializing"),
-         ("side", P.WAITING, None, "PodInitializing")],
+        Observation(B.RUNNING),
+        {"init": RUN},
+        S.RUNNING,
+        [
+            ("init", P.RUNNING, None, ""),
+            ("main", P.WAITING, None, "PodInitializing"),
+            ("side", P.WAITING, None, "PodInitializing"),
+        ],
     ),
     "mains running": (
-        Observation(B.RUNNING), {"init": done(0), "main": RUN, "side": RUN}, S.RUNNING,
+        Observation(B.RUNNING),
+        {"init": done(0), "main": RUN, "side": RUN},
+        S.RUNNING,
         [("init", P.TERMINATED, 0, "Completed"), ("main", P.RUNNING, None, ""), ("side", P.RUNNING, None, "")],
     ),
     "one main finished while the other runs": (
-        Observation(B.RUNNING), {"init": done(0), "main": done(0), "side": RUN}, S.RUNNING,
-        [("init", P.TERMINATED, 0, "Completed"), ("main", P.TERMINATED, 0, "Completed"),
-         ("side", P.RUNNING, None, "")],
+        Observation(B.RUNNING),
+        {"init": done(0), "main": done(0), "side": RUN},
+        S.RUNNING,
+        [("init", P.TERMINATED, 0, "Completed"), ("main", P.TERMINATED, 0, "Completed"), ("side", P.RUNNING, None, "")],
     ),
     "all succeeded": (
-        Observation(B.COMPLETED, 0), {"init": done(0), "main": done(0), "side": done(0)}, S.SUCCEEDED,
-        [("init", P.TERMINATED, 0, "Completed"), ("main", P.TERMINATED, 0, "Completed"),
-         ("side", P.TERMINATED, 0, "Completed")],
+        Observation(B.COMPLETED, 0),
+        {"init": done(0), "main": done(0), "side": done(0)},
+        S.SUCCEEDED,
+        [
+            ("init", P.TERMINATED, 0, "Completed"),
+            ("main", P.TERMINATED, 0, "Completed"),
+            ("side", P.TERMINATED, 0, "Completed"),
+        ],
     ),
     "a main failed: exact code from its file": (
-        Observation(B.FAILED, 3), {"init": done(0), "main": done(3), "side": done(0)}, S.FAILED,
-        [("init", P.TERMINATED, 0, "Completed"), ("main", P.TERMINATED, 3, "Error"),
-         ("side", P.TERMINATED, 0, "Completed")],
+        Observation(B.FAILED, 3),
+        {"init": done(0), "main": done(3), "side": done(0)},
+        S.FAILED,
+        [
+            ("init", P.TERMINATED, 0, "Completed"),
+            ("main", P.TERMINATED, 3, "Error"),
+            ("side", P.TERMINATED, 0, "Completed"),
+        ],
     ),
     "failed init terminates the mains even while the job still runs": (
-        Observation(B.RUNNING), {"init": done(7)}, S.RUNNING,
-        [("init", P.TERMINATED, 7, "Error"), ("main", P.TERMINATED, 7, "InitContainerFailed"),
-         ("side", P.TERMINATED, 7, "InitContainerFailed")],
+        Observation(B.RUNNING),
+        {"init": done(7)},
+        S.RUNNING,
+        [
+            ("init", P.TERMINATED, 7, "Error"),
+            ("main", P.TERMINATED, 7, "InitContainerFailed"),
+            ("side", P.TERMINATED, 7, "InitContainerFailed"),
+        ],
     ),
     "failed init, job over": (
-        Observation(B.FAILED, 7), {"init": done(7)}, S.FAILED,
-        [("init", P.TERMINATED, 7, "Error"), ("main", P.TERMINATED, 7, "InitContainerFailed"),
-         ("side", P.TERMINATED, 7, "InitContainerFailed")],
+        Observation(B.FAILED, 7),
+        {"init": done(7)},
+        S.FAILED,
+        [
+            ("init", P.TERMINATED, 7, "Error"),
+            ("main", P.TERMINATED, 7, "InitContainerFailed"),
+            ("side", P.TERMINATED, 7, "InitContainerFailed"),
+        ],
     ),
     "out of memory: 137 OOMKilled for what left no exit file": (
-        Observation(B.OUT_OF_MEMORY, 0, 9, raw_state="OUT_OF_MEMORY"), {"init": done(0), "main": RUN, "side": done(0)},
+        Observation(B.OUT_OF_MEMORY, 0, 9, raw_state="OUT_OF_MEMORY"),
+        {"init": done(0), "main": RUN, "side": done(0)},
         S.FAILED,
-        [("init", P.TERMINATED, 0, "Completed"), ("main", P.TERMINATED, 137, "OOMKilled"),
-         ("side", P.TERMINATED, 0, "Completed")],
+        [
+            ("init", P.TERMINATED, 0, "Completed"),
+            ("main", P.TERMINATED, 137, "OOMKilled"),
+            ("side", P.TERMINATED, 0, "Completed"),
+        ],
     ),
     "time limit: DeadlineExceeded; a container killed by it keeps its code": (
-        Observation(B.TIMEOUT, raw_state="TIMEOUT"), {"init": done(0), "main": done(143), "side": RUN}, S.FAILED,
-        [("init", P.TERMINATED, 0, "Completed"), ("main", P.TERMINATED, 143, "DeadlineExceeded"),
-         ("side", P.TERMINATED, 143, "DeadlineExceeded")],
+        Observation(B.TIMEOUT, raw_state="TIMEOUT"),
+        {"init": done(0), "main": done(143), "side": RUN},
+        S.FAILED,
+        [
+            ("init", P.TERMINATED, 0, "Completed"),
+            ("main", P.TERMINATED, 143, "DeadlineExceeded"),
+            ("side", P.TERMINATED, 143, "DeadlineExceeded"),
+        ],
     ),
     "cancelled by the batch system": (
-        Observation(B.CANCELLED, raw_state="CANCELLED by 0"), {"init": done(0), "main": RUN}, S.CANCELLED,
-        [("init", P.TERMINATED, 0, "Completed"), ("main", P.TERMINATED, 143, "Cancelled"),
-         ("side", P.TERMINATED, 143, "Cancelled")],
+        Observation(B.CANCELLED, raw_state="CANCELLED by 0"),
+        {"init": done(0), "main": RUN},
+        S.CANCELLED,
+        [
+            ("init", P.TERMINATED, 0, "Completed"),
+            ("main", P.TERMINATED, 143, "Cancelled"),
+            ("side", P.TERMINATED, 143, "Cancelled"),
+        ],
     ),
     "killed by a signal without exit files": (
-        Observation(B.FAILED, None, 9), {"init": done(0)}, S.FAILED,
-        [("init", P.TERMINATED, 0, "Completed"), ("main", P.TERMINATED, 137, "Error"),
-         ("side", P.TERMINATED, 137, "Error")],
+        Observation(B.FAILED, None, 9),
+        {"init": done(0)},
+        S.FAILED,
+        [
+            ("init", P.TERMINATED, 0, "Completed"),
+            ("main", P.TERMINATED, 137, "Error"),
+            ("side", P.TERMINATED, 137, "Error"),
+        ],
     ),
     "node failure": (
-        Observation(B.NODE_FAIL), {}, S.FAILED,
-        [("init", P.TERMINATED, 137, "NodeFailure"), ("main", P.TERMINATED, 137, "NodeFailure"),
-         ("side", P.TERMINATED, 137, "NodeFailure")],
+        Observation(B.NODE_FAIL),
+        {},
+        S.FAILED,
+        [
+            ("init", P.TERMINATED, 137, "NodeFailure"),
+            ("main", P.TERMINATED, 137, "NodeFailure"),
+            ("side", P.TERMINATED, 137, "NodeFailure"),
+        ],
     ),
     "vanished, but every container left its exit file": (
-        Observation(B.GONE), {"init": done(0), "main": done(0), "side": done(2)}, S.FAILED,
-        [("init", P.TERMINATED, 0, "Completed"), ("main", P.TERMINATED, 0, "Completed"),
-         ("side", P.TERMINATED, 2, "Error")],
+        Observation(B.GONE),
+        {"init": done(0), "main": done(0), "side": done(2)},
+        S.FAILED,
+        [
+            ("init", P.TERMINATED, 0, "Completed"),
+            ("main", P.TERMINATED, 0, "Completed"),
+            ("side", P.TERMINATED, 2, "Error"),
+        ],
     ),
     "vanished without exit files: LOST": (
-        Observation(B.GONE), {"init": done(0), "main": RUN}, S.LOST,
-        [("init", P.TERMINATED, 0, "Completed"), ("main", P.TERMINATED, LOST_EXIT_CODE, "Lost"),
-         ("side", P.TERMINATED, LOST_EXIT_CODE, "Lost")],
+        Observation(B.GONE),
+        {"init": done(0), "main": RUN},
+        S.LOST,
+        [
+            ("init", P.TERMINATED, 0, "Completed"),
+            ("main", P.TERMINATED, LOST_EXIT_CODE, "Lost"),
+            ("side", P.TERMINATED, LOST_EXIT_CODE, "Lost"),
+        ],
     ),
 }
 
@@ -150,8 +216,12 @@ def test_reasons_and_messages_are_clear() -> None:
 
 
 def test_timestamps_come_from_the_files() -> None:
-    status = map_status(META, Observation(B.COMPLETED, 0), {"init": done(0, NOW - 9, NOW - 8),
-                                                            "main": done(0), "side": done(0)}, now=NOW)
+    status = map_status(
+        META,
+        Observation(B.COMPLETED, 0),
+        {"init": done(0, NOW - 9, NOW - 8), "main": done(0), "side": done(0)},
+        now=NOW,
+    )
     init = status.containers[0]
     assert init.started_at is not None
     assert init.started_at.timestamp() == NOW - 9
@@ -169,8 +239,11 @@ def test_cancel_keeps_finished_containers_and_terminates_the_rest() -> None:
     previous = map_status(META, Observation(B.RUNNING), {"init": done(0), "main": RUN}, now=NOW)
     status = cancelled_status(META, previous, now=NOW)
     assert status.state == S.CANCELLED
-    assert view(status) == [("init", P.TERMINATED, 0, "Completed"), ("main", P.TERMINATED, 143, "Cancelled"),
-                            ("side", P.TERMINATED, 143, "Cancelled")]
+    assert view(status) == [
+        ("init", P.TERMINATED, 0, "Completed"),
+        ("main", P.TERMINATED, 143, "Cancelled"),
+        ("side", P.TERMINATED, 143, "Cancelled"),
+    ]
     finished = map_status(META, Observation(B.COMPLETED, 0), {n: done(0) for n in ("init", "main", "side")}, now=NOW)
     assert cancelled_status(META, finished, now=NOW).state == S.SUCCEEDED, "a finished job keeps its outcome"
 

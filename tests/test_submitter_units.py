@@ -111,8 +111,16 @@ def test_container_files_are_read_and_cached_by_directory_mtime(tmp_path: Path) 
 async def test_registry_claims_once_and_survives_reopen(tmp_path: Path) -> None:
     path = tmp_path / "r.sqlite3"
     reg = await Registry.open(path)
-    kw = {"namespace": "n", "name": "p", "owner": "a", "job_dir": tmp_path / "j", "init_containers": [],
-          "containers": ["c"], "spec": b"", "status": b""}
+    kw = {
+        "namespace": "n",
+        "name": "p",
+        "owner": "a",
+        "job_dir": tmp_path / "j",
+        "init_containers": [],
+        "containers": ["c"],
+        "spec": b"",
+        "status": b"",
+    }
     created, row = await reg.claim(uid="u1", **kw)
     assert created
     assert row.phase == "submitting"
@@ -130,11 +138,19 @@ async def test_registry_claims_once_and_survives_reopen(tmp_path: Path) -> None:
     await reg.close()
 
 
-@pytest.mark.parametrize("kw", [
-    {},
-    {"init": {"i": "true"}, "limits": {"cpu": "2", "memory": "1Gi", "nvidia.com/gpu": "1"},
-     "annotations": {"slurm-job.vk.io/flags": "--qos=x -N 2"}, "namespace": "ns-é", "name": "ü" * 200},
-])
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {},
+        {
+            "init": {"i": "true"},
+            "limits": {"cpu": "2", "memory": "1Gi", "nvidia.com/gpu": "1"},
+            "annotations": {"slurm-job.vk.io/flags": "--qos=x -N 2"},
+            "namespace": "ns-é",
+            "name": "ü" * 200,
+        },
+    ],
+)
 def test_fastwire_encodes_exactly_what_betterproto_does(kw: dict[str, object]) -> None:
     from interlink_nats.gen.interlink_nats import v1 as pb
     from interlink_nats.submitters import fastwire
@@ -142,11 +158,25 @@ def test_fastwire_encodes_exactly_what_betterproto_does(kw: dict[str, object]) -
     from interlink_nats.submitters.testing import pod_job
 
     job = pod_job("u-1", {"a": "true", "b": "false"}, **kw)  # type: ignore[arg-type]
-    spec = pb.JobScript(pod=job.pod, init_containers=job.init_containers, containers=job.containers,
-                        resources=job.resources, backend_flags=job.backend_flags)
+    spec = pb.JobScript(
+        pod=job.pod,
+        init_containers=job.init_containers,
+        containers=job.containers,
+        resources=job.resources,
+        backend_flags=job.backend_flags,
+    )
     assert fastwire.job_spec(job) == bytes(spec)
     assert pb.JobScript.parse(fastwire.job_spec(job)) == spec
-    meta = JobMeta(job.pod.uid, job.pod.namespace, job.pod.name, "pool-a", "", tuple(job.init_containers),
-                   tuple(job.containers), "shell")
-    assert fastwire.pending_status(job.pod.uid, job.pod.namespace, job.pod.name, "pool-a", job.init_containers,
-                                   job.containers) == bytes(map_status(meta, None, {}, now=0.0))
+    meta = JobMeta(
+        job.pod.uid,
+        job.pod.namespace,
+        job.pod.name,
+        "pool-a",
+        "",
+        tuple(job.init_containers),
+        tuple(job.containers),
+        "shell",
+    )
+    assert fastwire.pending_status(
+        job.pod.uid, job.pod.namespace, job.pod.name, "pool-a", job.init_containers, job.containers
+    ) == bytes(map_status(meta, None, {}, now=0.0))

@@ -73,7 +73,10 @@ class Gateway:
         self.pools = PoolDirectory(self.nc, self._describe, prefix=self.settings.prefix, redis=self.redis)
         self.metrics = GatewayMetrics(self.store.counts_by_state, lambda: len(self.pools.live_reports()))
         self.events = EventConsumer(
-            self.nc, self.store, prefix=self.settings.prefix, durable=self.settings.events_durable,
+            self.nc,
+            self.store,
+            prefix=self.settings.prefix,
+            durable=self.settings.events_durable,
             on_applied=lambda _record: self.metrics.events.inc(),
         )
 
@@ -81,7 +84,8 @@ class Gateway:
     async def start(self) -> None:
         # Serving without the pod table would answer "unknown" for live pods: wait for redis instead.
         async for attempt in AsyncRetrying(
-            wait=wait_exponential(multiplier=0.2, max=5), reraise=True,
+            wait=wait_exponential(multiplier=0.2, max=5),
+            reraise=True,
             before_sleep=lambda state: log.warning(
                 "waiting for redis: %s", state.outcome and state.outcome.exception()
             ),
@@ -123,9 +127,14 @@ class Gateway:
                         continue
                     names = [c for c in status.containers]
                     record = PodRecord(
-                        uid=status.pod.uid, namespace=status.pod.namespace, name=status.pod.name, pool=pool,
-                        job_id=status.job_id, init_containers=[c.name for c in names if c.init],
-                        containers=[c.name for c in names if not c.init], status=status,
+                        uid=status.pod.uid,
+                        namespace=status.pod.namespace,
+                        name=status.pod.name,
+                        pool=pool,
+                        job_id=status.job_id,
+                        init_containers=[c.name for c in names if c.init],
+                        containers=[c.name for c in names if not c.init],
+                        status=status,
                     )
                     await self.store.put(record)
                     added += 1
@@ -150,8 +159,9 @@ class Gateway:
         return stub
 
     async def _describe(self, pool: str, deadline_s: float) -> pb.DescribeResponse:
-        return await self._with_pool_wait(pool, "Describe", lambda: self.stub(pool).describe(
-            pb.DescribeRequest(), timeout=deadline_s))
+        return await self._with_pool_wait(
+            pool, "Describe", lambda: self.stub(pool).describe(pb.DescribeRequest(), timeout=deadline_s)
+        )
 
     async def _with_pool_wait(self, pool: str, method: str, call: Callable[[], Awaitable[_T]]) -> _T:
         """Retry UNAVAILABLE (no submitter of the pool connected) for up to ``pool_wait_s``, then give up."""
@@ -196,17 +206,27 @@ class Gateway:
             raise HttpError(422, f"pod rejected: {exc}") from None
         spec = pod["spec"]
         record = PodRecord(
-            uid=identity.uid, namespace=identity.namespace, name=identity.name, pool=pool,
-            init_containers=list(job.init_containers), containers=list(job.containers),
-            images={c.get("name", ""): c.get("image", "") for c in
-                    [*(spec.get("initContainers") or []), *(spec.get("containers") or [])] if isinstance(c, dict)},
+            uid=identity.uid,
+            namespace=identity.namespace,
+            name=identity.name,
+            pool=pool,
+            init_containers=list(job.init_containers),
+            containers=list(job.containers),
+            images={
+                c.get("name", ""): c.get("image", "")
+                for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
+                if isinstance(c, dict)
+            },
         )
         # Record the pod before submitting: if we crash after the pool accepted it, the events
         # stream and ListJobs still find a record to attach to.
         await self.store.put(record)
         try:
-            reply = await self._with_pool_wait(pool, "Submit", lambda: self.stub(pool).submit(
-                pb.SubmitRequest(job=job), timeout=self.settings.submit_timeout_s))
+            reply = await self._with_pool_wait(
+                pool,
+                "Submit",
+                lambda: self.stub(pool).submit(pb.SubmitRequest(job=job), timeout=self.settings.submit_timeout_s),
+            )
         except GRPCError as exc:
             await self.store.delete(identity.uid)
             raise self._rpc_error(pool, exc) from None
@@ -214,8 +234,14 @@ class Gateway:
         if reply.status is not None:
             self.store.apply_status(identity.uid, reply.status, 0)
         await self.store.save(record)
-        log.info("created pod %s/%s uid=%s pool=%s job=%s", identity.namespace, identity.name, identity.uid,
-                 pool, reply.job_id)
+        log.info(
+            "created pod %s/%s uid=%s pool=%s job=%s",
+            identity.namespace,
+            identity.name,
+            identity.uid,
+            pool,
+            reply.job_id,
+        )
         return {"PodUID": identity.uid, "PodJID": reply.job_id}
 
     async def status(self, body: bytes) -> list[dict[str, Any]] | dict[str, Any]:
@@ -276,8 +302,9 @@ class Gateway:
         if record is None:
             return f"pod {identity.uid} is not known; nothing to delete"
         try:
-            await self.stub(record.pool).cancel(pb.CancelRequest(pod_uid=identity.uid),
-                                                timeout=self.settings.submit_timeout_s)
+            await self.stub(record.pool).cancel(
+                pb.CancelRequest(pod_uid=identity.uid), timeout=self.settings.submit_timeout_s
+            )
         except GRPCError as exc:
             if exc.status is not Status.NOT_FOUND:
                 # Keep the record so a retried delete (interLink retries) can still cancel the job.
@@ -297,9 +324,14 @@ class Gateway:
 
     async def stream_logs(self, record: PodRecord, request: wire.LogRequest) -> AsyncIterator[bytes]:
         message = pb.GetLogsRequest(
-            pod_uid=record.uid, container=request.container, tail_lines=request.tail,
-            limit_bytes=request.limit_bytes, follow=request.follow, since_time=request.since,
-            timestamps=request.timestamps, previous=request.previous,
+            pod_uid=record.uid,
+            container=request.container,
+            tail_lines=request.tail,
+            limit_bytes=request.limit_bytes,
+            follow=request.follow,
+            since_time=request.since,
+            timestamps=request.timestamps,
+            previous=request.previous,
         )
         timeout = None if request.follow else self.settings.submit_timeout_s
         async for chunk in self.stub(record.pool).get_logs(message, timeout=timeout):
@@ -354,8 +386,13 @@ def build_app(gateway: Gateway) -> Starlette:
             if name in ("create", "delete") and response.status_code < 400:
                 log.info("%s -> %d (session %s)", name, response.status_code, session)
             elif response.status_code >= 400:
-                log.info("%s -> %d (session %s): %s", name, response.status_code, session,
-                         bytes(response.body[:300]).decode(errors="replace") if hasattr(response, "body") else "")
+                log.info(
+                    "%s -> %d (session %s): %s",
+                    name,
+                    response.status_code,
+                    session,
+                    bytes(response.body[:300]).decode(errors="replace") if hasattr(response, "body") else "",
+                )
             else:
                 log.debug("%s -> %d (session %s)", name, response.status_code, session)
             return response
@@ -408,8 +445,12 @@ def build_app(gateway: Gateway) -> Starlette:
                 await asyncio.wait_for(gateway.redis.ping(), 1.0)
             except Exception:
                 redis_ok = False
-        body = {"nats": nats_ok, "redis": redis_ok if gateway.redis is not None else None,
-                "pods": len(gateway.store.pods), "pools_live": len(gateway.pools.live_reports())}
+        body = {
+            "nats": nats_ok,
+            "redis": redis_ok if gateway.redis is not None else None,
+            "pods": len(gateway.store.pods),
+            "pools_live": len(gateway.pools.live_reports()),
+        }
         return JSONResponse(body, status_code=200 if nats_ok and redis_ok else 503)
 
     async def metrics(request: Request) -> Response:

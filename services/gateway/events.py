@@ -53,8 +53,11 @@ class EventConsumer:
             durable=self.durable,
             stream=EVENTS_STREAM,
             config=ConsumerConfig(
-                durable_name=self.durable, ack_policy=AckPolicy.EXPLICIT, deliver_policy=DeliverPolicy.ALL,
-                max_ack_pending=20_000, ack_wait=10,
+                durable_name=self.durable,
+                ack_policy=AckPolicy.EXPLICIT,
+                deliver_policy=DeliverPolicy.ALL,
+                max_ack_pending=20_000,
+                ack_wait=10,
             ),
         )
         self._task = asyncio.create_task(self._run(), name="gateway-events")

@@ -14,16 +14,22 @@ class GatewayMetrics:
     def __init__(self, counts_by_state: Callable[[], dict[str, int]], live_pools: Callable[[], int]) -> None:
         self.registry = CollectorRegistry()
         self.requests = Counter(
-            "interlink_gateway_requests", "HTTP requests by endpoint and status code", ["endpoint", "code"],
+            "interlink_gateway_requests",
+            "HTTP requests by endpoint and status code",
+            ["endpoint", "code"],
             registry=self.registry,
         )
         self.latency = Histogram(
-            "interlink_gateway_request_seconds", "HTTP request latency by endpoint", ["endpoint"],
+            "interlink_gateway_request_seconds",
+            "HTTP request latency by endpoint",
+            ["endpoint"],
             buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
             registry=self.registry,
         )
         self.rpc_errors = Counter(
-            "interlink_gateway_rpc_errors", "RPC errors by pool and method", ["pool", "method", "status"],
+            "interlink_gateway_rpc_errors",
+            "RPC errors by pool and method",
+            ["pool", "method", "status"],
             registry=self.registry,
         )
         self.events = Counter("interlink_gateway_events_applied", "JobEvents applied", registry=self.registry)

@@ -137,6 +137,7 @@ class PoolDirectory:
 
     async def describe_all(self, pools: set[str], deadline_s: float) -> None:
         """Ask every pool to describe itself, so the ping and renders are right right after a restart."""
+
         async def one(pool: str) -> None:
             try:
                 described = await self.describe(pool, deadline_s)

@@ -31,7 +31,8 @@ class GatewaySettings(BaseSettings):
     pool_wait_s: float = Field(5.0, description="how long to wait for a pool with no live submitter before a 503")
     status_fallback_timeout_s: float = Field(10.0, description="deadline of a GetStatus batch of the safety net")
     stale_after_s: float = Field(
-        300.0, gt=0,
+        300.0,
+        gt=0,
         description="pull the status of a live pod no event mentioned for this long (safety net; a long-running "
         "pod is pulled once per period, in one batch per pool)",
     )

@@ -69,22 +69,38 @@ class PodRecord:
         return self.status is not None and self.status.state in FINAL_STATES
 
     def to_json(self) -> str:
-        return json.dumps({
-            "uid": self.uid, "namespace": self.namespace, "name": self.name, "pool": self.pool,
-            "job_id": self.job_id, "init": self.init_containers, "containers": self.containers,
-            "images": self.images, "revision": self.revision, "created_at": self.created_at,
-            "status": base64.b64encode(bytes(self.status)).decode() if self.status is not None else None,
-        })
+        return json.dumps(
+            {
+                "uid": self.uid,
+                "namespace": self.namespace,
+                "name": self.name,
+                "pool": self.pool,
+                "job_id": self.job_id,
+                "init": self.init_containers,
+                "containers": self.containers,
+                "images": self.images,
+                "revision": self.revision,
+                "created_at": self.created_at,
+                "status": base64.b64encode(bytes(self.status)).decode() if self.status is not None else None,
+            }
+        )
 
     @classmethod
     def from_json(cls, text: str | bytes) -> PodRecord:
         data = json.loads(text)
         status = pb.JobStatus.parse(base64.b64decode(data["status"])) if data.get("status") else None
         return cls(
-            uid=data["uid"], namespace=data["namespace"], name=data["name"], pool=data["pool"],
-            job_id=data.get("job_id", ""), init_containers=list(data.get("init", [])),
-            containers=list(data.get("containers", [])), images=dict(data.get("images", {})),
-            status=status, revision=int(data.get("revision", 0)), created_at=float(data.get("created_at", 0)),
+            uid=data["uid"],
+            namespace=data["namespace"],
+            name=data["name"],
+            pool=data["pool"],
+            job_id=data.get("job_id", ""),
+            init_containers=list(data.get("init", [])),
+            containers=list(data.get("containers", [])),
+            images=dict(data.get("images", {})),
+            status=status,
+            revision=int(data.get("revision", 0)),
+            created_at=float(data.get("created_at", 0)),
         )
 
 

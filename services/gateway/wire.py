@@ -172,9 +172,16 @@ def parse_logs(body: bytes, now: datetime | None = None) -> LogRequest:
         except OverflowError:
             since = None  # further back than year 1: every line, as if unset
     return LogRequest(
-        pod_uid=fields["PodUID"], namespace=fields["Namespace"], pod_name=fields["PodName"],
-        container=fields["ContainerName"], tail=tail or None, limit_bytes=limit or None,
-        follow=bool_opt("Follow"), timestamps=bool_opt("Timestamps"), previous=bool_opt("Previous"), since=since,
+        pod_uid=fields["PodUID"],
+        namespace=fields["Namespace"],
+        pod_name=fields["PodName"],
+        container=fields["ContainerName"],
+        tail=tail or None,
+        limit_bytes=limit or None,
+        follow=bool_opt("Follow"),
+        timestamps=bool_opt("Timestamps"),
+        previous=bool_opt("Previous"),
+        since=since,
     )
 
 
@@ -217,9 +224,7 @@ def container_status_json(status: pb.ContainerStatus, image: str) -> dict[str, A
     }
 
 
-def pod_status_json(
-    identity: PodIdentity, job_id: str, status: pb.JobStatus, images: dict[str, str]
-) -> dict[str, Any]:
+def pod_status_json(identity: PodIdentity, job_id: str, status: pb.JobStatus, images: dict[str, str]) -> dict[str, Any]:
     """interLink's ``PodStatus``: every init container and container, each time."""
     init = [container_status_json(c, images.get(c.name, "")) for c in status.containers if c.init]
     main = [container_status_json(c, images.get(c.name, "")) for c in status.containers if not c.init]
@@ -249,7 +254,9 @@ def ping_response(reports: list[pb.ResourceReport]) -> dict[str, Any]:
                 continue  # a pool's malformed figure must not break the ping
         for taint in report.taints:
             taints[(taint.key, taint.value, taint.effect)] = {
-                "key": taint.key, "value": taint.value, "effect": taint.effect or "NoSchedule"
+                "key": taint.key,
+                "value": taint.value,
+                "effect": taint.effect or "NoSchedule",
             }
     resources: dict[str, Any] = {}
     accelerators = []

@@ -37,9 +37,7 @@ class StreamGone(Exception):
 class ServerCall:
     """What every call exposes to handlers: the request, the caller's metadata and deadline."""
 
-    def __init__(
-        self, nc: NATS, msg: Msg, request: Any, *, method: str, pool: str, deadline: Deadline | None
-    ) -> None:
+    def __init__(self, nc: NATS, msg: Msg, request: Any, *, method: str, pool: str, deadline: Deadline | None) -> None:
         self._nc = nc
         self._reply = msg.reply
         self._request = request
@@ -101,8 +99,16 @@ class StreamServerCall(ServerCall):
     """
 
     def __init__(
-        self, nc: NATS, msg: Msg, request: Any, *, method: str, pool: str, deadline: Deadline | None,
-        window: int, idle_timeout: float,
+        self,
+        nc: NATS,
+        msg: Msg,
+        request: Any,
+        *,
+        method: str,
+        pool: str,
+        deadline: Deadline | None,
+        window: int,
+        idle_timeout: float,
     ) -> None:
         super().__init__(nc, msg, request, method=method, pool=pool, deadline=deadline)
         self._window = window
@@ -123,7 +129,9 @@ class StreamServerCall(ServerCall):
         self._control_sub = await self._nc.subscribe(self._control, cb=self._on_control)
         # reply=control: if the client's inbox is already gone, nats-server bounces a 503 there.
         await self._nc.publish(
-            self._reply, b"", reply=self._control,
+            self._reply,
+            b"",
+            reply=self._control,
             headers={wire.CONTROL: self._control, wire.WINDOW: str(self._window)},
         )
 

@@ -106,7 +106,11 @@ class _Call:
     """What unary and stream calls share: the async-context shape the stub expects."""
 
     def __init__(
-        self, channel: NatsChannel, subject: str, reply_type: type[R], timeout: float | None,
+        self,
+        channel: NatsChannel,
+        subject: str,
+        reply_type: type[R],
+        timeout: float | None,
         headers: wire.Headers | None,
     ) -> None:
         self._channel = channel
@@ -180,7 +184,11 @@ class StreamCall(_Call, Generic[R]):
     """
 
     def __init__(
-        self, channel: NatsChannel, subject: str, reply_type: type[R], timeout: float | None,
+        self,
+        channel: NatsChannel,
+        subject: str,
+        reply_type: type[R],
+        timeout: float | None,
         headers: wire.Headers | None,
     ) -> None:
         super().__init__(channel, subject, reply_type, timeout, headers)

@@ -62,14 +62,22 @@ class EndpointStats:
         return self.processing_time // self.num_requests if self.num_requests else 0
 
     def info(self) -> dict[str, Any]:
-        return {"name": self.name, "subject": self.subject, "queue_group": self.queue_group,
-                "metadata": self.metadata or None}
+        return {
+            "name": self.name,
+            "subject": self.subject,
+            "queue_group": self.queue_group,
+            "metadata": self.metadata or None,
+        }
 
     def stats(self) -> dict[str, Any]:
         return {
-            "name": self.name, "subject": self.subject, "queue_group": self.queue_group,
-            "num_requests": self.num_requests, "num_errors": self.num_errors,
-            "last_error": self.last_error, "processing_time": self.processing_time,
+            "name": self.name,
+            "subject": self.subject,
+            "queue_group": self.queue_group,
+            "num_requests": self.num_requests,
+            "num_errors": self.num_errors,
+            "last_error": self.last_error,
+            "processing_time": self.processing_time,
             "average_processing_time": self.average_processing_time,
         }
 
@@ -78,8 +86,14 @@ class MicroResponder:
     """Answers discovery requests for one service instance (no queue group: every instance answers)."""
 
     def __init__(
-        self, nc: NATS, *, name: str, version: str, description: str = "",
-        metadata: dict[str, str] | None = None, endpoints: list[EndpointStats] | None = None,
+        self,
+        nc: NATS,
+        *,
+        name: str,
+        version: str,
+        description: str = "",
+        metadata: dict[str, str] | None = None,
+        endpoints: list[EndpointStats] | None = None,
     ) -> None:
         self._nc = nc
         self.name = name
@@ -92,20 +106,21 @@ class MicroResponder:
         self._subs: list[Subscription] = []
 
     def _identity(self, kind: str) -> dict[str, Any]:
-        return {"type": kind, "name": self.name, "id": self.id, "version": self.version,
-                "metadata": self.metadata}
+        return {"type": kind, "name": self.name, "id": self.id, "version": self.version, "metadata": self.metadata}
 
     def ping(self) -> dict[str, Any]:
         return self._identity(PING_TYPE)
 
     def info(self) -> dict[str, Any]:
-        return {**self._identity(INFO_TYPE), "description": self.description,
-                "endpoints": [e.info() for e in self.endpoints]}
+        return {
+            **self._identity(INFO_TYPE),
+            "description": self.description,
+            "endpoints": [e.info() for e in self.endpoints],
+        }
 
     def stats(self) -> dict[str, Any]:
         started = self.started.strftime("%Y-%m-%dT%H:%M:%S.%f") + "Z"
-        return {**self._identity(STATS_TYPE), "started": started,
-                "endpoints": [e.stats() for e in self.endpoints]}
+        return {**self._identity(STATS_TYPE), "started": started, "endpoints": [e.stats() for e in self.endpoints]}
 
     async def start(self) -> None:
         """Subscribe the nine control subjects; the caller flushes."""

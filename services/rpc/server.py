@@ -89,7 +89,10 @@ class RpcServer:
         if not self._endpoints:
             raise ValueError("no routes to serve")
         self.micro = MicroResponder(
-            nc, name=name, version=version, description=description,
+            nc,
+            name=name,
+            version=version,
+            description=description,
             metadata={**(metadata or {}), "pool": self.pool},
             endpoints=[e.stats for e in self._endpoints],
         )
@@ -102,7 +105,9 @@ class RpcServer:
         subject = route_to_subject(route, self.pool)
         method = route.rsplit("/", 1)[-1]
         stats = EndpointStats(
-            name=method, subject=subject, queue_group=self.pool,
+            name=method,
+            subject=subject,
+            queue_group=self.pool,
             metadata={"route": route, "cardinality": handler.cardinality.name},
         )
         return _Endpoint(route, subject, method, handler, stats)
@@ -212,8 +217,14 @@ class RpcServer:
         call: UnaryServerCall | StreamServerCall
         if handler.cardinality is Cardinality.UNARY_STREAM:
             call = StreamServerCall(
-                self.nc, msg, request, method=endpoint.method, pool=self.pool, deadline=deadline,
-                window=self.stream_window, idle_timeout=self.stream_idle_timeout,
+                self.nc,
+                msg,
+                request,
+                method=endpoint.method,
+                pool=self.pool,
+                deadline=deadline,
+                window=self.stream_window,
+                idle_timeout=self.stream_idle_timeout,
             )
         else:
             call = UnaryServerCall(self.nc, msg, request, method=endpoint.method, pool=self.pool, deadline=deadline)

@@ -22,8 +22,16 @@ MAX_DEPTH = 64
 
 _WIRE_BY_TYPE = {
     **dict.fromkeys(
-        (betterproto2.TYPE_ENUM, betterproto2.TYPE_BOOL, betterproto2.TYPE_INT32, betterproto2.TYPE_INT64,
-         betterproto2.TYPE_UINT32, betterproto2.TYPE_UINT64, betterproto2.TYPE_SINT32, betterproto2.TYPE_SINT64),
+        (
+            betterproto2.TYPE_ENUM,
+            betterproto2.TYPE_BOOL,
+            betterproto2.TYPE_INT32,
+            betterproto2.TYPE_INT64,
+            betterproto2.TYPE_UINT32,
+            betterproto2.TYPE_UINT64,
+            betterproto2.TYPE_SINT32,
+            betterproto2.TYPE_SINT64,
+        ),
         VARINT,
     ),
     **dict.fromkeys((betterproto2.TYPE_FLOAT, betterproto2.TYPE_FIXED32, betterproto2.TYPE_SFIXED32), FIXED32),

@@ -32,8 +32,12 @@ async def run_command(
     argv = [str(a) for a in argv]
     try:
         proc = await asyncio.create_subprocess_exec(
-            *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE, env=dict(env) if env is not None else None, cwd=cwd,
+            *argv,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env=dict(env) if env is not None else None,
+            cwd=cwd,
         )
     except FileNotFoundError as exc:
         raise BackendUnavailable(f"command not found: {argv[0]}") from exc

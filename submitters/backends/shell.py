@@ -149,9 +149,18 @@ class _Launcher:
                 return proc
             try:
                 proc = await asyncio.create_subprocess_exec(
-                    self._bash, "-c", _LAUNCHER, "interlink-shell-launch", self._bash, _RUNNER, layout.JOB_DIR_ENV,
-                    cwd="/", stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-                    stderr=asyncio.subprocess.DEVNULL, start_new_session=True,
+                    self._bash,
+                    "-c",
+                    _LAUNCHER,
+                    "interlink-shell-launch",
+                    self._bash,
+                    _RUNNER,
+                    layout.JOB_DIR_ENV,
+                    cwd="/",
+                    stdin=asyncio.subprocess.PIPE,
+                    stdout=asyncio.subprocess.PIPE,
+                    stderr=asyncio.subprocess.DEVNULL,
+                    start_new_session=True,
                 )
             except OSError as exc:
                 raise BackendUnavailable(f"cannot start {self._bash}: {exc}") from exc

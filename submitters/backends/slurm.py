@@ -76,8 +76,13 @@ class SlurmBackend:
     async def submit(self, spec: JobSpec) -> str:
         try:
             argv = sp.sbatch_argv(
-                self.settings.sbatch, uid=spec.uid, job_dir=str(spec.job_dir), script=str(spec.script),
-                pool_flags=self._pool_flags, pod_flags=spec.backend_flags, resources=spec.resources,
+                self.settings.sbatch,
+                uid=spec.uid,
+                job_dir=str(spec.job_dir),
+                script=str(spec.script),
+                pool_flags=self._pool_flags,
+                pod_flags=spec.backend_flags,
+                resources=spec.resources,
             )
         except sp.FlagError as exc:
             raise SubmitRejected(str(exc)) from exc
@@ -134,8 +139,18 @@ class SlurmBackend:
             return out
         names = sp.names_to_ids(await self._squeue())
         if self._use_sacct and not self._sacct_broken:
-            argv = [self.settings.sacct, "-X", "-n", "-P", "-o", sp.SACCT_FIELDS, "--name",
-                    ",".join(j.uid for j in unknown), "-S", "now-7days"]
+            argv = [
+                self.settings.sacct,
+                "-X",
+                "-n",
+                "-P",
+                "-o",
+                sp.SACCT_FIELDS,
+                "--name",
+                ",".join(j.uid for j in unknown),
+                "-S",
+                "now-7days",
+            ]
             try:
                 names = {**sp.names_to_ids(sp.parse_sacct(await self._run(argv))), **names}
             except (CommandFailed, BackendUnavailable) as exc:

@@ -22,9 +22,31 @@ SINFO_FORMAT = "%N|%c|%m|%G"
 # Flags a pod (annotation) or a pool may not set: they would move the job's files, run something
 # else than the script, or hide the job from the submitter.
 FORBIDDEN_FLAGS = (
-    "--wrap", "--uid", "--gid", "--chdir", "-D", "--output", "-o", "--error", "-e", "--input", "-i",
-    "--job-name", "-J", "--parsable", "--array", "-a", "--export", "--export-file", "--test-only",
-    "--wait", "-W", "--get-user-env", "--kill-command", "--dependency", "-d",
+    "--wrap",
+    "--uid",
+    "--gid",
+    "--chdir",
+    "-D",
+    "--output",
+    "-o",
+    "--error",
+    "-e",
+    "--input",
+    "-i",
+    "--job-name",
+    "-J",
+    "--parsable",
+    "--array",
+    "-a",
+    "--export",
+    "--export-file",
+    "--test-only",
+    "--wait",
+    "-W",
+    "--get-user-env",
+    "--kill-command",
+    "--dependency",
+    "-d",
 )
 
 _STATES: dict[str, BackendState] = {
@@ -172,8 +194,13 @@ def _observation(
     if state is None:
         return None
     return Observation(
-        state, exit_code=code, signal=sig, reason="" if reason == "None" else reason,
-        raw_state=state_raw.strip(), started_at=parse_time(start), finished_at=parse_time(end),
+        state,
+        exit_code=code,
+        signal=sig,
+        reason="" if reason == "None" else reason,
+        raw_state=state_raw.strip(),
+        started_at=parse_time(start),
+        finished_at=parse_time(end),
     )
 
 
