@@ -49,8 +49,13 @@ async def test_tail_and_bytes_limit_the_log(nats_url: str, tmp_path: Path) -> No
         await eventually(done, what="the container to finish")
         tail = await stack.get("/getLogs", logs_body(p, "main", Tail=2))
         assert tail.text == "line-4\nline-5\n"
-        limited = await stack.get("/getLogs", logs_body(p, "main", Bytes=7))
-        assert limited.text == "line-5\n"
+        # kubectl logs --limit-bytes=N: the first N bytes from where output starts (log start, or first Tail line).
+        limited = await stack.get("/getLogs", logs_body(p, "main", Bytes=4))
+        assert limited.text == "line"
+        both = await stack.get("/getLogs", logs_body(p, "main", Tail=2, Bytes=9))
+        assert both.text == "line-4\nli"
+        followed = await stack.get("/getLogs", logs_body(p, "main", Bytes=8, Follow=True))
+        assert followed.text == "line-1\nl"
         unknown = await stack.get("/getLogs", logs_body(p, "nope"))
         assert unknown.status_code == 404 and "nope" in unknown.text
 
@@ -220,3 +225,18 @@ async def test_status_is_answered_from_memory_with_no_nats_traffic(nats_url: str
             status = await stack.status_of(p)
             assert [c["name"] for c in status["containers"]] == ["main"], "every container, even before any event"
         assert stack.gateway.nc.stats["out_msgs"] == sent
+
+
+async def test_a_followed_log_with_a_byte_limit_ends_after_the_first_bytes(nats_url: str, tmp_path: Path) -> None:
+    """Follow + Bytes: the stream ends once N bytes went out, although the container keeps running."""
+    async with full_stack(nats_url, tmp_path) as stack:
+        p = pod(containers={"main": ["sh", "-c", "echo 0123456789; sleep 120"]})
+        assert (await stack.post("/create", create_body(p))).status_code == 200
+
+        async def has_output() -> bool:
+            return (await stack.get("/getLogs", logs_body(p, "main"))).text != ""
+
+        await eventually(has_output, what="the first log line")
+        followed = await stack.get("/getLogs", logs_body(p, "main", Bytes=4, Follow=True))
+        assert followed.status_code == 200 and followed.text == "0123"
+        assert (await stack.post("/delete", p)).status_code == 200
