@@ -128,7 +128,9 @@ async def test_logs_stream_while_running_and_follow_ends_when_the_container_ends
     tail = b"".join([c.data async for c in client.get_logs(tail_req)])
     assert tail == b"line3\n"
     limited = [c async for c in client.get_logs(pb.GetLogsRequest(pod_uid=u, container="main", limit_bytes=4))]
-    assert b"".join(c.data for c in limited) == b"ne3\n"
+    assert b"".join(c.data for c in limited) == b"line", "limit_bytes counts from where output starts"
+    both = pb.GetLogsRequest(pod_uid=u, container="main", tail_lines=2, limit_bytes=7)
+    assert b"".join([c.data async for c in client.get_logs(both)]) == b"line2\nl", "from the first tail line"
 
     async def follow() -> bytes:
         got = b""
@@ -211,6 +213,8 @@ async def test_events_list_and_describe(submitter: Submitter, nc: nats.NATS, poo
             ev = pb.JobEvent.parse(msg.data)
             uid_ = ev.status.pod.uid
             assert ev.revision > seen.get(uid_, (0, None))[0]
+            if uid_ not in all_succeeded_events.seen and uid_ not in seen:  # type: ignore[attr-defined]
+                assert ev.revision == 1, "the first JobEvent of a job has revision 1 (docs/rpc.md)"
             assert ev.instance_id == submitter.instance_id
             seen[uid_] = (ev.revision, ev.status.state)
             all_succeeded_events.seen.update(seen)  # type: ignore[attr-defined]
@@ -229,6 +233,18 @@ async def test_events_list_and_describe(submitter: Submitter, nc: nats.NATS, poo
     assert {j.pod.uid for j in page1.jobs + page2.jobs} == set(uids)
     assert not page2.next_page_token
     assert (await client.list_jobs(pb.ListJobsRequest())).jobs == []
+
+    # include_finished means every job the pool knows: cancelled ones too, until they are pruned.
+    await client.cancel(pb.CancelRequest(pod_uid=uids[0]))
+    listed = await client.list_jobs(pb.ListJobsRequest(include_finished=True))
+    assert {j.pod.uid for j in listed.jobs} == set(uids)
+    cancelled = uid()
+    await client.submit(pb.SubmitRequest(job=pod_job(cancelled, {"main": "sleep 60"})))
+    assert (await client.cancel(pb.CancelRequest(pod_uid=cancelled))).found
+    listed = await client.list_jobs(pb.ListJobsRequest(include_finished=True))
+    [entry] = [j for j in listed.jobs if j.pod.uid == cancelled]
+    assert entry.state == pb.JobState.CANCELLED
+    assert cancelled not in {j.pod.uid for j in (await client.list_jobs(pb.ListJobsRequest())).jobs}
 
     desc = await client.describe(pb.DescribeRequest())
     assert desc.pool == pool

@@ -56,8 +56,13 @@ def status_headers(status: Status, message: str | None = None) -> Headers:
     return headers
 
 
+def open_headers(control: str, window: int) -> Headers:
+    """Headers of a stream's open message: the first message of every stream reply, rejected ones too."""
+    return {CONTROL: control, WINDOW: str(window)}
+
+
 def end_headers(status: Status = Status.OK, message: str | None = None) -> Headers:
-    """Headers of a stream's end marker."""
+    """Headers of a stream's end marker (streams only: a unary error never carries ``Rpc-End``)."""
     headers = status_headers(status, message)
     headers[END] = "1"
     return headers
