@@ -95,6 +95,23 @@ async def test_a_pod_the_renderer_rejects_is_a_422_naming_the_field(nats_url: st
         assert "persistentVolumeClaim" in response.text
 
 
+async def test_a_pod_too_large_for_nats_is_a_413_naming_its_size_and_the_limit(nats_url: str, tmp_path: Path) -> None:
+    """429 would tell interLink to retry, which can never help: the pod stays too large."""
+    async with full_stack(nats_url, tmp_path) as stack:
+        p = pod(containers={"main": ["true"]})
+        p["spec"]["volumes"] = [{"name": "data", "configMap": {"name": "big"}}]
+        p["spec"]["containers"][0]["volumeMounts"] = [{"name": "data", "mountPath": "/data"}]
+        body = create_body(p)
+        body["container"][0]["configMaps"] = [{"metadata": {"name": "big"}, "data": {"blob": "x" * 2_000_000}}]
+        response = await stack.post("/create", body)
+        assert response.status_code == 413, response.text
+        limit = stack.gateway.nc.max_payload
+        assert "max_payload" in response.text and str(limit) in response.text
+        size = int(response.text.split(" bytes")[0].rsplit(" ", 1)[-1])
+        assert size > 2_000_000 > limit
+        assert stack.gateway.store.get(p["metadata"]["uid"]) is None, "nothing is left behind"
+
+
 async def test_bearer_token_is_required_when_configured(nats_url: str) -> None:
     async with gateway_only(nats_url, default_pool="x", bearer_token="s3cret") as stack:
         assert (await stack.get("/status", [])).status_code == 401

@@ -189,6 +189,16 @@ class Gateway:
             message = f"pool {pool!r}: {exc.message or exc.status.name}"
         return HttpError(code, message)
 
+    def _too_large(self, job: pb.JobScript) -> HttpError:
+        """413, not 429: a pod too large for NATS stays too large however often interLink retries."""
+        size = len(bytes(pb.SubmitRequest(job=job)))  # only on this error path: the stub serialised it already
+        return HttpError(
+            413,
+            f"pod too large: with its files embedded its job is {size} bytes, more than the NATS max_payload of "
+            f"{self.nc.max_payload} bytes; keep ConfigMap/Secret files small or raise max_payload on the "
+            "nats-server (see docs/gateway.md)",
+        )
+
     # --- endpoints -------------------------------------------------------------------------
     async def create(self, body: bytes) -> dict[str, str]:
         data = wire.parse_create(body)
@@ -231,6 +241,8 @@ class Gateway:
             )
         except GRPCError as exc:
             await self.store.delete(identity.uid)
+            if exc.status is Status.RESOURCE_EXHAUSTED:  # the only source: a request over NATS max_payload
+                raise self._too_large(job) from None
             raise self._rpc_error(pool, exc) from None
         record.job_id = reply.job_id
         if reply.status is not None:
