@@ -12,6 +12,7 @@ import pytest
 from conftest import RedisServer
 from interlink_nats.services.gateway.server import running_gateway
 from interlink_nats.services.gateway.settings import GatewayNatsSettings, GatewaySettings
+from interlink_nats.services.nats_server import NatsServerProcess
 from stack import create_body, eventually, full_stack, gateway_only, logs_body, new_pool, pod, terminated
 
 
@@ -257,3 +258,32 @@ async def test_a_followed_log_with_a_byte_limit_ends_after_the_first_bytes(nats_
         followed = await stack.get("/getLogs", logs_body(p, "main", Bytes=4, Follow=True))
         assert followed.status_code == 200 and followed.text == "0123"
         assert (await stack.post("/delete", p)).status_code == 200
+
+
+async def test_a_gateway_cut_off_from_nats_answers_503_at_once_naming_nats(
+    tmp_path: Path, fresh_nats_server: NatsServerProcess
+) -> None:
+    """While its own connection is down, the gateway says NATS is unavailable rather than blame the pool."""
+    async with full_stack(fresh_nats_server.url, tmp_path) as stack:
+        ok = pod(containers={"main": ["sleep", "60"]})
+        assert (await stack.post("/create", create_body(ok))).status_code == 200
+        await asyncio.to_thread(fresh_nats_server.stop_blocking)
+
+        async def disconnected() -> bool:
+            return not stack.gateway.nc.is_connected
+
+        await eventually(disconnected, what="the gateway to notice NATS is gone")
+        for path, body in (
+            ("/create", create_body(pod(containers={"main": ["true"]}))),
+            ("/delete", ok),
+            ("/getLogs", logs_body(ok, "main")),
+        ):
+            started = time.monotonic()
+            response = await stack.post(path, body)
+            elapsed = time.monotonic() - started
+            assert response.status_code == 503, (path, response.text)
+            assert "NATS is unavailable" in response.text and stack.pool not in response.text
+            assert elapsed < 4, f"{path} answered after {elapsed:.1f}s (pool_wait_s is 5)"
+        status = await stack.get("/status", [ok])
+        assert status.status_code == 200, "status is served from memory"
+        await asyncio.to_thread(fresh_nats_server.start_blocking)

@@ -176,8 +176,15 @@ class Gateway:
                 if exc.status is not Status.UNAVAILABLE or time.monotonic() + delay > deadline:
                     self.metrics.rpc_errors.labels(pool=pool, method=method, status=exc.status.name).inc()
                     raise
+                self._require_nats()  # no use waiting for the pool while we ourselves cannot reach NATS
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.5)
+
+    def _require_nats(self) -> None:
+        """Answer at once when our own NATS connection is down, rather than hold the call while nats-py
+        reconnects and then blame the pool: the pool may be fine, it is the gateway that cannot reach it."""
+        if not self.nc.is_connected:
+            raise HttpError(503, "NATS is unavailable: the gateway is not connected to nats-server (reconnecting)")
 
     def _rpc_error(self, pool: str, exc: GRPCError) -> HttpError:
         code = http_status_for(exc.status)
@@ -208,6 +215,7 @@ class Gateway:
         if existing is not None and existing.job_id:
             return {"PodUID": identity.uid, "PodJID": existing.job_id}  # interLink retried a create
         pool = pool_for_pod(pod, self.settings.default_pool)
+        self._require_nats()
         try:
             build_config = await self.pools.build_config(pool, self.settings.pool_wait_s)
         except GRPCError as exc:
@@ -239,6 +247,9 @@ class Gateway:
                 "Submit",
                 lambda: self.stub(pool).submit(pb.SubmitRequest(job=job), timeout=self.settings.submit_timeout_s),
             )
+        except HttpError:
+            await self.store.delete(identity.uid)
+            raise
         except GRPCError as exc:
             await self.store.delete(identity.uid)
             if exc.status is Status.RESOURCE_EXHAUSTED:  # the only source: a request over NATS max_payload
@@ -315,6 +326,7 @@ class Gateway:
         record = self.store.get(identity.uid)
         if record is None:
             return f"pod {identity.uid} is not known; nothing to delete"
+        self._require_nats()
         try:
             await self.stub(record.pool).cancel(
                 pb.CancelRequest(pod_uid=identity.uid), timeout=self.settings.submit_timeout_s
@@ -334,6 +346,7 @@ class Gateway:
             raise HttpError(404, f"pod {request.pod_uid} is not known to this gateway")
         if request.container not in (*record.init_containers, *record.containers):
             raise HttpError(404, f"pod {request.pod_uid} has no container {request.container!r}")
+        self._require_nats()
         return record, request
 
     async def stream_logs(self, record: PodRecord, request: wire.LogRequest) -> AsyncIterator[bytes]:
