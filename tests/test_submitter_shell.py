@@ -313,3 +313,28 @@ async def test_replicas_share_the_registry_answer_for_each_other_and_adopt_a_sto
     finally:
         await a.stop()
         await b.stop()
+
+
+async def test_a_claim_whose_runner_never_started_is_lost_within_two_polls_saying_so(tmp_path: Path) -> None:
+    """The launcher killed between claim and start (e.g. the submitter's container restarted with
+    everything in it) leaves a claim and no runner: two polls, not a minute, and the reason says so."""
+    from interlink_nats.submitters.backends import shell
+    from interlink_nats.submitters.backends.base import BackendState, JobHandle
+    from interlink_nats.submitters.status import JobMeta, map_status
+
+    job_dir = tmp_path / "job"
+    (job_dir / shell.CLAIM).mkdir(parents=True)  # what the launcher's mkdir left behind
+    backend = shell.ShellBackend(max_concurrent=1)
+    handle = JobHandle("u1", job_dir, "u1")
+    await backend.reconcile([handle])  # a restarted submitter finds the claim and tracks the job
+    first = (await backend.poll([handle]))["u1"]
+    assert first.state is BackendState.RUNNING, "a runner may be between fork and its pid file"
+    await asyncio.sleep(shell.NEVER_STARTED_AFTER)  # the next poll interval (5 s by default) is longer
+    second = (await backend.poll([handle]))["u1"]
+    assert second.state is BackendState.GONE
+    meta = JobMeta("u1", "default", "p", "pool", "u1", (), ("main",), "shell")
+    status = map_status(meta, second, {}, now=0.0)
+    assert status.state == pb.JobState.LOST
+    assert "never started" in status.message
+    assert "never started" in status.containers[0].message
+    await backend.close()

@@ -16,8 +16,9 @@ fork happens in a small bash.
 Why "run at most once" holds: each launch starts with ``mkdir .shell.claim``, atomic on every
 POSIX filesystem; a second launch of the same directory (a retry after a crash, or a second
 launcher) loses the race and starts nothing. The claim and the start of the runner happen in
-the launcher, which finishes every directory it was sent even if the submitter is killed: no
-directory is ever claimed without its runner being started.
+the launcher, which finishes every directory it was sent even if the submitter is killed. Only a
+launcher killed between the two (its container restarted) leaves a claim without a runner; the
+poll reports that job lost, saying it never started, on its second sighting (``NEVER_STARTED_AFTER``).
 
 Files the backend adds to the job directory (next to the layout.py contract):
 ``.shell.claim/`` (the run-once claim), ``.shell.pid`` (runner pid), ``.shell.exit``
@@ -56,8 +57,11 @@ CLAIM = ".shell.claim"
 PID_FILE = ".shell.pid"
 EXIT_FILE = ".shell.exit"
 RUNNER_NAME = "interlink-shell-job"
-STARTING_GRACE = 60.0
-"""A claim older than this without a pid file means the runner never started (e.g. a reboot)."""
+NEVER_STARTED_AFTER = 1.0
+"""A claim nobody is launching and no runner answers for, seen on two polls at least this far apart,
+was never started (the launcher was killed between claim and start, e.g. its container restarted).
+The only legitimate window is a runner between fork and writing its pid file: milliseconds."""
+NEVER_STARTED = "the job never started: it was claimed, but the launcher stopped before starting its runner"
 
 # Constant programs, never formatted: the only inputs are positional arguments and stdin.
 # The launcher reads NUL-terminated job directories and answers "<dir>\0<pid>\0" (or "claimed").
@@ -271,6 +275,8 @@ class ShellBackend:
         self._cancelled: set[str] = set()
         self._starting: set[str] = set()
         """Taken from the queue, launcher not done yet: neither queued nor findable on disk."""
+        self._unstarted: dict[str, float] = {}
+        """Claims with no runner, by when a poll first saw them (see ``NEVER_STARTED_AFTER``)."""
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._launcher = _Launcher(bash)
@@ -437,6 +443,7 @@ class ShellBackend:
         code = _read_int(job_dir / EXIT_FILE)
         if code is not None:
             self._running.pop(uid, None)
+            self._unstarted.pop(uid, None)
             started = _mtime(job_dir / PID_FILE)
             finished = _mtime(job_dir / EXIT_FILE)
             if code == 0:
@@ -454,17 +461,22 @@ class ShellBackend:
             del self._running[uid]
             self._wake.set()
         elif self._adopt(uid, job_dir) is not None:
+            self._unstarted.pop(uid, None)
             return Observation(BackendState.RUNNING, started_at=_mtime(job_dir / PID_FILE))
         if uid in self._cancelled:
             return Observation(BackendState.CANCELLED, raw_state="killed on request")
-        claimed = _mtime(job_dir / CLAIM)
-        if claimed is not None and not (job_dir / PID_FILE).exists() and now - claimed < STARTING_GRACE:
-            return Observation(BackendState.RUNNING, reason="starting")
+        if (job_dir / CLAIM).exists() and not (job_dir / PID_FILE).exists():
+            first_seen = self._unstarted.setdefault(uid, now)
+            if now - first_seen < NEVER_STARTED_AFTER:
+                return Observation(BackendState.RUNNING, reason="starting")
+            del self._unstarted[uid]
+            return Observation(BackendState.GONE, reason=NEVER_STARTED)
         return None  # gone: the runner vanished without writing its exit file
 
     async def cancel(self, job: JobHandle) -> None:
         uid = job.uid
         self._cancelled.add(uid)
+        self._unstarted.pop(uid, None)
         if uid in self._queued:
             self._queued.discard(uid)
             self._queue = deque(s for s in self._queue if s.uid != uid)
