@@ -14,8 +14,8 @@ import pytest
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 from interlink_nats.gen.interlink_nats.v1 import JobScript, SubmitRequest, SubmitResponse, SubmitterServiceBase
+from interlink_nats.kernel.subjects import rpc_subject
 from interlink_nats.services.rpc import SERVICE_NAME, RpcServer, submitter_client
-from interlink_nats.services.subjects import rpc_subject
 from nats.aio.client import Client as NATS
 
 SEMVER = re.compile(r"^\d+\.\d+\.\d+")
@@ -148,9 +148,9 @@ FULL_SEMVER = re.compile(
 )
 def test_the_advertised_version_is_always_semver(raw: str | None, expected: str) -> None:
     """$SRV.INFO needs semver, also from a bare checkout (no package metadata) or a PEP 440 dev build."""
-    import interlink_nats
+    from interlink_nats.kernel import version
 
-    assert interlink_nats.semver(raw) == expected
+    assert version.semver(raw) == expected
     assert FULL_SEMVER.match(expected)
-    assert interlink_nats.installed_version("no-such-distribution-interlink") == "0.0.0+unknown"
-    assert FULL_SEMVER.match(interlink_nats.__version__)
+    assert version.installed_version("no-such-distribution-interlink") == "0.0.0+unknown"
+    assert FULL_SEMVER.match(version.__version__)
