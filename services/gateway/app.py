@@ -45,6 +45,9 @@ from tenacity import AsyncRetrying, wait_exponential
 log = logging.getLogger("interlink_nats.gateway")
 
 SESSION_HEADER = "InterLink-Http-Session"
+LOG_STREAM_WINDOW = 4
+"""Log chunks (64 KiB each) a submitter may send ahead of what the HTTP client has taken: the bound
+on a /getLogs stream's memory here, however slow its reader (uvicorn waits for the socket to drain)."""
 _T = TypeVar("_T")
 
 
@@ -157,7 +160,9 @@ class Gateway:
     def stub(self, pool: str) -> pb.SubmitterServiceStub:
         stub = self._stubs.get(pool)
         if stub is None:
-            stub = self._stubs[pool] = submitter_client(self.nc, pool, timeout=self.settings.submit_timeout_s)
+            stub = self._stubs[pool] = submitter_client(
+                self.nc, pool, timeout=self.settings.submit_timeout_s, stream_window=LOG_STREAM_WINDOW
+            )
         return stub
 
     async def _describe(self, pool: str, deadline_s: float) -> pb.DescribeResponse:
@@ -360,10 +365,17 @@ class Gateway:
             timestamps=request.timestamps,
             previous=request.previous,
         )
-        timeout = None if request.follow else self.settings.submit_timeout_s
-        async for chunk in self.stub(record.pool).get_logs(message, timeout=timeout):
-            if chunk.data:
-                yield chunk.data
+        # No deadline on the stream as a whole (timeout=None): a slow reader may take long over a large log.
+        # A reader that goes away is noticed by the HTTP server, and aclosing then cancels the submitter's
+        # stream at once, not at GC time; a reader that stalls is given up by the submitter's idle timeout.
+        self.metrics.log_streams.inc()
+        try:
+            async with contextlib.aclosing(self.stub(record.pool).get_logs(message, timeout=None)) as chunks:
+                async for chunk in chunks:
+                    if chunk.data:
+                        yield chunk.data
+        finally:
+            self.metrics.log_streams.dec()
 
 
 def _json(data: Any, status_code: int = 200) -> Response:
@@ -438,17 +450,15 @@ def build_app(gateway: Gateway) -> Starlette:
     async def get_logs(request: Request) -> Response:
         record, log_request = await gateway.logs(await read_body(request))
         stream = gateway.stream_logs(record, log_request)
-        if not log_request.follow:
-            try:
-                data = b"".join([chunk async for chunk in stream])
-            except GRPCError as exc:
-                raise gateway._rpc_error(record.pool, exc) from None
-            return Response(data, media_type="text/plain")
-        # Follow: get the first chunk before answering, so an error can still become a status code.
+        # Streamed, follow or not, so memory stays a few chunks however large the log and slow the reader.
+        # The first chunk comes before answering, so an error can still become a status code.
         try:
-            first = await anext(stream, b"")
+            async with asyncio.timeout(None if log_request.follow else settings.submit_timeout_s):
+                first = await anext(stream, b"")
         except GRPCError as exc:
             raise gateway._rpc_error(record.pool, exc) from None
+        except TimeoutError:
+            raise gateway._rpc_error(record.pool, GRPCError(Status.DEADLINE_EXCEEDED)) from None
 
         async def body() -> AsyncIterator[bytes]:
             if first:
@@ -456,8 +466,8 @@ def build_app(gateway: Gateway) -> Starlette:
             try:
                 async for chunk in stream:
                     yield chunk
-            except GRPCError as exc:
-                log.info("log follow of %s/%s ended: %s", record.uid, log_request.container, exc.message)
+            except GRPCError as exc:  # after the 200: the body just ends
+                log.info("log stream of %s/%s ended: %s", record.uid, log_request.container, exc.message)
             finally:
                 with contextlib.suppress(Exception):
                     await stream.aclose()

@@ -205,6 +205,13 @@ class RpcServer:
                 deadline_at = received + wire.decode_timeout(raw_timeout)
             except ValueError:
                 return await self._reject(endpoint, msg, Status.INVALID_ARGUMENT, f"bad {wire.TIMEOUT} header")
+        window = self.stream_window
+        raw_window = msg.headers.get(wire.WINDOW) if msg.headers else None
+        if raw_window is not None:
+            try:  # a client bounds its own memory: it may ask for less, never for more
+                window = min(window, wire.decode_window(raw_window))
+            except ValueError:
+                return await self._reject(endpoint, msg, Status.INVALID_ARGUMENT, f"bad {wire.WINDOW} header")
         handler = endpoint.handler
         try:
             strict.check(msg.data, handler.request_type)
@@ -223,7 +230,7 @@ class RpcServer:
                 method=endpoint.method,
                 pool=self.pool,
                 deadline=deadline,
-                window=self.stream_window,
+                window=window,
                 idle_timeout=self.stream_idle_timeout,
             )
         else:
