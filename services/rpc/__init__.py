@@ -13,7 +13,8 @@ Wire convention (the contract for other languages, with examples tested byte for
   ``Rpc-Window`` on stream requests (the most the client wants ahead; the server uses the smaller)
   and the call metadata (``-bin`` keys base64). Metadata keys starting with ``Rpc-`` are refused.
 - Unary reply: the protobuf bytes with no headers, or an empty body with ``Rpc-Status`` (gRPC code)
-  and ``Rpc-Message`` (never ``Rpc-End``), also for a request rejected before its handler; the client raises ``grpclib.exceptions.GRPCError(Status(code), message)``.
+  and ``Rpc-Message`` (never ``Rpc-End``), also for a request rejected before its handler; the
+  client raises ``grpclib.exceptions.GRPCError(Status(code), message)``.
   Unexpected handler exceptions are logged on the server and sent as UNKNOWN "internal error".
 - No responders (nats-server's ``Status: 503``) → ``GRPCError(UNAVAILABLE, "no submitter of pool 'x'
   answered")``; a client-side timeout → DEADLINE_EXCEEDED; other NATS failures → UNAVAILABLE.
