@@ -315,4 +315,5 @@ def cancelled_status(meta: JobMeta, previous: pb.JobStatus | None, *, now: float
         containers=statuses,
         reason=reason,
         message=message,
+        deleted=True,
     )

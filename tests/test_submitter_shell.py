@@ -243,7 +243,10 @@ async def test_events_list_and_describe(submitter: Submitter, nc: nats.NATS, poo
     assert (await client.cancel(pb.CancelRequest(pod_uid=cancelled))).found
     listed = await client.list_jobs(pb.ListJobsRequest(include_finished=True))
     [entry] = [j for j in listed.jobs if j.pod.uid == cancelled]
-    assert entry.state == pb.JobState.CANCELLED
+    assert entry.state == pb.JobState.CANCELLED and entry.deleted
+    [finished_then_deleted] = [j for j in listed.jobs if j.pod.uid == uids[0]]
+    assert finished_then_deleted.state == pb.JobState.SUCCEEDED and finished_then_deleted.deleted
+    assert not any(j.deleted for j in listed.jobs if j.pod.uid in uids[1:])
     assert cancelled not in {j.pod.uid for j in (await client.list_jobs(pb.ListJobsRequest())).jobs}
 
     desc = await client.describe(pb.DescribeRequest())

@@ -128,8 +128,8 @@ class Gateway:
                 for status in reply.jobs:
                     if status.pod is None or not status.pod.uid or self.store.get(status.pod.uid) is not None:
                         continue
-                    if status.state == pb.JobState.CANCELLED:
-                        continue  # include_finished lists cancelled jobs too; their pods were deleted
+                    if status.deleted:
+                        continue  # include_finished lists jobs removed by Cancel too; their pods are gone
                     names = [c for c in status.containers]
                     record = PodRecord(
                         uid=status.pod.uid,

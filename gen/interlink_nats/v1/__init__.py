@@ -640,6 +640,12 @@ class JobStatus(betterproto2.Message):
         optional=True,
     )
 
+    deleted: "bool" = betterproto2.field(9, betterproto2.TYPE_BOOL)
+    """
+    True once Cancel removed the job (its pod was deleted): ListJobs with
+    include_finished still lists it until the retention prunes it.
+    """
+
 
 default_message_pool.register_message("interlink_nats.v1", "JobStatus", JobStatus)
 
