@@ -320,7 +320,8 @@ async def test_replicas_share_the_registry_answer_for_each_other_and_adopt_a_sto
 
 async def test_a_claim_whose_runner_never_started_is_lost_within_two_polls_saying_so(tmp_path: Path) -> None:
     """The launcher killed between claim and start (e.g. the submitter's container restarted with
-    everything in it) leaves a claim and no runner: two polls, not a minute, and the reason says so."""
+    everything in it) leaves a claim and no runner: two polls, not a minute, and the reason says so.
+    A launcher that still lives may yet start it, so that claim is not given up."""
     from interlink_nats.submitters.backends import shell
     from interlink_nats.submitters.backends.base import BackendState, JobHandle
     from interlink_nats.submitters.status import JobMeta, map_status
@@ -340,4 +341,19 @@ async def test_a_claim_whose_runner_never_started_is_lost_within_two_polls_sayin
     assert status.state == pb.JobState.LOST
     assert "never started" in status.message
     assert "never started" in status.containers[0].message
+
+    # A claim whose launcher still lives (working through a backlog after its submitter died) is starting.
+    busy = tmp_path / "busy"
+    (busy / shell.CLAIM).mkdir(parents=True)
+    launcher = await asyncio.create_subprocess_exec("bash", "-c", "sleep 30; true", shell.LAUNCHER_NAME)
+    try:
+        (busy / shell.CLAIM_LAUNCHER).write_text(f"{launcher.pid}\n")
+        slow = JobHandle("u2", busy, "u2")
+        await backend.reconcile([slow])
+        for _ in range(2):
+            assert (await backend.poll([slow]))["u2"].state is BackendState.RUNNING
+            await asyncio.sleep(shell.NEVER_STARTED_AFTER)
+    finally:
+        launcher.kill()
+        await launcher.wait()
     await backend.close()

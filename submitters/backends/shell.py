@@ -57,10 +57,15 @@ CLAIM = ".shell.claim"
 PID_FILE = ".shell.pid"
 EXIT_FILE = ".shell.exit"
 RUNNER_NAME = "interlink-shell-job"
+LAUNCHER_NAME = "interlink-shell-launch"
+CLAIM_LAUNCHER = f"{CLAIM}/launcher"
+"""Inside the claim: pid of the launcher that made it (written before the runner is forked)."""
+CLAIM_RUNNER = f"{CLAIM}/runner"
+"""Inside the claim: pid of the runner it forked (written right after the fork)."""
 NEVER_STARTED_AFTER = 1.0
-"""A claim nobody is launching and no runner answers for, seen on two polls at least this far apart,
-was never started (the launcher was killed between claim and start, e.g. its container restarted).
-The only legitimate window is a runner between fork and writing its pid file: milliseconds."""
+"""A claim without a runner whose launcher is gone (and whose forked runner, if any, is gone too), seen
+on two polls at least this far apart, was never started: the launcher was killed between claim and start
+(e.g. its container restarted). While the launcher lives it may still be working through its backlog."""
 NEVER_STARTED = "the job never started: it was claimed, but the launcher stopped before starting its runner"
 
 # Constant programs, never formatted: the only inputs are positional arguments and stdin.
@@ -72,8 +77,10 @@ set -m
 bash=$1 runner=$2 env_name=$3
 while IFS= read -r -d '' dir; do
   if mkdir "$dir/.shell.claim" 2>/dev/null; then
+    echo $$ > "$dir/.shell.claim/launcher"
     ( export "$env_name=$dir"; exec "$bash" -c "$runner" interlink-shell-job "$dir" "$bash" ) \
       </dev/null >/dev/null 2>&1 &
+    echo $! > "$dir/.shell.claim/runner"
     printf '%s\0%s\0' "$dir" "$!"
     disown
   else
@@ -110,6 +117,24 @@ def _is_our_runner(pid: int, job_dir: Path) -> bool:
     except OSError:
         return False
     return RUNNER_NAME.encode() in argv and str(job_dir).encode() in argv
+
+
+def _is_ours(pid: int | None) -> bool:
+    """A live launcher, or a runner (before its exec it still has the launcher's command line)."""
+    if pid is None:
+        return False
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    seen = _proc_start_ticks(pid)
+    alive = seen is not None and seen[1] != "Z"
+    return alive and (LAUNCHER_NAME.encode() in argv or RUNNER_NAME.encode() in argv)
+
+
+def _may_still_start(job_dir: Path) -> bool:
+    """A claim without a pid file whose launcher or forked runner is still alive: it is starting."""
+    return _is_ours(_read_int(job_dir / CLAIM_LAUNCHER)) or _is_ours(_read_int(job_dir / CLAIM_RUNNER))
 
 
 def _read_int(path: Path) -> int | None:
@@ -156,7 +181,7 @@ class _Launcher:
                     self._bash,
                     "-c",
                     _LAUNCHER,
-                    "interlink-shell-launch",
+                    LAUNCHER_NAME,
                     self._bash,
                     _RUNNER,
                     layout.JOB_DIR_ENV,
@@ -466,6 +491,9 @@ class ShellBackend:
         if uid in self._cancelled:
             return Observation(BackendState.CANCELLED, raw_state="killed on request")
         if (job_dir / CLAIM).exists() and not (job_dir / PID_FILE).exists():
+            if _may_still_start(job_dir):
+                self._unstarted.pop(uid, None)
+                return Observation(BackendState.RUNNING, reason="starting")
             first_seen = self._unstarted.setdefault(uid, now)
             if now - first_seen < NEVER_STARTED_AFTER:
                 return Observation(BackendState.RUNNING, reason="starting")
