@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from interlink_nats.errors import exit_with
 from interlink_nats.logs import setup_logging
 from interlink_nats.signals import run_until_signal
 
@@ -81,7 +82,11 @@ _register_subcommands()
 
 
 def main() -> None:
-    app()
+    """The entry point: typer handles usage errors (exit 2); everything else leaves as one line."""
+    try:
+        app()
+    except Exception as exc:
+        exit_with(exc)
 
 
 if __name__ == "__main__":

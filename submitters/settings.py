@@ -45,10 +45,18 @@ def load_document(path: Path) -> dict[str, Any]:
         else:
             data = yaml.safe_load(text) or {}
     except (tomllib.TOMLDecodeError, yaml.YAMLError, json.JSONDecodeError) as exc:
-        raise ConfigFileError(f"cannot parse config file {path}: {exc}") from exc
+        raise ConfigFileError(f"cannot parse config file {path}: {_one_line(exc)}") from exc
     if not isinstance(data, dict):
         raise ConfigFileError(f"config file {path} must hold a mapping at the top level")
     return data
+
+
+def _one_line(exc: Exception) -> str:
+    """A parser's error as one line with its position (YAML's own message spans several)."""
+    mark = getattr(exc, "problem_mark", None)
+    if mark is not None:
+        return f"{getattr(exc, 'problem', None) or 'invalid YAML'} (line {mark.line + 1}, column {mark.column + 1})"
+    return str(exc).splitlines()[0]
 
 
 def parse_build_config(data: dict[str, Any] | None, *, where: str = "build_config") -> pb.BuildConfig:
