@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated
 
@@ -82,11 +83,20 @@ _register_subcommands()
 
 
 def main() -> None:
-    """The entry point: typer handles usage errors (exit 2); everything else leaves as one line."""
+    """The entry point: every error leaves as one line (usage errors exit 2), never a traceback or a box."""
+    import click
+
     try:
-        app()
+        code = app(standalone_mode=False)
+    except click.exceptions.Abort:
+        raise SystemExit(130) from None
+    except click.ClickException as exc:  # usage errors: a bad option, a missing file, BadParameter
+        hint = f" (see {exc.ctx.command_path} --help)" if isinstance(exc, click.UsageError) and exc.ctx else ""
+        print(f"interlink-nats: error: {exc.format_message()}{hint}", file=sys.stderr)
+        raise SystemExit(exc.exit_code) from None
     except Exception as exc:
         exit_with(exc)
+    raise SystemExit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

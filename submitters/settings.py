@@ -30,6 +30,8 @@ ENV_PREFIX = "INTERLINK_SUBMITTER_"
 class ConfigFileError(ValueError):
     """The config file could not be read or parsed; the message names the file."""
 
+    exit_code = 2  # bad input: the CLI prints the message as one line and exits with this
+
 
 def load_document(path: Path) -> dict[str, Any]:
     """Parse a YAML/TOML/JSON file into a dict (empty file → {})."""
