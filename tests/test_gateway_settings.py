@@ -75,7 +75,7 @@ def test_unknown_key_and_unreadable_token_are_errors_naming_them(tmp_path: Path)
     with pytest.raises(ValidationError, match="prot"):
         GatewaySettings.load(typo)
     missing = tmp_path / "missing.yaml"
-    with pytest.raises(ConfigFileError, match="missing.yaml"):
+    with pytest.raises(ConfigFileError, match=r"missing\.yaml"):
         GatewaySettings.load(missing)
     bad = tmp_path / "bad.yaml"
     bad.write_text(f"bearer_token_file: {tmp_path / 'nope'}\n")

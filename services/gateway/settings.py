@@ -8,9 +8,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from interlink_nats.kernel.config_files import LayeredSettings
 from interlink_nats.kernel.nats_connection import NatsConnectionSettings
 from interlink_nats.kernel.subjects import DEFAULT_PREFIX, Role, inbox_prefix
-from interlink_nats.kernel.config_files import LayeredSettings
 from pydantic import Field, SecretStr, model_validator
 from pydantic_settings import SettingsConfigDict
 
