@@ -76,9 +76,12 @@ class ReportStore:
         if subject_pool is not None and pool != subject_pool:
             log.warning("report for pool %r arrived on the subject of pool %r; ignored", pool, subject_pool)
             return False
-        if not is_dns_label(pool):
-            log.warning("report with invalid pool name %r ignored", pool)
+        if not pool:
+            log.warning("report without a pool name on %s ignored", source.subject)
             return False
+        if not is_dns_label(pool):
+            # Kept, so the MasterQueue that selects it says so in a Kubernetes event (reconcile leaves it out).
+            log.warning("report with invalid pool name %r: not a DNS label, no flavor will be made for it", pool[:80])
         message.pool = pool
         self.put(source, model.report_from_proto(message, self.clock()))
         return True
