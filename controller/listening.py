@@ -124,6 +124,17 @@ class NatsHub:
         self._pools_hint: dict[model.NatsSource, set[str]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
 
+    def connections(self) -> dict[str, str | None]:
+        """Each NATS connector in use → the server it is connected to (None while it is not connected)."""
+        return {
+            key[0]: (
+                str(conn.nc.connected_url.netloc)
+                if conn.nc and conn.nc.is_connected and conn.nc.connected_url
+                else None
+            )
+            for key, conn in self._connections.items()
+        }
+
     def primed(self, source: model.NatsSource) -> bool:
         """True once the source's first Describe round is over (answered or timed out)."""
         event = self._primed.get(source)
