@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from interlink_nats.errors import exit_with
+from interlink_nats.errors import exit_with, extra_for
 from interlink_nats.logs import setup_logging
 from interlink_nats.signals import run_until_signal
 
@@ -113,16 +113,43 @@ def gateway(
     run_until_signal(lambda stop: serve(settings, stop))
 
 
+def _unavailable(name: str, error: ModuleNotFoundError, help_text: str) -> None:
+    """Register ``name`` as a command that explains which extra to install (the base install lacks it)."""
+
+    @app.command(
+        name,
+        help=f"{help_text} (needs the {extra_for(error.name) or error.name!r} extra)",
+        context_settings={"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": []},
+    )
+    def unavailable(ctx: typer.Context) -> None:
+        raise error
+
+
 def _register_subcommands() -> None:
-    from interlink_nats.controller.cli import app as controller_app
-    from interlink_nats.services.scripts.cli import render
+    """Each command group is optional: a submitter-only install has no renderer and no Kubernetes client."""
+    render_help = "Print the job script a pod becomes (secrets masked), so an admin sees exactly what runs."
+    try:
+        from interlink_nats.services.scripts.cli import render
+    except ModuleNotFoundError as exc:
+        _unavailable("render", exc, render_help)
+    else:
+        app.command(help=render_help)(render)
+
     from interlink_nats.services.security.cli import nats_config
+
+    app.command("nats-config")(nats_config)
+
     from interlink_nats.submitters.cli import app as submitter_app
 
-    app.command(help="Print the job script a pod becomes (secrets masked), so an admin sees exactly what runs.")(render)
-    app.command("nats-config")(nats_config)
     app.add_typer(submitter_app, name="submitter")
-    app.add_typer(controller_app, name="controller", help="kueue-nats: MasterQueue → Kueue objects (run, render).")
+
+    controller_help = "kueue-nats: MasterQueue → Kueue objects (run, render)."
+    try:
+        from interlink_nats.controller.cli import app as controller_app
+    except ModuleNotFoundError as exc:
+        _unavailable("controller", exc, controller_help)
+    else:
+        app.add_typer(controller_app, name="controller", help=controller_help)
 
 
 _register_subcommands()

