@@ -122,5 +122,16 @@ def slurm(
     )
 
 
+@app.command()
+def run(
+    config: ConfigOpt = None,
+    instance_id: InstanceOpt = None,
+    log_level: LogOpt = "info",
+    json_logs: JsonOpt = False,
+) -> None:
+    """Run the backend the config file names (its `backend:` key): what the systemd unit starts."""
+    _serve(config, log_level, json_logs, {"instance_id": instance_id})
+
+
 if __name__ == "__main__":  # ``python -m interlink_nats.submitters.cli shell …`` (tests run it this way)
     app()
