@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-SYSTEM_PACKAGES := redis-server slurm-wlm munge
+SYSTEM_PACKAGES := redis-server slurm-wlm munge podman runc debootstrap
 PYTEST_ARGS ?=
 
 .PHONY: up test venv system-packages check lint gen bench clean
@@ -21,7 +21,7 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	$(BIN)/python -m pip install --quiet -e ".[all,dev]"
 	@touch $(STAMP)
 
 # Debian packages for the real-service tests (redis, Slurm); needs root or sudo, skipped otherwise.
