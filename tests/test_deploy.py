@@ -77,6 +77,19 @@ def test_compose_brings_up_the_whole_secured_stack() -> None:
         assert mounts and all(v.get("read_only") for v in mounts), f"{name} must mount credentials read-only"
 
 
+def test_compose_published_ports_are_settings_and_the_demo_pool_runs_pods() -> None:
+    """Beside other services (this machine's NATS holds 4222) the ports must move; the demo pool needs a runtime."""
+    services = compose()["services"]
+    published = [port for svc in services.values() for port in svc.get("ports", [])]
+    assert published
+    for port in published:
+        assert re.search(r"\$\{[A-Z_]+_PORT:-\d+\}:\d+$", port), f"published port {port!r} is not a setting"
+    sub = services["submitter-shell"]
+    assert json.loads(sub["environment"]["INTERLINK_SUBMITTER_BUILD_CONFIG"]) == {"runtime": "none"}
+    for name in ("nats", "gateway", "submitter-shell"):
+        assert services[name]["read_only"] is True, f"{name} runs on a read-only root filesystem"
+
+
 def test_compose_images_are_pinned_and_builds_exist() -> None:
     compose_doc = compose()
     declared = set(compose_doc.get("volumes", {}))
