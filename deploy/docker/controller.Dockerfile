@@ -11,6 +11,7 @@ RUN python3 -m venv /opt/venv
 COPY pyproject.toml README.md ./
 COPY interlink_nats/ interlink_nats/
 COPY gen/ gen/
+COPY kernel/ kernel/
 COPY services/ services/
 COPY submitters/ submitters/
 COPY controller/ controller/
