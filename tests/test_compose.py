@@ -178,12 +178,15 @@ class Podman:
     compose_bin: str
     env: dict[str, str] = field(default_factory=dict)
 
-    def run(self, *args: str, timeout: float = 120, check: bool = True, input: bytes | None = None) -> str:
+    def run(
+        self, *args: str, timeout: float = 120, check: bool = True, input: bytes | None = None, stderr: bool = False
+    ) -> str:
+        """podman's stdout (and its stderr after it, with ``stderr``: `podman logs` replays a container's there)."""
         proc = subprocess.run(["podman", *args], env=self.env, capture_output=True, timeout=timeout, input=input)
         out = proc.stdout.decode(errors="replace")
         if check and proc.returncode != 0:
             raise AssertionError(f"podman {' '.join(args)} → {proc.returncode}\n{out}{proc.stderr.decode()[-3000:]}")
-        return out
+        return out + proc.stderr.decode(errors="replace") if stderr else out
 
     def compose(self, project: str, *args: str, env: dict[str, str], timeout: float = 300) -> None:
         cmd = [self.compose_bin, "-p", project, "-f", str(COMPOSE_FILE), *args]
@@ -223,7 +226,6 @@ def podman() -> Iterator[Podman]:
         podman.run("rm", "--all", "--force", "--time", "0", check=False)
         podman.run("volume", "prune", "--force", check=False)
         podman.run("network", "prune", "--force", check=False)
-        podman.run("rmi", "--all", "--force", check=False, timeout=300)
         for mount in sorted(podman.mounts_below(), key=len, reverse=True):
             subprocess.run(["umount", mount], check=False)
         shutil.rmtree(tmp, ignore_errors=True)
@@ -388,7 +390,7 @@ class Stack:
         return out.split()
 
     def logs(self, container: str) -> str:
-        return self.podman.run("logs", container, timeout=60)
+        return self.podman.run("logs", container, timeout=60, stderr=True)
 
     def all_logs(self) -> str:
         return "\n".join(f"--- {c}\n{self.logs(c)}" for c in self.containers())
