@@ -34,7 +34,7 @@ FOLLOW_STATE_EVERY = 2.0
 """How often a follower re-reads the job's state from the registry."""
 MAX_STATUS_BATCH = 10_000
 
-RPC_STATUS: dict[type[SubmitterFault], Status] = {
+RPC_STATUS: dict[type, Status] = {
     InvalidRequest: Status.INVALID_ARGUMENT,
     NotFound: Status.NOT_FOUND,
     AlreadyExists: Status.ALREADY_EXISTS,
@@ -46,7 +46,7 @@ RPC_STATUS: dict[type[SubmitterFault], Status] = {
 
 def rpc_error(exc: SubmitterFault) -> GRPCError:
     for kind in type(exc).__mro__:
-        status = RPC_STATUS.get(kind)  # type: ignore[call-overload]
+        status = RPC_STATUS.get(kind)
         if status is not None:
             return GRPCError(status, str(exc))
     return GRPCError(Status.INTERNAL, str(exc))
