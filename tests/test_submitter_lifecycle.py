@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import ast
+from pathlib import Path
+
+import interlink_nats.submitters as pkg
 import pytest
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.submitters.backends.base import GONE, BackendState, Observation
@@ -167,3 +171,25 @@ def test_only_dead_other_owners_are_adopted() -> None:
 def test_cancel_plan(phase: Phase | None, found: bool, untrack: bool, stop_backend: bool, tombstone: bool) -> None:
     plan = plan_cancel(phase)
     assert (plan.found, plan.untrack, plan.stop_backend, plan.tombstone) == (found, untrack, stop_backend, tombstone)
+
+
+PURE_IMPORTS = {
+    "__future__",
+    "enum",
+    "collections.abc",
+    "dataclasses",
+    "datetime",
+    "interlink_nats.gen.interlink_nats",
+    "interlink_nats.submitters.backends.base",
+    "interlink_nats.submitters.status",
+}
+
+
+@pytest.mark.parametrize("module", ["lifecycle", "status", "errors"])
+def test_the_core_imports_no_io(module: str) -> None:
+    """The decisions stay pure: no asyncio, sqlite, subprocess, NATS or RPC library in the core modules."""
+    tree = ast.parse((Path(pkg.__file__).parent / f"{module}.py").read_text())
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module} | {
+        a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names
+    }
+    assert imported <= PURE_IMPORTS, imported - PURE_IMPORTS
