@@ -11,7 +11,7 @@ import logging
 
 import nats.errors
 from interlink_nats.gen.interlink_nats import v1 as pb
-from interlink_nats.services.subjects import config_subject, resources_subject
+from interlink_nats.kernel.subjects import config_subject, resources_subject
 from interlink_nats.submitters.backends.base import Backend, BackendError, Capacity
 from interlink_nats.submitters.clock import Clock
 from interlink_nats.submitters.errors import SubmitterError

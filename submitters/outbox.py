@@ -15,8 +15,8 @@ from collections.abc import Callable
 import nats.errors
 import nats.js.errors
 from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.kernel.subjects import EVENTS_STREAM, events_subject
 from interlink_nats.services.events import ensure_events_stream
-from interlink_nats.services.subjects import EVENTS_STREAM, events_subject
 from interlink_nats.submitters.clock import Clock
 from interlink_nats.submitters.registry import Registry
 from nats.aio.client import Client as NATS

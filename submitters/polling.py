@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from interlink_nats.gen.interlink_nats import v1 as pb
-from interlink_nats.services.scripts import layout
+from interlink_nats.kernel import layout
 from interlink_nats.submitters import jobfiles, logindex
 from interlink_nats.submitters.backends.base import GONE, Backend, BackendState, JobHandle, Observation
 from interlink_nats.submitters.clock import Clock

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from interlink_nats.gen.interlink_nats import v1 as pb
-from interlink_nats.services.scripts import layout
+from interlink_nats.kernel import layout
 from interlink_nats.submitters.context import Instance
 from interlink_nats.submitters.errors import NotFound
 from interlink_nats.submitters.lifecycle import Phase, unique_in_order

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 
-from interlink_nats.services.scripts import layout
+from interlink_nats.kernel import layout
 from interlink_nats.submitters.backends.base import BackendError, JobHandle
 from interlink_nats.submitters.context import Instance, job_spec
 from interlink_nats.submitters.lifecycle import (

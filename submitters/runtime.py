@@ -38,6 +38,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.kernel.version import __version__
 from interlink_nats.submitters.announcer import Announcer
 from interlink_nats.submitters.backends.base import Backend, BackendError
 from interlink_nats.submitters.clock import Clock, as_clock
@@ -54,8 +55,6 @@ from interlink_nats.submitters.service import SubmitterServiceImpl
 from interlink_nats.submitters.settings import SubmitterSettings
 from interlink_nats.submitters.submission import Submissions
 from nats.aio.client import Client as NATS
-
-from interlink_nats import __version__
 
 __all__ = ["PollStats", "Submitter", "SubmitterError", "make_backend", "run_submitter"]
 
