@@ -102,7 +102,7 @@ class Submitter:
         self.nc: NATS | None = nc
         self._own_nc = nc is None
         self.registry: Registry | None = None
-        self._lock = InstanceLock(self.state_dir / "instances", self.instance_id)
+        self.instance_lock = InstanceLock(self.state_dir / "instances", self.instance_id)
         self.outbox = Outbox(
             pool=self.pool,
             subject_prefix=settings.subject_prefix,
@@ -150,7 +150,7 @@ class Submitter:
             (self.state_dir / "jobs").mkdir(exist_ok=True, mode=0o700)
         except OSError as exc:
             raise SubmitterError(f"cannot create state dir {self.state_dir}: {exc}") from exc
-        self._lock.acquire()
+        self.instance_lock.acquire()
         self._stop = asyncio.Event()
         self.submissions.reopen()
         try:
@@ -238,7 +238,7 @@ class Submitter:
             with contextlib.suppress(Exception):
                 await self.registry.close()
             self.registry = None
-        self._lock.release()
+        self.instance_lock.release()
 
     async def _on_reconnect(self) -> None:
         self.outbox.on_reconnect()

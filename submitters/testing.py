@@ -275,4 +275,4 @@ async def crash(sub: Submitter) -> None:
     if sub.registry is not None:
         await sub.registry.close()
         sub.registry = None
-    sub._lock.release()
+    sub.instance_lock.release()

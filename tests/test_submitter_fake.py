@@ -14,7 +14,13 @@ from pathlib import Path
 
 import pytest
 from interlink_nats.gen.interlink_nats import v1 as pb
-from interlink_nats.submitters.backends.base import BackendState, BackendUnavailable, Observation, SubmitRejected
+from interlink_nats.submitters.backends.base import (
+    Backend,
+    BackendState,
+    BackendUnavailable,
+    Observation,
+    SubmitRejected,
+)
 from interlink_nats.submitters.errors import InvalidRequest, Refused, Unavailable
 from interlink_nats.submitters.lifecycle import Phase
 from interlink_nats.submitters.runtime import Submitter
@@ -292,3 +298,7 @@ async def test_the_registry_and_statuses_use_the_injected_clock(tmp_path: Path) 
         assert row.finished_at == 1_900_000_030.0
         status = (await a.get_status([uid])).statuses[0]
         assert status.updated_at is not None and status.updated_at.timestamp() == 1_900_000_030.0
+
+
+def test_the_fake_backend_implements_the_backend_interface() -> None:
+    assert isinstance(FakeBackend(), Backend)
