@@ -234,6 +234,7 @@ class Submitter:
                 else:
                     await self.nc.close()
             self.nc = None
+        self.outbox.nc = self.announcer.nc = self.nc
         if self.registry is not None:
             with contextlib.suppress(Exception):
                 await self.registry.close()

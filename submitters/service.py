@@ -8,6 +8,7 @@ calls), not on the runtime, so the runtime can build it without an import cycle.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 from collections.abc import AsyncIterator, Sequence
 from typing import NoReturn, Protocol
@@ -116,8 +117,9 @@ class SubmitterServiceImpl(pb.SubmitterServiceBase):
 
     async def get_logs(self, message: pb.GetLogsRequest) -> AsyncIterator[pb.GetLogsResponse]:
         try:
-            async for chunk in self._logs(message):
-                yield chunk
+            async with contextlib.aclosing(self._logs(message)) as chunks:
+                async for chunk in chunks:
+                    yield chunk
         except SubmitterFault as exc:
             _raise(exc)
 
