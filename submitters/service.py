@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from typing import NoReturn, Protocol
 
 from grpclib.const import Status
@@ -123,7 +123,7 @@ class SubmitterServiceImpl(pb.SubmitterServiceBase):
         except SubmitterFault as exc:
             _raise(exc)
 
-    async def _logs(self, message: pb.GetLogsRequest) -> AsyncIterator[pb.GetLogsResponse]:
+    async def _logs(self, message: pb.GetLogsRequest) -> AsyncGenerator[pb.GetLogsResponse, None]:
         """Stream a container's log from an offset; with ``follow``, until its ``.exit`` appears or the job ends.
 
         ``container`` empty means the batch system's own output of the job (``job.out``).

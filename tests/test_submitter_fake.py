@@ -53,11 +53,9 @@ async def settle(sub: Submitter) -> None:
 SUBMIT_STEPS = ["claimed", "job_dir", "submitted", "marked"]
 
 
-@pytest.mark.parametrize("step", SUBMIT_STEPS)
-async def test_a_crash_between_any_two_submit_steps_runs_the_job_exactly_once(tmp_path: Path, step: str) -> None:
-    backend = FakeBackend()
-    uid = new_uid()
-    async with offline_submitter(tmp_path, backend, instance_id="a") as a:
+async def submit_and_crash_at(state_dir: Path, backend: FakeBackend, uid: str, step: str) -> None:
+    """Replica "a" submits ``uid`` and dies right after ``step`` (see ``Submissions.on_step``)."""
+    async with offline_submitter(state_dir, backend, instance_id="a") as a:
 
         def die(at: str) -> None:
             if at == step:
@@ -67,6 +65,13 @@ async def test_a_crash_between_any_two_submit_steps_runs_the_job_exactly_once(tm
         with pytest.raises(SimulatedCrash):
             await a.submit(job(uid))
         await crash(a)
+
+
+@pytest.mark.parametrize("step", SUBMIT_STEPS)
+async def test_a_crash_between_any_two_submit_steps_runs_the_job_exactly_once(tmp_path: Path, step: str) -> None:
+    backend = FakeBackend()
+    uid = new_uid()
+    await submit_and_crash_at(tmp_path, backend, uid, step)
     async with offline_submitter(tmp_path, backend, instance_id="a") as a:
         # The caller retries (it never got an answer); recovery may already have resumed the job.
         resp = await a.submit(job(uid))
@@ -100,16 +105,7 @@ async def test_recovery_after_a_crash_inside_the_backend_call_needs_no_retry(tmp
 async def test_an_interrupted_submission_without_a_script_waits_for_the_retry(tmp_path: Path) -> None:
     backend = FakeBackend()
     uid = new_uid()
-    async with offline_submitter(tmp_path, backend, instance_id="a") as a:
-
-        def die(at: str) -> None:
-            if at == "claimed":
-                raise SimulatedCrash(at)
-
-        a.submissions.on_step = die
-        with pytest.raises(SimulatedCrash):
-            await a.submit(job(uid))
-        await crash(a)
+    await submit_and_crash_at(tmp_path, backend, uid, "claimed")
     async with offline_submitter(tmp_path, backend, instance_id="a") as a:
         assert a.tracked == 0
         assert backend.submissions(uid) == []
