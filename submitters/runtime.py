@@ -38,6 +38,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.kernel.log_context import bind as bind_log_fields
 from interlink_nats.kernel.version import __version__
 from interlink_nats.submitters.announcer import Announcer
 from interlink_nats.submitters.backends.base import Backend, BackendError
@@ -372,6 +373,7 @@ async def run_submitter(settings: SubmitterSettings, stop_event: asyncio.Event |
     from interlink_nats.submitters.natsconn import NatsConnectError
 
     stop_event = stop_event or asyncio.Event()
+    bind_log_fields(pool=settings.pool)  # every record of this task and the tasks it starts names the pool
     submitter = Submitter(settings)
     probes = None
     if settings.probe_port is not None:
