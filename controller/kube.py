@@ -217,6 +217,6 @@ class LightkubeApi:
             reportingComponent=self.field_manager,
         )
         try:
-            await self.client.create(event, namespace="default")
+            await self.client.create(event)  # the namespace is the one in its metadata
         except (ApiError, httpx2.HTTPError) as exc:
             log.warning("could not record event %s for %s: %s", reason, mq.name, exc)

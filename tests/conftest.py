@@ -6,6 +6,7 @@ service binary into a test error instead of a skip, so CI can never pass by skip
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import socket
@@ -14,9 +15,11 @@ import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import nats
 import pytest
+import pytest_asyncio
 from interlink_nats.services.nats_server import NatsServerProcess, env_flag
 
 REQUIRE_ENV = "INTERLINK_NATS_REQUIRE_SERVICES"
@@ -142,3 +145,39 @@ def redis_url(redis_server: RedisServer) -> str:
 
 def pytest_report_header(config: pytest.Config) -> str:
     return f"{REQUIRE_ENV}={os.environ.get(REQUIRE_ENV, '')}"
+
+
+LEFTOVER_TASKS_FIXTURE = "_no_asyncio_task_left_behind"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every async test checks, after all its fixtures are torn down, that it left no task running."""
+    for item in items:
+        if pytest_asyncio.is_async_test(item):
+            item.fixturenames.insert(0, LEFTOVER_TASKS_FIXTURE)  # type: ignore[attr-defined]  # pytest.Item has no fixturenames; async test items are Functions
+
+
+@pytest.fixture(name=LEFTOVER_TASKS_FIXTURE)
+async def no_asyncio_task_left_behind() -> AsyncIterator[None]:
+    """Fails a test whose event loop still has tasks once the test and its other fixtures are done.
+
+    The loop would cancel them silently when it closes: a background task someone forgot to stop,
+    which in production runs on after the component that started it is gone.
+    """
+    yield
+    me = asyncio.current_task()
+    for _ in range(20):  # tasks cancelled during teardown need a few loop turns to finish
+        left = [t for t in asyncio.all_tasks() if t is not me and not t.done()]
+        if not left:
+            return
+        await asyncio.sleep(0.01)
+    pytest.fail(
+        f"the test left {len(left)} asyncio task(s) running: " + "; ".join(sorted(_describe(t) for t in left)),
+        pytrace=False,
+    )
+
+
+def _describe(task: asyncio.Task[Any]) -> str:
+    coro = task.get_coro()
+    where = getattr(coro, "__qualname__", None) or repr(coro)
+    return f"{task.get_name()} ({where})"

@@ -45,7 +45,7 @@ class PoolClient:
             pool, "Describe", lambda: self.stub(pool).describe(pb.DescribeRequest(), timeout=deadline_s), wait=True
         )
 
-    async def submit(self, pool: str, job: pb.Job) -> pb.SubmitResponse:
+    async def submit(self, pool: str, job: pb.JobScript) -> pb.SubmitResponse:
         request = pb.SubmitRequest(job=job)
         return await self._call(
             pool, "Submit", lambda: self.stub(pool).submit(request, timeout=self.call_timeout_s), wait=True

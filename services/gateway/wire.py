@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from fractions import Fraction
-from typing import Any
+from typing import Any, TypeVar
 
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.services import quantities
@@ -33,6 +33,9 @@ class BadRequest(ValueError):
         self.status_code = status_code
 
 
+_V = TypeVar("_V")
+
+
 def parse_json(body: bytes) -> Any:
     if not body.strip():
         raise BadRequest("body", "empty request body; expected JSON")
@@ -44,7 +47,7 @@ def parse_json(body: bytes) -> Any:
         raise BadRequest("body", f"invalid JSON: {exc}") from None
 
 
-def _expect(value: Any, kind: type | tuple[type, ...], field: str, what: str) -> Any:
+def _expect(value: object, kind: type[_V], field: str, what: str) -> _V:
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
         raise BadRequest(field, f"expected {what}, got {type(value).__name__}")
     return value
@@ -77,7 +80,7 @@ def parse_create(body: bytes) -> dict[str, Any]:
         if len(data) != 1:
             raise BadRequest("body", f"expected one RetrievedPodData (or a one-element array), got {len(data)}")
         data = data[0]
-    _expect(data, dict, "body", "a RetrievedPodData object")
+    data = _expect(data, dict, "body", "a RetrievedPodData object")
     uid = pod_identity(data.get("pod"), "pod").uid
     if not POD_UID.fullmatch(uid):
         raise BadRequest("pod.metadata.uid", f"{uid!r} is not a pod UID: letters, digits, '.', '_' and '-' only")
