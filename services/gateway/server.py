@@ -16,11 +16,11 @@ from typing import cast
 
 import redis.asyncio as aioredis
 import uvicorn
+from interlink_nats.kernel.nats_connection import connect
 from interlink_nats.services.gateway.app import Gateway
 from interlink_nats.services.gateway.http_edge import build_app
 from interlink_nats.services.gateway.settings import GatewaySettings
 from interlink_nats.services.gateway.store import PodStore, RedisLike
-from interlink_nats.services.natsconn import connect
 from starlette.types import ASGIApp
 
 log = logging.getLogger("interlink_nats.gateway")
