@@ -83,7 +83,8 @@ def test_mypy_strict_reports_no_error() -> None:
         timeout=600,
     )
     errors = repository_paths(result.stdout, links, tree)
-    assert result.returncode == 0 and not errors, "mypy --strict:\n" + "\n".join(errors or [result.stdout, result.stderr])
+    report = "\n".join(errors or [result.stdout, result.stderr])
+    assert result.returncode == 0 and not errors, f"mypy --strict found errors (path:line):\n{report}"
 
 
 def test_ruff_format_has_nothing_to_change() -> None:

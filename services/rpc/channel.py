@@ -337,4 +337,5 @@ def submitter_client(nc: NATS, pool: str, *, timeout: float | None = 10.0) -> Su
     """A ready ``SubmitterServiceStub`` for one pool (imported lazily: gen/ is heavy to import)."""
     from ...gen.interlink_nats.v1 import SubmitterServiceStub
 
-    return SubmitterServiceStub(NatsChannel(nc, pool, timeout=timeout))
+    # betterproto2 types the stub's channel as grpclib's Channel class; NatsChannel provides what it calls.
+    return SubmitterServiceStub(NatsChannel(nc, pool, timeout=timeout))  # type: ignore[arg-type]
