@@ -71,7 +71,7 @@ async def run_stack(
             stop.set()
             await asyncio.gather(submitter, gateway, return_exceptions=True)
             for task in done:
-                if task.exception() is not None:
-                    raise task.exception()  # type: ignore[misc]
+                if (error := task.exception()) is not None:
+                    raise error
         finally:
             await nats_server.stop()

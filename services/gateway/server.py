@@ -69,19 +69,17 @@ class GatewayServer(uvicorn.Server):
 
 
 def uvicorn_config(app: ASGIApp, settings: GatewaySettings) -> uvicorn.Config:
-    where: dict[str, str | int] = (
-        {"uds": str(settings.unix_socket)}
-        if settings.unix_socket is not None
-        else {"host": settings.host, "port": settings.port}
-    )
+    """A unix socket when set (uvicorn then ignores host and port), else TCP."""
     return uvicorn.Config(
         app,
+        host=settings.host,
+        port=settings.port,
+        uds=str(settings.unix_socket) if settings.unix_socket is not None else None,
         log_level="warning",
         access_log=False,
         lifespan="off",
         http="httptools",
         timeout_graceful_shutdown=settings.shutdown_grace_s,
-        **where,  # type: ignore[arg-type]  # uvicorn's Config has one keyword per option, no TypedDict
     )
 
 

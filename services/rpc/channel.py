@@ -328,7 +328,7 @@ async def _settle(nc: NATS, budget: float, pool: str) -> None:
     if budget <= 0:
         raise wire.deadline_exceeded()
     try:
-        await nc.flush(timeout=min(budget, 5.0))  # type: ignore[arg-type]
+        await nc.flush(timeout=min(budget, 5.0))  # type: ignore[arg-type]  # nats-py annotates int; it takes seconds
     except nats.errors.Error as exc:
         raise wire.translate_nats_error(exc, pool) from exc
 
