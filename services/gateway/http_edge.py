@@ -137,7 +137,7 @@ class BodyLimit:
         await self.app(scope, limited, send)
 
 
-async def _error_answer(request: Request, exc: Exception) -> Response:
+async def error_answer(request: Request, exc: Exception) -> Response:
     """The one place use-case errors become answers: their status code, their message as text."""
     if isinstance(exc, GatewayError | wire.BadRequest):
         text = exc.message if isinstance(exc, GatewayError) else str(exc)
@@ -216,5 +216,5 @@ def build_app(gateway: Gateway) -> Starlette:
             Middleware(BearerAuth, token=token),
             Middleware(BodyLimit, max_bytes=settings.max_body_bytes),
         ],
-        exception_handlers=dict.fromkeys((GatewayError, wire.BadRequest, ClientDisconnect), _error_answer),
+        exception_handlers=dict.fromkeys((GatewayError, wire.BadRequest, ClientDisconnect), error_answer),
     )
