@@ -91,3 +91,30 @@ async def test_a_signal_drains_the_gateway_process_within_the_grace(
     assert returncode == 0, text
     assert "gateway stopping" in text, text
     assert b"started" in received
+
+
+async def test_a_signal_while_waiting_for_redis_stops_the_gateway(nats_url: str, tmp_path: Path) -> None:
+    """Start-up waits for redis as long as it takes; a stop must not wait with it."""
+    log = tmp_path / "gateway.log"
+    env = {**os.environ, "INTERLINK_GATEWAY_EVENTS_DURABLE": f"gw-{uuid.uuid4().hex[:8]}"}
+    nobody = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
+    args = ["gateway", "--nats-url", nats_url, "--port", str(free_port()), "--redis-url", nobody]
+    with log.open("wb") as out:
+        proc = await asyncio.create_subprocess_exec(
+            str(BIN / "interlink-nats"), *args, env=env, stdout=out, stderr=subprocess.STDOUT
+        )
+    try:
+
+        async def waiting() -> bool:
+            return "waiting for redis" in log.read_text()
+
+        await eventually(waiting, within=60, what="the gateway to wait for redis")
+        proc.send_signal(signal.SIGTERM)
+        returncode = await asyncio.wait_for(proc.wait(), 30)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    text = log.read_text()
+    assert returncode == 0, text
+    assert "gateway stopping before it served" in text, text

@@ -101,10 +101,34 @@ async def serving(gateway: Gateway, settings: GatewaySettings) -> AsyncIterator[
 
 
 async def serve(settings: GatewaySettings, stop: asyncio.Event | None = None) -> None:
-    """Serve until ``stop`` is set (or forever); used by the CLI and by ``interlink-nats up``."""
+    """Serve until ``stop`` is set (or forever); used by the CLI and by ``interlink-nats up``.
+
+    A stop before the gateway serves (it waits for redis as long as it takes) abandons the start-up;
+    once serving, a stop drains in-flight requests first.
+    """
+    stop = stop or asyncio.Event()
+    listening = asyncio.Event()
+    run = asyncio.create_task(_serve_until(settings, stop, listening), name="gateway")
+    stopped = asyncio.create_task(stop.wait())
+    try:
+        await asyncio.wait({run, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        if run.done() or listening.is_set():
+            await run  # serving: the stop drains it (or it failed: the error surfaces)
+        else:
+            log.info("gateway stopping before it served")
+    finally:
+        stopped.cancel()
+        if not run.done():
+            run.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await run
+
+
+async def _serve_until(settings: GatewaySettings, stop: asyncio.Event, listening: asyncio.Event) -> None:
     async with running_gateway(settings) as gateway, serving(gateway, settings) as http:
+        listening.set()
         log.info("gateway listening on %s", settings.unix_socket or f"http://{settings.host}:{settings.port}")
-        stopped = asyncio.create_task((stop or asyncio.Event()).wait())
+        stopped = asyncio.create_task(stop.wait())
         await asyncio.wait({http, stopped}, return_when=asyncio.FIRST_COMPLETED)
         stopped.cancel()
         log.info("gateway stopping: finishing in-flight requests (up to %ds)", settings.shutdown_grace_s)
