@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 from collections.abc import AsyncIterator, Iterator
 from typing import cast
 
@@ -59,6 +60,32 @@ async def _redis_watchdog(gateway: Gateway, every_s: float = 5.0) -> None:
         await gateway.store.resync_redis()
 
 
+class ListenError(RuntimeError):
+    """The gateway's address cannot be listened on (port taken, no permission); the message says which."""
+
+    exit_code = 1  # the CLI prints the message as one line and exits with this
+
+
+def bind_listener(settings: GatewaySettings) -> socket.socket | None:
+    """Bind the gateway's TCP port before anything else starts, so a taken port fails at once and clearly.
+
+    uvicorn would log the bind error and call ``sys.exit`` from inside its task, which leaves a caller
+    that runs other parts (``interlink-nats up``) hanging. A unix socket is left to uvicorn (None).
+    """
+    if settings.unix_socket is not None:
+        return None
+    family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((settings.host, settings.port))
+        sock.listen(2048)
+    except OSError as exc:
+        sock.close()
+        raise ListenError(f"cannot listen on {settings.host}:{settings.port}: {exc.strerror or exc}") from exc
+    return sock
+
+
 class GatewayServer(uvicorn.Server):
     """uvicorn without its own signal handling: it would replace the caller's SIGINT/SIGTERM handlers
     while serving, so ``stop`` would not be set until uvicorn had finished on its own."""
@@ -84,10 +111,15 @@ def uvicorn_config(app: ASGIApp, settings: GatewaySettings) -> uvicorn.Config:
 
 
 @contextlib.asynccontextmanager
-async def serving(gateway: Gateway, settings: GatewaySettings) -> AsyncIterator[asyncio.Task[None]]:
-    """``gateway``'s HTTP server, listening once entered (the task ends if it fails); shut down gracefully on exit."""
+async def serving(
+    gateway: Gateway, settings: GatewaySettings, sock: socket.socket | None = None
+) -> AsyncIterator[asyncio.Task[None]]:
+    """``gateway``'s HTTP server, listening once entered (the task ends if it fails); shut down gracefully on exit.
+
+    ``sock``: an already bound listener (:func:`bind_listener`); else uvicorn binds the settings' address.
+    """
     server = GatewayServer(uvicorn_config(build_app(gateway), settings))
-    task = asyncio.create_task(server.serve(), name="gateway-http")
+    task = asyncio.create_task(server.serve(sockets=[sock] if sock is not None else None), name="gateway-http")
     while not server.started:  # uvicorn has no start event; startup is a few milliseconds
         if task.done():
             task.result()
@@ -100,15 +132,20 @@ async def serving(gateway: Gateway, settings: GatewaySettings) -> AsyncIterator[
         await task
 
 
-async def serve(settings: GatewaySettings, stop: asyncio.Event | None = None) -> None:
+async def serve(
+    settings: GatewaySettings, stop: asyncio.Event | None = None, *, sock: socket.socket | None = None
+) -> None:
     """Serve until ``stop`` is set (or forever); used by the CLI and by ``interlink-nats up``.
 
-    A stop before the gateway serves (it waits for redis as long as it takes) abandons the start-up;
-    once serving, a stop drains in-flight requests first.
+    ``sock``: a listener from :func:`bind_listener` (bound here when not given). A stop before the
+    gateway serves (it waits for redis as long as it takes) abandons the start-up; once serving, a
+    stop drains in-flight requests first.
     """
+    if sock is None:
+        sock = bind_listener(settings)
     stop = stop or asyncio.Event()
     listening = asyncio.Event()
-    run = asyncio.create_task(_serve_until(settings, stop, listening), name="gateway")
+    run = asyncio.create_task(_serve_until(settings, stop, listening, sock), name="gateway")
     stopped = asyncio.create_task(stop.wait())
     try:
         await asyncio.wait({run, stopped}, return_when=asyncio.FIRST_COMPLETED)
@@ -124,11 +161,17 @@ async def serve(settings: GatewaySettings, stop: asyncio.Event | None = None) ->
                 await run
 
 
-async def _serve_until(settings: GatewaySettings, stop: asyncio.Event, listening: asyncio.Event) -> None:
-    async with running_gateway(settings) as gateway, serving(gateway, settings) as http:
-        listening.set()
-        log.info("gateway listening on %s", settings.unix_socket or f"http://{settings.host}:{settings.port}")
-        stopped = asyncio.create_task(stop.wait())
-        await asyncio.wait({http, stopped}, return_when=asyncio.FIRST_COMPLETED)
-        stopped.cancel()
-        log.info("gateway stopping: finishing in-flight requests (up to %ds)", settings.shutdown_grace_s)
+async def _serve_until(
+    settings: GatewaySettings, stop: asyncio.Event, listening: asyncio.Event, sock: socket.socket | None
+) -> None:
+    try:
+        async with running_gateway(settings) as gateway, serving(gateway, settings, sock) as http:
+            listening.set()
+            log.info("gateway listening on %s", settings.unix_socket or f"http://{settings.host}:{settings.port}")
+            stopped = asyncio.create_task(stop.wait())
+            await asyncio.wait({http, stopped}, return_when=asyncio.FIRST_COMPLETED)
+            stopped.cancel()
+            log.info("gateway stopping: finishing in-flight requests (up to %ds)", settings.shutdown_grace_s)
+    finally:
+        if sock is not None:
+            sock.close()  # uvicorn closes it when it served; not when the start-up was abandoned
