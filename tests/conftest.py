@@ -178,6 +178,12 @@ async def no_asyncio_task_left_behind() -> AsyncIterator[None]:
 
 
 def _describe(task: asyncio.Task[Any]) -> str:
-    coro = task.get_coro()
-    where = getattr(coro, "__qualname__", None) or repr(coro)
-    return f"{task.get_name()} ({where})"
+    """The task's name, coroutine and where it waits (innermost awaiting frame), to find who started it."""
+    coro: Any = task.get_coro()
+    name = getattr(coro, "__qualname__", None) or repr(coro)
+    frame = None
+    while coro is not None:
+        frame = getattr(coro, "cr_frame", None) or getattr(coro, "ag_frame", None) or frame
+        coro = getattr(coro, "cr_await", None) or getattr(coro, "ag_await", None)
+    where = f" at {Path(frame.f_code.co_filename).name}:{frame.f_lineno}" if frame is not None else ""
+    return f"{task.get_name()} ({name}{where})"

@@ -100,7 +100,8 @@ class Gateway:
         redis_ok = True
         if self.redis is not None:
             try:
-                await asyncio.wait_for(self.redis.ping(), 1.0)
+                async with asyncio.timeout(1.0):
+                    await self.redis.ping()
             except Exception:
                 redis_ok = False
         details = {
