@@ -29,6 +29,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar, cast
 
 import aiosqlite
 from interlink_nats.gen.interlink_nats import v1 as pb
@@ -110,7 +111,8 @@ def _utc(ts: float) -> dt.datetime:
     return dt.datetime.fromtimestamp(ts, tz=dt.UTC)
 
 
-def _row(r: Sequence[object]) -> JobRow:
+def _row(r: Sequence[Any]) -> JobRow:
+    """A ``jobs`` row as sqlite returns it (column order: ``_COLUMNS``)."""
     return JobRow(
         uid=str(r[0]),
         namespace=str(r[1]),
@@ -121,14 +123,14 @@ def _row(r: Sequence[object]) -> JobRow:
         job_dir=Path(str(r[6])),
         init_containers=tuple(json.loads(str(r[7]))),
         containers=tuple(json.loads(str(r[8]))),
-        spec=bytes(r[9]),  # type: ignore[arg-type]
+        spec=bytes(r[9]),
         state=int(r[10]),
-        status=bytes(r[11]) if r[11] is not None else None,  # type: ignore[arg-type,call-overload]
+        status=bytes(r[11]) if r[11] is not None else None,
         revision=int(r[12]),
-        published=int(r[13]),  # type: ignore[call-overload]
+        published=int(r[13]),
         created_at=float(r[14]),
-        updated_at=float(r[15]),  # type: ignore[arg-type]
-        finished_at=float(r[16]) if r[16] is not None else None,  # type: ignore[arg-type]
+        updated_at=float(r[15]),
+        finished_at=float(r[16]) if r[16] is not None else None,
     )
 
 
@@ -141,6 +143,8 @@ class StatusUpdate:
     revision: int
     finished_at: float | None
 
+
+_T = TypeVar("_T")
 
 _Op = Callable[[sqlite3.Connection], object]
 """One write: runs inside the batch's transaction on the writer thread, returns its result."""
@@ -239,9 +243,9 @@ class Registry:
         """Transactions committed by the writer so far (each may hold many writes)."""
         return self._runner.batches
 
-    async def _write(self, op: _Op) -> object:
+    async def _write(self, op: Callable[[sqlite3.Connection], _T]) -> _T:
         try:
-            return await self._runner.run(op)
+            return cast(_T, await self._runner.run(op))
         except RegistryError:
             raise
         except sqlite3.Error as exc:
@@ -295,7 +299,7 @@ class Registry:
             return False, conn.execute(_SELECT_ONE, (uid,)).fetchone()
 
         try:
-            created, existing = await self._write(op)  # type: ignore[misc]
+            created, existing = await self._write(op)
         except Exception as exc:
             raise RegistryError(f"cannot record job {uid}: {exc}") from exc
         if created:
@@ -406,7 +410,7 @@ class Registry:
                 ).rowcount
             )
         )
-        return int(n)  # type: ignore[call-overload]
+        return n
 
     async def page(self, *, include_finished: bool, after: str, limit: int) -> list[JobRow]:
         if include_finished:
@@ -434,4 +438,4 @@ class Registry:
                 ).rowcount
             )
         )
-        return int(n)  # type: ignore[call-overload]
+        return n
