@@ -165,23 +165,19 @@ def build_app(gateway: Gateway) -> Starlette:
         return PlainTextResponse(await calls.delete(await request.body()))
 
     async def get_logs(request: Request) -> Response:
-        stream = calls.logs(await request.body())
-        if not stream.request.follow:
-            return Response(b"".join([chunk async for chunk in stream.chunks]), media_type="text/plain")
-        # Follow: get the first chunk before answering, so an error can still become a status code.
-        first = await anext(stream.chunks, b"")
+        stream = await calls.open_logs(await request.body())
 
         async def body() -> AsyncIterator[bytes]:
-            if first:
-                yield first
+            if stream.first:
+                yield stream.first
             try:
-                async for chunk in stream.chunks:
+                async for chunk in stream.rest:
                     yield chunk
-            except PoolError as exc:
-                log.info("log follow of %s/%s ended: %s", stream.record.uid, stream.request.container, exc.message)
+            except PoolError as exc:  # after the 200: the body just ends
+                log.info("log stream of %s/%s ended: %s", stream.record.uid, stream.request.container, exc.message)
             finally:
                 with contextlib.suppress(Exception):
-                    await stream.chunks.aclose()
+                    await stream.rest.aclose()
 
         return StreamingResponse(body(), media_type="text/plain")
 

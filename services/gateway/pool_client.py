@@ -6,19 +6,25 @@ Nothing above this module sees a ``GRPCError``.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncGenerator, Awaitable, Callable
-from typing import TypeVar
+from typing import TypeVar, cast
 
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 from interlink_nats.gen.interlink_nats import v1 as pb
-from interlink_nats.services.gateway.errors import PoolError, pool_error
+from interlink_nats.services.gateway.errors import GatewayError, PoolError, pool_error
 from interlink_nats.services.gateway.metrics import GatewayMetrics
 from interlink_nats.services.rpc import submitter_client
 from nats.aio.client import Client as NatsClient
 from tenacity import AsyncRetrying, retry_if_exception, stop_before_delay, wait_exponential
 
 _T = TypeVar("_T")
+
+LOG_STREAM_WINDOW = 4
+"""Log chunks (64 KiB each) a submitter may send ahead of what the HTTP client has taken: the bound
+on a /getLogs stream's memory here, however slow its reader (uvicorn waits for the socket to drain)."""
+NATS_DOWN = "NATS is unavailable: the gateway is not connected to nats-server (reconnecting)"
 
 
 def _no_submitter(exc: BaseException) -> bool:
@@ -36,8 +42,16 @@ class PoolClient:
     def stub(self, pool: str) -> pb.SubmitterServiceStub:
         stub = self._stubs.get(pool)
         if stub is None:
-            stub = self._stubs[pool] = submitter_client(self.nc, pool, timeout=self.call_timeout_s)
+            stub = self._stubs[pool] = submitter_client(
+                self.nc, pool, timeout=self.call_timeout_s, stream_window=LOG_STREAM_WINDOW
+            )
         return stub
+
+    def require_nats(self) -> None:
+        """Answer at once when our own NATS connection is down, rather than hold the call while nats-py
+        reconnects and then blame the pool: the pool may be fine, it is the gateway that cannot reach it."""
+        if not self.nc.is_connected:
+            raise GatewayError(503, NATS_DOWN)
 
     # --- calls ---------------------------------------------------------------------------------
     async def describe(self, pool: str, deadline_s: float) -> pb.DescribeResponse:
@@ -66,14 +80,24 @@ class PoolClient:
         )
 
     async def get_logs(self, pool: str, request: pb.GetLogsRequest) -> AsyncGenerator[bytes, None]:
-        """The log's non-empty chunks; a follow has no deadline (it ends with the container)."""
-        timeout = None if request.follow else self.call_timeout_s
+        """The log's non-empty chunks.
+
+        No deadline on the stream as a whole: a slow reader may take long over a large log. A reader that
+        goes away is noticed by the HTTP server, and closing this generator then cancels the submitter's
+        stream at once, not at GC time; a reader that stalls is given up by the submitter's idle timeout.
+        """
+        # betterproto2 declares the stream an AsyncIterator; it is an async generator, which aclosing needs.
+        stream = cast(AsyncGenerator[pb.GetLogsResponse, None], self.stub(pool).get_logs(request, timeout=None))
+        self.metrics.log_streams.inc()
         try:
-            async for chunk in self.stub(pool).get_logs(request, timeout=timeout):
-                if chunk.data:
-                    yield chunk.data
+            async with contextlib.aclosing(stream) as chunks:
+                async for chunk in chunks:
+                    if chunk.data:
+                        yield chunk.data
         except GRPCError as exc:
             raise self._failed(pool, "GetLogs", exc) from None
+        finally:
+            self.metrics.log_streams.dec()
 
     # --- retry and error mapping ---------------------------------------------------------------
     async def _call(self, pool: str, method: str, call: Callable[[], Awaitable[_T]], *, wait: bool = False) -> _T:
@@ -83,7 +107,8 @@ class PoolClient:
             if not wait:
                 return await call()
             async for attempt in AsyncRetrying(
-                retry=retry_if_exception(_no_submitter),
+                # no use waiting for the pool while we ourselves cannot reach NATS
+                retry=retry_if_exception(lambda exc: _no_submitter(exc) and self.nc.is_connected),
                 stop=stop_before_delay(self.pool_wait_s),
                 wait=wait_exponential(multiplier=0.05, max=0.5),
                 reraise=True,
@@ -91,6 +116,8 @@ class PoolClient:
                 with attempt:
                     return await call()
         except GRPCError as exc:
+            if wait and _no_submitter(exc) and not self.nc.is_connected:
+                raise GatewayError(503, NATS_DOWN) from None
             raise self._failed(pool, method, exc) from None
         raise AssertionError("unreachable: AsyncRetrying either returns or reraises")  # pragma: no cover
 

@@ -38,6 +38,8 @@ async def rebuild_from_pools(store: PodStore, client: PoolClient, pools: Iterabl
             for status in reply.jobs:
                 if status.pod is None or not status.pod.uid or store.get(status.pod.uid) is not None:
                     continue
+                if status.deleted:
+                    continue  # include_finished lists jobs removed by Cancel too; their pods are gone
                 await store.put(
                     PodRecord(
                         uid=status.pod.uid,

@@ -8,6 +8,7 @@ Failures are :class:`GatewayError` (a status code and a message naming the field
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
@@ -16,7 +17,7 @@ from typing import Any
 from grpclib.const import Status
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.services.gateway import wire
-from interlink_nats.services.gateway.errors import GatewayError, PoolError
+from interlink_nats.services.gateway.errors import GatewayError, PoolError, pool_error
 from interlink_nats.services.gateway.pool_client import PoolClient
 from interlink_nats.services.gateway.pools import PoolDirectory
 from interlink_nats.services.gateway.routing import pool_for_pod
@@ -29,11 +30,13 @@ log = logging.getLogger("interlink_nats.gateway")
 
 @dataclass(slots=True)
 class LogStream:
-    """A validated ``/getLogs`` request and its chunks (not yet started; PoolError while iterating)."""
+    """An opened ``/getLogs`` stream: its first chunk (errors before it are still status codes) and the rest
+    (a PoolError while iterating only ends the body)."""
 
     record: PodRecord
     request: wire.LogRequest
-    chunks: AsyncGenerator[bytes, None]
+    first: bytes
+    rest: AsyncGenerator[bytes, None]
 
 
 class PodUseCases:
@@ -51,6 +54,7 @@ class PodUseCases:
         if existing is not None and existing.job_id:
             return {"PodUID": identity.uid, "PodJID": existing.job_id}  # interLink retried a create
         pool = pool_for_pod(pod, self.settings.default_pool)
+        self.client.require_nats()
         build_config = await self.pools.build_config(pool, self.settings.pool_wait_s)
         try:
             job = render_job(data, build_config)
@@ -75,8 +79,10 @@ class PodUseCases:
         await self.store.put(record)
         try:
             reply = await self.client.submit(pool, job)
-        except PoolError:
+        except GatewayError as exc:
             await self.store.delete(identity.uid)
+            if isinstance(exc, PoolError) and exc.rpc_status is Status.RESOURCE_EXHAUSTED:
+                raise self._too_large(job) from None  # the only source: a request over NATS max_payload
             raise
         record.job_id = reply.job_id
         if reply.status is not None:
@@ -91,6 +97,16 @@ class PodUseCases:
             reply.job_id,
         )
         return {"PodUID": identity.uid, "PodJID": reply.job_id}
+
+    def _too_large(self, job: pb.JobScript) -> GatewayError:
+        """413, not 429: a pod too large for NATS stays too large however often interLink retries."""
+        size = len(bytes(pb.SubmitRequest(job=job)))  # only on this error path: the stub serialised it already
+        return GatewayError(
+            413,
+            f"pod too large: with its files embedded its job is {size} bytes, more than the NATS max_payload of "
+            f"{self.client.nc.max_payload} bytes; keep ConfigMap/Secret files small or raise max_payload on the "
+            "nats-server (see docs/gateway.md)",
+        )
 
     async def status(self, body: bytes) -> list[dict[str, Any]] | dict[str, Any]:
         pods = wire.parse_status(body)
@@ -110,6 +126,7 @@ class PodUseCases:
         record = self.store.get(identity.uid)
         if record is None:
             return f"pod {identity.uid} is not known; nothing to delete"
+        self.client.require_nats()
         try:
             await self.client.cancel(record.pool, identity.uid)
         except PoolError as exc:
@@ -119,13 +136,15 @@ class PodUseCases:
         log.info("deleted pod %s/%s uid=%s pool=%s", identity.namespace, identity.name, identity.uid, record.pool)
         return f"pod {identity.uid} deleted"
 
-    def logs(self, body: bytes) -> LogStream:
+    async def open_logs(self, body: bytes) -> LogStream:
+        """Streamed, follow or not, so memory stays a few chunks however large the log and slow the reader."""
         request = wire.parse_logs(body)
         record = self.store.get(request.pod_uid)
         if record is None:
             raise GatewayError(404, f"pod {request.pod_uid} is not known to this gateway")
         if request.container not in (*record.init_containers, *record.containers):
             raise GatewayError(404, f"pod {request.pod_uid} has no container {request.container!r}")
+        self.client.require_nats()
         message = pb.GetLogsRequest(
             pod_uid=record.uid,
             container=request.container,
@@ -136,4 +155,11 @@ class PodUseCases:
             timestamps=request.timestamps,
             previous=request.previous,
         )
-        return LogStream(record, request, self.client.get_logs(record.pool, message))
+        chunks = self.client.get_logs(record.pool, message)
+        try:
+            async with asyncio.timeout(None if request.follow else self.settings.submit_timeout_s):
+                first = await anext(chunks, b"")
+        except TimeoutError:
+            await chunks.aclose()
+            raise pool_error(record.pool, Status.DEADLINE_EXCEEDED, "", self.settings.pool_wait_s) from None
+        return LogStream(record, request, first, chunks)
