@@ -49,6 +49,8 @@ async def running_gateway(settings: GatewaySettings) -> AsyncIterator[Gateway]:
         await gateway.close()
         with contextlib.suppress(Exception):
             await nc.drain()
+        if not nc.is_closed:  # drain refuses while reconnecting: close, or the reconnect loop runs on
+            await nc.close()
         if client is not None:
             await client.aclose()
 
