@@ -124,27 +124,19 @@ async def test_bearer_token_is_required_when_configured(nats_url: str) -> None:
 
 
 async def test_the_gateway_listens_on_a_unix_socket(nats_url: str, tmp_path: Path) -> None:
-    import uvicorn
-    from interlink_nats.services.gateway.app import build_app
-    from interlink_nats.services.gateway.server import uvicorn_config
+    from interlink_nats.services.gateway.server import serving
 
     sock = tmp_path / "gw.sock"
     settings = GatewaySettings(
         nats=GatewayNatsSettings(url=nats_url), unix_socket=sock, events_durable=f"gw-{uuid.uuid4().hex[:8]}"
     )
-    async with running_gateway(settings) as gateway:
-        server = uvicorn.Server(uvicorn_config(build_app(gateway), settings))
-        task = asyncio.create_task(server.serve())
-        try:
-            await eventually(lambda: asyncio.sleep(0, sock.exists()), what="the socket")
-            transport = httpx.AsyncHTTPTransport(uds=str(sock))
-            async with httpx.AsyncClient(transport=transport, base_url="http://gateway") as client:
-                response = await client.request("GET", "/status", json=[])
-            assert response.status_code == 200
-            assert response.json()["status"] == "ok"
-        finally:
-            server.should_exit = True
-            await task
+    async with running_gateway(settings) as gateway, serving(gateway, settings):
+        assert sock.exists()
+        transport = httpx.AsyncHTTPTransport(uds=str(sock))
+        async with httpx.AsyncClient(transport=transport, base_url="http://gateway") as client:
+            response = await client.request("GET", "/status", json=[])
+        assert response.status_code == 200
+        assert response.json()["status"] == "ok"
 
 
 async def test_healthz_and_metrics_reflect_the_gateway(nats_url: str, tmp_path: Path) -> None:
