@@ -88,7 +88,8 @@ class SubmitterServiceImpl(pb.SubmitterServiceBase):
         try:
             if message.job is None:
                 raise InvalidRequest("job is required")
-            with log_fields(pod_uid=pod and pod.uid, namespace=pod and pod.namespace, pod=pod and pod.name):
+            fields = {"pod_uid": pod.uid, "namespace": pod.namespace, "pod": pod.name} if pod is not None else {}
+            with log_fields(**fields):
                 return await self.s.submit(message.job)
         except SubmitterFault as exc:
             _raise(exc)
