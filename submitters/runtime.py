@@ -111,6 +111,13 @@ def make_backend(settings: SubmitterSettings) -> Backend:
         from interlink_nats.submitters.backends.slurm import SlurmBackend
 
         return SlurmBackend(settings.slurm)
+    if settings.backend == "htcondor":
+        from interlink_nats.submitters.backends.htcondor import HTCondorBackend
+        from interlink_nats.submitters.tokens import OidcTokenSource
+
+        token = settings.htcondor.token
+        source = OidcTokenSource(token, settings.resolved_state_dir()) if token is not None else None
+        return HTCondorBackend(settings.htcondor, pool=settings.pool, token=source)
     raise SubmitterError(f"unknown backend {settings.backend!r}")
 
 
