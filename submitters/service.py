@@ -74,6 +74,11 @@ class SubmitterServiceImpl(pb.SubmitterServiceBase):
         else:
             path = self.s.backend.output_path(row.job_dir)
             exit_file = None
+        hint = getattr(self.s.backend, "logs_unavailable", None)  # e.g. a remote CE before output transfer
+        if hint is not None and not await asyncio.to_thread(path.exists):
+            why = hint(row.job_dir)
+            if why:
+                raise GRPCError(Status.UNAVAILABLE, why)
         offset = await asyncio.to_thread(
             logs.start_offset,
             path,

@@ -15,9 +15,10 @@ State lives in ``$HTCONDOR_STANDIN_DIR``: ``queue/<cluster>.json`` (job ads stil
 
 Stand-in knobs (submit commands a test can add through the site config):
 ``+StandinHoldReason = "..."`` (and ``+StandinHoldCode = N``): the job is held instead of run.
-Environment: ``STANDIN_REQUIRE_TOKEN=1`` makes every command fail unless ``_CONDOR_SCITOKENS_FILE``
-names a non-empty file (what a CE with SCITOKENS authentication needs); ``STANDIN_PERIODIC_INTERVAL``
-is the seconds between periodic expression evaluations (default 0.2; a schedd's default is 60).
+Environment: ``STANDIN_KILL_CALLER_AFTER_SUBMIT=<file>`` makes the first condor_submit kill its caller
+with SIGKILL right after queueing the job (and note the job id in <file>); ``STANDIN_REQUIRE_TOKEN=1``
+makes every command fail unless ``_CONDOR_SCITOKENS_FILE`` names a non-empty file (what a CE with
+SCITOKENS authentication needs); ``STANDIN_PERIODIC_INTERVAL`` is the seconds between periodic expression evaluations (default 0.2; a schedd's default is 60).
 """
 
 from __future__ import annotations
@@ -50,6 +51,16 @@ def install(bin_dir: Path, state_dir: Path) -> dict[str, str]:
         path.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} {shlex.quote(__file__)} {tool} "$@"\n')
         path.chmod(0o755)
     return {"PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", "HTCONDOR_STANDIN_DIR": str(state_dir)}
+
+
+def seed(state_dir: Path, queued: list[dict[str, Any]], finished: list[dict[str, Any]]) -> None:
+    """Put job ads straight into the queue and the history (scale tests: no process per job)."""
+    for folder, ads in (("queue", queued), ("history", finished)):
+        (state_dir / folder).mkdir(parents=True, exist_ok=True)
+        for ad in ads:
+            _write(state_dir / folder / f"{ad['ClusterId']}.json", ad)
+    top = max((int(ad["ClusterId"]) for ad in [*queued, *finished]), default=0)
+    (state_dir / "next_cluster").write_text(str(top + 1))
 
 
 def calls(state_dir: Path) -> list[str]:
@@ -227,6 +238,12 @@ def submit(args: list[str], root: Path) -> None:
         print(f"{cluster}.0 - {cluster}.0")
     else:
         print(f"Submitting job(s).\n1 job(s) submitted to cluster {cluster}.")
+    crash_once = os.environ.get("STANDIN_KILL_CALLER_AFTER_SUBMIT")
+    if crash_once and not Path(crash_once).exists():
+        # The crash test: the job is queued, then the submitter dies before it hears the id.
+        Path(crash_once).write_text(f"{cluster}.0\n")
+        sys.stdout.flush()
+        os.kill(os.getppid(), signal.SIGKILL)
 
 
 # The job itself ----------------------------------------------------------------------------------
@@ -336,9 +353,43 @@ def run(cluster: int, root: Path) -> None:
             _leave_queue(root, ad)
 
 
-def _kill(pid: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pid, signal.SIGKILL)
+def _family(pid: int) -> list[int]:
+    """The process and all its descendants (HTCondor's starter tracks the whole family, not one group)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
+        children.setdefault(ppid, []).append(int(entry.name))
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(children.get(p, []))
+    return out
+
+
+def _kill(pid: int, grace: float = 1.0) -> None:
+    """SIGTERM to the job's whole process family, SIGKILL to what is left after ``grace``."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for p in _family(pid):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(p, sig)
+        deadline = time.monotonic() + grace
+        while sig == signal.SIGTERM and time.monotonic() < deadline and _alive(pid):
+            time.sleep(0.05)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return state[state.rindex(")") + 2] != "Z"
 
 
 def _finish_removed(root: Path, cluster: int, reason: str) -> None:
@@ -425,10 +476,10 @@ def remove(args: list[str], root: Path) -> None:
         _die("condor_rm: no job ids or -constraint given")
     ads = _matching(root / "queue", opts, ids)
     user = os.environ.get("USER", "nobody")
-    for ad in ads:
+    for ad in ads:  # like the schedd: the job is Removed at once, then its processes are killed
+        _finish_removed(root, ad["ClusterId"], f"via condor_rm (by user {user})")
         if ad.get("_pid"):
             _kill(int(ad["_pid"]))
-        _finish_removed(root, ad["ClusterId"], f"via condor_rm (by user {user})")
     found = {str(a["ClusterId"]) for a in ads}
     missing = [i for i in ids if i.split(".", 1)[0] not in found]
     for ad in ads:

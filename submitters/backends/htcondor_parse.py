@@ -149,7 +149,7 @@ def check_command(name: str, value: str, *, source: str, allowed: frozenset[str]
     attr = low[1:] if low.startswith("+") else low[3:] if low.startswith("my.") else ""
     if low in RESERVED_COMMANDS or attr.startswith("interlink"):
         raise SubmitCommandError(f"{source} submit command {key!r} is not allowed (the submitter sets it itself)")
-    if allowed is not None and low not in allowed and not attr:
+    if allowed is not None and low not in allowed:  # a pod sets no custom attribute (accounting, owner…)
         raise SubmitCommandError(
             f"{source} submit command {key!r} is not allowed (allowed: {', '.join(sorted(allowed))})"
         )
@@ -365,7 +365,6 @@ def observe(ad: Mapping[str, Any], *, now: float, hold_timeout: float = 0.0) -> 
             return Observation(
                 BackendState.FAILED,
                 signal=sig,
-                reason=f"killed by signal {sig}",
                 raw_state="COMPLETED",
                 started_at=started,
                 finished_at=finished,
