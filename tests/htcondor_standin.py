@@ -18,7 +18,8 @@ Stand-in knobs (submit commands a test can add through the site config):
 Environment: ``STANDIN_KILL_CALLER_AFTER_SUBMIT=<file>`` makes the first condor_submit kill its caller
 with SIGKILL right after queueing the job (and note the job id in <file>); ``STANDIN_REQUIRE_TOKEN=1``
 makes every command fail unless ``_CONDOR_SCITOKENS_FILE`` names a non-empty file (what a CE with
-SCITOKENS authentication needs); ``STANDIN_PERIODIC_INTERVAL`` is the seconds between periodic expression evaluations (default 0.2; a schedd's default is 60).
+SCITOKENS authentication needs); ``STANDIN_PERIODIC_INTERVAL`` is the seconds between periodic
+expression evaluations (default 0.2; a schedd's default is 60).
 """
 
 from __future__ import annotations
