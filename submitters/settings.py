@@ -21,7 +21,7 @@ from typing import Annotated, Any, Literal
 import yaml
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.services.subjects import DEFAULT_PREFIX, validate_pool
-from pydantic import BaseModel, Field, SecretStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
 ENV_PREFIX = "INTERLINK_SUBMITTER_"
@@ -110,6 +110,8 @@ class OidcTokenSettings(BaseModel):
 
     Secrets come from files or the environment, never from the command line or this file."""
 
+    model_config = ConfigDict(extra="forbid")
+
     issuer: str
     """OIDC issuer URL; its token endpoint is found via ``<issuer>/.well-known/openid-configuration``."""
     client_id: str
@@ -131,6 +133,8 @@ class OidcTokenSettings(BaseModel):
 
 
 class HTCondorSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
     mode: Literal["local", "remote"] = "local"
     """local: the submitter runs on a submit node whose schedd shares its filesystem (live logs);
     remote: an HTCondor-CE reached with -pool/-name, sandboxes spooled, output fetched when the job ends."""
