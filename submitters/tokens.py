@@ -238,11 +238,13 @@ class OidcTokenSource:
         verify: Any = str(cfg.ca_file) if cfg.ca_file else True
         async with httpx.AsyncClient(timeout=cfg.http_timeout, verify=verify, transport=self._transport) as client:
             endpoint = await self._discover(client)
-            auth = httpx.BasicAuth(cfg.client_id, secret) if secret else None
-            if auth is None:
-                form["client_id"] = cfg.client_id
+            if not secret:
+                form["client_id"] = cfg.client_id  # a public client
             try:
-                resp = await client.post(endpoint, data=form, auth=auth)
+                if secret:
+                    resp = await client.post(endpoint, data=form, auth=httpx.BasicAuth(cfg.client_id, secret))
+                else:
+                    resp = await client.post(endpoint, data=form)
             except httpx.HTTPError as exc:
                 raise TokenError(f"cannot reach the token endpoint of {cfg.issuer}: {type(exc).__name__}") from None
         body = _json(resp)

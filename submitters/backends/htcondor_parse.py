@@ -301,7 +301,7 @@ def _int(value: Any) -> int | None:
     if isinstance(value, bool):
         return int(value)
     if isinstance(value, int):
-        return value
+        return int(value)
     if isinstance(value, float) and math.isfinite(value):
         return int(value)
     if isinstance(value, str) and value.strip().lstrip("-").isdigit():
