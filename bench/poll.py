@@ -166,8 +166,7 @@ async def bench_htcondor(root: Path, n: int, sample: int) -> dict[str, float | i
     sys.path.insert(0, TESTS_DIR)
     import htcondor_standin as standin
     from interlink_nats.submitters.backends import htcondor_parse as hp
-    from interlink_nats.submitters.backends.htcondor import HTCondorBackend
-    from interlink_nats.submitters.settings import HTCondorSettings
+    from interlink_nats.submitters.backends.htcondor import HTCondorBackend, HTCondorConfig
 
     jobs = make_jobs(root, n, shell_done=False)
     ads = []
@@ -182,7 +181,7 @@ async def bench_htcondor(root: Path, n: int, sample: int) -> dict[str, float | i
     standin.seed(condor_dir, queued=ads[:cut], finished=ads[cut:])
     for key, value in standin.install(root / "bin", condor_dir).items():
         os.environ[key] = value
-    backend = HTCondorBackend(HTCondorSettings(), pool="bench")
+    backend = HTCondorBackend(HTCondorConfig(), pool="bench")
     handles = [JobHandle(uid, d, f"{jid}.0") for uid, d, jid in jobs]
     t0 = time.perf_counter()
     observed = await backend.poll(handles)
@@ -197,7 +196,7 @@ async def bench_htcondor(root: Path, n: int, sample: int) -> dict[str, float | i
         await run_command(["condor_q", "-json", "-attributes", attrs, "-constraint", f'JobBatchName == "{uid}"'])
     per_pod_s = (time.perf_counter() - t0) / sample * n
 
-    sub = await runtime_for(root, HTCondorBackend(HTCondorSettings(), pool="bench"), jobs)
+    sub = await runtime_for(root, HTCondorBackend(HTCondorConfig(), pool="bench"), jobs)
     first_s, steady_s, steady_calls, changed = await time_polls(sub)
     assert changed == n
     await sub.registry.close()  # type: ignore[union-attr]

@@ -116,8 +116,8 @@ def make_backend(settings: SubmitterSettings) -> Backend:
         from interlink_nats.submitters.tokens import OidcTokenSource
 
         token = settings.htcondor.token
-        source = OidcTokenSource(token, settings.resolved_state_dir()) if token is not None else None
-        return HTCondorBackend(settings.htcondor, pool=settings.pool, token=source)
+        source = OidcTokenSource(token.config(), settings.resolved_state_dir()) if token is not None else None
+        return HTCondorBackend(settings.htcondor.config(), pool=settings.pool, token=source)
     raise SubmitterError(f"unknown backend {settings.backend!r}")
 
 

@@ -16,13 +16,17 @@ import tomllib
 import uuid
 from contextvars import ContextVar
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import yaml
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel.subjects import DEFAULT_PREFIX, validate_pool
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
+
+if TYPE_CHECKING:
+    from interlink_nats.submitters.backends.htcondor import HTCondorConfig
+    from interlink_nats.submitters.tokens import TokenConfig
 
 ENV_PREFIX = "INTERLINK_SUBMITTER_"
 
@@ -131,6 +135,12 @@ class OidcTokenSettings(BaseModel):
     ca_file: Path | None = None
     http_timeout: float = Field(30.0, gt=0)
 
+    def config(self) -> TokenConfig:
+        """The plain data the token source takes (it does not import settings)."""
+        from interlink_nats.submitters.tokens import TokenConfig
+
+        return TokenConfig(**self.model_dump())
+
 
 class HTCondorSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
@@ -164,6 +174,12 @@ class HTCondorSettings(BaseModel):
     """Extra environment of the condor commands (e.g. _CONDOR_SEC_CLIENT_AUTHENTICATION_METHODS)."""
     token: OidcTokenSettings | None = None
     command_timeout: float = Field(60.0, gt=0)
+
+    def config(self) -> HTCondorConfig:
+        """The plain data the HTCondor backend takes (the backend does not import settings)."""
+        from interlink_nats.submitters.backends.htcondor import HTCondorConfig
+
+        return HTCondorConfig(**self.model_dump(exclude={"token"}))
 
 
 class SubmitterSettings(BaseSettings):

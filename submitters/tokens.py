@@ -32,7 +32,6 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
-from interlink_nats.submitters.settings import OidcTokenSettings
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +39,25 @@ LOCK_WAIT = 60.0
 """Seconds to wait for another replica's refresh before giving up this round."""
 MIN_SLEEP = 1.0
 RETRY_MAX = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class TokenConfig:
+    """Where the token comes from (``OidcTokenSettings.config()`` builds it; fields documented there)."""
+
+    issuer: str
+    client_id: str
+    client_secret_file: Path | None = None
+    client_secret_env: str = "INTERLINK_HTCONDOR_CLIENT_SECRET"
+    refresh_token_file: Path | None = None
+    refresh_token_env: str = "INTERLINK_HTCONDOR_REFRESH_TOKEN"
+    grant: str = "auto"
+    scope: str = "compute.create compute.read compute.modify compute.cancel"
+    audience: str | None = None
+    token_file: Path | None = None
+    refresh_margin: float = 300.0
+    ca_file: Path | None = None
+    http_timeout: float = 30.0
 
 
 class TokenError(Exception):
@@ -89,7 +107,7 @@ class OidcTokenSource:
 
     def __init__(
         self,
-        settings: OidcTokenSettings,
+        settings: TokenConfig,
         state_dir: Path,
         *,
         clock: Callable[[], float] = time.time,

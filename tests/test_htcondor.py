@@ -31,9 +31,8 @@ from interlink_nats.kernel.subjects import events_subject
 from interlink_nats.services.rpc import submitter_client
 from interlink_nats.submitters.backends import htcondor_parse as hp
 from interlink_nats.submitters.backends.base import BackendState, JobHandle
-from interlink_nats.submitters.backends.htcondor import FETCHED_MARK, REMOTE_LOGS_HINT, HTCondorBackend
+from interlink_nats.submitters.backends.htcondor import FETCHED_MARK, REMOTE_LOGS_HINT, HTCondorBackend, HTCondorConfig
 from interlink_nats.submitters.runtime import Submitter
-from interlink_nats.submitters.settings import HTCondorSettings
 from interlink_nats.submitters.testing import pod_job, settings_for, wait_for
 
 pytestmark = pytest.mark.htcondor
@@ -364,7 +363,7 @@ async def test_one_condor_q_and_one_condor_history_per_poll_for_a_thousand_jobs(
         queued=[ad(i + 1, 1 + i % 2, uids[i]) for i in range(600)],
         finished=[ad(i + 1, 4, uids[i]) for i in range(600, 1000)] + [ad(5000, 4, "another-pool-job")],
     )
-    backend = HTCondorBackend(HTCondorSettings(), pool="big")
+    backend = HTCondorBackend(HTCondorConfig(), pool="big")
     handles = [JobHandle(u, tmp_path / u, f"{i + 1}.0") for i, u in enumerate(uids)]
     before = len(condor.calls())
     seen = await backend.poll(handles)

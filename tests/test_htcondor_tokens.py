@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 from conftest import missing_service
 from interlink_nats.submitters.backends.base import BackendUnavailable, JobHandle
-from interlink_nats.submitters.backends.htcondor import HTCondorBackend
-from interlink_nats.submitters.settings import HTCondorSettings, OidcTokenSettings, SubmitterSettings
+from interlink_nats.submitters.backends.htcondor import HTCondorBackend, HTCondorConfig
+from interlink_nats.submitters.settings import OidcTokenSettings, SubmitterSettings
 from interlink_nats.submitters.testing import wait_for
-from interlink_nats.submitters.tokens import OidcTokenSource, TokenError
+from interlink_nats.submitters.tokens import OidcTokenSource, TokenConfig, TokenError
 
 pytestmark = pytest.mark.htcondor
 
@@ -44,16 +44,16 @@ def issuer_factory() -> Iterator[Any]:
         iss.__exit__(None, None, None)
 
 
-def token_settings(iss: Any, tmp_path: Path, **kw: Any) -> OidcTokenSettings:
+def token_settings(iss: Any, tmp_path: Path, **kw: Any) -> TokenConfig:
     secret = tmp_path / "client-secret"
     if not secret.exists():
         secret.write_text(iss.client_secret + "\n")
     base: dict[str, Any] = {"issuer": iss.url, "client_id": iss.client_id, "client_secret_file": secret}
     base.update(kw)
-    return OidcTokenSettings(**base)
+    return OidcTokenSettings(**base).config()
 
 
-def with_refresh_token(iss: Any, tmp_path: Path, **kw: Any) -> OidcTokenSettings:
+def with_refresh_token(iss: Any, tmp_path: Path, **kw: Any) -> TokenConfig:
     rt = tmp_path / "refresh-token"
     rt.write_text(iss.refresh_token_for(iss.client_id))
     return token_settings(iss, tmp_path, refresh_token_file=rt, **kw)
@@ -80,7 +80,7 @@ async def test_client_credentials_when_no_refresh_token_is_configured(
 ) -> None:
     iss = issuer_factory()
     monkeypatch.setenv("INTERLINK_HTCONDOR_CLIENT_SECRET", iss.client_secret)
-    src = OidcTokenSource(OidcTokenSettings(issuer=iss.url, client_id=iss.client_id), tmp_path)
+    src = OidcTokenSource(OidcTokenSettings(issuer=iss.url, client_id=iss.client_id).config(), tmp_path)
     await src.ensure_fresh()
     assert iss.valid(src.token_file.read_text().strip())
 
@@ -133,7 +133,7 @@ async def test_a_revoked_refresh_token_gives_a_clear_error_without_secrets(
     assert not src.token_file.exists()
 
     # The backend turns it into "unavailable", still without a secret.
-    backend = HTCondorBackend(HTCondorSettings(), pool="p", token=src)
+    backend = HTCondorBackend(HTCondorConfig(), pool="p", token=src)
     with pytest.raises(BackendUnavailable) as unavailable:
         await backend.start()
     assert "invalid_grant" in str(unavailable.value)
@@ -175,12 +175,12 @@ async def test_condor_commands_present_the_token(
         monkeypatch.setenv(key, value)
     monkeypatch.setenv("STANDIN_REQUIRE_TOKEN", "1")
     handle = [JobHandle("u", tmp_path, "1.0")]
-    without = HTCondorBackend(HTCondorSettings(mode="remote", collector="ce:9619", schedd="ce"), pool="p")
+    without = HTCondorBackend(HTCondorConfig(mode="remote", collector="ce:9619", schedd="ce"), pool="p")
     with pytest.raises(BackendUnavailable, match="AUTHENTICATE"):
         await without.poll(handle)
     iss = issuer_factory()
     src = OidcTokenSource(with_refresh_token(iss, tmp_path), tmp_path / "state")
-    backend = HTCondorBackend(HTCondorSettings(mode="remote", collector="ce:9619", schedd="ce"), pool="p", token=src)
+    backend = HTCondorBackend(HTCondorConfig(mode="remote", collector="ce:9619", schedd="ce"), pool="p", token=src)
     await backend.start()
     try:
         assert await backend.poll(handle) == {}
@@ -203,4 +203,4 @@ def test_secrets_have_no_command_line_option_and_the_site_file_only_names_them(t
             None, pool="g", htcondor={"token": {"issuer": "https://x", "client_id": "c", "client_secret": "s"}}
         )
     with pytest.raises(TokenError, match="https"):
-        OidcTokenSource(OidcTokenSettings(issuer="http://iam.example", client_id="c"), tmp_path)
+        OidcTokenSource(TokenConfig(issuer="http://iam.example", client_id="c"), tmp_path)

@@ -23,7 +23,8 @@ import asyncio
 import logging
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from interlink_nats.gen.interlink_nats import v1 as pb
@@ -41,7 +42,6 @@ from interlink_nats.submitters.backends.base import (
     SubmitRejected,
 )
 from interlink_nats.submitters.backends.proc import run_command
-from interlink_nats.submitters.settings import HTCondorSettings
 from interlink_nats.submitters.tokens import OidcTokenSource, TokenError
 
 log = logging.getLogger(__name__)
@@ -55,18 +55,42 @@ REMOTE_LOGS_HINT = (
 )
 
 
+@dataclass(frozen=True, slots=True)
+class HTCondorConfig:
+    """What the backend needs from the submitter's settings (``HTCondorSettings.config()`` builds it;
+    the fields are documented there and in docs/submitters.md)."""
+
+    mode: str = "local"
+    collector: str | None = None
+    schedd: str | None = None
+    condor_submit: str = "condor_submit"
+    condor_q: str = "condor_q"
+    condor_history: str = "condor_history"
+    condor_rm: str = "condor_rm"
+    condor_transfer_data: str = "condor_transfer_data"
+    condor_status: str = "condor_status"
+    submit_commands: Mapping[str, str] = field(default_factory=dict)
+    request_disk: str = ""
+    time_limit_margin: float = 60.0
+    hold_timeout: float = 0.0
+    use_condor_status: bool = False
+    history_limit: int = 20000
+    environment: Mapping[str, str] = field(default_factory=dict)
+    command_timeout: float = 60.0
+
+
 class HTCondorBackend:
     name = "htcondor"
 
     def __init__(
         self,
-        settings: HTCondorSettings | None = None,
+        settings: HTCondorConfig | None = None,
         *,
         pool: str,
         token: OidcTokenSource | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
-        self.settings = settings or HTCondorSettings()
+        self.settings = settings or HTCondorConfig()
         self.pool = pool
         self.token = token
         self.clock = clock
