@@ -378,3 +378,12 @@ async def test_one_condor_q_and_one_condor_history_per_poll_for_a_thousand_jobs(
     found = await backend.reconcile([JobHandle(u, tmp_path / u) for u in uids])
     assert {u: r.job_id for u, r in found.items()} == {u: f"{i + 1}.0" for i, u in enumerate(uids)}
     assert condor.calls()[before + 2 :] == ["condor_q", "condor_history"]
+
+
+async def test_capacity_comes_from_condor_status_totals_or_else_from_the_site_config(condor: Condor) -> None:
+    cap = await HTCondorBackend(HTCondorConfig(use_condor_status=True), pool="p").capacity()
+    assert (cap.cpu_millis, cap.memory_bytes, cap.nodes) == ((os.cpu_count() or 1) * 1000, 4096 * 2**20, 1)
+    assert condor.calls("condor_status") == ["condor_status"]
+    site = await HTCondorBackend(HTCondorConfig(), pool="p").capacity()
+    assert site.quantities() == {}, "nothing discovered: the site config's capacity is announced"
+    assert condor.calls("condor_status") == ["condor_status"]
