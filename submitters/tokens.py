@@ -19,19 +19,21 @@ whichever replica refreshes next uses the one the issuer still accepts.
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
 import fcntl
 import json
 import logging
 import os
+import ssl
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import quote_plus, urlsplit
 
-import httpx
+import aiohttp
 
 log = logging.getLogger(__name__)
 
@@ -111,7 +113,6 @@ class OidcTokenSource:
         state_dir: Path,
         *,
         clock: Callable[[], float] = time.time,
-        transport: httpx.AsyncBaseTransport | None = None,
     ) -> None:
         self.settings = settings
         self.dir = (settings.token_file.parent if settings.token_file else state_dir / "htcondor").resolve()
@@ -119,7 +120,6 @@ class OidcTokenSource:
         self._state_file = self.dir / "token.state.json"
         self._lock_file = self.dir / "refresh.lock"
         self._clock = clock
-        self._transport = transport
         self._endpoint: str | None = None
         self._state: TokenState | None = None
         self._guard = asyncio.Lock()
@@ -207,20 +207,18 @@ class OidcTokenSource:
 
         return await asyncio.to_thread(read)
 
-    async def _discover(self, client: httpx.AsyncClient) -> str:
+    async def _discover(self, session: aiohttp.ClientSession, tls: ssl.SSLContext | bool) -> str:
         if self._endpoint is not None:
             return self._endpoint
         url = self.settings.issuer.rstrip("/") + "/.well-known/openid-configuration"
         try:
-            resp = await client.get(url)
-        except httpx.HTTPError as exc:
+            async with session.get(url, ssl=tls) as resp:
+                status, body = resp.status, await _json(resp)
+        except (aiohttp.ClientError, TimeoutError) as exc:
             raise TokenError(f"cannot reach the OIDC issuer {self.settings.issuer}: {type(exc).__name__}") from None
-        if resp.status_code != 200:
-            raise TokenError(f"OIDC discovery at {url} answered HTTP {resp.status_code}")
-        try:
-            endpoint = resp.json()["token_endpoint"]
-        except (ValueError, KeyError, TypeError):
-            raise TokenError(f"OIDC discovery at {url} has no token_endpoint") from None
+        if status != 200:
+            raise TokenError(f"OIDC discovery at {url} answered HTTP {status}")
+        endpoint = body.get("token_endpoint")
         if not isinstance(endpoint, str):
             raise TokenError(f"OIDC discovery at {url} has no token_endpoint")
         _check_issuer(endpoint)
@@ -253,21 +251,25 @@ class OidcTokenSource:
         grant, form, secrets = self._grant(previous)
         if secret:
             secrets.append(secret)
-        verify: Any = str(cfg.ca_file) if cfg.ca_file else True
-        async with httpx.AsyncClient(timeout=cfg.http_timeout, verify=verify, transport=self._transport) as client:
-            endpoint = await self._discover(client)
-            if not secret:
-                form["client_id"] = cfg.client_id  # a public client
+        tls: ssl.SSLContext | bool = True
+        if cfg.ca_file:
             try:
-                if secret:
-                    resp = await client.post(endpoint, data=form, auth=httpx.BasicAuth(cfg.client_id, secret))
-                else:
-                    resp = await client.post(endpoint, data=form)
-            except httpx.HTTPError as exc:
+                tls = ssl.create_default_context(cafile=str(cfg.ca_file))
+            except (OSError, ssl.SSLError) as exc:
+                raise TokenError(f"cannot use the CA file {cfg.ca_file}: {exc}") from None
+        if not secret:
+            form["client_id"] = cfg.client_id  # a public client
+        headers = {"Authorization": _basic_auth(cfg.client_id, secret)} if secret else {}
+        timeout = aiohttp.ClientTimeout(total=cfg.http_timeout)
+        async with aiohttp.ClientSession(timeout=timeout) as session:
+            endpoint = await self._discover(session, tls)
+            try:
+                async with session.post(endpoint, data=form, headers=headers, ssl=tls) as resp:
+                    status, body = resp.status, await _json(resp)
+            except (aiohttp.ClientError, TimeoutError) as exc:
                 raise TokenError(f"cannot reach the token endpoint of {cfg.issuer}: {type(exc).__name__}") from None
-        body = _json(resp)
-        if resp.status_code != 200 or "access_token" not in body:
-            code = _scrub(str(body.get("error") or f"HTTP {resp.status_code}"), secrets)
+        if status != 200 or "access_token" not in body:
+            code = _scrub(str(body.get("error") or f"HTTP {status}"), secrets)
             detail = _scrub(str(body.get("error_description") or ""), secrets)
             hint = " (the refresh token was revoked or has expired: issue a new one)" if code == "invalid_grant" else ""
             raise TokenError(
@@ -307,12 +309,18 @@ def _unlock(fd: int) -> None:
         os.close(fd)
 
 
-def _json(resp: httpx.Response) -> dict[str, Any]:
+async def _json(resp: aiohttp.ClientResponse) -> dict[str, Any]:
     try:
-        data = resp.json()
-    except ValueError:
+        data = await resp.json(content_type=None)
+    except (ValueError, aiohttp.ClientError):
         return {}
     return data if isinstance(data, dict) else {}
+
+
+def _basic_auth(client_id: str, secret: str) -> str:
+    """client_secret_basic (RFC 6749 2.3.1): both parts form-urlencoded, then HTTP Basic."""
+    raw = f"{quote_plus(client_id)}:{quote_plus(secret)}".encode()
+    return "Basic " + base64.b64encode(raw).decode()
 
 
 def _scrub(text: str, secrets: list[str]) -> str:
