@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-SYSTEM_PACKAGES := redis-server slurm-wlm munge
+SYSTEM_PACKAGES := redis-server slurm-wlm munge podman runc debootstrap
 PYTEST_ARGS ?=
 ARGS ?=
 
