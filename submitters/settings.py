@@ -54,6 +54,10 @@ class ShellSettings(BaseModel):
     bash: str = "bash"
 
 
+if TYPE_CHECKING:
+    from interlink_nats.submitters.backends.slurm import SlurmConfig
+
+
 class SlurmSettings(BaseModel):
     sbatch: str = "sbatch"
     squeue: str = "squeue"
@@ -67,6 +71,12 @@ class SlurmSettings(BaseModel):
     squeue_all_users: bool = False
     """Poll every user's jobs instead of ``--me`` (when jobs are submitted as another user)."""
     command_timeout: float = Field(60.0, gt=0)
+
+    def config(self) -> SlurmConfig:
+        """The plain data the Slurm backend takes (the backend does not import settings)."""
+        from interlink_nats.submitters.backends.slurm import SlurmConfig
+
+        return SlurmConfig(**self.model_dump())
 
 
 class OidcTokenSettings(BaseModel):

@@ -33,7 +33,8 @@ from interlink_nats.submitters.backends import htcondor_parse as hp
 from interlink_nats.submitters.backends.base import BackendState, JobHandle
 from interlink_nats.submitters.backends.htcondor import FETCHED_MARK, REMOTE_LOGS_HINT, HTCondorBackend, HTCondorConfig
 from interlink_nats.submitters.runtime import Submitter
-from interlink_nats.submitters.testing import pod_job, settings_for, wait_for
+from interlink_nats.submitters.testing import settings_for, wait_for
+from jobs import pod_job
 
 pytestmark = pytest.mark.htcondor
 

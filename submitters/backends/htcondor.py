@@ -22,7 +22,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -42,6 +41,7 @@ from interlink_nats.submitters.backends.base import (
     SubmitRejected,
 )
 from interlink_nats.submitters.backends.proc import run_command
+from interlink_nats.submitters.clock import Clock, as_clock
 from interlink_nats.submitters.tokens import OidcTokenSource, TokenError
 
 log = logging.getLogger(__name__)
@@ -88,12 +88,12 @@ class HTCondorBackend:
         *,
         pool: str,
         token: OidcTokenSource | None = None,
-        clock: Callable[[], float] = time.time,
+        clock: Clock | Callable[[], float] | None = None,
     ) -> None:
         self.settings = settings or HTCondorConfig()
         self.pool = pool
         self.token = token
-        self.clock = clock
+        self.clock = as_clock(clock)
         self.calls = 0
         self.calls_by_command: dict[str, int] = {}
         self._token_stop = asyncio.Event()
@@ -179,11 +179,11 @@ class HTCondorBackend:
 
     async def _queue(self) -> dict[str, hp.CondorJob]:
         ads = await self._query(self.settings.condor_q, hp.pool_constraint(self.pool))
-        return hp.parse_jobs(ads, pool=self.pool, now=self.clock(), hold_timeout=self.settings.hold_timeout)
+        return hp.parse_jobs(ads, pool=self.pool, now=self.clock.time(), hold_timeout=self.settings.hold_timeout)
 
     async def _history(self, constraint: str) -> dict[str, hp.CondorJob]:
         ads = await self._query(self.settings.condor_history, constraint, "-limit", str(self.settings.history_limit))
-        return hp.parse_jobs(ads, pool=self.pool, now=self.clock())
+        return hp.parse_jobs(ads, pool=self.pool, now=self.clock.time())
 
     # Submit -----------------------------------------------------------------------------------
 
