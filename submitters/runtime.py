@@ -79,6 +79,13 @@ def make_backend(settings: SubmitterSettings, clock: Clock | None = None) -> Bac
         from interlink_nats.submitters.backends.slurm import SlurmBackend
 
         return SlurmBackend(settings.slurm.config())
+    if settings.backend == "htcondor":
+        from interlink_nats.submitters.backends.htcondor import HTCondorBackend
+        from interlink_nats.submitters.tokens import OidcTokenSource
+
+        token = settings.htcondor.token
+        source = OidcTokenSource(token.config(), settings.resolved_state_dir()) if token is not None else None
+        return HTCondorBackend(settings.htcondor.config(), pool=settings.pool, token=source, clock=clock)
     raise SubmitterError(f"unknown backend {settings.backend!r}")
 
 
