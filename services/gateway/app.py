@@ -48,7 +48,9 @@ class Gateway:
     calls: PodUseCases = field(init=False)
 
     def __post_init__(self) -> None:
-        self.metrics = GatewayMetrics(self.store.counts_by_state, lambda: len(self.pools.live_reports()))
+        self.metrics = GatewayMetrics(
+            self.store.counts_by_state, lambda: len(self.pools.live_reports()), lambda: self.pools.pools
+        )
         self.client = PoolClient(
             self.nc, self.metrics, call_timeout_s=self.settings.submit_timeout_s, pool_wait_s=self.settings.pool_wait_s
         )

@@ -122,5 +122,5 @@ class PoolClient:
         raise AssertionError("unreachable: AsyncRetrying either returns or reraises")  # pragma: no cover
 
     def _failed(self, pool: str, method: str, exc: GRPCError) -> PoolError:
-        self.metrics.rpc_errors.labels(pool=pool, method=method, status=exc.status.name).inc()
+        self.metrics.rpc_errors.labels(pool=self.metrics.pool_label(pool), method=method, status=exc.status.name).inc()
         return pool_error(pool, exc.status, exc.message or "", self.pool_wait_s)
