@@ -77,6 +77,7 @@ class Gateway:
             self.store,
             prefix=self.settings.prefix,
             durable=self.settings.events_durable,
+            replicas=self.settings.events_replicas,
             on_applied=lambda _record: self.metrics.events.inc(),
         )
 

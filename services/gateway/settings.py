@@ -38,3 +38,10 @@ class GatewaySettings(BaseSettings):
     )
     max_body_bytes: int = Field(32 * 1024 * 1024, description="larger request bodies get a 413")
     events_durable: str = Field("interlink-gateway", description="name of the durable JetStream consumer")
+    events_replicas: int | None = Field(
+        None,
+        ge=1,
+        le=5,
+        description="replicas of the events stream and the gateway's consumer; unset: 1 on a single server, "
+        "the cluster size up to 3 on a NATS cluster (an existing stream with fewer is scaled up)",
+    )
