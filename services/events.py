@@ -45,22 +45,20 @@ def events_stream_config(prefix: str = DEFAULT_PREFIX, replicas: int = 1) -> Str
     )
 
 
-def server_cluster_size(server_info: Mapping[str, Any]) -> int | None:
-    """Nodes of the cluster the server belongs to, from its INFO: 1 when it names no cluster,
-    None when it is clustered but advertises no client URLs (``no_advertise``: size unknown)."""
-    if not server_info.get("cluster"):
-        return 1
-    urls = set(server_info.get("connect_urls") or [])
-    return len(urls) if len(urls) > 1 else None
+def is_clustered(server_info: Mapping[str, Any]) -> bool:
+    """Whether the server's INFO names a cluster (its advertised URLs may still be incomplete while it forms)."""
+    return bool(server_info.get("cluster"))
 
 
 def desired_replicas(setting: int | None, server_info: Mapping[str, Any]) -> int:
-    """The replica count to ask for: the setting when given, else 1 on a single server and the
-    cluster size up to 3 on a cluster (3 when the size is unknown; creation steps down if refused)."""
+    """The replica count to ask for: the setting when given, else 1 on a single server and 3 on a cluster.
+
+    The cluster's size is not asked of the server (its INFO lists only the peers known so far); a
+    cluster with fewer JetStream nodes refuses 3 and creation steps down to what it can place.
+    """
     if setting is not None:
         return setting
-    size = server_cluster_size(server_info)
-    return MAX_AUTO_REPLICAS if size is None else max(1, min(MAX_AUTO_REPLICAS, size))
+    return MAX_AUTO_REPLICAS if is_clustered(server_info) else 1
 
 
 @dataclass(frozen=True)

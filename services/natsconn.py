@@ -57,6 +57,17 @@ class NatsConnectionSettings(BaseModel):
         return [part.strip() for part in self.url.split(",") if part.strip()]
 
 
+def connected_server(nc: NatsClient | None) -> str | None:
+    """The server a client is connected to now (``nats://host:port``, no credentials), for health and logs.
+
+    With a list of servers the client fails over between them; this says which one it is on.
+    """
+    if nc is None or not nc.is_connected or nc.connected_url is None:
+        return None
+    url = nc.connected_url
+    return f"{url.scheme}://{url.hostname}:{url.port}" if url.port else f"{url.scheme}://{url.hostname}"
+
+
 def backoff_delay(attempt: int, cap: float, base: float = 0.5) -> float:
     """Full-jitter exponential back-off: uniform in [base/2, min(cap, base·2^attempt)]."""
     ceiling = min(cap, base * (2 ** min(attempt, 16)))
@@ -80,8 +91,12 @@ def connect_options(
     name: str,
     on_disconnect: Callable[[], Awaitable[None]] | None = None,
     on_reconnect: Callable[[], Awaitable[None]] | None = None,
+    client: Callable[[], NatsClient | None] = lambda: None,
 ) -> dict[str, Any]:
-    """Keyword arguments for ``nats.connect`` (pure, so it is tested without a server)."""
+    """Keyword arguments for ``nats.connect`` (pure, so it is tested without a server).
+
+    ``client`` returns the connection once made, so the reconnect log can name the server it landed on.
+    """
     cap = settings.reconnect_wait_max_s
 
     def pick(servers: list[Any], _info: dict[str, Any]) -> tuple[Any, float]:
@@ -97,7 +112,7 @@ def connect_options(
             await on_disconnect()
 
     async def reconnected_cb() -> None:
-        log.info("NATS (%s) reconnected", name)
+        log.info("NATS (%s) reconnected to %s", name, connected_server(client()) or "?")
         if on_reconnect is not None:
             await on_reconnect()
 
@@ -145,18 +160,27 @@ async def connect(
     Returns once connected; raises NatsConnectError if ``stop`` is set first. Errors that
     retrying cannot fix (a malformed URL, an unreadable creds file) are raised at once.
     """
-    opts = connect_options(settings, name=name, on_disconnect=on_disconnect, on_reconnect=on_reconnect)
+    made: list[NatsClient] = []
+    opts = connect_options(
+        settings,
+        name=name,
+        on_disconnect=on_disconnect,
+        on_reconnect=on_reconnect,
+        client=lambda: made[0] if made else None,
+    )
     opts["reconnect_time_wait"] = 2
     task = asyncio.ensure_future(nats.connect(**opts))
-    if stop is None:
-        return await task
-    stopper = asyncio.ensure_future(stop.wait())
-    try:
-        await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        stopper.cancel()
-    if task.done():
-        return task.result()
+    if stop is not None:
+        stopper = asyncio.ensure_future(stop.wait())
+        try:
+            await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopper.cancel()
+    if stop is None or task.done():
+        nc = await task
+        made.append(nc)
+        log.info("NATS (%s) connected to %s", name, connected_server(nc))
+        return nc
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError, Exception):
         await task

@@ -32,6 +32,7 @@ from interlink_nats.services.gateway.pools import PoolDirectory, discover_pools
 from interlink_nats.services.gateway.routing import pool_for_pod
 from interlink_nats.services.gateway.settings import GatewaySettings
 from interlink_nats.services.gateway.store import PodRecord, PodStore
+from interlink_nats.services.natsconn import connected_server
 from interlink_nats.services.rpc import SERVICE_NAME, submitter_client
 from interlink_nats.services.scripts import PodRejected, render_job
 from nats.aio.client import Client as NatsClient
@@ -451,6 +452,8 @@ def build_app(gateway: Gateway) -> Starlette:
             "redis": redis_ok if gateway.redis is not None else None,
             "pods": len(gateway.store.pods),
             "pools_live": len(gateway.pools.live_reports()),
+            "nats_server": connected_server(gateway.nc),
+            "events_replicas": gateway.events.stream.replicas if gateway.events.stream else None,
         }
         return JSONResponse(body, status_code=200 if nats_ok and redis_ok else 503)
 

@@ -1,0 +1,380 @@
+"""interlink-nats on a 3-node NATS JetStream cluster: nodes are lost (``kill -9``) under load.
+
+Real nats-servers on free loopback ports, a real gateway and a real shell submitter in this
+process, pods whose one container appends its pod UID to a shared file (so "ran exactly once" is
+checked by counting lines). A status must reach its final state through the events stream, within
+30 s of the node's loss — the 300 s stale-status sweep is far away and never the one that helps.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import subprocess
+import time
+import uuid
+from collections import Counter
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import nats
+import pytest
+from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.services.events import desired_replicas, ensure_events_stream
+from interlink_nats.services.nats_server import NatsCluster, nats_server_binary
+from interlink_nats.services.rpc import submitter_client
+from interlink_nats.services.subjects import EVENTS_STREAM, resources_subject
+from interlink_nats.submitters.runtime import Submitter
+from nats.aio.client import Client as NATS
+from stack import Stack, create_body, gateway_only, new_pool, pod, submitter_settings, terminated
+
+RECOVERY_S = 30.0
+"""A pod's status must be final this long after the node's loss (or after its own create)."""
+
+
+# --- pure: which replica count ---------------------------------------------------------------------------
+
+
+def test_replicas_are_one_on_a_single_server_and_three_on_a_cluster() -> None:
+    assert desired_replicas(None, {}) == 1
+    assert desired_replicas(None, {"cluster": ""}) == 1
+    assert desired_replicas(None, {"cluster": "c", "connect_urls": ["a:1", "b:1"]}) == 3
+    assert desired_replicas(None, {"cluster": "c"}) == 3
+    assert desired_replicas(5, {"cluster": "c", "connect_urls": ["a:1"]}) == 5
+    assert desired_replicas(2, {}) == 2
+
+
+@pytest.mark.cluster
+async def test_a_two_node_cluster_gets_two_replicas() -> None:
+    """Asking 3 of a 2-node cluster is refused; creation steps down to the cluster's size."""
+    async with running_cluster(2) as nodes:
+        nc = await nats.connect(nodes.urls)
+        try:
+            state = await ensure_events_stream(nc.jetstream(timeout=5), server_info=nc._server_info)
+            assert (state.replicas, state.wanted, state.created) == (2, 3, True)
+        finally:
+            await nc.close()
+
+
+# --- the cluster and its helpers -------------------------------------------------------------------------
+
+
+async def wait_jetstream(nc: NATS, within: float = 30.0) -> None:
+    """Until the cluster has elected its JetStream meta leader (API calls time out before that)."""
+    js = nc.jetstream(timeout=1)
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            await js.account_info()
+            return
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.2)
+
+
+@contextlib.asynccontextmanager
+async def running_cluster(size: int) -> AsyncIterator[NatsCluster]:
+    try:
+        nats_server_binary()
+    except Exception:
+        from conftest import missing_service
+
+        missing_service("nats-server")
+    nodes = await NatsCluster(size=size).start()
+    try:
+        nc = await nats.connect(nodes.urls)
+        await wait_jetstream(nc)
+        await nc.close()
+        yield nodes
+    finally:
+        await nodes.stop()
+
+
+@pytest.fixture
+async def cluster() -> AsyncIterator[NatsCluster]:
+    async with running_cluster(3) as nodes:
+        yield nodes
+
+
+async def stream_leader(nc: NATS, cluster: NatsCluster) -> int:
+    info = await nc.jetstream(timeout=5).stream_info(EVENTS_STREAM)
+    assert info.cluster is not None and info.cluster.leader, info.cluster
+    return int(info.cluster.leader.removeprefix("n"))
+
+
+async def wait_stream_current(nc: NATS, within: float = 30.0) -> None:
+    """Until the stream has a leader and every replica is current (a restarted node caught up)."""
+    js = nc.jetstream(timeout=2)
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        with contextlib.suppress(Exception):
+            info = await js.stream_info(EVENTS_STREAM)
+            peers = (info.cluster.replicas or []) if info.cluster else []
+            if info.cluster and info.cluster.leader and len(peers) == 2 and all(p.current for p in peers):
+                return
+        await asyncio.sleep(0.2)
+    raise AssertionError("events stream did not become current on all 3 nodes")
+
+
+def connected_node(nc: NATS, cluster: NatsCluster) -> int:
+    url = nc.connected_url
+    assert url is not None and url.port is not None
+    return cluster.node_of_port(url.port)
+
+
+@dataclass
+class Load:
+    """Creates pods through the gateway like interLink does (a 5xx is retried: create is idempotent)."""
+
+    stack: Stack
+    pool: str
+    runs_file: Path
+    pods: list[dict[str, Any]] = field(default_factory=list)
+    created_at: dict[str, float] = field(default_factory=dict)
+    retried: int = 0
+
+    def new_pod(self) -> dict[str, Any]:
+        uid = str(uuid.uuid4())
+        p = pod(uid, containers={"main": ["sh", "-c", f'echo "$POD_UID" >> {self.runs_file}']}, env={"POD_UID": uid})
+        self.pods.append(p)
+        return p
+
+    async def create(self, p: dict[str, Any]) -> None:
+        deadline = time.monotonic() + 120
+        while True:
+            response = await self.stack.post("/create", create_body(p))
+            if response.status_code == 200:
+                self.created_at[p["metadata"]["uid"]] = time.monotonic()
+                return
+            assert response.status_code >= 500 and time.monotonic() < deadline, response.text
+            self.retried += 1
+            await asyncio.sleep(0.5)
+
+    async def run(self, count: int, in_flight: int, at: dict[int, Any]) -> None:
+        """Create ``count`` pods; when the ``k``-th create starts, call ``at[k]()`` (a fault) first."""
+        pending = [self.new_pod() for _ in range(count)]
+        started = 0
+
+        async def worker() -> None:
+            nonlocal started
+            while pending:
+                p = pending.pop(0)
+                started += 1
+                fault = at.pop(started, None)
+                if fault is not None:
+                    await fault()
+                await self.create(p)
+
+        await asyncio.gather(*(worker() for _ in range(in_flight)))
+
+    async def final_times(self, within: float) -> dict[str, float]:
+        """When each pod's /status first showed every container terminated."""
+        done: dict[str, float] = {}
+        deadline = time.monotonic() + within
+        while len(done) < len(self.pods) and time.monotonic() < deadline:
+            todo = [p for p in self.pods if p["metadata"]["uid"] not in done]
+            response = await self.stack.get("/status", todo)
+            assert response.status_code == 200, response.text
+            now = time.monotonic()
+            for status in response.json():
+                if status["containers"] and terminated(status):
+                    done[status["UID"]] = now
+            await asyncio.sleep(0.25)
+        return done
+
+    def runs(self) -> Counter[str]:
+        return Counter(self.runs_file.read_text().split()) if self.runs_file.exists() else Counter()
+
+
+@contextlib.asynccontextmanager
+async def cluster_stack(cluster: NatsCluster, tmp_path: Path) -> AsyncIterator[tuple[Stack, Submitter, Load]]:
+    pool = new_pool()
+    async with gateway_only(cluster.url, default_pool=None) as stack:
+        async with Submitter(submitter_settings(cluster.url, pool, tmp_path / "state")) as submitter:
+            stack.pool = pool
+            stack.gateway.settings.default_pool = pool
+            stack.submitter = submitter
+            yield stack, submitter, Load(stack, pool, tmp_path / "runs.txt")
+
+
+def assert_each_ran_once_and_finished(load: Load, finals: dict[str, float], lost_at: list[float]) -> None:
+    runs = load.runs()
+    uids = [p["metadata"]["uid"] for p in load.pods]
+    assert sorted(runs) == sorted(uids), f"{len(set(uids) - set(runs))} pods never ran"
+    assert max(runs.values()) == 1, f"ran twice: {[u for u, n in runs.items() if n > 1][:5]}"
+    missing = [u for u in uids if u not in finals]
+    assert not missing, f"{len(missing)} pods never showed a final status, e.g. {missing[:3]}"
+    late = []
+    for uid in uids:
+        # The status is due RECOVERY_S after the later of its create and the last loss before it finished.
+        start = max([load.created_at[uid], *(t for t in lost_at if t <= finals[uid])])
+        if finals[uid] - start > RECOVERY_S:
+            late.append((uid, round(finals[uid] - start, 1)))
+    assert not late, f"{len(late)} statuses arrived more than {RECOVERY_S}s late: {late[:5]}"
+
+
+# --- the cluster scenarios -------------------------------------------------------------------------------
+
+
+@pytest.mark.cluster
+async def test_gateway_replicates_the_events_stream_and_its_consumer(cluster: NatsCluster, tmp_path: Path) -> None:
+    nc = await nats.connect(cluster.urls)
+    try:
+        state = await ensure_events_stream(nc.jetstream(timeout=5), server_info=nc._server_info)
+        assert (state.replicas, state.created) == (3, True)
+        async with cluster_stack(cluster, tmp_path) as (stack, _submitter, _load):
+            consumer = await nc.jetstream().consumer_info(EVENTS_STREAM, stack.gateway.settings.events_durable)
+            assert consumer.config.num_replicas == 3
+            health = (await stack.http.get("/healthz")).json()
+            assert health["events_replicas"] == 3
+            assert health["nats_server"] in cluster.urls
+    finally:
+        await nc.close()
+
+
+@pytest.mark.cluster
+@pytest.mark.parametrize("victim", ["stream-leader", "gateway-node", "submitter-node"])
+async def test_a_lost_node_loses_no_job_and_no_status(victim: str, cluster: NatsCluster, tmp_path: Path) -> None:
+    """kill -9 a node at ~30 % of the creates: every job runs once, every status is final within 30 s.
+
+    For the stream leader the node is restarted afterwards and another node is killed in a second round.
+    """
+    observer = await nats.connect(cluster.urls)
+    lost_at: list[float] = []
+    try:
+        async with cluster_stack(cluster, tmp_path) as (stack, submitter, load):
+            assert submitter.nc is not None
+            await wait_stream_current(observer)
+
+            async def pick() -> int:
+                if victim == "stream-leader":
+                    return await stream_leader(observer, cluster)
+                return connected_node(stack.gateway.nc if victim == "gateway-node" else submitter.nc, cluster)  # type: ignore[arg-type]
+
+            killed: list[int] = []
+
+            async def kill() -> None:
+                node = await pick()
+                await asyncio.to_thread(cluster.nodes[node].kill_blocking)
+                lost_at.append(time.monotonic())
+                killed.append(node)
+
+            count = 300 if victim == "stream-leader" else 200
+            await load.run(count, 16, {count * 3 // 10: kill})
+            finals = await load.final_times(within=120)
+            assert_each_ran_once_and_finished(load, finals, lost_at)
+            if victim != "stream-leader":
+                return
+            # Round two: the lost node comes back, catches up, and another node is lost.
+            await asyncio.to_thread(cluster.nodes[killed[0]].restart_blocking)
+            await wait_stream_current(observer)
+            await load.run(200, 16, {60: kill})
+            assert killed[1] != killed[0]
+            finals = await load.final_times(within=120)
+            assert_each_ran_once_and_finished(load, finals, lost_at)
+    finally:
+        await observer.close()
+
+
+@pytest.mark.cluster
+async def test_discovery_and_announcements_survive_a_node_loss(cluster: NatsCluster, tmp_path: Path) -> None:
+    """$SRV discovery and the pools' announcements reach a listener on another node after a node's loss."""
+    async with cluster_stack(cluster, tmp_path) as (_stack, submitter, load):
+        assert submitter.nc is not None
+        victim = connected_node(submitter.nc, cluster)
+        listener_node = (victim + 1) % 3
+        listener = await nats.connect(cluster.nodes[listener_node].url)
+        try:
+            reports: asyncio.Queue[pb.ResourceReport] = asyncio.Queue()
+
+            async def on_report(msg: Any) -> None:
+                reports.put_nowait(pb.ResourceReport.parse(msg.data))
+
+            await listener.subscribe(resources_subject(load.pool), cb=on_report)
+            await asyncio.to_thread(cluster.nodes[victim].kill_blocking)
+            lost = time.monotonic()
+            deadline = lost + RECOVERY_S
+            while connected_node(submitter.nc, cluster) == victim or not submitter.nc.is_connected:
+                assert time.monotonic() < deadline, "submitter did not fail over"
+                await asyncio.sleep(0.1)
+            await submitter.announce()
+            report = await asyncio.wait_for(reports.get(), RECOVERY_S)
+            assert report.pool == load.pool
+            ping = await listener.request("$SRV.PING.SubmitterService", b"", timeout=5)
+            assert load.pool in ping.data.decode()
+            reply = await submitter_client(listener, load.pool).describe(pb.DescribeRequest(), timeout=10)
+            assert reply.build_config is not None
+        finally:
+            await listener.close()
+
+
+# --- generated per-node configurations ------------------------------------------------------------------
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.cluster
+async def test_nats_config_cluster_writes_nodes_that_validate_and_form_a_secure_cluster(tmp_path: Path) -> None:
+    """`nats-config --cluster 3`: each node's config passes `nats-server -t`, the nodes form a cluster over
+    mutual-TLS routes, and the generated identities hold on it (gateway on node 0, pool on node 2)."""
+    pytest.importorskip("cryptography")
+    import typer
+    from interlink_nats.services.security.cli import nats_config
+    from interlink_nats.services.security.connect import nats_connect_options
+    from typer.testing import CliRunner
+
+    app = typer.Typer()
+    app.command()(nats_config)
+    out = tmp_path / "nats"
+    peers = ",".join(f"127.0.0.1:{free_port()}" for _ in range(3))
+    result = CliRunner().invoke(
+        app,
+        [
+            "--pools=a,b",
+            f"--out={out}",
+            "--host=127.0.0.1",
+            "--client-port=-1",
+            "--websocket-port=-1",
+            f"--jetstream-store-dir={tmp_path / 'js'}",
+            "--dev-tls=127.0.0.1,localhost",
+            "--cluster=3",
+            f"--cluster-peers={peers}",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    configs = [out / f"nats-server-{i}.conf" for i in range(3)]
+    for config in configs:
+        text = config.read_text()
+        assert "cluster {" in text and "verify: true" in text and "websocket {" in text and "INTERLINK" in text
+        check = subprocess.run([nats_server_binary(), "-t", "-c", str(config)], capture_output=True, text=True)
+        assert check.returncode == 0, check.stdout + check.stderr
+    nodes = await NatsCluster(config_files=configs).start()
+    try:
+        ca = out / "tls" / "ca.pem"
+
+        async def connect_as(name: str, node: int, inbox: str) -> NATS:
+            opts = nats_connect_options(seed_file=out / "credentials" / f"{name}.nk", inbox=inbox, ca_file=ca)
+            return await nats.connect(nodes.nodes[node].url.replace("nats://", "tls://"), **opts)
+
+        gateway = await connect_as("gateway", 0, "_INBOX.gateway")
+        pool = await connect_as("pool-a", 2, "_INBOX.pool.a")
+        try:
+            await wait_jetstream(gateway)
+            state = await ensure_events_stream(gateway.jetstream(timeout=5), server_info=gateway._server_info)
+            assert state.replicas == 3
+            ack = await pool.jetstream(timeout=5).publish("interlink.events.a", b"x")
+            assert ack.stream == EVENTS_STREAM
+        finally:
+            await gateway.close()
+            await pool.close()
+    finally:
+        await nodes.stop()
