@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import logging
 import random
+import re
 import ssl
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -57,6 +58,33 @@ class NatsConnectionSettings(BaseModel):
         return [part.strip() for part in self.url.split(",") if part.strip()]
 
 
+_SUBSCRIBE_DENIED = re.compile(r'permissions violation for subscription to "?([^"\s]+)', re.IGNORECASE)
+
+
+def denied_subscription(exc: Exception) -> str | None:
+    """The subject of a "Permissions Violation for Subscription" the server reported, else None."""
+    match = _SUBSCRIBE_DENIED.search(str(exc))
+    return match.group(1) if match else None
+
+
+def identity_of(settings: NatsConnectionSettings) -> str:
+    """Who the settings authenticate as, for error messages (a public key or a name, never a secret)."""
+    if settings.nkey_seed_file is not None:
+        from interlink_nats.services.security.config import public_key_of
+
+        try:
+            return f"nkey {public_key_of(settings.nkey_seed_file.read_text())} (seed file {settings.nkey_seed_file})"
+        except (OSError, ValueError):
+            return f"the nkey in {settings.nkey_seed_file}"
+    if settings.creds_file is not None:
+        return f"the creds file {settings.creds_file}"
+    if settings.user:
+        return f"user {settings.user!r}"
+    if settings.token is not None:
+        return "a token"
+    return "no credentials (anonymous)"
+
+
 def connected_server(nc: NatsClient | None) -> str | None:
     """The server a client is connected to now (``nats://host:port``, no credentials), for health and logs.
 
@@ -92,6 +120,7 @@ def connect_options(
     on_disconnect: Callable[[], Awaitable[None]] | None = None,
     on_reconnect: Callable[[], Awaitable[None]] | None = None,
     client: Callable[[], NatsClient | None] = lambda: None,
+    on_error: Callable[[Exception], Awaitable[None]] | None = None,
 ) -> dict[str, Any]:
     """Keyword arguments for ``nats.connect`` (pure, so it is tested without a server).
 
@@ -105,6 +134,8 @@ def connect_options(
 
     async def error_cb(exc: Exception) -> None:
         log.warning("NATS (%s): %s: %s", name, type(exc).__name__, exc)
+        if on_error is not None:
+            await on_error(exc)
 
     async def disconnected_cb() -> None:
         log.info("NATS (%s) disconnected (reconnecting with back-off unless closing)", name)
@@ -154,6 +185,7 @@ async def connect(
     stop: asyncio.Event | None = None,
     on_disconnect: Callable[[], Awaitable[None]] | None = None,
     on_reconnect: Callable[[], Awaitable[None]] | None = None,
+    on_error: Callable[[Exception], Awaitable[None]] | None = None,
 ) -> NatsClient:
     """Connect, retrying forever (nats-py loops itself with ``max_reconnect_attempts=-1``).
 
@@ -167,6 +199,7 @@ async def connect(
         on_disconnect=on_disconnect,
         on_reconnect=on_reconnect,
         client=lambda: made[0] if made else None,
+        on_error=on_error,
     )
     opts["reconnect_time_wait"] = 2
     task = asyncio.ensure_future(nats.connect(**opts))

@@ -43,7 +43,6 @@ import nats.js.errors
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 from interlink_nats.gen.interlink_nats import v1 as pb
-from interlink_nats.services.events import ensure_events_stream
 from interlink_nats.services.scripts import layout
 from interlink_nats.services.subjects import (
     EVENTS_STREAM,
@@ -232,6 +231,8 @@ class Submitter:
         self._tasks: list[asyncio.Task[None]] = []
         self._rpc: Any = None
         self._stream_ready = False
+        self._stream_missing_logged = False
+        self._denied_subscriptions: list[str] = []
         self._polls = 0
         self._recover_needed = False
         self._waiting_retry: set[str] = set()
@@ -273,6 +274,7 @@ class Submitter:
                     name=f"interlink-submitter-{self.pool}-{self.instance_id}",
                     stop=stop,
                     on_reconnect=self._on_reconnect,
+                    on_error=self._on_nats_error,
                 )
             await self._ensure_stream()
             from interlink_nats.services.rpc import RpcServer
@@ -285,6 +287,7 @@ class Submitter:
                 metadata={"backend": self.backend.name, "instance": self.instance_id},
             )
             await self._rpc.start()
+            await self._check_subscriptions()
             self._capacity = await self._discover_capacity()
             await self.announce()
         except BaseException:
@@ -340,6 +343,28 @@ class Submitter:
                 await self.registry.close()
             self.registry = None
         self._lock.release()
+
+    async def _on_nats_error(self, exc: Exception) -> None:
+        from interlink_nats.services.natsconn import denied_subscription
+
+        subject = denied_subscription(exc)
+        if subject is not None:
+            self._denied_subscriptions.append(subject)
+
+    async def _check_subscriptions(self) -> None:
+        """Fail the start when the server refused one of our subscriptions: serving on would look healthy
+        while every request to the pool gets a 503. A flush is a round trip, so any refusal is in by then."""
+        assert self.nc is not None
+        await self.nc.flush(timeout=10)
+        if self._denied_subscriptions:
+            from interlink_nats.services.natsconn import identity_of
+            from interlink_nats.submitters.natsconn import connection_settings
+
+            raise SubmitterError(
+                f"NATS refused subscribing to {', '.join(sorted(set(self._denied_subscriptions)))} for "
+                f"{identity_of(connection_settings(self.settings))}: these credentials cannot serve pool "
+                f"{self.pool!r} (wrong --pool, or another pool's credential file?)"
+            )
 
     async def _on_reconnect(self) -> None:
         self._stream_ready = False
@@ -711,26 +736,23 @@ class Submitter:
         return pb.JobEvent(status=status, revision=revision, instance_id=self.instance_id)
 
     async def _ensure_stream(self) -> None:
-        """Make sure the events stream exists (the definition is shared with the gateway).
-
-        A pool credential may only look the stream up, not create it (the gateway does), so a
-        lookup comes first; a failure is only logged: unacked events stay pending and retried.
-        """
+        """Look the events stream up. Pools never create it: the gateway (or an admin step) does, and a
+        pool credential rightly may not. Until it exists, events stay pending and are retried."""
         assert self.nc is not None
         js = self.nc.jetstream(timeout=5)
-        self._stream_ready = True
         try:
             await js.stream_info(EVENTS_STREAM)
-            return
         except nats.js.errors.NotFoundError:
-            pass
+            if not self._stream_missing_logged:
+                log.info("events stream %s does not exist yet (the gateway creates it); events wait", EVENTS_STREAM)
+                self._stream_missing_logged = True
+            self._stream_ready = False
+            return
         except (nats.errors.Error, TimeoutError) as exc:
             log.warning("cannot look up stream %s (%s); events wait until it is there", EVENTS_STREAM, exc)
+            self._stream_ready = False
             return
-        try:
-            await ensure_events_stream(js, self.settings.subject_prefix)
-        except (nats.errors.Error, TimeoutError) as exc:
-            log.warning("cannot create stream %s (%s); events wait until the gateway creates it", EVENTS_STREAM, exc)
+        self._stream_ready = True
 
     async def publish_pending(self) -> int:
         """Publish every unpublished event (newest revision per pod); returns how many went out."""
@@ -739,6 +761,8 @@ class Submitter:
                 return 0
             if not self._stream_ready:
                 await self._ensure_stream()
+                if not self._stream_ready:
+                    return 0
             js = self.nc.jetstream()
             subject = events_subject(self.pool, self.settings.subject_prefix)
             batch = list(self._unpublished.items())

@@ -141,8 +141,22 @@ class _Call:
         """Client-streaming is not supported, so there is nothing to half-close."""
 
 
+class _ServerLost(Exception):
+    """Our connection moved to another server while the call waited: its reply will never come."""
+
+
+RECONNECT_CHECK_S = 0.2
+"""How often a waiting call looks whether its connection failed over (a counter read, nothing more)."""
+
+
 class UnaryCall(_Call, Generic[R]):
-    """One request-reply through nats-py's shared reply inbox (no per-call subscription)."""
+    """One request-reply through nats-py's shared reply inbox (no per-call subscription).
+
+    When the connection fails over to another server while the call waits (its server was lost),
+    the reply is gone with that server, so the request is sent again at once rather than waiting out
+    the deadline. That is safe because every unary SubmitterService method is idempotent (``Submit``
+    by pod UID, ``Cancel`` of a cancelled job, the reads).
+    """
 
     _payload: bytes | None = None
 
@@ -161,8 +175,11 @@ class UnaryCall(_Call, Generic[R]):
             if timeout <= 0:
                 raise wire.deadline_exceeded()
             try:
-                msg = await self._nc.request(self._subject, self._payload, timeout=timeout, headers=self._headers)
+                msg = await self._request(budget=timeout)
                 break
+            except _ServerLost:
+                log.info("%s: NATS connection failed over while waiting; sending again", self._subject)
+                continue
             except nats.errors.NoRespondersError as exc:
                 if retried:
                     raise wire.unavailable(self._channel.pool) from exc
@@ -174,6 +191,26 @@ class UnaryCall(_Call, Generic[R]):
             wire.raise_for_status(msg.headers)
         result: R = self._parse(msg.data)
         return result
+
+    async def _request(self, *, budget: float) -> Msg:
+        """``nc.request``, abandoned with :class:`_ServerLost` when the connection reconnects meanwhile."""
+        assert self._payload is not None
+        reconnects = self._nc.stats["reconnects"]
+        request = asyncio.ensure_future(
+            self._nc.request(self._subject, self._payload, timeout=budget, headers=self._headers)
+        )
+        try:
+            while True:
+                done, _ = await asyncio.wait({request}, timeout=RECONNECT_CHECK_S)
+                if done:
+                    return request.result()
+                if self._nc.stats["reconnects"] != reconnects:
+                    raise _ServerLost
+        finally:
+            if not request.done():
+                request.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await request
 
 
 class StreamCall(_Call, Generic[R]):
