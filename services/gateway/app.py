@@ -230,7 +230,9 @@ class Gateway:
                 lambda: self.stub(pool).submit(pb.SubmitRequest(job=job), timeout=self.settings.submit_timeout_s),
             )
         except GRPCError as exc:
-            await self.store.delete(identity.uid)
+            # Only our own record: a retried create (interLink gave up waiting on this one) may own it now.
+            if self.store.get(identity.uid) is record and not record.job_id:
+                await self.store.delete(identity.uid)
             raise self._rpc_error(pool, exc) from None
         record.job_id = reply.job_id
         if reply.status is not None:
