@@ -29,6 +29,7 @@ from interlink_nats.services.rpc import submitter_client
 from interlink_nats.services.subjects import EVENTS_STREAM, resources_subject
 from interlink_nats.submitters.runtime import Submitter
 from nats.aio.client import Client as NATS
+from nats.js.api import StreamConfig
 from stack import Stack, create_body, gateway_only, new_pool, pod, submitter_settings, terminated
 
 RECOVERY_S = 30.0
@@ -62,13 +63,17 @@ async def test_a_two_node_cluster_gets_two_replicas() -> None:
 # --- the cluster and its helpers -------------------------------------------------------------------------
 
 
-async def wait_jetstream(nc: NATS, within: float = 30.0) -> None:
-    """Until the cluster has elected its JetStream meta leader (API calls time out before that)."""
+async def wait_jetstream(nc: NATS, within: float = 30.0, peers: int = 1) -> None:
+    """Until the cluster has elected its JetStream meta leader and knows ``peers`` JetStream nodes
+    (before that, API calls time out and an R3 stream finds "no suitable peers for placement")."""
     js = nc.jetstream(timeout=1)
     deadline = time.monotonic() + within
     while True:
         try:
             await js.account_info()
+            if peers > 1:
+                await js.add_stream(StreamConfig(name="PLACEMENT_PROBE", subjects=["probe.x"], num_replicas=peers))
+                await js.delete_stream("PLACEMENT_PROBE")
             return
         except Exception:
             if time.monotonic() > deadline:
@@ -87,7 +92,7 @@ async def running_cluster(size: int) -> AsyncIterator[NatsCluster]:
     nodes = await NatsCluster(size=size).start()
     try:
         nc = await nats.connect(nodes.urls)
-        await wait_jetstream(nc)
+        await wait_jetstream(nc, peers=size)
         await nc.close()
         yield nodes
     finally:
@@ -139,7 +144,8 @@ class Load:
 
     def new_pod(self) -> dict[str, Any]:
         uid = str(uuid.uuid4())
-        p = pod(uid, containers={"main": ["sh", "-c", f'echo "$POD_UID" >> {self.runs_file}']}, env={"POD_UID": uid})
+        script = f'echo "$POD_UID $(date +%s.%N)" >> {self.runs_file}'
+        p = pod(uid, containers={"main": ["sh", "-c", script]}, env={"POD_UID": uid})
         self.pods.append(p)
         return p
 
@@ -153,7 +159,7 @@ class Load:
                 self.retried += 1
                 continue
             if response.status_code == 200:
-                self.created_at[p["metadata"]["uid"]] = time.monotonic()
+                self.created_at[p["metadata"]["uid"]] = time.time()
                 return
             assert response.status_code >= 500 and time.monotonic() < deadline, response.text
             self.retried += 1
@@ -184,7 +190,7 @@ class Load:
             todo = [p for p in self.pods if p["metadata"]["uid"] not in done]
             response = await self.stack.get("/status", todo)
             assert response.status_code == 200, response.text
-            now = time.monotonic()
+            now = time.time()
             for status in response.json():
                 if status["containers"] and terminated(status):
                     done[status["UID"]] = now
@@ -192,7 +198,14 @@ class Load:
         return done
 
     def runs(self) -> Counter[str]:
-        return Counter(self.runs_file.read_text().split()) if self.runs_file.exists() else Counter()
+        return Counter(line.split()[0] for line in self.lines())
+
+    def ended_at(self) -> dict[str, float]:
+        """When each job ran (wall clock, written by the job itself)."""
+        return {uid: float(at) for uid, at in (line.split() for line in self.lines())}
+
+    def lines(self) -> list[str]:
+        return self.runs_file.read_text().splitlines() if self.runs_file.exists() else []
 
 
 @contextlib.asynccontextmanager
@@ -200,7 +213,9 @@ async def cluster_stack(cluster: NatsCluster, tmp_path: Path) -> AsyncIterator[t
     pool = new_pool()
     async with (
         gateway_only(cluster.url, default_pool=None) as stack,
-        Submitter(submitter_settings(cluster.url, pool, tmp_path / "state")) as submitter,
+        Submitter(
+            submitter_settings(cluster.url, pool, tmp_path / "state", shell={"max_concurrent_jobs": 32})
+        ) as submitter,
     ):
         stack.pool = pool
         stack.gateway.settings.default_pool = pool
@@ -218,9 +233,10 @@ def assert_each_ran_once_and_finished(load: Load, finals: dict[str, float], lost
     views = {u: (r.status.state if r and r.status else None, r.revision if r else None) for u, r in seen.items()}
     assert not missing, f"{len(missing)} pods never showed a final status, e.g. {views}"
     late = []
+    ended = load.ended_at()
     for uid in uids:
-        # The status is due RECOVERY_S after the later of its create and the last loss before it finished.
-        start = max([load.created_at[uid], *(t for t in lost_at if t <= finals[uid])])
+        # Due RECOVERY_S after the later of the job's end and the last loss before its status was final.
+        start = max([ended[uid], *(t for t in lost_at if t <= finals[uid])])
         if finals[uid] - start > RECOVERY_S:
             late.append((uid, round(finals[uid] - start, 1)))
     assert not late, f"{len(late)} statuses arrived more than {RECOVERY_S}s late: {late[:5]}"
@@ -269,7 +285,7 @@ async def test_a_lost_node_loses_no_job_and_no_status(victim: str, cluster: Nats
             async def kill() -> None:
                 node = await pick()
                 await asyncio.to_thread(cluster.nodes[node].kill_blocking)
-                lost_at.append(time.monotonic())
+                lost_at.append(time.time())
                 killed.append(node)
 
             count = 300 if victim == "stream-leader" else 150
@@ -379,7 +395,7 @@ async def test_nats_config_cluster_writes_nodes_that_validate_and_form_a_secure_
         gateway = await connect_as("gateway", 0, "_INBOX.gateway")
         pool = await connect_as("pool-a", 2, "_INBOX.pool.a")
         try:
-            await wait_jetstream(gateway)
+            await wait_jetstream(gateway, peers=3)
             state = await ensure_events_stream(gateway.jetstream(timeout=5), server_info=gateway._server_info)
             assert state.replicas == 3
             ack = await pool.jetstream(timeout=5).publish("interlink.events.a", b"x")
