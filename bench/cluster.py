@@ -30,11 +30,11 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 import nats
 from _harness import free_port, median, percentile, print_table
+from interlink_nats.kernel.subjects import EVENTS_STREAM
 from interlink_nats.services.gateway.app import Gateway
 from interlink_nats.services.gateway.server import running_gateway
 from interlink_nats.services.gateway.settings import GatewayNatsSettings, GatewaySettings
 from interlink_nats.services.nats_server import NatsCluster, NatsServerProcess
-from interlink_nats.services.subjects import EVENTS_STREAM
 from interlink_nats.submitters.runtime import Submitter
 from interlink_nats.submitters.settings import SubmitterSettings
 from nats.js.api import StreamConfig

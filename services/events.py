@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from interlink_nats.services.subjects import DEFAULT_PREFIX, EVENTS_STREAM, events_wildcard
+from interlink_nats.kernel.subjects import DEFAULT_PREFIX, EVENTS_STREAM, events_wildcard
 from nats.js import JetStreamContext
 from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
 from nats.js.errors import BadRequestError

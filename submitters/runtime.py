@@ -43,8 +43,8 @@ import nats.js.errors
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 from interlink_nats.gen.interlink_nats import v1 as pb
-from interlink_nats.services.scripts import layout
-from interlink_nats.services.subjects import (
+from interlink_nats.kernel import layout
+from interlink_nats.kernel.subjects import (
     EVENTS_STREAM,
     config_subject,
     events_subject,
@@ -345,7 +345,7 @@ class Submitter:
         self._lock.release()
 
     async def _on_nats_error(self, exc: Exception) -> None:
-        from interlink_nats.services.natsconn import denied_subscription
+        from interlink_nats.kernel.nats_connection import denied_subscription
 
         subject = denied_subscription(exc)
         if subject is not None:
@@ -357,7 +357,7 @@ class Submitter:
         assert self.nc is not None
         await self.nc.flush(timeout=10)
         if self._denied_subscriptions:
-            from interlink_nats.services.natsconn import identity_of
+            from interlink_nats.kernel.nats_connection import identity_of
             from interlink_nats.submitters.natsconn import connection_settings
 
             raise SubmitterError(

@@ -23,11 +23,11 @@ import httpx
 import nats
 import pytest
 from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.kernel.subjects import EVENTS_STREAM, resources_subject
 from interlink_nats.services.events import desired_replicas, ensure_events_stream
 from interlink_nats.services.gateway.pools import discover_pools
 from interlink_nats.services.nats_server import NatsCluster, nats_server_binary
 from interlink_nats.services.rpc import SERVICE_NAME, submitter_client
-from interlink_nats.services.subjects import EVENTS_STREAM, resources_subject
 from interlink_nats.submitters.runtime import Submitter
 from nats.aio.client import Client as NATS
 from nats.js.api import StreamConfig
@@ -355,8 +355,8 @@ async def test_nats_config_cluster_writes_nodes_that_validate_and_form_a_secure_
     mutual-TLS routes, and the generated identities hold on it (gateway on node 0, pool on node 2)."""
     pytest.importorskip("cryptography")
     import typer
+    from interlink_nats.kernel.nats_connection import credential_options
     from interlink_nats.services.security.cli import nats_config
-    from interlink_nats.services.security.connect import nats_connect_options
     from typer.testing import CliRunner
 
     app = typer.Typer()
@@ -390,7 +390,7 @@ async def test_nats_config_cluster_writes_nodes_that_validate_and_form_a_secure_
         ca = out / "tls" / "ca.pem"
 
         async def connect_as(name: str, node: int, inbox: str) -> NATS:
-            opts = nats_connect_options(seed_file=out / "credentials" / f"{name}.nk", inbox=inbox, ca_file=ca)
+            opts = credential_options(seed_file=out / "credentials" / f"{name}.nk", inbox=inbox, ca_file=ca)
             return await nats.connect(nodes.nodes[node].url.replace("nats://", "tls://"), **opts)
 
         gateway = await connect_as("gateway", 0, "_INBOX.gateway")

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from interlink_nats.gen.interlink_nats import v1 as pb
-from interlink_nats.services.scripts import layout
+from interlink_nats.kernel import layout
 from interlink_nats.submitters import jobfiles, logs
 from interlink_nats.submitters.registry import Registry
 from interlink_nats.submitters.settings import ConfigFileError, SubmitterSettings, parse_build_config
@@ -185,7 +185,8 @@ def test_fastwire_encodes_exactly_what_betterproto_does(kw: dict[str, object]) -
 def test_every_node_of_a_cluster_from_flag_env_or_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A cluster's servers: repeated or comma-separated --nats-url, a comma-separated env var, a YAML list."""
     nodes = ["nats://n0:4222", "nats://n1:4222", "nats://n2:4222"]
-    assert SubmitterSettings.load(None, pool="a", nats_url=["nats://n0:4222,nats://n1:4222", nodes[2]]).nats_url == nodes
+    repeated = ["nats://n0:4222,nats://n1:4222", nodes[2]]
+    assert SubmitterSettings.load(None, pool="a", nats_url=repeated).nats_url == nodes
     cfg = tmp_path / "s.yaml"
     cfg.write_text("pool: a\nnats_url: [nats://n0:4222, 'nats://n1:4222,nats://n2:4222']\n")
     assert SubmitterSettings.load(cfg).nats_url == nodes

@@ -24,6 +24,7 @@ from typing import Any, TypeVar
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.kernel.nats_connection import connected_server
 from interlink_nats.services.gateway import wire
 from interlink_nats.services.gateway.errors import http_status_for
 from interlink_nats.services.gateway.events import EventConsumer
@@ -32,7 +33,6 @@ from interlink_nats.services.gateway.pools import PoolDirectory, discover_pools
 from interlink_nats.services.gateway.routing import pool_for_pod
 from interlink_nats.services.gateway.settings import GatewaySettings
 from interlink_nats.services.gateway.store import PodRecord, PodStore
-from interlink_nats.services.natsconn import connected_server
 from interlink_nats.services.rpc import SERVICE_NAME, submitter_client
 from interlink_nats.services.scripts import PodRejected, render_job
 from nats.aio.client import Client as NatsClient
