@@ -123,6 +123,17 @@ async def settle(probe: Probe, quiet_s: float = 2.0, within: float = 60.0) -> No
         await asyncio.sleep(0.2)
 
 
+async def first_update_after(probe: Probe, moment: float, within: float = 60.0) -> float | None:
+    """When the gateway applied its first event after ``moment`` (None: none within ``within`` s)."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        first = probe.first_after(moment)
+        if first is not None:
+            return first
+        await asyncio.sleep(0.1)
+    return None
+
+
 async def wait_cluster_ready(cluster: NatsCluster, peers: int) -> None:
     nc = await nats.connect(cluster.urls)
     js = nc.jetstream(timeout=1)
@@ -191,6 +202,7 @@ async def main() -> None:
                 rows.append(row)
                 result["cluster_r3"] = figures
                 gaps: list[float] = []
+                missed = 0
                 start = args.pods
                 for _ in range(args.losses):
                     leader = await stream_current(cluster)
@@ -200,9 +212,12 @@ async def main() -> None:
                     await asyncio.to_thread(cluster.nodes[leader].kill_blocking)
                     lost = time.monotonic()
                     await load
+                    first = await first_update_after(probe, lost)
                     await settle(probe)
-                    first = probe.first_after(lost)
-                    gaps.append((first - lost) if first is not None else float("nan"))
+                    if first is not None:
+                        gaps.append(first - lost)
+                    else:
+                        missed += 1
                     await asyncio.to_thread(cluster.nodes[leader].restart_blocking)
         finally:
             await cluster.stop()
@@ -217,7 +232,11 @@ async def main() -> None:
         ["loss", "gap_s"],
         [[i + 1, f"{g:.2f}"] for i, g in enumerate(gaps)],
     )
-    result["loss_to_first_update_s"] = {"median": round(median(gaps), 2), "all": [round(g, 2) for g in gaps]}
+    result["loss_to_first_update_s"] = {
+        "median": round(median(gaps), 2) if gaps else None,
+        "all": [round(g, 2) for g in gaps],
+        "no_update_within_60s": missed,
+    }
     print(json.dumps(result))
 
 
