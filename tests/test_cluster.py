@@ -414,3 +414,85 @@ async def test_nats_config_cluster_writes_nodes_that_validate_and_form_a_secure_
             await pool.close()
     finally:
         await nodes.stop()
+
+
+# --- pure: per-node configuration -------------------------------------------------------------------------
+
+
+def test_cluster_options_name_every_node_and_refuse_inconsistent_input() -> None:
+    from interlink_nats.services.security import NatsConfigOptions, build_bundle
+
+    options = NatsConfigOptions(pools=("a",), cluster_size=3, client_port=4222, port_stride=10)
+    bundle = build_bundle(options)
+    assert len(bundle.node_configs) == 3
+    for i, text in enumerate(bundle.node_configs):
+        assert f'server_name: "interlink-nats-{i}"' in text
+        assert f'listen: "0.0.0.0:{4222 + 10 * i}"' in text
+        assert f'store_dir: "/data/jetstream/interlink-nats-{i}"' in text
+        routes = {f'"nats-route://interlink-nats-{j}:6222"' for j in range(3) if j != i}
+        assert all(route in text for route in routes) and f'interlink-nats-{i}:6222"\n' not in text
+        # The security model is the same on every node: users and permissions are identical.
+        assert text.split("accounts {")[1] == bundle.node_configs[0].split("accounts {")[1]
+    assert build_bundle(NatsConfigOptions(pools=("a",))).node_configs == ()
+    with pytest.raises(ValueError, match="--cluster-peers names 2 nodes"):
+        NatsConfigOptions(pools=("a",), cluster_size=3, cluster_peers=("h0:6222", "h1:6222"))
+    with pytest.raises(ValueError, match="not host:port"):
+        NatsConfigOptions(pools=("a",), cluster_size=2, cluster_peers=("h0:6222", "h1"))
+    with pytest.raises(ValueError, match="--tls-ca"):
+        NatsConfigOptions(pools=("a",), cluster_size=3, tls_cert="c.pem", tls_key="k.pem")
+
+
+# --- requests lost with a node are sent again -------------------------------------------------------------
+
+
+async def test_a_request_lost_on_the_way_is_sent_again(nats_url: str) -> None:
+    """The pool's node may be lost with a request in flight: the caller resends instead of waiting out
+    the deadline (every unary SubmitterService method is idempotent)."""
+    from grpclib.const import Status
+    from interlink_nats.services.rpc.channel import RESEND_AFTER_S, NatsChannel
+    from interlink_nats.services.rpc.wire import status_headers
+
+    pool = new_pool()
+    server = await nats.connect(nats_url)
+    client = await nats.connect(nats_url)
+    seen: list[bytes] = []
+
+    async def first_one_is_lost(msg: Any) -> None:
+        seen.append(msg.data)
+        if len(seen) > 1:
+            ok = status_headers(Status.OK)
+            await server.publish(msg.reply, bytes(pb.DescribeResponse(pool=pool)), headers=ok)
+
+    try:
+        subject = NatsChannel(client, pool).subject("/interlink_nats.v1.SubmitterService/Describe")
+        await server.subscribe(subject, cb=first_one_is_lost)
+        await server.flush()
+        reply = await submitter_client(client, pool).describe(pb.DescribeRequest(), timeout=RESEND_AFTER_S * 4)
+        assert reply.pool == pool
+        assert len(seen) == 2 and seen[0] == seen[1]
+    finally:
+        await server.close()
+        await client.close()
+
+
+@pytest.mark.cluster
+async def test_an_existing_single_replica_stream_and_consumer_are_scaled_up(
+    cluster: NatsCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A stream made on one server (R1) before the cluster: the gateway says so and scales it to 3."""
+    from interlink_nats.services.events import events_stream_config
+    from nats.js.api import ConsumerConfig
+
+    nc = await nats.connect(cluster.urls)
+    try:
+        js = nc.jetstream(timeout=5)
+        await js.add_stream(events_stream_config(replicas=1))
+        await js.add_consumer(EVENTS_STREAM, ConsumerConfig(durable_name="old-gateway", num_replicas=1))
+        async with gateway_only(cluster.url, default_pool=None, durable="old-gateway") as stack:
+            assert stack.gateway.events.stream is not None
+            assert stack.gateway.events.stream.updated
+            assert (await js.stream_info(EVENTS_STREAM)).config.num_replicas == 3
+            assert (await js.consumer_info(EVENTS_STREAM, "old-gateway")).config.num_replicas == 3
+        assert "has 1 replica(s) but 3 are wanted" in caplog.text
+    finally:
+        await nc.close()

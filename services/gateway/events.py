@@ -15,9 +15,12 @@ from nats.aio.client import Client as NatsClient
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
-from nats.js.errors import NotFoundError
+from nats.js.errors import BadRequestError, NotFoundError
 
 log = logging.getLogger(__name__)
+
+CONSUMER_RETRIES = 30
+"""Half-second tries while a just-scaled stream gets its new peers (seconds, on a loaded machine)."""
 
 
 class EventConsumer:
@@ -65,28 +68,41 @@ class EventConsumer:
             # As many copies as the stream: an R1 consumer on a lost node would stall the events.
             num_replicas=self.stream.replicas,
         )
-        await self._replicate_existing_consumer(js, config)
+        await self._ensure_consumer(js, config)
         self._sub = await js.pull_subscribe(
             events_wildcard(self.prefix), durable=self.durable, stream=EVENTS_STREAM, config=config
         )
         self._task = asyncio.create_task(self._run(), name="gateway-events")
 
-    async def _replicate_existing_consumer(self, js: JetStreamContext, config: ConsumerConfig) -> None:
-        """A durable created before the stream was replicated keeps its old replica count: raise it."""
+    async def _ensure_consumer(self, js: JetStreamContext, config: ConsumerConfig) -> None:
+        """Create the durable, or raise the replica count of one created before the stream was replicated.
+
+        Right after a stream is scaled up the server may still refuse a consumer with as many replicas
+        ("exceeds parent stream") until the new stream peers are in place: that is retried briefly.
+        """
         try:
             info = await js.consumer_info(EVENTS_STREAM, self.durable)
         except NotFoundError:
-            return
-        cluster = info.cluster
-        current = info.config.num_replicas or (1 + len(cluster.replicas or []) if cluster is not None else 1)
+            info = None
         wanted = config.num_replicas or 1
-        if current >= wanted:
-            return
-        log.warning("durable consumer %s has %d replica(s), the stream %d: updating", self.durable, current, wanted)
-        try:
-            await js.add_consumer(EVENTS_STREAM, config=config)
-        except Exception as exc:
-            log.error("durable consumer %s keeps its replica count: update refused (%s)", self.durable, exc)
+        if info is not None:
+            cluster = info.cluster
+            current = info.config.num_replicas or (1 + len(cluster.replicas or []) if cluster is not None else 1)
+            if current >= wanted:
+                return
+            log.warning("durable consumer %s has %d replica(s), the stream %d: updating", self.durable, current, wanted)
+        for attempt in range(CONSUMER_RETRIES):
+            try:
+                await js.add_consumer(EVENTS_STREAM, config=config)
+                return
+            except BadRequestError as exc:
+                if "exceeds parent stream" in str(exc.description) and attempt + 1 < CONSUMER_RETRIES:
+                    await asyncio.sleep(0.5)
+                    continue
+                if info is None:
+                    raise
+                log.error("durable consumer %s keeps its replica count: update refused (%s)", self.durable, exc)
+                return
 
     async def stop(self) -> None:
         self._stopping.set()
