@@ -26,7 +26,7 @@ from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel.subjects import EVENTS_STREAM, resources_subject
 from interlink_nats.services.events import desired_replicas, ensure_events_stream
 from interlink_nats.services.gateway.pools import discover_pools
-from interlink_nats.services.nats_server import NatsCluster, nats_server_binary
+from interlink_nats.services.nats_server import NatsCluster, NatsServerProcess, nats_server_binary
 from interlink_nats.services.rpc import SERVICE_NAME, submitter_client
 from interlink_nats.submitters.runtime import Submitter
 from nats.aio.client import Client as NATS
@@ -445,29 +445,36 @@ def test_cluster_options_name_every_node_and_refuse_inconsistent_input() -> None
 # --- requests lost with a node are sent again -------------------------------------------------------------
 
 
-async def test_a_request_lost_on_the_way_is_sent_again(nats_url: str) -> None:
-    """The pool's node may be lost with a request in flight: the caller resends instead of waiting out
-    the deadline (every unary SubmitterService method is idempotent)."""
+async def test_a_call_is_sent_again_when_its_connection_fails_over(fresh_nats_server: NatsServerProcess) -> None:
+    """The caller's server is lost while a call waits: the reply went with it, so the call is sent again
+    after the reconnect instead of waiting out its deadline (every unary SubmitterService method is
+    idempotent). The server here answers only the second copy."""
     from grpclib.const import Status
-    from interlink_nats.services.rpc.channel import RESEND_AFTER_S, NatsChannel
+    from interlink_nats.services.rpc.channel import NatsChannel
     from interlink_nats.services.rpc.wire import status_headers
 
     pool = new_pool()
-    server = await nats.connect(nats_url)
-    client = await nats.connect(nats_url)
+    url = fresh_nats_server.url
+    server = await nats.connect(url, max_reconnect_attempts=-1, reconnect_time_wait=0.1)
+    client = await nats.connect(url, max_reconnect_attempts=-1, reconnect_time_wait=0.1)
     seen: list[bytes] = []
+    first_arrived = asyncio.Event()
 
-    async def first_one_is_lost(msg: Any) -> None:
+    async def answer_only_the_second(msg: Any) -> None:
         seen.append(msg.data)
-        if len(seen) > 1:
-            ok = status_headers(Status.OK)
-            await server.publish(msg.reply, bytes(pb.DescribeResponse(pool=pool)), headers=ok)
+        if len(seen) == 1:
+            first_arrived.set()
+            return
+        await server.publish(msg.reply, bytes(pb.DescribeResponse(pool=pool)), headers=status_headers(Status.OK))
 
     try:
         subject = NatsChannel(client, pool).subject("/interlink_nats.v1.SubmitterService/Describe")
-        await server.subscribe(subject, cb=first_one_is_lost)
+        await server.subscribe(subject, cb=answer_only_the_second)
         await server.flush()
-        reply = await submitter_client(client, pool).describe(pb.DescribeRequest(), timeout=RESEND_AFTER_S * 4)
+        call = asyncio.create_task(submitter_client(client, pool).describe(pb.DescribeRequest(), timeout=120))
+        await asyncio.wait_for(first_arrived.wait(), 10)
+        await asyncio.to_thread(fresh_nats_server.restart_blocking)
+        reply = await asyncio.wait_for(call, 60)
         assert reply.pool == pool
         assert len(seen) == 2 and seen[0] == seen[1]
     finally:

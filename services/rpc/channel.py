@@ -148,20 +148,16 @@ class _ServerLost(Exception):
 RECONNECT_CHECK_S = 0.2
 """How often a waiting call looks whether its connection failed over (a counter read, nothing more)."""
 
-RESEND_AFTER_S = 5.0
-"""A unary call with no reply after this long is sent again (idempotent); a slow handler simply answers
-both, and a request lost with a NATS node gets through on the second try."""
-
 
 class UnaryCall(_Call, Generic[R]):
     """One request-reply through nats-py's shared reply inbox (no per-call subscription).
 
     When the connection fails over to another server while the call waits (its server was lost),
     the reply is gone with that server, so the request is sent again at once rather than waiting out
-    the deadline; a call left unanswered for ``RESEND_AFTER_S`` is sent again too (the node the
-    serving pool is connected to may have been lost with the request). That is safe because every
-    unary SubmitterService method is idempotent (``Submit`` by pod UID, joining a Submit still in
-    progress; ``Cancel`` of a cancelled job; the reads).
+    the deadline. That is safe because every unary SubmitterService method is idempotent (``Submit``
+    by pod UID, joining a Submit still in progress; ``Cancel`` of a cancelled job; the reads). A
+    request lost with the *pool's* node is not resent before the deadline (the caller retries, as
+    interLink does): resending slow calls on a loaded pool would double its work.
     """
 
     _payload: bytes | None = None
@@ -199,42 +195,22 @@ class UnaryCall(_Call, Generic[R]):
         return result
 
     async def _request(self, *, budget: float) -> Msg:
-        """``nc.request``, sent again every ``RESEND_AFTER_S`` without a reply (the first reply wins), and
-        abandoned with :class:`_ServerLost` when our connection reconnects meanwhile.
-
-        A request or reply in flight through a node that is lost is gone; the resend takes another path.
-        """
+        """``nc.request``, abandoned with :class:`_ServerLost` when our connection reconnects meanwhile."""
         assert self._payload is not None
-        loop = asyncio.get_running_loop()
-        started = loop.time()
         reconnects = self._nc.stats["reconnects"]
-        requests: set[asyncio.Future[Msg]] = set()
-
-        def send() -> None:
-            remaining = budget - (loop.time() - started)
-            requests.add(
-                asyncio.ensure_future(
-                    self._nc.request(self._subject, self._payload or b"", timeout=remaining, headers=self._headers)
-                )
-            )
-
-        send()
-        resend_at = started + RESEND_AFTER_S
+        request = asyncio.ensure_future(
+            self._nc.request(self._subject, self._payload, timeout=budget, headers=self._headers)
+        )
         try:
             while True:
-                done, _ = await asyncio.wait(requests, timeout=RECONNECT_CHECK_S, return_when=asyncio.FIRST_COMPLETED)
+                done, _ = await asyncio.wait({request}, timeout=RECONNECT_CHECK_S)
                 if done:
-                    return done.pop().result()
+                    return request.result()
                 if self._nc.stats["reconnects"] != reconnects:
                     raise _ServerLost
-                if loop.time() >= resend_at and budget - (loop.time() - started) > RECONNECT_CHECK_S:
-                    send()
-                    resend_at += RESEND_AFTER_S
         finally:
-            for request in requests:
-                if not request.done():
-                    request.cancel()
-            for request in requests:
+            if not request.done():
+                request.cancel()
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await request
 
