@@ -21,6 +21,8 @@ from typing import Any
 
 import httpx
 import nats
+import nats.errors
+import nats.js.errors
 import pytest
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel.subjects import EVENTS_STREAM, resources_subject
@@ -407,7 +409,14 @@ async def test_nats_config_cluster_writes_nodes_that_validate_and_form_a_secure_
                     assert time.monotonic() < deadline, "the gateway could not create an R3 stream"
                     await asyncio.sleep(0.2)
             assert state.replicas == 3
-            ack = await pool.jetstream(timeout=5).publish("interlink.events.a", b"x")
+            deadline = time.monotonic() + 30
+            while True:  # the new stream's interest reaches node 2 over the route an instant later
+                try:
+                    ack = await pool.jetstream(timeout=5).publish("interlink.events.a", b"x")
+                    break
+                except (nats.errors.NoRespondersError, nats.js.errors.NoStreamResponseError):
+                    assert time.monotonic() < deadline, "pool a could not publish to the stream from node 2"
+                    await asyncio.sleep(0.2)
             assert ack.stream == EVENTS_STREAM
         finally:
             await gateway.close()
