@@ -61,6 +61,8 @@ __all__ = ["PollStats", "Submitter", "SubmitterError", "make_backend", "run_subm
 
 log = logging.getLogger(__name__)
 
+KEPT_PERMISSION_ERRORS = 10
+
 ADOPT_EVERY_POLLS = 3
 
 
@@ -124,7 +126,12 @@ class Submitter:
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._rpc: Any = None
-        self._polls = 0
+        self.polls = 0
+        self.last_poll_ok: float | None = None
+        """Monotonic time of the last poll that reached the backend (the health check reads it)."""
+        self.poll_error: str | None = None
+        self.permission_errors: list[str] = []
+        """NATS permission violations on this process's own subjects since start (newest last, a few kept)."""
         self._denied_subscriptions: list[str] = []
 
     # Lifecycle --------------------------------------------------------------------------------
@@ -208,6 +215,8 @@ class Submitter:
     async def _on_nats_error(self, exc: Exception) -> None:
         from interlink_nats.kernel.nats_connection import denied_subscription
 
+        if "permissions violation" in str(exc).lower():
+            self.permission_errors = [*self.permission_errors[-(KEPT_PERMISSION_ERRORS - 1) :], str(exc)]
         subject = denied_subscription(exc)
         if subject is not None:
             self._denied_subscriptions.append(subject)
@@ -295,21 +304,24 @@ class Submitter:
             started = self.clock.monotonic()
             try:
                 await self.poll_once()
-                self._polls += 1
+                self.last_poll_ok, self.poll_error = self.clock.monotonic(), None
+                self.polls += 1
                 if self.submissions.recover_needed:
                     self.submissions.recover_needed = False
                     await self.recover()
-                if self._polls % ADOPT_EVERY_POLLS == 0:
+                if self.polls % ADOPT_EVERY_POLLS == 0:
                     if await self.recovery.adopt_dead_owners():
                         await self.recover()
-                    elif self._polls % (ADOPT_EVERY_POLLS * 20) == 0:
+                    elif self.polls % (ADOPT_EVERY_POLLS * 20) == 0:
                         await self.recover()  # picks up interrupted submissions whose retry came back
-                if self._polls % 1000 == 1:
+                if self.polls % 1000 == 1:
                     cutoff = self.clock.time() - self.settings.retention_days * 86400
                     await self._reg().prune(cutoff)
             except BackendError as exc:
+                self.poll_error = f"{self.backend.name} poll failed: {exc}"
                 log.warning("%s poll failed (%s); retrying next interval", self.backend.name, exc)
-            except Exception:
+            except Exception as exc:
+                self.poll_error = f"poll failed: {type(exc).__name__}: {exc}"
                 log.exception("poll failed; retrying next interval")
             delay = max(0.0, interval - (self.clock.monotonic() - started))
             with contextlib.suppress(TimeoutError):
@@ -376,20 +388,36 @@ class Submitter:
     def last_poll(self) -> PollStats | None:
         return self.poller.last_poll
 
+    @property
+    def poll_interval(self) -> float:
+        return self.settings.poll_interval
+
 
 async def run_submitter(settings: SubmitterSettings, stop_event: asyncio.Event | None = None) -> None:
-    """Serve until ``stop_event`` is set (forever when None), then stop gracefully."""
+    """Serve until ``stop_event`` is set (forever when None), then stop gracefully.
+
+    With ``probe_port`` set, /healthz and /metrics answer from before the NATS connection is made, so a
+    submitter that cannot reach NATS is visible as unhealthy rather than silent.
+    """
+    from interlink_nats.submitters.natsconn import NatsConnectError
+
     stop_event = stop_event or asyncio.Event()
     submitter = Submitter(settings)
-    try:
-        await submitter.start(stop=stop_event)
-    except Exception as exc:
-        from interlink_nats.submitters.natsconn import NatsConnectError
+    probes = None
+    if settings.probe_port is not None:
+        from interlink_nats.services.probes import serve_probes
+        from interlink_nats.submitters.observability import submitter_probes
 
-        if isinstance(exc, NatsConnectError):
-            return
-        raise
+        probes = await serve_probes(submitter_probes(submitter), settings.probe_host, settings.probe_port)
     try:
-        await stop_event.wait()
+        try:
+            await submitter.start(stop=stop_event)
+        except NatsConnectError:
+            return
+        try:
+            await stop_event.wait()
+        finally:
+            await submitter.stop()
     finally:
-        await submitter.stop()
+        if probes is not None:
+            probes.close()

@@ -112,6 +112,11 @@ class SubmitterSettings(LayeredSettings):
     instance_id: str | None = None
     """Names this process in events and ownership records; default ``<host>-<random>``."""
 
+    probe_host: str = "127.0.0.1"
+    """Address of /healthz and /metrics (when probe_port is set)."""
+    probe_port: int | None = Field(None, ge=0, le=65535)
+    """Port of /healthz and /metrics; unset: not served (0: a free port, logged)."""
+
     poll_interval: float = Field(5.0, gt=0)
     announce_interval: float = Field(30.0, gt=0)
     max_concurrency: int = Field(64, ge=1)

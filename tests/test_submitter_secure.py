@@ -109,9 +109,10 @@ async def test_a_submitter_with_another_pools_credential_fails_naming_subject_an
         nats_inbox_prefix="_INBOX.pool.b",
         tls_ca_file=stack.tls.ca_cert,
     )
+    submitter = Submitter(settings)
     with pytest.raises(SubmitterError) as failure:
-        async with Submitter(settings):
-            pass
+        await submitter.start()
+    assert submitter.permission_errors, "the health check's permission list is fed by the same callback"
     message = str(failure.value)
     assert "interlink_nats.v1.submitterservice.submit.a" in message
     assert stack.cred("pool-b").public_key in message
