@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 import nats
-import nkeys
+import nkeys  # type: ignore[import-untyped]  # nkeys ships no type hints (no py.typed, no stubs)
 from nats.aio.client import Client as NatsClient
 from pydantic import BaseModel, Field, SecretStr
 

@@ -210,7 +210,8 @@ class UnaryCall(_Call, Generic[R]):
             self._nc.request(self._subject, self._payload, timeout=budget, headers=self._headers)
         )
         try:
-            await asyncio.wait({request, failover}, return_when=asyncio.FIRST_COMPLETED)
+            racing: set[asyncio.Future[Any]] = {request, failover}
+            await asyncio.wait(racing, return_when=asyncio.FIRST_COMPLETED)
             if request.done():
                 return request.result()
             raise _ServerLost
