@@ -15,7 +15,7 @@ from typing import Annotated, Any
 import typer
 from pydantic import ValidationError
 
-from interlink_nats.logs import setup_logging
+from interlink_nats.logging_setup import setup_logging
 from interlink_nats.signals import run_until_signal
 
 app = typer.Typer(

@@ -50,7 +50,7 @@ from interlink_nats.kernel.subjects import (
     events_subject,
     resources_subject,
 )
-from interlink_nats.services.events import ensure_events_stream
+from interlink_nats.services.events_stream import ensure_events_stream
 from interlink_nats.submitters import fastwire, jobfiles, logindex
 from interlink_nats.submitters.backends.base import (
     GONE,

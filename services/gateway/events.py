@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel.subjects import DEFAULT_PREFIX, EVENTS_STREAM, events_wildcard
-from interlink_nats.services.events import ensure_events_stream
+from interlink_nats.services.events_stream import ensure_events_stream
 from interlink_nats.services.gateway.store import PodRecord, PodStore
 from nats.aio.client import Client as NatsClient
 from nats.errors import TimeoutError as NatsTimeoutError

@@ -35,8 +35,7 @@ Wire convention
 from .calls import ServerCall, current_call
 from .channel import NatsChannel, StreamCall, UnaryCall, submitter_client
 from .micro import EndpointStats, MicroResponder
-from .server import SERVICE_NAME, RpcServer, Servable
-from .wire import (
+from .protocol import (
     ACK,
     CANCEL,
     CONTROL,
@@ -46,6 +45,7 @@ from .wire import (
     TIMEOUT,
     WINDOW,
 )
+from .server import SERVICE_NAME, RpcServer, Servable
 
 __all__ = [
     "ACK",

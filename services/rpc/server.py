@@ -25,7 +25,7 @@ from grpclib.metadata import Deadline
 from interlink_nats.kernel.subjects import route_to_subject, validate_pool
 from interlink_nats.kernel.version import __version__
 
-from . import strict, wire
+from . import protocol, strict
 from .calls import ServerCall, StreamGone, StreamServerCall, UnaryServerCall
 from .micro import EndpointStats, MicroResponder
 
@@ -185,7 +185,7 @@ class RpcServer:
         """Run one call and record it in the micro stats."""
         start = time.perf_counter_ns()
         self._in_flight += 1
-        status, message = Status.UNKNOWN, wire.GENERIC_ERROR
+        status, message = Status.UNKNOWN, protocol.GENERIC_ERROR
         try:
             status, message = await self._run(endpoint, msg, received)
         finally:
@@ -199,12 +199,12 @@ class RpcServer:
             return Status.INVALID_ARGUMENT, "no reply subject"
         loop = asyncio.get_running_loop()
         deadline_at: float | None = None
-        raw_timeout = msg.headers.get(wire.TIMEOUT) if msg.headers else None
+        raw_timeout = msg.headers.get(protocol.TIMEOUT) if msg.headers else None
         if raw_timeout is not None:
             try:
-                deadline_at = received + wire.decode_timeout(raw_timeout)
+                deadline_at = received + protocol.decode_timeout(raw_timeout)
             except ValueError:
-                return await self._reject(msg, Status.INVALID_ARGUMENT, f"bad {wire.TIMEOUT} header")
+                return await self._reject(msg, Status.INVALID_ARGUMENT, f"bad {protocol.TIMEOUT} header")
         handler = endpoint.handler
         try:
             strict.check(msg.data, handler.request_type)
@@ -263,7 +263,7 @@ class RpcServer:
                 raise
         except Exception:
             log.exception("%s handler failed (pool %s)", endpoint.method, self.pool)
-            status, message = Status.UNKNOWN, wire.GENERIC_ERROR
+            status, message = Status.UNKNOWN, protocol.GENERIC_ERROR
         finally:
             ServerCall.unbind(token)
         await self._finish_quietly(call, status, message)
@@ -280,5 +280,5 @@ class RpcServer:
     async def _reject(self, msg: Msg, status: Status, message: str) -> tuple[Status, str]:
         """Answer a request that never reached a handler (its stream, if any, never opened)."""
         with contextlib.suppress(nats.errors.Error):
-            await self.nc.publish(msg.reply, b"", headers=wire.end_headers(status, message))
+            await self.nc.publish(msg.reply, b"", headers=protocol.end_headers(status, message))
         return status, message
