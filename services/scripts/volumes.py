@@ -141,28 +141,20 @@ def build_volume(ctx: RenderContext, index: int, raw: dict[str, Any]) -> Volume:
             raise PodRejected(kw + ".type", f"unknown hostPath type {htype!r}")
         return vol
     vol.read_only = True
-    if kind == "configMap":
-        cm_name = as_str(src.get("name"), kw + ".name")
+    if kind in ("configMap", "secret"):
+        secret = kind == "secret"
+        name_key = "secretName" if secret else "name"
+        obj_name = as_str(src.get(name_key), f"{kw}.{name_key}")
         optional = get_bool(src, "optional", kw)
-        obj = ctx.data.config_maps.get(cm_name)
-        mode = _mode(src.get("defaultMode"), kw + ".defaultMode", 0o644)
-        vol.dir_mode = 0o755
+        obj = (ctx.data.secrets if secret else ctx.data.config_maps).get(obj_name)
+        mode = _mode(src.get("defaultMode"), kw + ".defaultMode", 0o600 if secret else 0o644)
+        if not secret:
+            vol.dir_mode = 0o755  # a secret's dir stays 0700
         if obj is None:
             if optional:
                 return vol
-            raise PodRejected(kw + ".name", f"interLink sent no data for configMap {cm_name!r}")
-        _keyed_files(vol, obj, get_list(src, "items", kw), kw, mode, False, optional)
-        return vol
-    if kind == "secret":
-        s_name = as_str(src.get("secretName"), kw + ".secretName")
-        optional = get_bool(src, "optional", kw)
-        obj = ctx.data.secrets.get(s_name)
-        mode = _mode(src.get("defaultMode"), kw + ".defaultMode", 0o600)
-        if obj is None:
-            if optional:
-                return vol
-            raise PodRejected(kw + ".secretName", f"interLink sent no data for secret {s_name!r}")
-        _keyed_files(vol, obj, get_list(src, "items", kw), kw, mode, True, optional)
+            raise PodRejected(f"{kw}.{name_key}", f"interLink sent no data for {kind} {obj_name!r}")
+        _keyed_files(vol, obj, get_list(src, "items", kw), kw, mode, secret, optional)
         return vol
     # projected and downwardAPI: interLink resolves them into projectedvolumemaps[volume name], keyed by path.
     mode = _mode(src.get("defaultMode"), kw + ".defaultMode", 0o600)
