@@ -1,4 +1,7 @@
-"""What one container needs to start, as typed values: the runtimes turn a :class:`Launch` into shell lines."""
+"""What one container needs to start, as typed values: the runtimes turn a :class:`Launch` into shell lines.
+
+Not frozen: a frozen dataclass pays one ``object.__setattr__`` per field, and a pod builds dozens of these.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +13,7 @@ from .quoting import MASK, quote, quote_field
 _MASKED_WORD = quote(MASK)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class EnvVar:
     """One environment variable, in Kubernetes order (envFrom, then env; later wins)."""
 
@@ -25,7 +28,7 @@ class EnvVar:
         return quote_field(f"{prefix}{self.name}={self.value}", f"{where}.env[{index}]")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class MountPoint:
     """A volume as a container sees it: ``source`` (below the job dir, or a host path) at ``target``."""
 
@@ -40,7 +43,7 @@ class MountPoint:
         return f'"$__job_dir"/{quote(spec)}' if self.under_job_dir else quote_field(spec, where)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Image:
     """The image reference to run, and a local image file to try first at run time (apptainer ``image_dir``)."""
 
@@ -48,25 +51,25 @@ class Image:
     local: str | None = None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Launch:
     """One container of the pod, checked and expanded; every ``*_words`` field is already shell-quoted."""
 
     name: str
     where: str  # the container's JSON path, for rejections
-    env: tuple[EnvVar, ...]
-    command: tuple[str, ...]  # expanded, not quoted (podman's --entrypoint takes it as JSON)
-    command_words: tuple[str, ...]
-    args_words: tuple[str, ...]
+    env: list[EnvVar]
+    command: list[str]  # expanded, not quoted (podman's --entrypoint takes it as JSON)
+    command_words: list[str]
+    args_words: list[str]
     workdir: str
-    mounts: tuple[MountPoint, ...]
+    mounts: list[MountPoint]
     resources: ContainerResources
     mpi: tuple[str, ...]  # the pod's mpi-flags words (not quoted); empty for init containers
     image: Image | None  # None for a runtime without images
     mask: bool
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class PodOptions:
     """What the pool's BuildConfig and the pod's annotations add to every container's command line (quoted)."""
 
@@ -77,7 +80,7 @@ class PodOptions:
     options: tuple[str, ...]  # slurm-job.vk.io/singularity-options and -mounts
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class ContainerCommands:
     """A container's shell lines: ``setup`` runs on the host before any container, ``body`` starts it."""
 

@@ -121,7 +121,7 @@ class ContainerEngine:
         if launch.workdir:
             words += [self.workdir_flag, quote_field(launch.workdir, where + ".workingDir")]
         if self.entrypoint_flag is not None and launch.command:
-            words += [self.entrypoint_flag, quote(json.dumps(list(launch.command), ensure_ascii=False))]
+            words += [self.entrypoint_flag, quote(json.dumps(launch.command, ensure_ascii=False))]
         words.append(image)
         if self.entrypoint_flag is None:
             words += launch.command_words

@@ -239,6 +239,7 @@ def container_mounts(
 ) -> list[Mount]:
     """A container's ``volumeMounts``, shallowest first; records the volumes used and the host set-up they need."""
     mounts: list[Mount] = []
+    targets: set[str] = set()
     binds = ctx.runtime.binds
     for j, m in enumerate(get_list(c, "volumeMounts", where)):
         mw = f"{where}.volumeMounts[{j}]"
@@ -264,8 +265,10 @@ def container_mounts(
         if get_opt_str(m, "recursiveReadOnly", mw) == "Enabled":
             # A read-only bind does not reach the mounts below it; "IfPossible" and "Disabled" are honest.
             raise PodRejected(mw + ".recursiveReadOnly", "Enabled cannot be guaranteed off-cluster; use IfPossible")
-        if any(x.mount_path.rstrip("/") == path.rstrip("/") for x in mounts):
+        target = path.rstrip("/")
+        if target in targets:
             raise PodRejected(mw + ".mountPath", f"{path!r} is mounted twice")
+        targets.add(target)
         if sub and vol.kind == "emptyDir":  # Kubernetes creates a missing subPath in an emptyDir
             host_setup.append(f"mkdir -p -- {quote(f'{vol.rel_dir}/{sub}')}")
         if binds and vol.host_path is not None and ("," in vol.host_path or ":" in vol.host_path):
