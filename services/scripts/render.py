@@ -12,7 +12,7 @@ This module assembles the script; each concept has its own module: which fields 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 from importlib import resources as importlib_resources
 from typing import Any
@@ -53,19 +53,21 @@ class ContainerPlan:
     resources: ContainerResources
 
 
-def _container(
-    ctx: RenderContext,
-    c: Any,
-    index: int,
-    init: bool,
-    where: str,
-    volumes: dict[str, Volume],
-    used: dict[str, Volume],
-    names: set[str],
-    pod: PodOptions,
-    mpi: tuple[str, ...],
-    host_setup: list[str],
-) -> ContainerPlan:
+@dataclass(slots=True)
+class PodPlan:
+    """What the containers of one pod share while they are planned, and what they add to the pod's set-up."""
+
+    ctx: RenderContext
+    volumes: dict[str, Volume]
+    options: PodOptions
+    mpi: tuple[str, ...]  # main containers only
+    used: dict[str, Volume] = field(default_factory=dict)  # volumes some container mounts
+    names: set[str] = field(default_factory=set)
+    host_setup: list[str] = field(default_factory=list)
+
+
+def _container(plan: PodPlan, c: Any, index: int, init: bool, where: str) -> ContainerPlan:
+    ctx, names = plan.ctx, plan.names
     c = as_obj(c, where)
     check_keys(c, CONTAINER_SUPPORTED, CONTAINER_IGNORED, where)
     name = c.get("name")
@@ -81,7 +83,7 @@ def _container(
     workdir = get_str(c, "workingDir", where)
     if workdir:
         absolute_path(workdir, where + ".workingDir")
-    mounts = container_mounts(ctx, c, where, volumes, env_values, used, host_setup)
+    mounts = container_mounts(ctx, c, where, plan.volumes, env_values, plan.used, plan.host_setup)
     runtime = ctx.runtime
     if resources.gpus and runtime.gpu_flags and not ctx.bc.gpu_support:
         kind = "limits" if GPU_RESOURCE in (c["resources"].get("limits") or ()) else "requests"  # checked: objects
@@ -96,12 +98,12 @@ def _container(
         workdir=workdir,
         mounts=[m.point() for m in mounts],
         resources=resources,
-        mpi=() if init else mpi,
+        mpi=() if init else plan.mpi,
         image=runtime.image(c.get("image"), where, lambda: ctx.annotation(pod_annotations.IMAGE_ROOT), ctx.bc),
         mask=ctx.mask,
     )
-    commands = runtime.commands(launch, pod)
-    host_setup += commands.setup
+    commands = runtime.commands(launch, plan.options)
+    plan.host_setup += commands.setup
     return ContainerPlan(index, name, quote(name), init, list(commands.body), resources)
 
 
@@ -193,10 +195,8 @@ def render_job(
             raise PodRejected(f"spec.volumes[{i}].name", f"duplicate volume name {vol.name!r}")
         volumes[vol.name] = vol
 
-    pod, mpi, backend_flags = _pod_options(ctx)
-    host_setup: list[str] = []
-    used: dict[str, Volume] = {}
-    names: set[str] = set()
+    options, mpi, backend_flags = _pod_options(ctx)
+    pod = PodPlan(ctx, volumes, options, mpi)
     plans: list[ContainerPlan] = []
     raw_init = get_list(spec, "initContainers", "spec")
     raw_main = get_list(spec, "containers", "spec")
@@ -207,14 +207,13 @@ def render_job(
             where = f"spec.{key}[{i}]"
             if init and isinstance(c, dict) and c.get("restartPolicy") is not None:
                 raise PodRejected(f"{where}.restartPolicy", "sidecar containers are not supported")
-            plan = _container(ctx, c, len(plans), init, where, volumes, used, names, pod, mpi, host_setup)
-            plans.append(plan)
+            plans.append(_container(pod, c, len(plans), init, where))
 
     resources = pod_resources_from(
         [p.resources for p in plans if not p.init], [p.resources for p in plans if p.init], spec
     )
-    setup = volume_setup(used.values(), mask_secrets)
-    host_lines = list(dict.fromkeys(setup.host_lines + host_setup))
+    setup = volume_setup(pod.used.values(), mask_secrets)
+    host_lines = list(dict.fromkeys(setup.host_lines + pod.host_setup))
 
     exports: list[tuple[str, str]] = []
     if bc.cache_dir and runtime.cache_env is not None:
