@@ -25,17 +25,17 @@ from interlink_nats.kernel.names import is_dns_label
 from . import pod_annotations
 from .allowed_fields import CONTAINER_IGNORED, CONTAINER_SUPPORTED, check_keys, check_spec
 from .context import RenderContext
-from .environment import container_env, expand, expanded_words
+from .environment import container_env, expanded_words
 from .errors import PodRejected
 from .fields import absolute_path, as_list, as_obj, get_int, get_list, get_str, member, wrong_type
 from .launch import Launch, PodOptions
 from .pod_resources import GPU_RESOURCE, ContainerResources, container_resources, pod_resources_from
 from .quoting import quote
-from .runtimes import RUNTIME_NAMES, RUNTIMES
+from .runtimes import RUNTIMES
 from .sources import interlink_data
 from .volumes import Volume, build_volume, container_mounts, volume_setup
 
-__all__ = ["RUNTIME_NAMES", "expand", "render_job"]
+__all__ = ["render_job"]
 
 RT = pb.ContainerRuntime
 DEFAULT_GRACE_SECONDS = 30
