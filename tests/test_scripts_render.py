@@ -299,11 +299,14 @@ def test_apptainer_exec_vs_run() -> None:
 
 def test_podman_entrypoint_semantics() -> None:
     s = render_job(data([ctr(command=["sh", "-c"], args=["echo hi"])]), pb.BuildConfig(runtime=RT.PODMAN)).script
-    assert """podman run --rm --entrypoint '["sh", "-c"]' busybox 'echo hi'""" in s
+    # The pod's labels come between `run --rm` and the entrypoint (test_podman_labels_and_resources).
+    assert """podman run --rm --label""" in s
+    assert """ --entrypoint '["sh", "-c"]' busybox 'echo hi'""" in s
     s = render_job(
         data([{"name": "main", "image": "busybox", "args": ["a"]}]), pb.BuildConfig(runtime=RT.PODMAN)
     ).script
-    assert "podman run --rm busybox a" in s
+    assert """--label "interlink-nats.job-dir=$__job_dir" busybox a""" in s
+    assert "--entrypoint" not in s
 
 
 @pytest.mark.parametrize(

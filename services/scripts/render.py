@@ -690,6 +690,12 @@ def _image(ctx: Context, c: dict[str, Any], where: str) -> tuple[str | None, str
     return local, remote
 
 
+def _cpus(millis: int) -> str:
+    """podman's ``--cpus`` takes a decimal count: 1500 millicores -> ``1.5``."""
+    whole, frac = divmod(millis, 1000)
+    return f"{whole}.{frac:03d}".rstrip("0").rstrip(".")
+
+
 def _container(
     ctx: Context,
     c: Any,
@@ -766,6 +772,13 @@ def _container(
         words = list(map(q, mpi))
         if rt == RT.PODMAN:
             words += [extra["exe"][0], "run", "--rm", *extra["runtime_flags"]]
+            words += ["--label", extra["pod_label"][0], "--label", q(f"{layout.LABEL_CONTAINER}={name}")]
+            words += ["--label", f'"{layout.LABEL_JOB_DIR}=$__job_dir"']
+            cpu_millis, memory_bytes = res[0], res[1]
+            if memory_bytes:
+                words += ["--memory", str(memory_bytes)]
+            if cpu_millis:
+                words += ["--cpus", _cpus(cpu_millis)]
             if res[2]:
                 words += ["--device", "nvidia.com/gpu=all"]
             for k, (n, v, s) in enumerate(env_list):
@@ -895,6 +908,7 @@ def render_job(
     extra: dict[str, list[str]] = {
         "host": [],
         "exe": [quote(bc.executable or RUNTIME_NAMES[runtime])],
+        "pod_label": [_q(f"{layout.LABEL_POD_UID}={uid}", "metadata.uid")],
         "runtime_flags": [quote(f) for f in bc.runtime_flags],
         "binds": [quote(b) for b in bc.binds],
         "mpi": [],
@@ -957,6 +971,17 @@ def render_job(
     if grace is None or grace < 0:
         grace = DEFAULT_GRACE_SECONDS
     pre_exec = _ann(ctx, ANN_PRE_EXEC) or ""
+    kill_lines: list[str] = []
+    leftover_lines: list[str] = []
+    if runtime == RT.PODMAN:
+        # TERM reaches the podman clients, which pass it to each container's PID 1 (a PID 1 without a handler
+        # ignores it). After the grace period the containers are killed and removed through podman, since
+        # killing a client leaves its container running; then, at exit, whatever a cancel left behind.
+        # setsid: the script's clean-up kills its timers, and a podman command interrupted half-way can leave
+        # a container running that podman no longer lists (seen with podman 4.3 when `stop` is interrupted).
+        by_pod = f"--filter label={extra['pod_label'][0]}"
+        kill_lines.append(f"setsid -w {extra['exe'][0]} rm -f -t 0 {by_pod} >/dev/null 2>&1")
+        leftover_lines.append(f'[ "$__cancelled" = 0 ] || {extra["exe"][0]} rm -f -t 0 {by_pod} >/dev/null 2>&1')
 
     script = _template().render(
         runtime_name=RUNTIME_NAMES[runtime],
@@ -979,6 +1004,8 @@ def render_job(
         admin_pre_exec=bc.pre_exec.strip("\n"),
         pod_pre_exec=pre_exec.strip("\n"),
         containers=plans,
+        kill_lines=kill_lines,
+        leftover_lines=leftover_lines,
         init_containers=[p for p in plans if p.init],
         main_containers=[p for p in plans if not p.init],
     )
