@@ -26,6 +26,9 @@ from typing import Any
 import pytest
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.services.scripts import layout, render_job
+from interlink_nats.submitters.backends.base import BackendState, Observation
+from interlink_nats.submitters.jobfiles import read_container_files
+from interlink_nats.submitters.status import JobMeta, map_status
 from podman_host import BUSYBOX, IMAGE, PodmanHost
 
 RT = pb.ContainerRuntime
@@ -452,6 +455,12 @@ def test_podman_memory_limit_kills_with_137(
     job = start_job(podman, data)
     assert job.wait() == 137
     assert job.exit_code("hog") == 137
+    # podman reports OOMKilled=false on these cgroups: the status says it cannot tell, rather than guessing.
+    meta = JobMeta(job.uid, "ns", "p", "pool", "1", (), ("hog",), "shell")
+    files = read_container_files(job.job_dir, ["hog"])
+    [hog] = map_status(meta, Observation(BackendState.FAILED, 137), files, now=time.time()).containers
+    assert (hog.exit_code, hog.reason) == (137, "Error")
+    assert "memory limit" in hog.message and "did not say which" in hog.message
 
 
 @pytest.mark.podman
