@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-SYSTEM_PACKAGES := redis-server slurm-wlm munge
+SYSTEM_PACKAGES := redis-server slurm-wlm munge podman runc busybox-static
 PYTEST_ARGS ?=
 
 .PHONY: up test venv system-packages check lint gen bench clean
@@ -24,7 +24,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e ".[dev]"
 	@touch $(STAMP)
 
-# Debian packages for the real-service tests (redis, Slurm); needs root or sudo, skipped otherwise.
+# Debian packages for the real-service tests (redis, Slurm, podman); needs root or sudo, skipped otherwise.
 system-packages:
 	@missing=""; for p in $(SYSTEM_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \
