@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from interlink_nats.gen.interlink_nats import v1 as pb
-from interlink_nats.services.scripts import layout
+from interlink_nats.kernel import layout
 from interlink_nats.submitters.backends.base import Backend, JobHandle
 from interlink_nats.submitters.backends.proc import run_command
 from interlink_nats.submitters.backends.shell import CLAIM, EXIT_FILE, PID_FILE, ShellBackend

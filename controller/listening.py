@@ -16,8 +16,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import re
-import ssl
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -26,8 +24,9 @@ from typing import Any
 import nats
 from interlink_nats.controller import model
 from interlink_nats.gen.interlink_nats import v1 as pb
-from interlink_nats.services import natsconn
-from interlink_nats.services.subjects import validate_pool
+from interlink_nats.kernel import nats_connection
+from interlink_nats.kernel.names import is_dns_label
+from interlink_nats.kernel.subjects import Role, inbox_prefix, validate_pool
 from nats.aio.client import Client as NATS
 from nats.aio.client import RawCredentials
 from nats.aio.msg import Msg
@@ -35,10 +34,9 @@ from nats.aio.subscription import Subscription
 
 log = logging.getLogger(__name__)
 
-DEFAULT_INBOX_PREFIX = "_INBOX.controller"
+DEFAULT_INBOX_PREFIX = inbox_prefix(Role.CONTROLLER)
 
 DISCOVERY_SUBJECT = "$SRV.INFO.interlink-submitter"
-_POOL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 Clock = Callable[[], float]
 SecretReader = Callable[[str, str], Awaitable[dict[str, str]]]
@@ -78,7 +76,7 @@ class ReportStore:
         if subject_pool is not None and pool != subject_pool:
             log.warning("report for pool %r arrived on the subject of pool %r; ignored", pool, subject_pool)
             return False
-        if not _POOL.match(pool):
+        if not is_dns_label(pool):
             log.warning("report with invalid pool name %r ignored", pool)
             return False
         message.pool = pool
@@ -183,7 +181,7 @@ class NatsHub:
                 await conn.nc.close()
 
     async def _options(self, conn: _Connection) -> dict[str, Any]:
-        """The shared connection options (``services.natsconn``) plus what a Secret adds.
+        """The shared connection options (``kernel.nats_connection``) plus what a Secret adds.
 
         The generated NATS permissions (`interlink-nats nats-config`) let the controller read
         replies only on its own inbox prefix, so another identity cannot read Describe answers.
@@ -195,7 +193,7 @@ class NatsHub:
             for source in list(conn.sources):
                 self._spawn(self._describe_all(conn, source))
 
-        settings = natsconn.NatsConnectionSettings(
+        settings = nats_connection.NatsConnectionSettings(
             url=url, inbox_prefix=DEFAULT_INBOX_PREFIX, reconnect_wait_max_s=self.max_backoff
         )
         data = await self.secret_reader(secret.namespace, secret.name) if secret and self.secret_reader else {}
@@ -203,7 +201,7 @@ class NatsHub:
             settings.url = data["url"]
         if data.get("inboxPrefix"):
             settings.inbox_prefix = data["inboxPrefix"]
-        options = natsconn.connect_options(settings, name="kueue-nats", on_reconnect=reconnected)
+        options = nats_connection.connect_options(settings, name="kueue-nats", on_reconnect=reconnected)
         if data.get("username"):
             options["user"], options["password"] = data["username"], data.get("password", "")
         if data.get("token"):
@@ -213,7 +211,7 @@ class NatsHub:
         if data.get("creds"):
             options["user_credentials"] = RawCredentials(data["creds"])
         if data.get("ca.crt"):
-            options["tls"] = ssl.create_default_context(cadata=data["ca.crt"])
+            options["tls"] = nats_connection.client_tls_context(ca_data=data["ca.crt"])
         return options
 
     async def _connect(self, conn: _Connection) -> None:

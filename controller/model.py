@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from interlink_nats.services import quantities as quantity
+from interlink_nats.kernel import quantities
 
 GROUP = "vk.io"
 VERSION = "v1"
@@ -157,7 +157,7 @@ class PoolReport:
 
 def report_from_proto(report: Any, received_at: float) -> PoolReport:
     """A ``pb.ResourceReport`` (or anything shaped like it) as a PoolReport; invalid quantities are dropped."""
-    capacity = {k: v for k, v in dict(report.capacity).items() if quantity.is_valid(v)}
+    capacity = {k: v for k, v in dict(report.capacity).items() if quantities.is_valid(v)}
     reported = report.reported_at
     return PoolReport(
         pool=report.pool,
@@ -186,12 +186,12 @@ def _quotas(value: Any, path: str, problems: list[str]) -> dict[str, str]:
         return {}
     out: dict[str, str] = {}
     for key, raw in value.items():
-        if not quantity.is_valid(raw):
+        if not quantities.is_valid(raw):
             problems.append(f"{path}.{key}: invalid quantity {raw!r}")
-        elif quantity.parse(raw) < 0:
+        elif quantities.parse(raw) < 0:
             problems.append(f"{path}.{key}: must not be negative")
         else:
-            out[str(key)] = quantity.normalize(raw)
+            out[str(key)] = quantities.normalize(raw)
     return out
 
 

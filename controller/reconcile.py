@@ -33,7 +33,8 @@ from interlink_nats.controller.model import (
     PoolReport,
     Taint,
 )
-from interlink_nats.services import quantities as quantity
+from interlink_nats.kernel import quantities
+from interlink_nats.kernel.names import is_dns_label
 
 KUEUE_GROUP = "kueue.x-k8s.io"
 KUEUE_VERSIONS = ("v1beta2", "v1beta1")
@@ -54,7 +55,6 @@ MAX_TAINTS = 8
 _LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
 _LABEL_PREFIX = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
-_POOL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _TAINT_EFFECTS = frozenset({"NoSchedule", "PreferNoSchedule", "NoExecute"})
 
 
@@ -134,10 +134,10 @@ def pool_quota(report: PoolReport, group: FlavorGroup, covered: tuple[str, ...])
     out: dict[str, str] = {}
     for resource in covered:
         reported = report.capacity.get(resource, "0")
-        if quantity.parse(reported) < 0:
+        if quantities.parse(reported) < 0:
             reported = "0"
         nominal = group.nominal_quota.get(resource)
-        out[resource] = quantity.minimum(reported, nominal) if nominal is not None else quantity.normalize(reported)
+        out[resource] = quantities.minimum(reported, nominal) if nominal is not None else quantities.normalize(reported)
     return out
 
 
@@ -244,7 +244,7 @@ def _cluster_queue(mq: MasterQueue, name: str, api_version: str, flavors: list[d
 
 def _lend_limit(limit: Mapping[str, str], resource: str, quota: str) -> str:
     """A canLendTo limit for one resource, capped at the quota (an absent resource lends the whole quota)."""
-    return quantity.minimum(limit[resource], quota) if resource in limit else quota
+    return quantities.minimum(limit[resource], quota) if resource in limit else quota
 
 
 def reconcile(
@@ -270,7 +270,7 @@ def reconcile(
         else:
             candidates = sorted(p for p in known if group.nats.selects(p))
         for pool in candidates:
-            if not _POOL.match(pool):
+            if not is_dns_label(pool):
                 desired.warnings.append(f"pool {pool!r}: not a DNS label; ignored")
                 continue
             report = known[pool]
@@ -311,7 +311,7 @@ def reconcile(
         resources = []
         for r in covered:
             q = entry.quota[r]
-            lend = quantity.maximum(*(_lend_limit(t.lending_limit, r, q) for t in targets)) if targets else "0"
+            lend = quantities.maximum(*(_lend_limit(t.lending_limit, r, q) for t in targets)) if targets else "0"
             resources.append({"name": r, "nominalQuota": q, "lendingLimit": lend})
         master_flavors.append({"name": entry.flavor, "resources": resources})
         for target in targets:

@@ -6,7 +6,7 @@ and the stream's configuration can never disagree between them.
 
 from __future__ import annotations
 
-from interlink_nats.services.subjects import DEFAULT_PREFIX, EVENTS_STREAM, events_wildcard
+from interlink_nats.kernel.subjects import DEFAULT_PREFIX, EVENTS_STREAM, events_wildcard
 from nats.js import JetStreamContext
 from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
 from nats.js.errors import BadRequestError

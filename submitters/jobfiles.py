@@ -1,6 +1,6 @@
 """The thin I/O shell around job directories: create them (0700), write scripts, read container files.
 
-The contract lives in ``interlink_nats.services.scripts.layout``; this module only reads and
+The contract lives in ``interlink_nats.kernel.layout``; this module only reads and
 writes it. Reads are cached per job on the ``containers/`` directory's mtime: every file the
 script writes there appears by create or rename, which bumps that mtime, so an unchanged
 directory means unchanged files and one ``stat`` per job per poll is enough.
@@ -9,18 +9,16 @@ directory means unchanged files and one ``stat`` per job per poll is enough.
 from __future__ import annotations
 
 import os
-import re
 import shutil
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from interlink_nats.services.scripts import layout
+from interlink_nats.kernel import layout
+from interlink_nats.kernel.names import is_dns_label, is_pod_uid
 from interlink_nats.submitters.status import ContainerFiles
 
-_UID_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
 _SETTLE_NS = 2_000_000_000
-_CONTAINER_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
 class InvalidJobError(ValueError):
@@ -28,13 +26,13 @@ class InvalidJobError(ValueError):
 
 
 def validate_uid(uid: str) -> str:
-    if not _UID_RE.match(uid or "") or uid in (".", ".."):
+    if not is_pod_uid(uid):
         raise InvalidJobError(f"invalid pod UID {uid!r}: letters, digits, '.', '_' and '-' only")
     return uid
 
 
 def validate_container(name: str) -> str:
-    if not _CONTAINER_RE.match(name or ""):
+    if not is_dns_label(name):
         raise InvalidJobError(f"invalid container name {name!r}: must be a DNS label")
     return name
 

@@ -1,5 +1,5 @@
 """The submitter's NATS connection: its flat settings (``--nats-url``, ``INTERLINK_SUBMITTER_NATS_*``)
-mapped onto the one connection model every process shares (``services.natsconn``).
+mapped onto the one connection model every process shares (``kernel.nats_connection``).
 
 A pool's replies arrive under ``_INBOX.pool.<pool>``, the inbox ``interlink-nats nats-config`` grants it.
 """
@@ -10,17 +10,17 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from interlink_nats.services import natsconn
-from interlink_nats.services.natsconn import NatsConnectError, backoff_delay
-from interlink_nats.services.security.config import Role, inbox_prefix
+from interlink_nats.kernel import nats_connection
+from interlink_nats.kernel.nats_connection import NatsConnectError, backoff_delay
+from interlink_nats.kernel.subjects import Role, inbox_prefix
 from interlink_nats.submitters.settings import SubmitterSettings
 from nats.aio.client import Client as NATS
 
 __all__ = ["NatsConnectError", "backoff_delay", "connect", "connect_options", "connection_settings"]
 
 
-def connection_settings(settings: SubmitterSettings) -> natsconn.NatsConnectionSettings:
-    return natsconn.NatsConnectionSettings(
+def connection_settings(settings: SubmitterSettings) -> nats_connection.NatsConnectionSettings:
+    return nats_connection.NatsConnectionSettings(
         url=",".join(settings.nats_url),
         user=settings.nats_user,
         password=settings.nats_password,
@@ -44,7 +44,7 @@ def connect_options(
     on_disconnect: Callable[[], Awaitable[None]] | None = None,
     on_reconnect: Callable[[], Awaitable[None]] | None = None,
 ) -> dict[str, Any]:
-    return natsconn.connect_options(
+    return nats_connection.connect_options(
         connection_settings(settings), name=name, on_disconnect=on_disconnect, on_reconnect=on_reconnect
     )
 
@@ -57,6 +57,6 @@ async def connect(
     on_disconnect: Callable[[], Awaitable[None]] | None = None,
     on_reconnect: Callable[[], Awaitable[None]] | None = None,
 ) -> NATS:
-    return await natsconn.connect(
+    return await nats_connection.connect(
         connection_settings(settings), name, stop=stop, on_disconnect=on_disconnect, on_reconnect=on_reconnect
     )

@@ -43,14 +43,14 @@ import nats.js.errors
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 from interlink_nats.gen.interlink_nats import v1 as pb
-from interlink_nats.services.events import ensure_events_stream
-from interlink_nats.services.scripts import layout
-from interlink_nats.services.subjects import (
+from interlink_nats.kernel import layout
+from interlink_nats.kernel.subjects import (
     EVENTS_STREAM,
     config_subject,
     events_subject,
     resources_subject,
 )
+from interlink_nats.services.events import ensure_events_stream
 from interlink_nats.submitters import fastwire, jobfiles, logindex
 from interlink_nats.submitters.backends.base import (
     GONE,

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 from interlink_nats.gen.interlink_nats import v1 as pb
-from interlink_nats.services.scripts import layout
+from interlink_nats.kernel import layout
 from interlink_nats.submitters import logindex, logs
 from interlink_nats.submitters.registry import DELETED, DONE
 

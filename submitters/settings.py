@@ -20,7 +20,7 @@ from typing import Annotated, Any, Literal
 
 import yaml
 from interlink_nats.gen.interlink_nats import v1 as pb
-from interlink_nats.services.subjects import DEFAULT_PREFIX, validate_pool
+from interlink_nats.kernel.subjects import DEFAULT_PREFIX, validate_pool
 from pydantic import BaseModel, Field, SecretStr, field_validator
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 

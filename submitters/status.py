@@ -30,7 +30,7 @@ SIGKILL_EXIT = 128 + 9
 
 @dataclass(frozen=True, slots=True)
 class ContainerFiles:
-    """What a container's files in the job directory say (see services/scripts/layout.py)."""
+    """What a container's files in the job directory say (see kernel/layout.py)."""
 
     started_at: float | None = None
     exit_code: int | None = None

@@ -18,7 +18,7 @@ from typing import Any
 
 import jsonschema
 import yaml
-from interlink_nats.services import quantities as quantity
+from interlink_nats.kernel import quantities
 
 CRD_DIR = Path(__file__).parent / "data" / "kueue-crds"
 FILES = {"ClusterQueue": "kueue.x-k8s.io_clusterqueues.yaml", "ResourceFlavor": "kueue.x-k8s.io_resourceflavors.yaml"}
@@ -117,16 +117,16 @@ def _cq_rules(spec: Mapping[str, Any], version: str) -> list[str]:
             if [r["name"] for r in resources] != covered:  # webhook: same order
                 errors.append(f"group {gi} flavor {flavor['name']}: resources not in coveredResources order")
             for r in resources:
-                nominal = quantity.parse(r["nominalQuota"])
+                nominal = quantities.parse(r["nominalQuota"])
                 if nominal < 0:
                     errors.append(f"{flavor['name']}/{r['name']}: negative nominalQuota")
                 for limit in ("borrowingLimit", "lendingLimit"):
                     if limit in r:
                         if not cohort:
                             errors.append(f"{flavor['name']}/{r['name']}: {limit} needs a cohort")
-                        if quantity.parse(r[limit]) < 0:
+                        if quantities.parse(r[limit]) < 0:
                             errors.append(f"{flavor['name']}/{r['name']}: negative {limit}")
-                if "lendingLimit" in r and quantity.parse(r["lendingLimit"]) > nominal:
+                if "lendingLimit" in r and quantities.parse(r["lendingLimit"]) > nominal:
                     errors.append(f"{flavor['name']}/{r['name']}: lendingLimit > nominalQuota")
     if total_flavors > 256:
         errors.append("more than 256 flavors")

@@ -21,7 +21,7 @@ import pytest
 import yaml
 from interlink_nats.controller import kube, runner
 from interlink_nats.gen.interlink_nats import v1 as pb
-from interlink_nats.services.subjects import resources_subject
+from interlink_nats.kernel.subjects import resources_subject
 
 pytestmark = [
     pytest.mark.e2e,

@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from interlink_nats.controller import model, reconcile, render
 from interlink_nats.controller.cli import app
-from interlink_nats.services import quantities as quantity
+from interlink_nats.kernel import quantities
 from kueue_validation import assert_valid, validation_errors
 from typer.testing import CliRunner
 
@@ -199,7 +199,7 @@ def test_validator_rejects_unknown_fields_and_webhook_rules() -> None:
 # -- property tests ------------------------------------------------------------------------------------
 
 RESOURCE_NAMES = ["cpu", "memory", "pods", "nvidia.com/gpu", "example.com/fpga", "ephemeral-storage"]
-quantities = st.one_of(
+quantity_texts = st.one_of(
     st.integers(0, 10**6).map(str),
     st.builds(lambda n, s: f"{n}{s}", st.integers(0, 4096), st.sampled_from(["Ki", "Mi", "Gi", "Ti", "m", "k", "M"])),
 )
@@ -212,13 +212,13 @@ def scenarios(draw: st.DrawFn) -> tuple[dict[str, Any], dict[model.NatsSource, d
     groups = []
     sources = [SOURCE, model.NatsSource("nats://other:4222", "site.resources")]
     for i in range(draw(st.integers(1, 3))):
-        quota = draw(st.dictionaries(st.sampled_from(RESOURCE_NAMES), quantities, max_size=4))
+        quota = draw(st.dictionaries(st.sampled_from(RESOURCE_NAMES), quantity_texts, max_size=4))
         lend = draw(
             st.lists(
                 st.builds(
                     lambda q, limit: {"queue": q, "lendingLimit": limit},
                     st.sampled_from(["b1", "b2"]),
-                    st.dictionaries(st.sampled_from(RESOURCE_NAMES), quantities, max_size=3),
+                    st.dictionaries(st.sampled_from(RESOURCE_NAMES), quantity_texts, max_size=3),
                 ),
                 max_size=2,
                 unique_by=lambda d: d["queue"],
@@ -242,7 +242,7 @@ def scenarios(draw: st.DrawFn) -> tuple[dict[str, Any], dict[model.NatsSource, d
                 st.lists(
                     st.tuples(
                         pool_names,
-                        st.dictionaries(st.sampled_from(RESOURCE_NAMES), quantities, max_size=5),
+                        st.dictionaries(st.sampled_from(RESOURCE_NAMES), quantity_texts, max_size=5),
                         st.floats(0, 100),
                     ),
                     max_size=8,
@@ -256,7 +256,7 @@ def scenarios(draw: st.DrawFn) -> tuple[dict[str, Any], dict[model.NatsSource, d
 
 
 def _q(value: str) -> Any:
-    return quantity.parse(value)
+    return quantities.parse(value)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -309,20 +309,20 @@ def test_reconcile_invariants(scenario: Any, version: str) -> None:
                     assert _q(r["borrowingLimit"]) <= _q(lender["lendingLimit"]) <= _q(lender["nominalQuota"])
 
 
-@given(st.lists(quantities, min_size=1, max_size=5))
+@given(st.lists(quantity_texts, min_size=1, max_size=5))
 def test_quantity_minimum_is_the_smallest_value(values: list[str]) -> None:
-    smallest = quantity.minimum(*values)
-    assert all(quantity.parse(smallest) <= quantity.parse(v) for v in values)
+    smallest = quantities.minimum(*values)
+    assert all(quantities.parse(smallest) <= quantities.parse(v) for v in values)
     assert smallest in values
 
 
 def test_quantity_parsing_examples() -> None:
-    assert quantity.parse("1Ki") == 1024
-    assert quantity.parse("500m") * 2 == 1
-    assert quantity.parse("1e3") == 1000
-    assert quantity.parse("1.5Gi") == 3 * 2**29
-    with pytest.raises(quantity.InvalidQuantityError):
-        quantity.parse("12 apples")
+    assert quantities.parse("1Ki") == 1024
+    assert quantities.parse("500m") * 2 == 1
+    assert quantities.parse("1e3") == 1000
+    assert quantities.parse("1.5Gi") == 3 * 2**29
+    with pytest.raises(quantities.InvalidQuantityError):
+        quantities.parse("12 apples")
 
 
 # -- the render CLI on the shipped examples -------------------------------------------------------------

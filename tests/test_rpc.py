@@ -30,8 +30,8 @@ from interlink_nats.gen.interlink_nats.v1 import (
     SubmitterServiceBase,
     SubmitterServiceStub,
 )
+from interlink_nats.kernel.subjects import InvalidPoolNameError, rpc_subject
 from interlink_nats.services.rpc import STATUS, TIMEOUT, NatsChannel, RpcServer, current_call, submitter_client
-from interlink_nats.services.subjects import InvalidPoolNameError, rpc_subject
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 

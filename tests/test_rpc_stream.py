@@ -14,8 +14,8 @@ from interlink_nats.gen.interlink_nats.v1 import (
     GetLogsResponse,
     SubmitterServiceBase,
 )
+from interlink_nats.kernel.subjects import rpc_subject
 from interlink_nats.services.rpc import CONTROL, END, STATUS, WINDOW, RpcServer, submitter_client
-from interlink_nats.services.subjects import rpc_subject
 from nats.aio.client import Client as NATS
 
 SECRET = "stack trace with /etc/secret"

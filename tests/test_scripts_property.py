@@ -16,7 +16,8 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from interlink_nats.gen.interlink_nats import v1 as pb
-from interlink_nats.services.scripts import expand, layout, render_job
+from interlink_nats.kernel import layout
+from interlink_nats.services.scripts import expand, render_job
 
 CANARY = Path(tempfile.gettempdir()) / f"interlink-nats-canary-{os.getpid()}"
 INJECTIONS = [

@@ -11,6 +11,8 @@ from pathlib import Path
 import nkeys
 import pytest
 import typer
+from interlink_nats.kernel.nats_connection import credential_options
+from interlink_nats.kernel.subjects import InvalidPoolNameError
 from interlink_nats.services.nats_server import nats_server_binary
 from interlink_nats.services.security import (
     NatsConfigOptions,
@@ -19,13 +21,11 @@ from interlink_nats.services.security import (
     controller_permissions,
     gateway_permissions,
     inbox_prefix,
-    nats_connect_options,
     pool_permissions,
 )
 from interlink_nats.services.security.cli import nats_config
 from interlink_nats.services.security.config import new_user_seed, public_key_of
 from interlink_nats.services.security.files import read_existing_seeds, write_bundle
-from interlink_nats.services.subjects import InvalidPoolNameError
 from typer.testing import CliRunner
 
 
@@ -181,10 +181,10 @@ def test_files_are_private_and_seeds_reused(tmp_path: Path) -> None:
 def test_connect_options_point_at_the_seed_file_not_the_seed(tmp_path: Path) -> None:
     bundle = build_bundle(options())
     result = write_bundle(bundle, tmp_path)
-    opts = nats_connect_options(seed_file=result.seed_files["pool-a"], role="pool", pool="a")
+    opts = credential_options(seed_file=result.seed_files["pool-a"], role="pool", pool="a")
     assert opts == {"nkeys_seed": str(result.seed_files["pool-a"]), "inbox_prefix": "_INBOX.pool.a"}
     with pytest.raises(FileNotFoundError):
-        nats_connect_options(seed_file=tmp_path / "missing.nk")
+        credential_options(seed_file=tmp_path / "missing.nk")
 
 
 def test_cli_writes_files_and_prints_no_seed(tmp_path: Path) -> None:

@@ -13,8 +13,8 @@ from conftest import missing_service
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.kernel.subjects import events_subject
 from interlink_nats.services.rpc import submitter_client
-from interlink_nats.services.subjects import events_subject
 from interlink_nats.submitters.backends.base import JobHandle
 from interlink_nats.submitters.backends.slurm import SlurmBackend
 from interlink_nats.submitters.runtime import Submitter

@@ -12,8 +12,8 @@ from pathlib import Path
 import nats
 import pytest
 from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.kernel import layout
 from interlink_nats.services.rpc import submitter_client
-from interlink_nats.services.scripts import layout
 from interlink_nats.submitters import logindex
 from interlink_nats.submitters.logindex import Checkpoint, Stamper
 from interlink_nats.submitters.runtime import Submitter

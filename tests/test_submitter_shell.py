@@ -12,8 +12,8 @@ import pytest
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.kernel.subjects import EVENTS_STREAM, config_subject, events_subject, resources_subject
 from interlink_nats.services.rpc import submitter_client
-from interlink_nats.services.subjects import EVENTS_STREAM, config_subject, events_subject, resources_subject
 from interlink_nats.submitters.runtime import Submitter
 from interlink_nats.submitters.testing import pod_job, settings_for, wait_for
 

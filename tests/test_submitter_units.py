@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from interlink_nats.gen.interlink_nats import v1 as pb
-from interlink_nats.services.scripts import layout
+from interlink_nats.kernel import layout
 from interlink_nats.submitters import jobfiles, logs
 from interlink_nats.submitters.registry import Registry
 from interlink_nats.submitters.settings import ConfigFileError, SubmitterSettings, parse_build_config

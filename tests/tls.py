@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import nats
+from interlink_nats.kernel.nats_connection import credential_options
 from interlink_nats.services.nats_server import NatsServerProcess
-from interlink_nats.services.security import NatsConfigOptions, build_bundle, nats_connect_options
+from interlink_nats.services.security import NatsConfigOptions, build_bundle
 from interlink_nats.services.security.config import Bundle, Credential
 from interlink_nats.services.security.devtls import DevTlsFiles, make_ca, write_dev_tls
 from interlink_nats.services.security.files import CONFIG_FILE, WriteResult, read_existing_seeds, write_bundle
@@ -59,7 +60,7 @@ class SecureStack:
 
     def connect_options(self, name: str, *, ca_file: Path | None = None) -> dict[str, Any]:
         cred = self.cred(name)
-        return nats_connect_options(
+        return credential_options(
             seed_file=self.written.seed_files[name], inbox=cred.inbox_prefix, ca_file=ca_file or self.tls.ca_cert
         )
 

@@ -8,9 +8,9 @@ import logging
 from collections.abc import Callable
 
 from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.kernel.subjects import DEFAULT_PREFIX, EVENTS_STREAM, events_wildcard
 from interlink_nats.services.events import ensure_events_stream
 from interlink_nats.services.gateway.store import PodRecord, PodStore
-from interlink_nats.services.subjects import DEFAULT_PREFIX, EVENTS_STREAM, events_wildcard
 from nats.aio.client import Client as NatsClient
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy

@@ -16,8 +16,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.kernel.subjects import DEFAULT_PREFIX, InvalidPoolNameError, pool_from_subject, validate_pool
 from interlink_nats.services.gateway.store import REDIS_BUILD_CONFIGS_KEY
-from interlink_nats.services.subjects import DEFAULT_PREFIX, InvalidPoolNameError, pool_from_subject, validate_pool
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from interlink_nats.kernel.subjects import InvalidPoolNameError, validate_pool
 from interlink_nats.services.gateway.wire import BadRequest
-from interlink_nats.services.subjects import InvalidPoolNameError, validate_pool
 
 POOL_KEY = "pool.vk.io"
 

@@ -9,10 +9,10 @@ from collections.abc import AsyncIterator
 
 import redis.asyncio as aioredis
 import uvicorn
+from interlink_nats.kernel.nats_connection import connect
 from interlink_nats.services.gateway.app import Gateway, build_app
 from interlink_nats.services.gateway.settings import GatewaySettings
 from interlink_nats.services.gateway.store import PodStore
-from interlink_nats.services.natsconn import connect
 
 log = logging.getLogger("interlink_nats.gateway")
 

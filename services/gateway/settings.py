@@ -4,15 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from interlink_nats.services.natsconn import NatsConnectionSettings
-from interlink_nats.services.subjects import DEFAULT_PREFIX
+from interlink_nats.kernel.nats_connection import NatsConnectionSettings
+from interlink_nats.kernel.subjects import DEFAULT_PREFIX, Role, inbox_prefix
 from pydantic import Field, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 
 class GatewayNatsSettings(NatsConnectionSettings):
     inbox_prefix: str = Field(
-        "_INBOX.gateway", description="the gateway's replies arrive here: the inbox `nats-config` grants it"
+        inbox_prefix(Role.GATEWAY), description="the gateway's replies arrive here: the inbox `nats-config` grants it"
     )
 
 

@@ -9,18 +9,16 @@ Every parse error names the offending field so interLink can relay it to the use
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from fractions import Fraction
 from typing import Any
 
 from interlink_nats.gen.interlink_nats import v1 as pb
-from interlink_nats.services import quantities
+from interlink_nats.kernel import quantities
+from interlink_nats.kernel.names import is_pod_uid
 
 GO_ZERO_TIME_PREFIX = "0001-01-01"
-# What a submitter accepts as a pod UID (it names the job directory); Kubernetes UIDs are UUIDs.
-POD_UID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
 class BadRequest(ValueError):
@@ -79,7 +77,7 @@ def parse_create(body: bytes) -> dict[str, Any]:
         data = data[0]
     _expect(data, dict, "body", "a RetrievedPodData object")
     uid = pod_identity(data.get("pod"), "pod").uid
-    if not POD_UID.fullmatch(uid):
+    if not is_pod_uid(uid):  # what a submitter accepts: the UID names the job directory
         raise BadRequest("pod.metadata.uid", f"{uid!r} is not a pod UID: letters, digits, '.', '_' and '-' only")
     try:  # Go never sends them; past here they would break proto encoding (the pod's name travels as a string)
         json.dumps(data, ensure_ascii=False).encode()

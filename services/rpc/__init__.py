@@ -6,7 +6,7 @@ No business logic and no protobuf message knowledge beyond ``SerializeToString``
 Wire convention
 ---------------
 - Subject: the gRPC route with ``/`` → ``.`` plus the pool, e.g.
-  ``interlink_nats.v1.SubmitterService.Submit.<pool>`` (``services.subjects.route_to_subject``);
+  ``interlink_nats.v1.SubmitterService.Submit.<pool>`` (``kernel.subjects.route_to_subject``);
   servers subscribe with queue group = pool, so each call reaches exactly one submitter of its pool.
 - Request: the protobuf bytes, with a reply subject. Headers only when needed:
   ``Rpc-Timeout`` (seconds left until the caller's deadline; the server cancels its handler then)

@@ -17,8 +17,8 @@ import nats.errors
 from grpclib.const import Cardinality, Status
 from grpclib.exceptions import GRPCError
 from grpclib.metadata import Deadline
+from interlink_nats.kernel.subjects import route_to_subject, validate_pool
 
-from ..subjects import route_to_subject, validate_pool
 from . import wire
 
 if TYPE_CHECKING:

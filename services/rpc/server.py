@@ -22,9 +22,9 @@ import nats.errors
 from grpclib.const import Cardinality, Status
 from grpclib.exceptions import GRPCError
 from grpclib.metadata import Deadline
+from interlink_nats.kernel.subjects import route_to_subject, validate_pool
+from interlink_nats.kernel.version import __version__
 
-from ... import __version__
-from ..subjects import route_to_subject, validate_pool
 from . import strict, wire
 from .calls import ServerCall, StreamGone, StreamServerCall, UnaryServerCall
 from .micro import EndpointStats, MicroResponder

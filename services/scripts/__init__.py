@@ -1,12 +1,12 @@
 """Pod -> bash job script (issue 3): one code path, jinja2 templates, every pod string shell-quoted.
 
-Pure: rendering does no I/O. The job directory contract the script follows is in :mod:`.layout`.
+Pure: rendering does no I/O. The job directory contract the script follows is in :mod:`interlink_nats.kernel.layout`.
 """
 
 from __future__ import annotations
 
 from .errors import PodRejected
-from .quantities import parse_quantity, pod_resources
+from .pod_resources import parse_quantity, pod_resources
 from .render import expand, render_job
 
 __all__ = ["PodRejected", "expand", "parse_quantity", "pod_resources", "render_job"]

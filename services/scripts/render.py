@@ -20,14 +20,15 @@ from typing import Any
 
 import jinja2
 from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.kernel import layout
+from interlink_nats.kernel.names import is_dns_label
 
-from . import layout
 from .errors import PodRejected
 from .fields import as_list as _list
 from .fields import as_obj as _dict
 from .fields import as_str as _str
 from .fields import child, get_bool, get_int, get_list, get_obj, get_opt_str, get_str, member, str_map, wrong_type
-from .quantities import GPU_RESOURCE, container_resources, pod_resources_from
+from .pod_resources import GPU_RESOURCE, container_resources, pod_resources_from
 
 RT = pb.ContainerRuntime
 
@@ -106,7 +107,6 @@ VOLUME_KINDS = frozenset({"configMap", "secret", "projected", "downwardAPI", "em
 DEFAULT_GRACE_SECONDS = 30
 HOSTPATH_TESTS = {"Directory": "d", "File": "f", "Socket": "S", "CharDevice": "c", "BlockDevice": "b"}
 
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 _FIELD_PATH = re.compile(r"^metadata\.(labels|annotations)\['(.*)'\]$")
@@ -369,7 +369,7 @@ def _add_file(vol: Volume, path: str, content: bytes, mode: int, secret: bool) -
 def _volume(ctx: Context, index: int, raw: dict[str, Any]) -> Volume:
     where = f"spec.volumes[{index}]"
     name = raw.get("name")
-    if not isinstance(name, str) or not _DNS_LABEL.match(name):
+    if not is_dns_label(name):
         raise PodRejected(where + ".name", f"volume names must be DNS labels: {name!r}")
     kinds = [k for k in raw if k != "name"]
     if len(kinds) != 1:
@@ -710,7 +710,7 @@ def _container(
     c = _dict(c, where)
     _check_keys(c, CONTAINER_SUPPORTED, CONTAINER_IGNORED, where)
     name = c.get("name")
-    if not isinstance(name, str) or not _DNS_LABEL.match(name):
+    if not is_dns_label(name):
         raise PodRejected(where + ".name", f"container names must be DNS labels: {name!r}")
     if name in names:
         raise PodRejected(where + ".name", f"duplicate container name {name!r}")

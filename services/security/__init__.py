@@ -2,8 +2,8 @@
 
 The pure core (:mod:`.config`) turns a list of pools into a nats-server configuration
 plus one nkey credential per identity (gateway, controller, one per pool); the edges
-(:mod:`.files`, :mod:`.cli`) write them with safe file modes, and :mod:`.connect` turns a
-credential back into ``nats.connect`` options for the processes that use it.
+(:mod:`.files`, :mod:`.cli`) write them with safe file modes. A credential becomes ``nats.connect``
+options through :func:`interlink_nats.kernel.nats_connection.credential_options`.
 """
 
 from __future__ import annotations
@@ -22,7 +22,6 @@ from .config import (
     pool_permissions,
     render_server_config,
 )
-from .connect import nats_connect_options, tls_context
 
 __all__ = [
     "Bundle",
@@ -35,8 +34,6 @@ __all__ = [
     "gateway_permissions",
     "identity_name",
     "inbox_prefix",
-    "nats_connect_options",
     "pool_permissions",
     "render_server_config",
-    "tls_context",
 ]

@@ -15,7 +15,8 @@ holds public keys, the seed stays with the process that signs the server's nonce
 Each identity also gets a *private inbox prefix* (``_INBOX.gateway``, ``_INBOX.controller``,
 ``_INBOX.pool.<p>``) and may subscribe only below it, so one pool cannot read replies meant
 for the gateway (logs and statuses of other pools). Clients must connect with that
-``inbox_prefix`` (see :func:`interlink_nats.services.security.connect.nats_connect_options`);
+``inbox_prefix`` (:func:`interlink_nats.kernel.subjects.inbox_prefix`; a credential becomes connect
+options through :func:`interlink_nats.kernel.nats_connection.credential_options`);
 ``shared_inboxes=True`` falls back to everyone subscribing ``_INBOX.>`` for clients that
 cannot set a prefix, at the cost of that isolation.
 """
@@ -26,25 +27,17 @@ import json
 import secrets
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from enum import StrEnum
 from pathlib import PurePath
 
 import nkeys
-
-from .. import subjects
+from interlink_nats.kernel import subjects
+from interlink_nats.kernel.subjects import INBOX_ROOT, Role, inbox_prefix
 
 ACCOUNT = "INTERLINK"
 """The one application account; JetStream is enabled for it."""
 
-INBOX_ROOT = "_INBOX"
 SRV_ALL = "$SRV.>"
 """NATS micro services API (``$SRV.PING|INFO|STATS[.name[.id]]``)."""
-
-
-class Role(StrEnum):
-    GATEWAY = "gateway"
-    CONTROLLER = "controller"
-    POOL = "pool"
 
 
 def identity_name(role: Role, pool: str | None = None) -> str:
@@ -57,19 +50,6 @@ def identity_name(role: Role, pool: str | None = None) -> str:
             raise ValueError("a pool identity needs a pool name")
         return f"pool-{subjects.validate_pool(pool)}"
     return role.value
-
-
-def inbox_prefix(role: Role, pool: str | None = None) -> str:
-    """The private inbox prefix an identity must use (``nats.connect(inbox_prefix=...)``).
-
-    A nuid-based default inbox (``_INBOX.<22 chars>``) can never equal ``gateway``,
-    ``controller`` or ``pool``, so these prefixes cannot collide with legacy inboxes.
-    """
-    if role is Role.POOL:
-        if pool is None:
-            raise ValueError("a pool identity needs a pool name")
-        return f"{INBOX_ROOT}.pool.{subjects.validate_pool(pool)}"
-    return f"{INBOX_ROOT}.{role.value}"
 
 
 @dataclass(frozen=True)

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from interlink_nats.gen.interlink_nats import v1 as pb
-from interlink_nats.services.scripts import layout
+from interlink_nats.kernel import layout
 from interlink_nats.submitters.backends.base import (
     BackendState,
     BackendUnavailable,

@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from interlink_nats.gen.interlink_nats import v1 as pb
-from interlink_nats.services.scripts import layout
+from interlink_nats.kernel import layout
 from interlink_nats.submitters.backends import slurm_parse as sp
 from interlink_nats.submitters.backends.base import (
     BackendUnavailable,

@@ -2,13 +2,15 @@
 
 Pure and exact (``Fraction``), because quotas are compared and capped: a float would turn
 ``1Ei`` or ``100m`` into rounding noise and make "nothing changed" comparisons flaky. Used by
-the renderer (pod requests), the controller (quotas) and the gateway (ping capacity).
+the renderer (pod requests), the controller (quotas) and the gateway (ping capacity); part of the shared
+kernel, so it imports nothing of the project.
 """
 
 from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Callable
 from fractions import Fraction
 
 _SUFFIXES: dict[str, Fraction] = {
@@ -98,28 +100,19 @@ def format_fraction(value: Fraction) -> str:
 
 def minimum(*values: str) -> str:
     """The smallest of the quantities, spelled as given (ties keep the first)."""
-    if not values:
-        raise ValueError("minimum() needs at least one quantity")
-    best = values[0]
-    best_value = parse(best)
-    for candidate in values[1:]:
-        candidate_value = parse(candidate)
-        if candidate_value < best_value:
-            best, best_value = candidate, candidate_value
-    return normalize(best)
+    return _extreme(min, "minimum", values)
 
 
 def maximum(*values: str) -> str:
     """The largest of the quantities, spelled as given (ties keep the first)."""
+    return _extreme(max, "maximum", values)
+
+
+def _extreme(pick: Callable[..., str], name: str, values: tuple[str, ...]) -> str:
+    """``min``/``max`` by exact value; both return the first of equal candidates, so ties keep the first."""
     if not values:
-        raise ValueError("maximum() needs at least one quantity")
-    best = values[0]
-    best_value = parse(best)
-    for candidate in values[1:]:
-        candidate_value = parse(candidate)
-        if candidate_value > best_value:
-            best, best_value = candidate, candidate_value
-    return normalize(best)
+        raise ValueError(f"{name}() needs at least one quantity")
+    return normalize(pick(values, key=parse))
 
 
 def format_quantity(value: Fraction | int, resource: str = "") -> str:

@@ -1,4 +1,4 @@
-"""Kubernetes resource quantities and the pod's total request (pure, works on the pod dict)."""
+"""The pod's total resource request (pure, works on the pod dict); quantities are parsed by ``kernel.quantities``."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from fractions import Fraction
 from typing import Any
 
 from interlink_nats.gen.interlink_nats import v1 as pb
-from interlink_nats.services import quantities
+from interlink_nats.kernel import quantities
 
 from .errors import PodRejected
 from .fields import as_obj, child, get_int, get_list, get_obj, member

@@ -1,12 +1,14 @@
-"""NATS subject names and pool-name rules: the one place that spells them.
+"""NATS subject names, reply inbox prefixes and the pool-name rule: the one place that spells them.
 
 Every process (gateway, submitters, controller, the nats-config generator) builds its
-subjects here, so permissions and subscriptions can never drift apart.
+subjects and inbox prefixes here, so permissions and subscriptions can never drift apart.
 """
 
 from __future__ import annotations
 
-import re
+from enum import StrEnum
+
+from .names import is_dns_label
 
 DEFAULT_PREFIX = "interlink"
 """Prefix of announcement and event subjects (a MasterQueue's `natsSubject: interlink.resources` matches)."""
@@ -17,7 +19,8 @@ SUBMITTER_SERVICE = f"{RPC_PACKAGE}.SubmitterService"
 EVENTS_STREAM = "INTERLINK_EVENTS"
 """JetStream stream that holds every pool's JobEvents."""
 
-_POOL_RE = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
+INBOX_ROOT = "_INBOX"
+"""nats-py's default reply inbox prefix; every identity's private prefix sits below it."""
 
 
 class InvalidPoolNameError(ValueError):
@@ -30,7 +33,7 @@ def validate_pool(pool: str) -> str:
     A DNS label is also a valid NATS token (no '.', '*', '>' or whitespace) and a valid
     Kubernetes label value, which the pool becomes in ResourceFlavors.
     """
-    if not isinstance(pool, str) or not _POOL_RE.match(pool):
+    if not is_dns_label(pool):
         raise InvalidPoolNameError(
             f"invalid pool name {pool!r}: must be a DNS label (lowercase letters, digits and '-', "
             "starting and ending with a letter or digit, at most 63 characters)"
@@ -75,3 +78,26 @@ def events_wildcard(prefix: str = DEFAULT_PREFIX) -> str:
 def pool_from_subject(subject: str) -> str:
     """The pool is always the last token of our subjects."""
     return subject.rsplit(".", 1)[-1]
+
+
+class Role(StrEnum):
+    """Who a NATS identity is: each role has its own permissions and its own reply inbox."""
+
+    GATEWAY = "gateway"
+    CONTROLLER = "controller"
+    POOL = "pool"
+
+
+def inbox_prefix(role: Role, pool: str | None = None) -> str:
+    """The private inbox prefix an identity must use (``nats.connect(inbox_prefix=...)``).
+
+    ``_INBOX.gateway``, ``_INBOX.controller`` or ``_INBOX.pool.<pool>``: the permissions written by
+    ``interlink-nats nats-config`` let each identity subscribe only below its own. A nuid-based
+    default inbox (``_INBOX.<22 chars>``) can never equal ``gateway``, ``controller`` or ``pool``,
+    so these prefixes cannot collide with legacy inboxes.
+    """
+    if role is Role.POOL:
+        if pool is None:
+            raise ValueError("a pool identity needs a pool name")
+        return f"{INBOX_ROOT}.pool.{validate_pool(pool)}"
+    return f"{INBOX_ROOT}.{role.value}"

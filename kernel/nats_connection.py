@@ -1,4 +1,4 @@
-"""How every interlink-nats process connects to NATS: one settings model, one ``connect``.
+"""How every interlink-nats process connects to NATS: one settings model, one TLS builder, one ``connect``.
 
 - ``nats://``, ``tls://`` and ``wss://`` (WebSocket through a TLS-terminating proxy); TLS uses
   the system CAs or ``tls_ca_file``, with an optional client certificate.
@@ -7,7 +7,9 @@
   reachable); reconnects after a loss use capped, jittered exponential back-off through
   nats-py's ``reconnect_to_server_handler``, with ``max_reconnect_attempts=-1``.
 - The reply inbox prefix is a setting: the permissions written by ``interlink-nats nats-config``
-  let each identity read replies only under its own prefix.
+  let each identity read replies only under its own prefix (``kernel.subjects.inbox_prefix``).
+- :func:`credential_options` turns one ``nats-config`` credential (seed file, role, CA) into the
+  authentication part of the options, for clients that bring their own URL and behaviour.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from typing import Any
 import nats
 from nats.aio.client import Client as NatsClient
 from pydantic import BaseModel, Field, SecretStr
+
+from .subjects import INBOX_ROOT, Role, inbox_prefix
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +51,7 @@ class NatsConnectionSettings(BaseModel):
     tls_cert_file: Path | None = None
     tls_key_file: Path | None = None
     inbox_prefix: str = Field(
-        "_INBOX", description="reply inbox prefix; with `nats-config` permissions each identity has its own"
+        INBOX_ROOT, description="reply inbox prefix; with `nats-config` permissions each identity has its own"
     )
     connect_timeout_s: float = Field(5.0, gt=0)
     reconnect_wait_max_s: float = Field(30.0, gt=0, description="cap of the jittered reconnect back-off")
@@ -63,15 +67,34 @@ def backoff_delay(attempt: int, cap: float, base: float = 0.5) -> float:
     return random.uniform(min(base / 2, ceiling), ceiling)
 
 
+def client_tls_context(
+    ca_file: str | Path | None = None,
+    cert_file: str | Path | None = None,
+    key_file: str | Path | None = None,
+    *,
+    ca_data: str | None = None,
+) -> ssl.SSLContext:
+    """A client TLS context that verifies the server (hostname + chain), TLS 1.2 or later.
+
+    The CA comes from ``ca_file`` or ``ca_data`` (PEM text, e.g. a Secret's ``ca.crt``); with neither,
+    the system trust store is used (a public CA in front of the WebSocket listener).
+    ``cert_file``/``key_file`` add a client certificate for mutual TLS.
+    """
+    ctx = ssl.create_default_context(
+        ssl.Purpose.SERVER_AUTH, cafile=str(ca_file) if ca_file else None, cadata=ca_data or None
+    )
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    if cert_file:
+        ctx.load_cert_chain(str(cert_file), str(key_file) if key_file else None)
+    return ctx
+
+
 def tls_context(settings: NatsConnectionSettings) -> ssl.SSLContext | None:
     """A verifying client context when the URL or settings ask for TLS; None for plain nats://."""
     needs = any(u.lower().startswith(("tls://", "wss://")) for u in settings.servers()) or settings.tls_ca_file
     if not needs and not settings.tls_cert_file:
         return None
-    ctx = ssl.create_default_context(cafile=str(settings.tls_ca_file) if settings.tls_ca_file else None)
-    if settings.tls_cert_file:
-        ctx.load_cert_chain(str(settings.tls_cert_file), str(settings.tls_key_file) if settings.tls_key_file else None)
-    return ctx
+    return client_tls_context(settings.tls_ca_file, settings.tls_cert_file, settings.tls_key_file)
 
 
 def connect_options(
@@ -129,6 +152,40 @@ def connect_options(
         opts["nkeys_seed"] = str(settings.nkey_seed_file)
     if settings.creds_file is not None:
         opts["user_credentials"] = str(settings.creds_file)
+    return opts
+
+
+def credential_options(
+    *,
+    seed_file: str | Path | None = None,
+    role: Role | str | None = None,
+    pool: str | None = None,
+    inbox: str | None = None,
+    ca_file: str | Path | None = None,
+    cert_file: str | Path | None = None,
+    key_file: str | Path | None = None,
+    tls: bool | None = None,
+) -> dict[str, Any]:
+    """``nats.connect`` keyword arguments for one ``nats-config`` identity: nkey, inbox prefix, TLS.
+
+    The nkey seed is read from its file by nats-py when it signs the server nonce (never held in
+    our objects or logged). ``inbox`` overrides the prefix derived from ``role``/``pool``. ``tls``
+    forces a TLS context even without a CA file (system trust store); by default one is built when a
+    CA or client certificate is given. Use as ``nats.connect(url, **opts)``: the URL scheme is the caller's.
+    """
+    opts: dict[str, Any] = {}
+    if seed_file is not None:
+        path = Path(seed_file)
+        if not path.is_file():
+            raise FileNotFoundError(f"nkey seed file not found: {path}")
+        opts["nkeys_seed"] = str(path)
+    prefix = inbox
+    if prefix is None and role is not None:
+        prefix = inbox_prefix(Role(role), pool)
+    if prefix is not None:
+        opts["inbox_prefix"] = prefix
+    if tls or ca_file is not None or cert_file is not None:
+        opts["tls"] = client_tls_context(ca_file, cert_file, key_file)
     return opts
 
 

@@ -1,0 +1,11 @@
+"""The shared kernel: what gateway, submitters and controller all use, below every one of them.
+
+- ``layout``: the job-directory contract between the rendered script and the submitters;
+- ``subjects``: NATS subjects, identity roles and their reply inbox prefixes;
+- ``names``: the DNS-label and pod-UID rules;
+- ``quantities``: Kubernetes resource quantities, exact;
+- ``nats_connection``: the one way to build NATS/TLS connection options and connect.
+
+It imports nothing else of the project (tests/test_import_contracts.py checks it), so any layer can
+depend on it without cycles. Everything but ``nats_connection`` is pure.
+"""

@@ -1,0 +1,33 @@
+"""Name rules shared by every layer: the one DNS-label rule and the one pod-UID rule.
+
+Pure predicates; each caller raises its own error (a pod rejection, an invalid pool, an ignored
+report), because what a bad name means differs by caller while what a good name is does not.
+"""
+
+from __future__ import annotations
+
+import re
+
+DNS_LABEL_MAX = 63
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+
+POD_UID_MAX = 128
+_POD_UID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+
+
+def is_dns_label(value: object) -> bool:
+    """RFC 1123 label: lowercase letters, digits and '-', starting and ending with a letter or digit, ≤ 63.
+
+    Also a valid NATS subject token, a Kubernetes label value and a safe file name, which is why
+    pools, container names and volume names must be one.
+    """
+    return isinstance(value, str) and _DNS_LABEL.fullmatch(value) is not None
+
+
+def is_pod_uid(value: object) -> bool:
+    """A pod UID we accept: letters, digits, '.', '_' and '-', starting with a letter or digit, ≤ 128.
+
+    Kubernetes UIDs are UUIDs; the wider rule only keeps the UID safe as a file name (never ``.``
+    or ``..``) and as a NATS-free JSON field.
+    """
+    return isinstance(value, str) and _POD_UID.fullmatch(value) is not None

@@ -1,0 +1,322 @@
+"""Import contracts: the layers the docstrings describe, checked on the source (AST, nothing is imported).
+
+- the kernel (``interlink_nats.kernel``) imports nothing else of the project;
+- pure modules reach no I/O library (nats, sqlite, redis, Kubernetes, HTTP server, subprocess), not even
+  through the project modules they import;
+- submitters import nothing of the gateway or of pod rendering; the controller nothing of the gateway;
+- nothing imports the CLI (the top ``interlink_nats`` package and every ``*.cli`` module) but entry points;
+- no two of our modules import each other, directly or in a loop.
+
+Type-only imports (under ``if TYPE_CHECKING:``) count: they are dependencies a reader has to follow too.
+Every exception is listed in ``ALLOWED`` below, with the reason; none is skipped silently.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.metadata
+import re
+import sys
+import tomllib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+TOP = "interlink_nats"
+
+# Modules that do no I/O. A new pure module belongs here; a module that starts doing I/O leaves.
+PURE_MODULES = (
+    "interlink_nats.kernel.layout",
+    "interlink_nats.kernel.names",
+    "interlink_nats.kernel.quantities",
+    "interlink_nats.kernel.subjects",
+    "interlink_nats.kernel.version",
+    "interlink_nats.services.scripts",  # the whole package but its CLI (see pure_modules())
+    "interlink_nats.services.gateway.wire",
+    "interlink_nats.services.gateway.routing",
+    "interlink_nats.services.security.config",
+    "interlink_nats.controller.model",
+    "interlink_nats.controller.reconcile",
+    "interlink_nats.submitters.status",
+    "interlink_nats.submitters.backends.slurm_parse",
+)
+IO_LIBRARIES = frozenset({"nats", "sqlite3", "aiosqlite", "redis", "lightkube", "starlette", "subprocess"})
+
+# Violations that exist on this branch and are being removed elsewhere. The coordinator empties this list
+# once the "lifecycle" work of issue 10 is merged; an entry that no longer occurs fails the test, so the
+# list can only shrink. Format: (importer, imported) as module names.
+ALLOWED: frozenset[tuple[str, str]] = frozenset(
+    {
+        # submitters.runtime <-> submitters.service (type-only on one side): split by the lifecycle work.
+        ("interlink_nats.submitters.runtime", "interlink_nats.submitters.service"),
+        ("interlink_nats.submitters.service", "interlink_nats.submitters.runtime"),
+        # submitters.testing renders pods with the real renderer; the lifecycle work moves pod_job to tests/.
+        ("interlink_nats.submitters.testing", "interlink_nats.services.scripts"),
+        # __version__ from the CLI package; interlink_nats.kernel.version holds it (the lifecycle work follows).
+        ("interlink_nats.submitters.runtime", "interlink_nats"),
+    }
+)
+
+
+@dataclass(frozen=True)
+class Import:
+    importer: str
+    imported: str
+    line: int
+
+
+def package_folders() -> dict[str, Path]:
+    """Our import packages and their folders (from pyproject), generated code left out."""
+    mapping = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-dir"]
+    return {package: ROOT / folder for package, folder in mapping.items() if package != f"{TOP}.gen"}
+
+
+@cache
+def module_files() -> dict[str, Path]:
+    out: dict[str, Path] = {}
+    for package, folder in package_folders().items():
+        for path in folder.rglob("*.py"):
+            rel = path.relative_to(folder).with_suffix("").parts
+            if package == TOP and len(rel) > 1:
+                continue  # the other mapped folders are listed on their own
+            parts = [*package.split("."), *rel]
+            if parts[-1] == "__init__":
+                parts.pop()
+            out[".".join(parts)] = path
+    return out
+
+
+def is_package(module: str) -> bool:
+    return module_files()[module].name == "__init__.py"
+
+
+def resolve(importer: str, node: ast.ImportFrom) -> str:
+    if not node.level:
+        return node.module or ""
+    base = importer.split(".")
+    if not is_package(importer):
+        base.pop()
+    base = base[: len(base) - (node.level - 1)]
+    return ".".join([*base, node.module] if node.module else base)
+
+
+@cache
+def imports_of(module: str) -> tuple[Import, ...]:
+    """Every import statement of ``module`` (module level, in functions, under TYPE_CHECKING)."""
+    tree = ast.parse(module_files()[module].read_text(encoding="utf-8"))
+    found: list[Import] = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            found += [Import(module, alias.name, node.lineno) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            target = resolve(module, node)
+            for alias in node.names:
+                sub = f"{target}.{alias.name}"
+                # `from pkg import module` imports the module; `from module import name` the module itself
+                found.append(Import(module, sub if sub in module_files() else target, node.lineno))
+    return tuple(found)
+
+
+def ours(name: str) -> bool:
+    return name == TOP or name.startswith(TOP + ".")
+
+
+def project_imports(module: str) -> Iterator[Import]:
+    for imp in imports_of(module):
+        if ours(imp.imported) and not imp.imported.startswith(f"{TOP}.gen"):
+            yield imp
+
+
+@cache
+def reachable(module: str) -> frozenset[str]:
+    """Our modules that importing ``module`` runs: its imports, their parent packages, and so on."""
+    seen: set[str] = set()
+    todo = [module]
+    while todo:
+        current = todo.pop()
+        if current in seen or current not in module_files():
+            continue
+        seen.add(current)
+        parts = current.split(".")
+        todo += [".".join(parts[:i]) for i in range(1, len(parts))]
+        todo += [imp.imported for imp in project_imports(current)]
+    return frozenset(seen)
+
+
+def within(module: str, package: str) -> bool:
+    return module == package or module.startswith(package + ".")
+
+
+def pure_modules() -> list[str]:
+    out = []
+    for name in PURE_MODULES:
+        assert name in module_files(), f"PURE_MODULES names {name}, which does not exist"
+        out += [m for m in module_files() if within(m, name) and not m.endswith(".cli")]
+    return sorted(out)
+
+
+def test_the_kernel_imports_nothing_above_it() -> None:
+    kernel = f"{TOP}.kernel"
+    bad = [
+        f"{imp.importer}:{imp.line} imports {imp.imported}"
+        for module in module_files()
+        if within(module, kernel)
+        for imp in project_imports(module)
+        if not within(imp.imported, kernel)
+    ]
+    assert not bad, "the kernel must stay below everything:\n" + "\n".join(bad)
+
+
+def test_pure_modules_reach_no_io_library() -> None:
+    bad = []
+    for module in pure_modules():
+        for dependency in sorted(reachable(module)):
+            for imp in imports_of(dependency):
+                if imp.imported.split(".")[0] in IO_LIBRARIES:
+                    via = "" if dependency == module else f" (through {dependency})"
+                    bad.append(f"{module}{via}: {dependency}:{imp.line} imports {imp.imported}")
+    assert not bad, "pure modules must do no I/O:\n" + "\n".join(bad)
+
+
+FORBIDDEN = (
+    # (importing package, forbidden package, why)
+    (f"{TOP}.submitters", f"{TOP}.services.gateway", "submitters run on sites, the gateway centrally"),
+    (f"{TOP}.submitters", f"{TOP}.services.scripts", "pods are rendered by the gateway; the contract is kernel.layout"),
+    (f"{TOP}.controller", f"{TOP}.services.gateway", "the controller talks to pools over NATS, not to the gateway"),
+)
+
+
+def violations() -> set[tuple[str, str]]:
+    found = set()
+    modules = module_files()
+    for module in modules:
+        for imp in project_imports(module):
+            target = imp.imported
+            for importer_pkg, forbidden_pkg, _why in FORBIDDEN:
+                if within(module, importer_pkg) and within(target, forbidden_pkg):
+                    found.add((module, target))
+            if is_cli(target) and not is_cli(module):
+                found.add((module, target))
+    found |= {edge for cycle in cycles() for edge in cycle}
+    return found
+
+
+def is_cli(module: str) -> bool:
+    """The CLI: the top package and its own folder (the console script's home), and every ``cli`` module."""
+    path = module_files().get(module)
+    return module.rsplit(".", 1)[-1] == "cli" or (path is not None and path.parent == ROOT / TOP)
+
+
+def cycles() -> list[list[tuple[str, str]]]:
+    """Import cycles among our modules, as lists of edges (Tarjan's strongly connected components)."""
+    graph = {
+        m: sorted({i.imported for i in project_imports(m) if i.imported in module_files()}) for m in module_files()
+    }
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    components: list[set[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for nxt in graph[node]:
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in on_stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            component = set()
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                component.add(member)
+                if member == node:
+                    break
+            components.append(component)
+
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10 * len(graph)))
+    for node in graph:
+        if node not in index:
+            visit(node)
+    out = []
+    for component in components:
+        if len(component) > 1:
+            out.append(sorted((a, b) for a in component for b in graph[a] if b in component))
+    return out
+
+
+def test_layers_cli_and_cycles() -> None:
+    found = violations()
+    new = sorted(found - ALLOWED)
+    assert not new, "import contracts broken (see this module's docstring):\n" + "\n".join(
+        f"{a} imports {b}" for a, b in new
+    )
+    stale = sorted(ALLOWED - found)
+    assert not stale, "ALLOWED lists imports that no longer exist; remove them:\n" + "\n".join(map(str, stale))
+
+
+def test_the_checker_sees_a_violation() -> None:
+    """The contract code must be able to fail: a relative import of the CLI package is found and resolved."""
+    module = f"{TOP}.services.rpc.server"
+    tree = ast.parse("from ... import __version__\nfrom .. import scripts\n")
+    froms = [n for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
+    assert [resolve(module, n) for n in froms] == [TOP, f"{TOP}.services"]
+    assert is_cli(TOP) and is_cli(f"{TOP}.submitters.cli") and not is_cli(f"{TOP}.submitters.runtime")
+    assert reachable(f"{TOP}.kernel.subjects") >= {f"{TOP}.kernel.names", f"{TOP}.kernel", TOP}
+
+
+def declared_distributions() -> tuple[set[str], set[str]]:
+    """(runtime dependencies incl. extras but dev, dev dependencies), names normalised as in PEP 503."""
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+
+    def names(requirements: list[str]) -> set[str]:
+        return {normalise(re.split(r"[\[<>=!~;\s]", req, maxsplit=1)[0]) for req in requirements}
+
+    extras = project.get("optional-dependencies", {})
+    runtime = names(project["dependencies"]) | {n for k, v in extras.items() if k != "dev" for n in names(v)}
+    return runtime, names(extras.get("dev", []))
+
+
+def normalise(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def third_party_imports(files: list[Path], local: set[str]) -> dict[str, set[str]]:
+    """Top-level import name → files importing it, for everything not ours, not stdlib, not a local helper."""
+    found: dict[str, set[str]] = {}
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                tops = [alias.name.split(".")[0] for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+                tops = [node.module.split(".")[0]]
+            else:
+                continue
+            for top in tops:
+                if top != TOP and top not in sys.stdlib_module_names and top not in local:
+                    found.setdefault(top, set()).add(str(path.relative_to(ROOT)))
+    return found
+
+
+def test_every_imported_library_is_declared() -> None:
+    """A library we import must be a dependency of ours, not something another dependency happens to pull."""
+    runtime, dev = declared_distributions()
+    distributions = importlib.metadata.packages_distributions()
+    test_files = [*ROOT.glob("tests/*.py"), *ROOT.glob("bench/*.py")]
+    checks = [
+        (list(module_files().values()), set(), runtime),
+        (test_files, {p.stem for p in test_files}, runtime | dev),  # tests import their own helpers by name
+    ]
+    missing = []
+    for files, local, declared in checks:
+        for top, users in sorted(third_party_imports(files, local).items()):
+            provided_by = {normalise(d) for d in distributions.get(top, [top])}
+            if not provided_by & declared:
+                missing.append(f"{top} (from {sorted(provided_by)}) imported by {sorted(users)[:3]}")
+    assert not missing, "declare these in pyproject.toml:\n" + "\n".join(missing)

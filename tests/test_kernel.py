@@ -1,0 +1,52 @@
+"""The shared kernel's rules, tested directly (they are pure)."""
+
+from __future__ import annotations
+
+import pytest
+from interlink_nats.kernel import quantities
+from interlink_nats.kernel.names import is_dns_label, is_pod_uid
+from interlink_nats.kernel.subjects import InvalidPoolNameError, Role, inbox_prefix, validate_pool
+
+
+@pytest.mark.parametrize("name", ["a", "a-b", "0", "x" * 63, "abc-123"])
+def test_dns_labels_accepted(name: str) -> None:
+    assert is_dns_label(name)
+
+
+@pytest.mark.parametrize("name", ["", "-a", "a-", "A", "a.b", "a_b", "x" * 64, "abc\n", None, 5])
+def test_dns_labels_rejected(name: object) -> None:
+    assert not is_dns_label(name)
+
+
+@pytest.mark.parametrize("uid", ["6f1c2e9a-1111-2222-3333-444455556666", "a", "A.b_c-d", "x" * 128])
+def test_pod_uids_accepted(uid: str) -> None:
+    assert is_pod_uid(uid)
+
+
+@pytest.mark.parametrize("uid", ["", ".", "..", "-a", "a/b", "x" * 129, "a\n", None])
+def test_pod_uids_rejected(uid: object) -> None:
+    assert not is_pod_uid(uid)
+
+
+def test_pool_names_follow_the_dns_label_rule() -> None:
+    assert validate_pool("hpc-a") == "hpc-a"
+    with pytest.raises(InvalidPoolNameError, match="DNS label"):
+        validate_pool("hpc.a")
+
+
+def test_inbox_prefixes_per_role() -> None:
+    assert inbox_prefix(Role.GATEWAY) == "_INBOX.gateway"
+    assert inbox_prefix(Role.CONTROLLER) == "_INBOX.controller"
+    assert inbox_prefix(Role.POOL, "site-a") == "_INBOX.pool.site-a"
+    with pytest.raises(ValueError, match="needs a pool"):
+        inbox_prefix(Role.POOL)
+
+
+def test_minimum_and_maximum_keep_the_first_of_equal_values_as_spelled() -> None:
+    assert quantities.minimum("1Gi", "1024Mi", "2Gi") == "1Gi"
+    assert quantities.minimum("2Gi", "1024Mi", "1Gi") == "1024Mi"
+    assert quantities.maximum("1", "1000m", "500m") == "1"
+    assert quantities.maximum("500m", "1000m", "1") == "1000m"
+    for pick in (quantities.minimum, quantities.maximum):
+        with pytest.raises(ValueError, match="at least one quantity"):
+            pick()
