@@ -15,7 +15,7 @@ import logging
 from collections.abc import Callable
 from pathlib import Path
 
-from interlink_nats.services.scripts import layout
+from interlink_nats.kernel import layout
 from interlink_nats.submitters.backends.base import BackendError
 from interlink_nats.submitters.backends.proc import run_command
 

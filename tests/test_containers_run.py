@@ -25,7 +25,8 @@ from typing import Any
 
 import pytest
 from interlink_nats.gen.interlink_nats import v1 as pb
-from interlink_nats.services.scripts import layout, render_job
+from interlink_nats.kernel import layout
+from interlink_nats.services.scripts import render_job
 from interlink_nats.submitters.backends.base import BackendState, Observation
 from interlink_nats.submitters.jobfiles import read_container_files
 from interlink_nats.submitters.status import JobMeta, map_status
