@@ -19,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 IMAGE = "localhost/interlink-bbox:latest"
+IMAGE_WITH_ENTRYPOINT = "localhost/interlink-bbox-ep:latest"
+"""The same root filesystem with ``ENTRYPOINT ["echo", "entrypoint"]`` and ``CMD ["cmd"]``."""
 BUSYBOX = "/bin/busybox"
 CONF_ENV = ("CONTAINERS_CONF", "CONTAINERS_STORAGE_CONF")
 
@@ -95,11 +97,15 @@ class PodmanHost:
         for applet in applets:
             if applet != "busybox":
                 (rootfs / "bin" / applet).symlink_to("busybox")
-        tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
-        subprocess.run([self.podman, "import", "-", IMAGE], stdin=tar.stdout, check=True, capture_output=True)
-        assert tar.stdout is not None
-        tar.stdout.close()
-        assert tar.wait() == 0
+        changes = ["--change", 'ENTRYPOINT ["echo", "entrypoint"]', "--change", 'CMD ["cmd"]']
+        for image, extra in ((IMAGE, []), (IMAGE_WITH_ENTRYPOINT, changes)):
+            tar = subprocess.Popen(["tar", "-C", str(rootfs), "-c", "."], stdout=subprocess.PIPE)
+            subprocess.run(
+                [self.podman, "import", *extra, "-", image], stdin=tar.stdout, check=True, capture_output=True
+            )
+            assert tar.stdout is not None
+            tar.stdout.close()
+            assert tar.wait() == 0
         shutil.rmtree(rootfs)
 
     def run(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:

@@ -30,7 +30,7 @@ from interlink_nats.services.scripts import render_job
 from interlink_nats.submitters.backends.base import BackendState, Observation
 from interlink_nats.submitters.jobfiles import read_container_files
 from interlink_nats.submitters.status import JobMeta, map_status
-from podman_host import BUSYBOX, IMAGE, PodmanHost
+from podman_host import BUSYBOX, IMAGE, IMAGE_WITH_ENTRYPOINT, PodmanHost
 
 RT = pb.ContainerRuntime
 
@@ -439,6 +439,28 @@ while [ ! -e /gate/open ]; do sleep 0.1; done
     assert job.wait() == 0
     assert job.log("limited").split() == [str(64 * 2**20), "50000", "100000"]
     assert podman.leftovers(job.uid) == []
+
+
+@pytest.mark.podman
+def test_podman_command_and_args_follow_kubernetes_over_the_image(
+    podman: Runtime, start_job: Callable[[Runtime, dict[str, Any]], Job]
+) -> None:
+    # command replaces the image's ENTRYPOINT and drops its CMD; args alone replace only the CMD.
+    img = IMAGE_WITH_ENTRYPOINT
+    data = make_pod(
+        [
+            {"name": "image-defaults", "image": img},
+            {"name": "args-only", "image": img, "args": ["a 1", "$(X)"], "env": [{"name": "X", "value": "x"}]},
+            {"name": "command-only", "image": img, "command": ["echo", "mine"]},
+            {"name": "both", "image": img, "command": ["echo", "mine"], "args": ["b"]},
+        ]
+    )
+    job = start_job(podman, data)
+    assert job.wait() == 0
+    assert job.log("image-defaults") == "entrypoint cmd\n"
+    assert job.log("args-only") == "entrypoint a 1 x\n"
+    assert job.log("command-only") == "mine\n"
+    assert job.log("both") == "mine b\n"
 
 
 @pytest.mark.podman
