@@ -367,6 +367,7 @@ def test_exit_codes(runtime: Runtime, start_job: Callable[[Runtime, dict[str, An
         assert job.exit_code("missing-command") == 127, job.log("missing-command")
         assert job.exit_code("missing-image") == 125
         assert "image not known" in job.log("missing-image")  # podman's own words, in the container's log
+        assert f"image {img}-not-there is not on this host and podman could not pull it" in job.log("missing-image")
         assert job.exit_code("no-workdir") == 126
         assert 'workdir "/no/such/dir" does not exist' in job.log("no-workdir")
     else:  # apptainer reports its own failures (a missing program included) with 255

@@ -819,7 +819,19 @@ def _container(
             words.append(img)
             words += command
             words += args
-    body.append("exec " + " ".join(words))
+    if rt == RT.PODMAN:
+        # Not exec'd, to say why when podman cannot find the image (its exit code 125 covers every podman error).
+        # The trap keeps this shell alive while the podman client passes a TERM on to the container.
+        missing = f"interlink-nats: image {remote} is not on this host and podman could not pull it"
+        body.append("trap : TERM INT")
+        body.append(" ".join(words))
+        body.append("__status=$?")
+        body.append(f'if [ "$__status" = 125 ] && ! {extra["exe"][0]} image exists {qremote} >/dev/null 2>&1; then')
+        body.append(f"  printf '%s\\n' {_q(missing, where + '.image')}")
+        body.append("fi")
+        body.append('return "$__status"')
+    else:
+        body.append("exec " + " ".join(words))
     return ContainerPlan(index, name, q(name), init, body, res[2], res)
 
 

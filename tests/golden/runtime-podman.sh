@@ -102,13 +102,31 @@ umask 022
 
 # --- containers ---
 __c0() {
-  exec podman run --rm --network=host --label interlink-nats.pod-uid=6f1c2e9a-1111-2222-3333-444455556666 --label interlink-nats.container=fetch --label "interlink-nats.job-dir=$__job_dir" -v /data:/data:ro -v "$__job_dir"/volumes/scratch:/scratch --entrypoint '["sh", "-c"]' busybox:1.36 'echo '"'"'ready'"'"' > /scratch/ready'
+  trap : TERM INT
+  podman run --rm --network=host --label interlink-nats.pod-uid=6f1c2e9a-1111-2222-3333-444455556666 --label interlink-nats.container=fetch --label "interlink-nats.job-dir=$__job_dir" -v /data:/data:ro -v "$__job_dir"/volumes/scratch:/scratch --entrypoint '["sh", "-c"]' busybox:1.36 'echo '"'"'ready'"'"' > /scratch/ready'
+  __status=$?
+  if [ "$__status" = 125 ] && ! podman image exists busybox:1.36 >/dev/null 2>&1; then
+    printf '%s\n' 'interlink-nats: image busybox:1.36 is not on this host and podman could not pull it'
+  fi
+  return "$__status"
 }
 __c1() {
-  exec mpirun -np 2 podman run --rm --network=host --label interlink-nats.pod-uid=6f1c2e9a-1111-2222-3333-444455556666 --label interlink-nats.container=train --label "interlink-nats.job-dir=$__job_dir" --memory 4294967296 --cpus 2 --device nvidia.com/gpu=all --env EPOCHS=3 --env POD=golden -v /data:/data:ro -v "$__job_dir"/volumes/scratch:/scratch -v "$__job_dir"/volumes/cfg:/etc/app:ro --workdir /scratch --entrypoint '["python3", "train.py"]' ghcr.io/example/train:1.0 --epochs 3 --name 'it'"'"'s golden'
+  trap : TERM INT
+  mpirun -np 2 podman run --rm --network=host --label interlink-nats.pod-uid=6f1c2e9a-1111-2222-3333-444455556666 --label interlink-nats.container=train --label "interlink-nats.job-dir=$__job_dir" --memory 4294967296 --cpus 2 --device nvidia.com/gpu=all --env EPOCHS=3 --env POD=golden -v /data:/data:ro -v "$__job_dir"/volumes/scratch:/scratch -v "$__job_dir"/volumes/cfg:/etc/app:ro --workdir /scratch --entrypoint '["python3", "train.py"]' ghcr.io/example/train:1.0 --epochs 3 --name 'it'"'"'s golden'
+  __status=$?
+  if [ "$__status" = 125 ] && ! podman image exists ghcr.io/example/train:1.0 >/dev/null 2>&1; then
+    printf '%s\n' 'interlink-nats: image ghcr.io/example/train:1.0 is not on this host and podman could not pull it'
+  fi
+  return "$__status"
 }
 __c2() {
-  exec mpirun -np 2 podman run --rm --network=host --label interlink-nats.pod-uid=6f1c2e9a-1111-2222-3333-444455556666 --label interlink-nats.container=sidecar --label "interlink-nats.job-dir=$__job_dir" --memory 134217728 --cpus 0.25 -v /data:/data:ro -v "$__job_dir"/volumes/scratch:/scratch /cvmfs/images/sidecar.sif --serve 8080
+  trap : TERM INT
+  mpirun -np 2 podman run --rm --network=host --label interlink-nats.pod-uid=6f1c2e9a-1111-2222-3333-444455556666 --label interlink-nats.container=sidecar --label "interlink-nats.job-dir=$__job_dir" --memory 134217728 --cpus 0.25 -v /data:/data:ro -v "$__job_dir"/volumes/scratch:/scratch /cvmfs/images/sidecar.sif --serve 8080
+  __status=$?
+  if [ "$__status" = 125 ] && ! podman image exists /cvmfs/images/sidecar.sif >/dev/null 2>&1; then
+    printf '%s\n' 'interlink-nats: image /cvmfs/images/sidecar.sif is not on this host and podman could not pull it'
+  fi
+  return "$__status"
 }
 # Run container $1 (function index) named $2 in its own process group; its wrapper writes the exit file.
 __launch() {
