@@ -19,6 +19,10 @@ launcher) loses the race and starts nothing. The claim and the start of the runn
 the launcher, which finishes every directory it was sent even if the submitter is killed: no
 directory is ever claimed without its runner being started.
 
+Runtime podman: a container outlives a killed job script, so while the pool's runtime is podman the
+backend removes a pod's containers on cancel and, at start, those whose job script is gone
+(:mod:`interlink_nats.submitters.containers`).
+
 Files the backend adds to the job directory (next to the layout.py contract):
 ``.shell.claim/`` (the run-once claim), ``.shell.pid`` (runner pid), ``.shell.exit``
 (job.sh's exit code), ``job.out`` (job.sh's own stdout/stderr).
