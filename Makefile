@@ -1,5 +1,6 @@
 # The two commands of the README:
-#   make up    create/refresh the virtualenv, install, run `interlink-nats up` (nats-server + gateway + shell submitter)
+#   make up    create/refresh the virtualenv, install, run `interlink-nats up` (nats-server + gateway + shell submitter);
+#              options pass through: make up ARGS="--http-port 4100"
 #   make test  the same set-up plus the system packages the tests need (where it can install them), then pytest
 PYTHON ?= python3
 VENV ?= .venv
@@ -7,11 +8,12 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 SYSTEM_PACKAGES := redis-server slurm-wlm munge podman runc busybox-static
 PYTEST_ARGS ?=
+ARGS ?=
 
 .PHONY: up test venv system-packages check lint gen bench clean
 
 up: venv
-	$(BIN)/interlink-nats up
+	$(BIN)/interlink-nats up $(ARGS)
 
 test: venv system-packages
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
@@ -21,7 +23,7 @@ venv: $(STAMP)
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[dev]"
+	$(BIN)/python -m pip install --quiet -e ".[all,dev]"
 	@touch $(STAMP)
 
 # Debian packages for the real-service tests (redis, Slurm, podman); needs root or sudo, skipped otherwise.

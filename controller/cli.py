@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import logging
 from pathlib import Path
 from typing import Annotated
 
@@ -47,12 +46,19 @@ def run(
     field_manager: Annotated[str, typer.Option(help="server-side apply field manager")] = "kueue-nats",
     tick: Annotated[float, typer.Option(help="seconds between liveness checks")] = 2.0,
     describe_timeout: Annotated[float, typer.Option(help="seconds to wait for Describe answers at start")] = 5.0,
+    probe_host: Annotated[str, typer.Option(help="address of /healthz and /metrics")] = "0.0.0.0",
+    probe_port: Annotated[int, typer.Option(help="port of /healthz and /metrics (0: off)")] = 8080,
     log_level: Annotated[str, typer.Option(help="logging level")] = "INFO",
+    json_logs: Annotated[bool, typer.Option(help="log JSON lines")] = False,
 ) -> None:
     """Run the controller against the cluster from KUBECONFIG (or in-cluster service account)."""
     from interlink_nats.controller import kube, runner
+    from interlink_nats.controller.observability import controller_probes
+    from interlink_nats.services.probes import serve_probes
 
-    logging.basicConfig(level=log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from interlink_nats.logs import setup_logging
+
+    setup_logging(log_level.lower(), json_logs)
     if kueue_api not in ("auto", *KUEUE_VERSIONS):
         raise typer.BadParameter(f"must be auto or one of {', '.join(KUEUE_VERSIONS)}", param_hint="--kueue-api")
 
@@ -61,9 +67,13 @@ def run(
         settings = runner.Settings(
             kueue_api=None if kueue_api == "auto" else kueue_api, tick=tick, describe_timeout=describe_timeout
         )
+        controller = runner.Controller(api, settings=settings)
+        probes = await serve_probes(controller_probes(controller), probe_host, probe_port) if probe_port else None
         try:
-            await runner.Controller(api, settings=settings).run()
+            await controller.run()
         finally:
+            if probes is not None:
+                probes.close()
             await api.close()
 
     asyncio.run(main())

@@ -76,9 +76,12 @@ class ReportStore:
         if subject_pool is not None and pool != subject_pool:
             log.warning("report for pool %r arrived on the subject of pool %r; ignored", pool, subject_pool)
             return False
-        if not is_dns_label(pool):
-            log.warning("report with invalid pool name %r ignored", pool)
+        if not pool:
+            log.warning("report without a pool name on %s ignored", source.subject)
             return False
+        if not is_dns_label(pool):
+            # Kept, so the MasterQueue that selects it says so in a Kubernetes event (reconcile leaves it out).
+            log.warning("report with invalid pool name %r: not a DNS label, no flavor will be made for it", pool[:80])
         message.pool = pool
         self.put(source, model.report_from_proto(message, self.clock()))
         return True
@@ -120,6 +123,17 @@ class NatsHub:
         self._primed: dict[model.NatsSource, asyncio.Event] = {}
         self._pools_hint: dict[model.NatsSource, set[str]] = {}
         self._tasks: set[asyncio.Task[Any]] = set()
+
+    def connections(self) -> dict[str, str | None]:
+        """Each NATS connector in use → the server it is connected to (None while it is not connected)."""
+        return {
+            key[0]: (
+                str(conn.nc.connected_url.netloc)
+                if conn.nc and conn.nc.is_connected and conn.nc.connected_url
+                else None
+            )
+            for key, conn in self._connections.items()
+        }
 
     def primed(self, source: model.NatsSource) -> bool:
         """True once the source's first Describe round is over (answered or timed out)."""

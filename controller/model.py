@@ -153,15 +153,19 @@ class PoolReport:
     labels: Mapping[str, str] = field(default_factory=dict)
     taints: tuple[Taint, ...] = ()
     reported_at: float | None = None
+    unparsable: Mapping[str, str] = field(default_factory=dict)
+    """Capacity entries that are not Kubernetes quantities: counted as 0, and warned about by name."""
 
 
 def report_from_proto(report: Any, received_at: float) -> PoolReport:
     """A ``pb.ResourceReport`` (or anything shaped like it) as a PoolReport; invalid quantities are dropped."""
-    capacity = {k: v for k, v in dict(report.capacity).items() if quantities.is_valid(v)}
+    raw = dict(report.capacity)
+    capacity = {k: v for k, v in raw.items() if quantities.is_valid(v)}
     reported = report.reported_at
     return PoolReport(
         pool=report.pool,
         capacity=capacity,
+        unparsable={k: v for k, v in raw.items() if k not in capacity},
         received_at=received_at,
         labels=dict(report.labels),
         taints=tuple(Taint(t.key, t.value, t.effect) for t in report.taints),
@@ -195,13 +199,40 @@ def _quotas(value: Any, path: str, problems: list[str]) -> dict[str, str]:
     return out
 
 
+SPEC_FIELDS = frozenset({"template", "coveredResources", "flavors"})
+FLAVOR_FIELDS = frozenset({"name", "nominalQuota", "canLendTo", "localFlavor", "natsFlavor"})
+LENDING_FIELDS = frozenset({"queue", "lendingLimit"})
+NATS_FLAVOR_FIELDS = frozenset(
+    {
+        "natsConnector",
+        "natsSecretRef",
+        "natsSubject",
+        "virtualNode",
+        "pools",
+        "poolRegExp",
+        "poolTimeout",
+        "flavorRetention",
+    }
+)
+SECRET_REF_FIELDS = frozenset({"name", "namespace"})
+"""The fields the CRD schema declares at each level (a test keeps them equal): anything else is a typo."""
+
+
+def _unknown(raw: Mapping[str, Any], known: frozenset[str], path: str, problems: list[str]) -> None:
+    """A field the schema does not know is an error, never ignored: `pols` must not mean "no selector"."""
+    for key in sorted(set(raw) - known):
+        problems.append(f"{path}.{key}: unknown field (known: {', '.join(sorted(known))})")
+
+
 def _nats_flavor(raw: Mapping[str, Any], path: str, problems: list[str]) -> NatsFlavor:
+    _unknown(raw, NATS_FLAVOR_FIELDS, path, problems)
     secret: SecretRef | None = None
     secret_raw = raw.get("natsSecretRef")
     if secret_raw is not None:
         if not isinstance(secret_raw, Mapping) or not secret_raw.get("name") or not secret_raw.get("namespace"):
             problems.append(f"{path}.natsSecretRef: needs name and namespace")
         else:
+            _unknown(secret_raw, SECRET_REF_FIELDS, f"{path}.natsSecretRef", problems)
             secret = SecretRef(str(secret_raw["name"]), str(secret_raw["namespace"]))
     pools_raw = raw.get("pools")
     regexp_raw = raw.get("poolRegExp")
@@ -209,6 +240,8 @@ def _nats_flavor(raw: Mapping[str, Any], path: str, problems: list[str]) -> Nats
     regexp: re.Pattern[str] | None = None
     if pools_raw is not None and regexp_raw is not None:
         problems.append(f"{path}: set either pools or poolRegExp, not both")
+    if pools_raw is None and regexp_raw is None:
+        problems.append(f"{path}: set pools or poolRegExp (a flavor that names neither would select every pool)")
     if pools_raw is not None:
         if not isinstance(pools_raw, list) or not all(isinstance(p, str) for p in pools_raw):
             problems.append(f"{path}.pools: must be a list of pool names")
@@ -243,6 +276,7 @@ def parse_masterqueue(body: Mapping[str, Any]) -> MasterQueue:
     if not _DNS_SUBDOMAIN.match(name):
         problems.append(f"metadata.name: {name!r} is not a DNS subdomain")
 
+    _unknown(spec, SPEC_FIELDS, "spec", problems)
     template = dict(spec.get("template") or {})
     unknown = sorted(set(template) - TEMPLATE_FIELDS)
     if unknown:
@@ -267,6 +301,7 @@ def parse_masterqueue(body: Mapping[str, Any]) -> MasterQueue:
     seen: set[str] = set()
     for index, raw in enumerate(spec.get("flavors") or []):
         path = f"spec.flavors[{index}]"
+        _unknown(raw, FLAVOR_FIELDS, path, problems)
         flavor_name = str(raw.get("name") or "")
         if not _DNS_SUBDOMAIN.match(flavor_name):
             problems.append(f"{path}.name: {flavor_name!r} is not a DNS subdomain")
@@ -278,6 +313,7 @@ def parse_masterqueue(body: Mapping[str, Any]) -> MasterQueue:
             problems.append(f"{path}: set exactly one of natsFlavor or localFlavor")
         lendings: list[Lending] = []
         for j, lend in enumerate(raw.get("canLendTo") or []):
+            _unknown(lend, LENDING_FIELDS, f"{path}.canLendTo[{j}]", problems)
             queue = str(lend.get("queue") or "")
             if not _DNS_SUBDOMAIN.match(queue):
                 problems.append(f"{path}.canLendTo[{j}].queue: {queue!r} is not a DNS subdomain")

@@ -297,6 +297,10 @@ def reconcile(
             )
             if state is PoolState.EXCLUDED:
                 continue
+            for resource, value in sorted(report.unparsable.items()):
+                desired.warnings.append(
+                    f"pool {pool}: reported {resource}={value[:40]!r} is not a Kubernetes quantity; counted as 0"
+                )
             desired.flavors.append(resource_flavor(mq, group, report, api_version, desired.warnings))
             if state is PoolState.LIVE:
                 entries.append(_Entry(group, name, pool_quota(report, group, covered)))

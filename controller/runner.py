@@ -110,6 +110,9 @@ class Controller:
         self.live: dict[Key, dict[str, Any]] = {}
         self.applied: dict[Key, dict[str, Any]] = {}
         self.writes = 0
+        self.passes = 0
+        self.last_error: str | None = None
+        """The last reconcile pass's Kubernetes error (None once a pass succeeds): the health check reads it."""
         self.synced = asyncio.Event()
         self._wake = self.store.changed
         self._last_resync = 0.0
@@ -171,7 +174,8 @@ class Controller:
             self._wake.clear()
             try:
                 await self.step()
-            except Exception:
+            except Exception as exc:
+                self.last_error = f"reconcile pass failed: {type(exc).__name__}: {exc}"
                 log.exception("reconcile pass failed; retrying next tick")
 
     # -- MasterQueue events -----------------------------------------------------------------------
@@ -267,13 +271,17 @@ class Controller:
             default=0.0,
         )
         self.store.prune(now - horizon - 60.0)
+        error: str | None = None
         for name in sorted(self.mqs):
             state = self.mqs[name]
             try:
                 await self._reconcile_one(name, state, now)
             except KubeError as exc:
-                log.warning("MasterQueue %s: %s", name, exc)
+                error = f"MasterQueue {name}: {exc}"
+                log.warning("MasterQueue %s: %s", name, exc, extra={"masterqueue": name})
                 await self._event_once(state, "Warning", "ApplyFailed", str(exc))
+        self.last_error = error
+        self.passes += 1
         self.synced.set()
         return self.writes - before
 

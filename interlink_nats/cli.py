@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from interlink_nats.errors import exit_with, extra_for
 from interlink_nats.logs import setup_logging
 from interlink_nats.signals import run_until_signal
 
@@ -35,53 +37,139 @@ def up(
     run_until_signal(lambda stop: run_stack(stop, http_port=http_port, host=host, pool=pool, state_dir=state_dir))
 
 
+def _described(model: str, field: str) -> str:
+    """A flag's help: the setting's own description and default, so --help and the docs cannot drift."""
+    from interlink_nats.services.gateway import settings as gateway_settings
+
+    cls = {"gateway": gateway_settings.GatewaySettings, "nats": gateway_settings.GatewayNatsSettings}[model]
+    info = cls.model_fields[field]
+    default = info.get_default(call_default_factory=True)
+    key = field if model == "gateway" else f"nats.{field}"
+    shown = "" if default is None else f"default {default}; "
+    return f"{info.description or key} ({shown}config key {key})"
+
+
 @app.command()
 def gateway(
-    nats_url: Annotated[str | None, typer.Option(help="NATS URL (env INTERLINK_GATEWAY_NATS__URL)")] = None,
-    host: Annotated[str | None, typer.Option(help="listen address")] = None,
-    port: Annotated[int | None, typer.Option(help="listen port")] = None,
-    unix_socket: Annotated[Path | None, typer.Option(help="listen on a unix socket instead")] = None,
-    redis_url: Annotated[str | None, typer.Option(help="redis URL for state that survives restarts")] = None,
-    default_pool: Annotated[str | None, typer.Option(help="pool for pods that name none")] = None,
-    log_level: Annotated[str, typer.Option()] = "info",
+    config: Annotated[
+        Path | None,
+        typer.Option("--config", "-c", help="YAML/TOML/JSON config file (env INTERLINK_GATEWAY_CONFIG_FILE)"),
+    ] = None,
+    nats_url: Annotated[str | None, typer.Option(help=_described("nats", "url"))] = None,
+    nats_user: Annotated[str | None, typer.Option(help=_described("nats", "user"))] = None,
+    nats_nkey_seed_file: Annotated[Path | None, typer.Option(help=_described("nats", "nkey_seed_file"))] = None,
+    nats_creds_file: Annotated[Path | None, typer.Option(help=_described("nats", "creds_file"))] = None,
+    nats_tls_ca_file: Annotated[Path | None, typer.Option(help=_described("nats", "tls_ca_file"))] = None,
+    nats_tls_cert_file: Annotated[Path | None, typer.Option(help=_described("nats", "tls_cert_file"))] = None,
+    nats_tls_key_file: Annotated[Path | None, typer.Option(help=_described("nats", "tls_key_file"))] = None,
+    nats_inbox_prefix: Annotated[str | None, typer.Option(help=_described("nats", "inbox_prefix"))] = None,
+    nats_connect_timeout_s: Annotated[float | None, typer.Option(help=_described("nats", "connect_timeout_s"))] = None,
+    nats_reconnect_wait_max_s: Annotated[
+        float | None, typer.Option(help=_described("nats", "reconnect_wait_max_s"))
+    ] = None,
+    nats_drain_timeout_s: Annotated[float | None, typer.Option(help=_described("nats", "drain_timeout_s"))] = None,
+    host: Annotated[str | None, typer.Option(help=_described("gateway", "host"))] = None,
+    port: Annotated[int | None, typer.Option(help=_described("gateway", "port"))] = None,
+    unix_socket: Annotated[Path | None, typer.Option(help=_described("gateway", "unix_socket"))] = None,
+    bearer_token_file: Annotated[Path | None, typer.Option(help=_described("gateway", "bearer_token_file"))] = None,
+    redis_url: Annotated[str | None, typer.Option(help=_described("gateway", "redis_url"))] = None,
+    default_pool: Annotated[str | None, typer.Option(help=_described("gateway", "default_pool"))] = None,
+    prefix: Annotated[str | None, typer.Option(help=_described("gateway", "prefix"))] = None,
+    submit_timeout_s: Annotated[float | None, typer.Option(help=_described("gateway", "submit_timeout_s"))] = None,
+    pool_wait_s: Annotated[float | None, typer.Option(help=_described("gateway", "pool_wait_s"))] = None,
+    status_fallback_timeout_s: Annotated[
+        float | None, typer.Option(help=_described("gateway", "status_fallback_timeout_s"))
+    ] = None,
+    stale_after_s: Annotated[float | None, typer.Option(help=_described("gateway", "stale_after_s"))] = None,
+    max_body_bytes: Annotated[int | None, typer.Option(help=_described("gateway", "max_body_bytes"))] = None,
+    events_durable: Annotated[str | None, typer.Option(help=_described("gateway", "events_durable"))] = None,
+    log_level: Annotated[str, typer.Option(help="debug, info, warning")] = "info",
     json_logs: Annotated[bool, typer.Option(help="log JSON lines")] = False,
 ) -> None:
-    """Serve interLink's plugin API and forward pods to pools (settings also from INTERLINK_GATEWAY_* env)."""
+    """Serve interLink's plugin API and forward pods to pools.
+
+    Settings: flags > environment (INTERLINK_GATEWAY_*, nested with __, e.g. INTERLINK_GATEWAY_NATS__URL) >
+    config file > defaults. Secrets (NATS password/token, the bearer token) come from files or the
+    environment, never from the command line.
+    """
     from interlink_nats.services.gateway.server import serve
     from interlink_nats.services.gateway.settings import GatewaySettings
 
     setup_logging(log_level, json_logs)
-    settings = GatewaySettings()
-    overrides = {
-        "host": host,
-        "port": port,
-        "unix_socket": unix_socket,
-        "redis_url": redis_url,
-        "default_pool": default_pool,
+    flags = dict(locals())
+    nats = {
+        key.removeprefix("nats_"): value
+        for key, value in flags.items()
+        if key.startswith("nats_") and value is not None
     }
-    settings = settings.model_copy(update={k: v for k, v in overrides.items() if v is not None})
-    if nats_url:
-        settings.nats = settings.nats.model_copy(update={"url": nats_url})
+    top = {
+        key: value
+        for key, value in flags.items()
+        if key in GatewaySettings.model_fields and key not in ("config_file", "nats") and value is not None
+    }
+    settings = GatewaySettings.load(config, **top)
+    if nats:
+        settings.nats = settings.nats.model_copy(update=nats)
     run_until_signal(lambda stop: serve(settings, stop))
 
 
+def _unavailable(name: str, error: ModuleNotFoundError, help_text: str) -> None:
+    """Register ``name`` as a command that explains which extra to install (the base install lacks it)."""
+
+    @app.command(
+        name,
+        help=f"{help_text} (needs the {extra_for(error.name) or error.name!r} extra)",
+        context_settings={"ignore_unknown_options": True, "allow_extra_args": True, "help_option_names": []},
+    )
+    def unavailable(ctx: typer.Context) -> None:
+        raise error
+
+
 def _register_subcommands() -> None:
-    from interlink_nats.controller.cli import app as controller_app
-    from interlink_nats.services.scripts.cli import render
+    """Each command group is optional: a submitter-only install has no renderer and no Kubernetes client."""
+    render_help = "Print the job script a pod becomes (secrets masked), so an admin sees exactly what runs."
+    try:
+        from interlink_nats.services.scripts.cli import render
+    except ModuleNotFoundError as exc:
+        _unavailable("render", exc, render_help)
+    else:
+        app.command(help=render_help)(render)
+
     from interlink_nats.services.security.cli import nats_config
+
+    app.command("nats-config")(nats_config)
+
     from interlink_nats.submitters.cli import app as submitter_app
 
-    app.command(help="Print the job script a pod becomes (secrets masked), so an admin sees exactly what runs.")(render)
-    app.command("nats-config")(nats_config)
     app.add_typer(submitter_app, name="submitter")
-    app.add_typer(controller_app, name="controller", help="kueue-nats: MasterQueue → Kueue objects (run, render).")
+
+    controller_help = "kueue-nats: MasterQueue → Kueue objects (run, render)."
+    try:
+        from interlink_nats.controller.cli import app as controller_app
+    except ModuleNotFoundError as exc:
+        _unavailable("controller", exc, controller_help)
+    else:
+        app.add_typer(controller_app, name="controller", help=controller_help)
 
 
 _register_subcommands()
 
 
 def main() -> None:
-    app()
+    """The entry point: every error leaves as one line (usage errors exit 2), never a traceback or a box."""
+    import click
+
+    try:
+        code = app(standalone_mode=False)
+    except click.exceptions.Abort:
+        raise SystemExit(130) from None
+    except click.ClickException as exc:  # usage errors: a bad option, a missing file, BadParameter
+        hint = f" (see {exc.ctx.command_path} --help)" if isinstance(exc, click.UsageError) and exc.ctx else ""
+        print(f"interlink-nats: error: {exc.format_message()}{hint}", file=sys.stderr)
+        raise SystemExit(exc.exit_code) from None
+    except Exception as exc:
+        exit_with(exc)
+    raise SystemExit(code if isinstance(code, int) else 0)
 
 
 if __name__ == "__main__":

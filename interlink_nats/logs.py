@@ -7,17 +7,28 @@ import logging
 import sys
 from datetime import UTC, datetime
 
+from interlink_nats.kernel import log_context
+
 
 class JsonFormatter(logging.Formatter):
-    """One JSON object per line, for log shippers; messages never carry secret values by design."""
+    """One JSON object per line, for log shippers; messages never carry secret values by design.
+
+    Pod UID, namespace, pool, job id (and a MasterQueue's name) are fields of their own: from the
+    request's log context (``kernel.log_context``) or a call's ``extra={...}``.
+    """
 
     def format(self, record: logging.LogRecord) -> str:
-        entry = {
+        entry: dict[str, object] = {
             "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
             "level": record.levelname.lower(),
             "logger": record.name,
             "message": record.getMessage(),
         }
+        entry.update(log_context.current())
+        for name in log_context.FIELDS:
+            value = record.__dict__.get(name)
+            if value:
+                entry[name] = str(value)
         if record.exc_info:
             entry["error"] = self.formatException(record.exc_info)
         return json.dumps(entry)

@@ -42,20 +42,20 @@ class NatsConnectionSettings(BaseModel):
     url: str = Field(
         "nats://127.0.0.1:4222", description="nats://, tls://, ws:// or wss:// URL (comma-separated for a cluster)"
     )
-    user: str | None = None
+    user: str | None = Field(None, description="user name (its password only from env or the config file)")
     password: SecretStr | None = None
     token: SecretStr | None = None
     nkey_seed_file: Path | None = Field(None, description="file holding an nkey seed (SU...)")
     creds_file: Path | None = Field(None, description="a .creds file (JWT + seed)")
     tls_ca_file: Path | None = Field(None, description="CA bundle to verify the server (tls:// and wss://)")
-    tls_cert_file: Path | None = None
-    tls_key_file: Path | None = None
+    tls_cert_file: Path | None = Field(None, description="client certificate, where the server asks for one")
+    tls_key_file: Path | None = Field(None, description="the client certificate's key")
     inbox_prefix: str = Field(
         INBOX_ROOT, description="reply inbox prefix; with `nats-config` permissions each identity has its own"
     )
-    connect_timeout_s: float = Field(5.0, gt=0)
+    connect_timeout_s: float = Field(5.0, gt=0, description="deadline of one connection attempt")
     reconnect_wait_max_s: float = Field(30.0, gt=0, description="cap of the jittered reconnect back-off")
-    drain_timeout_s: float = Field(20.0, gt=0)
+    drain_timeout_s: float = Field(20.0, gt=0, description="how long a stopping process drains its subscriptions")
 
     def servers(self) -> list[str]:
         return [part.strip() for part in self.url.split(",") if part.strip()]

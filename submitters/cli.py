@@ -8,12 +8,10 @@ file (``--config``, YAML or TOML); the command line wins, then the environment, 
 from __future__ import annotations
 
 import gc
-import sys
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
-from pydantic import ValidationError
 
 from interlink_nats.logs import setup_logging
 from interlink_nats.signals import run_until_signal
@@ -53,22 +51,14 @@ def _tune_gc() -> None:
 
 def _serve(config: Path | None, log_level: str, json_logs: bool, overrides: dict[str, Any]) -> None:
     from interlink_nats.submitters.runtime import run_submitter
-    from interlink_nats.submitters.settings import ConfigFileError, SubmitterSettings
+    from interlink_nats.submitters.settings import SubmitterSettings
 
     setup_logging(log_level, json_logs)
-    try:
-        settings = SubmitterSettings.load(config, **overrides)
-    except (ValidationError, ConfigFileError) as exc:
-        typer.echo(f"invalid submitter settings: {exc}", err=True)
-        raise typer.Exit(2) from None
-
+    # Invalid settings (ValidationError, ConfigFileError) and start-up failures leave through the CLI's one
+    # error boundary (interlink_nats.errors): one line, exit 2 for bad input, 1 for a failed start.
+    settings = SubmitterSettings.load(config, **overrides)
     _tune_gc()
-
-    try:
-        run_until_signal(lambda stop: run_submitter(settings, stop))
-    except Exception as exc:  # a start-up failure: one clear line, not a traceback
-        typer.echo(f"submitter failed: {type(exc).__name__}: {exc}", err=True)
-        sys.exit(1)
+    run_until_signal(lambda stop: run_submitter(settings, stop))
 
 
 @app.command()
@@ -130,6 +120,17 @@ def slurm(
             "slurm": slurm_opts or None,
         },
     )
+
+
+@app.command()
+def run(
+    config: ConfigOpt = None,
+    instance_id: InstanceOpt = None,
+    log_level: LogOpt = "info",
+    json_logs: JsonOpt = False,
+) -> None:
+    """Run the backend the config file names (its `backend:` key): what the systemd unit starts."""
+    _serve(config, log_level, json_logs, {"instance_id": instance_id})
 
 
 if __name__ == "__main__":  # ``python -m interlink_nats.submitters.cli shell …`` (tests run it this way)

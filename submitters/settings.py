@@ -9,46 +9,19 @@ separate file named by ``build_config_file``; either is re-read when it changes.
 
 from __future__ import annotations
 
-import json
 import os
 import socket
-import tomllib
 import uuid
-from contextvars import ContextVar
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-import yaml
 from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.kernel.config_files import ConfigFileError, LayeredSettings, load_document
 from interlink_nats.kernel.subjects import DEFAULT_PREFIX, validate_pool
 from pydantic import BaseModel, Field, SecretStr, field_validator
-from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import NoDecode, SettingsConfigDict
 
 ENV_PREFIX = "INTERLINK_SUBMITTER_"
-
-
-class ConfigFileError(ValueError):
-    """The config file could not be read or parsed; the message names the file."""
-
-
-def load_document(path: Path) -> dict[str, Any]:
-    """Parse a YAML/TOML/JSON file into a dict (empty file → {})."""
-    try:
-        text = path.read_text()
-    except OSError as exc:
-        raise ConfigFileError(f"cannot read config file {path}: {exc}") from exc
-    try:
-        if path.suffix.lower() == ".toml":
-            data: Any = tomllib.loads(text)
-        elif path.suffix.lower() == ".json":
-            data = json.loads(text) if text.strip() else {}
-        else:
-            data = yaml.safe_load(text) or {}
-    except (tomllib.TOMLDecodeError, yaml.YAMLError, json.JSONDecodeError) as exc:
-        raise ConfigFileError(f"cannot parse config file {path}: {exc}") from exc
-    if not isinstance(data, dict):
-        raise ConfigFileError(f"config file {path} must hold a mapping at the top level")
-    return data
 
 
 def parse_build_config(data: dict[str, Any] | None, *, where: str = "build_config") -> pb.BuildConfig:
@@ -63,19 +36,6 @@ def parse_build_config(data: dict[str, Any] | None, *, where: str = "build_confi
         return pb.BuildConfig.from_dict(fixed)
     except (KeyError, ValueError, TypeError) as exc:
         raise ConfigFileError(f"invalid {where}: {exc}") from exc
-
-
-_FILE_VALUES: ContextVar[dict[str, Any]] = ContextVar("submitter_file_values", default={})  # noqa: B039
-
-
-class _FileSource(PydanticBaseSettingsSource):
-    """The config file's values, below the environment (pydantic-settings deep-merges sources)."""
-
-    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
-        return None, field_name, False
-
-    def __call__(self) -> dict[str, Any]:
-        return dict(_FILE_VALUES.get())
 
 
 class TaintSpec(BaseModel):
@@ -105,7 +65,7 @@ class SlurmSettings(BaseModel):
     command_timeout: float = Field(60.0, gt=0)
 
 
-class SubmitterSettings(BaseSettings):
+class SubmitterSettings(LayeredSettings):
     """Everything a submitter needs; validated once at start."""
 
     model_config = SettingsConfigDict(
@@ -117,8 +77,6 @@ class SubmitterSettings(BaseSettings):
 
     pool: str
     backend: Literal["shell", "slurm"] = "shell"
-    config_file: Path | None = None
-    """Where these settings (and the BuildConfig) were read from; watched for BuildConfig changes."""
 
     nats_url: Annotated[list[str], NoDecode] = Field(default_factory=lambda: ["nats://127.0.0.1:4222"])
     """nats://, tls:// or wss:// URLs (comma-separated in the environment)."""
@@ -184,33 +142,6 @@ class SubmitterSettings(BaseSettings):
         if not value:
             raise ValueError("at least one NATS URL is needed")
         return value
-
-    @classmethod
-    def settings_customise_sources(
-        cls,
-        settings_cls: type[BaseSettings],
-        init_settings: PydanticBaseSettingsSource,
-        env_settings: PydanticBaseSettingsSource,
-        dotenv_settings: PydanticBaseSettingsSource,
-        file_secret_settings: PydanticBaseSettingsSource,
-    ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return init_settings, env_settings, _FileSource(settings_cls), file_secret_settings
-
-    @classmethod
-    def load(cls, config_file: Path | None = None, **overrides: Any) -> SubmitterSettings:
-        """Settings from the file (if any), overridden by the environment, overridden by ``overrides``."""
-        overrides = {k: v for k, v in overrides.items() if v is not None}
-        config_file = config_file or (
-            Path(os.environ[f"{ENV_PREFIX}CONFIG_FILE"]) if os.environ.get(f"{ENV_PREFIX}CONFIG_FILE") else None
-        )
-        file_values: dict[str, Any] = load_document(config_file) if config_file else {}
-        if config_file is not None:
-            overrides.setdefault("config_file", config_file)
-        token = _FILE_VALUES.set(file_values)
-        try:
-            return cls(**overrides)
-        finally:
-            _FILE_VALUES.reset(token)
 
     # Derived values -------------------------------------------------------------------------
 

@@ -29,6 +29,7 @@ TOP = "interlink_nats"
 # Modules that do no I/O. A new pure module belongs here; a module that starts doing I/O leaves.
 PURE_MODULES = (
     "interlink_nats.kernel.layout",
+    "interlink_nats.kernel.log_context",
     "interlink_nats.kernel.names",
     "interlink_nats.kernel.quantities",
     "interlink_nats.kernel.subjects",

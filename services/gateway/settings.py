@@ -1,13 +1,18 @@
-"""Gateway settings: from the environment (``INTERLINK_GATEWAY_*``, nested with ``__``) or arguments."""
+"""Gateway settings: flags > environment (``INTERLINK_GATEWAY_*``, nested with ``__``) > config file > defaults.
+
+The config file (``--config`` or ``INTERLINK_GATEWAY_CONFIG_FILE``; YAML, TOML or JSON) has these field
+names as keys, the NATS ones under ``nats:``. Unknown keys are errors.
+"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+from interlink_nats.kernel.config_files import LayeredSettings
 from interlink_nats.kernel.nats_connection import NatsConnectionSettings
 from interlink_nats.kernel.subjects import DEFAULT_PREFIX, Role, inbox_prefix
-from pydantic import Field, SecretStr
-from pydantic_settings import BaseSettings, SettingsConfigDict
+from pydantic import Field, SecretStr, model_validator
+from pydantic_settings import SettingsConfigDict
 
 
 class GatewayNatsSettings(NatsConnectionSettings):
@@ -16,14 +21,17 @@ class GatewayNatsSettings(NatsConnectionSettings):
     )
 
 
-class GatewaySettings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="INTERLINK_GATEWAY_", env_nested_delimiter="__")
+class GatewaySettings(LayeredSettings):
+    model_config = SettingsConfigDict(env_prefix="INTERLINK_GATEWAY_", env_nested_delimiter="__", extra="forbid")
 
     nats: GatewayNatsSettings = Field(default_factory=GatewayNatsSettings)
     host: str = Field("127.0.0.1", description="TCP address to listen on")
     port: int = Field(4000, description="TCP port to listen on")
     unix_socket: Path | None = Field(None, description="listen on this unix socket instead of TCP")
-    bearer_token: SecretStr | None = Field(None, description="require `Authorization: Bearer <token>`")
+    bearer_token: SecretStr | None = Field(
+        None, description="require `Authorization: Bearer <token>` (env or file only; or bearer_token_file)"
+    )
+    bearer_token_file: Path | None = Field(None, description="file holding the bearer token (e.g. a mounted Secret)")
     redis_url: str | None = Field(None, description="redis for state that survives restarts; memory only if unset")
     default_pool: str | None = Field(None, description="pool for pods that name none")
     prefix: str = Field(DEFAULT_PREFIX, description="prefix of announcement and event subjects")
@@ -38,3 +46,16 @@ class GatewaySettings(BaseSettings):
     )
     max_body_bytes: int = Field(32 * 1024 * 1024, description="larger request bodies get a 413")
     events_durable: str = Field("interlink-gateway", description="name of the durable JetStream consumer")
+
+    @model_validator(mode="after")
+    def _token_from_file(self) -> GatewaySettings:
+        """Read the bearer token file once at start, so a token never has to pass through argv or env."""
+        if self.bearer_token is None and self.bearer_token_file is not None:
+            try:
+                token = self.bearer_token_file.read_text().strip()
+            except OSError as exc:
+                raise ValueError(f"cannot read bearer_token_file {self.bearer_token_file}: {exc.strerror}") from exc
+            if not token:
+                raise ValueError(f"bearer_token_file {self.bearer_token_file} is empty")
+            self.bearer_token = SecretStr(token)
+        return self

@@ -59,6 +59,10 @@ def nats_config(
     """Write nats-server.conf (per-identity nkeys and subject permissions, TLS WebSocket, JetStream) and one
     0600 nkey seed per identity: gateway, controller and each pool."""
     out = out.resolve()
+    if out.exists() and not out.is_dir():
+        raise typer.BadParameter(
+            f"{out} is a file; name a directory (it is created 0700 if missing)", param_hint="--out"
+        )
     server_view = Path(mount_path) if mount_path else out
     if dev_tls:
         from .devtls import DevTlsUnavailableError, write_dev_tls

