@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-SYSTEM_PACKAGES := redis-server slurm-wlm munge podman runc busybox-static
+SYSTEM_PACKAGES := redis-server slurm-wlm munge podman runc busybox-static debootstrap
 PYTEST_ARGS ?=
 ARGS ?=
 

@@ -20,6 +20,23 @@ app = typer.Typer(
 )
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        from interlink_nats import __version__
+
+        typer.echo(f"interlink-nats {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _global_options(
+    version: Annotated[
+        bool, typer.Option("--version", is_eager=True, callback=_print_version, help="print the version and exit")
+    ] = False,
+) -> None:
+    """Run Kubernetes pods on remote batch sites through NATS (interLink plugin, submitters, kueue-nats)."""
+
+
 @app.command()
 def up(
     http_port: Annotated[int, typer.Option(help="port of the gateway (interLink's plugin API)")] = 4000,

