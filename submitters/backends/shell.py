@@ -16,8 +16,9 @@ fork happens in a small bash.
 Why "run at most once" holds: each launch starts with ``mkdir .shell.claim``, atomic on every
 POSIX filesystem; a second launch of the same directory (a retry after a crash, or a second
 launcher) loses the race and starts nothing. The claim and the start of the runner happen in
-the launcher, which finishes every directory it was sent even if the submitter is killed: no
-directory is ever claimed without its runner being started.
+the launcher, which finishes every directory it was sent even if the submitter is killed. Only a
+launcher killed between the two (its container restarted) leaves a claim without a runner; the
+poll reports that job lost, saying it never started, on its second sighting (``NEVER_STARTED_AFTER``).
 
 Runtime podman: a container outlives a killed job script, so while the pool's runtime is podman the
 backend removes a pod's containers on cancel and, at start, those whose job script is gone
@@ -35,7 +36,6 @@ import contextlib
 import logging
 import os
 import signal
-import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -53,6 +53,7 @@ from interlink_nats.submitters.backends.base import (
     Reconciled,
 )
 from interlink_nats.submitters.backends.proc import run_command
+from interlink_nats.submitters.clock import SYSTEM_CLOCK, Clock
 from interlink_nats.submitters.containers import PodmanJanitor
 
 log = logging.getLogger(__name__)
@@ -61,8 +62,16 @@ CLAIM = ".shell.claim"
 PID_FILE = ".shell.pid"
 EXIT_FILE = ".shell.exit"
 RUNNER_NAME = "interlink-shell-job"
-STARTING_GRACE = 60.0
-"""A claim older than this without a pid file means the runner never started (e.g. a reboot)."""
+LAUNCHER_NAME = "interlink-shell-launch"
+CLAIM_LAUNCHER = f"{CLAIM}/launcher"
+"""Inside the claim: pid of the launcher that made it (written before the runner is forked)."""
+CLAIM_RUNNER = f"{CLAIM}/runner"
+"""Inside the claim: pid of the runner it forked (written right after the fork)."""
+NEVER_STARTED_AFTER = 1.0
+"""A claim without a runner whose launcher is gone (and whose forked runner, if any, is gone too), seen
+on two polls at least this far apart, was never started: the launcher was killed between claim and start
+(e.g. its container restarted). While the launcher lives it may still be working through its backlog."""
+NEVER_STARTED = "the job never started: it was claimed, but the launcher stopped before starting its runner"
 
 # Constant programs, never formatted: the only inputs are positional arguments and stdin.
 # The launcher reads NUL-terminated job directories and answers "<dir>\0<pid>\0" (or "claimed").
@@ -73,8 +82,10 @@ set -m
 bash=$1 runner=$2 env_name=$3
 while IFS= read -r -d '' dir; do
   if mkdir "$dir/.shell.claim" 2>/dev/null; then
+    echo $$ > "$dir/.shell.claim/launcher"
     ( export "$env_name=$dir"; exec "$bash" -c "$runner" interlink-shell-job "$dir" "$bash" ) \
       </dev/null >/dev/null 2>&1 &
+    echo $! > "$dir/.shell.claim/runner"
     printf '%s\0%s\0' "$dir" "$!"
     disown
   else
@@ -111,6 +122,24 @@ def _is_our_runner(pid: int, job_dir: Path) -> bool:
     except OSError:
         return False
     return RUNNER_NAME.encode() in argv and str(job_dir).encode() in argv
+
+
+def _is_ours(pid: int | None) -> bool:
+    """A live launcher, or a runner (before its exec it still has the launcher's command line)."""
+    if pid is None:
+        return False
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    seen = _proc_start_ticks(pid)
+    alive = seen is not None and seen[1] != "Z"
+    return alive and (LAUNCHER_NAME.encode() in argv or RUNNER_NAME.encode() in argv)
+
+
+def _may_still_start(job_dir: Path) -> bool:
+    """A claim without a pid file whose launcher or forked runner is still alive: it is starting."""
+    return _is_ours(_read_int(job_dir / CLAIM_LAUNCHER)) or _is_ours(_read_int(job_dir / CLAIM_RUNNER))
 
 
 def _read_int(path: Path) -> int | None:
@@ -157,7 +186,7 @@ class _Launcher:
                     self._bash,
                     "-c",
                     _LAUNCHER,
-                    "interlink-shell-launch",
+                    LAUNCHER_NAME,
                     self._bash,
                     _RUNNER,
                     layout.JOB_DIR_ENV,
@@ -265,7 +294,10 @@ class ShellBackend:
 
     name = "shell"
 
-    def __init__(self, *, max_concurrent: int = 0, bash: str = "bash", kill_grace: float = 5.0) -> None:
+    def __init__(
+        self, *, max_concurrent: int = 0, bash: str = "bash", kill_grace: float = 5.0, clock: Clock | None = None
+    ) -> None:
+        self._clock = clock or SYSTEM_CLOCK
         self._fixed_limit = max_concurrent
         self._limit = max_concurrent or (len(os.sched_getaffinity(0)) or 1)
         self._bash = bash
@@ -276,6 +308,8 @@ class ShellBackend:
         self._cancelled: set[str] = set()
         self._starting: set[str] = set()
         """Taken from the queue, launcher not done yet: neither queued nor findable on disk."""
+        self._unstarted: dict[str, float] = {}
+        """Claims with no runner, by when a poll first saw them (see ``NEVER_STARTED_AFTER``)."""
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._launcher = _Launcher(bash)
@@ -309,14 +343,13 @@ class ShellBackend:
         """Whether the job in ``job_dir`` still runs; None when the directory is not a job of this backend."""
         if not job_dir.is_dir():
             return False  # removed: cancelled or cleaned up
-        claimed = _mtime(job_dir / CLAIM)
-        if claimed is None:
+        if not (job_dir / CLAIM).exists():
             return None
         if (job_dir / EXIT_FILE).exists():
             return False
         pid = _read_int(job_dir / PID_FILE)
         if pid is None:
-            return time.time() - claimed < STARTING_GRACE
+            return False  # the runner writes its pid before it starts job.sh: no script ever ran here
         seen = _proc_start_ticks(pid)
         return _is_our_runner(pid, job_dir) and seen is not None and seen[1] != "Z"
 
@@ -453,7 +486,7 @@ class ShellBackend:
     async def poll(self, jobs: Sequence[JobHandle]) -> dict[str, Observation]:
         """One pass over the tracked jobs' files and /proc; no subprocess at all."""
         out: dict[str, Observation] = {}
-        now = time.time()
+        now = self._clock.time()
         for job in jobs:
             obs = self._observe(job, now)
             if obs is not None:
@@ -465,6 +498,7 @@ class ShellBackend:
         code = _read_int(job_dir / EXIT_FILE)
         if code is not None:
             self._running.pop(uid, None)
+            self._unstarted.pop(uid, None)
             started = _mtime(job_dir / PID_FILE)
             finished = _mtime(job_dir / EXIT_FILE)
             if code == 0:
@@ -482,17 +516,25 @@ class ShellBackend:
             del self._running[uid]
             self._wake.set()
         elif self._adopt(uid, job_dir) is not None:
+            self._unstarted.pop(uid, None)
             return Observation(BackendState.RUNNING, started_at=_mtime(job_dir / PID_FILE))
         if uid in self._cancelled:
             return Observation(BackendState.CANCELLED, raw_state="killed on request")
-        claimed = _mtime(job_dir / CLAIM)
-        if claimed is not None and not (job_dir / PID_FILE).exists() and now - claimed < STARTING_GRACE:
-            return Observation(BackendState.RUNNING, reason="starting")
+        if (job_dir / CLAIM).exists() and not (job_dir / PID_FILE).exists():
+            if _may_still_start(job_dir):
+                self._unstarted.pop(uid, None)
+                return Observation(BackendState.RUNNING, reason="starting")
+            first_seen = self._unstarted.setdefault(uid, now)
+            if now - first_seen < NEVER_STARTED_AFTER:
+                return Observation(BackendState.RUNNING, reason="starting")
+            del self._unstarted[uid]
+            return Observation(BackendState.GONE, reason=NEVER_STARTED)
         return None  # gone: the runner vanished without writing its exit file
 
     async def cancel(self, job: JobHandle) -> None:
         uid = job.uid
         self._cancelled.add(uid)
+        self._unstarted.pop(uid, None)
         if uid in self._queued:
             self._queued.discard(uid)
             self._queue = deque(s for s in self._queue if s.uid != uid)
