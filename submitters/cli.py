@@ -25,7 +25,12 @@ app = typer.Typer(
 
 ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help="YAML or TOML config file")]
 PoolOpt = Annotated[str | None, typer.Option(help="pool name (a DNS label)")]
-NatsOpt = Annotated[list[str] | None, typer.Option("--nats-url", help="nats://, tls:// or wss:// URL (repeatable)")]
+NatsOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--nats-url", help="nats://, tls:// or wss:// URL; repeatable or comma-separated (every node of a cluster)"
+    ),
+]
 StateOpt = Annotated[Path | None, typer.Option(help="job directories and the registry")]
 PollOpt = Annotated[float | None, typer.Option(help="seconds between backend polls")]
 InstanceOpt = Annotated[str | None, typer.Option(help="name of this replica (default: host + random)")]
@@ -118,6 +123,42 @@ def slurm(
             "poll_interval": poll_interval,
             "instance_id": instance_id,
             "slurm": slurm_opts or None,
+        },
+    )
+
+
+@app.command()
+def htcondor(
+    config: ConfigOpt = None,
+    pool: PoolOpt = None,
+    nats_url: NatsOpt = None,
+    state_dir: StateOpt = None,
+    poll_interval: PollOpt = None,
+    instance_id: InstanceOpt = None,
+    mode: Annotated[
+        str | None, typer.Option(help="local (submit node, shared filesystem) or remote (an HTCondor-CE)")
+    ] = None,
+    collector: Annotated[str | None, typer.Option(help="-pool of the condor commands (the CE's collector)")] = None,
+    schedd: Annotated[str | None, typer.Option(help="-name of the condor commands (the CE's schedd)")] = None,
+    log_level: LogOpt = "info",
+    json_logs: JsonOpt = False,
+) -> None:
+    """Submit pods as HTCondor jobs (condor_submit/condor_q/condor_history/condor_rm/condor_transfer_data).
+
+    Token secrets come from files or the environment (see docs/submitters.md), never from options."""
+    opts = {k: v for k, v in {"mode": mode, "collector": collector, "schedd": schedd}.items() if v is not None}
+    _serve(
+        config,
+        log_level,
+        json_logs,
+        {
+            "backend": "htcondor",
+            "pool": pool,
+            "nats_url": nats_url or None,
+            "state_dir": state_dir,
+            "poll_interval": poll_interval,
+            "instance_id": instance_id,
+            "htcondor": opts or None,
         },
     )
 

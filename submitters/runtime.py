@@ -18,7 +18,8 @@ What it does, and why in this order:
    alive by it, so a crashed replica's jobs are adopted at once;
 2. open the registry, start the backend, and recover every job this instance now owns
    (``recovery``; interrupted submissions are reconciled with the backend) — ``open()``;
-3. connect to NATS (forever, with back-off), make sure the events stream exists, serve RPC
+3. connect to NATS (forever, with back-off), look the events stream up (the gateway creates it), serve
+   RPC; a refused subscription to the pool's own subjects ends the start with an error
    (``service``) — ``serve()``;
 4. loop: one batched backend poll per interval (``polling``) → registry (one commit) → JobEvents
    (``outbox``: unpublished ones are retried, so events resume after a NATS outage); announce
@@ -38,6 +39,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.kernel.log_context import bind as bind_log_fields
 from interlink_nats.kernel.version import __version__
 from interlink_nats.submitters.announcer import Announcer
 from interlink_nats.submitters.backends.base import Backend, BackendError
@@ -60,6 +62,8 @@ __all__ = ["PollStats", "Submitter", "SubmitterError", "make_backend", "run_subm
 
 log = logging.getLogger(__name__)
 
+KEPT_PERMISSION_ERRORS = 10
+
 ADOPT_EVERY_POLLS = 3
 
 
@@ -78,6 +82,13 @@ def make_backend(settings: SubmitterSettings, clock: Clock | None = None) -> Bac
         from interlink_nats.submitters.backends.slurm import SlurmBackend
 
         return SlurmBackend(settings.slurm.config())
+    if settings.backend == "htcondor":
+        from interlink_nats.submitters.backends.htcondor import HTCondorBackend
+        from interlink_nats.submitters.tokens import OidcTokenSource
+
+        token = settings.htcondor.token
+        source = OidcTokenSource(token.config(), settings.resolved_state_dir()) if token is not None else None
+        return HTCondorBackend(settings.htcondor.config(), pool=settings.pool, token=source, clock=clock)
     raise SubmitterError(f"unknown backend {settings.backend!r}")
 
 
@@ -123,7 +134,13 @@ class Submitter:
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._rpc: Any = None
-        self._polls = 0
+        self.polls = 0
+        self.last_poll_ok: float | None = None
+        """Monotonic time of the last poll that reached the backend (the health check reads it)."""
+        self.poll_error: str | None = None
+        self.permission_errors: list[str] = []
+        """NATS permission violations on this process's own subjects since start (newest last, a few kept)."""
+        self._denied_subscriptions: list[str] = []
 
     # Lifecycle --------------------------------------------------------------------------------
 
@@ -173,6 +190,7 @@ class Submitter:
                 name=f"interlink-submitter-{self.pool}-{self.instance_id}",
                 stop=stop,
                 on_reconnect=self._on_reconnect,
+                on_error=self._on_nats_error,
             )
         self.outbox.nc = self.announcer.nc = self.nc
         await self.outbox.ensure_stream()
@@ -186,6 +204,7 @@ class Submitter:
             metadata={"backend": self.backend.name, "instance": self.instance_id},
         )
         await self._rpc.start()
+        await self._check_subscriptions()
         await self.announcer.discover_capacity()
         await self.announcer.announce()
         self._tasks = [
@@ -200,6 +219,30 @@ class Submitter:
             self.backend.name,
             self.state_dir,
         )
+
+    async def _on_nats_error(self, exc: Exception) -> None:
+        from interlink_nats.kernel.nats_connection import denied_subscription
+
+        if "permissions violation" in str(exc).lower():
+            self.permission_errors = [*self.permission_errors[-(KEPT_PERMISSION_ERRORS - 1) :], str(exc)]
+        subject = denied_subscription(exc)
+        if subject is not None:
+            self._denied_subscriptions.append(subject)
+
+    async def _check_subscriptions(self) -> None:
+        """Fail the start when the server refused one of our subscriptions: serving on would look healthy
+        while every request to the pool gets a 503. A flush is a round trip, so any refusal is in by then."""
+        assert self.nc is not None
+        await self.nc.flush(timeout=10)
+        if self._denied_subscriptions:
+            from interlink_nats.kernel.nats_connection import identity_of
+            from interlink_nats.submitters.natsconn import connection_settings
+
+            raise SubmitterError(
+                f"NATS refused subscribing to {', '.join(sorted(set(self._denied_subscriptions)))} for "
+                f"{identity_of(connection_settings(self.settings))}: these credentials cannot serve pool "
+                f"{self.pool!r} (wrong --pool, or another pool's credential file?)"
+            )
 
     async def stop(self) -> None:
         """Stop serving (in-flight calls finish), flush events, drain NATS. Jobs keep running."""
@@ -269,21 +312,24 @@ class Submitter:
             started = self.clock.monotonic()
             try:
                 await self.poll_once()
-                self._polls += 1
+                self.last_poll_ok, self.poll_error = self.clock.monotonic(), None
+                self.polls += 1
                 if self.submissions.recover_needed:
                     self.submissions.recover_needed = False
                     await self.recover()
-                if self._polls % ADOPT_EVERY_POLLS == 0:
+                if self.polls % ADOPT_EVERY_POLLS == 0:
                     if await self.recovery.adopt_dead_owners():
                         await self.recover()
-                    elif self._polls % (ADOPT_EVERY_POLLS * 20) == 0:
+                    elif self.polls % (ADOPT_EVERY_POLLS * 20) == 0:
                         await self.recover()  # picks up interrupted submissions whose retry came back
-                if self._polls % 1000 == 1:
+                if self.polls % 1000 == 1:
                     cutoff = self.clock.time() - self.settings.retention_days * 86400
                     await self._reg().prune(cutoff)
             except BackendError as exc:
+                self.poll_error = f"{self.backend.name} poll failed: {exc}"
                 log.warning("%s poll failed (%s); retrying next interval", self.backend.name, exc)
-            except Exception:
+            except Exception as exc:
+                self.poll_error = f"poll failed: {type(exc).__name__}: {exc}"
                 log.exception("poll failed; retrying next interval")
             delay = max(0.0, interval - (self.clock.monotonic() - started))
             with contextlib.suppress(TimeoutError):
@@ -350,20 +396,37 @@ class Submitter:
     def last_poll(self) -> PollStats | None:
         return self.poller.last_poll
 
+    @property
+    def poll_interval(self) -> float:
+        return self.settings.poll_interval
+
 
 async def run_submitter(settings: SubmitterSettings, stop_event: asyncio.Event | None = None) -> None:
-    """Serve until ``stop_event`` is set (forever when None), then stop gracefully."""
-    stop_event = stop_event or asyncio.Event()
-    submitter = Submitter(settings)
-    try:
-        await submitter.start(stop=stop_event)
-    except Exception as exc:
-        from interlink_nats.submitters.natsconn import NatsConnectError
+    """Serve until ``stop_event`` is set (forever when None), then stop gracefully.
 
-        if isinstance(exc, NatsConnectError):
-            return
-        raise
+    With ``probe_port`` set, /healthz and /metrics answer from before the NATS connection is made, so a
+    submitter that cannot reach NATS is visible as unhealthy rather than silent.
+    """
+    from interlink_nats.submitters.natsconn import NatsConnectError
+
+    stop_event = stop_event or asyncio.Event()
+    bind_log_fields(pool=settings.pool)  # every record of this task and the tasks it starts names the pool
+    submitter = Submitter(settings)
+    probes = None
+    if settings.probe_port is not None:
+        from interlink_nats.services.probes import serve_probes
+        from interlink_nats.submitters.observability import submitter_probes
+
+        probes = await serve_probes(submitter_probes(submitter), settings.probe_host, settings.probe_port)
     try:
-        await stop_event.wait()
+        try:
+            await submitter.start(stop=stop_event)
+        except NatsConnectError:
+            return
+        try:
+            await stop_event.wait()
+        finally:
+            await submitter.stop()
     finally:
-        await submitter.stop()
+        if probes is not None:
+            probes.close()

@@ -192,6 +192,10 @@ class PodStore:
             return None
         if not revision and record.is_final():
             return None
+        if record.is_final() and status.state not in FINAL_STATES:
+            # A status pulled from ListJobs carries no revision, so an older event still in the stream
+            # (a restart with redis lost) would pass the check above; a finished job never runs again.
+            return None
         record.status = status
         if status.job_id:
             record.job_id = status.job_id

@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from fractions import Fraction
-from typing import Any
+from typing import Any, TypeVar
 
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel import quantities
@@ -31,6 +31,9 @@ class BadRequest(ValueError):
         self.status_code = status_code
 
 
+_V = TypeVar("_V")
+
+
 def parse_json(body: bytes) -> Any:
     if not body.strip():
         raise BadRequest("body", "empty request body; expected JSON")
@@ -42,7 +45,7 @@ def parse_json(body: bytes) -> Any:
         raise BadRequest("body", f"invalid JSON: {exc}") from None
 
 
-def _expect(value: Any, kind: type | tuple[type, ...], field: str, what: str) -> Any:
+def _expect(value: object, kind: type[_V], field: str, what: str) -> _V:
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
         raise BadRequest(field, f"expected {what}, got {type(value).__name__}")
     return value
@@ -75,7 +78,7 @@ def parse_create(body: bytes) -> dict[str, Any]:
         if len(data) != 1:
             raise BadRequest("body", f"expected one RetrievedPodData (or a one-element array), got {len(data)}")
         data = data[0]
-    _expect(data, dict, "body", "a RetrievedPodData object")
+    data = _expect(data, dict, "body", "a RetrievedPodData object")
     uid = pod_identity(data.get("pod"), "pod").uid
     if not is_pod_uid(uid):  # what a submitter accepts: the UID names the job directory
         raise BadRequest("pod.metadata.uid", f"{uid!r} is not a pod UID: letters, digits, '.', '_' and '-' only")
