@@ -78,6 +78,15 @@ class PodOptions:
     binds: tuple[str, ...]
     global_options: tuple[str, ...]  # slurm-job.vk.io/singularity-commands
     options: tuple[str, ...]  # slurm-job.vk.io/singularity-options and -mounts
+    pod_label: str  # `interlink-nats.pod-uid=<uid>`, quoted: how a runtime that labels containers finds them again
+
+
+@dataclass(slots=True)
+class StopCommands:
+    """Pod-level lines for a runtime whose containers outlive their client process (podman)."""
+
+    after_grace: tuple[str, ...] = ()  # run when the grace period after a TERM has passed, before the KILL
+    at_exit_if_cancelled: tuple[str, ...] = ()  # run by the script's clean-up when the pod was cancelled
 
 
 @dataclass(slots=True)

@@ -30,7 +30,7 @@ from .errors import PodRejected
 from .fields import absolute_path, as_list, as_obj, get_int, get_list, get_str, member, wrong_type
 from .launch import Launch, PodOptions
 from .pod_resources import GPU_RESOURCE, ContainerResources, container_resources, pod_resources_from
-from .quoting import quote
+from .quoting import quote, quote_field
 from .runtimes import RUNTIMES
 from .sources import interlink_data
 from .volumes import Volume, build_volume, container_mounts, volume_setup
@@ -139,7 +139,7 @@ def _unwrap(pod_data: Any) -> tuple[dict[str, Any], Any]:
     return pod_data, None
 
 
-def _pod_options(ctx: RenderContext) -> tuple[PodOptions, tuple[str, ...], list[str]]:
+def _pod_options(ctx: RenderContext, uid: str) -> tuple[PodOptions, tuple[str, ...], list[str]]:
     """(what every container's command line gets, the mpi-flags words, JobScript.backend_flags)."""
     bc, runtime = ctx.bc, ctx.runtime
     mpi: list[str] = []
@@ -165,6 +165,7 @@ def _pod_options(ctx: RenderContext) -> tuple[PodOptions, tuple[str, ...], list[
         binds=tuple(quote(b) for b in bc.binds),
         global_options=tuple(global_options),
         options=tuple(options),
+        pod_label=quote_field(f"{layout.LABEL_POD_UID}={uid}", "metadata.uid"),
     )
     return pod, tuple(mpi), backend_flags
 
@@ -195,7 +196,7 @@ def render_job(
             raise PodRejected(f"spec.volumes[{i}].name", f"duplicate volume name {vol.name!r}")
         volumes[vol.name] = vol
 
-    options, mpi, backend_flags = _pod_options(ctx)
+    options, mpi, backend_flags = _pod_options(ctx, uid)
     pod = PodPlan(ctx, volumes, options, mpi)
     plans: list[ContainerPlan] = []
     raw_init = get_list(spec, "initContainers", "spec")
@@ -222,6 +223,7 @@ def render_job(
     if grace is None or grace < 0:
         grace = DEFAULT_GRACE_SECONDS
     pre_exec = ctx.annotation(pod_annotations.PRE_EXEC) or ""
+    stop = runtime.stop_commands(options)
 
     script = _template().render(
         runtime_name=runtime.name,
@@ -244,6 +246,8 @@ def render_job(
         admin_pre_exec=bc.pre_exec.strip("\n"),
         pod_pre_exec=pre_exec.strip("\n"),
         containers=plans,
+        kill_lines=stop.after_grace,
+        leftover_lines=[f'[ "$__cancelled" = 0 ] || {line}' for line in stop.at_exit_if_cancelled],
         init_containers=[p for p in plans if p.init],
         main_containers=[p for p in plans if not p.init],
     )

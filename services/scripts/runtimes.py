@@ -17,7 +17,7 @@ from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel import layout
 
 from .errors import PodRejected
-from .launch import ContainerCommands, Image, Launch, PodOptions
+from .launch import ContainerCommands, Image, Launch, PodOptions, StopCommands
 from .quoting import quote, quote_field
 
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -53,6 +53,9 @@ class Runtime(Protocol):
     def commands(self, launch: Launch, pod: PodOptions) -> ContainerCommands:
         """The shell lines that start ``launch``."""
 
+    def stop_commands(self, pod: PodOptions) -> StopCommands:
+        """What a cancel or deadline must do beyond signalling the containers' process groups."""
+
 
 @dataclass(frozen=True, slots=True)
 class ContainerEngine:
@@ -73,6 +76,11 @@ class ContainerEngine:
     local_images: bool  # BuildConfig.image_dir holds image files tried first
     singularity_annotations: bool
     binds: bool = True
+    label_flag: str | None = None  # labels with the pod UID, container name and job dir (found again by podman)
+    memory_flag: str | None = None  # the container's memory in bytes
+    cpus_flag: str | None = None  # the container's CPUs as a decimal count
+    image_check: str | None = None  # subcommand that says whether an image is present: explains a failure
+    failure_code: int = 125  # the engine's exit code for its own errors
 
     def image(self, raw: Any, where: str, image_root: Callable[[], str | None], bc: pb.BuildConfig) -> Image:
         if not isinstance(raw, str) or not raw.strip():
@@ -108,6 +116,13 @@ class ContainerEngine:
                 words.append(var.word(self.env_prefix, k, where, launch.mask))
         verb = self.verb_with_command if launch.command else self.verb_without_command
         words += [pod.executable, *pod.global_options, verb, *self.after_verb, *pod.runtime_flags]
+        if self.label_flag is not None:
+            words += [self.label_flag, pod.pod_label, self.label_flag, quote(f"{layout.LABEL_CONTAINER}={launch.name}")]
+            words += [self.label_flag, f'"{layout.LABEL_JOB_DIR}=$__job_dir"']
+        if self.memory_flag is not None and launch.resources.memory_bytes:
+            words += [self.memory_flag, str(launch.resources.memory_bytes)]
+        if self.cpus_flag is not None and launch.resources.cpu_millis:
+            words += [self.cpus_flag, _cpus(launch.resources.cpu_millis)]
         if launch.resources.gpus:
             words += self.gpu_flags
         words += pod.options
@@ -126,8 +141,42 @@ class ContainerEngine:
         if self.entrypoint_flag is None:
             words += launch.command_words
         words += launch.args_words
-        body.append("exec " + " ".join(words))
+        if self.image_check is None:
+            body.append("exec " + " ".join(words))
+            return ContainerCommands(setup=(), body=tuple(body))
+        # Not exec'd, to say why when the image is missing (the engine's exit code covers all its own errors).
+        # The trap keeps this shell alive while the engine's client passes a TERM on to the container.
+        missing = f"interlink-nats: image {launch.image.remote} is not on this host and {self.name} could not pull it"
+        check = f"{pod.executable} {self.image_check}"
+        body += [
+            "trap : TERM INT",
+            " ".join(words),
+            "__status=$?",
+            f'if [ "$__status" = {self.failure_code} ] && ! {check} {image} >/dev/null 2>&1; then',
+            f"  printf '%s\\n' {quote_field(missing, where + '.image')}",
+            "fi",
+            'return "$__status"',
+        ]
         return ContainerCommands(setup=(), body=tuple(body))
+
+    def stop_commands(self, pod: PodOptions) -> StopCommands:
+        if self.label_flag is None:
+            return StopCommands()
+        # Killing a client does not stop its container, and a PID 1 without a TERM handler ignores the TERM the
+        # client passes on: after the grace period the pod's containers are removed through the engine. setsid:
+        # the clean-up kills its timers, and an engine command interrupted half-way can leave a container running
+        # that the engine no longer lists (seen with podman 4.3 when `stop` is interrupted).
+        by_pod = f"--filter label={pod.pod_label}"
+        return StopCommands(
+            after_grace=(f"setsid -w {pod.executable} rm -f -t 0 {by_pod} >/dev/null 2>&1",),
+            at_exit_if_cancelled=(f"{pod.executable} rm -f -t 0 {by_pod} >/dev/null 2>&1",),
+        )
+
+
+def _cpus(millis: int) -> str:
+    """A decimal CPU count, as podman's ``--cpus`` takes it: 1500 millicores -> ``1.5``."""
+    whole, frac = divmod(millis, 1000)
+    return f"{whole}.{frac:03d}".rstrip("0").rstrip(".")
 
 
 APPTAINER = ContainerEngine(
@@ -162,6 +211,10 @@ PODMAN = ContainerEngine(
     default_image_prefix="",
     local_images=False,
     singularity_annotations=False,
+    label_flag="--label",
+    memory_flag="--memory",
+    cpus_flag="--cpus",
+    image_check="image exists",
 )
 
 
@@ -202,6 +255,9 @@ class HostRuntime:
         words += launch.args_words
         body = (f'cd -- "$__job_dir"/{quote_field(cwd, where)} || exit 126', "exec " + " ".join(words))
         return ContainerCommands(setup=tuple(setup), body=body)
+
+    def stop_commands(self, pod: PodOptions) -> StopCommands:
+        return StopCommands()  # host processes end with their process groups
 
 
 HOST = HostRuntime()
