@@ -107,6 +107,7 @@ def gateway(
     max_body_bytes: Annotated[int | None, typer.Option(help=_described("gateway", "max_body_bytes"))] = None,
     events_durable: Annotated[str | None, typer.Option(help=_described("gateway", "events_durable"))] = None,
     shutdown_grace_s: Annotated[int | None, typer.Option(help=_described("gateway", "shutdown_grace_s"))] = None,
+    events_replicas: Annotated[int | None, typer.Option(help=_described("gateway", "events_replicas"))] = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning")] = "info",
     json_logs: Annotated[bool, typer.Option(help="log JSON lines")] = False,
 ) -> None:
