@@ -179,6 +179,7 @@ async def test_a_job_runs_through_a_local_schedd_with_exact_exit_codes_live_logs
             states.append(ev.status.state)
     assert states[0] in (pb.JobState.PENDING, pb.JobState.RUNNING)
     assert states[-1] == pb.JobState.FAILED
+    await events.unsubscribe()  # an ordered consumer's heartbeat check outlives nc.close() otherwise
     await nc.close()
 
 
