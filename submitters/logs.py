@@ -1,4 +1,4 @@
-"""Reading log files for GetLogs: where to start (tail lines / limit bytes / offset) and chunking.
+"""Reading log files for GetLogs: where to start (tail lines / offset), how much to send (limit bytes), chunking.
 
 Kept separate and synchronous so the offset arithmetic is tested on plain files; the
 service runs these in a thread.
@@ -45,8 +45,11 @@ def tail_start(path: Path, lines: int, size: int) -> int:
     return 0
 
 
-def start_offset(path: Path, *, offset: int, tail_lines: int | None, limit_bytes: int | None) -> int:
-    """Where reading begins: the explicit offset wins; else the later of tail and limit starts."""
+def start_offset(path: Path, *, offset: int, tail_lines: int | None) -> int:
+    """Where reading begins: the explicit offset wins; else the first of the tail lines, else the start.
+
+    ``limit_bytes`` plays no part here: as in Kubernetes it counts from where output starts.
+    """
     size = file_size(path)
     if size is None:
         return offset
@@ -55,9 +58,29 @@ def start_offset(path: Path, *, offset: int, tail_lines: int | None, limit_bytes
     start = 0
     if tail_lines is not None:
         start = max(start, tail_start(path, tail_lines, size))
-    if limit_bytes is not None:
-        start = max(start, size - max(limit_bytes, 0))
     return start
+
+
+class ByteBudget:
+    """``kubectl logs --limit-bytes=N``: at most N bytes in all, counted from where output starts.
+
+    ``None`` means no limit. Pure, so the cut is tested without files; the stream ends once it is spent.
+    """
+
+    def __init__(self, limit: int | None) -> None:
+        self.left = None if limit is None else max(limit, 0)
+
+    @property
+    def spent(self) -> bool:
+        return self.left is not None and self.left <= 0
+
+    def take(self, data: bytes) -> bytes:
+        """The part of ``data`` still within the limit."""
+        if self.left is None:
+            return data
+        data = data[: self.left]
+        self.left -= len(data)
+        return data
 
 
 def read_chunk(path: Path, offset: int, limit: int = CHUNK) -> bytes:

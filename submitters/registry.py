@@ -282,7 +282,7 @@ class Registry:
             spec,
             int(pb.JobState.PENDING),
             status,
-            1,
+            0,  # revision: the claim's pending status travels in the Submit reply, so events start at 1
             0,
             now,
             now,
@@ -299,25 +299,7 @@ class Registry:
         except Exception as exc:
             raise RegistryError(f"cannot record job {uid}: {exc}") from exc
         if created:
-            return True, JobRow(
-                uid,
-                namespace,
-                name,
-                SUBMITTING,
-                "",
-                owner,
-                job_dir,
-                tuple(init_containers),
-                tuple(containers),
-                spec,
-                int(pb.JobState.PENDING),
-                status,
-                1,
-                0,
-                now,
-                now,
-                None,
-            )
+            return True, _row(values)
         assert existing is not None
         return False, _row(existing)
 
@@ -409,10 +391,10 @@ class Registry:
         return int(n)  # type: ignore[call-overload]
 
     async def page(self, *, include_finished: bool, after: str, limit: int) -> list[JobRow]:
-        if include_finished:
+        if include_finished:  # every job still remembered: finished and cancelled ones too
             return await self._fetch(
-                f"SELECT {_COLUMNS} FROM jobs WHERE uid > ? AND phase != ? ORDER BY uid LIMIT ?",
-                (after, DELETED, limit),
+                f"SELECT {_COLUMNS} FROM jobs WHERE uid > ? ORDER BY uid LIMIT ?",
+                (after, limit),
             )
         return await self._fetch(
             f"SELECT {_COLUMNS} FROM jobs WHERE uid > ? AND phase IN (?, ?) ORDER BY uid LIMIT ?",

@@ -79,8 +79,8 @@ class SubmitterServiceImpl(pb.SubmitterServiceBase):
             path,
             offset=message.offset,
             tail_lines=message.tail_lines,
-            limit_bytes=message.limit_bytes,
         )
+        budget = logs.ByteBudget(message.limit_bytes)
         stamper: logindex.Stamper | None = None
         if message.since_time is not None or message.timestamps:
             now_ns = time.time_ns()
@@ -95,13 +95,14 @@ class SubmitterServiceImpl(pb.SubmitterServiceBase):
         while True:
             # Decide "finished" before reading, so bytes written just before the end are still sent.
             finished = ended or (exit_file is not None and await asyncio.to_thread(exit_file.exists))
-            while True:
+            while not budget.spent:
                 data = await asyncio.to_thread(logs.read_chunk, path, offset)
                 if not data:
                     break
                 offset += len(data)
-                yield pb.GetLogsResponse(data=stamper.feed(data) if stamper is not None else data, offset=offset)
-            if not message.follow or finished:
+                out = budget.take(stamper.feed(data) if stamper is not None else data)
+                yield pb.GetLogsResponse(data=out, offset=offset)
+            if not message.follow or finished or budget.spent:
                 return
             await asyncio.sleep(FOLLOW_INTERVAL)
             if stamper is not None:  # a follower checkpoints what it is about to read: its lines get this time

@@ -92,6 +92,8 @@ def job_outcome(obs: Observation, meta: JobMeta) -> _Outcome | None:
     if state is BackendState.PREEMPTED:
         return _Outcome("Preempted", SIGTERM_EXIT, f"{where} was preempted{detail}")
     if state is BackendState.GONE:
+        if obs.reason:  # the backend knows why, e.g. the job never started
+            return _Outcome("Lost", LOST_EXIT_CODE, f"{where} is lost: {obs.reason}")
         return _Outcome(
             "Lost",
             LOST_EXIT_CODE,
@@ -313,4 +315,5 @@ def cancelled_status(meta: JobMeta, previous: pb.JobStatus | None, *, now: float
         containers=statuses,
         reason=reason,
         message=message,
+        deleted=True,
     )

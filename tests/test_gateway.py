@@ -12,6 +12,7 @@ import pytest
 from conftest import RedisServer
 from interlink_nats.services.gateway.server import running_gateway
 from interlink_nats.services.gateway.settings import GatewayNatsSettings, GatewaySettings
+from interlink_nats.services.nats_server import NatsServerProcess
 from stack import create_body, eventually, full_stack, gateway_only, logs_body, new_pool, pod, terminated
 
 
@@ -49,8 +50,13 @@ async def test_tail_and_bytes_limit_the_log(nats_url: str, tmp_path: Path) -> No
         await eventually(done, what="the container to finish")
         tail = await stack.get("/getLogs", logs_body(p, "main", Tail=2))
         assert tail.text == "line-4\nline-5\n"
-        limited = await stack.get("/getLogs", logs_body(p, "main", Bytes=7))
-        assert limited.text == "line-5\n"
+        # kubectl logs --limit-bytes=N: the first N bytes from where output starts (log start, or first Tail line).
+        limited = await stack.get("/getLogs", logs_body(p, "main", Bytes=4))
+        assert limited.text == "line"
+        both = await stack.get("/getLogs", logs_body(p, "main", Tail=2, Bytes=9))
+        assert both.text == "line-4\nli"
+        followed = await stack.get("/getLogs", logs_body(p, "main", Bytes=8, Follow=True))
+        assert followed.text == "line-1\nl"
         unknown = await stack.get("/getLogs", logs_body(p, "nope"))
         assert unknown.status_code == 404 and "nope" in unknown.text
 
@@ -88,6 +94,23 @@ async def test_a_pod_the_renderer_rejects_is_a_422_naming_the_field(nats_url: st
         response = await stack.post("/create", create_body(p))
         assert response.status_code == 422
         assert "persistentVolumeClaim" in response.text
+
+
+async def test_a_pod_too_large_for_nats_is_a_413_naming_its_size_and_the_limit(nats_url: str, tmp_path: Path) -> None:
+    """429 would tell interLink to retry, which can never help: the pod stays too large."""
+    async with full_stack(nats_url, tmp_path) as stack:
+        p = pod(containers={"main": ["true"]})
+        p["spec"]["volumes"] = [{"name": "data", "configMap": {"name": "big"}}]
+        p["spec"]["containers"][0]["volumeMounts"] = [{"name": "data", "mountPath": "/data"}]
+        body = create_body(p)
+        body["container"][0]["configMaps"] = [{"metadata": {"name": "big"}, "data": {"blob": "x" * 2_000_000}}]
+        response = await stack.post("/create", body)
+        assert response.status_code == 413, response.text
+        limit = stack.gateway.nc.max_payload
+        assert "max_payload" in response.text and str(limit) in response.text
+        size = int(response.text.split(" bytes")[0].rsplit(" ", 1)[-1])
+        assert size > 2_000_000 > limit
+        assert stack.gateway.store.get(p["metadata"]["uid"]) is None, "nothing is left behind"
 
 
 async def test_bearer_token_is_required_when_configured(nats_url: str) -> None:
@@ -220,3 +243,47 @@ async def test_status_is_answered_from_memory_with_no_nats_traffic(nats_url: str
             status = await stack.status_of(p)
             assert [c["name"] for c in status["containers"]] == ["main"], "every container, even before any event"
         assert stack.gateway.nc.stats["out_msgs"] == sent
+
+
+async def test_a_followed_log_with_a_byte_limit_ends_after_the_first_bytes(nats_url: str, tmp_path: Path) -> None:
+    """Follow + Bytes: the stream ends once N bytes went out, although the container keeps running."""
+    async with full_stack(nats_url, tmp_path) as stack:
+        p = pod(containers={"main": ["sh", "-c", "echo 0123456789; sleep 120"]})
+        assert (await stack.post("/create", create_body(p))).status_code == 200
+
+        async def has_output() -> bool:
+            return (await stack.get("/getLogs", logs_body(p, "main"))).text != ""
+
+        await eventually(has_output, what="the first log line")
+        followed = await stack.get("/getLogs", logs_body(p, "main", Bytes=4, Follow=True))
+        assert followed.status_code == 200 and followed.text == "0123"
+        assert (await stack.post("/delete", p)).status_code == 200
+
+
+async def test_a_gateway_cut_off_from_nats_answers_503_at_once_naming_nats(
+    tmp_path: Path, fresh_nats_server: NatsServerProcess
+) -> None:
+    """While its own connection is down, the gateway says NATS is unavailable rather than blame the pool."""
+    async with full_stack(fresh_nats_server.url, tmp_path) as stack:
+        ok = pod(containers={"main": ["sleep", "60"]})
+        assert (await stack.post("/create", create_body(ok))).status_code == 200
+        await asyncio.to_thread(fresh_nats_server.stop_blocking)
+
+        async def disconnected() -> bool:
+            return not stack.gateway.nc.is_connected
+
+        await eventually(disconnected, what="the gateway to notice NATS is gone")
+        for path, body in (
+            ("/create", create_body(pod(containers={"main": ["true"]}))),
+            ("/delete", ok),
+            ("/getLogs", logs_body(ok, "main")),
+        ):
+            started = time.monotonic()
+            response = await stack.post(path, body)
+            elapsed = time.monotonic() - started
+            assert response.status_code == 503, (path, response.text)
+            assert "NATS is unavailable" in response.text and stack.pool not in response.text
+            assert elapsed < 4, f"{path} answered after {elapsed:.1f}s (pool_wait_s is 5)"
+        status = await stack.get("/status", [ok])
+        assert status.status_code == 200, "status is served from memory"
+        await asyncio.to_thread(fresh_nats_server.start_blocking)

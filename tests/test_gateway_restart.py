@@ -2,10 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import signal
-import subprocess
-import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,40 +10,8 @@ import httpx
 import pytest
 import redis
 from conftest import RedisServer, free_port
+from processes import Proc, wait_healthy
 from stack import create_body, eventually, logs_body, new_pool, pod, terminated
-
-BIN = Path(sys.executable).parent
-
-
-class Proc:
-    """An ``interlink-nats`` command as a child process, killable with SIGKILL."""
-
-    def __init__(self, args: list[str], env: dict[str, str], log: Path) -> None:
-        self.args, self.env, self.log = args, env, log
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def start(self) -> Proc:
-        with self.log.open("ab") as out:
-            self.proc = subprocess.Popen(
-                [str(BIN / "interlink-nats"), *self.args],
-                env={**os.environ, **self.env},
-                stdout=out,
-                stderr=subprocess.STDOUT,
-            )
-        return self
-
-    def kill(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(10)
-
-    def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.kill()
 
 
 @pytest.fixture
@@ -92,16 +56,6 @@ def world(nats_url: str, redis_server: RedisServer, tmp_path: Path) -> Iterator[
     finally:
         gateway.stop()
         submitter.stop()
-
-
-async def wait_healthy(client: httpx.AsyncClient) -> None:
-    async def ok() -> bool:
-        try:
-            return (await client.get("/healthz")).status_code == 200
-        except httpx.TransportError:
-            return False
-
-    await eventually(ok, within=30, what="the gateway to answer /healthz")
 
 
 async def statuses(client: httpx.AsyncClient, pods: list[dict[str, object]]) -> dict[str, dict[str, object]]:

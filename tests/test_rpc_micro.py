@@ -130,3 +130,27 @@ async def test_a_stopped_server_no_longer_answers(nc: NATS, server: RpcServer, n
     await nc.flush()
     with pytest.raises(nats.errors.NoRespondersError):
         await nc.request(f"$SRV.PING.{name}", b"", timeout=10)
+
+
+FULL_SEMVER = re.compile(
+    r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(-[0-9A-Za-z-]+(\.[0-9A-Za-z-]+)*)?(\+[0-9A-Za-z-]+(\.[0-9A-Za-z-]+)*)?$"
+)
+
+
+@pytest.mark.parametrize(
+    ("raw", "expected"),
+    [
+        ("0.1.0", "0.1.0"),
+        (None, "0.0.0+unknown"),
+        ("0.1.dev3+gabc.d2026", "0.0.0+0.1.dev3.gabc.d2026"),
+        ("1.0", "0.0.0+1.0"),
+    ],
+)
+def test_the_advertised_version_is_always_semver(raw: str | None, expected: str) -> None:
+    """$SRV.INFO needs semver, also from a bare checkout (no package metadata) or a PEP 440 dev build."""
+    from interlink_nats.kernel import version
+
+    assert version.semver(raw) == expected
+    assert FULL_SEMVER.match(expected)
+    assert version.installed_version("no-such-distribution-interlink") == "0.0.0+unknown"
+    assert FULL_SEMVER.match(version.__version__)

@@ -105,6 +105,36 @@ async def test_slow_reader_is_never_overrun(server: RpcServer, source: LogSource
     assert source.max_lead >= 4  # and it did run ahead: the window is used, not a lock-step
 
 
+async def test_a_client_window_bounds_how_far_the_server_runs_ahead(
+    server: RpcServer, source: LogSource, client_nc: NATS, pool: str
+) -> None:
+    """``Rpc-Window`` on the request: a client bounds its own memory below the server's window (8 here)."""
+    stub = submitter_client(client_nc, pool, timeout=60, stream_window=2)
+    offsets = []
+    async for chunk in stub.get_logs(GetLogsRequest(tail_lines=60)):
+        offsets.append(chunk.offset)
+        source.consumed = len(offsets)
+        await asyncio.sleep(0.002 if len(offsets) % 10 else 0.05)
+    assert offsets == list(range(60))
+    assert source.max_lead <= 2 + 1
+
+
+async def test_a_bad_client_window_is_rejected_with_the_open_message_first(
+    server: RpcServer, client_nc: NATS, pool: str
+) -> None:
+    inbox = client_nc.new_inbox()
+    sub = await client_nc.subscribe(inbox)
+    await client_nc.flush()
+    await client_nc.publish(rpc_subject("GetLogs", pool), b"", reply=inbox, headers={WINDOW: "-1"})
+    opened = await sub.next_msg(timeout=10)
+    assert opened.headers is not None and opened.headers[WINDOW] == "8" and CONTROL in opened.headers
+    end = await sub.next_msg(timeout=10)
+    assert end.headers is not None and end.headers[END] == "1" and end.headers[STATUS] == "3"
+    await sub.unsubscribe()
+    with pytest.raises(ValueError, match="stream_window"):
+        submitter_client(client_nc, pool, stream_window=0)
+
+
 async def test_empty_stream_ends_cleanly(server: RpcServer, client_nc: NATS, pool: str) -> None:
     stub = submitter_client(client_nc, pool)
     assert [c async for c in stub.get_logs(GetLogsRequest(tail_lines=0))] == []

@@ -522,3 +522,29 @@ def test_fields_that_cannot_be_honoured_are_rejected_not_dropped(patch: dict[str
     with pytest.raises(PodRejected) as caught:
         render_job({"pod": pod}, pb.BuildConfig(runtime=pb.ContainerRuntime.NONE))
     assert caught.value.field == field
+
+
+@pytest.mark.parametrize(
+    ("pod_data", "field", "says"),
+    [
+        (lambda: data([ctr(comand=["true"])]), "spec.containers[0].comand", "unknown field"),
+        (lambda: data([ctr(lifecycle={"preStop": {}})]), "spec.containers[0].lifecycle", "not supported off-cluster"),
+        (lambda: data(someFutureField=1), "spec.someFutureField", "unknown field"),
+        (lambda: data(hostnameOverride="h"), "spec.hostnameOverride", "not supported off-cluster"),
+        (
+            lambda: data(
+                [ctr(volumeMounts=[{"name": "v", "mountPth": "/x"}])], volumes=[{"name": "v", "emptyDir": {}}]
+            ),
+            "spec.containers[0].volumeMounts[0].mountPth",
+            "unknown field",
+        ),
+        (lambda: data(volumes=[{"name": "v", "emptyDri": {}}]), "spec.volumes[0].emptyDri", "unknown volume type"),
+        (lambda: data(volumes=[{"name": "v", "nfs": {}}]), "spec.volumes[0].nfs", "not supported off-cluster"),
+    ],
+)
+def test_a_typo_is_an_unknown_field_and_a_real_field_is_not_supported(pod_data: Any, field: str, says: str) -> None:
+    """``comand`` is a typo Kubernetes would refuse too; ``lifecycle`` is real but cannot be honoured on a site."""
+    err = rejected(pod_data())
+    assert err.field == field
+    assert says in err.message
+    assert ("unknown" in err.message) != ("not supported" in err.message)

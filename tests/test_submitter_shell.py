@@ -128,7 +128,9 @@ async def test_logs_stream_while_running_and_follow_ends_when_the_container_ends
     tail = b"".join([c.data async for c in client.get_logs(tail_req)])
     assert tail == b"line3\n"
     limited = [c async for c in client.get_logs(pb.GetLogsRequest(pod_uid=u, container="main", limit_bytes=4))]
-    assert b"".join(c.data for c in limited) == b"ne3\n"
+    assert b"".join(c.data for c in limited) == b"line", "limit_bytes counts from where output starts"
+    both = pb.GetLogsRequest(pod_uid=u, container="main", tail_lines=2, limit_bytes=7)
+    assert b"".join([c.data async for c in client.get_logs(both)]) == b"line2\nl", "from the first tail line"
 
     async def follow() -> bytes:
         got = b""
@@ -211,6 +213,8 @@ async def test_events_list_and_describe(submitter: Submitter, nc: nats.NATS, poo
             ev = pb.JobEvent.parse(msg.data)
             uid_ = ev.status.pod.uid
             assert ev.revision > seen.get(uid_, (0, None))[0]
+            if uid_ not in all_succeeded_events.seen and uid_ not in seen:  # type: ignore[attr-defined]
+                assert ev.revision == 1, "the first JobEvent of a job has revision 1 (docs/rpc.md)"
             assert ev.instance_id == submitter.instance_id
             seen[uid_] = (ev.revision, ev.status.state)
             all_succeeded_events.seen.update(seen)  # type: ignore[attr-defined]
@@ -229,6 +233,21 @@ async def test_events_list_and_describe(submitter: Submitter, nc: nats.NATS, poo
     assert {j.pod.uid for j in page1.jobs + page2.jobs} == set(uids)
     assert not page2.next_page_token
     assert (await client.list_jobs(pb.ListJobsRequest())).jobs == []
+
+    # include_finished means every job the pool knows: cancelled ones too, until they are pruned.
+    await client.cancel(pb.CancelRequest(pod_uid=uids[0]))
+    listed = await client.list_jobs(pb.ListJobsRequest(include_finished=True))
+    assert {j.pod.uid for j in listed.jobs} == set(uids)
+    cancelled = uid()
+    await client.submit(pb.SubmitRequest(job=pod_job(cancelled, {"main": "sleep 60"})))
+    assert (await client.cancel(pb.CancelRequest(pod_uid=cancelled))).found
+    listed = await client.list_jobs(pb.ListJobsRequest(include_finished=True))
+    [entry] = [j for j in listed.jobs if j.pod.uid == cancelled]
+    assert entry.state == pb.JobState.CANCELLED and entry.deleted
+    [finished_then_deleted] = [j for j in listed.jobs if j.pod.uid == uids[0]]
+    assert finished_then_deleted.state == pb.JobState.SUCCEEDED and finished_then_deleted.deleted
+    assert not any(j.deleted for j in listed.jobs if j.pod.uid in uids[1:])
+    assert cancelled not in {j.pod.uid for j in (await client.list_jobs(pb.ListJobsRequest())).jobs}
 
     desc = await client.describe(pb.DescribeRequest())
     assert desc.pool == pool
@@ -297,3 +316,44 @@ async def test_replicas_share_the_registry_answer_for_each_other_and_adopt_a_sto
     finally:
         await a.stop()
         await b.stop()
+
+
+async def test_a_claim_whose_runner_never_started_is_lost_within_two_polls_saying_so(tmp_path: Path) -> None:
+    """The launcher killed between claim and start (e.g. the submitter's container restarted with
+    everything in it) leaves a claim and no runner: two polls, not a minute, and the reason says so.
+    A launcher that still lives may yet start it, so that claim is not given up."""
+    from interlink_nats.submitters.backends import shell
+    from interlink_nats.submitters.backends.base import BackendState, JobHandle
+    from interlink_nats.submitters.status import JobMeta, map_status
+
+    job_dir = tmp_path / "job"
+    (job_dir / shell.CLAIM).mkdir(parents=True)  # what the launcher's mkdir left behind
+    backend = shell.ShellBackend(max_concurrent=1)
+    handle = JobHandle("u1", job_dir, "u1")
+    await backend.reconcile([handle])  # a restarted submitter finds the claim and tracks the job
+    first = (await backend.poll([handle]))["u1"]
+    assert first.state is BackendState.RUNNING, "a runner may be between fork and its pid file"
+    await asyncio.sleep(shell.NEVER_STARTED_AFTER)  # the next poll interval (5 s by default) is longer
+    second = (await backend.poll([handle]))["u1"]
+    assert second.state is BackendState.GONE
+    meta = JobMeta("u1", "default", "p", "pool", "u1", (), ("main",), "shell")
+    status = map_status(meta, second, {}, now=0.0)
+    assert status.state == pb.JobState.LOST
+    assert "never started" in status.message
+    assert "never started" in status.containers[0].message
+
+    # A claim whose launcher still lives (working through a backlog after its submitter died) is starting.
+    busy = tmp_path / "busy"
+    (busy / shell.CLAIM).mkdir(parents=True)
+    launcher = await asyncio.create_subprocess_exec("bash", "-c", "sleep 30; true", shell.LAUNCHER_NAME)
+    try:
+        (busy / shell.CLAIM_LAUNCHER).write_text(f"{launcher.pid}\n")
+        slow = JobHandle("u2", busy, "u2")
+        await backend.reconcile([slow])
+        for _ in range(2):
+            assert (await backend.poll([slow]))["u2"].state is BackendState.RUNNING
+            await asyncio.sleep(shell.NEVER_STARTED_AFTER)
+    finally:
+        launcher.kill()
+        await launcher.wait()
+    await backend.close()

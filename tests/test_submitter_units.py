@@ -53,22 +53,31 @@ def test_tail_and_limit_offsets(tmp_path: Path) -> None:
     log = tmp_path / "c.log"
     log.write_bytes(b"a\nbb\nccc\n")
     start = logs.start_offset
-    assert start(log, offset=0, tail_lines=None, limit_bytes=None) == 0
-    assert start(log, offset=0, tail_lines=1, limit_bytes=None) == 5
-    assert start(log, offset=0, tail_lines=2, limit_bytes=None) == 2
-    assert start(log, offset=0, tail_lines=10, limit_bytes=None) == 0
-    assert start(log, offset=0, tail_lines=0, limit_bytes=None) == 9
-    assert start(log, offset=0, tail_lines=None, limit_bytes=3) == 6
-    assert start(log, offset=0, tail_lines=3, limit_bytes=3) == 6, "the stricter limit wins"
-    assert start(log, offset=4, tail_lines=1, limit_bytes=None) == 4, "an explicit offset resumes there"
-    assert start(log, offset=99, tail_lines=None, limit_bytes=None) == 9
-    assert start(tmp_path / "missing", offset=0, tail_lines=1, limit_bytes=None) == 0
+    assert start(log, offset=0, tail_lines=None) == 0
+    assert start(log, offset=0, tail_lines=1) == 5
+    assert start(log, offset=0, tail_lines=2) == 2
+    assert start(log, offset=0, tail_lines=10) == 0
+    assert start(log, offset=0, tail_lines=0) == 9
+    assert start(log, offset=4, tail_lines=1) == 4, "an explicit offset resumes there"
+    assert start(log, offset=99, tail_lines=None) == 9
+    assert start(tmp_path / "missing", offset=0, tail_lines=1) == 0
     log.write_bytes(b"a\nno newline at end")
-    assert start(log, offset=0, tail_lines=1, limit_bytes=None) == 2
+    assert start(log, offset=0, tail_lines=1) == 2
     big = tmp_path / "big.log"
     big.write_bytes(b"".join(b"%05d\n" % i for i in range(5000)))
-    assert logs.read_chunk(big, start(big, offset=0, tail_lines=2, limit_bytes=None)) == b"04998\n04999\n"
+    assert logs.read_chunk(big, start(big, offset=0, tail_lines=2)) == b"04998\n04999\n"
     assert logs.read_chunk(tmp_path / "missing", 0) == b""
+
+
+def test_limit_bytes_counts_from_where_output_starts() -> None:
+    """Kubernetes' --limit-bytes: the first N bytes of the output, across chunks, then nothing more."""
+    budget = logs.ByteBudget(4)
+    assert budget.take(b"012") == b"012" and not budget.spent
+    assert budget.take(b"3456789\n") == b"3" and budget.spent
+    assert budget.take(b"more") == b""
+    unlimited = logs.ByteBudget(None)
+    assert unlimited.take(b"x" * 10) == b"x" * 10 and not unlimited.spent
+    assert logs.ByteBudget(0).spent
 
 
 def test_job_dirs_are_private_and_names_are_checked(tmp_path: Path) -> None:

@@ -45,6 +45,9 @@ from tenacity import AsyncRetrying, wait_exponential
 log = logging.getLogger("interlink_nats.gateway")
 
 SESSION_HEADER = "InterLink-Http-Session"
+LOG_STREAM_WINDOW = 4
+"""Log chunks (64 KiB each) a submitter may send ahead of what the HTTP client has taken: the bound
+on a /getLogs stream's memory here, however slow its reader (uvicorn waits for the socket to drain)."""
 _T = TypeVar("_T")
 
 
@@ -125,6 +128,8 @@ class Gateway:
                 for status in reply.jobs:
                     if status.pod is None or not status.pod.uid or self.store.get(status.pod.uid) is not None:
                         continue
+                    if status.deleted:
+                        continue  # include_finished lists jobs removed by Cancel too; their pods are gone
                     names = [c for c in status.containers]
                     record = PodRecord(
                         uid=status.pod.uid,
@@ -155,7 +160,9 @@ class Gateway:
     def stub(self, pool: str) -> pb.SubmitterServiceStub:
         stub = self._stubs.get(pool)
         if stub is None:
-            stub = self._stubs[pool] = submitter_client(self.nc, pool, timeout=self.settings.submit_timeout_s)
+            stub = self._stubs[pool] = submitter_client(
+                self.nc, pool, timeout=self.settings.submit_timeout_s, stream_window=LOG_STREAM_WINDOW
+            )
         return stub
 
     async def _describe(self, pool: str, deadline_s: float) -> pb.DescribeResponse:
@@ -174,8 +181,15 @@ class Gateway:
                 if exc.status is not Status.UNAVAILABLE or time.monotonic() + delay > deadline:
                     self.metrics.rpc_errors.labels(pool=pool, method=method, status=exc.status.name).inc()
                     raise
+                self._require_nats()  # no use waiting for the pool while we ourselves cannot reach NATS
             await asyncio.sleep(delay)
             delay = min(delay * 2, 0.5)
+
+    def _require_nats(self) -> None:
+        """Answer at once when our own NATS connection is down, rather than hold the call while nats-py
+        reconnects and then blame the pool: the pool may be fine, it is the gateway that cannot reach it."""
+        if not self.nc.is_connected:
+            raise HttpError(503, "NATS is unavailable: the gateway is not connected to nats-server (reconnecting)")
 
     def _rpc_error(self, pool: str, exc: GRPCError) -> HttpError:
         code = http_status_for(exc.status)
@@ -187,6 +201,16 @@ class Gateway:
             message = f"pool {pool!r}: {exc.message or exc.status.name}"
         return HttpError(code, message)
 
+    def _too_large(self, job: pb.JobScript) -> HttpError:
+        """413, not 429: a pod too large for NATS stays too large however often interLink retries."""
+        size = len(bytes(pb.SubmitRequest(job=job)))  # only on this error path: the stub serialised it already
+        return HttpError(
+            413,
+            f"pod too large: with its files embedded its job is {size} bytes, more than the NATS max_payload of "
+            f"{self.nc.max_payload} bytes; keep ConfigMap/Secret files small or raise max_payload on the "
+            "nats-server (see docs/gateway.md)",
+        )
+
     # --- endpoints -------------------------------------------------------------------------
     async def create(self, body: bytes) -> dict[str, str]:
         data = wire.parse_create(body)
@@ -196,6 +220,7 @@ class Gateway:
         if existing is not None and existing.job_id:
             return {"PodUID": identity.uid, "PodJID": existing.job_id}  # interLink retried a create
         pool = pool_for_pod(pod, self.settings.default_pool)
+        self._require_nats()
         try:
             build_config = await self.pools.build_config(pool, self.settings.pool_wait_s)
         except GRPCError as exc:
@@ -227,8 +252,13 @@ class Gateway:
                 "Submit",
                 lambda: self.stub(pool).submit(pb.SubmitRequest(job=job), timeout=self.settings.submit_timeout_s),
             )
+        except HttpError:
+            await self.store.delete(identity.uid)
+            raise
         except GRPCError as exc:
             await self.store.delete(identity.uid)
+            if exc.status is Status.RESOURCE_EXHAUSTED:  # the only source: a request over NATS max_payload
+                raise self._too_large(job) from None
             raise self._rpc_error(pool, exc) from None
         record.job_id = reply.job_id
         if reply.status is not None:
@@ -301,6 +331,7 @@ class Gateway:
         record = self.store.get(identity.uid)
         if record is None:
             return f"pod {identity.uid} is not known; nothing to delete"
+        self._require_nats()
         try:
             await self.stub(record.pool).cancel(
                 pb.CancelRequest(pod_uid=identity.uid), timeout=self.settings.submit_timeout_s
@@ -320,6 +351,7 @@ class Gateway:
             raise HttpError(404, f"pod {request.pod_uid} is not known to this gateway")
         if request.container not in (*record.init_containers, *record.containers):
             raise HttpError(404, f"pod {request.pod_uid} has no container {request.container!r}")
+        self._require_nats()
         return record, request
 
     async def stream_logs(self, record: PodRecord, request: wire.LogRequest) -> AsyncIterator[bytes]:
@@ -333,10 +365,17 @@ class Gateway:
             timestamps=request.timestamps,
             previous=request.previous,
         )
-        timeout = None if request.follow else self.settings.submit_timeout_s
-        async for chunk in self.stub(record.pool).get_logs(message, timeout=timeout):
-            if chunk.data:
-                yield chunk.data
+        # No deadline on the stream as a whole (timeout=None): a slow reader may take long over a large log.
+        # A reader that goes away is noticed by the HTTP server, and aclosing then cancels the submitter's
+        # stream at once, not at GC time; a reader that stalls is given up by the submitter's idle timeout.
+        self.metrics.log_streams.inc()
+        try:
+            async with contextlib.aclosing(self.stub(record.pool).get_logs(message, timeout=None)) as chunks:
+                async for chunk in chunks:
+                    if chunk.data:
+                        yield chunk.data
+        finally:
+            self.metrics.log_streams.dec()
 
 
 def _json(data: Any, status_code: int = 200) -> Response:
@@ -411,17 +450,15 @@ def build_app(gateway: Gateway) -> Starlette:
     async def get_logs(request: Request) -> Response:
         record, log_request = await gateway.logs(await read_body(request))
         stream = gateway.stream_logs(record, log_request)
-        if not log_request.follow:
-            try:
-                data = b"".join([chunk async for chunk in stream])
-            except GRPCError as exc:
-                raise gateway._rpc_error(record.pool, exc) from None
-            return Response(data, media_type="text/plain")
-        # Follow: get the first chunk before answering, so an error can still become a status code.
+        # Streamed, follow or not, so memory stays a few chunks however large the log and slow the reader.
+        # The first chunk comes before answering, so an error can still become a status code.
         try:
-            first = await anext(stream, b"")
+            async with asyncio.timeout(None if log_request.follow else settings.submit_timeout_s):
+                first = await anext(stream, b"")
         except GRPCError as exc:
             raise gateway._rpc_error(record.pool, exc) from None
+        except TimeoutError:
+            raise gateway._rpc_error(record.pool, GRPCError(Status.DEADLINE_EXCEEDED)) from None
 
         async def body() -> AsyncIterator[bytes]:
             if first:
@@ -429,8 +466,8 @@ def build_app(gateway: Gateway) -> Starlette:
             try:
                 async for chunk in stream:
                     yield chunk
-            except GRPCError as exc:
-                log.info("log follow of %s/%s ended: %s", record.uid, log_request.container, exc.message)
+            except GRPCError as exc:  # after the 200: the body just ends
+                log.info("log stream of %s/%s ended: %s", record.uid, log_request.container, exc.message)
             finally:
                 with contextlib.suppress(Exception):
                     await stream.aclose()

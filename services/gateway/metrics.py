@@ -33,6 +33,9 @@ class GatewayMetrics:
             registry=self.registry,
         )
         self.events = Counter("interlink_gateway_events_applied", "JobEvents applied", registry=self.registry)
+        self.log_streams = Gauge(
+            "interlink_gateway_log_streams", "Open /getLogs streams (each holds a few chunks)", registry=self.registry
+        )
         pods = Gauge("interlink_gateway_pods", "Tracked pods by state", ["state"], registry=self.registry)
         pools = Gauge("interlink_gateway_pools_live", "Pools that reported recently", registry=self.registry)
         pools.set_function(lambda: float(live_pools()))

@@ -44,7 +44,7 @@ async def running_gateway(settings: GatewaySettings) -> AsyncIterator[Gateway]:
 
 
 async def _redis_watchdog(gateway: Gateway, every_s: float = 5.0) -> None:
-    """Rewrite redis from memory when it was flushed or missed writes while down."""
+    """Repair the redis mirror: the writes it missed while down, or everything when it was flushed."""
     while True:
         await asyncio.sleep(every_s)
         await gateway.store.resync_redis()

@@ -7,12 +7,14 @@ lost, the gateway rebuilds the table from the pools' ``ListJobs``.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import logging
 import sys
 import time
-from collections.abc import Iterable
+import uuid
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any, Protocol
 
 from interlink_nats.gen.interlink_nats import v1 as pb
@@ -191,35 +193,56 @@ class RedisLike(Protocol):
     async def hset(self, name: str, key: str, value: str | bytes) -> Any: ...
     async def hdel(self, name: str, *keys: str) -> Any: ...
     async def hscan(self, name: str, cursor: int = 0, count: int | None = None) -> tuple[int, dict[bytes, bytes]]: ...
-    async def hlen(self, name: str) -> int: ...
+    async def get(self, name: str) -> bytes | None: ...
+    async def set(self, name: str, value: str) -> Any: ...
     async def ping(self) -> Any: ...
+    def pipeline(self, transaction: bool = True) -> Any: ...
+
+
+RESYNC_CHUNK = 1000
+"""Records per HSET of a full rewrite: 100k pods go in 100 commands of one transaction."""
 
 
 class PodStore:
-    """In-memory pod table with a best-effort redis mirror.
+    """In-memory pod table with a best-effort, exact redis mirror.
 
     Redis failures never fail a request: the memory table stays authoritative while the gateway
-    runs, ``redis_ok`` turns false (``/healthz`` shows it), and :meth:`resync_redis` rewrites
-    the mirror once redis answers again.
+    runs, ``redis_ok`` turns false (``/healthz`` shows it), and :meth:`resync_redis` repairs the
+    mirror once redis answers again: only the pods whose write failed or raced, or everything when
+    redis lost the table (its epoch key is gone: flushed, or restarted without persistence).
+
+    Exact under concurrency: a resync waits for mirror writes in flight and holds new ones until it
+    is done, so a ``delete`` can never be overwritten by a stale copy; and a write that finishes
+    after memory moved on (a delete racing a create) marks its pod for the next resync.
     """
 
-    def __init__(self, redis: RedisLike | None = None) -> None:
+    def __init__(self, redis: RedisLike | None = None, *, key: str = REDIS_PODS_KEY) -> None:
         self.redis = redis
+        self.key = key
+        self.epoch_key = f"{key}:epoch"
         self.pods: dict[str, PodRecord] = {}
         self.redis_ok = redis is not None
-        self._dirty = False
+        self._epoch = uuid.uuid4().hex
+        self._unsynced: set[str] = set()
+        """Pods whose redis copy may differ from memory (a failed or raced write)."""
+        self._lost = True
+        """Redis may not hold the table at all: the next resync rewrites it whole."""
+        self._writes = 0
+        self._drained: asyncio.Event | None = None
+        self._resync_done: asyncio.Event | None = None
 
     async def load(self) -> int:
-        """Fill memory from redis; returns how many pods were loaded.
+        """Fill memory from redis; returns how many pods were loaded. Redis then mirrors memory exactly.
 
         Read in pages (HSCAN) rather than one HGETALL: at 100,000 pods a single reply is ~50 MB of
-        transient bytes, which the allocator keeps as RSS long after the records are built.
+        transient bytes, which the allocator keeps as RSS long after the records are built. Nothing
+        writes the hash while the gateway loads it, so the pages add up to the whole table.
         """
         if self.redis is None:
             return 0
         cursor, before = 0, len(self.pods)
         while True:  # HSCAN may repeat a key across pages; the table keeps one record per uid
-            cursor, page = await self.redis.hscan(REDIS_PODS_KEY, cursor, count=LOAD_PAGE)
+            cursor, page = await self.redis.hscan(self.key, cursor, count=LOAD_PAGE)
             for uid, text in page.items():
                 try:
                     record = PodRecord.from_json(text)
@@ -228,7 +251,10 @@ class PodStore:
                     continue
                 self.pods[record.uid] = record
             if not cursor:
-                return len(self.pods) - before
+                break
+        await self.redis.set(self.epoch_key, self._epoch)
+        self._lost = False
+        return len(self.pods) - before
 
     def get(self, uid: str) -> PodRecord | None:
         return self.pods.get(uid)
@@ -264,46 +290,91 @@ class PodStore:
     async def delete(self, uid: str) -> PodRecord | None:
         record = self.pods.pop(uid, None)
         if self.redis is not None:
-            try:
-                await self.redis.hdel(REDIS_PODS_KEY, uid)
-                self.redis_ok = True
-            except Exception as exc:  # redis down: memory stays right, mirror catches up later
-                self._redis_failed(exc)
+            redis = self.redis
+            await self._write(uid, None, lambda: redis.hdel(self.key, uid))
         return record
 
     async def _mirror(self, record: PodRecord) -> None:
-        if self.redis is None:
-            return
+        if self.redis is not None:
+            redis = self.redis
+            await self._write(record.uid, record, lambda: redis.hset(self.key, record.uid, record.to_json()))
+
+    async def _write(self, uid: str, expected: PodRecord | None, op: Callable[[], Awaitable[Any]]) -> None:
+        """One mirror write, after any resync in progress; ``expected`` is what memory held for it."""
+        while self._resync_done is not None:
+            await self._resync_done.wait()
+        self._writes += 1
         try:
-            await self.redis.hset(REDIS_PODS_KEY, record.uid, record.to_json())
+            await op()
             self.redis_ok = True
-        except Exception as exc:  # redis down: memory stays right, mirror catches up later
+        except Exception as exc:  # redis down: memory stays right, the resync catches up later
+            self._unsynced.add(uid)
             self._redis_failed(exc)
+        finally:
+            self._writes -= 1
+            if not self._writes and self._drained is not None:
+                self._drained.set()
+        if self.pods.get(uid) is not expected:
+            self._unsynced.add(uid)  # memory changed while we wrote (e.g. a delete racing a create)
 
     def _redis_failed(self, exc: Exception) -> None:
         if self.redis_ok:
             log.warning("redis unavailable, serving from memory: %s", exc)
         self.redis_ok = False
-        self._dirty = True
 
     async def resync_redis(self) -> bool:
-        """Rewrite the mirror if redis lost it (flushed, restarted) or missed writes; True if rewritten."""
+        """Make redis mirror memory again if it lost the table or missed writes; True if it wrote anything."""
         if self.redis is None:
             return False
         try:
-            count = await self.redis.hlen(REDIS_PODS_KEY)
-            if not self._dirty and count == len(self.pods):
-                self.redis_ok = True
-                return False
-            for record in list(self.pods.values()):
-                await self.redis.hset(REDIS_PODS_KEY, record.uid, record.to_json())
-            self._dirty = False
-            self.redis_ok = True
-            log.info("rewrote %d pod records to redis", len(self.pods))
-            return True
+            epoch = await self.redis.get(self.epoch_key)
         except Exception as exc:
             self._redis_failed(exc)
             return False
+        if epoch is None or epoch.decode() != self._epoch:
+            self._lost = True
+        if not self._lost and not self._unsynced:
+            self.redis_ok = True
+            return False
+        done = self._resync_done = asyncio.Event()
+        unsynced, self._unsynced = self._unsynced, set()
+        full = self._lost
+        try:
+            while self._writes:  # writes already under way finish first; new ones wait for `done`
+                self._drained = asyncio.Event()
+                await self._drained.wait()
+            self._drained = None
+            # From here to execute() memory is read without an await: the transaction is one snapshot.
+            if full:
+                records = list(self.pods.values())
+                remove: list[str] = []
+            else:
+                records = [r for r in (self.pods.get(uid) for uid in unsynced) if r is not None]
+                remove = [uid for uid in unsynced if uid not in self.pods]
+            async with self.redis.pipeline(transaction=True) as pipe:
+                if full:
+                    pipe.delete(self.key)
+                for i in range(0, len(records), RESYNC_CHUNK):
+                    pipe.hset(self.key, mapping={r.uid: r.to_json() for r in records[i : i + RESYNC_CHUNK]})
+                if remove:
+                    pipe.hdel(self.key, *remove)
+                pipe.set(self.epoch_key, self._epoch)
+                await pipe.execute()
+        except Exception as exc:
+            self._unsynced |= unsynced
+            self._redis_failed(exc)
+            return False
+        finally:
+            self._drained = None
+            self._resync_done = None
+            done.set()
+        self._lost = False
+        self.redis_ok = True
+        if full:
+            log.info("rewrote all %d pod records to redis", len(records))
+        else:
+            log.info("resynced %d pod records to redis (%d removed)", len(records), len(remove))
+        return True
 
     def stale(self, older_than_s: float) -> list[PodRecord]:
         """Live pods no event has mentioned for a while: candidates for a pulled status."""

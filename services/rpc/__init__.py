@@ -3,21 +3,24 @@
 What belongs here: the transport only (subjects, headers, deadlines, flow control, discovery).
 No business logic and no protobuf message knowledge beyond ``SerializeToString``/``FromString``.
 
-Wire convention
----------------
+Wire convention (the contract for other languages, with examples tested byte for byte: docs/rpc.md)
+---------------------------------------------------------------------------------------------------
 - Subject: the gRPC route with ``/`` → ``.`` plus the pool, e.g.
   ``interlink_nats.v1.SubmitterService.Submit.<pool>`` (``kernel.subjects.route_to_subject``);
   servers subscribe with queue group = pool, so each call reaches exactly one submitter of its pool.
 - Request: the protobuf bytes, with a reply subject. Headers only when needed:
-  ``Rpc-Timeout`` (seconds left until the caller's deadline; the server cancels its handler then)
+  ``Rpc-Timeout`` (seconds left until the caller's deadline; the server cancels its handler then),
+  ``Rpc-Window`` on stream requests (the most the client wants ahead; the server uses the smaller)
   and the call metadata (``-bin`` keys base64). Metadata keys starting with ``Rpc-`` are refused.
 - Unary reply: the protobuf bytes with no headers, or an empty body with ``Rpc-Status`` (gRPC code)
-  and ``Rpc-Message``; the client raises ``grpclib.exceptions.GRPCError(Status(code), message)``.
+  and ``Rpc-Message`` (never ``Rpc-End``), also for a request rejected before its handler; the
+  client raises ``grpclib.exceptions.GRPCError(Status(code), message)``.
   Unexpected handler exceptions are logged on the server and sent as UNKNOWN "internal error".
 - No responders (nats-server's ``Status: 503``) → ``GRPCError(UNAVAILABLE, "no submitter of pool 'x'
   answered")``; a client-side timeout → DEADLINE_EXCEEDED; other NATS failures → UNAVAILABLE.
 - Server stream, all to the client's own inbox, in order:
-  1. open: empty body, headers ``Rpc-Control: <subject>`` and ``Rpc-Window: <n>``;
+  1. open: empty body, headers ``Rpc-Control: <subject>`` and ``Rpc-Window: <n>`` (always, also
+     when the request is rejected before the handler);
   2. data: protobuf bytes, never any headers;
   3. end marker: empty body, ``Rpc-End: 1`` plus ``Rpc-Status``/``Rpc-Message`` (errors raised
      mid-stream arrive here, after the items already sent).

@@ -132,7 +132,7 @@ class StreamServerCall(ServerCall):
             self._reply,
             b"",
             reply=self._control,
-            headers={wire.CONTROL: self._control, wire.WINDOW: str(self._window)},
+            headers=wire.open_headers(self._control, self._window),
         )
 
     async def _on_control(self, msg: Msg) -> None:

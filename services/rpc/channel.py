@@ -51,10 +51,14 @@ class NatsChannel:
     the caller's to close.
     """
 
-    def __init__(self, nc: NATS, pool: str, *, timeout: float | None = 10.0) -> None:
+    def __init__(self, nc: NATS, pool: str, *, timeout: float | None = 10.0, stream_window: int | None = None) -> None:
+        if stream_window is not None and stream_window < 1:
+            raise ValueError("stream_window must be ≥ 1")
         self.nc = nc
         self.pool = validate_pool(pool)
         self.timeout = timeout
+        self.stream_window = stream_window
+        """Most stream messages the server may send ahead of what our caller consumed (None: the server's)."""
         self._subjects: dict[str, str] = {}
 
     def subject(self, route: str) -> str:
@@ -85,6 +89,8 @@ class NatsChannel:
         if cardinality is Cardinality.UNARY_UNARY:
             return UnaryCall(self, subject, reply_type, remaining, headers or None)
         if cardinality is Cardinality.UNARY_STREAM:
+            if self.stream_window is not None:
+                headers[wire.WINDOW] = str(self.stream_window)
             return StreamCall(self, subject, reply_type, remaining, headers or None)
         raise GRPCError(Status.UNIMPLEMENTED, f"{cardinality.name} calls are not supported over NATS")
 
@@ -333,8 +339,10 @@ async def _settle(nc: NATS, budget: float, pool: str) -> None:
         raise wire.translate_nats_error(exc, pool) from exc
 
 
-def submitter_client(nc: NATS, pool: str, *, timeout: float | None = 10.0) -> SubmitterServiceStub:
+def submitter_client(
+    nc: NATS, pool: str, *, timeout: float | None = 10.0, stream_window: int | None = None
+) -> SubmitterServiceStub:
     """A ready ``SubmitterServiceStub`` for one pool (imported lazily: gen/ is heavy to import)."""
     from ...gen.interlink_nats.v1 import SubmitterServiceStub
 
-    return SubmitterServiceStub(NatsChannel(nc, pool, timeout=timeout))
+    return SubmitterServiceStub(NatsChannel(nc, pool, timeout=timeout, stream_window=stream_window))

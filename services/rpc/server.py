@@ -204,14 +204,21 @@ class RpcServer:
             try:
                 deadline_at = received + wire.decode_timeout(raw_timeout)
             except ValueError:
-                return await self._reject(msg, Status.INVALID_ARGUMENT, f"bad {wire.TIMEOUT} header")
+                return await self._reject(endpoint, msg, Status.INVALID_ARGUMENT, f"bad {wire.TIMEOUT} header")
+        window = self.stream_window
+        raw_window = msg.headers.get(wire.WINDOW) if msg.headers else None
+        if raw_window is not None:
+            try:  # a client bounds its own memory: it may ask for less, never for more
+                window = min(window, wire.decode_window(raw_window))
+            except ValueError:
+                return await self._reject(endpoint, msg, Status.INVALID_ARGUMENT, f"bad {wire.WINDOW} header")
         handler = endpoint.handler
         try:
             strict.check(msg.data, handler.request_type)
             request = handler.request_type.FromString(msg.data)
         except Exception:
             return await self._reject(
-                msg, Status.INVALID_ARGUMENT, f"request is not a valid {handler.request_type.__name__}"
+                endpoint, msg, Status.INVALID_ARGUMENT, f"request is not a valid {handler.request_type.__name__}"
             )
         deadline = None if deadline_at is None else Deadline.from_timeout(deadline_at - loop.time())
         call: UnaryServerCall | StreamServerCall
@@ -223,7 +230,7 @@ class RpcServer:
                 method=endpoint.method,
                 pool=self.pool,
                 deadline=deadline,
-                window=self.stream_window,
+                window=window,
                 idle_timeout=self.stream_idle_timeout,
             )
         else:
@@ -277,8 +284,18 @@ class RpcServer:
         except Exception:  # e.g. a reply that does not serialize: never let it kill the task silently
             log.exception("could not send the %s reply", call.method)
 
-    async def _reject(self, msg: Msg, status: Status, message: str) -> tuple[Status, str]:
-        """Answer a request that never reached a handler (its stream, if any, never opened)."""
+    async def _reject(self, endpoint: _Endpoint, msg: Msg, status: Status, message: str) -> tuple[Status, str]:
+        """Answer a request that never reached a handler exactly as a handler's failure would look.
+
+        Unary: one reply with ``Rpc-Status`` (no ``Rpc-End``). Stream: the open message, then the end
+        marker, so a client sees the same sequence whether the request or the handler failed.
+        """
         with contextlib.suppress(nats.errors.Error):
-            await self.nc.publish(msg.reply, b"", headers=wire.end_headers(status, message))
+            if endpoint.handler.cardinality is Cardinality.UNARY_STREAM:
+                # Nothing listens on this control subject: the end marker follows at once, no ack is needed.
+                control = self.nc.new_inbox()
+                await self.nc.publish(msg.reply, b"", headers=wire.open_headers(control, self.stream_window))
+                await self.nc.publish(msg.reply, b"", headers=wire.end_headers(status, message))
+            else:
+                await self.nc.publish(msg.reply, b"", headers=wire.status_headers(status, message))
         return status, message

@@ -27,7 +27,8 @@ END = "Rpc-End"
 CONTROL = "Rpc-Control"
 """On a stream's open message: subject where the client sends acks and cancel."""
 WINDOW = "Rpc-Window"
-"""On a stream's open message: how many data messages the server may send ahead of acks."""
+"""On a stream's open message: how many data messages the server may send ahead of acks.
+On a stream request (optional): the most the client wants ahead; the server uses the smaller."""
 ACK = "Rpc-Ack"
 """Client → server: total data messages consumed so far (grants that many more credits)."""
 CANCEL = "Rpc-Cancel"
@@ -56,8 +57,13 @@ def status_headers(status: Status, message: str | None = None) -> Headers:
     return headers
 
 
+def open_headers(control: str, window: int) -> Headers:
+    """Headers of a stream's open message: the first message of every stream reply, rejected ones too."""
+    return {CONTROL: control, WINDOW: str(window)}
+
+
 def end_headers(status: Status = Status.OK, message: str | None = None) -> Headers:
-    """Headers of a stream's end marker."""
+    """Headers of a stream's end marker (streams only: a unary error never carries ``Rpc-End``)."""
     headers = status_headers(status, message)
     headers[END] = "1"
     return headers
@@ -91,6 +97,14 @@ def deadline_exceeded() -> GRPCError:
 def encode_timeout(seconds: float) -> str:
     """Remaining seconds as a short decimal; never zero or negative, so it still parses as a deadline."""
     return f"{max(seconds, 0.001):.3f}"
+
+
+def decode_window(value: str) -> int:
+    """Parse a requested ``Rpc-Window``; raises ValueError for anything but a positive integer."""
+    window = int(value)
+    if window < 1 or str(window) != value.strip():
+        raise ValueError(f"bad {WINDOW} {value!r}")
+    return window
 
 
 def decode_timeout(value: str) -> float:

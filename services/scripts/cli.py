@@ -40,15 +40,26 @@ def render(
     runtime: Annotated[
         str | None, typer.Option("--runtime", help="apptainer, singularity, podman or none (overrides the file).")
     ] = None,
+    submit_request: Annotated[
+        bool,
+        typer.Option(
+            "--submit-request",
+            help="Print the SubmitRequest for the pool as proto3 JSON instead (docs/rpc.md), so a client in any "
+            "language can submit the pod. It carries the pod's secret values: it is what the pool receives.",
+        ),
+    ] = False,
 ) -> None:
-    """Print the job script a pod renders to, with secret values masked."""
+    """Print the job script a pod renders to, with secret values masked (or, with --submit-request, the request)."""
     bc = load_build_config(build_config, runtime)
     data = json.loads(pod_json.read_text(encoding="utf-8"))
     try:
-        job = render_job(data, bc, mask_secrets=True)
+        job = render_job(data, bc, mask_secrets=not submit_request)
     except PodRejected as e:
         typer.echo(f"rejected: {e}", err=True)
         raise typer.Exit(code=2) from None
+    if submit_request:
+        typer.echo(pb.SubmitRequest(job=job).to_json(indent=2))
+        return
     typer.echo(job.script, nl=False)
 
 

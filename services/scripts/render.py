@@ -23,6 +23,7 @@ from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel import layout
 from interlink_nats.kernel.names import is_dns_label
 
+from . import kubernetes_fields
 from .errors import PodRejected
 from .fields import as_list as _list
 from .fields import as_obj as _dict
@@ -376,7 +377,9 @@ def _volume(ctx: Context, index: int, raw: dict[str, Any]) -> Volume:
         raise PodRejected(where, "a volume needs exactly one source")
     kind = kinds[0]
     if kind not in VOLUME_KINDS:
-        raise PodRejected(child(where, kind), f"volume type {kind!r} is not supported off-cluster")
+        if kind in kubernetes_fields.VOLUME_SOURCES:
+            raise PodRejected(child(where, kind), f"volume type {kind!r} is not supported off-cluster")
+        raise kubernetes_fields.unhonoured(where, kind, kubernetes_fields.VOLUME_SOURCES, "volume type")
     src = _dict(raw[kind], f"{where}.{kind}")
     kw = f"{where}.{kind}"
     vol = Volume(name=name, kind=kind, index=index)
@@ -591,10 +594,12 @@ def _argv(c: dict[str, Any], key: str, where: str, env: dict[str, str]) -> list[
     return out
 
 
-def _check_keys(obj: dict[str, Any], supported: frozenset[str], ignored: frozenset[str], where: str) -> None:
+def _check_keys(
+    obj: dict[str, Any], supported: frozenset[str], ignored: frozenset[str], where: str, kubernetes_has: frozenset[str]
+) -> None:
     for key in obj:
         if key not in supported and key not in ignored:
-            raise PodRejected(child(where, key), "not supported off-cluster")
+            raise kubernetes_fields.unhonoured(where, key, kubernetes_has)
 
 
 def _words(text: str, key: str) -> list[str]:
@@ -629,7 +634,7 @@ def _mounts(
     for j, m in enumerate(get_list(c, "volumeMounts", where)):
         mw = f"{where}.volumeMounts[{j}]"
         m = _dict(m, mw)
-        _check_keys(m, MOUNT_KEYS, frozenset(), mw)
+        _check_keys(m, MOUNT_KEYS, frozenset(), mw, kubernetes_fields.VOLUME_MOUNT)
         vol_name = get_str(m, "name", mw)
         vol = volumes.get(vol_name)
         if vol is None:
@@ -702,7 +707,7 @@ def _container(
     extra: dict[str, list[str]],
 ) -> ContainerPlan:
     c = _dict(c, where)
-    _check_keys(c, CONTAINER_SUPPORTED, CONTAINER_IGNORED, where)
+    _check_keys(c, CONTAINER_SUPPORTED, CONTAINER_IGNORED, where, kubernetes_fields.CONTAINER)
     name = c.get("name")
     if not is_dns_label(name):
         raise PodRejected(where + ".name", f"container names must be DNS labels: {name!r}")
@@ -882,7 +887,7 @@ def render_job(
             if get_list(spec, key, "spec"):
                 raise PodRejected(f"spec.{key}", "not supported off-cluster")
         else:
-            raise PodRejected(child("spec", key), "not supported off-cluster")
+            raise kubernetes_fields.unhonoured("spec", key, kubernetes_fields.POD_SPEC)
     ctx = Context(pod, meta, spec, annotations, _pod_data(entries), bc, runtime, mask_secrets)
 
     volumes: dict[str, Volume] = {}

@@ -16,8 +16,9 @@ fork happens in a small bash.
 Why "run at most once" holds: each launch starts with ``mkdir .shell.claim``, atomic on every
 POSIX filesystem; a second launch of the same directory (a retry after a crash, or a second
 launcher) loses the race and starts nothing. The claim and the start of the runner happen in
-the launcher, which finishes every directory it was sent even if the submitter is killed: no
-directory is ever claimed without its runner being started.
+the launcher, which finishes every directory it was sent even if the submitter is killed. Only a
+launcher killed between the two (its container restarted) leaves a claim without a runner; the
+poll reports that job lost, saying it never started, on its second sighting (``NEVER_STARTED_AFTER``).
 
 Files the backend adds to the job directory (next to the layout.py contract):
 ``.shell.claim/`` (the run-once claim), ``.shell.pid`` (runner pid), ``.shell.exit``
@@ -56,8 +57,16 @@ CLAIM = ".shell.claim"
 PID_FILE = ".shell.pid"
 EXIT_FILE = ".shell.exit"
 RUNNER_NAME = "interlink-shell-job"
-STARTING_GRACE = 60.0
-"""A claim older than this without a pid file means the runner never started (e.g. a reboot)."""
+LAUNCHER_NAME = "interlink-shell-launch"
+CLAIM_LAUNCHER = f"{CLAIM}/launcher"
+"""Inside the claim: pid of the launcher that made it (written before the runner is forked)."""
+CLAIM_RUNNER = f"{CLAIM}/runner"
+"""Inside the claim: pid of the runner it forked (written right after the fork)."""
+NEVER_STARTED_AFTER = 1.0
+"""A claim without a runner whose launcher is gone (and whose forked runner, if any, is gone too), seen
+on two polls at least this far apart, was never started: the launcher was killed between claim and start
+(e.g. its container restarted). While the launcher lives it may still be working through its backlog."""
+NEVER_STARTED = "the job never started: it was claimed, but the launcher stopped before starting its runner"
 
 # Constant programs, never formatted: the only inputs are positional arguments and stdin.
 # The launcher reads NUL-terminated job directories and answers "<dir>\0<pid>\0" (or "claimed").
@@ -68,8 +77,10 @@ set -m
 bash=$1 runner=$2 env_name=$3
 while IFS= read -r -d '' dir; do
   if mkdir "$dir/.shell.claim" 2>/dev/null; then
+    echo $$ > "$dir/.shell.claim/launcher"
     ( export "$env_name=$dir"; exec "$bash" -c "$runner" interlink-shell-job "$dir" "$bash" ) \
       </dev/null >/dev/null 2>&1 &
+    echo $! > "$dir/.shell.claim/runner"
     printf '%s\0%s\0' "$dir" "$!"
     disown
   else
@@ -106,6 +117,24 @@ def _is_our_runner(pid: int, job_dir: Path) -> bool:
     except OSError:
         return False
     return RUNNER_NAME.encode() in argv and str(job_dir).encode() in argv
+
+
+def _is_ours(pid: int | None) -> bool:
+    """A live launcher, or a runner (before its exec it still has the launcher's command line)."""
+    if pid is None:
+        return False
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    seen = _proc_start_ticks(pid)
+    alive = seen is not None and seen[1] != "Z"
+    return alive and (LAUNCHER_NAME.encode() in argv or RUNNER_NAME.encode() in argv)
+
+
+def _may_still_start(job_dir: Path) -> bool:
+    """A claim without a pid file whose launcher or forked runner is still alive: it is starting."""
+    return _is_ours(_read_int(job_dir / CLAIM_LAUNCHER)) or _is_ours(_read_int(job_dir / CLAIM_RUNNER))
 
 
 def _read_int(path: Path) -> int | None:
@@ -152,7 +181,7 @@ class _Launcher:
                     self._bash,
                     "-c",
                     _LAUNCHER,
-                    "interlink-shell-launch",
+                    LAUNCHER_NAME,
                     self._bash,
                     _RUNNER,
                     layout.JOB_DIR_ENV,
@@ -271,6 +300,8 @@ class ShellBackend:
         self._cancelled: set[str] = set()
         self._starting: set[str] = set()
         """Taken from the queue, launcher not done yet: neither queued nor findable on disk."""
+        self._unstarted: dict[str, float] = {}
+        """Claims with no runner, by when a poll first saw them (see ``NEVER_STARTED_AFTER``)."""
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._launcher = _Launcher(bash)
@@ -437,6 +468,7 @@ class ShellBackend:
         code = _read_int(job_dir / EXIT_FILE)
         if code is not None:
             self._running.pop(uid, None)
+            self._unstarted.pop(uid, None)
             started = _mtime(job_dir / PID_FILE)
             finished = _mtime(job_dir / EXIT_FILE)
             if code == 0:
@@ -454,17 +486,25 @@ class ShellBackend:
             del self._running[uid]
             self._wake.set()
         elif self._adopt(uid, job_dir) is not None:
+            self._unstarted.pop(uid, None)
             return Observation(BackendState.RUNNING, started_at=_mtime(job_dir / PID_FILE))
         if uid in self._cancelled:
             return Observation(BackendState.CANCELLED, raw_state="killed on request")
-        claimed = _mtime(job_dir / CLAIM)
-        if claimed is not None and not (job_dir / PID_FILE).exists() and now - claimed < STARTING_GRACE:
-            return Observation(BackendState.RUNNING, reason="starting")
+        if (job_dir / CLAIM).exists() and not (job_dir / PID_FILE).exists():
+            if _may_still_start(job_dir):
+                self._unstarted.pop(uid, None)
+                return Observation(BackendState.RUNNING, reason="starting")
+            first_seen = self._unstarted.setdefault(uid, now)
+            if now - first_seen < NEVER_STARTED_AFTER:
+                return Observation(BackendState.RUNNING, reason="starting")
+            del self._unstarted[uid]
+            return Observation(BackendState.GONE, reason=NEVER_STARTED)
         return None  # gone: the runner vanished without writing its exit file
 
     async def cancel(self, job: JobHandle) -> None:
         uid = job.uid
         self._cancelled.add(uid)
+        self._unstarted.pop(uid, None)
         if uid in self._queued:
             self._queued.discard(uid)
             self._queue = deque(s for s in self._queue if s.uid != uid)

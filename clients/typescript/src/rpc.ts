@@ -1,4 +1,4 @@
-// interlink-nats' RPC wire convention over NATS, for unary calls (what services/rpc does in Python):
+// interlink-nats' RPC wire convention over NATS (docs/rpc.md), for unary calls (what services/rpc does in Python):
 // - subject: `interlink_nats.v1.SubmitterService.<Method>.<pool>` (the gRPC route with '/' -> '.', plus the pool);
 // - request: the protobuf bytes; `Rpc-Timeout` header = seconds left until the caller's deadline;
 // - reply: the protobuf bytes with no headers, or an empty body with `Rpc-Status` (gRPC code) and `Rpc-Message`;

@@ -453,7 +453,9 @@ class GetLogsRequest(betterproto2.Message):
         4, betterproto2.TYPE_INT64, optional=True
     )
     """
-    At most N bytes, from the end.
+    At most N bytes in all, counted from where the output starts (the log's
+    start, or the first of the tail_lines): kubectl logs --limit-bytes.
+    A follow ends once they are sent.
     """
 
     follow: "bool" = betterproto2.field(5, betterproto2.TYPE_BOOL)
@@ -550,7 +552,8 @@ class JobEvent(betterproto2.Message):
 
     revision: "int" = betterproto2.field(2, betterproto2.TYPE_UINT64)
     """
-    Monotonic per pod: a consumer keeps the highest it has seen.
+    Per pod, 1 for the first event of a job, then increasing (superseded
+    events may be skipped): a consumer keeps the highest it has seen.
     """
 
     instance_id: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
@@ -637,6 +640,12 @@ class JobStatus(betterproto2.Message):
         optional=True,
     )
 
+    deleted: "bool" = betterproto2.field(9, betterproto2.TYPE_BOOL)
+    """
+    True once Cancel removed the job (its pod was deleted): ListJobs with
+    include_finished still lists it until the retention prunes it.
+    """
+
 
 default_message_pool.register_message("interlink_nats.v1", "JobStatus", JobStatus)
 
@@ -656,10 +665,20 @@ default_message_pool.register_message("interlink_nats.v1", "KeyToPath", KeyToPat
 @dataclass(eq=False, repr=False)
 class ListJobsRequest(betterproto2.Message):
     include_finished: "bool" = betterproto2.field(1, betterproto2.TYPE_BOOL)
+    """
+    Also jobs that finished or were cancelled (every job the pool still
+    remembers); otherwise only pending and running ones.
+    """
 
     page_size: "int" = betterproto2.field(2, betterproto2.TYPE_UINT32)
+    """
+    0 means 500; more than 5000 is served as 5000.
+    """
 
     page_token: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+    """
+    next_page_token of the previous page; empty for the first page.
+    """
 
 
 default_message_pool.register_message(
@@ -672,8 +691,14 @@ class ListJobsResponse(betterproto2.Message):
     jobs: "list[JobStatus]" = betterproto2.field(
         1, betterproto2.TYPE_MESSAGE, repeated=True
     )
+    """
+    Ordered by pod UID.
+    """
 
     next_page_token: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    Empty on the last page.
+    """
 
 
 default_message_pool.register_message(
