@@ -28,10 +28,10 @@ from interlink_nats.kernel import layout
 from interlink_nats.submitters.backends.base import Backend, JobHandle
 from interlink_nats.submitters.backends.proc import run_command
 from interlink_nats.submitters.backends.shell import CLAIM, EXIT_FILE, PID_FILE, ShellBackend
-from interlink_nats.submitters.backends.slurm import SlurmBackend
+from interlink_nats.submitters.backends.slurm import SlurmBackend, SlurmConfig
 from interlink_nats.submitters.registry import Registry
 from interlink_nats.submitters.runtime import Submitter
-from interlink_nats.submitters.settings import SlurmSettings, SubmitterSettings
+from interlink_nats.submitters.settings import SubmitterSettings
 
 FAKE_SQUEUE = """#!/bin/sh
 # Fake squeue for the benchmark: the whole table, or one line for `-j <id>` (per-pod polling).
@@ -82,7 +82,7 @@ async def runtime_for(root: Path, backend: Backend, jobs: list[tuple[str, Path, 
         )
         await sub.registry.mark_submitted(uid, job_id if backend.name == "slurm" else uid)
     for row in await sub.registry.live(sub.instance_id):
-        sub._track(row)
+        sub.track(row)
     return sub
 
 
@@ -103,7 +103,7 @@ async def bench_slurm(root: Path, n: int, sample: int) -> dict[str, float | int]
     fake.write_text(FAKE_SQUEUE.replace("{table}", str(table)))
     fake.chmod(0o755)
     os.environ["PATH"] = f"{bindir}:{os.environ['PATH']}"
-    backend = SlurmBackend(SlurmSettings(squeue=str(fake)))
+    backend = SlurmBackend(SlurmConfig(squeue=str(fake)))
     handles = [JobHandle(uid, d, jid) for uid, d, jid in jobs]
 
     calls0 = backend.calls

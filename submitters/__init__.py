@@ -1,7 +1,9 @@
 """Submitter runtime (serves ``SubmitterService`` for one pool on a site) and its backends.
 
-What belongs here: the runtime (``runtime``), its settings and CLI, the durable registry, the
-pure status mapping (``status``, no I/O), job-directory I/O, and one module per backend in
-``backends``. What does not: rendering pods (``services.scripts``) and the RPC transport
-(``services.rpc``), which this package only uses. See docs/submitters.md.
+What belongs here: the pure lifecycle core (``lifecycle``: phases, transitions, plans) and
+status mapping (``status``), the runtime that executes them (``runtime`` wiring ``ownership``,
+``submission``, ``recovery``, ``queries``, ``polling``, ``outbox``, ``announcer``), the RPC edge
+(``service``), the durable registry, settings and CLI, job-directory I/O, and one module per
+backend in ``backends``. What does not: rendering pods (``services.scripts``) and the gateway;
+the RPC transport (``services.rpc``) is only used. See docs/submitters.md.
 """

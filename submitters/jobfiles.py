@@ -138,7 +138,8 @@ class ContainerFilesCache:
         files = read_container_files(job_dir, names)
         if time.time_ns() - mtime > _SETTLE_NS:
             # A directory changed within the clock's granularity could change again with the same
-            # mtime; only cache once it has been quiet for a while.
+            # mtime; only cache once it has been quiet for a while. Deliberately the host's real
+            # clock, not the injected one: it is compared with the file system's own timestamps.
             self._cache[job_dir] = (mtime, files)
         return files
 

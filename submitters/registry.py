@@ -5,10 +5,8 @@ replicas on one host must agree on who owns what. One WAL database gives atomic
 "insert if absent" (Submit idempotency by pod UID), durable intent records written *before*
 the backend is called, and concurrent readers for status answers from any replica.
 
-Lifecycle of a row (``phase``):
-``submitting`` (intent recorded, backend not yet confirmed) → ``active`` (the backend has it)
-→ ``done`` (terminal status recorded) → ``deleted`` (cancelled and files removed; kept as a
-tombstone so the same UID is never run again).
+Lifecycle of a row (``phase``): see :mod:`submitters.lifecycle` (the phases and the transition
+table); the SQL guards here enforce that table (e.g. a ``deleted`` tombstone never changes).
 
 Reads and writes use different connections. Reads go through aiosqlite (one connection on its
 own thread) and see committed data only. Every write goes through one :class:`BatchRunner`
@@ -25,20 +23,16 @@ import datetime as dt
 import json
 import os
 import sqlite3
-import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, TypeVar, cast
 
 import aiosqlite
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.submitters.batching import BatchRunner
-
-SUBMITTING = "submitting"
-ACTIVE = "active"
-DONE = "done"
-DELETED = "deleted"
-LIVE_PHASES = (SUBMITTING, ACTIVE)
+from interlink_nats.submitters.clock import SYSTEM_CLOCK, Clock
+from interlink_nats.submitters.lifecycle import LIVE_PHASES, Phase
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs (
@@ -79,7 +73,7 @@ class JobRow:
     uid: str
     namespace: str
     name: str
-    phase: str
+    phase: Phase
     job_id: str
     owner: str
     job_dir: Path
@@ -110,37 +104,40 @@ def _utc(ts: float) -> dt.datetime:
     return dt.datetime.fromtimestamp(ts, tz=dt.UTC)
 
 
-def _row(r: Sequence[object]) -> JobRow:
+def _row(r: Sequence[Any]) -> JobRow:
+    """A ``jobs`` row as sqlite returns it (column order: ``_COLUMNS``)."""
     return JobRow(
         uid=str(r[0]),
         namespace=str(r[1]),
         name=str(r[2]),
-        phase=str(r[3]),
+        phase=Phase(str(r[3])),
         job_id=str(r[4]),
         owner=str(r[5]),
         job_dir=Path(str(r[6])),
         init_containers=tuple(json.loads(str(r[7]))),
         containers=tuple(json.loads(str(r[8]))),
-        spec=bytes(r[9]),  # type: ignore[arg-type]
+        spec=bytes(r[9]),
         state=int(r[10]),
-        status=bytes(r[11]) if r[11] is not None else None,  # type: ignore[arg-type,call-overload]
+        status=bytes(r[11]) if r[11] is not None else None,
         revision=int(r[12]),
-        published=int(r[13]),  # type: ignore[call-overload]
+        published=int(r[13]),
         created_at=float(r[14]),
-        updated_at=float(r[15]),  # type: ignore[arg-type]
-        finished_at=float(r[16]) if r[16] is not None else None,  # type: ignore[arg-type]
+        updated_at=float(r[15]),
+        finished_at=float(r[16]) if r[16] is not None else None,
     )
 
 
 @dataclass(frozen=True, slots=True)
 class StatusUpdate:
     uid: str
-    phase: str
+    phase: Phase
     state: int
     status: bytes
     revision: int
     finished_at: float | None
 
+
+_T = TypeVar("_T")
 
 _Op = Callable[[sqlite3.Connection], object]
 """One write: runs inside the batch's transaction on the writer thread, returns its result."""
@@ -203,14 +200,22 @@ class _Writer:
 class Registry:
     """Async access to the registry: aiosqlite for reads, one group-committing writer thread for writes."""
 
-    def __init__(self, db: aiosqlite.Connection, path: Path, writer: _Writer, runner: BatchRunner[_Op, object]) -> None:
+    def __init__(
+        self,
+        db: aiosqlite.Connection,
+        path: Path,
+        writer: _Writer,
+        runner: BatchRunner[_Op, object],
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
         self._db = db
+        self._clock = clock
         self.path = path
         self._writer = writer
         self._runner = runner
 
     @classmethod
-    async def open(cls, path: Path) -> Registry:
+    async def open(cls, path: Path, *, clock: Clock = SYSTEM_CLOCK) -> Registry:
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         writer = _Writer(path)
         runner: BatchRunner[_Op, object] = BatchRunner(writer.apply, name="registry-writer")
@@ -226,7 +231,7 @@ class Registry:
             await runner.close(writer.close)
             raise RegistryError(f"cannot open registry {path}: {exc}") from exc
         os.chmod(path, 0o600)
-        return cls(db, path, writer, runner)
+        return cls(db, path, writer, runner, clock)
 
     async def close(self) -> None:
         try:
@@ -239,9 +244,9 @@ class Registry:
         """Transactions committed by the writer so far (each may hold many writes)."""
         return self._runner.batches
 
-    async def _write(self, op: _Op) -> object:
+    async def _write(self, op: Callable[[sqlite3.Connection], _T]) -> _T:
         try:
-            return await self._runner.run(op)
+            return cast(_T, await self._runner.run(op))
         except RegistryError:
             raise
         except sqlite3.Error as exc:
@@ -268,12 +273,12 @@ class Registry:
 
         Returns once the row is committed. Claims of concurrent Submits share one transaction.
         """
-        now = time.time()
+        now = self._clock.time()
         values = (
             uid,
             namespace,
             name,
-            SUBMITTING,
+            Phase.SUBMITTING,
             "",
             owner,
             str(job_dir),
@@ -295,7 +300,7 @@ class Registry:
             return False, conn.execute(_SELECT_ONE, (uid,)).fetchone()
 
         try:
-            created, existing = await self._write(op)  # type: ignore[misc]
+            created, existing = await self._write(op)
         except Exception as exc:
             raise RegistryError(f"cannot record job {uid}: {exc}") from exc
         if created:
@@ -317,7 +322,7 @@ class Registry:
         return out
 
     async def mark_submitted(self, uid: str, job_id: str) -> None:
-        params = (ACTIVE, job_id, time.time(), uid, SUBMITTING)
+        params = (Phase.ACTIVE, job_id, self._clock.time(), uid, Phase.SUBMITTING)
         await self._write(
             lambda conn: (
                 conn.execute(
@@ -328,14 +333,14 @@ class Registry:
 
     async def save_statuses(self, updates: Iterable[StatusUpdate]) -> None:
         """Store many status changes in one transaction (one poll → one commit)."""
-        now = time.time()
-        rows = [(u.phase, u.state, u.status, u.revision, u.finished_at, now, u.uid) for u in updates]
+        now = self._clock.time()
+        rows = [(Phase.DELETED, u.phase, u.state, u.status, u.revision, u.finished_at, now, u.uid) for u in updates]
         if not rows:
             return
         await self._write(
             lambda conn: (
                 conn.executemany(
-                    "UPDATE jobs SET phase = CASE WHEN phase = 'deleted' THEN phase ELSE ? END, state = ?, status = ?, "
+                    "UPDATE jobs SET phase = CASE WHEN phase = ? THEN phase ELSE ? END, state = ?, status = ?, "
                     "revision = ?, finished_at = ?, updated_at = ? WHERE uid = ?",
                     rows,
                 ).rowcount
@@ -352,8 +357,8 @@ class Registry:
             )
 
     async def mark_deleted(self, uid: str, status: bytes, state: int, revision: int) -> None:
-        now = time.time()
-        params = (DELETED, status, state, revision, now, now, uid)
+        now = self._clock.time()
+        params = (Phase.DELETED, status, state, revision, now, now, uid)
         await self._write(
             lambda conn: (
                 conn.execute(
@@ -388,7 +393,7 @@ class Registry:
                 ).rowcount
             )
         )
-        return int(n)  # type: ignore[call-overload]
+        return n
 
     async def page(self, *, include_finished: bool, after: str, limit: int) -> list[JobRow]:
         if include_finished:  # every job still remembered: finished and cancelled ones too
@@ -408,7 +413,7 @@ class Registry:
 
     async def prune(self, older_than: float) -> int:
         """Forget finished jobs older than the retention, so the file does not grow forever."""
-        params = (DONE, DELETED, older_than)
+        params = (Phase.DONE, Phase.DELETED, older_than)
         n = await self._write(
             lambda conn: (
                 conn.execute(
@@ -416,4 +421,4 @@ class Registry:
                 ).rowcount
             )
         )
-        return int(n)  # type: ignore[call-overload]
+        return n

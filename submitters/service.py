@@ -1,26 +1,33 @@
-"""``SubmitterService`` over the runtime: thin request/response translation, no state of its own.
+"""``SubmitterService`` over the runtime: the RPC edge, thin request/response translation, no state.
 
-Every answer comes from the registry (shared by replicas), so whichever replica of the pool
-receives a call answers it correctly, whoever owns the job.
+This is the one place where the submitter's domain errors (``submitters.errors``) become RPC
+status codes; nothing below it imports grpclib. It depends on :class:`SubmitterApi` (what it
+calls), not on the runtime, so the runtime can build it without an import cycle.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
-import time
-from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from typing import NoReturn, Protocol
 
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 from interlink_nats.gen.interlink_nats import v1 as pb
-from interlink_nats.kernel import layout
 from interlink_nats.submitters import logindex, logs
-from interlink_nats.submitters.registry import DELETED, DONE
-
-if TYPE_CHECKING:
-    from interlink_nats.submitters.runtime import Submitter
+from interlink_nats.submitters.clock import Clock
+from interlink_nats.submitters.errors import (
+    AlreadyExists,
+    InvalidRequest,
+    NotFound,
+    Refused,
+    SubmitterFault,
+    Unavailable,
+)
+from interlink_nats.submitters.lifecycle import Phase
+from interlink_nats.submitters.queries import LogSource
 
 FOLLOW_INTERVAL = 0.25
 """How often a followed log is checked for new bytes."""
@@ -28,52 +35,106 @@ FOLLOW_STATE_EVERY = 2.0
 """How often a follower re-reads the job's state from the registry."""
 MAX_STATUS_BATCH = 10_000
 
+RPC_STATUS: dict[type, Status] = {
+    InvalidRequest: Status.INVALID_ARGUMENT,
+    NotFound: Status.NOT_FOUND,
+    AlreadyExists: Status.ALREADY_EXISTS,
+    Refused: Status.FAILED_PRECONDITION,
+    Unavailable: Status.UNAVAILABLE,
+}
+"""Domain error → RPC status; anything else is a bug and surfaces as the server's internal error."""
+
+
+def rpc_error(exc: SubmitterFault) -> GRPCError:
+    for kind in type(exc).__mro__:
+        status = RPC_STATUS.get(kind)
+        if status is not None:
+            return GRPCError(status, str(exc))
+    return GRPCError(Status.INTERNAL, str(exc))
+
+
+def _raise(exc: SubmitterFault) -> NoReturn:
+    raise rpc_error(exc) from None
+
+
+class SubmitterApi(Protocol):
+    """What the RPC edge needs from a running submitter."""
+
+    @property
+    def clock(self) -> Clock: ...
+
+    async def submit(self, job: pb.JobScript) -> pb.SubmitResponse: ...
+
+    async def get_status(self, uids: Sequence[str]) -> pb.GetStatusResponse: ...
+
+    async def cancel(self, uid: str) -> pb.CancelResponse: ...
+
+    async def list_jobs(self, req: pb.ListJobsRequest) -> pb.ListJobsResponse: ...
+
+    def describe(self) -> pb.DescribeResponse: ...
+
+    async def log_source(self, uid: str, container: str) -> LogSource: ...
+
+    async def job_phase(self, uid: str) -> Phase | None: ...
+
 
 class SubmitterServiceImpl(pb.SubmitterServiceBase):
-    def __init__(self, submitter: Submitter) -> None:
+    def __init__(self, submitter: SubmitterApi) -> None:
         self.s = submitter
 
     async def submit(self, message: pb.SubmitRequest) -> pb.SubmitResponse:
-        if message.job is None:
-            raise GRPCError(Status.INVALID_ARGUMENT, "job is required")
-        return await self.s.submit(message.job)
+        try:
+            if message.job is None:
+                raise InvalidRequest("job is required")
+            return await self.s.submit(message.job)
+        except SubmitterFault as exc:
+            _raise(exc)
 
     async def get_status(self, message: pb.GetStatusRequest) -> pb.GetStatusResponse:
-        if len(message.pod_uids) > MAX_STATUS_BATCH:
-            raise GRPCError(Status.INVALID_ARGUMENT, f"at most {MAX_STATUS_BATCH} pods per call")
-        return await self.s.get_status(message.pod_uids)
+        try:
+            if len(message.pod_uids) > MAX_STATUS_BATCH:
+                raise InvalidRequest(f"at most {MAX_STATUS_BATCH} pods per call")
+            return await self.s.get_status(message.pod_uids)
+        except SubmitterFault as exc:
+            _raise(exc)
 
     async def cancel(self, message: pb.CancelRequest) -> pb.CancelResponse:
-        if not message.pod_uid:
-            raise GRPCError(Status.INVALID_ARGUMENT, "pod_uid is required")
-        return await self.s.cancel(message.pod_uid)
+        try:
+            if not message.pod_uid:
+                raise InvalidRequest("pod_uid is required")
+            return await self.s.cancel(message.pod_uid)
+        except SubmitterFault as exc:
+            _raise(exc)
 
     async def list_jobs(self, message: pb.ListJobsRequest) -> pb.ListJobsResponse:
-        return await self.s.list_jobs(message)
+        try:
+            return await self.s.list_jobs(message)
+        except SubmitterFault as exc:
+            _raise(exc)
 
     async def describe(self, message: pb.DescribeRequest) -> pb.DescribeResponse:
         return self.s.describe()
 
     async def get_logs(self, message: pb.GetLogsRequest) -> AsyncIterator[pb.GetLogsResponse]:
+        try:
+            async with contextlib.aclosing(self._logs(message)) as chunks:
+                async for chunk in chunks:
+                    yield chunk
+        except SubmitterFault as exc:
+            _raise(exc)
+
+    async def _logs(self, message: pb.GetLogsRequest) -> AsyncGenerator[pb.GetLogsResponse, None]:
         """Stream a container's log from an offset; with ``follow``, until its ``.exit`` appears or the job ends.
 
         ``container`` empty means the batch system's own output of the job (``job.out``).
         ``since_time`` and ``timestamps`` use the log's checkpoint index (``logindex``): times are
         those at which the submitter first saw the bytes, so their precision is one poll interval.
         """
-        row = await self.s._reg().get(message.pod_uid)
-        if row is None or row.phase == DELETED:
-            raise GRPCError(Status.NOT_FOUND, f"no job for pod {message.pod_uid!r}")
-        if message.container and message.container not in (*row.init_containers, *row.containers):
-            raise GRPCError(Status.NOT_FOUND, f"pod {message.pod_uid!r} has no container {message.container!r}")
+        source = await self.s.log_source(message.pod_uid, message.container)
         if message.previous:
             return  # containers are never restarted on a site: there is no previous instance
-        if message.container:
-            path = layout.log_path(row.job_dir, message.container)
-            exit_file = layout.exit_path(row.job_dir, message.container)
-        else:
-            path = self.s.backend.output_path(row.job_dir)
-            exit_file = None
+        path, exit_file = source.path, source.exit_file
+        clock = self.s.clock
         offset = await asyncio.to_thread(
             logs.start_offset,
             path,
@@ -83,15 +144,15 @@ class SubmitterServiceImpl(pb.SubmitterServiceBase):
         budget = logs.ByteBudget(message.limit_bytes)
         stamper: logindex.Stamper | None = None
         if message.since_time is not None or message.timestamps:
-            now_ns = time.time_ns()
+            now_ns = clock.time_ns()
             index, _ = await asyncio.to_thread(logindex.checkpoint_and_read, path, now_ns)
             if message.since_time is not None and not message.offset:
                 since_ns = _unix_ns(message.since_time)
                 offset = max(offset, await asyncio.to_thread(logindex.since_start, path, index, since_ns))
             if message.timestamps:
                 stamper = logindex.Stamper(index, offset, now_ns)
-        ended = row.phase == DONE
-        last_state_check = time.monotonic()
+        ended = source.ended
+        last_state_check = clock.monotonic()
         while True:
             # Decide "finished" before reading, so bytes written just before the end are still sent.
             finished = ended or (exit_file is not None and await asyncio.to_thread(exit_file.exists))
@@ -106,18 +167,18 @@ class SubmitterServiceImpl(pb.SubmitterServiceBase):
                 return
             await asyncio.sleep(FOLLOW_INTERVAL)
             if stamper is not None:  # a follower checkpoints what it is about to read: its lines get this time
-                now_ns = time.time_ns()
+                now_ns = clock.time_ns()
                 size = await asyncio.to_thread(
                     logindex.record, path, now_ns, stamper.index[-1].size if stamper.index else None
                 )
                 if size:
                     stamper.add(logindex.Checkpoint(now_ns, size))
-            if time.monotonic() - last_state_check >= FOLLOW_STATE_EVERY:
-                last_state_check = time.monotonic()
-                current = await self.s._reg().get(message.pod_uid)
-                if current is None or current.phase == DELETED:
+            if clock.monotonic() - last_state_check >= FOLLOW_STATE_EVERY:
+                last_state_check = clock.monotonic()
+                phase = await self.s.job_phase(message.pod_uid)
+                if phase is None or phase is Phase.DELETED:
                     return
-                ended = current.phase == DONE
+                ended = phase is Phase.DONE
 
 
 def _unix_ns(when: dt.datetime) -> int:

@@ -13,7 +13,7 @@ import os
 import socket
 import uuid
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel.config_files import ConfigFileError, LayeredSettings, load_document
@@ -50,6 +50,10 @@ class ShellSettings(BaseModel):
     bash: str = "bash"
 
 
+if TYPE_CHECKING:
+    from interlink_nats.submitters.backends.slurm import SlurmConfig
+
+
 class SlurmSettings(BaseModel):
     sbatch: str = "sbatch"
     squeue: str = "squeue"
@@ -63,6 +67,12 @@ class SlurmSettings(BaseModel):
     squeue_all_users: bool = False
     """Poll every user's jobs instead of ``--me`` (when jobs are submitted as another user)."""
     command_timeout: float = Field(60.0, gt=0)
+
+    def config(self) -> SlurmConfig:
+        """The plain data the Slurm backend takes (the backend does not import settings)."""
+        from interlink_nats.submitters.backends.slurm import SlurmConfig
+
+        return SlurmConfig(**self.model_dump())
 
 
 class SubmitterSettings(LayeredSettings):

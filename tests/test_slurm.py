@@ -18,7 +18,8 @@ from interlink_nats.services.rpc import submitter_client
 from interlink_nats.submitters.backends.base import JobHandle
 from interlink_nats.submitters.backends.slurm import SlurmBackend
 from interlink_nats.submitters.runtime import Submitter
-from interlink_nats.submitters.testing import pod_job, settings_for, wait_for
+from interlink_nats.submitters.testing import settings_for, wait_for
+from jobs import pod_job
 from slurm_cluster import SlurmCluster, missing_binaries
 
 pytestmark = pytest.mark.slurm

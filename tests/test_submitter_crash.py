@@ -26,7 +26,8 @@ from interlink_nats.kernel.subjects import events_subject
 from interlink_nats.services.nats_server import NatsServerProcess
 from interlink_nats.services.rpc import submitter_client
 from interlink_nats.submitters.runtime import Submitter
-from interlink_nats.submitters.testing import pod_job, settings_for, wait_for
+from interlink_nats.submitters.testing import settings_for, wait_for
+from jobs import pod_job
 
 RETRYABLE = {Status.UNAVAILABLE, Status.DEADLINE_EXCEEDED, Status.CANCELLED, Status.UNKNOWN}
 TERMINAL = {pb.JobState.SUCCEEDED, pb.JobState.FAILED, pb.JobState.CANCELLED, pb.JobState.LOST}

@@ -17,7 +17,8 @@ from interlink_nats.services.rpc import submitter_client
 from interlink_nats.submitters import logindex
 from interlink_nats.submitters.logindex import Checkpoint, Stamper
 from interlink_nats.submitters.runtime import Submitter
-from interlink_nats.submitters.testing import pod_job, settings_for, wait_for
+from interlink_nats.submitters.testing import settings_for, wait_for
+from jobs import pod_job
 
 STAMP = re.compile(rb"^(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{9}Z) (.*)$")
 

@@ -13,7 +13,8 @@ from interlink_nats.services.events import ensure_events_stream
 from interlink_nats.services.rpc import submitter_client
 from interlink_nats.submitters.natsconn import backoff_delay, connect_options
 from interlink_nats.submitters.runtime import Submitter
-from interlink_nats.submitters.testing import pod_job, settings_for, wait_for
+from interlink_nats.submitters.testing import settings_for, wait_for
+from jobs import pod_job
 from tls import SecureStack, stack_fixture
 
 # nats-py hands aiohttp a float connect timeout for wss://; under pyproject's "warnings are errors"

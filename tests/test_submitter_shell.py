@@ -15,7 +15,8 @@ from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel.subjects import EVENTS_STREAM, config_subject, events_subject, resources_subject
 from interlink_nats.services.rpc import submitter_client
 from interlink_nats.submitters.runtime import Submitter
-from interlink_nats.submitters.testing import pod_job, settings_for, wait_for
+from interlink_nats.submitters.testing import settings_for, wait_for
+from jobs import pod_job
 
 Phase = pb.ContainerPhase
 

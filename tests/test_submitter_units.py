@@ -164,7 +164,7 @@ def test_fastwire_encodes_exactly_what_betterproto_does(kw: dict[str, object]) -
     from interlink_nats.gen.interlink_nats import v1 as pb
     from interlink_nats.submitters import fastwire
     from interlink_nats.submitters.status import JobMeta, map_status
-    from interlink_nats.submitters.testing import pod_job
+    from jobs import pod_job
 
     job = pod_job("u-1", {"a": "true", "b": "false"}, **kw)  # type: ignore[arg-type]
     spec = pb.JobScript(

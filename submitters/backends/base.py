@@ -1,8 +1,15 @@
 """The one small interface every backend implements, and the value types crossing it.
 
 Backends own only the conversation with the batch system (spawn/sbatch, poll, cancel,
-capacity). They never touch SQLite, NATS or protobuf status: the runtime decides, the
-backend reports what it observed as plain data (:class:`Observation`).
+capacity). They never touch SQLite, NATS, protobuf statuses or job phases: the lifecycle core
+(``submitters.lifecycle``) decides, the runtime executes, and the backend reports what it
+observed as plain data (:class:`Observation`). Settings reach a backend as plain data too
+(e.g. ``SlurmConfig``); a backend does not import ``submitters.settings``.
+
+Adding a backend (see docs/submitters.md, "Adding a backend"): implement :class:`Backend`,
+raise only :class:`BackendError` subclasses, name jobs so ``reconcile`` can find a submission
+whose id was never recorded, and answer ``poll`` with one batch call. ``submitters.testing.FakeBackend``
+is the reference implementation the lifecycle tests run against.
 """
 
 from __future__ import annotations

@@ -32,7 +32,6 @@ import contextlib
 import logging
 import os
 import signal
-import time
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -50,6 +49,7 @@ from interlink_nats.submitters.backends.base import (
     Reconciled,
 )
 from interlink_nats.submitters.backends.proc import run_command
+from interlink_nats.submitters.clock import SYSTEM_CLOCK, Clock
 
 log = logging.getLogger(__name__)
 
@@ -289,7 +289,10 @@ class ShellBackend:
 
     name = "shell"
 
-    def __init__(self, *, max_concurrent: int = 0, bash: str = "bash", kill_grace: float = 5.0) -> None:
+    def __init__(
+        self, *, max_concurrent: int = 0, bash: str = "bash", kill_grace: float = 5.0, clock: Clock | None = None
+    ) -> None:
+        self._clock = clock or SYSTEM_CLOCK
         self._fixed_limit = max_concurrent
         self._limit = max_concurrent or (len(os.sched_getaffinity(0)) or 1)
         self._bash = bash
@@ -456,7 +459,7 @@ class ShellBackend:
     async def poll(self, jobs: Sequence[JobHandle]) -> dict[str, Observation]:
         """One pass over the tracked jobs' files and /proc; no subprocess at all."""
         out: dict[str, Observation] = {}
-        now = time.time()
+        now = self._clock.time()
         for job in jobs:
             obs = self._observe(job, now)
             if obs is not None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from interlink_nats.gen.interlink_nats import v1 as pb
@@ -32,16 +33,32 @@ from interlink_nats.submitters.backends.base import (
     SubmitRejected,
 )
 from interlink_nats.submitters.backends.proc import environ_with, run_command
-from interlink_nats.submitters.settings import SlurmSettings
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class SlurmConfig:
+    """What the backend needs from the submitter's settings (``SlurmSettings.config()`` builds it)."""
+
+    sbatch: str = "sbatch"
+    squeue: str = "squeue"
+    scancel: str = "scancel"
+    sacct: str = "sacct"
+    sinfo: str = "sinfo"
+    partition: str | None = None
+    """Limit capacity discovery (sinfo) to this partition."""
+    use_sacct: bool | None = None
+    """Ask sacct about jobs that left squeue; None: as the BuildConfig says."""
+    squeue_all_users: bool = False
+    command_timeout: float = 60.0
 
 
 class SlurmBackend:
     name = "slurm"
 
-    def __init__(self, settings: SlurmSettings | None = None) -> None:
-        self.settings = settings or SlurmSettings()
+    def __init__(self, settings: SlurmConfig | None = None) -> None:
+        self.settings = settings or SlurmConfig()
         self._pool_flags: list[str] = []
         self._use_sacct = bool(self.settings.use_sacct)
         self._sacct_broken = False

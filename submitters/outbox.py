@@ -1,0 +1,141 @@
+"""The event outbox: JobEvents waiting for JetStream, newest revision per pod, retried until acked.
+
+Why an outbox: a status change is committed to the registry first and published afterwards,
+so a NATS outage (or a crash) delays events but never loses them; on restart the registry's
+unpublished rows refill the outbox.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable
+
+import nats.errors
+import nats.js.errors
+from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.kernel.subjects import EVENTS_STREAM, events_subject
+from interlink_nats.services.events import ensure_events_stream
+from interlink_nats.submitters.clock import Clock
+from interlink_nats.submitters.registry import Registry
+from nats.aio.client import Client as NATS
+
+log = logging.getLogger(__name__)
+
+PUBLISH_CONCURRENCY = 128
+
+
+class Outbox:
+    """Unpublished events of one instance, and the loop that publishes them."""
+
+    def __init__(
+        self, *, pool: str, subject_prefix: str, instance_id: str, clock: Clock, registry: Callable[[], Registry | None]
+    ) -> None:
+        self.pool = pool
+        self.subject_prefix = subject_prefix
+        self.instance_id = instance_id
+        self.clock = clock
+        self._registry = registry
+        self.nc: NATS | None = None
+        self.pending: dict[str, pb.JobEvent] = {}
+        """Newest unpublished event per pod UID."""
+        self.stream_ready = False
+        self._lock = asyncio.Lock()
+        self._wake = asyncio.Event()
+
+    def event(self, status: pb.JobStatus, revision: int) -> pb.JobEvent:
+        if status.updated_at is None:
+            status.updated_at = self.clock.utcnow()
+        return pb.JobEvent(status=status, revision=revision, instance_id=self.instance_id)
+
+    def put(self, uid: str, event: pb.JobEvent) -> None:
+        self.pending[uid] = event
+
+    def add(self, uid: str, status: pb.JobStatus, revision: int) -> None:
+        """Queue a status change and wake the publisher."""
+        self.pending[uid] = self.event(status, revision)
+        self.wake()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    async def restore(self, registry: Registry) -> None:
+        """Refill from the registry: rows whose newest revision was never acknowledged."""
+        for row in await registry.unpublished(self.instance_id):
+            status = row.job_status()
+            if status is not None and row.uid not in self.pending:
+                self.pending[row.uid] = self.event(status, row.revision)
+
+    def on_reconnect(self) -> None:
+        self.stream_ready = False
+        self.wake()
+
+    async def ensure_stream(self) -> None:
+        """Make sure the events stream exists (the definition is shared with the gateway).
+
+        A pool credential may only look the stream up, not create it (the gateway does), so a
+        lookup comes first; a failure is only logged: unacked events stay pending and retried.
+        """
+        assert self.nc is not None
+        js = self.nc.jetstream(timeout=5)
+        self.stream_ready = True
+        try:
+            await js.stream_info(EVENTS_STREAM)
+            return
+        except nats.js.errors.NotFoundError:
+            pass
+        except (nats.errors.Error, TimeoutError) as exc:
+            log.warning("cannot look up stream %s (%s); events wait until it is there", EVENTS_STREAM, exc)
+            return
+        try:
+            await ensure_events_stream(js, self.subject_prefix)
+        except (nats.errors.Error, TimeoutError) as exc:
+            log.warning("cannot create stream %s (%s); events wait until the gateway creates it", EVENTS_STREAM, exc)
+
+    async def publish_pending(self) -> int:
+        """Publish every unpublished event (newest revision per pod); returns how many went out."""
+        async with self._lock:
+            if not self.pending or self.nc is None or not self.nc.is_connected:
+                return 0
+            if not self.stream_ready:
+                await self.ensure_stream()
+            js = self.nc.jetstream()
+            subject = events_subject(self.pool, self.subject_prefix)
+            batch = list(self.pending.items())
+            sem = asyncio.Semaphore(PUBLISH_CONCURRENCY)
+            failed = asyncio.Event()
+
+            async def one(uid: str, event: pb.JobEvent) -> tuple[str, int] | None:
+                async with sem:
+                    if failed.is_set():
+                        return None
+                    try:
+                        await js.publish(subject, bytes(event), timeout=5)
+                    except (nats.errors.Error, TimeoutError) as exc:
+                        if not failed.is_set():
+                            log.warning("publishing events paused: %s", exc)
+                        failed.set()
+                        return None
+                    return uid, event.revision
+
+            done = [d for d in await asyncio.gather(*(one(u, e) for u, e in batch)) if d is not None]
+            for uid, rev in done:
+                current = self.pending.get(uid)
+                if current is not None and current.revision == rev:
+                    del self.pending[uid]
+            registry = self._registry()
+            if done and registry is not None:
+                await registry.mark_published(done)
+            return len(done)
+
+    async def run(self, stop: asyncio.Event, interval: float) -> None:
+        """Publish whenever woken (or every ``interval``) until ``stop`` is set."""
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), interval)
+            self._wake.clear()
+            try:
+                await self.publish_pending()
+            except Exception:
+                log.exception("publishing events failed; retrying")

@@ -1,0 +1,71 @@
+"""RPC-facing reads: GetStatus, ListJobs and what GetLogs needs, all answered from the registry.
+
+The registry is shared by a pool's replicas, so whichever replica receives a call answers it
+correctly, whoever owns the job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.kernel import layout
+from interlink_nats.submitters.context import Instance
+from interlink_nats.submitters.errors import NotFound
+from interlink_nats.submitters.lifecycle import Phase, unique_in_order
+
+MAX_PAGE = 5000
+DEFAULT_PAGE = 500
+
+
+@dataclass(frozen=True, slots=True)
+class LogSource:
+    """Where a container's log is, the file whose appearance ends it, and whether the job has ended."""
+
+    path: Path
+    exit_file: Path | None
+    ended: bool
+
+
+class Queries:
+    def __init__(self, instance: Instance) -> None:
+        self.i = instance
+
+    async def get_status(self, uids: Sequence[str]) -> pb.GetStatusResponse:
+        wanted = unique_in_order(uids)
+        rows = await self.i.registry().get_many(wanted)
+        statuses, unknown = [], []
+        for uid in wanted:
+            row = rows.get(uid)
+            status = row.job_status() if row is not None else None
+            if status is None:
+                unknown.append(uid)
+            else:
+                statuses.append(status)
+        return pb.GetStatusResponse(statuses=statuses, unknown_pod_uids=unknown)
+
+    async def list_jobs(self, req: pb.ListJobsRequest) -> pb.ListJobsResponse:
+        size = min(req.page_size or DEFAULT_PAGE, MAX_PAGE)
+        rows = await self.i.registry().page(include_finished=req.include_finished, after=req.page_token, limit=size + 1)
+        more = len(rows) > size
+        rows = rows[:size]
+        jobs = [s for s in (r.job_status() for r in rows) if s is not None]
+        return pb.ListJobsResponse(jobs=jobs, next_page_token=rows[-1].uid if more and rows else "")
+
+    async def job_phase(self, uid: str) -> Phase | None:
+        row = await self.i.registry().get(uid)
+        return row.phase if row is not None else None
+
+    async def log_source(self, uid: str, container: str) -> LogSource:
+        """``container`` empty: the batch system's own output of the job. Raises :class:`NotFound`."""
+        row = await self.i.registry().get(uid)
+        if row is None or row.phase is Phase.DELETED:
+            raise NotFound(f"no job for pod {uid!r}")
+        ended = row.phase is Phase.DONE
+        if not container:
+            return LogSource(self.i.backend.output_path(row.job_dir), None, ended)
+        if container not in (*row.init_containers, *row.containers):
+            raise NotFound(f"pod {uid!r} has no container {container!r}")
+        return LogSource(layout.log_path(row.job_dir, container), layout.exit_path(row.job_dir, container), ended)

@@ -1,0 +1,214 @@
+"""Submit and cancel: the two RPCs that change a job, executed as the lifecycle core plans them.
+
+Submit: claim (durable intent) → job directory → backend → mark submitted → track. Idempotent
+by pod UID, and shielded so a caller's deadline cannot interrupt it halfway.
+Cancel: stop the job, remove its files, keep a tombstone (so it never runs again). Idempotent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+from collections.abc import Callable
+from pathlib import Path
+
+from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.submitters import fastwire, jobfiles
+from interlink_nats.submitters.backends.base import BackendError, BackendUnavailable, JobHandle, SubmitRejected
+from interlink_nats.submitters.batching import BatchRunner
+from interlink_nats.submitters.context import Instance, job_spec
+from interlink_nats.submitters.errors import InvalidRequest, Refused, Unavailable
+from interlink_nats.submitters.lifecycle import (
+    ClaimPlan,
+    Phase,
+    SubmitFailure,
+    needs_owner_check,
+    plan_cancel,
+    plan_claim,
+    plan_submit_failure,
+)
+from interlink_nats.submitters.ownership import InstanceLock
+from interlink_nats.submitters.polling import meta_from_row
+from interlink_nats.submitters.registry import JobRow, StatusUpdate
+from interlink_nats.submitters.status import JobMeta, cancelled_status, map_status, submit_failed_status
+
+
+def _no_step(step: str) -> None:
+    return None
+
+
+def validate_job(job: pb.JobScript) -> None:
+    """Reject what could never run, naming the field (raises :class:`InvalidRequest`)."""
+    pod = job.pod or pb.PodRef()
+    try:
+        jobfiles.validate_uid(pod.uid)
+        names = [*job.init_containers, *job.containers]
+        if not job.containers:
+            raise jobfiles.InvalidJobError("a job needs at least one container")
+        for name in names:
+            jobfiles.validate_container(name)
+        if len(set(names)) != len(names):
+            raise jobfiles.InvalidJobError("container names must be unique")
+    except jobfiles.InvalidJobError as exc:
+        raise InvalidRequest(str(exc)) from None
+    if not job.script.strip():
+        raise InvalidRequest("the job script is empty")
+
+
+class Submissions:
+    """Submit and cancel for one instance."""
+
+    def __init__(self, instance: Instance) -> None:
+        self.i = instance
+        self.inflight: dict[str, asyncio.Task[pb.SubmitResponse]] = {}
+        self.job_dirs: BatchRunner[tuple[Path, str], Path] = BatchRunner(
+            jobfiles.prepare_job_dirs, name="submitter-job-dirs"
+        )
+        self.stopping = False
+        self.recover_needed = False
+        """Set when a Submit adopted a stopped replica's jobs: the rest are tracked on the next poll."""
+        self.on_step: Callable[[str], None] = _no_step
+        """Called after each durable step of a Submit (``claimed``, ``job_dir``, ``submitted``, ``marked``):
+        the seam crash tests use to stop a submitter between any two steps."""
+
+    def reopen(self) -> None:
+        """Fresh job-directory writer (after a stop closed the previous one)."""
+        self.stopping = False
+        self.job_dirs = BatchRunner(jobfiles.prepare_job_dirs, name="submitter-job-dirs")
+
+    async def submit(self, job: pb.JobScript) -> pb.SubmitResponse:
+        """Idempotent by pod UID; the work is shielded so a caller's deadline cannot interrupt it."""
+        validate_job(job)
+        pod = job.pod or pb.PodRef()
+        if self.stopping:
+            raise Unavailable("submitter is stopping")
+        running = self.inflight.get(pod.uid)
+        if running is not None:
+            resp = await asyncio.shield(running)
+            return pb.SubmitResponse(job_id=resp.job_id, created=False, status=resp.status)
+        task = asyncio.ensure_future(self._submit(job))
+        self.inflight[pod.uid] = task
+        task.add_done_callback(lambda _t: self.inflight.pop(pod.uid, None))
+        return await asyncio.shield(task)
+
+    async def _submit(self, job: pb.JobScript) -> pb.SubmitResponse:
+        """Claim → job directory → backend → mark submitted; see the module docstring.
+
+        Hot path: the claim and the mark each wait for a group commit shared with every concurrent
+        Submit, the job directory is written in a batch with theirs on one thread, and the two
+        messages the registry keeps (spec, pending status) are encoded by ``fastwire``.
+        """
+        i = self.i
+        reg = i.registry()
+        pod = job.pod or pb.PodRef()
+        job_dir = jobfiles.job_dir_for(i.state_dir, pod.uid)
+        spec_msg = pb.JobScript(
+            pod=job.pod,
+            init_containers=job.init_containers,
+            containers=job.containers,
+            resources=job.resources,
+            backend_flags=job.backend_flags,
+        )
+        meta = JobMeta(
+            pod.uid,
+            pod.namespace,
+            pod.name,
+            i.pool,
+            "",
+            tuple(job.init_containers),
+            tuple(job.containers),
+            i.backend.name,
+        )
+        created, row = await reg.claim(
+            uid=pod.uid,
+            namespace=pod.namespace,
+            name=pod.name,
+            owner=i.instance_id,
+            job_dir=job_dir,
+            init_containers=job.init_containers,
+            containers=job.containers,
+            spec=fastwire.job_spec(job),
+            status=fastwire.pending_status(
+                pod.uid, pod.namespace, pod.name, i.pool, job.init_containers, job.containers
+            ),
+        )
+        self.on_step("claimed")
+        owner_dead = needs_owner_check(row.phase, row.owner, i.instance_id) and await asyncio.to_thread(
+            InstanceLock.is_dead, i.lock_dir, row.owner
+        )
+        plan = plan_claim(created=created, phase=row.phase, owner=row.owner, me=i.instance_id, owner_dead=owner_dead)
+        if plan is ClaimPlan.ANSWER:
+            return pb.SubmitResponse(job_id=row.job_id, created=False, status=row.job_status())
+        if plan is ClaimPlan.ADOPT_AND_RESUME:
+            await reg.adopt(row.owner, i.instance_id)
+            self.recover_needed = True
+        if plan is not ClaimPlan.SUBMIT:
+            found = await i.backend.reconcile([JobHandle(row.uid, row.job_dir, row.job_id)])
+            outcome = found.get(row.uid)
+            if outcome is not None and outcome.job_id is not None:
+                await reg.mark_submitted(row.uid, outcome.job_id)
+                row.job_id = outcome.job_id
+                i.poller.track(row)
+                return pb.SubmitResponse(job_id=row.job_id, created=False, status=row.job_status())
+        try:
+            await self.job_dirs.run((job_dir, job.script))
+        except OSError as exc:
+            raise Unavailable(f"cannot write the job directory: {exc}") from None
+        self.on_step("job_dir")
+        try:
+            job_id = await i.backend.submit(job_spec(row, spec_msg))
+        except BackendError as exc:
+            if plan_submit_failure(permanent=isinstance(exc, SubmitRejected)) is SubmitFailure.REFUSED:
+                await self._record_final(row, submit_failed_status(meta, str(exc), now=i.clock.time()))
+                raise Refused(f"{i.backend.name} refused the job: {exc}") from None
+            if isinstance(exc, BackendUnavailable):
+                raise Unavailable(f"{i.backend.name} is unavailable: {exc}") from None
+            raise Unavailable(f"{i.backend.name} submission failed: {exc}") from None
+        self.on_step("submitted")
+        await reg.mark_submitted(row.uid, job_id)
+        self.on_step("marked")
+        row.job_id = job_id
+        async with i.poller.lock:
+            i.poller.track(row)
+        if created:
+            return pb.SubmitResponse(job_id=job_id, created=True)  # pending; the caller knows the containers
+        pending = map_status(dataclasses.replace(meta, job_id=job_id), None, {}, now=i.clock.time())
+        return pb.SubmitResponse(job_id=job_id, created=False, status=pending)
+
+    async def _record_final(self, row: JobRow, status: pb.JobStatus) -> None:
+        revision = row.revision + 1
+        await self.i.registry().save_statuses(
+            [StatusUpdate(row.uid, Phase.DONE, int(status.state), bytes(status), revision, self.i.clock.time())]
+        )
+        self.i.outbox.add(row.uid, status, revision)
+
+    async def cancel(self, uid: str) -> pb.CancelResponse:
+        """Stop the job, remove its files, keep a tombstone (so it never runs again). Idempotent."""
+        i = self.i
+        reg = i.registry()
+        running = self.inflight.get(uid)
+        if running is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(running)
+        row = await reg.get(uid)
+        plan = plan_cancel(row.phase if row is not None else None)
+        if row is None or not plan.found:
+            return pb.CancelResponse(found=False)
+        if not plan.tombstone:
+            return pb.CancelResponse(found=True, status=row.job_status())
+        if plan.untrack:
+            async with i.poller.lock:
+                i.poller.untrack(uid)
+        if plan.stop_backend:
+            try:
+                await i.backend.cancel(JobHandle(row.uid, row.job_dir, row.job_id))
+            except BackendError as exc:
+                raise Unavailable(f"cannot cancel job {row.job_id or uid}: {exc}") from None
+        status = cancelled_status(meta_from_row(row, i.pool, i.backend.name), row.job_status(), now=i.clock.time())
+        revision = row.revision + 1
+        await reg.mark_deleted(uid, bytes(status), int(status.state), revision)
+        i.poller.files.forget(row.job_dir)
+        await asyncio.to_thread(jobfiles.remove_job_dir, row.job_dir)
+        i.outbox.add(uid, status, revision)
+        return pb.CancelResponse(found=True, status=status)

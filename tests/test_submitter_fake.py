@@ -1,0 +1,300 @@
+"""Crash, adoption, cancel and replica races against the in-memory FakeBackend (milliseconds each).
+
+The real-process versions (kill -9 of a submitter process, real shell/Slurm) stay in
+test_submitter_crash.py, test_submitter_shell.py and test_slurm.py; these cover every step
+boundary cheaply. A "crash" leaves what kill -9 leaves: committed registry rows, job
+directories and the batch system's jobs; the in-memory state and the instance lock go.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from pathlib import Path
+
+import pytest
+from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.submitters.backends.base import (
+    Backend,
+    BackendState,
+    BackendUnavailable,
+    Observation,
+    SubmitRejected,
+)
+from interlink_nats.submitters.errors import InvalidRequest, Refused, Unavailable
+from interlink_nats.submitters.lifecycle import Phase
+from interlink_nats.submitters.runtime import Submitter
+from interlink_nats.submitters.testing import FakeBackend, ManualClock, SimulatedCrash, crash, offline_submitter
+
+
+def job(uid: str, containers: tuple[str, ...] = ("main",)) -> pb.JobScript:
+    return pb.JobScript(
+        pod=pb.PodRef(uid=uid, namespace="ns", name=f"pod-{uid[:8]}"),
+        containers=list(containers),
+        script="#!/bin/bash\ntrue\n",
+    )
+
+
+def new_uid() -> str:
+    return str(uuid.uuid4())
+
+
+async def phase_of(sub: Submitter, uid: str) -> Phase | None:
+    return await sub.job_phase(uid)
+
+
+async def settle(sub: Submitter) -> None:
+    """Polls until nothing changes (a FakeBackend answers at once)."""
+    for _ in range(5):
+        if not (await sub.poll_once()).changed:
+            return
+
+
+SUBMIT_STEPS = ["claimed", "job_dir", "submitted", "marked"]
+
+
+async def submit_and_crash_at(state_dir: Path, backend: FakeBackend, uid: str, step: str) -> None:
+    """Replica "a" submits ``uid`` and dies right after ``step`` (see ``Submissions.on_step``)."""
+    async with offline_submitter(state_dir, backend, instance_id="a") as a:
+
+        def die(at: str) -> None:
+            if at == step:
+                raise SimulatedCrash(at)
+
+        a.submissions.on_step = die
+        with pytest.raises(SimulatedCrash):
+            await a.submit(job(uid))
+        await crash(a)
+
+
+@pytest.mark.parametrize("step", SUBMIT_STEPS)
+async def test_a_crash_between_any_two_submit_steps_runs_the_job_exactly_once(tmp_path: Path, step: str) -> None:
+    backend = FakeBackend()
+    uid = new_uid()
+    await submit_and_crash_at(tmp_path, backend, uid, step)
+    async with offline_submitter(tmp_path, backend, instance_id="a") as a:
+        # The caller retries (it never got an answer); recovery may already have resumed the job.
+        resp = await a.submit(job(uid))
+        assert resp.job_id
+        assert len(backend.submissions(uid)) == 1, "the pod must run exactly once"
+        assert await phase_of(a, uid) is Phase.ACTIVE
+        backend.finish(uid)
+        await settle(a)
+        assert await phase_of(a, uid) is Phase.DONE
+        status = (await a.get_status([uid])).statuses[0]
+        assert status.state == pb.JobState.SUCCEEDED
+
+
+@pytest.mark.parametrize("after", [False, True], ids=["before-backend-got-it", "after-backend-got-it"])
+async def test_recovery_after_a_crash_inside_the_backend_call_needs_no_retry(tmp_path: Path, after: bool) -> None:
+    backend = FakeBackend()
+    uid = new_uid()
+    async with offline_submitter(tmp_path, backend, instance_id="a") as a:
+        backend.crash("submit", after=after)
+        with pytest.raises(SimulatedCrash):
+            await a.submit(job(uid))
+        await crash(a)
+    assert len(backend.submissions(uid)) == (1 if after else 0)
+    async with offline_submitter(tmp_path, backend, instance_id="a") as a:
+        # No retry: the script is stored, so recovery alone submits (or finds) the job.
+        assert a.tracked == 1
+        assert len(backend.submissions(uid)) == 1
+        assert await phase_of(a, uid) is Phase.ACTIVE
+
+
+async def test_an_interrupted_submission_without_a_script_waits_for_the_retry(tmp_path: Path) -> None:
+    backend = FakeBackend()
+    uid = new_uid()
+    await submit_and_crash_at(tmp_path, backend, uid, "claimed")
+    async with offline_submitter(tmp_path, backend, instance_id="a") as a:
+        assert a.tracked == 0
+        assert backend.submissions(uid) == []
+        assert await phase_of(a, uid) is Phase.SUBMITTING
+        await a.submit(job(uid))
+        assert len(backend.submissions(uid)) == 1
+
+
+async def test_a_live_replica_adopts_a_crashed_ones_jobs_without_running_them_again(tmp_path: Path) -> None:
+    backend = FakeBackend()
+    uids = [new_uid() for _ in range(5)]
+    async with (
+        offline_submitter(tmp_path, backend, instance_id="a") as a,
+        offline_submitter(tmp_path, backend, instance_id="b") as b,
+    ):
+        for u in uids[:4]:
+            await a.submit(job(u))
+        backend.crash("submit", after=True)  # the fifth reached the batch system, a never heard its id
+        with pytest.raises(SimulatedCrash):
+            await a.submit(job(uids[4]))
+        assert await b.recovery.adopt_dead_owners() == 0, "a is alive: nothing to adopt"
+        await crash(a)
+        assert await b.recovery.adopt_dead_owners() == 5
+        await b.recover()
+        assert b.tracked == 5
+        assert all(len(backend.submissions(u)) == 1 for u in uids)
+        for u in uids:
+            backend.finish(u)
+        await settle(b)
+        resp = await b.get_status(uids)
+        assert [s.state for s in resp.statuses] == [pb.JobState.SUCCEEDED] * 5
+        assert set(b.outbox.pending) == set(uids), "b publishes the adopted jobs' events"
+
+
+async def test_replicas_racing_on_one_pod_submit_it_once(tmp_path: Path) -> None:
+    backend = FakeBackend()
+    backend.slow("submit", 0.01)
+    uid = new_uid()
+    async with (
+        offline_submitter(tmp_path, backend, instance_id="a") as a,
+        offline_submitter(tmp_path, backend, instance_id="b") as b,
+    ):
+        answers = await asyncio.gather(a.submit(job(uid)), b.submit(job(uid)), a.submit(job(uid)))
+        assert len(backend.submissions(uid)) == 1
+        assert sum(r.created for r in answers) == 1
+        assert a.tracked + b.tracked == 1
+
+
+async def test_a_retry_of_someone_elses_live_submission_is_answered_not_resumed(tmp_path: Path) -> None:
+    backend = FakeBackend()
+    backend.slow("submit", 0.05)
+    uid = new_uid()
+    async with (
+        offline_submitter(tmp_path, backend, instance_id="a") as a,
+        offline_submitter(tmp_path, backend, instance_id="b") as b,
+    ):
+        first = asyncio.ensure_future(a.submit(job(uid)))
+        await asyncio.sleep(0.01)  # a's claim is committed, its backend call is still running
+        retried = await b.submit(job(uid))
+        assert not retried.created
+        assert (await first).created
+        assert len(backend.submissions(uid)) == 1
+
+
+async def test_cancel_racing_a_poll_keeps_the_tombstone(tmp_path: Path) -> None:
+    backend = FakeBackend()
+    uid = new_uid()
+    async with offline_submitter(tmp_path, backend, instance_id="a") as a:
+        await a.submit(job(uid))
+        backend.start_running(uid)
+        backend.slow("poll", 0.05)
+        poll = asyncio.ensure_future(a.poll_once())
+        await asyncio.sleep(0.01)  # the poll is waiting for the backend
+        resp = await a.cancel(uid)
+        await poll
+        assert resp.found
+        assert resp.status is not None and resp.status.state == pb.JobState.CANCELLED
+        assert await phase_of(a, uid) is Phase.DELETED
+        assert backend.cancels == [uid]
+        assert a.tracked == 0
+        # Idempotent; and a later Submit of the same UID never runs it again.
+        again = await a.cancel(uid)
+        assert again.found and again.status is not None and again.status.state == pb.JobState.CANCELLED
+        assert backend.cancels == [uid]
+        assert not (await a.submit(job(uid))).created
+        assert len(backend.submissions(uid)) == 1
+
+
+async def test_cancel_waits_for_a_submission_in_flight(tmp_path: Path) -> None:
+    backend = FakeBackend()
+    backend.slow("submit", 0.02)
+    uid = new_uid()
+    async with offline_submitter(tmp_path, backend, instance_id="a") as a:
+        submitted = asyncio.ensure_future(a.submit(job(uid)))
+        await asyncio.sleep(0)
+        resp = await a.cancel(uid)
+        await submitted
+        assert resp.found
+        assert backend.submissions(uid)[0].cancelled
+        assert a.tracked == 0
+
+
+async def test_cancel_of_an_unknown_pod_and_a_failing_backend_cancel(tmp_path: Path) -> None:
+    backend = FakeBackend()
+    uid = new_uid()
+    async with offline_submitter(tmp_path, backend, instance_id="a") as a:
+        assert not (await a.cancel(uid)).found
+        await a.submit(job(uid))
+        backend.fail("cancel", BackendUnavailable("scancel: connection refused"))
+        with pytest.raises(Unavailable, match="cannot cancel job fake-1"):
+            await a.cancel(uid)
+        assert await phase_of(a, uid) is Phase.ACTIVE, "nothing changed: the caller retries"
+        assert (await a.cancel(uid)).found
+        assert await phase_of(a, uid) is Phase.DELETED
+
+
+async def test_submit_failures_map_to_domain_errors(tmp_path: Path) -> None:
+    backend = FakeBackend()
+    async with offline_submitter(tmp_path, backend, instance_id="a") as a:
+        with pytest.raises(InvalidRequest, match="at least one container"):
+            await a.submit(job(new_uid(), containers=()))
+        transient = new_uid()
+        backend.fail("submit", BackendUnavailable("slurmctld down"))
+        with pytest.raises(Unavailable, match="fake is unavailable: slurmctld down"):
+            await a.submit(job(transient))
+        assert await phase_of(a, transient) is Phase.SUBMITTING, "the intent stays for the retry"
+        assert (await a.submit(job(transient))).job_id
+        refused = new_uid()
+        backend.fail("submit", SubmitRejected("invalid account"))
+        with pytest.raises(Refused, match="fake refused the job: invalid account"):
+            await a.submit(job(refused))
+        assert await phase_of(a, refused) is Phase.DONE
+        status = (await a.get_status([refused])).statuses[0]
+        assert status.state == pb.JobState.FAILED
+        assert refused in a.outbox.pending
+
+
+async def test_a_vanished_job_is_lost_and_stale_duplicate_reports_change_nothing(tmp_path: Path) -> None:
+    backend = FakeBackend()
+    gone, done = new_uid(), new_uid()
+    async with offline_submitter(tmp_path, backend, instance_id="a") as a:
+        await a.submit(job(gone))
+        await a.submit(job(done))
+        backend.vanish(gone)
+        backend.finish(done)
+        await settle(a)
+        states = {s.pod.uid: s.state for s in (await a.get_status([gone, done])).statuses}
+        assert states == {gone: pb.JobState.LOST, done: pb.JobState.SUCCEEDED}
+        revisions = {u: e.revision for u, e in a.outbox.pending.items()}
+        # The batch system repeats an old report: terminal jobs are no longer tracked, nothing moves.
+        backend.report_stale(done, Observation(BackendState.RUNNING), times=3)
+        for _ in range(3):
+            stats = await a.poll_once()
+            assert stats.changed == 0
+        assert {u: e.revision for u, e in a.outbox.pending.items()} == revisions
+        assert (await a.get_status([done])).statuses[0].state == pb.JobState.SUCCEEDED
+
+
+async def test_a_failing_poll_changes_nothing_and_the_next_one_catches_up(tmp_path: Path) -> None:
+    backend = FakeBackend()
+    uid = new_uid()
+    async with offline_submitter(tmp_path, backend, instance_id="a") as a:
+        await a.submit(job(uid))
+        backend.finish(uid)
+        backend.fail("poll", BackendUnavailable("squeue timed out"))
+        with pytest.raises(BackendUnavailable):
+            await a.poll_once()
+        assert await phase_of(a, uid) is Phase.ACTIVE
+        await settle(a)
+        assert await phase_of(a, uid) is Phase.DONE
+
+
+async def test_the_registry_and_statuses_use_the_injected_clock(tmp_path: Path) -> None:
+    backend = FakeBackend()
+    clock = ManualClock(start=1_900_000_000.0)
+    uid = new_uid()
+    async with offline_submitter(tmp_path, backend, instance_id="a", clock=clock) as a:
+        await a.submit(job(uid))
+        clock.advance(30)
+        backend.finish(uid, BackendState.FAILED, exit_code=None)
+        await settle(a)
+        assert a.registry is not None
+        row = await a.registry.get(uid)
+        assert row is not None
+        assert row.created_at == 1_900_000_000.0
+        assert row.finished_at == 1_900_000_030.0
+        status = (await a.get_status([uid])).statuses[0]
+        assert status.updated_at is not None and status.updated_at.timestamp() == 1_900_000_030.0
+
+
+def test_the_fake_backend_implements_the_backend_interface() -> None:
+    assert isinstance(FakeBackend(), Backend)

@@ -1,0 +1,195 @@
+"""The pure lifecycle core: transition table and plans, table-driven (no I/O, microseconds)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import interlink_nats.submitters as pkg
+import pytest
+from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.submitters.backends.base import GONE, BackendState, Observation
+from interlink_nats.submitters.lifecycle import (
+    TRANSITIONS,
+    AwaitRetry,
+    ClaimPlan,
+    IllegalTransition,
+    Phase,
+    RecoveryInput,
+    Resubmit,
+    SubmitFailure,
+    Track,
+    after_resubmit,
+    allowed,
+    check_transition,
+    needs_owner_check,
+    owners_to_adopt,
+    plan_cancel,
+    plan_claim,
+    plan_poll,
+    plan_recovery,
+    plan_submit_failure,
+)
+from interlink_nats.submitters.status import ContainerFiles, JobMeta
+
+S, A, D, X = Phase.SUBMITTING, Phase.ACTIVE, Phase.DONE, Phase.DELETED
+
+LEGAL = {(S, A), (S, D), (S, X), (A, A), (A, D), (A, X), (D, X)}
+
+
+@pytest.mark.parametrize("src", list(Phase))
+@pytest.mark.parametrize("dst", list(Phase))
+def test_transition_table(src: Phase, dst: Phase) -> None:
+    assert allowed(src, dst) == ((src, dst) in LEGAL)
+    if (src, dst) in LEGAL:
+        assert check_transition(src, dst) is dst
+    else:
+        with pytest.raises(IllegalTransition, match=f"from {src} to {dst}"):
+            check_transition(src, dst)
+
+
+def test_every_phase_is_in_the_table_and_values_are_what_the_registry_stores() -> None:
+    assert set(TRANSITIONS) == set(Phase)
+    assert [p.value for p in Phase] == ["submitting", "active", "done", "deleted"]
+    assert [p for p in Phase if p.live] == [S, A]
+
+
+META = JobMeta("u-1", "ns", "pod", "pool", "42", (), ("main",), "fake")
+RUNNING = Observation(BackendState.RUNNING)
+DONE_OK = Observation(BackendState.COMPLETED, exit_code=0)
+FAILED = Observation(BackendState.FAILED, exit_code=3)
+STARTED = {"main": ContainerFiles(started_at=1.0)}
+EXITED = {"main": ContainerFiles(started_at=1.0, exit_code=0, finished_at=2.0)}
+
+
+@pytest.mark.parametrize(
+    ("obs", "files", "phase", "state", "untrack", "finished"),
+    [
+        (RUNNING, STARTED, A, pb.JobState.RUNNING, False, False),
+        (DONE_OK, EXITED, D, pb.JobState.SUCCEEDED, True, True),
+        (FAILED, STARTED, D, pb.JobState.FAILED, True, True),
+        (GONE, {}, D, pb.JobState.LOST, True, True),
+    ],
+)
+def test_poll_plan_stores_a_new_revision_and_untracks_terminal_jobs(
+    obs: Observation,
+    files: dict[str, ContainerFiles],
+    phase: Phase,
+    state: pb.JobState,
+    untrack: bool,
+    finished: bool,
+) -> None:
+    plan = plan_poll(META, obs, files, last_status=None, revision=4, now=100.0)
+    assert plan.change is not None
+    assert plan.change.phase is phase
+    assert plan.change.status.state == state
+    assert plan.change.revision == 5
+    assert plan.change.raw == bytes(plan.change.status)
+    assert plan.change.finished_at == (100.0 if finished else None)
+    assert plan.untrack is untrack
+
+
+@pytest.mark.parametrize(("obs", "files"), [(RUNNING, STARTED), (DONE_OK, EXITED)])
+def test_poll_plan_for_an_unchanged_status_writes_nothing(obs: Observation, files: dict[str, ContainerFiles]) -> None:
+    first = plan_poll(META, obs, files, last_status=None, revision=1, now=100.0)
+    assert first.change is not None
+    again = plan_poll(META, obs, files, last_status=first.change.raw, revision=2, now=100.0)
+    assert again.change is None
+    assert again.untrack == first.untrack
+
+
+@pytest.mark.parametrize(
+    ("created", "phase", "owner", "dead", "plan"),
+    [
+        (True, S, "me", False, ClaimPlan.SUBMIT),
+        (False, A, "me", False, ClaimPlan.ANSWER),
+        (False, D, "other", True, ClaimPlan.ANSWER),
+        (False, X, "me", False, ClaimPlan.ANSWER),
+        (False, S, "me", False, ClaimPlan.RESUME),
+        (False, S, "other", False, ClaimPlan.ANSWER),
+        (False, S, "other", True, ClaimPlan.ADOPT_AND_RESUME),
+    ],
+)
+def test_claim_plan(created: bool, phase: Phase, owner: str, dead: bool, plan: ClaimPlan) -> None:
+    assert plan_claim(created=created, phase=phase, owner=owner, me="me", owner_dead=dead) is plan
+
+
+@pytest.mark.parametrize(
+    ("phase", "owner", "needed"), [(S, "other", True), (S, "me", False), (A, "other", False), (D, "other", False)]
+)
+def test_owner_liveness_is_only_checked_for_someone_elses_interrupted_submission(
+    phase: Phase, owner: str, needed: bool
+) -> None:
+    assert needs_owner_check(phase, owner, "me") is needed
+
+
+def test_submit_failure_plan() -> None:
+    assert plan_submit_failure(permanent=True) is SubmitFailure.REFUSED
+    assert plan_submit_failure(permanent=False) is SubmitFailure.RETRY
+
+
+@pytest.mark.parametrize(
+    ("row", "action"),
+    [
+        # the backend got it before the crash, id never recorded: record it, do not submit again
+        (RecoveryInput("u", S, "", "7", False), Track("u", "7", record=True)),
+        (RecoveryInput("u", S, "", "", True), Track("u", "", record=True)),
+        # steady state after a restart: nothing to write
+        (RecoveryInput("u", A, "7", "7", True), Track("u", "7", record=False)),
+        # the backend reports another id (resubmitted elsewhere): follow it
+        (RecoveryInput("u", A, "7", "9", True), Track("u", "9", record=True)),
+        # never reached the backend, script stored: submit again
+        (RecoveryInput("u", S, "", None, True), Resubmit("u")),
+        # never reached the backend, no script: only the caller's retry can go on
+        (RecoveryInput("u", S, "", None, False), AwaitRetry("u")),
+    ],
+)
+def test_recovery_plan(row: RecoveryInput, action: object) -> None:
+    assert plan_recovery([row]) == [action]
+
+
+def test_a_resubmitted_job_is_recorded_under_its_new_id() -> None:
+    row = RecoveryInput("u", S, "", None, True)
+    assert after_resubmit(row, "11") == Track("u", "11", record=True)
+
+
+def test_only_dead_other_owners_are_adopted() -> None:
+    assert owners_to_adopt({"me", "a", "b", "c"}, "me", {"c", "a", "me"}) == ["a", "c"]
+    assert owners_to_adopt({"me"}, "me", {"me"}) == []
+
+
+@pytest.mark.parametrize(
+    ("phase", "found", "untrack", "stop_backend", "tombstone"),
+    [
+        (None, False, False, False, False),
+        (S, True, True, True, True),
+        (A, True, True, True, True),
+        (D, True, True, False, True),
+        (X, True, False, False, False),
+    ],
+)
+def test_cancel_plan(phase: Phase | None, found: bool, untrack: bool, stop_backend: bool, tombstone: bool) -> None:
+    plan = plan_cancel(phase)
+    assert (plan.found, plan.untrack, plan.stop_backend, plan.tombstone) == (found, untrack, stop_backend, tombstone)
+
+
+PURE_IMPORTS = {
+    "__future__",
+    "enum",
+    "collections.abc",
+    "dataclasses",
+    "datetime",
+    "interlink_nats.gen.interlink_nats",
+    "interlink_nats.submitters.backends.base",
+    "interlink_nats.submitters.status",
+}
+
+
+@pytest.mark.parametrize("module", ["lifecycle", "status", "errors"])
+def test_the_core_imports_no_io(module: str) -> None:
+    """The decisions stay pure: no asyncio, sqlite, subprocess, NATS or RPC library in the core modules."""
+    tree = ast.parse((Path(pkg.__file__).parent / f"{module}.py").read_text())
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module} | {
+        a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names
+    }
+    assert imported <= PURE_IMPORTS, imported - PURE_IMPORTS
