@@ -15,6 +15,7 @@ import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterable
+from itertools import chain
 from typing import Any, Protocol
 
 from interlink_nats.gen.interlink_nats import v1 as pb
@@ -69,14 +70,18 @@ class PodRecord:
         created_at: float | None = None,
     ) -> None:
         self.uid = uid
-        self.namespace = sys.intern(namespace)
+        self.namespace = _intern(namespace)
         self.name = name
-        self.pool = sys.intern(pool)
+        self.pool = _intern(pool)
         self.job_id = job_id
-        self.init_containers: tuple[str, ...] = tuple(sys.intern(c) for c in init_containers)
-        self.containers: tuple[str, ...] = tuple(sys.intern(c) for c in containers)
-        self.images = images or {}
-        self.status = status
+        self.init_containers: tuple[str, ...] = tuple(map(_intern, init_containers))
+        self.containers: tuple[str, ...] = tuple(map(_intern, containers))
+        self._images: tuple[str, ...] = tuple(map(_intern, chain.from_iterable(images.items()))) if images else ()
+        if status is None:
+            self._status: bytes | None = None
+            self._state: int | None = None
+        else:
+            self.status = status
         self.revision = revision
         self.created_at = time.time() if created_at is None else created_at
         self.heard_at = time.monotonic()
@@ -91,7 +96,7 @@ class PodRecord:
 
     @images.setter
     def images(self, images: dict[str, str]) -> None:
-        self._images: tuple[str, ...] = tuple(sys.intern(s) for pair in images.items() for s in pair)
+        self._images = tuple(map(_intern, chain.from_iterable(images.items())))
 
     @property
     def status(self) -> pb.JobStatus | None:
@@ -103,8 +108,8 @@ class PodRecord:
         self._set_status(None if status is None else bytes(status), None if status is None else status.state)
 
     def _set_status(self, encoded: bytes | None, state: int | None) -> None:
-        self._status: bytes | None = encoded
-        self._state: int | None = state
+        self._status = encoded
+        self._state = state
         self._status_json = None
 
     @property
@@ -159,7 +164,7 @@ class PodRecord:
 
     @classmethod
     def from_json(cls, text: str | bytes) -> PodRecord:
-        data = json.loads(text)
+        data = _decode_json(text.decode() if isinstance(text, bytes) else text)
         record = cls(
             uid=data["uid"],
             namespace=data["namespace"],
@@ -168,7 +173,7 @@ class PodRecord:
             job_id=data.get("job_id", ""),
             init_containers=data.get("init", ()),
             containers=data.get("containers", ()),
-            images=dict(data.get("images", {})),
+            images=data.get("images"),
             revision=int(data.get("revision", 0)),
             created_at=float(data.get("created_at", 0)),
         )
@@ -180,6 +185,9 @@ class PodRecord:
             record._set_status(encoded, state)
         return record
 
+
+_intern = sys.intern
+_decode_json = json.JSONDecoder().decode
 
 FINAL_STATES = frozenset(
     int(s) for s in (pb.JobState.SUCCEEDED, pb.JobState.FAILED, pb.JobState.CANCELLED, pb.JobState.LOST)
@@ -246,7 +254,7 @@ class PodStore:
             for uid, text in page.items():
                 try:
                     record = PodRecord.from_json(text)
-                except (ValueError, KeyError) as exc:
+                except (ValueError, KeyError, TypeError, AttributeError) as exc:  # a record of the wrong shape
                     log.warning("skipping unreadable pod record %s in redis: %s", uid, exc)
                     continue
                 self.pods[record.uid] = record
