@@ -51,6 +51,7 @@ from interlink_nats.services.nats_server import NatsServerProcess
 from interlink_nats.services.scripts import render_job
 
 IN_FLIGHT = 64
+IDLE_WINDOW_S = 5.0
 
 
 def pod_data(i: int, run: str) -> dict[str, object]:
@@ -201,6 +202,10 @@ def main() -> None:
         asyncio.run(closed_loop(port, warm))
         asyncio.run(wait_finished(port, [pod_data(i, "warm") for i in range(100)]))
         meter = CpuMeter(gateway.pid, submitter.pid)
+        idle_before = meter.read()
+        time.sleep(IDLE_WINDOW_S)  # what the two processes spend with nothing to do (timers, polls)
+        idle_ms = CpuMeter.per_request_ms(idle_before, meter.read(), 1)  # one "request": the whole window
+        idle_ms_per_s = (idle_ms["gateway"] + idle_ms["submitter"]) / IDLE_WINDOW_S
         rows, creates, raws, serial = [], [], [], []
         cpus: dict[int, list[dict[str, float]]] = {IN_FLIGHT: [], 1: []}
         for rep in range(args.reps):
@@ -245,6 +250,7 @@ def main() -> None:
                         f"{drained:.1f}",
                     ]
                 )
+        print(f"idle, gateway + submitter: {idle_ms_per_s:.2f} ms of CPU per second over {IDLE_WINDOW_S:g} s")
         print_table(
             f"/create → PodJID, {args.pods} pods per rep at {IN_FLIGHT} in flight, {args.serial_pods} at 1 "
             f"(Submit request {len(submit_bytes)} B on the wire); CPU in ms per create",
@@ -291,6 +297,7 @@ def main() -> None:
             "submitter_cpu_ms_per_req_1": cpu_median(1, "submitter"),
             "launcher_cpu_ms_per_req_1": cpu_median(1, "launcher"),
             "jobs_cpu_ms_per_req_1": cpu_median(1, "jobs"),
+            "idle_cpu_ms_per_s": round(idle_ms_per_s, 2),
             "submit_request_bytes": len(submit_bytes),
             "in_flight": IN_FLIGHT,
         }
