@@ -64,12 +64,14 @@ def test_a_record_written_before_the_state_was_stored_beside_the_status_reads_it
 
 def test_a_new_status_replaces_the_cached_pod_status() -> None:
     pod = record()
-    waiting = pod.status_json()
+    waiting = json.loads(pod.status_json_bytes())
+    assert waiting == pod.status_json()
     assert waiting["containers"][0]["state"] == {"waiting": {"reason": "Submitted"}}
     assert not pod.is_final()
     pod.status = running_status()
-    assert pod.status_json()["containers"][0]["state"]["running"] == {}
-    assert pod.status_json()["containers"][0]["image"] == "alpine:3"
+    running = json.loads(pod.status_json_bytes())
+    assert running["containers"][0]["state"]["running"] == {}
+    assert running["containers"][0]["image"] == "alpine:3"
     pod.status = pb.JobStatus(job_id="42", state=pb.JobState.FAILED, containers=running_status().containers)
     assert pod.is_final()
 

@@ -274,18 +274,19 @@ class Gateway:
         )
         return {"PodUID": identity.uid, "PodJID": reply.job_id}
 
-    async def status(self, body: bytes) -> list[dict[str, Any]] | dict[str, Any]:
+    async def status(self, body: bytes) -> bytes:
+        """The /status reply as JSON: the ping's, or each known pod's status (encoded once per change)."""
         pods = wire.parse_status(body)
         if not pods:
-            return wire.ping_response(self.pools.live_reports())
+            return _dumps(wire.ping_response(self.pools.live_reports()))
         # Memory only: a pod no event has reached yet is reported waiting; lost events are made up
         # for by _refresh_stale, never by a NATS round trip on this path.
-        out = []
+        parts = []
         for identity in pods:
             record = self.store.get(identity.uid)
             if record is not None:
-                out.append(record.status_json())
-        return out
+                parts.append(record.status_json_bytes())
+        return b"[" + b",".join(parts) + b"]"
 
     async def _pull_statuses(self, by_pool: dict[str, list[PodRecord]]) -> None:
         """Pulled statuses, one GetStatus batch per pool (the safety net's I/O)."""
@@ -378,8 +379,12 @@ class Gateway:
             self.metrics.log_streams.dec()
 
 
+def _dumps(data: Any) -> bytes:
+    return json.dumps(data, separators=(",", ":")).encode()
+
+
 def _json(data: Any, status_code: int = 200) -> Response:
-    return Response(json.dumps(data, separators=(",", ":")), status_code=status_code, media_type="application/json")
+    return Response(_dumps(data), status_code=status_code, media_type="application/json")
 
 
 def build_app(gateway: Gateway) -> Starlette:
@@ -442,7 +447,7 @@ def build_app(gateway: Gateway) -> Starlette:
         return _json(await gateway.create(await read_body(request)))
 
     async def status(request: Request) -> Response:
-        return _json(await gateway.status(await read_body(request)))
+        return Response(await gateway.status(await read_body(request)), media_type="application/json")
 
     async def delete(request: Request) -> Response:
         return PlainTextResponse(await gateway.delete(await read_body(request)))
