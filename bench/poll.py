@@ -2,7 +2,10 @@
 
 Slurm: a fake ``squeue`` on PATH prints 10,000 lines (the batched call) or one line when asked
 for one job (``-j``, the per-pod baseline that the original plugins use). Shell: 10,000 job
-directories whose jobs have ended (the file-reading path). For both, the whole runtime poll
+directories whose jobs have ended (the file-reading path). HTCondor: the condor_* STAND-INS of
+tests/htcondor_standin.py hold 10,000 job ads (9,000 in the queue, 1,000 that left it), so one poll
+is one ``condor_q -json`` plus one ``condor_history -json``; the per-pod baseline is the old
+condor-CE plugin's one ``condor_q -constraint 'JobBatchName == ...'`` per pod. For all, the whole runtime poll
 (``Submitter.poll_once``: backend poll + container files + status mapping + one registry
 commit) is timed on the first pass (every status changes) and on a steady pass (nothing
 changes). The baseline is measured in the same run: per-pod calls are timed on a sample and
@@ -80,7 +83,8 @@ async def runtime_for(root: Path, backend: Backend, jobs: list[tuple[str, Path, 
             spec=spec,
             status=b"",
         )
-        await sub.registry.mark_submitted(uid, job_id if backend.name == "slurm" else uid)
+        ids = {"slurm": job_id, "htcondor": f"{job_id}.0"}
+        await sub.registry.mark_submitted(uid, ids.get(backend.name, uid))
     for row in await sub.registry.live(sub.instance_id):
         sub.track(row)
     return sub
@@ -154,14 +158,72 @@ async def bench_shell(root: Path, n: int) -> dict[str, float | int]:
     }
 
 
+TESTS_DIR = str(Path(__file__).resolve().parent.parent / "tests")
+"""Where the condor_* stand-ins live (no HTCondor daemons can run on these machines)."""
+
+
+async def bench_htcondor(root: Path, n: int, sample: int) -> dict[str, float | int]:
+    sys.path.insert(0, TESTS_DIR)
+    import htcondor_standin as standin
+    from interlink_nats.submitters.backends import htcondor_parse as hp
+    from interlink_nats.submitters.backends.htcondor import HTCondorBackend, HTCondorConfig
+
+    jobs = make_jobs(root, n, shell_done=False)
+    ads = []
+    for i, (uid, _, jid) in enumerate(jobs):
+        ad: dict[str, object] = {"ClusterId": int(jid), "ProcId": 0, hp.POOL_ATTR: "bench", hp.POD_UID_ATTR: uid}
+        ad.update({"JobBatchName": uid, "JobStatus": 2, "JobCurrentStartDate": 1_800_000_000})
+        if i >= n * 9 // 10:
+            ad.update(JobStatus=4, ExitCode=0, ExitBySignal=False, CompletionDate=1_800_000_100)
+        ads.append(ad)
+    cut = n * 9 // 10
+    condor_dir = root / "condor"
+    standin.seed(condor_dir, queued=ads[:cut], finished=ads[cut:])
+    for key, value in standin.install(root / "bin", condor_dir).items():
+        os.environ[key] = value
+    backend = HTCondorBackend(HTCondorConfig(), pool="bench")
+    handles = [JobHandle(uid, d, f"{jid}.0") for uid, d, jid in jobs]
+    t0 = time.perf_counter()
+    observed = await backend.poll(handles)
+    backend_s = time.perf_counter() - t0
+    assert len(observed) == n, len(observed)
+    backend_calls = backend.calls
+
+    # Per-pod baseline (the condor-CE plugin): one condor_q per pod, timed on a sample, scaled to n.
+    attrs = ",".join(hp.QUERY_ATTRS)
+    t0 = time.perf_counter()
+    for uid, _, _ in jobs[:sample]:
+        await run_command(["condor_q", "-json", "-attributes", attrs, "-constraint", f'JobBatchName == "{uid}"'])
+    per_pod_s = (time.perf_counter() - t0) / sample * n
+
+    sub = await runtime_for(root, HTCondorBackend(HTCondorConfig(), pool="bench"), jobs)
+    first_s, steady_s, steady_calls, changed = await time_polls(sub)
+    assert changed == n
+    await sub.registry.close()  # type: ignore[union-attr]
+    return {
+        "backend_calls_per_poll": backend_calls,
+        "backend_poll_s": round(backend_s, 4),
+        "per_pod_calls": n,
+        "per_pod_s": round(per_pod_s, 3),
+        "speedup_vs_per_pod": round(per_pod_s / backend_s, 1),
+        "runtime_first_poll_s": round(first_s, 3),
+        "runtime_steady_poll_s": round(steady_s, 4),
+        "runtime_steady_backend_calls": steady_calls,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=10_000)
     parser.add_argument("--sample", type=int, default=100, help="per-pod calls actually timed for the baseline")
+    parser.add_argument(
+        "--condor-sample", type=int, default=5, help="per-pod condor_q calls timed (each reads all ads)"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-poll-") as tmp:
         slurm = asyncio.run(bench_slurm(Path(tmp) / "slurm", args.jobs, args.sample))
         shell = asyncio.run(bench_shell(Path(tmp) / "shell", args.jobs))
+        htcondor = asyncio.run(bench_htcondor(Path(tmp) / "htcondor", args.jobs, args.condor_sample))
     print(f"\nOne poll of {args.jobs:,} tracked jobs (2 shared cores; per-pod baseline timed on {args.sample} calls)")
     rows = [
         ("slurm: batched squeue (backend only)", slurm["backend_calls_per_poll"], f"{slurm['backend_poll_s']:.3f}"),
@@ -170,13 +232,30 @@ def main() -> None:
         ("slurm: runtime poll, steady", slurm["runtime_steady_backend_calls"], f"{slurm['runtime_steady_poll_s']:.3f}"),
         ("shell: backend poll (files + /proc)", shell["backend_calls_per_poll"], f"{shell['backend_poll_s']:.3f}"),
         ("shell: runtime poll, every job finishes", 0, f"{shell['runtime_first_poll_s']:.3f}"),
+        (
+            "htcondor: condor_q + condor_history (stand-ins)",
+            htcondor["backend_calls_per_poll"],
+            f"{htcondor['backend_poll_s']:.3f}",
+        ),
+        (
+            "htcondor: per-pod condor_q (old plugin, baseline)",
+            htcondor["per_pod_calls"],
+            f"{htcondor['per_pod_s']:.2f}",
+        ),
+        ("htcondor: runtime poll, every status changes", 2, f"{htcondor['runtime_first_poll_s']:.3f}"),
+        (
+            "htcondor: runtime poll, steady",
+            htcondor["runtime_steady_backend_calls"],
+            f"{htcondor['runtime_steady_poll_s']:.3f}",
+        ),
     ]
     w = max(len(r[0]) for r in rows)
     print(f"{'case'.ljust(w)}  calls/poll  seconds")
     for name, calls, secs in rows:
         print(f"{name.ljust(w)}  {str(calls).rjust(10)}  {secs.rjust(7)}")
     print(f"batched vs per-pod squeue: {slurm['speedup_vs_per_pod']}x faster, {slurm['per_pod_calls']}x fewer calls")
-    print(json.dumps({"bench": "poll", "jobs": args.jobs, "slurm": slurm, "shell": shell}))
+    print(f"batched vs per-pod condor_q: {htcondor['speedup_vs_per_pod']}x faster, {args.jobs // 2}x fewer calls")
+    print(json.dumps({"bench": "poll", "jobs": args.jobs, "slurm": slurm, "shell": shell, "htcondor": htcondor}))
 
 
 if __name__ == "__main__":

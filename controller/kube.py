@@ -10,11 +10,13 @@ import base64
 import datetime as dt
 import logging
 from collections.abc import AsyncIterator, Mapping
-from typing import Any, Protocol
+from typing import Any, Protocol, Self
 
 import httpx2
 from interlink_nats.controller import model
 from lightkube import ApiError, AsyncClient, KubeConfig
+from lightkube.config.client_adapter import AsyncClient as http_client_for
+from lightkube.config.client_adapter import ConnectionParams
 from lightkube.config.models import Cluster, User
 from lightkube.generic_resource import create_global_resource
 from lightkube.models.core_v1 import EventSource, ObjectReference
@@ -84,32 +86,45 @@ def _retry_watch(exc: Exception, count: int) -> OnErrorResult:
 
 
 class LightkubeApi:
-    """``KubeApi`` over lightkube's ``AsyncClient`` with generic resources and server-side apply."""
+    """``KubeApi`` over lightkube's ``AsyncClient`` with generic resources and server-side apply.
 
-    def __init__(self, client: AsyncClient, field_manager: str = "kueue-nats") -> None:
+    API discovery (``/apis/<group>``) has no lightkube call, so a plain httpx2 client built by lightkube's
+    own adapter from the same config (server, TLS, credentials) asks for it.
+    """
+
+    def __init__(self, client: AsyncClient, discovery: httpx2.AsyncClient, field_manager: str = "kueue-nats") -> None:
         self.client = client
+        self.discovery = discovery
         self.field_manager = field_manager
         self.masterqueues = create_global_resource(model.GROUP, model.VERSION, model.KIND, model.PLURAL)
 
     @classmethod
-    def from_environment(cls, field_manager: str = "kueue-nats") -> LightkubeApi:
-        """KUBECONFIG / ~/.kube/config, else the in-cluster service account."""
-        return cls(AsyncClient(KubeConfig.from_env(), timeout=httpx2.Timeout(30.0)), field_manager)
+    def from_config(
+        cls, config: KubeConfig, *, timeout_s: float, trust_env: bool = True, field_manager: str = "kueue-nats"
+    ) -> Self:
+        connection = ConnectionParams(timeout=httpx2.Timeout(timeout_s), trust_env=trust_env)
+        client = AsyncClient(config, timeout=connection.timeout, trust_env=trust_env)
+        return cls(client, http_client_for(client.config, connection), field_manager)
 
     @classmethod
-    def from_server(cls, url: str, field_manager: str = "kueue-nats") -> LightkubeApi:
+    def from_environment(cls, field_manager: str = "kueue-nats") -> Self:
+        """KUBECONFIG / ~/.kube/config, else the in-cluster service account."""
+        return cls.from_config(KubeConfig.from_env(), timeout_s=30.0, field_manager=field_manager)
+
+    @classmethod
+    def from_server(cls, url: str, field_manager: str = "kueue-nats") -> Self:
         """An unauthenticated API server URL (tests' emulator)."""
         config = KubeConfig.from_one(cluster=Cluster(server=url), user=User(token="emulator"))
-        return cls(AsyncClient(config, timeout=httpx2.Timeout(10.0), trust_env=False), field_manager)
+        return cls.from_config(config, timeout_s=10.0, trust_env=False, field_manager=field_manager)
 
     async def close(self) -> None:
+        await self.discovery.aclose()
         await self.client.close()
 
     async def served_versions(self, group: str) -> list[str]:
         """API discovery ``/apis/<group>``: the versions served (empty when the group is not installed)."""
-        http = self.client._client._client  # lightkube has no public raw GET; discovery needs one
         try:
-            response = await http.get(f"/apis/{group}")
+            response = await self.discovery.get(f"/apis/{group}")
         except httpx2.HTTPError as exc:
             raise KubeError(f"discovery of {group} failed: {exc}") from exc
         if response.status_code == 404:
@@ -202,6 +217,6 @@ class LightkubeApi:
             reportingComponent=self.field_manager,
         )
         try:
-            await self.client.create(event, namespace="default")
+            await self.client.create(event)  # the namespace is the one in its metadata
         except (ApiError, httpx2.HTTPError) as exc:
             log.warning("could not record event %s for %s: %s", reason, mq.name, exc)

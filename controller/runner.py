@@ -168,8 +168,11 @@ class Controller:
 
     async def loop(self) -> None:
         while True:
+            # asyncio.timeout, not wait_for: on Python 3.11 wait_for loses a cancel that arrives as the
+            # event is set, and the controller would never stop.
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), self.settings.tick)
+                async with asyncio.timeout(self.settings.tick):
+                    await self._wake.wait()
             await asyncio.sleep(self.settings.debounce)
             self._wake.clear()
             try:

@@ -56,9 +56,15 @@ def up(
 
 def _described(model: str, field: str) -> str:
     """A flag's help: the setting's own description and default, so --help and the docs cannot drift."""
+    from pydantic import BaseModel
+
     from interlink_nats.services.gateway import settings as gateway_settings
 
-    cls = {"gateway": gateway_settings.GatewaySettings, "nats": gateway_settings.GatewayNatsSettings}[model]
+    classes: dict[str, type[BaseModel]] = {
+        "gateway": gateway_settings.GatewaySettings,
+        "nats": gateway_settings.GatewayNatsSettings,
+    }
+    cls = classes[model]
     info = cls.model_fields[field]
     default = info.get_default(call_default_factory=True)
     key = field if model == "gateway" else f"nats.{field}"
@@ -100,6 +106,7 @@ def gateway(
     stale_after_s: Annotated[float | None, typer.Option(help=_described("gateway", "stale_after_s"))] = None,
     max_body_bytes: Annotated[int | None, typer.Option(help=_described("gateway", "max_body_bytes"))] = None,
     events_durable: Annotated[str | None, typer.Option(help=_described("gateway", "events_durable"))] = None,
+    shutdown_grace_s: Annotated[int | None, typer.Option(help=_described("gateway", "shutdown_grace_s"))] = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning")] = "info",
     json_logs: Annotated[bool, typer.Option(help="log JSON lines")] = False,
 ) -> None:

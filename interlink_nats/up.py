@@ -15,11 +15,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 import tempfile
 import time
 from pathlib import Path
 
 import nats
+from nats.aio.client import Client as NATS
 
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.services.gateway.server import bind_listener, serve
@@ -58,7 +60,8 @@ async def run_stack(
     )
     listener = bind_listener(gateway_settings)  # raises ListenError at once when the port is taken
     with contextlib.ExitStack() as cleanup:
-        cleanup.callback(listener.close)
+        if listener is not None:  # None only for a unix socket, which `up` does not use
+            cleanup.callback(listener.close)
         if state_dir is None:
             state_dir = Path(cleanup.enter_context(tempfile.TemporaryDirectory(prefix="interlink-nats-up-")))
         state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -74,7 +77,7 @@ async def _run_parts(
     stop: asyncio.Event,
     nats_url: str,
     gateway_settings: GatewaySettings,
-    listener: object,
+    listener: socket.socket | None,
     pool: str,
     state_dir: Path,
 ) -> None:
@@ -124,7 +127,7 @@ async def _run_parts(
             raise StackFailed(f"the {task.get_name()} stopped: {result}") from result
 
 
-async def _wait_ready(parts: set[asyncio.Task[None]], nc: nats.NATS, settings: GatewaySettings, pool: str) -> None:
+async def _wait_ready(parts: set[asyncio.Task[None]], nc: NATS, settings: GatewaySettings, pool: str) -> None:
     """Return once the gateway answers /healthz and the pool answers Describe; raise if a part dies first."""
     client = submitter_client(nc, pool, timeout=2.0)
     deadline = time.monotonic() + READY_TIMEOUT_S
@@ -167,7 +170,7 @@ async def _http_ok(host: str, port: int, path: str) -> bool:
             await writer.wait_closed()
 
 
-async def cancel_running_jobs(nc: nats.NATS, pool: str) -> int:
+async def cancel_running_jobs(nc: NATS, pool: str) -> int:
     """Cancel every job the pool still runs, through its public RPC (ListJobs, Cancel); return how many."""
     client = submitter_client(nc, pool, timeout=30.0)
     uids: list[str] = []

@@ -7,6 +7,7 @@ report), because what a bad name means differs by caller while what a good name 
 from __future__ import annotations
 
 import re
+from typing import TypeGuard
 
 DNS_LABEL_MAX = 63
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
@@ -15,7 +16,7 @@ POD_UID_MAX = 128
 _POD_UID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
-def is_dns_label(value: object) -> bool:
+def is_dns_label(value: object) -> TypeGuard[str]:
     """RFC 1123 label: lowercase letters, digits and '-', starting and ending with a letter or digit, ≤ 63.
 
     Also a valid NATS subject token, a Kubernetes label value and a safe file name, which is why
@@ -24,7 +25,7 @@ def is_dns_label(value: object) -> bool:
     return isinstance(value, str) and _DNS_LABEL.fullmatch(value) is not None
 
 
-def is_pod_uid(value: object) -> bool:
+def is_pod_uid(value: object) -> TypeGuard[str]:
     """A pod UID we accept: letters, digits, '.', '_' and '-', starting with a letter or digit, ≤ 128.
 
     Kubernetes UIDs are UUIDs; the wider rule only keeps the UID safe as a file name (never ``.``

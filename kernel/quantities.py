@@ -73,8 +73,10 @@ def _parse_text(value: str) -> Fraction:
 
 
 def is_valid(value: object) -> bool:
+    if not isinstance(value, str | int | float):
+        return False
     try:
-        parse(value)  # type: ignore[arg-type]
+        parse(value)
     except InvalidQuantityError:
         return False
     return True

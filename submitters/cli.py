@@ -123,6 +123,42 @@ def slurm(
 
 
 @app.command()
+def htcondor(
+    config: ConfigOpt = None,
+    pool: PoolOpt = None,
+    nats_url: NatsOpt = None,
+    state_dir: StateOpt = None,
+    poll_interval: PollOpt = None,
+    instance_id: InstanceOpt = None,
+    mode: Annotated[
+        str | None, typer.Option(help="local (submit node, shared filesystem) or remote (an HTCondor-CE)")
+    ] = None,
+    collector: Annotated[str | None, typer.Option(help="-pool of the condor commands (the CE's collector)")] = None,
+    schedd: Annotated[str | None, typer.Option(help="-name of the condor commands (the CE's schedd)")] = None,
+    log_level: LogOpt = "info",
+    json_logs: JsonOpt = False,
+) -> None:
+    """Submit pods as HTCondor jobs (condor_submit/condor_q/condor_history/condor_rm/condor_transfer_data).
+
+    Token secrets come from files or the environment (see docs/submitters.md), never from options."""
+    opts = {k: v for k, v in {"mode": mode, "collector": collector, "schedd": schedd}.items() if v is not None}
+    _serve(
+        config,
+        log_level,
+        json_logs,
+        {
+            "backend": "htcondor",
+            "pool": pool,
+            "nats_url": nats_url or None,
+            "state_dir": state_dir,
+            "poll_interval": poll_interval,
+            "instance_id": instance_id,
+            "htcondor": opts or None,
+        },
+    )
+
+
+@app.command()
 def run(
     config: ConfigOpt = None,
     instance_id: InstanceOpt = None,

@@ -6,6 +6,7 @@ correctly, whoever owns the job.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,7 +14,7 @@ from pathlib import Path
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel import layout
 from interlink_nats.submitters.context import Instance
-from interlink_nats.submitters.errors import NotFound
+from interlink_nats.submitters.errors import NotFound, Unavailable
 from interlink_nats.submitters.lifecycle import Phase, unique_in_order
 
 MAX_PAGE = 5000
@@ -68,4 +69,10 @@ class Queries:
             return LogSource(self.i.backend.output_path(row.job_dir), None, ended)
         if container not in (*row.init_containers, *row.containers):
             raise NotFound(f"pod {uid!r} has no container {container!r}")
-        return LogSource(layout.log_path(row.job_dir, container), layout.exit_path(row.job_dir, container), ended)
+        path = layout.log_path(row.job_dir, container)
+        hint = getattr(self.i.backend, "logs_unavailable", None)  # e.g. a remote CE before output transfer
+        if hint is not None and not await asyncio.to_thread(path.exists):
+            why = hint(row.job_dir)
+            if why:
+                raise Unavailable(why)
+        return LogSource(path, layout.exit_path(row.job_dir, container), ended)

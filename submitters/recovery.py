@@ -69,14 +69,23 @@ class Recovery:
             if isinstance(action, AwaitRetry):
                 if row.uid not in self._waiting_retry:
                     self._waiting_retry.add(row.uid)
-                    log.warning("job %s was interrupted before its script was stored; waiting for a retry", row.uid)
+                    log.warning(
+                        "job %s was interrupted before its script was stored; waiting for a retry",
+                        row.uid,
+                        extra={"pod_uid": row.uid, "namespace": row.namespace},
+                    )
                 continue
             track: Track
             if isinstance(action, Resubmit):
                 try:
                     job_id = await i.backend.submit(job_spec(row))
                 except BackendError as exc:
-                    log.warning("resubmitting interrupted job %s failed: %s", row.uid, exc)
+                    log.warning(
+                        "resubmitting interrupted job %s failed: %s",
+                        row.uid,
+                        exc,
+                        extra={"pod_uid": row.uid, "namespace": row.namespace},
+                    )
                     continue
                 track = after_resubmit(inputs[row.uid], job_id)
             else:

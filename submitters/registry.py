@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import logging
 import os
 import sqlite3
 from collections.abc import Callable, Iterable, Sequence
@@ -58,14 +59,59 @@ CREATE INDEX IF NOT EXISTS jobs_by_owner ON jobs (owner, phase);
 CREATE INDEX IF NOT EXISTS jobs_by_phase ON jobs (phase);
 """
 
+
+class RegistryError(Exception):
+    """The registry could not be read or written (translated from sqlite errors)."""
+
+
+SCHEMA_VERSION = 1
+"""The registry's layout, kept in SQLite's ``user_version``. A release that changes ``_SCHEMA`` adds a step to
+``_MIGRATIONS`` and bumps this; 0 is a registry written before versioning (release 0.1.0), same tables as 1."""
+
+
+def _stamp_unversioned(conn: sqlite3.Connection) -> None:
+    """0 → 1: the 0.1.0 tables are version 1's; ``CREATE ... IF NOT EXISTS`` already added any missing index."""
+
+
+_MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {1: _stamp_unversioned}
+"""Step to version N from N-1; each runs inside the one transaction that also sets the new version."""
+
+
+def migrate(conn: sqlite3.Connection, path: Path) -> tuple[int, int]:
+    """Bring the registry at ``path`` to SCHEMA_VERSION in one transaction: (found version, new version).
+
+    A registry from a newer release is refused: an old release must never guess at a layout it does not know.
+    """
+    found = int(conn.execute("PRAGMA user_version").fetchone()[0])
+    if found > SCHEMA_VERSION:
+        raise RegistryError(
+            f"registry {path} has schema version {found}, newer than this release's {SCHEMA_VERSION}: "
+            "run the release that wrote it (or restore the registry's backup taken before the upgrade)"
+        )
+    fresh = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'jobs'").fetchone() is None
+    if not fresh and found < SCHEMA_VERSION:
+        # Old tables first (a step may add the columns _SCHEMA's indexes name), all or nothing.
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            for version in range(found + 1, SCHEMA_VERSION + 1):
+                _MIGRATIONS[version](conn)
+            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                conn.execute("ROLLBACK")
+            raise
+    conn.executescript(_SCHEMA)  # creates what is missing (all of it for a new registry); idempotent
+    if fresh:
+        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        return SCHEMA_VERSION, SCHEMA_VERSION
+    return found, SCHEMA_VERSION
+
+
 _COLUMNS = (
     "uid, namespace, name, phase, job_id, owner, job_dir, init_containers, containers, spec, state, status, "
     "revision, published, created_at, updated_at, finished_at"
 )
-
-
-class RegistryError(Exception):
-    """The registry could not be read or written (translated from sqlite errors)."""
 
 
 @dataclass(slots=True)
@@ -137,6 +183,8 @@ class StatusUpdate:
     finished_at: float | None
 
 
+log = logging.getLogger("interlink_nats.submitters.registry")
+
 _T = TypeVar("_T")
 
 _Op = Callable[[sqlite3.Connection], object]
@@ -159,7 +207,13 @@ class _Writer:
         # NORMAL in WAL mode survives a process crash (kill -9); only power loss may drop the last commits.
         conn.execute("PRAGMA synchronous=NORMAL")
         conn.execute("PRAGMA busy_timeout=30000")
-        conn.executescript(_SCHEMA)
+        try:
+            found, version = migrate(conn, self.path)
+        except BaseException:
+            conn.close()
+            raise
+        if found != version:
+            log.info("registry %s migrated from schema version %d to %d", self.path, found, version)
         self.conn = conn
 
     def close(self) -> None:

@@ -38,6 +38,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.kernel.log_context import bind as bind_log_fields
 from interlink_nats.kernel.version import __version__
 from interlink_nats.submitters.announcer import Announcer
 from interlink_nats.submitters.backends.base import Backend, BackendError
@@ -78,6 +79,13 @@ def make_backend(settings: SubmitterSettings, clock: Clock | None = None) -> Bac
         from interlink_nats.submitters.backends.slurm import SlurmBackend
 
         return SlurmBackend(settings.slurm.config())
+    if settings.backend == "htcondor":
+        from interlink_nats.submitters.backends.htcondor import HTCondorBackend
+        from interlink_nats.submitters.tokens import OidcTokenSource
+
+        token = settings.htcondor.token
+        source = OidcTokenSource(token.config(), settings.resolved_state_dir()) if token is not None else None
+        return HTCondorBackend(settings.htcondor.config(), pool=settings.pool, token=source, clock=clock)
     raise SubmitterError(f"unknown backend {settings.backend!r}")
 
 
@@ -123,7 +131,12 @@ class Submitter:
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._rpc: Any = None
-        self._polls = 0
+        self.polls = 0
+        self.last_poll_ok: float | None = None
+        """Monotonic time of the last poll that reached the backend (the health check reads it)."""
+        self.poll_error: str | None = None
+        self.permission_errors: list[str] = []
+        """NATS permission violations on this process's own subjects since start (newest last, a few kept)."""
 
     # Lifecycle --------------------------------------------------------------------------------
 
@@ -269,21 +282,24 @@ class Submitter:
             started = self.clock.monotonic()
             try:
                 await self.poll_once()
-                self._polls += 1
+                self.last_poll_ok, self.poll_error = self.clock.monotonic(), None
+                self.polls += 1
                 if self.submissions.recover_needed:
                     self.submissions.recover_needed = False
                     await self.recover()
-                if self._polls % ADOPT_EVERY_POLLS == 0:
+                if self.polls % ADOPT_EVERY_POLLS == 0:
                     if await self.recovery.adopt_dead_owners():
                         await self.recover()
-                    elif self._polls % (ADOPT_EVERY_POLLS * 20) == 0:
+                    elif self.polls % (ADOPT_EVERY_POLLS * 20) == 0:
                         await self.recover()  # picks up interrupted submissions whose retry came back
-                if self._polls % 1000 == 1:
+                if self.polls % 1000 == 1:
                     cutoff = self.clock.time() - self.settings.retention_days * 86400
                     await self._reg().prune(cutoff)
             except BackendError as exc:
+                self.poll_error = f"{self.backend.name} poll failed: {exc}"
                 log.warning("%s poll failed (%s); retrying next interval", self.backend.name, exc)
-            except Exception:
+            except Exception as exc:
+                self.poll_error = f"poll failed: {type(exc).__name__}: {exc}"
                 log.exception("poll failed; retrying next interval")
             delay = max(0.0, interval - (self.clock.monotonic() - started))
             with contextlib.suppress(TimeoutError):
@@ -350,20 +366,37 @@ class Submitter:
     def last_poll(self) -> PollStats | None:
         return self.poller.last_poll
 
+    @property
+    def poll_interval(self) -> float:
+        return self.settings.poll_interval
+
 
 async def run_submitter(settings: SubmitterSettings, stop_event: asyncio.Event | None = None) -> None:
-    """Serve until ``stop_event`` is set (forever when None), then stop gracefully."""
-    stop_event = stop_event or asyncio.Event()
-    submitter = Submitter(settings)
-    try:
-        await submitter.start(stop=stop_event)
-    except Exception as exc:
-        from interlink_nats.submitters.natsconn import NatsConnectError
+    """Serve until ``stop_event`` is set (forever when None), then stop gracefully.
 
-        if isinstance(exc, NatsConnectError):
-            return
-        raise
+    With ``probe_port`` set, /healthz and /metrics answer from before the NATS connection is made, so a
+    submitter that cannot reach NATS is visible as unhealthy rather than silent.
+    """
+    from interlink_nats.submitters.natsconn import NatsConnectError
+
+    stop_event = stop_event or asyncio.Event()
+    bind_log_fields(pool=settings.pool)  # every record of this task and the tasks it starts names the pool
+    submitter = Submitter(settings)
+    probes = None
+    if settings.probe_port is not None:
+        from interlink_nats.services.probes import serve_probes
+        from interlink_nats.submitters.observability import submitter_probes
+
+        probes = await serve_probes(submitter_probes(submitter), settings.probe_host, settings.probe_port)
     try:
-        await stop_event.wait()
+        try:
+            await submitter.start(stop=stop_event)
+        except NatsConnectError:
+            return
+        try:
+            await stop_event.wait()
+        finally:
+            await submitter.stop()
     finally:
-        await submitter.stop()
+        if probes is not None:
+            probes.close()

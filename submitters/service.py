@@ -16,6 +16,7 @@ from typing import NoReturn, Protocol
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.kernel.log_context import log_fields
 from interlink_nats.submitters import logindex, logs
 from interlink_nats.submitters.clock import Clock
 from interlink_nats.submitters.errors import (
@@ -83,10 +84,13 @@ class SubmitterServiceImpl(pb.SubmitterServiceBase):
         self.s = submitter
 
     async def submit(self, message: pb.SubmitRequest) -> pb.SubmitResponse:
+        pod = message.job.pod if message.job is not None else None
         try:
             if message.job is None:
                 raise InvalidRequest("job is required")
-            return await self.s.submit(message.job)
+            fields = {"pod_uid": pod.uid, "namespace": pod.namespace, "pod": pod.name} if pod is not None else {}
+            with log_fields(**fields):
+                return await self.s.submit(message.job)
         except SubmitterFault as exc:
             _raise(exc)
 
@@ -102,7 +106,8 @@ class SubmitterServiceImpl(pb.SubmitterServiceBase):
         try:
             if not message.pod_uid:
                 raise InvalidRequest("pod_uid is required")
-            return await self.s.cancel(message.pod_uid)
+            with log_fields(pod_uid=message.pod_uid):
+                return await self.s.cancel(message.pod_uid)
         except SubmitterFault as exc:
             _raise(exc)
 

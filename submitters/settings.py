@@ -18,8 +18,12 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel.config_files import ConfigFileError, LayeredSettings, load_document
 from interlink_nats.kernel.subjects import DEFAULT_PREFIX, validate_pool
-from pydantic import BaseModel, Field, SecretStr, field_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 from pydantic_settings import NoDecode, SettingsConfigDict
+
+if TYPE_CHECKING:
+    from interlink_nats.submitters.backends.htcondor import HTCondorConfig
+    from interlink_nats.submitters.tokens import TokenConfig
 
 ENV_PREFIX = "INTERLINK_SUBMITTER_"
 
@@ -75,6 +79,79 @@ class SlurmSettings(BaseModel):
         return SlurmConfig(**self.model_dump())
 
 
+class OidcTokenSettings(BaseModel):
+    """How the submitter obtains the bearer token the condor commands present (see ``submitters/tokens.py``).
+
+    Secrets come from files or the environment, never from the command line or this file."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    issuer: str
+    """OIDC issuer URL; its token endpoint is found via ``<issuer>/.well-known/openid-configuration``."""
+    client_id: str
+    client_secret_file: Path | None = None
+    client_secret_env: str = "INTERLINK_HTCONDOR_CLIENT_SECRET"
+    """Name of the environment variable holding the client secret (when no file is given)."""
+    refresh_token_file: Path | None = None
+    refresh_token_env: str = "INTERLINK_HTCONDOR_REFRESH_TOKEN"
+    grant: Literal["auto", "refresh_token", "client_credentials"] = "auto"
+    """auto: the refresh-token grant when a refresh token is configured, else client credentials."""
+    scope: str = "compute.create compute.read compute.modify compute.cancel"
+    audience: str | None = None
+    token_file: Path | None = None
+    """Where the access token is written (0600); default ``<state_dir>/htcondor/token``."""
+    refresh_margin: float = Field(300.0, ge=0)
+    """Refresh this many seconds before expiry (at most half the token's lifetime)."""
+    ca_file: Path | None = None
+    http_timeout: float = Field(30.0, gt=0)
+
+    def config(self) -> TokenConfig:
+        """The plain data the token source takes (it does not import settings)."""
+        from interlink_nats.submitters.tokens import TokenConfig
+
+        return TokenConfig(**self.model_dump())
+
+
+class HTCondorSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    mode: Literal["local", "remote"] = "local"
+    """local: the submitter runs on a submit node whose schedd shares its filesystem (live logs);
+    remote: an HTCondor-CE reached with -pool/-name, sandboxes spooled, output fetched when the job ends."""
+    collector: str | None = None
+    """``-pool host[:port]`` of every condor command (the CE's collector)."""
+    schedd: str | None = None
+    """``-name`` of every condor command (the CE's schedd)."""
+    condor_submit: str = "condor_submit"
+    condor_q: str = "condor_q"
+    condor_history: str = "condor_history"
+    condor_rm: str = "condor_rm"
+    condor_transfer_data: str = "condor_transfer_data"
+    condor_status: str = "condor_status"
+    submit_commands: dict[str, str] = Field(default_factory=dict)
+    """Extra submit commands for every job, e.g. {"+WantWholeNode": "false", "requirements": "..."}."""
+    request_disk: str = ""
+    """``request_disk`` of every job (KiB unless a unit is given), e.g. "2GB"; empty: the site's default."""
+    time_limit_margin: float = Field(60.0, ge=0)
+    """activeDeadlineSeconds plus this is HTCondor's own limit (the job script enforces the deadline itself)."""
+    hold_timeout: float = Field(0.0, ge=0)
+    """A job held this long (seconds) is removed and reported failed with its hold reason; 0: never."""
+    use_condor_status: bool = False
+    """Announce capacity from condor_status totals (a local pool); otherwise from ``capacity``."""
+    history_limit: int = Field(20000, ge=1)
+    """condor_history -limit: how many finished jobs one poll may read back at most."""
+    environment: dict[str, str] = Field(default_factory=dict)
+    """Extra environment of the condor commands (e.g. _CONDOR_SEC_CLIENT_AUTHENTICATION_METHODS)."""
+    token: OidcTokenSettings | None = None
+    command_timeout: float = Field(60.0, gt=0)
+
+    def config(self) -> HTCondorConfig:
+        """The plain data the HTCondor backend takes (the backend does not import settings)."""
+        from interlink_nats.submitters.backends.htcondor import HTCondorConfig
+
+        return HTCondorConfig(**self.model_dump(exclude={"token"}))
+
+
 class SubmitterSettings(LayeredSettings):
     """Everything a submitter needs; validated once at start."""
 
@@ -86,7 +163,7 @@ class SubmitterSettings(LayeredSettings):
     )
 
     pool: str
-    backend: Literal["shell", "slurm"] = "shell"
+    backend: Literal["shell", "slurm", "htcondor"] = "shell"
 
     nats_url: Annotated[list[str], NoDecode] = Field(default_factory=lambda: ["nats://127.0.0.1:4222"])
     """nats://, tls:// or wss:// URLs (comma-separated in the environment)."""
@@ -112,6 +189,11 @@ class SubmitterSettings(LayeredSettings):
     instance_id: str | None = None
     """Names this process in events and ownership records; default ``<host>-<random>``."""
 
+    probe_host: str = "127.0.0.1"
+    """Address of /healthz and /metrics (when probe_port is set)."""
+    probe_port: int | None = Field(None, ge=0, le=65535)
+    """Port of /healthz and /metrics; unset: not served (0: a free port, logged)."""
+
     poll_interval: float = Field(5.0, gt=0)
     announce_interval: float = Field(30.0, gt=0)
     max_concurrency: int = Field(64, ge=1)
@@ -129,6 +211,7 @@ class SubmitterSettings(LayeredSettings):
 
     shell: ShellSettings = Field(default_factory=ShellSettings)
     slurm: SlurmSettings = Field(default_factory=SlurmSettings)
+    htcondor: HTCondorSettings = Field(default_factory=HTCondorSettings)
 
     @field_validator("pool")
     @classmethod

@@ -74,17 +74,18 @@ def job_outcome(obs: Observation, meta: JobMeta) -> _Outcome | None:
     code = obs.exit_code
     sig = obs.signal
     detail = f" ({obs.raw_state})" if obs.raw_state else ""
+    because = f": {obs.reason}" if obs.reason else ""  # the batch system's own words (hold/remove reason)
     where = f"{meta.backend} job {meta.job_id}".strip() if meta.job_id else f"{meta.backend} job".strip()
     if state is BackendState.COMPLETED:
         return _Outcome("Completed", code or 0, "")
     if state is BackendState.FAILED:
         exit_code = code if code else (128 + sig if sig else 1)
         msg = f"{where} failed{detail}" + (f", killed by signal {sig}" if sig else f" with exit code {exit_code}")
-        return _Outcome("Error", exit_code, msg)
+        return _Outcome("Error", exit_code, msg + because)
     if state is BackendState.CANCELLED:
-        return _Outcome("Cancelled", SIGTERM_EXIT, f"{where} was cancelled{detail}")
+        return _Outcome("Cancelled", SIGTERM_EXIT, f"{where} was cancelled{detail}{because}")
     if state in (BackendState.TIMEOUT, BackendState.DEADLINE):
-        return _Outcome("DeadlineExceeded", SIGTERM_EXIT, f"{where} reached its time limit{detail}")
+        return _Outcome("DeadlineExceeded", SIGTERM_EXIT, f"{where} reached its time limit{detail}{because}")
     if state is BackendState.OUT_OF_MEMORY:
         return _Outcome("OOMKilled", SIGKILL_EXIT, f"{where} ran out of memory{detail}")
     if state is BackendState.NODE_FAIL:
@@ -264,7 +265,7 @@ def _job_state(
         return pb.JobState.FAILED, "InitContainerFailed", f"init container {name} failed with exit code {code}"
     if outcome.reason not in ("Completed", "Error"):
         return pb.JobState.FAILED, outcome.reason, outcome.message
-    if failing is not None:
+    if failing is not None and not (failing.message and failing.message == outcome.message):
         return pb.JobState.FAILED, "Error", f"container {failing.name} exited with {failing.exit_code}"
     return pb.JobState.FAILED, outcome.reason, outcome.message or "the job failed"
 

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.kernel.log_context import bind as bind_log_fields
 from interlink_nats.submitters import fastwire, jobfiles
 from interlink_nats.submitters.backends.base import BackendError, BackendUnavailable, JobHandle, SubmitRejected
 from interlink_nats.submitters.batching import BatchRunner
@@ -169,6 +170,7 @@ class Submissions:
         await reg.mark_submitted(row.uid, job_id)
         self.on_step("marked")
         row.job_id = job_id
+        bind_log_fields(job_id=job_id)
         async with i.poller.lock:
             i.poller.track(row)
         if created:

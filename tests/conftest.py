@@ -6,6 +6,7 @@ service binary into a test error instead of a skip, so CI can never pass by skip
 
 from __future__ import annotations
 
+import asyncio
 import os
 import shutil
 import socket
@@ -14,9 +15,11 @@ import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import nats
 import pytest
+import pytest_asyncio
 from interlink_nats.services.nats_server import NatsServerProcess, env_flag
 
 REQUIRE_ENV = "INTERLINK_NATS_REQUIRE_SERVICES"
@@ -142,3 +145,59 @@ def redis_url(redis_server: RedisServer) -> str:
 
 def pytest_report_header(config: pytest.Config) -> str:
     return f"{REQUIRE_ENV}={os.environ.get(REQUIRE_ENV, '')}"
+
+
+LEFTOVER_TASKS_FIXTURE = "_no_asyncio_task_left_behind"
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Every async test checks, after all its fixtures are torn down, that it left no task running."""
+    for item in items:
+        if pytest_asyncio.is_async_test(item):
+            item.fixturenames.insert(0, LEFTOVER_TASKS_FIXTURE)  # type: ignore[attr-defined]  # pytest.Item has no fixturenames; async test items are Functions
+
+
+@pytest.fixture(name=LEFTOVER_TASKS_FIXTURE)
+async def no_asyncio_task_left_behind() -> AsyncIterator[None]:
+    """Fails a test whose event loop still has tasks once the test and its other fixtures are done.
+
+    The loop would cancel them silently when it closes: a background task someone forgot to stop,
+    which in production runs on after the component that started it is gone.
+    """
+    yield
+    me = asyncio.current_task()
+    for _ in range(20):  # tasks cancelled during teardown need a few loop turns to finish
+        left = [t for t in asyncio.all_tasks() if t is not me and not t.done() and not _closed_nats_leftover(t)]
+        if not left:
+            return
+        await asyncio.sleep(0.01)
+    pytest.fail(
+        f"the test left {len(left)} asyncio task(s) running: " + "; ".join(sorted(_describe(t) for t in left)),
+        pytrace=False,
+    )
+
+
+def _closed_nats_leftover(task: asyncio.Task[Any]) -> bool:
+    """nats-py's message loop of a subscription whose connection is already closed.
+
+    nats-py does not stop its reply-inbox subscription when a connection is closed while reconnecting
+    (nats-server gone); the task waits on a queue nobody fills and is collected with the loop. Anything
+    else, including a subscription of a connection someone forgot to close, still fails the test.
+    """
+    coro: Any = task.get_coro()
+    if getattr(coro, "__qualname__", "") != "Subscription._wait_for_msgs" or coro.cr_frame is None:
+        return False
+    conn = getattr(coro.cr_frame.f_locals.get("self"), "_conn", None)
+    return bool(getattr(conn, "is_closed", False))
+
+
+def _describe(task: asyncio.Task[Any]) -> str:
+    """The task's name, coroutine and where it waits (innermost awaiting frame), to find who started it."""
+    coro: Any = task.get_coro()
+    name = getattr(coro, "__qualname__", None) or repr(coro)
+    frame = None
+    while coro is not None:
+        frame = getattr(coro, "cr_frame", None) or getattr(coro, "ag_frame", None) or frame
+        coro = getattr(coro, "cr_await", None) or getattr(coro, "ag_await", None)
+    where = f" at {Path(frame.f_code.co_filename).name}:{frame.f_lineno}" if frame is not None else ""
+    return f"{task.get_name()} ({name}{where})"

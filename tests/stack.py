@@ -17,9 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import uvicorn
-from interlink_nats.services.gateway.app import Gateway, build_app
-from interlink_nats.services.gateway.server import running_gateway, uvicorn_config
+from interlink_nats.services.gateway.app import Gateway
+from interlink_nats.services.gateway.server import running_gateway, serving
 from interlink_nats.services.gateway.settings import GatewayNatsSettings, GatewaySettings
 from interlink_nats.submitters.runtime import Submitter
 from interlink_nats.submitters.settings import SubmitterSettings
@@ -58,22 +57,6 @@ def new_pool() -> str:
 
 
 @contextlib.asynccontextmanager
-async def serving(gateway: Gateway, settings: GatewaySettings) -> AsyncIterator[str]:
-    server = uvicorn.Server(uvicorn_config(build_app(gateway), settings))
-    server.install_signal_handlers = lambda: None  # type: ignore[method-assign]
-    task = asyncio.create_task(server.serve())
-    while not server.started:
-        if task.done():
-            task.result()
-        await asyncio.sleep(0.01)
-    try:
-        yield f"http://{settings.host}:{settings.port}"
-    finally:
-        server.should_exit = True
-        await task
-
-
-@contextlib.asynccontextmanager
 async def gateway_only(
     nats_url: str,
     *,
@@ -93,8 +76,8 @@ async def gateway_only(
     )
     async with (
         running_gateway(config) as gateway,
-        serving(gateway, config) as url,
-        httpx.AsyncClient(base_url=url, timeout=30) as http,
+        serving(gateway, config),
+        httpx.AsyncClient(base_url=(url := f"http://{config.host}:{config.port}"), timeout=30) as http,
     ):
         yield Stack(pool=default_pool or "", http=http, gateway=gateway, submitter=None, base_url=url)
 

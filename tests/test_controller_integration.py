@@ -89,6 +89,22 @@ async def eventually(check: Callable[[], bool], within: float = 10.0, what: str 
         await asyncio.sleep(0.05)
 
 
+async def listening(controller: runner.Controller, *names: str) -> None:
+    """Until the controller watches these MasterQueues and is subscribed to their NATS sources, with the
+    first Describe round over: a report published from now on reaches it."""
+
+    def ready() -> bool:
+        states = [controller.mqs.get(name) for name in names]
+        return all(
+            state is not None
+            and state.parsed is not None
+            and all(controller.hub.primed(source) for source in state.parsed.sources())
+            for state in states
+        )
+
+    await eventually(ready, what=f"the subscriptions of {', '.join(names)}")
+
+
 @contextlib.asynccontextmanager
 async def running_controller(emu: KubeEmulator, **settings: Any) -> AsyncIterator[runner.Controller]:
     api = kube.LightkubeApi.from_server(emu.url)
@@ -127,8 +143,8 @@ async def test_flavors_and_queues_follow_reports_capacity_and_timeouts(
     emu: KubeEmulator, nats_url: str, publisher: Callable[[pb.ResourceReport], Awaitable[None]]
 ) -> None:
     emu.put_object("vk.io", "masterqueues", masterqueue(nats_url))
-    async with running_controller(emu):
-        await asyncio.sleep(0.3)  # subscribed
+    async with running_controller(emu) as controller:
+        await listening(controller, "mq")
         await publisher(report("site-a"))
         await publisher(report("site-b", cpu="500"))
         await publisher(report("other"))  # not selected by ^site-
@@ -171,14 +187,16 @@ async def test_nothing_changed_means_no_writes(
 ) -> None:
     emu.put_object("vk.io", "masterqueues", masterqueue(nats_url, poolTimeout=30))
     async with running_controller(emu, status_refresh=60) as controller:
-        await asyncio.sleep(0.3)
+        await listening(controller, "mq")
         await publisher(report("site-a"))
         await eventually(lambda: "mq-hpc-site-a" in quotas(emu), what="first apply")
-        await asyncio.sleep(0.5)
+        await eventually(lambda: "status" in emu.get("MasterQueue", "mq"), what="first status")
+        await controller.step()  # whatever the first passes left to write
         before = len(emu.writes)
         for _ in range(5):  # heartbeats with the same capacity
+            received = controller.store.received
             await publisher(report("site-a"))
-            await asyncio.sleep(0.15)
+            await eventually(lambda: controller.store.received > received, what="the heartbeat")  # noqa: B023
         assert await controller.step() == 0
         assert len(emu.writes) == before, [w for w in emu.writes[before:]]
 
@@ -204,7 +222,8 @@ async def test_restart_does_not_drop_quota_because_pools_describe_themselves(
         snapshot = quotas(emu)
         async with running_controller(emu) as controller:
             await eventually(lambda: controller.synced.is_set(), what="first pass after restart")
-            await asyncio.sleep(0.5)
+            await listening(controller, "mq")
+            await controller.step()  # a full pass with what the pools described
             assert quotas(emu) == snapshot
         assert emu.writes_of(("ResourceFlavor", "ClusterQueue")) == kueue_writes  # no Hold, no drop, no delete
         assert not any(w.method == "DELETE" for w in emu.writes)
@@ -218,14 +237,15 @@ async def test_restart_keeps_pools_from_status_when_nobody_answers_describe(
     emu: KubeEmulator, nats_url: str, publisher: Callable[[pb.ResourceReport], Awaitable[None]]
 ) -> None:
     emu.put_object("vk.io", "masterqueues", masterqueue(nats_url, poolTimeout=30))
-    async with running_controller(emu):
-        await asyncio.sleep(0.3)
+    async with running_controller(emu) as controller:
+        await listening(controller, "mq")
         await publisher(report("site-a"))
         await eventually(lambda: emu.get("MasterQueue", "mq").get("status", {}).get("poolsLive") == 1)
     kueue_writes = emu.writes_of(("ResourceFlavor", "ClusterQueue"))
     async with running_controller(emu, describe_timeout=0.2) as controller:
         await eventually(lambda: controller.synced.is_set(), what="first pass after restart")
-        await asyncio.sleep(0.3)
+        await listening(controller, "mq")
+        await controller.step()  # a full pass after the Describe round nobody answered
     assert "mq-hpc-site-a" in quotas(emu)
     assert emu.writes_of(("ResourceFlavor", "ClusterQueue")) == kueue_writes
 
@@ -235,8 +255,8 @@ async def test_kueue_v1beta1_only_cluster_gets_v1beta1_objects(
 ) -> None:
     async with KubeEmulator(served={"kueue.x-k8s.io": ["v1beta1"], "vk.io": ["v1"]}) as emu:
         emu.put_object("vk.io", "masterqueues", masterqueue(nats_url))
-        async with running_controller(emu):
-            await asyncio.sleep(0.3)
+        async with running_controller(emu) as controller:
+            await listening(controller, "mq")
             await publisher(report("site-a"))
             await eventually(lambda: "mq-hpc-site-a" in quotas(emu), what="v1beta1 apply")
             await eventually(lambda: "status" in emu.get("MasterQueue", "mq"), what="status")
@@ -251,8 +271,8 @@ async def test_deleting_the_masterqueue_removes_its_queues_and_flavors(
     emu: KubeEmulator, nats_url: str, publisher: Callable[[pb.ResourceReport], Awaitable[None]]
 ) -> None:
     emu.put_object("vk.io", "masterqueues", masterqueue(nats_url, poolTimeout=30))
-    async with running_controller(emu):
-        await asyncio.sleep(0.3)
+    async with running_controller(emu) as controller:
+        await listening(controller, "mq")
         await publisher(report("site-a"))
         await eventually(lambda: "mq-hpc-site-a" in quotas(emu))
         emu.delete_object("vk.io", "masterqueues", "mq")
@@ -268,7 +288,7 @@ async def test_two_masterqueues_share_one_subscription_and_an_invalid_one_report
     bad["spec"]["template"] = {}
     emu.put_object("vk.io", "masterqueues", bad)
     async with running_controller(emu) as controller:
-        await asyncio.sleep(0.3)
+        await listening(controller, "one", "two")
         await publisher(report("site-a"))
         await eventually(lambda: "one-hpc-site-a" in quotas(emu, "one") and "two-hpc-site-a" in quotas(emu, "two"))
         assert sum(len(c.sources) for c in controller.hub._connections.values()) == 1
@@ -289,11 +309,11 @@ async def test_a_queue_owned_by_someone_else_is_left_alone(
     }
     emu.put_object("kueue.x-k8s.io", "clusterqueues", foreign)
     emu.put_object("vk.io", "masterqueues", masterqueue(nats_url, poolTimeout=30))
-    async with running_controller(emu):
-        await asyncio.sleep(0.3)
+    async with running_controller(emu) as controller:
+        await listening(controller, "mq")
         await publisher(report("site-a"))
         await eventually(lambda: "mq-hpc-site-a" in quotas(emu))
-        await asyncio.sleep(0.3)
+        await controller.step()  # one more full pass: still leaves the foreign queue alone
     assert emu.get("ClusterQueue", "mq-borrower")["spec"] == foreign["spec"]
     reasons = {o["reason"] for k, o in emu.objects.items() if k[1] == "events"}
     assert "QueueConflict" in reasons
@@ -314,7 +334,7 @@ async def test_nats_credentials_can_come_from_a_secret(
     body = masterqueue("nats://127.0.0.1:1", poolTimeout=30)  # unreachable unless the Secret's url is used
     body["spec"]["flavors"][0]["natsFlavor"]["natsSecretRef"] = {"name": "nats-creds", "namespace": "kueue-nats"}
     emu.put_object("vk.io", "masterqueues", body)
-    async with running_controller(emu):
-        await asyncio.sleep(0.5)
+    async with running_controller(emu) as controller:
+        await listening(controller, "mq")
         await publisher(report("site-a"))
         await eventually(lambda: "mq-hpc-site-a" in quotas(emu), what="report through the Secret's connection")

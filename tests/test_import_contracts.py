@@ -45,6 +45,7 @@ PURE_MODULES = (
     "interlink_nats.submitters.errors",
     "interlink_nats.submitters.clock",
     "interlink_nats.submitters.backends.slurm_parse",
+    "interlink_nats.submitters.backends.htcondor_parse",
 )
 IO_LIBRARIES = frozenset({"nats", "sqlite3", "aiosqlite", "redis", "lightkube", "starlette", "subprocess"})
 

@@ -9,11 +9,15 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import uuid
 from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
 from interlink_nats.controller.observability import controller_probes
+from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel.log_context import bind, log_fields
 from interlink_nats.services.probes import Probes, serve_probes
 from kube_emulator import KubeEmulator
@@ -91,13 +95,14 @@ async def test_controller_health_and_metrics(emu: KubeEmulator, nats_url: str) -
             metrics = (await get(server, "/metrics")).text
             assert "kueue_nats_reconcile_passes_total" in metrics
             assert "kueue_nats_masterqueues 1.0" in metrics
-            controller.last_error = "MasterQueue mq: 403 forbidden"
-            failing = await get(server, "/healthz")
-            assert failing.status_code == 503
-            assert failing.json()["checks"]["kubernetes"]["detail"] == "MasterQueue mq: 403 forbidden"
         finally:
             server.close()
             await server.wait_closed()
+    # The loop is stopped now, so the next failure stays: a pass that hit a Kubernetes error fails health.
+    controller.last_error = "MasterQueue mq: 403 forbidden"
+    healthy, report = controller_probes(controller).health()
+    assert not healthy
+    assert report["checks"]["kubernetes"] == {"ok": False, "detail": "MasterQueue mq: 403 forbidden"}
 
 
 def formatted(record_logger: logging.Logger, message: str, **extra: str) -> dict[str, object]:
@@ -121,3 +126,52 @@ def test_json_logs_carry_pod_pool_and_job_as_fields() -> None:
     assert outside["pool"] == "site-b" and "pod_uid" not in outside
     with pytest.raises(ValueError, match="unknown log fields"), log_fields(pod_id="typo"):
         pass
+
+
+async def test_submitter_health_follows_nats_and_the_backend(nats_url: str, tmp_path: Path) -> None:
+    import nats as nats_client
+    from interlink_nats.services.events import ensure_events_stream
+    from interlink_nats.services.rpc import submitter_client
+    from interlink_nats.submitters.backends.base import BackendUnavailable
+    from interlink_nats.submitters.observability import submitter_probes
+    from interlink_nats.submitters.runtime import Submitter
+    from interlink_nats.submitters.testing import FakeBackend, settings_for
+    from jobs import pod_job
+
+    nc = await nats_client.connect(nats_url)
+    await ensure_events_stream(nc.jetstream())
+    pool = f"probe-{uuid.uuid4().hex[:8]}"
+    fake = FakeBackend()
+    submitter = Submitter(settings_for(tmp_path, nats_url, pool=pool, poll_interval=0.1), backend=fake)
+    server = await serve_probes(submitter_probes(submitter), "127.0.0.1", 0)
+    try:
+        before = await get(server, "/healthz")
+        assert before.status_code == 503 and not before.json()["checks"]["nats"]["ok"]
+        await submitter.start()
+        health = await wait_for_health(server, 200)
+        assert health["nats_server"] == nats_url and health["pool"] == pool
+        uid = str(uuid.uuid4())
+        await submitter_client(nc, pool).submit(pb.SubmitRequest(job=pod_job(uid, {"main": "true"})))
+        metrics = (await get(server, "/metrics")).text
+        assert f'interlink_submitter_jobs_tracked{{backend="{fake.name}",pool="{pool}"}} 1.0' in metrics
+        fake.fail("poll", BackendUnavailable("squeue: connection refused"), times=10_000)
+        failing = await wait_for_health(server, 503)
+        assert failing["checks"]["backend"]["detail"].endswith("squeue: connection refused")
+        fake._scripts["poll"].failures.clear()  # the batch system is back
+        await wait_for_health(server, 200)
+        await submitter.nc.close()  # type: ignore[union-attr]
+        assert (await wait_for_health(server, 503))["checks"]["nats"]["detail"] == "not connected to NATS"
+    finally:
+        server.close()
+        await server.wait_closed()
+        await submitter.stop()
+        await nc.close()
+
+
+async def wait_for_health(server: asyncio.Server, status: int) -> dict[str, Any]:
+    deadline = asyncio.get_running_loop().time() + 60
+    while (response := await get(server, "/healthz")).status_code != status:
+        assert asyncio.get_running_loop().time() < deadline, response.text
+        await asyncio.sleep(0.05)
+    body: dict[str, Any] = response.json()
+    return body

@@ -22,7 +22,8 @@ import pytest
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.services.rpc import submitter_client
 from interlink_nats.submitters.runtime import Submitter
-from interlink_nats.submitters.testing import pod_job, settings_for, wait_for
+from interlink_nats.submitters.testing import settings_for, wait_for
+from jobs import pod_job
 from typer.testing import CliRunner
 
 DOC = Path(__file__).resolve().parent.parent / "docs" / "rpc.md"

@@ -149,6 +149,7 @@ async def test_a_job_runs_through_slurm_with_exact_exit_codes_logs_and_events(
         return bool(seen) and seen[-1] == pb.JobState.FAILED
 
     await wait_for(terminal_event, what="the FAILED event")
+    await events.unsubscribe()  # an ordered consumer's heartbeat task ends only with its subscription
     assert seen[0] in (pb.JobState.PENDING, pb.JobState.RUNNING)
     assert pb.JobState.RUNNING in seen
 

@@ -231,6 +231,7 @@ async def test_nats_restart_mid_run_creates_finish_or_fail_clearly_and_events_re
                 return all(final.get(u) == pb.JobState.SUCCEEDED for u in uids)
 
             await wait_for(every_job_succeeded, timeout=60, what="SUCCEEDED events for every job")
+            await events.unsubscribe()  # an ordered consumer's heartbeat task ends only with its subscription
             assert sub.unpublished == 0
         finally:
             await client_nc.close()

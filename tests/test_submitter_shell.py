@@ -256,6 +256,7 @@ async def test_events_list_and_describe(submitter: Submitter, nc: nats.NATS, poo
     assert desc.instance_id == submitter.instance_id
     assert desc.resources.capacity["cpu"]
     assert desc.resources.capacity["memory"].endswith("Mi")
+    await sub.unsubscribe()  # an ordered consumer's heartbeat task ends only with its subscription
 
 
 async def test_announcements_carry_the_build_config_and_follow_file_changes(

@@ -1,18 +1,29 @@
 """Prometheus metrics of one gateway (own registry, so several gateways can live in one test process).
 
-Labels are endpoint names, status codes, states and pool names only: never pod data or secrets.
+Labels are endpoint names, status codes, states and pool names only: never pod data or secrets. A pool
+name comes from a pod's toleration, i.e. from user input, so it becomes a label only when the pool is known
+from its own announcements; any other name is counted under ``OTHER_POOL`` (bounded series).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+OTHER_POOL = "_other"
+"""The ``pool`` label of calls to pools that never announced themselves (typos, pools that do not exist)."""
+
 
 class GatewayMetrics:
-    def __init__(self, counts_by_state: Callable[[], dict[str, int]], live_pools: Callable[[], int]) -> None:
+    def __init__(
+        self,
+        counts_by_state: Callable[[], dict[str, int]],
+        live_pools: Callable[[], int],
+        known_pools: Callable[[], Collection[str]] = frozenset,
+    ) -> None:
         self.registry = CollectorRegistry()
+        self._known_pools = known_pools
         self.requests = Counter(
             "interlink_gateway_requests",
             "HTTP requests by endpoint and status code",
@@ -41,6 +52,10 @@ class GatewayMetrics:
         pools.set_function(lambda: float(live_pools()))
         self._pods = pods
         self._counts_by_state = counts_by_state
+
+    def pool_label(self, pool: str) -> str:
+        """``pool`` if it announced itself, else OTHER_POOL: user input never mints new series."""
+        return pool if pool in self._known_pools() else OTHER_POOL
 
     def refresh(self) -> None:
         """Pod counts are computed when scraped, not on every change."""

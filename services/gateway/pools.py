@@ -17,7 +17,7 @@ from dataclasses import dataclass
 
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel.subjects import DEFAULT_PREFIX, InvalidPoolNameError, pool_from_subject, validate_pool
-from interlink_nats.services.gateway.store import REDIS_BUILD_CONFIGS_KEY
+from interlink_nats.services.gateway.store import REDIS_BUILD_CONFIGS_KEY, RedisLike
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
@@ -42,7 +42,7 @@ class PoolDirectory:
         describe: DescribeFn,
         *,
         prefix: str = DEFAULT_PREFIX,
-        redis: object | None = None,
+        redis: RedisLike | None = None,
         liveness_factor: float = 3.0,
         clock: Callable[[], float] = time.time,
     ) -> None:
@@ -108,7 +108,7 @@ class PoolDirectory:
         info.last_seen = self.clock()
         if changed and self.redis is not None:
             try:
-                await self.redis.hset(REDIS_BUILD_CONFIGS_KEY, pool, bytes(config))  # type: ignore[attr-defined]
+                await self.redis.hset(REDIS_BUILD_CONFIGS_KEY, pool, bytes(config))
             except Exception as exc:
                 log.warning("could not store BuildConfig of %s in redis: %s", pool, exc)
 
@@ -116,7 +116,7 @@ class PoolDirectory:
         if self.redis is None:
             return
         try:
-            raw = await self.redis.hgetall(REDIS_BUILD_CONFIGS_KEY)  # type: ignore[attr-defined]
+            raw = await self.redis.hgetall(REDIS_BUILD_CONFIGS_KEY)
         except Exception as exc:
             log.warning("could not load BuildConfigs from redis: %s", exc)
             return

@@ -1,4 +1,10 @@
-"""Run a gateway: connect NATS and redis, start the Gateway, serve HTTP on TCP or a unix socket."""
+"""Run a gateway: connect NATS and redis, start the Gateway, serve HTTP on TCP or a unix socket.
+
+Signals belong to the caller (``interlink_nats.signals.run_until_signal``: SIGINT/SIGTERM set
+``stop``), so a stack of several parts (``interlink-nats up``) stops them together. On ``stop``
+the HTTP server stops accepting, in-flight requests get ``shutdown_grace_s`` to finish (a log
+follow is then cut), and only then are the events consumer, NATS and redis closed.
+"""
 
 from __future__ import annotations
 
@@ -6,14 +12,17 @@ import asyncio
 import contextlib
 import logging
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
+from typing import cast
 
 import redis.asyncio as aioredis
 import uvicorn
 from interlink_nats.kernel.nats_connection import connect
-from interlink_nats.services.gateway.app import Gateway, build_app
+from interlink_nats.services.gateway.app import Gateway
+from interlink_nats.services.gateway.http_edge import build_app
 from interlink_nats.services.gateway.settings import GatewaySettings
-from interlink_nats.services.gateway.store import PodStore
+from interlink_nats.services.gateway.store import PodStore, RedisLike
+from starlette.types import ASGIApp
 
 log = logging.getLogger("interlink_nats.gateway")
 
@@ -22,9 +31,10 @@ log = logging.getLogger("interlink_nats.gateway")
 async def running_gateway(settings: GatewaySettings) -> AsyncIterator[Gateway]:
     """A started Gateway (not yet serving HTTP); closes NATS and redis on exit."""
     nc = await connect(settings.nats, "interlink-gateway")
-    redis = None
-    if settings.redis_url:
-        redis = aioredis.from_url(settings.redis_url)
+    client: aioredis.Redis | None = aioredis.from_url(settings.redis_url) if settings.redis_url else None
+    # redis-py types its async commands as ``Awaitable[T] | T`` (shared with the sync client), which no
+    # async protocol can match; at run time redis.asyncio's commands are coroutines, as RedisLike says.
+    redis = cast(RedisLike | None, client)
     gateway = Gateway(settings=settings, nc=nc, store=PodStore(redis), redis=redis)
     resync: asyncio.Task[None] | None = None
     try:
@@ -39,8 +49,10 @@ async def running_gateway(settings: GatewaySettings) -> AsyncIterator[Gateway]:
         await gateway.close()
         with contextlib.suppress(Exception):
             await nc.drain()
-        if redis is not None:
-            await redis.aclose()
+        if not nc.is_closed:  # drain refuses while reconnecting: close, or the reconnect loop runs on
+            await nc.close()
+        if client is not None:
+            await client.aclose()
 
 
 async def _redis_watchdog(gateway: Gateway, every_s: float = 5.0) -> None:
@@ -76,13 +88,50 @@ def bind_listener(settings: GatewaySettings) -> socket.socket | None:
     return sock
 
 
-def uvicorn_config(app: object, settings: GatewaySettings) -> uvicorn.Config:
-    kwargs: dict[str, object] = {"log_level": "warning", "access_log": False, "lifespan": "off", "http": "httptools"}
-    if settings.unix_socket is not None:
-        kwargs["uds"] = str(settings.unix_socket)
-    else:
-        kwargs["host"], kwargs["port"] = settings.host, settings.port
-    return uvicorn.Config(app, **kwargs)  # type: ignore[arg-type]
+class GatewayServer(uvicorn.Server):
+    """uvicorn without its own signal handling: it would replace the caller's SIGINT/SIGTERM handlers
+    while serving, so ``stop`` would not be set until uvicorn had finished on its own."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+def uvicorn_config(app: ASGIApp, settings: GatewaySettings) -> uvicorn.Config:
+    """A unix socket when set (uvicorn then ignores host and port), else TCP."""
+    return uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        uds=str(settings.unix_socket) if settings.unix_socket is not None else None,
+        log_level="warning",
+        access_log=False,
+        lifespan="off",
+        http="httptools",
+        timeout_graceful_shutdown=settings.shutdown_grace_s,
+    )
+
+
+@contextlib.asynccontextmanager
+async def serving(
+    gateway: Gateway, settings: GatewaySettings, sock: socket.socket | None = None
+) -> AsyncIterator[asyncio.Task[None]]:
+    """``gateway``'s HTTP server, listening once entered (the task ends if it fails); shut down gracefully on exit.
+
+    ``sock``: an already bound listener (:func:`bind_listener`); else uvicorn binds the settings' address.
+    """
+    server = GatewayServer(uvicorn_config(build_app(gateway), settings))
+    task = asyncio.create_task(server.serve(sockets=[sock] if sock is not None else None), name="gateway-http")
+    while not server.started:  # uvicorn has no start event; startup is a few milliseconds
+        if task.done():
+            task.result()
+            raise RuntimeError("the gateway's HTTP server stopped before it started")
+        await asyncio.sleep(0.01)
+    try:
+        yield task
+    finally:
+        server.should_exit = True
+        await task
 
 
 async def serve(
@@ -90,24 +139,41 @@ async def serve(
 ) -> None:
     """Serve until ``stop`` is set (or forever); used by the CLI and by ``interlink-nats up``.
 
-    ``sock``: a listener from :func:`bind_listener` (bound here when not given).
+    ``sock``: a listener from :func:`bind_listener` (bound here when not given). A stop before the
+    gateway serves (it waits for redis as long as it takes) abandons the start-up; once serving, a
+    stop drains in-flight requests first.
     """
     if sock is None:
         sock = bind_listener(settings)
-    async with running_gateway(settings) as gateway:
-        server = uvicorn.Server(uvicorn_config(build_app(gateway), settings))
-        server.install_signal_handlers = lambda: None  # type: ignore[method-assign]  # the caller owns signals
-        task = asyncio.create_task(server.serve(sockets=[sock] if sock is not None else None))
-        where = settings.unix_socket or f"http://{settings.host}:{settings.port}"
-        log.info("gateway listening on %s", where)
-        try:
-            if stop is None:
-                await task
-            else:
-                stopper = asyncio.create_task(stop.wait())
-                await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
-                stopper.cancel()
-        finally:
-            server.should_exit = True
+    stop = stop or asyncio.Event()
+    listening = asyncio.Event()
+    run = asyncio.create_task(_serve_until(settings, stop, listening, sock), name="gateway")
+    stopped = asyncio.create_task(stop.wait())
+    try:
+        await asyncio.wait({run, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        if run.done() or listening.is_set():
+            await run  # serving: the stop drains it (or it failed: the error surfaces)
+        else:
+            log.info("gateway stopping before it served")
+    finally:
+        stopped.cancel()
+        if not run.done():
+            run.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await task
+                await run
+
+
+async def _serve_until(
+    settings: GatewaySettings, stop: asyncio.Event, listening: asyncio.Event, sock: socket.socket | None
+) -> None:
+    try:
+        async with running_gateway(settings) as gateway, serving(gateway, settings, sock) as http:
+            listening.set()
+            log.info("gateway listening on %s", settings.unix_socket or f"http://{settings.host}:{settings.port}")
+            stopped = asyncio.create_task(stop.wait())
+            await asyncio.wait({http, stopped}, return_when=asyncio.FIRST_COMPLETED)
+            stopped.cancel()
+            log.info("gateway stopping: finishing in-flight requests (up to %ds)", settings.shutdown_grace_s)
+    finally:
+        if sock is not None:
+            sock.close()  # uvicorn closes it when it served; not when the start-up was abandoned

@@ -45,6 +45,9 @@ class GatewaySettings(LayeredSettings):
         "pod is pulled once per period, in one batch per pool)",
     )
     max_body_bytes: int = Field(32 * 1024 * 1024, description="larger request bodies get a 413")
+    shutdown_grace_s: int = Field(
+        10, ge=0, description="on SIGTERM/SIGINT, in-flight requests get this long to finish (a log follow is then cut)"
+    )
     events_durable: str = Field("interlink-gateway", description="name of the durable JetStream consumer")
 
     @model_validator(mode="after")

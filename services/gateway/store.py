@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.services.gateway.wire import PodIdentity, pod_status_json
+from interlink_nats.services.gateway.wire import dumps as wire_dumps
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +133,7 @@ class PodRecord:
         so at 100,000 pods the cache is the table's largest part.
         """
         if self._status_json is None:
-            self._status_json = json.dumps(self.status_json(), separators=(",", ":")).encode()
+            self._status_json = wire_dumps(self.status_json())
         return self._status_json
 
     def effective_status(self) -> pb.JobStatus:
@@ -293,6 +294,10 @@ class PodStore:
         if revision and revision <= record.revision:
             return None
         if not revision and record.is_final():
+            return None
+        if record.is_final() and status.state not in FINAL_STATES:
+            # A status pulled from ListJobs carries no revision, so an older event still in the stream
+            # (a restart with redis lost) would pass the check above; a finished job never runs again.
             return None
         record.status = status
         if status.job_id:

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from fractions import Fraction
-from typing import Any
+from typing import Any, TypeVar
 
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel import quantities
@@ -30,6 +30,14 @@ class BadRequest(ValueError):
         self.field = field
         self.message = message
         self.status_code = status_code
+
+
+_V = TypeVar("_V")
+
+
+def dumps(data: Any) -> bytes:
+    """JSON as the gateway answers it: compact, UTF-8."""
+    return json.dumps(data, separators=(",", ":")).encode()
 
 
 def parse_json(body: bytes) -> Any:
@@ -58,7 +66,7 @@ def may_hold_surrogates(body: bytes) -> bool:
     return _SURROGATE_SOURCES.search(body) is not None
 
 
-def _expect(value: Any, kind: type | tuple[type, ...], field: str, what: str) -> Any:
+def _expect(value: object, kind: type[_V], field: str, what: str) -> _V:
     if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
         raise BadRequest(field, f"expected {what}, got {type(value).__name__}")
     return value
@@ -91,7 +99,7 @@ def parse_create(body: bytes) -> dict[str, Any]:
         if len(data) != 1:
             raise BadRequest("body", f"expected one RetrievedPodData (or a one-element array), got {len(data)}")
         data = data[0]
-    _expect(data, dict, "body", "a RetrievedPodData object")
+    data = _expect(data, dict, "body", "a RetrievedPodData object")
     uid = pod_identity(data.get("pod"), "pod").uid
     if not is_pod_uid(uid):  # what a submitter accepts: the UID names the job directory
         raise BadRequest("pod.metadata.uid", f"{uid!r} is not a pod UID: letters, digits, '.', '_' and '-' only")

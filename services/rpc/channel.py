@@ -334,7 +334,7 @@ async def _settle(nc: NATS, budget: float, pool: str) -> None:
     if budget <= 0:
         raise wire.deadline_exceeded()
     try:
-        await nc.flush(timeout=min(budget, 5.0))  # type: ignore[arg-type]
+        await nc.flush(timeout=min(budget, 5.0))  # type: ignore[arg-type]  # nats-py annotates int; it takes seconds
     except nats.errors.Error as exc:
         raise wire.translate_nats_error(exc, pool) from exc
 
@@ -345,4 +345,5 @@ def submitter_client(
     """A ready ``SubmitterServiceStub`` for one pool (imported lazily: gen/ is heavy to import)."""
     from ...gen.interlink_nats.v1 import SubmitterServiceStub
 
-    return SubmitterServiceStub(NatsChannel(nc, pool, timeout=timeout, stream_window=stream_window))
+    # betterproto2 types the stub's channel as grpclib's Channel class; NatsChannel provides what it calls.
+    return SubmitterServiceStub(NatsChannel(nc, pool, timeout=timeout, stream_window=stream_window))  # type: ignore[arg-type]

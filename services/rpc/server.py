@@ -148,7 +148,7 @@ class RpcServer:
         await self.micro.stop()
         for sub in subs:  # drain: requests already delivered to us still get served
             with contextlib.suppress(nats.errors.Error):
-                await sub.drain()
+                await sub.drain()  # type: ignore[no-untyped-call]  # nats-py leaves Subscription.drain unannotated
         if self._tasks:
             _, pending = await asyncio.wait(set(self._tasks), timeout=grace)
             for task in pending:

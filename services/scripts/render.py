@@ -161,17 +161,17 @@ def expand(text: str, env: Mapping[str, str]) -> str:
     return "".join(out)
 
 
-def _rel_path(path: str, where: str) -> str:
+def _rel_path(value: object, where: str) -> str:
     """A relative file path below a volume: no absolute paths, no '..', no empty components."""
-    _str(path, where)
+    path = _str(value, where)
     parts = path.split("/")
     if not path or path.startswith("/") or any(p in ("", ".", "..") for p in parts) or "\x00" in path:
         raise PodRejected(where, f"must be a relative path without '..': {path!r}")
     return path
 
 
-def _abs_path(path: str, where: str) -> str:
-    _str(path, where)
+def _abs_path(value: object, where: str) -> str:
+    path = _str(value, where)
     if not path.startswith("/") or "\x00" in path or ".." in path.split("/"):
         raise PodRejected(where, f"must be an absolute path without '..': {path!r}")
     return path
@@ -716,11 +716,10 @@ def _container(
     names.add(name)
     res = container_resources(c, where)
     env_list, env_map = _env(ctx, c, where)
-    command = _argv(c, "command", where, env_map)
-    args = _argv(c, "args", where, env_map)
-    raw_command = [w for w, _ in command]
-    command = [qw for _, qw in command]
-    args = [qw for _, qw in args]
+    command_words = _argv(c, "command", where, env_map)  # (word, shell-quoted word)
+    raw_command = [w for w, _ in command_words]
+    command = [qw for _, qw in command_words]
+    args = [qw for _, qw in _argv(c, "args", where, env_map)]
     workdir = get_str(c, "workingDir", where)
     if workdir:
         _abs_path(workdir, where + ".workingDir")

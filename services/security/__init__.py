@@ -8,17 +8,17 @@ options through :func:`interlink_nats.kernel.nats_connection.credential_options`
 
 from __future__ import annotations
 
+from interlink_nats.kernel.subjects import Role, inbox_prefix
+
 from .config import (
     Bundle,
     Credential,
     NatsConfigOptions,
     Permissions,
-    Role,
     build_bundle,
     controller_permissions,
     gateway_permissions,
     identity_name,
-    inbox_prefix,
     pool_permissions,
     render_server_config,
 )

@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import PurePath
 
-import nkeys
+import nkeys  # type: ignore[import-untyped]  # nkeys ships no type hints (no py.typed, no stubs)
 from interlink_nats.kernel import subjects
 from interlink_nats.kernel.subjects import INBOX_ROOT, Role, inbox_prefix
 
@@ -296,14 +296,15 @@ class NatsConfigOptions:
 
 def new_user_seed() -> str:
     """A fresh nkey user seed (``SU...``) from the OS CSPRNG."""
-    return nkeys.encode_seed(secrets.token_bytes(32), nkeys.PREFIX_BYTE_USER).decode()
+    seed: bytes = nkeys.encode_seed(secrets.token_bytes(32), nkeys.PREFIX_BYTE_USER)
+    return seed.decode()
 
 
 def public_key_of(seed: str) -> str:
     """The ``U...`` public key of a user seed; raises if the seed is not a user seed."""
     kp = nkeys.from_seed(bytearray(seed.strip().encode()))
     try:
-        public = kp.public_key.decode()
+        public: str = kp.public_key.decode()
     finally:
         kp.wipe()
     if not public.startswith("U"):

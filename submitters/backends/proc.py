@@ -50,7 +50,8 @@ async def run_command(
             proc.kill()
         with contextlib.suppress(Exception):
             await asyncio.shield(proc.wait())
-        if asyncio.current_task() is not None and asyncio.current_task().cancelling():  # type: ignore[union-attr]
+        task = asyncio.current_task()
+        if task is not None and task.cancelling():
             raise
         raise CommandFailed(argv, None, f"no answer within {time_limit:g}s") from None
     done = Completed(argv, proc.returncode or 0, out.decode(errors="replace"), err.decode(errors="replace"))

@@ -241,8 +241,8 @@ class _Launcher:
         finally:
             # Whatever it had not answered may or may not have started: the caller retries, and the
             # claim makes a retry of a started job a no-op ("claimed"); the pid file finds its runner.
-            waiting, self._waiting = self._waiting, {}
-            for futs in waiting.values():
+            unanswered, self._waiting = self._waiting, {}
+            for futs in unanswered.values():
                 for fut in futs:
                     if not fut.done():
                         fut.set_exception(error)

@@ -1,0 +1,126 @@
+"""The gateway's client of the pools' ``SubmitterService``: one stub per pool, waiting for a pool
+with no submitter connected, and RPC errors turned into :class:`PoolError` (counted in the metrics).
+
+Nothing above this module sees a ``GRPCError``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncGenerator, Awaitable, Callable
+from typing import TypeVar, cast
+
+from grpclib.const import Status
+from grpclib.exceptions import GRPCError
+from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.services.gateway.errors import GatewayError, PoolError, pool_error
+from interlink_nats.services.gateway.metrics import GatewayMetrics
+from interlink_nats.services.rpc import submitter_client
+from nats.aio.client import Client as NatsClient
+from tenacity import AsyncRetrying, retry_if_exception, stop_before_delay, wait_exponential
+
+_T = TypeVar("_T")
+
+LOG_STREAM_WINDOW = 4
+"""Log chunks (64 KiB each) a submitter may send ahead of what the HTTP client has taken: the bound
+on a /getLogs stream's memory here, however slow its reader (uvicorn waits for the socket to drain)."""
+NATS_DOWN = "NATS is unavailable: the gateway is not connected to nats-server (reconnecting)"
+
+
+def _no_submitter(exc: BaseException) -> bool:
+    return isinstance(exc, GRPCError) and exc.status is Status.UNAVAILABLE
+
+
+class PoolClient:
+    def __init__(self, nc: NatsClient, metrics: GatewayMetrics, *, call_timeout_s: float, pool_wait_s: float) -> None:
+        self.nc = nc
+        self.metrics = metrics
+        self.call_timeout_s = call_timeout_s
+        self.pool_wait_s = pool_wait_s
+        self._stubs: dict[str, pb.SubmitterServiceStub] = {}
+
+    def stub(self, pool: str) -> pb.SubmitterServiceStub:
+        stub = self._stubs.get(pool)
+        if stub is None:
+            stub = self._stubs[pool] = submitter_client(
+                self.nc, pool, timeout=self.call_timeout_s, stream_window=LOG_STREAM_WINDOW
+            )
+        return stub
+
+    def require_nats(self) -> None:
+        """Answer at once when our own NATS connection is down, rather than hold the call while nats-py
+        reconnects and then blame the pool: the pool may be fine, it is the gateway that cannot reach it."""
+        if not self.nc.is_connected:
+            raise GatewayError(503, NATS_DOWN)
+
+    # --- calls ---------------------------------------------------------------------------------
+    async def describe(self, pool: str, deadline_s: float) -> pb.DescribeResponse:
+        return await self._call(
+            pool, "Describe", lambda: self.stub(pool).describe(pb.DescribeRequest(), timeout=deadline_s), wait=True
+        )
+
+    async def submit(self, pool: str, job: pb.JobScript) -> pb.SubmitResponse:
+        request = pb.SubmitRequest(job=job)
+        return await self._call(
+            pool, "Submit", lambda: self.stub(pool).submit(request, timeout=self.call_timeout_s), wait=True
+        )
+
+    async def cancel(self, pool: str, pod_uid: str) -> pb.CancelResponse:
+        request = pb.CancelRequest(pod_uid=pod_uid)
+        return await self._call(pool, "Cancel", lambda: self.stub(pool).cancel(request, timeout=self.call_timeout_s))
+
+    async def get_status(self, pool: str, pod_uids: list[str], timeout_s: float) -> pb.GetStatusResponse:
+        request = pb.GetStatusRequest(pod_uids=pod_uids)
+        return await self._call(pool, "GetStatus", lambda: self.stub(pool).get_status(request, timeout=timeout_s))
+
+    async def list_jobs(self, pool: str, page_token: str) -> pb.ListJobsResponse:
+        request = pb.ListJobsRequest(include_finished=True, page_size=500, page_token=page_token)
+        return await self._call(
+            pool, "ListJobs", lambda: self.stub(pool).list_jobs(request, timeout=self.call_timeout_s)
+        )
+
+    async def get_logs(self, pool: str, request: pb.GetLogsRequest) -> AsyncGenerator[bytes, None]:
+        """The log's non-empty chunks.
+
+        No deadline on the stream as a whole: a slow reader may take long over a large log. A reader that
+        goes away is noticed by the HTTP server, and closing this generator then cancels the submitter's
+        stream at once, not at GC time; a reader that stalls is given up by the submitter's idle timeout.
+        """
+        # betterproto2 declares the stream an AsyncIterator; it is an async generator, which aclosing needs.
+        stream = cast(AsyncGenerator[pb.GetLogsResponse, None], self.stub(pool).get_logs(request, timeout=None))
+        self.metrics.log_streams.inc()
+        try:
+            async with contextlib.aclosing(stream) as chunks:
+                async for chunk in chunks:
+                    if chunk.data:
+                        yield chunk.data
+        except GRPCError as exc:
+            raise self._failed(pool, "GetLogs", exc) from None
+        finally:
+            self.metrics.log_streams.dec()
+
+    # --- retry and error mapping ---------------------------------------------------------------
+    async def _call(self, pool: str, method: str, call: Callable[[], Awaitable[_T]], *, wait: bool = False) -> _T:
+        """One RPC; with ``wait``, UNAVAILABLE (no submitter of the pool connected) is retried for up to
+        ``pool_wait_s``, so a submitter restarting does not fail a create."""
+        try:
+            if not wait:
+                return await call()
+            async for attempt in AsyncRetrying(
+                # no use waiting for the pool while we ourselves cannot reach NATS
+                retry=retry_if_exception(lambda exc: _no_submitter(exc) and self.nc.is_connected),
+                stop=stop_before_delay(self.pool_wait_s),
+                wait=wait_exponential(multiplier=0.05, max=0.5),
+                reraise=True,
+            ):
+                with attempt:
+                    return await call()
+        except GRPCError as exc:
+            if wait and _no_submitter(exc) and not self.nc.is_connected:
+                raise GatewayError(503, NATS_DOWN) from None
+            raise self._failed(pool, method, exc) from None
+        raise AssertionError("unreachable: AsyncRetrying either returns or reraises")  # pragma: no cover
+
+    def _failed(self, pool: str, method: str, exc: GRPCError) -> PoolError:
+        self.metrics.rpc_errors.labels(pool=self.metrics.pool_label(pool), method=method, status=exc.status.name).inc()
+        return pool_error(pool, exc.status, exc.message or "", self.pool_wait_s)

@@ -1,0 +1,169 @@
+"""interLink's calls on pods — create, status, delete, logs — as use cases: request bytes in, reply data out.
+
+No HTTP and no RPC details here: parsing and reply shapes live in ``wire``, routing in ``routing``,
+rendering in ``services.scripts``, pool calls in ``pool_client``; these functions sequence them.
+Failures are :class:`GatewayError` (a status code and a message naming the field or the pool) or
+``wire.BadRequest``; the HTTP edge turns both into answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncGenerator
+from dataclasses import dataclass
+
+from grpclib.const import Status
+from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.services.gateway import wire
+from interlink_nats.services.gateway.errors import GatewayError, PoolError, pool_error
+from interlink_nats.services.gateway.pool_client import PoolClient
+from interlink_nats.services.gateway.pools import PoolDirectory
+from interlink_nats.services.gateway.routing import pool_for_pod
+from interlink_nats.services.gateway.settings import GatewaySettings
+from interlink_nats.services.gateway.store import PodRecord, PodStore
+from interlink_nats.services.scripts import PodRejected, render_job
+
+log = logging.getLogger("interlink_nats.gateway")
+
+
+@dataclass(slots=True)
+class LogStream:
+    """An opened ``/getLogs`` stream: its first chunk (errors before it are still status codes) and the rest
+    (a PoolError while iterating only ends the body)."""
+
+    record: PodRecord
+    request: wire.LogRequest
+    first: bytes
+    rest: AsyncGenerator[bytes, None]
+
+
+class PodUseCases:
+    def __init__(self, settings: GatewaySettings, store: PodStore, pools: PoolDirectory, client: PoolClient) -> None:
+        self.settings = settings
+        self.store = store
+        self.pools = pools
+        self.client = client
+
+    async def create(self, body: bytes) -> dict[str, str]:
+        data = wire.parse_create(body)
+        pod = data["pod"]
+        identity = wire.pod_identity(pod)
+        existing = self.store.get(identity.uid)
+        if existing is not None and existing.job_id:
+            return {"PodUID": identity.uid, "PodJID": existing.job_id}  # interLink retried a create
+        pool = pool_for_pod(pod, self.settings.default_pool)
+        self.client.require_nats()
+        build_config = await self.pools.build_config(pool, self.settings.pool_wait_s)
+        try:
+            job = render_job(data, build_config)
+        except PodRejected as exc:
+            raise GatewayError(422, f"pod rejected: {exc}") from None
+        spec = pod["spec"]
+        record = PodRecord(
+            uid=identity.uid,
+            namespace=identity.namespace,
+            name=identity.name,
+            pool=pool,
+            init_containers=list(job.init_containers),
+            containers=list(job.containers),
+            images={
+                c.get("name", ""): c.get("image", "")
+                for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
+                if isinstance(c, dict)
+            },
+        )
+        # Record the pod before submitting: if we crash after the pool accepted it, the events
+        # stream and ListJobs still find a record to attach to.
+        await self.store.put(record)
+        try:
+            reply = await self.client.submit(pool, job)
+        except GatewayError as exc:
+            await self.store.delete(identity.uid)
+            if isinstance(exc, PoolError) and exc.rpc_status is Status.RESOURCE_EXHAUSTED:
+                raise self._too_large(job) from None  # the only source: a request over NATS max_payload
+            raise
+        record.job_id = reply.job_id
+        if reply.status is not None:
+            self.store.apply_status(identity.uid, reply.status, 0)
+        await self.store.save(record)
+        log.info(
+            "created pod %s/%s uid=%s pool=%s job=%s",
+            identity.namespace,
+            identity.name,
+            identity.uid,
+            pool,
+            reply.job_id,
+        )
+        return {"PodUID": identity.uid, "PodJID": reply.job_id}
+
+    def _too_large(self, job: pb.JobScript) -> GatewayError:
+        """413, not 429: a pod too large for NATS stays too large however often interLink retries."""
+        size = len(bytes(pb.SubmitRequest(job=job)))  # only on this error path: the stub serialised it already
+        return GatewayError(
+            413,
+            f"pod too large: with its files embedded its job is {size} bytes, more than the NATS max_payload of "
+            f"{self.client.nc.max_payload} bytes; keep ConfigMap/Secret files small or raise max_payload on the "
+            "nats-server (see docs/gateway.md)",
+        )
+
+    async def status(self, body: bytes) -> bytes:
+        """The reply as JSON: the ping's, or the known pods' statuses.
+
+        JSON here, not dicts: each pod's status is kept encoded (``PodRecord.status_json_bytes``),
+        so a call only joins them, and 100,000 cached statuses stay small.
+        """
+        pods = wire.parse_status(body)
+        if not pods:
+            return wire.dumps(wire.ping_response(self.pools.live_reports()))
+        # Memory only: a pod no event has reached yet is reported waiting; lost events are made up
+        # for by recovery.StaleStatusRefresher, never by a NATS round trip on this path.
+        parts = []
+        for identity in pods:
+            record = self.store.get(identity.uid)
+            if record is not None:
+                parts.append(record.status_json_bytes())
+        return b"[" + b",".join(parts) + b"]"
+
+    async def delete(self, body: bytes) -> str:
+        identity = wire.parse_delete(body)
+        record = self.store.get(identity.uid)
+        if record is None:
+            return f"pod {identity.uid} is not known; nothing to delete"
+        self.client.require_nats()
+        try:
+            await self.client.cancel(record.pool, identity.uid)
+        except PoolError as exc:
+            if exc.rpc_status is not Status.NOT_FOUND:
+                raise  # keep the record so a retried delete (interLink retries) can still cancel the job
+        await self.store.delete(identity.uid)
+        log.info("deleted pod %s/%s uid=%s pool=%s", identity.namespace, identity.name, identity.uid, record.pool)
+        return f"pod {identity.uid} deleted"
+
+    async def open_logs(self, body: bytes) -> LogStream:
+        """Streamed, follow or not, so memory stays a few chunks however large the log and slow the reader."""
+        request = wire.parse_logs(body)
+        record = self.store.get(request.pod_uid)
+        if record is None:
+            raise GatewayError(404, f"pod {request.pod_uid} is not known to this gateway")
+        if request.container not in (*record.init_containers, *record.containers):
+            raise GatewayError(404, f"pod {request.pod_uid} has no container {request.container!r}")
+        self.client.require_nats()
+        message = pb.GetLogsRequest(
+            pod_uid=record.uid,
+            container=request.container,
+            tail_lines=request.tail,
+            limit_bytes=request.limit_bytes,
+            follow=request.follow,
+            since_time=request.since,
+            timestamps=request.timestamps,
+            previous=request.previous,
+        )
+        chunks = self.client.get_logs(record.pool, message)
+        try:
+            async with asyncio.timeout(None if request.follow else self.settings.submit_timeout_s):
+                first = await anext(chunks, b"")
+        except TimeoutError:
+            await chunks.aclose()
+            raise pool_error(record.pool, Status.DEADLINE_EXCEEDED, "", self.settings.pool_wait_s) from None
+        return LogStream(record, request, first, chunks)

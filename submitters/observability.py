@@ -1,0 +1,131 @@
+"""The submitter's /healthz and /metrics: the NATS connection, its permissions, the backend's last poll.
+
+Collected when scraped from the runtime's own state, so the job path carries no instrumentation.
+Labels are bounded (the pool is this process's one pool; no pod, namespace or job id is a label).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Protocol
+
+from interlink_nats.services.probes import Probes
+from nats.aio.client import Client as NATS
+from prometheus_client import CollectorRegistry
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from .backends.base import Backend
+from .clock import Clock
+from .polling import PollStats
+
+
+class Observed(Protocol):
+    """What health and metrics read of a running submitter (``runtime.Observed`` provides it)."""
+
+    pool: str
+    instance_id: str
+    backend: Backend
+    clock: Clock
+    nc: NATS | None
+    polls: int
+    last_poll_ok: float | None
+    poll_error: str | None
+    permission_errors: list[str]
+
+    @property
+    def poll_interval(self) -> float: ...
+    @property
+    def tracked(self) -> int: ...
+    @property
+    def unpublished(self) -> int: ...
+    @property
+    def last_poll(self) -> PollStats | None: ...
+
+
+STALE_POLLS = 3
+"""The backend counts as unreachable when no poll succeeded for this many intervals."""
+
+
+def _server(submitter: Observed) -> str | None:
+    nc = submitter.nc
+    if nc is None or not nc.is_connected or nc.connected_url is None:
+        return None
+    url = nc.connected_url
+    return f"{url.scheme}://{url.hostname}:{url.port}"
+
+
+class _ObservedCollector(Collector):
+    def __init__(self, submitter: Observed) -> None:
+        self.submitter = submitter
+
+    def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
+        s = self.submitter
+        labels = ["pool", "backend"]
+        values = [s.pool, s.backend.name]
+        tracked = GaugeMetricFamily("interlink_submitter_jobs_tracked", "Live jobs being polled", labels=labels)
+        tracked.add_metric(values, s.tracked)
+        yield tracked
+        pending = GaugeMetricFamily(
+            "interlink_submitter_events_unpublished", "JobEvents waiting to be published", labels=labels
+        )
+        pending.add_metric(values, s.unpublished)
+        yield pending
+        polls = CounterMetricFamily("interlink_submitter_polls", "Backend polls that succeeded", labels=labels)
+        polls.add_metric(values, s.polls)
+        yield polls
+        last = s.last_poll
+        if last is not None:
+            seconds = GaugeMetricFamily(
+                "interlink_submitter_last_poll_seconds", "Duration of the last poll", labels=labels
+            )
+            seconds.add_metric(values, last.seconds)
+            yield seconds
+            calls = GaugeMetricFamily(
+                "interlink_submitter_last_poll_backend_calls", "Backend commands run by the last poll", labels=labels
+            )
+            calls.add_metric(values, last.backend_calls)
+            yield calls
+        connected = GaugeMetricFamily("interlink_submitter_nats_connected", "1 when connected to NATS", labels=labels)
+        connected.add_metric(values, 1 if _server(s) else 0)
+        yield connected
+        denied = CounterMetricFamily(
+            "interlink_submitter_permission_errors", "NATS permission violations on own subjects", labels=labels
+        )
+        denied.add_metric(values, len(s.permission_errors))
+        yield denied
+
+
+def submitter_probes(submitter: Observed) -> Probes:
+    registry = CollectorRegistry()
+    registry.register(_ObservedCollector(submitter))
+
+    def nats() -> tuple[bool, str]:
+        server = _server(submitter)
+        return (True, f"connected to {server}") if server else (False, "not connected to NATS")
+
+    def permissions() -> tuple[bool, str]:
+        if submitter.permission_errors:
+            return False, submitter.permission_errors[-1]
+        return True, "no permission violations"
+
+    def backend() -> tuple[bool, str]:
+        if submitter.poll_error is not None:
+            return False, submitter.poll_error
+        if submitter.last_poll_ok is None:
+            return False, "no poll has finished yet"
+        age = submitter.clock.monotonic() - submitter.last_poll_ok
+        if age > STALE_POLLS * submitter.poll_interval + 30:
+            return False, f"the last successful poll was {age:.0f}s ago"
+        return True, f"last poll {age:.1f}s ago"
+
+    return Probes(
+        registry=registry,
+        checks={"nats": nats, "permissions": permissions, "backend": backend},
+        info=lambda: {
+            "pool": submitter.pool,
+            "instance": submitter.instance_id,
+            "backend": submitter.backend.name,
+            "nats_server": _server(submitter),
+        },
+    )

@@ -1,0 +1,547 @@
+"""STAND-IN for HTCondor's command-line tools (no HTCondor daemons can run on these machines).
+
+NOT HTCondor. A few hundred lines that follow the documented command-line contract closely enough
+to exercise the ``htcondor`` backend for real: ``condor_submit``, ``condor_q``, ``condor_history``,
+``condor_rm``, ``condor_transfer_data`` (and ``condor_status``). Jobs really run as local processes,
+constraints and ``periodic_remove`` are evaluated by the real ClassAd library (``classad2``), submit
+descriptions are parsed by the real ``htcondor2.Submit``, ads are printed by ``classad2``'s JSON
+writer, and every job writes a user job event log that the real ``htcondor2.JobEventLog`` reads.
+
+    install(bin_dir, state_dir)      # writes condor_* wrappers into bin_dir (put it first on PATH)
+
+State lives in ``$HTCONDOR_STANDIN_DIR``: ``queue/<cluster>.json`` (job ads still in the queue),
+``history/<cluster>.json`` (ads that left it), ``spool/<cluster>/`` (spooled sandboxes) and
+``calls.log`` (one line per command: tool and its -pool/-name, so tests count calls per poll).
+
+Stand-in knobs (submit commands a test can add through the site config):
+``+StandinHoldReason = "..."`` (and ``+StandinHoldCode = N``): the job is held instead of run.
+Environment: ``STANDIN_KILL_CALLER_AFTER_SUBMIT=<file>`` makes the first condor_submit kill its caller
+with SIGKILL right after queueing the job (and note the job id in <file>); ``STANDIN_REQUIRE_TOKEN=1``
+makes every command fail unless ``_CONDOR_SCITOKENS_FILE`` names a non-empty file (what a CE with
+SCITOKENS authentication needs); ``STANDIN_PERIODIC_INTERVAL`` is the seconds between periodic
+expression evaluations (default 0.2; a schedd's default is 60).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import fcntl
+import json
+import os
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+TOOLS = ("condor_submit", "condor_q", "condor_history", "condor_rm", "condor_transfer_data", "condor_status")
+
+
+def install(bin_dir: Path, state_dir: Path) -> dict[str, str]:
+    """Write ``condor_*`` wrappers into ``bin_dir``; returns the environment that activates them."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    state_dir.mkdir(parents=True, exist_ok=True)
+    for tool in TOOLS:
+        path = bin_dir / tool
+        path.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} {shlex.quote(__file__)} {tool} "$@"\n')
+        path.chmod(0o755)
+    return {"PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", "HTCONDOR_STANDIN_DIR": str(state_dir)}
+
+
+def seed(state_dir: Path, queued: list[dict[str, Any]], finished: list[dict[str, Any]]) -> None:
+    """Put job ads straight into the queue and the history (scale tests: no process per job)."""
+    for folder, ads in (("queue", queued), ("history", finished)):
+        (state_dir / folder).mkdir(parents=True, exist_ok=True)
+        for ad in ads:
+            _write(state_dir / folder / f"{ad['ClusterId']}.json", ad)
+    top = max((int(ad["ClusterId"]) for ad in [*queued, *finished]), default=0)
+    (state_dir / "next_cluster").write_text(str(top + 1))
+
+
+def calls(state_dir: Path) -> list[str]:
+    """Every command run so far (first word: the tool)."""
+    try:
+        return (state_dir / "calls.log").read_text().splitlines()
+    except FileNotFoundError:
+        return []
+
+
+# State -----------------------------------------------------------------------------------------
+
+
+def _root() -> Path:
+    root = os.environ.get("HTCONDOR_STANDIN_DIR")
+    if not root:
+        _die("HTCONDOR_STANDIN_DIR is not set (this is a test stand-in, not HTCondor)")
+    path = Path(root)
+    for sub in ("queue", "history", "spool"):
+        (path / sub).mkdir(parents=True, exist_ok=True)
+    return path
+
+
+@contextlib.contextmanager
+def _locked(root: Path) -> Iterator[None]:
+    fd = os.open(root / "lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _read(path: Path) -> dict[str, Any] | None:
+    try:
+        return dict(json.loads(path.read_text()))
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def _write(path: Path, data: dict[str, Any]) -> None:
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(json.dumps(data))
+    os.replace(tmp, path)
+
+
+def _die(message: str, code: int = 1) -> None:
+    print(message, file=sys.stderr)
+    sys.exit(code)
+
+
+def _now() -> int:
+    return int(time.time())
+
+
+# Job event log (the format htcondor2.JobEventLog reads) ------------------------------------------
+
+
+def _event(ad: dict[str, Any], code: int, text: str, body: list[str] | None = None) -> None:
+    log = ad.get("_log")
+    if not log:
+        return
+    stamp = dt.datetime.now().strftime("%Y-%m-%d %H:%M:%S")
+    lines = [f"{code:03d} ({ad['ClusterId']:03d}.{ad['ProcId']:03d}.000) {stamp} {text}", *(body or []), "..."]
+    with open(log, "a") as fh:
+        fh.write("\n".join(lines) + "\n")
+
+
+# condor_submit -----------------------------------------------------------------------------------
+
+
+def _value(raw: str) -> Any:
+    """A ClassAd literal as JSON (strings unquoted, numbers and booleans as such); else the expression text."""
+    import classad2
+
+    try:
+        value = classad2.ExprTree(raw).eval()
+    except Exception:
+        return raw
+    if isinstance(value, (str, int, float, bool)) and not isinstance(value, classad2.Value):
+        return value
+    return {"_expr": raw}
+
+
+def _environment(text: str) -> dict[str, str]:
+    """The new ``environment`` syntax: ``"K='v' K2='v2'"``."""
+    text = text.strip()
+    if text.startswith('"') and text.endswith('"'):
+        text = text[1:-1].replace('""', '"')
+    env = {}
+    for word in shlex.split(text):
+        key, _, value = word.partition("=")
+        env[key] = value
+    return env
+
+
+def submit(args: list[str], root: Path) -> None:
+    spool = "-spool" in args
+    terse = "-terse" in args
+    files = [
+        a for i, a in enumerate(args) if not a.startswith("-") and (i == 0 or args[i - 1] not in ("-pool", "-name"))
+    ]
+    if len(files) != 1:
+        _die("ERROR: condor_submit needs exactly one submit description file")
+    import htcondor2
+
+    path = Path(files[0])
+    try:
+        desc = htcondor2.Submit(path.read_text())
+    except Exception as exc:  # the real parser's verdict
+        _die(f"ERROR: on line of submit file {path}: {exc}")
+    cmds = {k.lower(): v for k, v in desc.items()}
+    for need in ("executable",):
+        if need not in cmds:
+            _die(f"ERROR: submit file {path} has no {need}")
+    iwd = Path(cmds.get("initialdir") or os.getcwd())
+    with _locked(root):
+        counter = root / "next_cluster"
+        cluster = int(counter.read_text()) if counter.exists() else 1
+        counter.write_text(str(cluster + 1))
+    now = _now()
+    ad: dict[str, Any] = {
+        "ClusterId": cluster,
+        "ProcId": 0,
+        "JobStatus": 1,
+        "QDate": now,
+        "EnteredCurrentStatus": now,
+        "Iwd": str(iwd),
+        "Cmd": cmds["executable"],
+        "JobUniverse": 5,
+        "Owner": os.environ.get("USER", "nobody"),
+    }
+    for key, raw in desc.items():
+        if key.upper().startswith("MY."):
+            ad[key[3:]] = _value(raw)
+    for key, attr in (
+        ("request_cpus", "RequestCpus"),
+        ("request_memory", "RequestMemory"),
+        ("request_disk", "RequestDisk"),
+        ("request_gpus", "RequestGPUs"),
+    ):
+        if key in cmds:
+            ad[attr] = _value(cmds[key])
+    if "periodic_remove" in cmds:
+        ad["PeriodicRemove"] = {"_expr": cmds["periodic_remove"]}
+    run_dir = root / "spool" / str(cluster) if spool else iwd
+    ad["_spool"] = spool
+    ad["_run_dir"] = str(run_dir)
+    ad["_exe"] = cmds["executable"]
+    ad["_args"] = shlex.split(cmds.get("arguments", ""))
+    ad["_env"] = _environment(cmds.get("environment", ""))
+    ad["_out"] = cmds.get("output", "/dev/null")
+    ad["_err"] = cmds.get("error", "/dev/null")
+    ad["_transfer_out"] = [p.strip() for p in cmds.get("transfer_output_files", "").split(",") if p.strip()]
+    if "log" in cmds:
+        log = Path(cmds["log"])
+        ad["_log"] = str(log if log.is_absolute() else (run_dir if spool else iwd) / log)
+    if spool:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        exe = Path(cmds["executable"])
+        shutil.copy2(exe if exe.is_absolute() else iwd / exe, run_dir / exe.name)
+        ad["_exe"] = exe.name
+        ad["LeaveJobInQueue"] = True
+    _write(root / "queue" / f"{cluster}.json", ad)
+    _event(ad, 0, "Job submitted from host: <127.0.0.1:9618>")
+    subprocess.Popen(
+        [sys.executable, __file__, "__run", str(cluster)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+        env={**os.environ, "HTCONDOR_STANDIN_DIR": str(root)},
+    )
+    if terse:
+        print(f"{cluster}.0 - {cluster}.0")
+    else:
+        print(f"Submitting job(s).\n1 job(s) submitted to cluster {cluster}.")
+    crash_once = os.environ.get("STANDIN_KILL_CALLER_AFTER_SUBMIT")
+    if crash_once and not Path(crash_once).exists():
+        # The crash test: the job is queued, then the submitter dies before it hears the id.
+        Path(crash_once).write_text(f"{cluster}.0\n")
+        sys.stdout.flush()
+        os.kill(os.getppid(), signal.SIGKILL)
+
+
+# The job itself ----------------------------------------------------------------------------------
+
+
+def _update(root: Path, cluster: int, **attrs: Any) -> dict[str, Any] | None:
+    """Set attributes of a queued job unless it already left the queue or was removed."""
+    with _locked(root):
+        path = root / "queue" / f"{cluster}.json"
+        ad = _read(path)
+        if ad is None or ad.get("JobStatus") == 3:
+            return None
+        ad.update(attrs)
+        _write(path, ad)
+        return ad
+
+
+def _leave_queue(root: Path, ad: dict[str, Any]) -> None:
+    """Move a job to the history (the caller holds the lock)."""
+    cluster = ad["ClusterId"]
+    _write(root / "history" / f"{cluster}.json", ad)
+    (root / "queue" / f"{cluster}.json").unlink(missing_ok=True)
+    if ad.get("_spool"):
+        shutil.rmtree(root / "spool" / str(cluster), ignore_errors=True)
+
+
+def _periodic_remove(ad: dict[str, Any]) -> bool:
+    expr = (ad.get("PeriodicRemove") or {}).get("_expr")
+    if not expr:
+        return False
+    import classad2
+
+    return bool(classad2.ExprTree(expr).eval(_classad(ad)))
+
+
+def run(cluster: int, root: Path) -> None:
+    ad = _read(root / "queue" / f"{cluster}.json")
+    if ad is None:
+        return
+    reason = ad.get("StandinHoldReason")
+    if reason:
+        code = int(ad.get("StandinHoldCode") or 1)
+        held = _update(root, cluster, JobStatus=5, HoldReason=reason, HoldReasonCode=code, EnteredCurrentStatus=_now())
+        if held:
+            _event(held, 12, "Job was held.", [f"\t{reason}", f"\tCode {code} Subcode 0"])
+        return
+    run_dir = Path(ad["_run_dir"])
+    exe = ad["_exe"] if Path(ad["_exe"]).is_absolute() else str(run_dir / ad["_exe"])
+    out = Path(ad["_out"]) if Path(ad["_out"]).is_absolute() else run_dir / ad["_out"]
+    err = Path(ad["_err"]) if Path(ad["_err"]).is_absolute() else run_dir / ad["_err"]
+    with open(out, "ab") as fo, open(err, "ab") as fe:
+        proc = subprocess.Popen(
+            [exe, *ad["_args"]],
+            cwd=run_dir,
+            stdin=subprocess.DEVNULL,
+            stdout=fo,
+            stderr=fe,
+            start_new_session=True,
+            env={**{k: v for k, v in os.environ.items() if k != "HTCONDOR_STANDIN_DIR"}, **ad["_env"]},
+        )
+    now = _now()
+    started = _update(
+        root, cluster, JobStatus=2, JobStartDate=now, JobCurrentStartDate=now, EnteredCurrentStatus=now, _pid=proc.pid
+    )
+    if started is None:  # removed before it started
+        _kill(proc.pid)
+        return
+    _event(started, 1, "Job executing on host: <127.0.0.1:9618>")
+    interval = float(os.environ.get("STANDIN_PERIODIC_INTERVAL", "0.2"))
+    while True:
+        try:
+            status = proc.wait(timeout=interval)
+            break
+        except subprocess.TimeoutExpired:
+            pass
+        current = _read(root / "queue" / f"{cluster}.json")
+        if current is None or current.get("JobStatus") == 3:
+            return  # condor_rm killed it and recorded the removal
+        if _periodic_remove(current):
+            _kill(proc.pid)
+            proc.wait()
+            expr = current["PeriodicRemove"]["_expr"]
+            _finish_removed(root, cluster, f"The job attribute PeriodicRemove expression '{expr}' evaluated to TRUE")
+            return
+    now = _now()
+    attrs: dict[str, Any] = {"CompletionDate": now, "EnteredCurrentStatus": now, "JobStatus": 4}
+    if status < 0:
+        attrs.update(ExitBySignal=True, ExitSignal=-status)
+        body = [f"\t(0) Abnormal termination (signal {-status})", "\t(0) No core file"]
+    else:
+        attrs.update(ExitBySignal=False, ExitCode=status)
+        body = [f"\t(1) Normal termination (return value {status})"]
+    usage = "\t\tUsr 0 00:00:00, Sys 0 00:00:00  -  "
+    body += [usage + w for w in ("Run Remote Usage", "Run Local Usage", "Total Remote Usage", "Total Local Usage")]
+    body += [f"\t0  -  {w}" for w in ("Run Bytes Sent By Job", "Run Bytes Received By Job")]
+    body += [f"\t0  -  {w}" for w in ("Total Bytes Sent By Job", "Total Bytes Received By Job")]
+    with _locked(root):
+        path = root / "queue" / f"{cluster}.json"
+        ad = _read(path)
+        if ad is None or ad.get("JobStatus") == 3:
+            return
+        ad.update(attrs)
+        _event(ad, 5, "Job terminated.", body)
+        if ad.get("_spool"):
+            _write(path, ad)  # spooled output waits in the queue for condor_transfer_data
+        else:
+            _leave_queue(root, ad)
+
+
+def _family(pid: int) -> list[int]:
+    """The process and all its descendants (HTCondor's starter tracks the whole family, not one group)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
+        children.setdefault(ppid, []).append(int(entry.name))
+    out, todo = [], [pid]
+    while todo:
+        p = todo.pop()
+        out.append(p)
+        todo.extend(children.get(p, []))
+    return out
+
+
+def _kill(pid: int, grace: float = 1.0) -> None:
+    """SIGTERM to the job's whole process family, SIGKILL to what is left after ``grace``."""
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for p in _family(pid):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(p, sig)
+        deadline = time.monotonic() + grace
+        while sig == signal.SIGTERM and time.monotonic() < deadline and _alive(pid):
+            time.sleep(0.05)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return state[state.rindex(")") + 2] != "Z"
+
+
+def _finish_removed(root: Path, cluster: int, reason: str) -> None:
+    with _locked(root):
+        ad = _read(root / "queue" / f"{cluster}.json")
+        if ad is None:
+            return
+        now = _now()
+        ad.update(JobStatus=3, RemoveReason=reason, EnteredCurrentStatus=now, CompletionDate=now)
+        _event(ad, 9, "Job was aborted.", [f"\t{reason}"])
+        _leave_queue(root, ad)
+
+
+# Queries -----------------------------------------------------------------------------------------
+
+
+def _classad(ad: dict[str, Any]) -> Any:
+    import classad2
+
+    out = classad2.ClassAd()
+    for key, value in ad.items():
+        if key.startswith("_"):
+            continue
+        out[key] = classad2.ExprTree(value["_expr"]) if isinstance(value, dict) else value
+    return out
+
+
+def _options(args: list[str]) -> tuple[dict[str, str], list[str]]:
+    opts: dict[str, str] = {}
+    rest: list[str] = []
+    it = iter(args)
+    for a in it:
+        if a in ("-pool", "-name", "-attributes", "-constraint", "-limit", "-af"):
+            opts[a] = next(it, "")
+        elif a.startswith("-"):
+            opts[a] = ""
+        else:
+            rest.append(a)
+    return opts, rest
+
+
+def _matching(folder: Path, opts: dict[str, str], ids: list[str]) -> list[dict[str, Any]]:
+    import classad2
+
+    constraint = classad2.ExprTree(opts["-constraint"]) if opts.get("-constraint") else None
+    wanted = {i.split(".", 1)[0] for i in ids}
+    out = []
+    for path in folder.glob("*.json"):
+        ad = _read(path)
+        if ad is None or (wanted and str(ad["ClusterId"]) not in wanted):
+            continue
+        if constraint is not None and constraint.eval(_classad(ad)) is not True:
+            continue
+        out.append(ad)
+    return out
+
+
+def _print_json(ads: list[dict[str, Any]], attributes: str) -> None:
+    """Like condor_q -json: one JSON array of ads, nothing at all when no job matched."""
+    if not ads:
+        return
+    keep = [a for a in attributes.split(",") if a] if attributes else None
+    texts = []
+    for ad in ads:
+        view = {k: v for k, v in ad.items() if not k.startswith("_") and (keep is None or k in keep)}
+        texts.append(_classad(view).printJson().strip())
+    print("[\n" + ",\n".join(texts) + "\n]")
+
+
+def query(args: list[str], root: Path, folder: str) -> None:
+    opts, ids = _options(args)
+    ads = sorted(_matching(root / folder, opts, ids), key=lambda a: a["ClusterId"], reverse=folder == "history")
+    if folder == "history" and opts.get("-limit"):
+        ads = ads[: int(opts["-limit"])]
+    _print_json(ads, opts.get("-attributes", ""))
+
+
+# condor_rm and condor_transfer_data -------------------------------------------------------------
+
+
+def remove(args: list[str], root: Path) -> None:
+    opts, ids = _options(args)
+    if not ids and not opts.get("-constraint"):
+        _die("condor_rm: no job ids or -constraint given")
+    ads = _matching(root / "queue", opts, ids)
+    user = os.environ.get("USER", "nobody")
+    for ad in ads:  # like the schedd: the job is Removed at once, then its processes are killed
+        _finish_removed(root, ad["ClusterId"], f"via condor_rm (by user {user})")
+        if ad.get("_pid"):
+            _kill(int(ad["_pid"]))
+    found = {str(a["ClusterId"]) for a in ads}
+    missing = [i for i in ids if i.split(".", 1)[0] not in found]
+    for ad in ads:
+        print(f"Job {ad['ClusterId']}.0 marked for removal")
+    if missing or (not ads and opts.get("-constraint")):
+        what = ", ".join(missing) if missing else "constraint"
+        _die(f"Couldn't find/remove all jobs matching {what}")
+
+
+def transfer(args: list[str], root: Path) -> None:
+    opts, ids = _options(args)
+    ads = _matching(root / "queue", opts, ids)
+    with _locked(root):
+        for ad in ads:
+            if ad.get("JobStatus") != 4 or not ad.get("_spool"):
+                continue
+            run_dir, iwd = Path(ad["_run_dir"]), Path(ad["Iwd"])
+            for name in [ad["_out"], ad["_err"], Path(ad.get("_log") or "").name, *ad["_transfer_out"]]:
+                src = run_dir / name
+                if not name or not src.exists():
+                    continue
+                if src.is_dir():
+                    shutil.copytree(src, iwd / name, dirs_exist_ok=True)
+                else:
+                    shutil.copy2(src, iwd / name)
+            ad["StageOutFinish"] = _now()
+            _leave_queue(root, ad)
+    print(f"Fetching data files... {len(ads)} job(s)")
+
+
+def status(args: list[str], root: Path) -> None:
+    cpus = os.cpu_count() or 1
+    ad = {"Machine": socket.gethostname(), "TotalSlotCpus": cpus, "TotalSlotMemory": 4096, "TotalSlotGPUs": 0}
+    _print_json([ad], "")
+
+
+def main(argv: list[str]) -> None:
+    tool, args = argv[0], argv[1:]
+    root = _root()
+    if tool == "__run":
+        run(int(args[0]), root)
+        return
+    target = " ".join(f"{a} {args[i + 1]}" for i, a in enumerate(args[:-1]) if a in ("-pool", "-name"))
+    with _locked(root), open(root / "calls.log", "a") as fh:
+        fh.write(f"{tool} {target}".rstrip() + "\n")
+    if os.environ.get("STANDIN_REQUIRE_TOKEN") == "1":
+        token = os.environ.get("_CONDOR_SCITOKENS_FILE", "")
+        if not token or not Path(token).is_file() or not Path(token).read_text().strip():
+            _die("SECMAN:2007:Failed to end classad message. AUTHENTICATE:1003:Failed to authenticate with any method")
+    handlers = {
+        "condor_submit": lambda: submit(args, root),
+        "condor_q": lambda: query(args, root, "queue"),
+        "condor_history": lambda: query(args, root, "history"),
+        "condor_rm": lambda: remove(args, root),
+        "condor_transfer_data": lambda: transfer(args, root),
+        "condor_status": lambda: status(args, root),
+    }
+    if tool not in handlers:
+        _die(f"unknown stand-in tool {tool}")
+    handlers[tool]()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

@@ -1,0 +1,266 @@
+"""Level 1 of the htcondor backend's tests: its pure text handling, checked by HTCondor's own bindings.
+
+Every submit description the backend writes is parsed by the real ``htcondor2.Submit``; every
+constraint and ``periodic_remove`` expression is evaluated by the real ``classad2``; the job ads the
+parser reads are written by ``classad2``'s own JSON writer (what ``condor_q -json`` prints).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from types import ModuleType
+from typing import Any
+
+import pytest
+from conftest import missing_service
+from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.submitters.backends import htcondor_parse as hp
+from interlink_nats.submitters.backends.base import BackendState
+from interlink_nats.submitters.status import JobMeta, map_status
+
+pytestmark = pytest.mark.htcondor
+
+UID = "0b8f2c1e-5d7a-4a7e-9a51-3f0f7f0c2d11"
+
+
+@pytest.fixture(scope="module")
+def htcondor2() -> ModuleType:
+    try:
+        import htcondor2
+    except ImportError:
+        missing_service("the HTCondor Python bindings (pip install htcondor)")
+    return htcondor2
+
+
+@pytest.fixture(scope="module")
+def classad2() -> ModuleType:
+    try:
+        import classad2
+    except ImportError:
+        missing_service("the HTCondor Python bindings (pip install htcondor)")
+    return classad2
+
+
+def job(**kw: Any) -> hp.SubmitJob:
+    base: dict[str, Any] = {"uid": UID, "pool": "grid", "job_dir": "/state/jobs/" + UID, "namespace": "ns", "name": "p"}
+    base.update(kw)
+    return hp.SubmitJob(**base)
+
+
+def parsed(htcondor2: ModuleType, text: str) -> dict[str, str]:
+    return {k: v for k, v in htcondor2.Submit(text).items()}
+
+
+def test_resources_become_request_commands_in_htcondor_units(htcondor2: ModuleType) -> None:
+    req = pb.ResourceRequest(cpu_millis=2500, memory_bytes=100 * 2**20 + 1, gpus=2)
+    cmds = parsed(htcondor2, hp.submit_description(job(resources=req, request_disk="2GB")))
+    assert cmds["universe"] == "vanilla"
+    assert cmds["request_cpus"] == "3"  # rounded up
+    assert cmds["request_memory"] == "101"  # MB (HTCondor's unit), rounded up: never bytes
+    assert cmds["request_gpus"] == "2"
+    assert cmds["request_disk"] == "2GB"
+    assert cmds["MY.InterlinkPodUID"] == f'"{UID}"'
+    assert cmds["MY.InterlinkPool"] == '"grid"'
+    assert cmds["MY.JobBatchName"] == '"ns/p"'
+    assert cmds["executable"] == "job.sh"
+    assert cmds["initialdir"] == "/state/jobs/" + UID
+
+
+def test_64_mebibytes_are_sent_as_64_not_as_bytes(htcondor2: ModuleType) -> None:
+    cmds = parsed(htcondor2, hp.submit_description(job(resources=pb.ResourceRequest(memory_bytes=64 * 2**20))))
+    assert cmds["request_memory"] == "64"
+
+
+def test_local_mode_runs_in_place_and_remote_mode_spools_the_sandbox(htcondor2: ModuleType) -> None:
+    local = parsed(htcondor2, hp.submit_description(job()))
+    assert local["should_transfer_files"] == "NO"
+    assert local["environment"] == f"\"INTERLINK_JOB_DIR='/state/jobs/{UID}'\""
+    assert "transfer_output_files" not in local
+    remote = parsed(htcondor2, hp.submit_description(job(spool=True)))
+    assert remote["should_transfer_files"] == "YES"
+    assert remote["transfer_output_files"] == "containers"
+    assert remote["when_to_transfer_output"] == "ON_EXIT_OR_EVICT"
+    assert "environment" not in remote
+
+
+def test_time_limit_is_a_periodic_remove_that_classad_evaluates(htcondor2: ModuleType, classad2: ModuleType) -> None:
+    req = pb.ResourceRequest(wall_time=dt.timedelta(seconds=30))
+    cmds = parsed(htcondor2, hp.submit_description(job(resources=req, time_limit_margin=15)))
+    assert cmds[f"MY.{hp.TIME_LIMIT_ATTR}"] == "45"
+    expr = classad2.ExprTree(cmds["periodic_remove"])
+    now = int(__import__("time").time())
+
+    def ad(status: int, ran: int) -> Any:
+        return classad2.ClassAd({"JobStatus": status, "JobCurrentStartDate": now - ran, hp.TIME_LIMIT_ATTR: 45})
+
+    assert expr.eval(ad(2, 100)) is True
+    assert expr.eval(ad(2, 10)) is False
+    assert expr.eval(ad(1, 100)) is False
+    assert "periodic_remove" not in parsed(htcondor2, hp.submit_description(job()))
+
+
+def test_site_commands_are_added_and_reserved_ones_refused_by_name(htcondor2: ModuleType) -> None:
+    site = {"+ProjectName": '"atlas"', "requirements": '(OpSysAndVer == "AlmaLinux9")', "accounting_group": "grid"}
+    cmds = parsed(htcondor2, hp.submit_description(job(site_commands=site)))
+    assert cmds["MY.ProjectName"] == '"atlas"'
+    assert cmds["requirements"] == '(OpSysAndVer == "AlmaLinux9")'
+    for bad in ("executable", "+InterlinkPodUID", "MY.InterlinkPool", "transfer_output_files", "queue"):
+        with pytest.raises(hp.SubmitCommandError, match=bad.replace("+", r"\+")):
+            hp.submit_description(job(site_commands={bad: "x"}))
+    with pytest.raises(hp.SubmitCommandError, match="control character"):
+        hp.submit_description(job(site_commands={"requirements": "true\nexecutable = /bin/evil"}))
+
+
+def test_pod_commands_are_limited_to_placement_and_resources(htcondor2: ModuleType) -> None:
+    cmds = parsed(htcondor2, hp.submit_description(job(pod_commands=['requirements=(Arch == "X86_64")'])))
+    assert cmds["requirements"] == '(Arch == "X86_64")'
+    with pytest.raises(hp.SubmitCommandError, match="'environment' is not allowed"):
+        hp.submit_description(job(pod_commands=["environment=A=1"]))
+    with pytest.raises(hp.SubmitCommandError, match="AccountingGroup' is not allowed"):
+        hp.submit_description(job(pod_commands=['+AccountingGroup="admin"']))
+    with pytest.raises(hp.SubmitCommandError, match=r"\$ macros"):
+        hp.submit_description(job(pod_commands=["requirements=$ENV(HOME)"]))
+    with pytest.raises(hp.SubmitCommandError, match="name=value"):
+        hp.submit_description(job(pod_commands=["--mem"]))
+
+
+def test_strange_names_are_quoted_and_round_trip(htcondor2: ModuleType, classad2: ModuleType) -> None:
+    text = hp.submit_description(job(namespace='we"ird\\ns', name="p"))
+    value = parsed(htcondor2, text)["MY.JobBatchName"]
+    assert classad2.ExprTree(value).eval() == 'we"ird\\ns/p'
+    with pytest.raises(hp.SubmitCommandError):
+        hp.quote("a\nb")
+
+
+def test_constraints_select_exactly_the_pools_jobs(classad2: ModuleType) -> None:
+    ads = [
+        classad2.ClassAd({"ClusterId": 7, hp.POOL_ATTR: "grid", hp.POD_UID_ATTR: "a"}),
+        classad2.ClassAd({"ClusterId": 8, hp.POOL_ATTR: "grid", hp.POD_UID_ATTR: "b"}),
+        classad2.ClassAd({"ClusterId": 7, hp.POOL_ATTR: "other", hp.POD_UID_ATTR: "a"}),
+        classad2.ClassAd({"ClusterId": 9}),
+    ]
+
+    def select(constraint: str) -> list[int]:
+        expr = classad2.ExprTree(constraint)
+        return [i for i, ad in enumerate(ads) if expr.eval(ad) is True]
+
+    assert select(hp.pool_constraint("grid")) == [0, 1]
+    assert select(hp.clusters_constraint("grid", ["7", "x", "9"])) == [0]
+    assert select(hp.uids_constraint("grid", ["b", 'q"uote'])) == [1]
+
+
+def test_empty_and_real_json_outputs_parse(classad2: ModuleType) -> None:
+    assert hp.parse_ads("") == []
+    assert hp.parse_ads("\n") == []
+    assert hp.parse_ads("[]") == []
+    ad = classad2.ClassAd(
+        {"ClusterId": 12, "ProcId": 0, "JobStatus": 5, hp.POD_UID_ATTR: UID, hp.POOL_ATTR: "grid", "HoldReason": "x"}
+    )
+    ad["HoldReasonCode"] = 13
+    text = "[\n" + ad.printJson() + "\n]\n"
+    jobs = hp.parse_jobs(hp.parse_ads(text), pool="grid", now=0)
+    assert list(jobs) == ["12.0"]
+    assert jobs["12.0"].uid == UID
+    assert jobs["12.0"].observation.reason == "held: x (HoldReasonCode 13)"
+    assert hp.parse_jobs(hp.parse_ads(text), pool="another", now=0) == {}
+    with pytest.raises(ValueError, match="not JSON"):
+        hp.parse_ads("Failed to connect to schedd")
+
+
+@pytest.mark.parametrize(
+    ("ad", "state", "exit_code", "signal", "reason"),
+    [
+        ({"JobStatus": 1}, BackendState.QUEUED, None, None, "idle: waiting for a matching slot"),
+        ({"JobStatus": 2}, BackendState.RUNNING, None, None, ""),
+        ({"JobStatus": 6}, BackendState.RUNNING, None, None, ""),
+        ({"JobStatus": 7}, BackendState.RUNNING, None, None, "suspended"),
+        (
+            {"JobStatus": 5, "HoldReason": "Error from slot1: no space", "HoldReasonCode": 13},
+            BackendState.QUEUED,
+            None,
+            None,
+            "held: Error from slot1: no space (HoldReasonCode 13)",
+        ),
+        (
+            {"JobStatus": 5, "HoldReason": "The job exceeded allowed job duration of 60", "HoldReasonCode": 46},
+            BackendState.TIMEOUT,
+            None,
+            None,
+            "held: The job exceeded allowed job duration of 60 (HoldReasonCode 46)",
+        ),
+        (
+            {"JobStatus": 3, "RemoveReason": "via condor_rm (by user grid)"},
+            BackendState.CANCELLED,
+            None,
+            None,
+            "via condor_rm (by user grid)",
+        ),
+        (
+            {
+                "JobStatus": 3,
+                hp.TIME_LIMIT_ATTR: 90,
+                "RemoveReason": "The job attribute PeriodicRemove expression '...' evaluated to TRUE",
+            },
+            BackendState.TIMEOUT,
+            None,
+            None,
+            "time limit of 90s exceeded (activeDeadlineSeconds): The job attribute PeriodicRemove expression "
+            "'...' evaluated to TRUE",
+        ),
+        ({"JobStatus": 4, "ExitBySignal": False, "ExitCode": 0}, BackendState.COMPLETED, 0, None, ""),
+        ({"JobStatus": 4, "ExitBySignal": False, "ExitCode": 3}, BackendState.FAILED, 3, None, ""),
+        ({"JobStatus": 4, "ExitBySignal": True, "ExitSignal": 9}, BackendState.FAILED, None, 9, ""),
+    ],
+)
+def test_job_status_maps_to_a_state_with_its_reason(
+    ad: dict[str, Any], state: BackendState, exit_code: int | None, signal: int | None, reason: str
+) -> None:
+    obs = hp.observe(ad, now=1000.0)
+    assert obs is not None
+    assert (obs.state, obs.exit_code, obs.signal, obs.reason) == (state, exit_code, signal, reason)
+
+
+def test_a_job_held_too_long_fails_with_its_hold_reason() -> None:
+    ad = {"JobStatus": 5, "HoldReason": "SciToken expired", "HoldReasonCode": 1, "EnteredCurrentStatus": 100}
+    held = hp.observe(ad, now=150.0, hold_timeout=60)
+    assert held is not None and held.state is BackendState.QUEUED
+    failed = hp.observe(ad, now=200.0, hold_timeout=60)
+    assert failed is not None and failed.state is BackendState.FAILED
+    assert "SciToken expired" in failed.reason
+    assert hp.observe({"JobStatus": 42}, now=0) is None
+
+
+def test_a_held_jobs_reason_reaches_the_pod_status() -> None:
+    obs = hp.observe({"JobStatus": 5, "HoldReason": "Failed to transfer files", "HoldReasonCode": 13}, now=0)
+    assert obs is not None
+    meta = JobMeta(UID, "ns", "p", "grid", "12.0", (), ("main",), "htcondor")
+    status = map_status(meta, obs, {}, now=0)
+    assert status.state == pb.JobState.PENDING
+    assert "Failed to transfer files" in status.message
+    assert "Failed to transfer files" in status.containers[0].message
+
+
+def test_terse_submit_output_and_uid_lookup() -> None:
+    assert hp.parse_submit_id("42.0 - 42.0\n") == "42.0"
+    with pytest.raises(ValueError, match="no job id"):
+        hp.parse_submit_id("ERROR: Failed to connect to local queue manager")
+    jobs = hp.parse_jobs(
+        [
+            {"ClusterId": 3, "ProcId": 0, "JobStatus": 3, hp.POD_UID_ATTR: "a", hp.POOL_ATTR: "g"},
+            {"ClusterId": 11, "ProcId": 0, "JobStatus": 1, hp.POD_UID_ATTR: "a", hp.POOL_ATTR: "g"},
+        ],
+        pool="g",
+        now=0,
+    )
+    assert hp.uids_to_ids(jobs) == {"a": "11.0"}
+
+
+def test_condor_status_totals_count_partitionable_slots_once() -> None:
+    ads = json.loads(
+        '[{"Machine":"a","TotalSlotCpus":8,"TotalSlotMemory":16000,"TotalSlotGPUs":1},'
+        '{"Machine":"a","DynamicSlot":true,"Cpus":2,"Memory":2000},'
+        '{"Machine":"b","TotalSlotCpus":4,"TotalSlotMemory":8000}]'
+    )
+    cap = hp.parse_status_totals(ads)
+    assert (cap.cpu_millis, cap.memory_bytes, cap.gpus, cap.nodes) == (12000, 24000 * 2**20, 1, 2)

@@ -1,0 +1,114 @@
+"""The registry carries a schema version: an upgrade from release 0.1.0's registry keeps every job.
+
+0.1.0 wrote no version; a site upgrading in place must find its jobs again (the submitter adopts
+them), and a registry written by a newer release must be refused, never guessed at.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+from interlink_nats.submitters.lifecycle import Phase
+from interlink_nats.submitters.registry import SCHEMA_VERSION, Registry, RegistryError
+
+# The registry as release 0.1.0 created it (submitters/registry.py at that release), kept verbatim.
+SCHEMA_0_1_0 = """
+CREATE TABLE IF NOT EXISTS jobs (
+    uid TEXT PRIMARY KEY,
+    namespace TEXT NOT NULL,
+    name TEXT NOT NULL,
+    phase TEXT NOT NULL,
+    job_id TEXT NOT NULL DEFAULT '',
+    owner TEXT NOT NULL,
+    job_dir TEXT NOT NULL,
+    init_containers TEXT NOT NULL,
+    containers TEXT NOT NULL,
+    spec BLOB NOT NULL,
+    state INTEGER NOT NULL DEFAULT 0,
+    status BLOB,
+    revision INTEGER NOT NULL DEFAULT 0,
+    published INTEGER NOT NULL DEFAULT 0,
+    created_at REAL NOT NULL,
+    updated_at REAL NOT NULL,
+    finished_at REAL
+);
+CREATE INDEX IF NOT EXISTS jobs_by_owner ON jobs (owner, phase);
+CREATE INDEX IF NOT EXISTS jobs_by_phase ON jobs (phase);
+"""
+
+
+def user_version(path: Path) -> int:
+    with sqlite3.connect(path) as conn:
+        return int(conn.execute("PRAGMA user_version").fetchone()[0])
+
+
+def make_0_1_0_registry(path: Path) -> None:
+    with sqlite3.connect(path) as conn:
+        conn.executescript(SCHEMA_0_1_0)
+        conn.execute(
+            "INSERT INTO jobs (uid, namespace, name, phase, job_id, owner, job_dir, init_containers, containers, spec,"
+            " state, status, revision, published, created_at, updated_at, finished_at)"
+            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            (
+                "u-1",
+                "ns",
+                "pod",
+                "active",
+                "4242",
+                "old-host-1",
+                "/state/jobs/u-1",
+                "[]",
+                '["main"]',
+                b"spec",
+                2,
+                None,
+                3,
+                3,
+                1000.0,
+                1001.0,
+                None,
+            ),
+        )
+    assert user_version(path) == 0
+
+
+async def test_a_0_1_0_registry_is_migrated_in_place_keeping_its_jobs(tmp_path: Path) -> None:
+    path = tmp_path / "registry.sqlite3"
+    make_0_1_0_registry(path)
+    registry = await Registry.open(path)
+    try:
+        row = await registry.get("u-1")
+        assert row is not None
+        assert (row.phase, row.job_id, row.owner, row.containers, row.revision) == (
+            Phase.ACTIVE,
+            "4242",
+            "old-host-1",
+            ("main",),
+            3,
+        )
+        assert [r.uid for r in await registry.live("old-host-1")] == ["u-1"]
+    finally:
+        await registry.close()
+    assert user_version(path) == SCHEMA_VERSION == 1
+    again = await Registry.open(path)  # a second start finds nothing to migrate
+    await again.close()
+    assert user_version(path) == SCHEMA_VERSION
+
+
+async def test_a_new_registry_starts_at_the_current_version(tmp_path: Path) -> None:
+    path = tmp_path / "registry.sqlite3"
+    registry = await Registry.open(path)
+    await registry.close()
+    assert user_version(path) == SCHEMA_VERSION
+
+
+async def test_a_registry_from_a_newer_release_is_refused_naming_both_versions(tmp_path: Path) -> None:
+    path = tmp_path / "registry.sqlite3"
+    make_0_1_0_registry(path)
+    with sqlite3.connect(path) as conn:
+        conn.execute("PRAGMA user_version = 99")
+    with pytest.raises(RegistryError, match=r"schema version 99, newer than this release's 1"):
+        await Registry.open(path)
+    assert user_version(path) == 99, "a refused registry is left as it was"
