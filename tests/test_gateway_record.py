@@ -6,6 +6,7 @@ import base64
 import json
 
 from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.services.gateway.events import status_field
 from interlink_nats.services.gateway.store import PodRecord
 
 UID = "4f9e2c1a-0000-4000-8000-000000000001"
@@ -81,3 +82,17 @@ def test_records_share_the_strings_many_pods_repeat() -> None:
     assert a.namespace is b.namespace and a.pool is b.pool
     assert a.containers[0] is b.containers[0]
     assert a.images["main"] is b.images["main"]
+
+
+def test_an_events_status_is_kept_as_the_bytes_it_came_in() -> None:
+    status = running_status()
+    event = bytes(pb.JobEvent(status=status, revision=300, instance_id="submitter-1"))
+    assert status_field(event) == bytes(status)
+    assert pb.JobStatus.parse(status_field(event) or b"") == status
+
+
+def test_an_event_without_exactly_one_status_gives_no_bytes() -> None:
+    event = bytes(pb.JobEvent(status=running_status(), revision=2))
+    assert status_field(bytes(pb.JobEvent(revision=2))) is None
+    assert status_field(event + bytes(pb.JobEvent(status=pb.JobStatus(job_id="9")))) is None  # merged on parse
+    assert status_field(event[:-1]) is None  # truncated

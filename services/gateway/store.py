@@ -281,8 +281,12 @@ class PodStore:
         self.pods[record.uid] = record
         await self._mirror(record)
 
-    def apply_status(self, uid: str, status: pb.JobStatus, revision: int) -> PodRecord | None:
+    def apply_status(
+        self, uid: str, status: pb.JobStatus, revision: int, *, encoded: bytes | None = None
+    ) -> PodRecord | None:
         """Keep ``status`` if it is newer than what we have; returns the record when it changed.
+
+        ``encoded``: the status's protobuf bytes when the caller has them (an event), spared an encode.
 
         Revisions are per pod and monotonic at the submitter; a revision of 0 (a pulled status,
         not an event) is applied unless we already hold a final state.
@@ -299,7 +303,7 @@ class PodStore:
             # A status pulled from ListJobs carries no revision, so an older event still in the stream
             # (a restart with redis lost) would pass the check above; a finished job never runs again.
             return None
-        record.status = status
+        record._set_status(encoded if encoded is not None else bytes(status), status.state)
         if status.job_id:
             record.job_id = status.job_id
         record.revision = max(record.revision, revision)
