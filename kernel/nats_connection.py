@@ -18,12 +18,14 @@ import asyncio
 import contextlib
 import logging
 import random
+import re
 import ssl
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import nats
+import nkeys  # type: ignore[import-untyped]  # nkeys ships no type hints (no py.typed, no stubs)
 from nats.aio.client import Client as NatsClient
 from pydantic import BaseModel, Field, SecretStr
 
@@ -59,6 +61,50 @@ class NatsConnectionSettings(BaseModel):
 
     def servers(self) -> list[str]:
         return [part.strip() for part in self.url.split(",") if part.strip()]
+
+
+_SUBSCRIBE_DENIED = re.compile(r'permissions violation for subscription to "?([^"\s]+)', re.IGNORECASE)
+
+
+def denied_subscription(exc: Exception) -> str | None:
+    """The subject of a "Permissions Violation for Subscription" the server reported, else None."""
+    match = _SUBSCRIBE_DENIED.search(str(exc))
+    return match.group(1) if match else None
+
+
+def identity_of(settings: NatsConnectionSettings) -> str:
+    """Who the settings authenticate as, for error messages (a public key or a name, never a secret)."""
+    if settings.nkey_seed_file is not None:
+        try:
+            return f"nkey {_public_key(settings.nkey_seed_file)} (seed file {settings.nkey_seed_file})"
+        except (OSError, ValueError, nkeys.NkeysError):
+            return f"the nkey in {settings.nkey_seed_file}"
+    if settings.creds_file is not None:
+        return f"the creds file {settings.creds_file}"
+    if settings.user:
+        return f"user {settings.user!r}"
+    if settings.token is not None:
+        return "a token"
+    return "no credentials (anonymous)"
+
+
+def _public_key(seed_file: Path) -> str:
+    pair = nkeys.from_seed(bytearray(seed_file.read_text().strip().encode()))
+    try:
+        return str(pair.public_key.decode())
+    finally:
+        pair.wipe()
+
+
+def connected_server(nc: NatsClient | None) -> str | None:
+    """The server a client is connected to now (``nats://host:port``, no credentials), for health and logs.
+
+    With a list of servers the client fails over between them; this says which one it is on.
+    """
+    if nc is None or not nc.is_connected or nc.connected_url is None:
+        return None
+    url = nc.connected_url
+    return f"{url.scheme}://{url.hostname}:{url.port}" if url.port else f"{url.scheme}://{url.hostname}"
 
 
 def backoff_delay(attempt: int, cap: float, base: float = 0.5) -> float:
@@ -103,8 +149,13 @@ def connect_options(
     name: str,
     on_disconnect: Callable[[], Awaitable[None]] | None = None,
     on_reconnect: Callable[[], Awaitable[None]] | None = None,
+    client: Callable[[], NatsClient | None] = lambda: None,
+    on_error: Callable[[Exception], Awaitable[None]] | None = None,
 ) -> dict[str, Any]:
-    """Keyword arguments for ``nats.connect`` (pure, so it is tested without a server)."""
+    """Keyword arguments for ``nats.connect`` (pure, so it is tested without a server).
+
+    ``client`` returns the connection once made, so the reconnect log can name the server it landed on.
+    """
     cap = settings.reconnect_wait_max_s
 
     def pick(servers: list[Any], _info: dict[str, Any]) -> tuple[Any, float]:
@@ -113,6 +164,8 @@ def connect_options(
 
     async def error_cb(exc: Exception) -> None:
         log.warning("NATS (%s): %s: %s", name, type(exc).__name__, exc)
+        if on_error is not None:
+            await on_error(exc)
 
     async def disconnected_cb() -> None:
         log.info("NATS (%s) disconnected (reconnecting with back-off unless closing)", name)
@@ -120,7 +173,7 @@ def connect_options(
             await on_disconnect()
 
     async def reconnected_cb() -> None:
-        log.info("NATS (%s) reconnected", name)
+        log.info("NATS (%s) reconnected to %s", name, connected_server(client()) or "?")
         if on_reconnect is not None:
             await on_reconnect()
 
@@ -196,24 +249,35 @@ async def connect(
     stop: asyncio.Event | None = None,
     on_disconnect: Callable[[], Awaitable[None]] | None = None,
     on_reconnect: Callable[[], Awaitable[None]] | None = None,
+    on_error: Callable[[Exception], Awaitable[None]] | None = None,
 ) -> NatsClient:
     """Connect, retrying forever (nats-py loops itself with ``max_reconnect_attempts=-1``).
 
     Returns once connected; raises NatsConnectError if ``stop`` is set first. Errors that
     retrying cannot fix (a malformed URL, an unreadable creds file) are raised at once.
     """
-    opts = connect_options(settings, name=name, on_disconnect=on_disconnect, on_reconnect=on_reconnect)
+    made: list[NatsClient] = []
+    opts = connect_options(
+        settings,
+        name=name,
+        on_disconnect=on_disconnect,
+        on_reconnect=on_reconnect,
+        client=lambda: made[0] if made else None,
+        on_error=on_error,
+    )
     opts["reconnect_time_wait"] = 2
     task = asyncio.ensure_future(nats.connect(**opts))
-    if stop is None:
-        return await task
-    stopper = asyncio.ensure_future(stop.wait())
-    try:
-        await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        stopper.cancel()
-    if task.done():
-        return task.result()
+    if stop is not None:
+        stopper = asyncio.ensure_future(stop.wait())
+        try:
+            await asyncio.wait({task, stopper}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopper.cancel()
+    if stop is None or task.done():
+        nc = await task
+        made.append(nc)
+        log.info("NATS (%s) connected to %s", name, connected_server(nc))
+        return nc
     task.cancel()
     with contextlib.suppress(asyncio.CancelledError, Exception):
         await task

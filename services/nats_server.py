@@ -10,6 +10,7 @@ import asyncio
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -126,6 +127,17 @@ class NatsServerProcess:
             self._tmp = None
             self.work_dir = None
 
+    def kill_blocking(self) -> None:
+        """SIGKILL, as a crashed node: no lame-duck mode, no goodbye to the cluster (fault tests)."""
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+    @property
+    def running(self) -> bool:
+        return self._proc is not None and self._proc.poll() is None
+
     def restart_blocking(self) -> NatsServerProcess:
         """Stop and start again on the same port and store (for fault tests)."""
         if self.config_file is None:
@@ -151,6 +163,100 @@ class NatsServerProcess:
         await self.stop()
 
     def __enter__(self) -> NatsServerProcess:
+        return self.start_blocking()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop_blocking()
+
+
+def _free_port(host: str) -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def plain_node_config(name: str, host: str, client_port: int, route_ports: list[int], node: int, store: Path) -> str:
+    """A minimal JetStream cluster node (no auth, no TLS): for tests and benchmarks on loopback.
+
+    ``interlink-nats nats-config --cluster N`` writes the production equivalent with accounts and TLS.
+    """
+    routes = ", ".join(f'"nats-route://{host}:{p}"' for i, p in enumerate(route_ports) if i != node)
+    return (
+        f'server_name: "{name}"\nlisten: "{host}:{client_port}"\n'
+        f'jetstream {{ store_dir: "{store}" }}\n'
+        f'cluster {{ name: "interlink-test", listen: "{host}:{route_ports[node]}", routes: [{routes}] }}\n'
+    )
+
+
+@dataclass
+class NatsCluster:
+    """``size`` nats-server nodes forming one JetStream cluster on loopback, each killable and restartable.
+
+    Ports are fixed at start (routes must name them), so a restarted node comes back where it was.
+    ``config_files`` replaces the generated plain configs (e.g. ``nats-config --cluster`` output).
+    """
+
+    size: int = 3
+    host: str = "127.0.0.1"
+    config_files: list[Path] | None = None
+    start_timeout: float = 30.0
+    nodes: list[NatsServerProcess] = field(default_factory=list, init=False)
+    _tmp: tempfile.TemporaryDirectory[str] | None = field(default=None, init=False, repr=False)
+
+    def start_blocking(self) -> NatsCluster:
+        self._tmp = tempfile.TemporaryDirectory(prefix="nats-cluster-")
+        root = Path(self._tmp.name)
+        configs = self.config_files
+        if configs is None:
+            clients = [_free_port(self.host) for _ in range(self.size)]
+            routes = [_free_port(self.host) for _ in range(self.size)]
+            configs = []
+            for i in range(self.size):
+                path = root / f"n{i}.conf"
+                path.write_text(plain_node_config(f"n{i}", self.host, clients[i], routes, i, root / f"n{i}" / "js"))
+                configs.append(path)
+        for i, config in enumerate(configs):
+            node = NatsServerProcess(config_file=config, work_dir=root / f"n{i}", start_timeout=self.start_timeout)
+            self.nodes.append(node)
+        try:
+            for node in self.nodes:
+                node.start_blocking()
+        except BaseException:
+            self.stop_blocking()
+            raise
+        return self
+
+    @property
+    def urls(self) -> list[str]:
+        return [node.url for node in self.nodes if node.ports]
+
+    @property
+    def url(self) -> str:
+        """Every node, comma-separated, as the processes' ``--nats-url`` takes them."""
+        return ",".join(self.urls)
+
+    def node_of_port(self, port: int) -> int:
+        """Index of the node whose client port is ``port`` (which node a client is connected to)."""
+        for i, node in enumerate(self.nodes):
+            if any(url.rsplit(":", 1)[1] == str(port) for url in node.ports.get("nats", [])):
+                return i
+        raise KeyError(port)
+
+    def stop_blocking(self) -> None:
+        for node in self.nodes:
+            node.stop_blocking()
+        self.nodes = []
+        if self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+
+    async def start(self) -> NatsCluster:
+        return await asyncio.to_thread(self.start_blocking)
+
+    async def stop(self) -> None:
+        await asyncio.to_thread(self.stop_blocking)
+
+    def __enter__(self) -> NatsCluster:
         return self.start_blocking()
 
     def __exit__(self, *exc: object) -> None:

@@ -25,7 +25,12 @@ app = typer.Typer(
 
 ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help="YAML or TOML config file")]
 PoolOpt = Annotated[str | None, typer.Option(help="pool name (a DNS label)")]
-NatsOpt = Annotated[list[str] | None, typer.Option("--nats-url", help="nats://, tls:// or wss:// URL (repeatable)")]
+NatsOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--nats-url", help="nats://, tls:// or wss:// URL; repeatable or comma-separated (every node of a cluster)"
+    ),
+]
 StateOpt = Annotated[Path | None, typer.Option(help="job directories and the registry")]
 PollOpt = Annotated[float | None, typer.Option(help="seconds between backend polls")]
 InstanceOpt = Annotated[str | None, typer.Option(help="name of this replica (default: host + random)")]

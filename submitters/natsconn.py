@@ -56,7 +56,13 @@ async def connect(
     stop: asyncio.Event | None = None,
     on_disconnect: Callable[[], Awaitable[None]] | None = None,
     on_reconnect: Callable[[], Awaitable[None]] | None = None,
+    on_error: Callable[[Exception], Awaitable[None]] | None = None,
 ) -> NATS:
     return await nats_connection.connect(
-        connection_settings(settings), name, stop=stop, on_disconnect=on_disconnect, on_reconnect=on_reconnect
+        connection_settings(settings),
+        name,
+        stop=stop,
+        on_disconnect=on_disconnect,
+        on_reconnect=on_reconnect,
+        on_error=on_error,
     )

@@ -16,7 +16,6 @@ import nats.errors
 import nats.js.errors
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel.subjects import EVENTS_STREAM, events_subject
-from interlink_nats.services.events import ensure_events_stream
 from interlink_nats.submitters.clock import Clock
 from interlink_nats.submitters.registry import Registry
 from nats.aio.client import Client as NATS
@@ -41,6 +40,7 @@ class Outbox:
         self.pending: dict[str, pb.JobEvent] = {}
         """Newest unpublished event per pod UID."""
         self.stream_ready = False
+        self._missing_logged = False
         self._lock = asyncio.Lock()
         self._wake = asyncio.Event()
 
@@ -72,26 +72,23 @@ class Outbox:
         self.wake()
 
     async def ensure_stream(self) -> None:
-        """Make sure the events stream exists (the definition is shared with the gateway).
-
-        A pool credential may only look the stream up, not create it (the gateway does), so a
-        lookup comes first; a failure is only logged: unacked events stay pending and retried.
-        """
+        """Look the events stream up. Pools never create it: the gateway (or an admin step) does, and a
+        pool credential rightly may not. Until it exists, events stay pending and are retried."""
         assert self.nc is not None
         js = self.nc.jetstream(timeout=5)
-        self.stream_ready = True
         try:
             await js.stream_info(EVENTS_STREAM)
-            return
         except nats.js.errors.NotFoundError:
-            pass
+            if not self._missing_logged:
+                log.info("events stream %s does not exist yet (the gateway creates it); events wait", EVENTS_STREAM)
+                self._missing_logged = True
+            self.stream_ready = False
+            return
         except (nats.errors.Error, TimeoutError) as exc:
             log.warning("cannot look up stream %s (%s); events wait until it is there", EVENTS_STREAM, exc)
+            self.stream_ready = False
             return
-        try:
-            await ensure_events_stream(js, self.subject_prefix)
-        except (nats.errors.Error, TimeoutError) as exc:
-            log.warning("cannot create stream %s (%s); events wait until the gateway creates it", EVENTS_STREAM, exc)
+        self.stream_ready = True
 
     async def publish_pending(self) -> int:
         """Publish every unpublished event (newest revision per pod); returns how many went out."""
@@ -100,6 +97,8 @@ class Outbox:
                 return 0
             if not self.stream_ready:
                 await self.ensure_stream()
+                if not self.stream_ready:
+                    return 0
             js = self.nc.jetstream()
             subject = events_subject(self.pool, self.subject_prefix)
             batch = list(self.pending.items())

@@ -18,7 +18,8 @@ What it does, and why in this order:
    alive by it, so a crashed replica's jobs are adopted at once;
 2. open the registry, start the backend, and recover every job this instance now owns
    (``recovery``; interrupted submissions are reconciled with the backend) — ``open()``;
-3. connect to NATS (forever, with back-off), make sure the events stream exists, serve RPC
+3. connect to NATS (forever, with back-off), look the events stream up (the gateway creates it), serve
+   RPC; a refused subscription to the pool's own subjects ends the start with an error
    (``service``) — ``serve()``;
 4. loop: one batched backend poll per interval (``polling``) → registry (one commit) → JobEvents
    (``outbox``: unpublished ones are retried, so events resume after a NATS outage); announce
@@ -60,6 +61,8 @@ from nats.aio.client import Client as NATS
 __all__ = ["PollStats", "Submitter", "SubmitterError", "make_backend", "run_submitter"]
 
 log = logging.getLogger(__name__)
+
+KEPT_PERMISSION_ERRORS = 10
 
 ADOPT_EVERY_POLLS = 3
 
@@ -137,6 +140,7 @@ class Submitter:
         self.poll_error: str | None = None
         self.permission_errors: list[str] = []
         """NATS permission violations on this process's own subjects since start (newest last, a few kept)."""
+        self._denied_subscriptions: list[str] = []
 
     # Lifecycle --------------------------------------------------------------------------------
 
@@ -186,6 +190,7 @@ class Submitter:
                 name=f"interlink-submitter-{self.pool}-{self.instance_id}",
                 stop=stop,
                 on_reconnect=self._on_reconnect,
+                on_error=self._on_nats_error,
             )
         self.outbox.nc = self.announcer.nc = self.nc
         await self.outbox.ensure_stream()
@@ -199,6 +204,7 @@ class Submitter:
             metadata={"backend": self.backend.name, "instance": self.instance_id},
         )
         await self._rpc.start()
+        await self._check_subscriptions()
         await self.announcer.discover_capacity()
         await self.announcer.announce()
         self._tasks = [
@@ -213,6 +219,30 @@ class Submitter:
             self.backend.name,
             self.state_dir,
         )
+
+    async def _on_nats_error(self, exc: Exception) -> None:
+        from interlink_nats.kernel.nats_connection import denied_subscription
+
+        if "permissions violation" in str(exc).lower():
+            self.permission_errors = [*self.permission_errors[-(KEPT_PERMISSION_ERRORS - 1) :], str(exc)]
+        subject = denied_subscription(exc)
+        if subject is not None:
+            self._denied_subscriptions.append(subject)
+
+    async def _check_subscriptions(self) -> None:
+        """Fail the start when the server refused one of our subscriptions: serving on would look healthy
+        while every request to the pool gets a 503. A flush is a round trip, so any refusal is in by then."""
+        assert self.nc is not None
+        await self.nc.flush(timeout=10)
+        if self._denied_subscriptions:
+            from interlink_nats.kernel.nats_connection import identity_of
+            from interlink_nats.submitters.natsconn import connection_settings
+
+            raise SubmitterError(
+                f"NATS refused subscribing to {', '.join(sorted(set(self._denied_subscriptions)))} for "
+                f"{identity_of(connection_settings(self.settings))}: these credentials cannot serve pool "
+                f"{self.pool!r} (wrong --pool, or another pool's credential file?)"
+            )
 
     async def stop(self) -> None:
         """Stop serving (in-flight calls finish), flush events, drain NATS. Jobs keep running."""

@@ -221,8 +221,11 @@ class SubmitterSettings(LayeredSettings):
     @field_validator("nats_url", mode="before")
     @classmethod
     def _urls(cls, value: object) -> object:
+        """A cluster's servers: a list (config file, repeated --nats-url) and/or comma-separated strings."""
         if isinstance(value, str):
-            return [u.strip() for u in value.split(",") if u.strip()]
+            value = [value]
+        if isinstance(value, list):
+            return [u.strip() for item in value for u in str(item).split(",") if u.strip()]
         return value
 
     @field_validator("nats_url")

@@ -23,6 +23,7 @@ from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel.subjects import events_subject
+from interlink_nats.services.events import ensure_events_stream
 from interlink_nats.services.nats_server import NatsServerProcess
 from interlink_nats.services.rpc import submitter_client
 from interlink_nats.submitters.runtime import Submitter
@@ -189,6 +190,9 @@ async def test_nats_restart_mid_run_creates_finish_or_fail_clearly_and_events_re
     pool = f"nrs{uuid.uuid4().hex[:8]}"
     url = fresh_nats_server.url
     settings = settings_for(tmp_path / "state", url, pool=pool, reconnect_wait_max=0.5)
+    admin = await nats.connect(url)
+    await ensure_events_stream(admin.jetstream())  # as the gateway or an admin step does: pools never create it
+    await admin.close()
     async with Submitter(settings) as sub:
         client_nc = await nats.connect(url, max_reconnect_attempts=-1, reconnect_time_wait=0.2)
         try:

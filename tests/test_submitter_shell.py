@@ -13,6 +13,7 @@ from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel.subjects import EVENTS_STREAM, config_subject, events_subject, resources_subject
+from interlink_nats.services.events import ensure_events_stream
 from interlink_nats.services.rpc import submitter_client
 from interlink_nats.submitters.runtime import Submitter
 from interlink_nats.submitters.testing import settings_for, wait_for
@@ -38,7 +39,8 @@ def pool() -> str:
 
 
 @pytest.fixture
-async def submitter(tmp_path: Path, nats_url: str, pool: str) -> AsyncIterator[Submitter]:
+async def submitter(tmp_path: Path, nats_url: str, pool: str, nc: nats.NATS) -> AsyncIterator[Submitter]:
+    await ensure_events_stream(nc.jetstream())  # as the gateway or an admin step does: pools never create it
     async with Submitter(settings_for(tmp_path / "state", nats_url, pool=pool)) as s:
         yield s
 

@@ -189,3 +189,15 @@ def test_fastwire_encodes_exactly_what_betterproto_does(kw: dict[str, object]) -
     assert fastwire.pending_status(
         job.pod.uid, job.pod.namespace, job.pod.name, "pool-a", job.init_containers, job.containers
     ) == bytes(map_status(meta, None, {}, now=0.0))
+
+
+def test_every_node_of_a_cluster_from_flag_env_or_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cluster's servers: repeated or comma-separated --nats-url, a comma-separated env var, a YAML list."""
+    nodes = ["nats://n0:4222", "nats://n1:4222", "nats://n2:4222"]
+    repeated = ["nats://n0:4222,nats://n1:4222", nodes[2]]
+    assert SubmitterSettings.load(None, pool="a", nats_url=repeated).nats_url == nodes
+    cfg = tmp_path / "s.yaml"
+    cfg.write_text("pool: a\nnats_url: [nats://n0:4222, 'nats://n1:4222,nats://n2:4222']\n")
+    assert SubmitterSettings.load(cfg).nats_url == nodes
+    monkeypatch.setenv("INTERLINK_SUBMITTER_NATS_URL", ",".join(nodes))
+    assert SubmitterSettings.load(None, pool="a").nats_url == nodes

@@ -13,6 +13,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
+from interlink_nats.kernel.nats_connection import connected_server
 from interlink_nats.services.gateway.events import EventConsumer
 from interlink_nats.services.gateway.metrics import GatewayMetrics
 from interlink_nats.services.gateway.pool_client import PoolClient
@@ -60,6 +61,7 @@ class Gateway:
             self.store,
             prefix=self.settings.prefix,
             durable=self.settings.events_durable,
+            replicas=self.settings.events_replicas,
             on_applied=lambda _record: self.metrics.events.inc(),
         )
         self.refresher = StaleStatusRefresher(
@@ -111,5 +113,7 @@ class Gateway:
             "redis": redis_ok if self.redis is not None else None,
             "pods": len(self.store.pods),
             "pools_live": len(self.pools.live_reports()),
+            "nats_server": connected_server(self.nc),
+            "events_replicas": self.events.stream.replicas if self.events.stream else None,
         }
         return nats_ok and redis_ok, details

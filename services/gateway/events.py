@@ -9,13 +9,18 @@ from collections.abc import Callable
 
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel.subjects import DEFAULT_PREFIX, EVENTS_STREAM, events_wildcard
-from interlink_nats.services.events import ensure_events_stream
+from interlink_nats.services.events import StreamState, ensure_events_stream
 from interlink_nats.services.gateway.store import PodRecord, PodStore
 from nats.aio.client import Client as NatsClient
 from nats.errors import TimeoutError as NatsTimeoutError
+from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+from nats.js.errors import BadRequestError, NotFoundError
 
 log = logging.getLogger(__name__)
+
+CONSUMER_RETRIES = 30
+"""Half-second tries while a just-scaled stream gets its new peers (seconds, on a loaded machine)."""
 
 
 def _varint(data: bytes, pos: int) -> tuple[int, int]:
@@ -78,6 +83,7 @@ class EventConsumer:
         prefix: str = DEFAULT_PREFIX,
         durable: str = "interlink-gateway",
         batch: int = 256,
+        replicas: int | None = None,
         on_applied: Callable[[PodRecord], None] | None = None,
     ) -> None:
         self.nc = nc
@@ -85,6 +91,9 @@ class EventConsumer:
         self.prefix = prefix
         self.durable = durable
         self.batch = batch
+        self.replicas = replicas
+        """Stream (and consumer) replicas; None: by the cluster size (see ``services.events``)."""
+        self.stream: StreamState | None = None
         self.on_applied = on_applied
         self.applied = 0
         self._task: asyncio.Task[None] | None = None
@@ -92,20 +101,53 @@ class EventConsumer:
 
     async def start(self) -> None:
         js = self.nc.jetstream()
-        await ensure_events_stream(js, self.prefix)
+        self.stream = await ensure_events_stream(
+            js, self.prefix, replicas=self.replicas, server_info=getattr(self.nc, "_server_info", {})
+        )
+        config = ConsumerConfig(
+            durable_name=self.durable,
+            ack_policy=AckPolicy.EXPLICIT,
+            deliver_policy=DeliverPolicy.ALL,
+            max_ack_pending=20_000,
+            ack_wait=10,
+            # As many copies as the stream: an R1 consumer on a lost node would stall the events.
+            num_replicas=self.stream.replicas,
+        )
+        await self._ensure_consumer(js, config)
         self._sub = await js.pull_subscribe(
-            events_wildcard(self.prefix),
-            durable=self.durable,
-            stream=EVENTS_STREAM,
-            config=ConsumerConfig(
-                durable_name=self.durable,
-                ack_policy=AckPolicy.EXPLICIT,
-                deliver_policy=DeliverPolicy.ALL,
-                max_ack_pending=20_000,
-                ack_wait=10,
-            ),
+            events_wildcard(self.prefix), durable=self.durable, stream=EVENTS_STREAM, config=config
         )
         self._task = asyncio.create_task(self._run(), name="gateway-events")
+
+    async def _ensure_consumer(self, js: JetStreamContext, config: ConsumerConfig) -> None:
+        """Create the durable, or raise the replica count of one created before the stream was replicated.
+
+        Right after a stream is scaled up the server may still refuse a consumer with as many replicas
+        ("exceeds parent stream") until the new stream peers are in place: that is retried briefly.
+        """
+        try:
+            info = await js.consumer_info(EVENTS_STREAM, self.durable)
+        except NotFoundError:
+            info = None
+        wanted = config.num_replicas or 1
+        if info is not None:
+            cluster = info.cluster
+            current = info.config.num_replicas or (1 + len(cluster.replicas or []) if cluster is not None else 1)
+            if current >= wanted:
+                return
+            log.warning("durable consumer %s has %d replica(s), the stream %d: updating", self.durable, current, wanted)
+        for attempt in range(CONSUMER_RETRIES):
+            try:
+                await js.add_consumer(EVENTS_STREAM, config=config)
+                return
+            except BadRequestError as exc:
+                if "exceeds parent stream" in str(exc.description) and attempt + 1 < CONSUMER_RETRIES:
+                    await asyncio.sleep(0.5)
+                    continue
+                if info is None:
+                    raise
+                log.error("durable consumer %s keeps its replica count: update refused (%s)", self.durable, exc)
+                return
 
     async def stop(self) -> None:
         self._stopping.set()

@@ -49,6 +49,13 @@ class GatewaySettings(LayeredSettings):
         10, ge=0, description="on SIGTERM/SIGINT, in-flight requests get this long to finish (a log follow is then cut)"
     )
     events_durable: str = Field("interlink-gateway", description="name of the durable JetStream consumer")
+    events_replicas: int | None = Field(
+        None,
+        ge=1,
+        le=5,
+        description="replicas of the events stream and the gateway's consumer; unset: 1 on a single server, "
+        "the cluster size up to 3 on a NATS cluster (an existing stream with fewer is scaled up)",
+    )
 
     @model_validator(mode="after")
     def _token_from_file(self) -> GatewaySettings:

@@ -79,7 +79,9 @@ class PodUseCases:
         try:
             reply = await self.client.submit(pool, job)
         except GatewayError as exc:
-            await self.store.delete(identity.uid)
+            # Only our own record: a retried create (interLink gave up waiting on this one) may own it now.
+            if self.store.get(identity.uid) is record and not record.job_id:
+                await self.store.delete(identity.uid)
             if isinstance(exc, PoolError) and exc.rpc_status is Status.RESOURCE_EXHAUSTED:
                 raise self._too_large(job) from None  # the only source: a request over NATS max_payload
             raise
@@ -94,6 +96,13 @@ class PodUseCases:
             identity.uid,
             pool,
             reply.job_id,
+            extra={
+                "pod_uid": identity.uid,
+                "namespace": identity.namespace,
+                "pod": identity.name,
+                "pool": pool,
+                "job_id": reply.job_id,
+            },
         )
         return {"PodUID": identity.uid, "PodJID": reply.job_id}
 

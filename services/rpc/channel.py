@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import weakref
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
@@ -147,8 +148,24 @@ class _Call:
         """Client-streaming is not supported, so there is nothing to half-close."""
 
 
+class _ServerLost(Exception):
+    """Our connection moved to another server while the call waited: its reply will never come."""
+
+
+RECONNECT_CHECK_S = 0.2
+"""How often a connection with waiting calls is checked for a failover (a counter read, nothing more)."""
+
+
 class UnaryCall(_Call, Generic[R]):
-    """One request-reply through nats-py's shared reply inbox (no per-call subscription)."""
+    """One request-reply through nats-py's shared reply inbox (no per-call subscription).
+
+    When the connection fails over to another server while the call waits (its server was lost),
+    the reply is gone with that server, so the request is sent again at once rather than waiting out
+    the deadline. That is safe because every unary SubmitterService method is idempotent (``Submit``
+    by pod UID, joining a Submit still in progress; ``Cancel`` of a cancelled job; the reads). A
+    request lost with the *pool's* node is not resent before the deadline (the caller retries, as
+    interLink does): resending slow calls on a loaded pool would double its work.
+    """
 
     _payload: bytes | None = None
 
@@ -167,8 +184,11 @@ class UnaryCall(_Call, Generic[R]):
             if timeout <= 0:
                 raise wire.deadline_exceeded()
             try:
-                msg = await self._nc.request(self._subject, self._payload, timeout=timeout, headers=self._headers)
+                msg = await self._request(budget=timeout)
                 break
+            except _ServerLost:
+                log.info("%s: NATS connection failed over while waiting; sending again", self._subject)
+                continue
             except nats.errors.NoRespondersError as exc:
                 if retried:
                     raise wire.unavailable(self._channel.pool) from exc
@@ -180,6 +200,71 @@ class UnaryCall(_Call, Generic[R]):
             wire.raise_for_status(msg.headers)
         result: R = self._parse(msg.data)
         return result
+
+    async def _request(self, *, budget: float) -> Msg:
+        """``nc.request``, abandoned with :class:`_ServerLost` when our connection reconnects meanwhile."""
+        assert self._payload is not None
+        watch = _FailoverWatch.of(self._nc)
+        failover = watch.next()  # taken with the send, in one step: a reconnect after it resolves it
+        request = asyncio.ensure_future(
+            self._nc.request(self._subject, self._payload, timeout=budget, headers=self._headers)
+        )
+        try:
+            racing: set[asyncio.Future[Any]] = {request, failover}
+            await asyncio.wait(racing, return_when=asyncio.FIRST_COMPLETED)
+            if request.done():
+                return request.result()
+            raise _ServerLost
+        finally:
+            watch.release()
+            if not request.done():
+                request.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await request
+
+
+class _FailoverWatch:
+    """Resolves a shared future on a connection's next reconnect, for every call waiting on it.
+
+    nats-py offers no per-client hook after connecting, so one poller per connection reads its
+    reconnect counter (only while calls wait), instead of one timer per call.
+    """
+
+    _by_client: weakref.WeakKeyDictionary[Any, _FailoverWatch] = weakref.WeakKeyDictionary()
+
+    def __init__(self, nc: NATS) -> None:
+        self._nc = nc
+        self._seen = nc.stats["reconnects"]
+        self._next: asyncio.Future[None] | None = None
+        self._waiting = 0
+        self._task: asyncio.Task[None] | None = None
+
+    @classmethod
+    def of(cls, nc: NATS) -> _FailoverWatch:
+        watch = cls._by_client.get(nc)
+        if watch is None:
+            watch = cls._by_client[nc] = cls(nc)
+        return watch
+
+    def next(self) -> asyncio.Future[None]:
+        self._waiting += 1
+        if self._next is None or self._next.done() or self._waiting == 1:  # none pending: count from now
+            self._seen = self._nc.stats["reconnects"]
+            self._next = asyncio.get_running_loop().create_future()
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._poll(), name="rpc-failover-watch")
+        return self._next
+
+    def release(self) -> None:
+        self._waiting -= 1
+
+    async def _poll(self) -> None:
+        while self._waiting > 0:
+            await asyncio.sleep(RECONNECT_CHECK_S)
+            count = self._nc.stats["reconnects"]
+            if count != self._seen and self._next is not None and not self._next.done():
+                self._seen = count
+                self._next.set_result(None)
 
 
 class StreamCall(_Call, Generic[R]):

@@ -55,6 +55,20 @@ def nats_config(
     response_max: Annotated[int, typer.Option(help="replies a pool may send per request (stream chunks)")] = 100_000,
     response_expires: Annotated[str, typer.Option(help="how long a pool may answer a request, e.g. 1h")] = "1h",
     max_payload: Annotated[int | None, typer.Option(help="nats-server max_payload in bytes")] = None,
+    cluster: Annotated[
+        int, typer.Option(help="number of cluster nodes; above 1 writes nats-server-<i>.conf per node with routes")
+    ] = 1,
+    cluster_name: Annotated[str, typer.Option(help="NATS cluster name (the same on every node)")] = "interlink-nats",
+    cluster_peers: Annotated[
+        str | None,
+        typer.Option(
+            help="comma-separated host:port route address of each node, in node order "
+            "(default interlink-nats-<i>:6222, a StatefulSet's pod names)"
+        ),
+    ] = None,
+    port_stride: Annotated[
+        int, typer.Option(help="node i listens on each port + i*stride (several nodes on one host); 0 = same ports")
+    ] = 0,
 ) -> None:
     """Write nats-server.conf (per-identity nkeys and subject permissions, TLS WebSocket, JetStream) and one
     0600 nkey seed per identity: gateway, controller and each pool."""
@@ -68,11 +82,13 @@ def nats_config(
         from .devtls import DevTlsUnavailableError, write_dev_tls
 
         try:
-            files = write_dev_tls(out / "tls", _split(dev_tls))
+            files = write_dev_tls(out / "tls", _split(dev_tls), client=cluster > 1)
         except DevTlsUnavailableError as exc:
             raise typer.BadParameter(str(exc), param_hint="--dev-tls") from exc
         tls_cert = tls_cert or str(server_view / "tls" / files.server_cert.name)
         tls_key = tls_key or str(server_view / "tls" / files.server_key.name)
+        if cluster > 1:
+            tls_ca = tls_ca or str(server_view / "tls" / files.ca_cert.name)
         typer.echo(f"dev CA (give it to sites as their CA file): {files.ca_cert}")
     try:
         options = NatsConfigOptions(
@@ -92,12 +108,17 @@ def nats_config(
             response_max=response_max,
             response_expires=response_expires or None,
             max_payload=max_payload,
+            cluster_size=cluster,
+            cluster_name=cluster_name,
+            cluster_peers=tuple(_split(cluster_peers or "")),
+            port_stride=port_stride,
         )
         bundle = build_bundle(options, read_existing_seeds(out), rotate or ())
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from exc
     result = write_bundle(bundle, out)
-    typer.echo(f"wrote {result.config_file}")
+    for path in result.node_config_files or (result.config_file,):
+        typer.echo(f"wrote {path}")
     if not options.tls_enabled:
         typer.echo(
             "warning: no --tls-cert/--tls-key: WebSocket and client port are plain text (development only)", err=True

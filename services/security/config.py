@@ -36,6 +36,7 @@ from interlink_nats.kernel.subjects import INBOX_ROOT, Role, inbox_prefix
 ACCOUNT = "INTERLINK"
 """The one application account; JetStream is enabled for it."""
 
+DEFAULT_CLUSTER_PORT = 6222
 SRV_ALL = "$SRV.>"
 """NATS micro services API (``$SRV.PING|INFO|STATS[.name[.id]]``)."""
 
@@ -257,6 +258,15 @@ class NatsConfigOptions:
     """allow_responses.max: chunks a pool may send back for one request (server streaming)."""
     response_expires: str | None = "1h"
     """allow_responses.expires: how long a received request may still be answered."""
+    cluster_size: int = 1
+    """Number of nodes; above 1 each node gets its own config with routes to the others."""
+    cluster_name: str = "interlink-nats"
+    cluster_peers: tuple[str, ...] = ()
+    """``host:port`` route address of each node (``cluster_size`` entries); empty = ``<server_name>-<i>:6222``,
+    the names a StatefulSet's headless Service gives its pods."""
+    port_stride: int = 0
+    """Node ``i`` listens on ``client_port + i*stride`` (and likewise WebSocket/monitoring): several nodes on one
+    host for a local trial; 0 on separate hosts."""
 
     def __post_init__(self) -> None:
         if not self.pools:
@@ -271,6 +281,34 @@ class NatsConfigOptions:
             raise ValueError("verifying client certificates needs --tls-ca")
         if self.response_max < 1:
             raise ValueError("response_max must be >= 1")
+        if self.cluster_size < 1:
+            raise ValueError("--cluster must be >= 1")
+        if self.cluster_peers and len(self.cluster_peers) != self.cluster_size:
+            raise ValueError(
+                f"--cluster-peers names {len(self.cluster_peers)} nodes but --cluster is {self.cluster_size}"
+            )
+        for peer in self.cluster_peers:
+            host, sep, port = peer.rpartition(":")
+            if not sep or not host or not port.isdigit():
+                raise ValueError(f"--cluster-peers entry {peer!r} is not host:port")
+        if self.clustered and self.tls_enabled and not self.tls_ca:
+            raise ValueError("TLS between cluster nodes needs --tls-ca (the CA that signed every node's certificate)")
+
+    @property
+    def clustered(self) -> bool:
+        return self.cluster_size > 1
+
+    def node_name(self, node: int) -> str:
+        return f"{self.server_name}-{node}" if self.clustered else self.server_name
+
+    def route_addresses(self) -> tuple[str, ...]:
+        """``host:port`` of every node's cluster listener."""
+        if self.cluster_peers:
+            return self.cluster_peers
+        return tuple(f"{self.node_name(i)}:{DEFAULT_CLUSTER_PORT}" for i in range(self.cluster_size))
+
+    def node_port(self, port: int, node: int) -> int:
+        return port if port == -1 else port + node * self.port_stride
 
     @property
     def tls_enabled(self) -> bool:
@@ -318,7 +356,10 @@ class Bundle:
 
     options: NatsConfigOptions
     config_text: str
+    """The single server's config; node 0's when clustered."""
     credentials: tuple[Credential, ...]
+    node_configs: tuple[str, ...] = ()
+    """One config per node when clustered (same accounts, permissions, listeners; own name, store, routes)."""
 
     def credential(self, name: str) -> Credential:
         for cred in self.credentials:
@@ -377,7 +418,13 @@ def build_bundle(
     keys = [c.public_key for c in creds]
     if len(set(keys)) != len(keys):
         raise ValueError("two identities share one nkey; every identity needs its own seed")
-    return Bundle(options=options, config_text=render_server_config(options, creds), credentials=tuple(creds))
+    nodes = tuple(render_server_config(options, creds, node=i) for i in range(options.cluster_size))
+    return Bundle(
+        options=options,
+        config_text=nodes[0],
+        credentials=tuple(creds),
+        node_configs=nodes if options.clustered else (),
+    )
 
 
 # --- rendering -------------------------------------------------------------------------------------------
@@ -409,7 +456,7 @@ def _render_permissions(perms: Permissions, indent: str) -> str:
     return "\n".join(lines)
 
 
-def _render_tls(options: NatsConfigOptions, indent: str, *, client_port: bool) -> str:
+def _render_tls(options: NatsConfigOptions, indent: str, *, client_port: bool, routes: bool = False) -> str:
     assert options.tls_cert
     assert options.tls_key
     lines = [
@@ -417,7 +464,13 @@ def _render_tls(options: NatsConfigOptions, indent: str, *, client_port: bool) -
         f"{indent}  cert_file: {_q(options.tls_cert)}",
         f"{indent}  key_file: {_q(options.tls_key)}",
     ]
-    if options.tls_ca and options.tls_verify_clients:
+    if routes:
+        # Routes are mutual TLS: each node proves itself to the others with a certificate from the same CA.
+        assert options.tls_ca
+        lines.append(f"{indent}  ca_file: {_q(options.tls_ca)}")
+        lines.append(f"{indent}  verify: true")
+        lines.append(f"{indent}  timeout: 5")
+    elif options.tls_ca and options.tls_verify_clients:
         lines.append(f"{indent}  ca_file: {_q(options.tls_ca)}")
         lines.append(f"{indent}  verify: true")
     if client_port:
@@ -426,24 +479,46 @@ def _render_tls(options: NatsConfigOptions, indent: str, *, client_port: bool) -
     return "\n".join(lines)
 
 
-def render_server_config(options: NatsConfigOptions, credentials: Iterable[Credential]) -> str:
-    """The nats-server configuration text. Holds public keys only: safe to diff and review."""
+def _render_cluster(options: NatsConfigOptions, node: int) -> list[str]:
+    """The ``cluster`` block of one node: its route listener and routes to every other node."""
+    peers = options.route_addresses()
+    own_port = peers[node].rpartition(":")[2]
+    out = [
+        "cluster {",
+        f"  name: {_q(options.cluster_name)}",
+        f"  listen: {_q(f'{options.host}:{own_port}')}",
+    ]
+    if options.tls_enabled:
+        out.append(_render_tls(options, "  ", client_port=False, routes=True))
+    else:
+        out.append("  # No certificate given: routes are plain text (development only).")
+    out.append(f"  routes: {_list((f'nats-route://{p}' for i, p in enumerate(peers) if i != node), '  ')}")
+    out.append("}")
+    out.append("")
+    return out
+
+
+def render_server_config(options: NatsConfigOptions, credentials: Iterable[Credential], node: int = 0) -> str:
+    """The nats-server configuration text (of cluster node ``node``). Holds public keys only: safe to diff."""
     creds = list(credentials)
+    store = options.jetstream_store_dir
+    if options.clustered:
+        store = f"{store.rstrip('/')}/{options.node_name(node)}"
     out = [
         "# Generated by `interlink-nats nats-config`; regenerate instead of editing.",
         "# Holds nkey *public* keys only; the seeds live in the per-identity .nk files.",
-        f"server_name: {_q(options.server_name)}",
-        f"listen: {_q(f'{options.host}:{options.client_port}')}",
+        f"server_name: {_q(options.node_name(node))}",
+        f"listen: {_q(f'{options.host}:{options.node_port(options.client_port, node)}')}",
     ]
     if options.http_port is not None:
-        out.append(f"http: {_q(f'{options.host}:{options.http_port}')}")
+        out.append(f"http: {_q(f'{options.host}:{options.node_port(options.http_port, node)}')}")
     if options.max_payload is not None:
         out.append(f"max_payload: {options.max_payload}")
     if options.tls_enabled and options.client_tls:
         out.append(_render_tls(options, "", client_port=True))
     out.append("")
     out.append("websocket {")
-    out.append(f"  listen: {_q(f'{options.host}:{options.websocket_port}')}")
+    out.append(f"  listen: {_q(f'{options.host}:{options.node_port(options.websocket_port, node)}')}")
     if options.tls_enabled:
         out.append(_render_tls(options, "  ", client_port=False))
     else:
@@ -453,9 +528,11 @@ def render_server_config(options: NatsConfigOptions, credentials: Iterable[Crede
     out.append("}")
     out.append("")
     out.append("jetstream {")
-    out.append(f"  store_dir: {_q(options.jetstream_store_dir)}")
+    out.append(f"  store_dir: {_q(store)}")
     out.append("}")
     out.append("")
+    if options.clustered:
+        out.extend(_render_cluster(options, node))
     out.append("accounts {")
     out.append(f"  {ACCOUNT}: {{")
     out.append("    jetstream: enabled")

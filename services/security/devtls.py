@@ -155,10 +155,11 @@ def _write(path: Path, data: bytes, mode: int) -> None:
     os.chmod(path, mode)
 
 
-def write_dev_tls(out_dir: Path, hosts: list[str], days: int = 30) -> DevTlsFiles:
+def write_dev_tls(out_dir: Path, hosts: list[str], days: int = 30, *, client: bool = False) -> DevTlsFiles:
     """Write ``ca.pem``/``ca-key.pem``/``server.pem``/``server-key.pem`` (keys 0600) into ``out_dir``.
 
-    An existing CA in ``out_dir`` is reused so re-running keeps sites' CA files valid.
+    An existing CA in ``out_dir`` is reused so re-running keeps sites' CA files valid. ``client``: the
+    certificate also authenticates its holder as a TLS client (cluster nodes dial each other's routes).
     """
     out_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
     files = DevTlsFiles(
@@ -173,7 +174,7 @@ def write_dev_tls(out_dir: Path, hosts: list[str], days: int = 30) -> DevTlsFile
         ca_cert, ca_key = make_ca(days=days)
         _write(files.ca_key, ca_key, 0o600)
         _write(files.ca_cert, ca_cert, 0o644)
-    cert, key = make_server_cert(ca_cert, ca_key, hosts, days)
+    cert, key = make_server_cert(ca_cert, ca_key, hosts, days, client=client)
     _write(files.server_key, key, 0o600)
     _write(files.server_cert, cert, 0o644)
     return files

@@ -3,6 +3,7 @@
 Layout of the output directory (mode 0700)::
 
     nats-server.conf          0600  server configuration (public keys only, but still private ops data)
+    nats-server-<i>.conf      0600  with ``--cluster N``: node i's configuration (routes to the others)
     identities.json           0600  who is who: public keys, inbox prefixes, permissions (no seeds)
     credentials/<name>.nk     0600  one nkey seed per identity: gateway, controller, pool-<pool>
 
@@ -21,6 +22,13 @@ from pathlib import Path
 from .config import Bundle
 
 CONFIG_FILE = "nats-server.conf"
+
+
+def node_config_file(node: int) -> str:
+    """File name of cluster node ``node``'s configuration."""
+    return f"nats-server-{node}.conf"
+
+
 MANIFEST_FILE = "identities.json"
 CREDENTIALS_DIR = "credentials"
 SECRET_MODE = 0o600
@@ -58,10 +66,12 @@ def read_existing_seeds(out_dir: Path) -> dict[str, str]:
 @dataclass(frozen=True)
 class WriteResult:
     config_file: Path
+    """The single server's config, or node 0's when clustered."""
     manifest_file: Path
     seed_files: dict[str, Path]
     stale: list[str]
     """Seed files of identities no longer in the config (revoked, but the file is left to the operator)."""
+    node_config_files: tuple[Path, ...] = ()
 
 
 def write_bundle(bundle: Bundle, out_dir: Path) -> WriteResult:
@@ -78,6 +88,13 @@ def write_bundle(bundle: Bundle, out_dir: Path) -> WriteResult:
     stale = sorted(p.stem for p in cred_dir.glob("*.nk") if p.name not in current)
     manifest = out_dir / MANIFEST_FILE
     _write_private(manifest, json.dumps(bundle.manifest(), indent=2) + "\n")
-    config = out_dir / CONFIG_FILE
-    _write_private(config, bundle.config_text)
-    return WriteResult(config_file=config, manifest_file=manifest, seed_files=seed_files, stale=stale)
+    nodes: list[Path] = []
+    for i, text in enumerate(bundle.node_configs):
+        nodes.append(out_dir / node_config_file(i))
+        _write_private(nodes[-1], text)
+    config = nodes[0] if nodes else out_dir / CONFIG_FILE
+    if not nodes:
+        _write_private(config, bundle.config_text)
+    return WriteResult(
+        config_file=config, manifest_file=manifest, seed_files=seed_files, stale=stale, node_config_files=tuple(nodes)
+    )

@@ -1,0 +1,244 @@
+"""Event latency on one nats-server vs a 3-node JetStream cluster (R3), and the gap a node's loss leaves.
+
+Stack (in this process, so both ends read one clock): a gateway and a shell submitter, pods whose one
+container runs ``true``, created through ``Gateway.create`` at a steady rate.
+
+- **Event latency**: a job's state change as the submitter's poll sees it (the status's ``updated_at``)
+  → the gateway has applied it (what ``/status`` answers). p50/p99 over every event of the run.
+- **Node loss → first status update**: on the cluster, the events stream's leader is killed with
+  ``kill -9`` while pods keep being created; the time until the gateway applies its next event. Repeated
+  ``--losses`` times (the lost node is restarted and catches up in between); the median is quoted.
+
+The single server is the baseline measured in the same run. Last line: one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import logging
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+import nats
+from _harness import free_port, median, percentile, print_table
+from interlink_nats.kernel.subjects import EVENTS_STREAM
+from interlink_nats.services.gateway.app import Gateway
+from interlink_nats.services.gateway.server import running_gateway
+from interlink_nats.services.gateway.settings import GatewayNatsSettings, GatewaySettings
+from interlink_nats.services.nats_server import NatsCluster, NatsServerProcess
+from interlink_nats.submitters.runtime import Submitter
+from interlink_nats.submitters.settings import SubmitterSettings
+from nats.js.api import StreamConfig
+
+
+def create_body(run: str, i: int) -> bytes:
+    uid = str(uuid.uuid5(uuid.NAMESPACE_URL, f"{run}/{i}"))
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": f"b-{i}", "namespace": "bench", "uid": uid},
+        "spec": {"containers": [{"name": "main", "image": "busybox", "command": ["true"]}]},
+        "status": {"phase": "Pending"},
+    }
+    container = {"name": "main", "configMaps": None, "secrets": None, "projectedvolumemaps": None, "emptyDirs": None}
+    return json.dumps({"pod": pod, "container": [container]}).encode()
+
+
+class Probe:
+    """Collects (applied at, latency) of every event the gateway applies."""
+
+    def __init__(self, gateway: Gateway) -> None:
+        self.samples: list[tuple[float, float]] = []
+        previous = gateway.events.on_applied
+
+        def on_applied(record: object) -> None:
+            status = getattr(record, "status", None)
+            if status is not None and status.updated_at is not None:
+                now = time.time()
+                self.samples.append((time.monotonic(), now - status.updated_at.timestamp()))
+            if previous is not None:
+                previous(record)  # type: ignore[arg-type]
+
+        gateway.events.on_applied = on_applied
+
+    def first_after(self, moment: float) -> float | None:
+        later = [at for at, _ in self.samples if at > moment]
+        return min(later) if later else None
+
+
+@contextlib.asynccontextmanager
+async def stack(url: str, state: Path) -> AsyncIterator[tuple[Gateway, Probe]]:
+    pool = f"b{uuid.uuid4().hex[:8]}"
+    gw_settings = GatewaySettings(
+        nats=GatewayNatsSettings(url=url), port=free_port(), default_pool=pool, events_durable=f"bench-{pool}"
+    )
+    sub_settings = SubmitterSettings.load(
+        None,
+        pool=pool,
+        backend="shell",
+        nats_url=url,
+        state_dir=state,
+        build_config={"runtime": "CONTAINER_RUNTIME_NONE"},
+        poll_interval=0.2,
+    )
+    async with running_gateway(gw_settings) as gateway, Submitter(sub_settings):
+        yield gateway, Probe(gateway)
+
+
+async def steady_creates(gateway: Gateway, run: str, count: int, rate: float, start: int = 0) -> None:
+    """``count`` creates at ``rate`` per second (each retried like interLink does on a 5xx)."""
+    interval = 1 / rate
+    tasks = []
+    for i in range(start, start + count):
+        tasks.append(asyncio.create_task(create_retrying(gateway, create_body(run, i))))
+        await asyncio.sleep(interval)
+    await asyncio.gather(*tasks)
+
+
+async def create_retrying(gateway: Gateway, body: bytes) -> None:
+    for _ in range(60):
+        try:
+            await gateway.create(body)
+            return
+        except Exception:
+            await asyncio.sleep(0.5)
+
+
+async def settle(probe: Probe, quiet_s: float = 2.0, within: float = 60.0) -> None:
+    """Until no event has arrived for ``quiet_s`` (every job of the phase is done and reported)."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        last = probe.samples[-1][0] if probe.samples else 0.0
+        if time.monotonic() - last > quiet_s:
+            return
+        await asyncio.sleep(0.2)
+
+
+async def first_update_after(probe: Probe, moment: float, within: float = 60.0) -> float | None:
+    """When the gateway applied its first event after ``moment`` (None: none within ``within`` s)."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        first = probe.first_after(moment)
+        if first is not None:
+            return first
+        await asyncio.sleep(0.1)
+    return None
+
+
+async def wait_cluster_ready(cluster: NatsCluster, peers: int) -> None:
+    nc = await nats.connect(cluster.urls)
+    js = nc.jetstream(timeout=1)
+    try:
+        for _ in range(300):
+            try:
+                await js.add_stream(StreamConfig(name="BENCH_PROBE", subjects=["bench.probe"], num_replicas=peers))
+                await js.delete_stream("BENCH_PROBE")
+                return
+            except Exception:
+                await asyncio.sleep(0.2)
+        raise RuntimeError("cluster did not get ready")
+    finally:
+        await nc.close()
+
+
+async def stream_current(cluster: NatsCluster) -> int:
+    """Wait until every replica is current; return the leader's node index."""
+    nc = await nats.connect(cluster.urls)
+    js = nc.jetstream(timeout=2)
+    try:
+        for _ in range(300):
+            with contextlib.suppress(Exception):
+                info = await js.stream_info(EVENTS_STREAM)
+                peers = (info.cluster.replicas or []) if info.cluster else []
+                if info.cluster and info.cluster.leader and len(peers) == 2 and all(p.current for p in peers):
+                    return int(info.cluster.leader.removeprefix("n"))
+            await asyncio.sleep(0.2)
+        raise RuntimeError("stream replicas did not become current")
+    finally:
+        await nc.close()
+
+
+def latency_row(name: str, probe: Probe) -> tuple[list[object], dict[str, float]]:
+    values = [lat * 1000 for _, lat in probe.samples]
+    p50, p99 = percentile(values, 50), percentile(values, 99)
+    return [name, len(values), f"{p50:.1f}", f"{p99:.1f}"], {"p50_ms": round(p50, 2), "p99_ms": round(p99, 2)}
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--pods", type=int, default=150, help="pods per latency phase")
+    parser.add_argument("--rate", type=float, default=30.0, help="creates per second")
+    parser.add_argument("--losses", type=int, default=3, help="node losses measured on the cluster")
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.ERROR)
+    rows: list[list[object]] = []
+    result: dict[str, object] = {"pods": args.pods, "rate_per_s": args.rate}
+
+    with tempfile.TemporaryDirectory(prefix="bench-cluster-") as tmp:
+        root = Path(tmp)
+        async with NatsServerProcess() as server, stack(server.url, root / "single") as (gateway, probe):
+            await steady_creates(gateway, "single", args.pods, args.rate)
+            await settle(probe)
+            row, figures = latency_row("1 server (R1)", probe)
+            rows.append(row)
+            result["single"] = figures
+
+        cluster = await NatsCluster(size=3).start()
+        try:
+            await wait_cluster_ready(cluster, 3)
+            async with stack(cluster.url, root / "cluster") as (gateway, probe):
+                await steady_creates(gateway, "cluster", args.pods, args.rate)
+                await settle(probe)
+                row, figures = latency_row("3 nodes (R3)", probe)
+                rows.append(row)
+                result["cluster_r3"] = figures
+                gaps: list[float] = []
+                missed = 0
+                start = args.pods
+                for _ in range(args.losses):
+                    leader = await stream_current(cluster)
+                    load = asyncio.create_task(steady_creates(gateway, "cluster", int(args.rate * 6), args.rate, start))
+                    start += int(args.rate * 6)
+                    await asyncio.sleep(2)
+                    await asyncio.to_thread(cluster.nodes[leader].kill_blocking)
+                    lost = time.monotonic()
+                    await load
+                    first = await first_update_after(probe, lost)
+                    await settle(probe)
+                    if first is not None:
+                        gaps.append(first - lost)
+                    else:
+                        missed += 1
+                    await asyncio.to_thread(cluster.nodes[leader].restart_blocking)
+        finally:
+            await cluster.stop()
+
+    print_table(
+        "Event latency: submitter sees a state change → gateway has applied it (ms)",
+        ["setup", "events", "p50", "p99"],
+        rows,
+    )
+    print_table(
+        "kill -9 of the events stream's leader → first status update at the gateway (s)",
+        ["loss", "gap_s"],
+        [[i + 1, f"{g:.2f}"] for i, g in enumerate(gaps)],
+    )
+    result["loss_to_first_update_s"] = {
+        "median": round(median(gaps), 2) if gaps else None,
+        "all": [round(g, 2) for g in gaps],
+        "no_update_within_60s": missed,
+    }
+    print(json.dumps(result))
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
