@@ -6,7 +6,7 @@ PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
-SYSTEM_PACKAGES := redis-server slurm-wlm munge podman runc debootstrap
+SYSTEM_PACKAGES := redis-server slurm-wlm munge podman runc busybox-static debootstrap
 PYTEST_ARGS ?=
 ARGS ?=
 
@@ -26,7 +26,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/python -m pip install --quiet -e ".[all,dev]"
 	@touch $(STAMP)
 
-# Debian packages for the real-service tests (redis, Slurm); needs root or sudo, skipped otherwise.
+# Debian packages for the real-service tests (redis, Slurm, podman); needs root or sudo, skipped otherwise.
 system-packages:
 	@missing=""; for p in $(SYSTEM_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -n "$$missing" ]; then \

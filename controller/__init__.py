@@ -6,9 +6,9 @@ Layers (upper may import lower only):
 - ``runner``     the loop: MasterQueue watch, ticks, diff against what was applied, status, events;
 - ``kube``       the Kubernetes seam (``KubeApi`` protocol, lightkube implementation);
   ``listening``  the NATS seam (shared subscriptions, Describe at start, report store);
-  ``render``     offline rendering for the CLI;
+  ``offline``    offline rendering for the CLI's ``render``;
 - ``reconcile``  pure: (MasterQueue, reports, Kueue version, now) → desired objects;
-- ``model``, ``quantity``  pure data and arithmetic.
+- ``model``      pure data (quantities are ``interlink_nats.kernel.quantities``).
 
-``reconcile``, ``model`` and ``quantity`` do no I/O and read no clock.
+``reconcile`` and ``model`` do no I/O and read no clock (tests/test_import_contracts.py checks the I/O part).
 """

@@ -7,8 +7,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from interlink_nats.controller import model
-from interlink_nats.controller import render as rendering
+from interlink_nats.controller import model, offline
 from interlink_nats.controller.reconcile import KUEUE_VERSIONS
 
 app = typer.Typer(help="kueue-nats: keep Kueue ResourceFlavors and ClusterQueues in line with pool reports.")
@@ -25,19 +24,19 @@ def render(
     """Print the ResourceFlavors and ClusterQueues for MQ.yaml and REPORTS.json as a YAML stream (no cluster needed)."""
     if kueue_api not in KUEUE_VERSIONS:
         raise typer.BadParameter(f"must be one of {', '.join(KUEUE_VERSIONS)}", param_hint="--kueue-api")
-    bodies = rendering.load_masterqueues(masterqueue.read_text())
+    bodies = offline.load_masterqueues(masterqueue.read_text())
     if not bodies:
         typer.echo(f"{masterqueue}: no MasterQueue found", err=True)
         raise typer.Exit(2)
     try:
-        objects, warnings = rendering.render(bodies, rendering.load_reports(reports.read_text()), kueue_api)
+        objects, warnings = offline.render(bodies, offline.load_reports(reports.read_text()), kueue_api)
     except model.MasterQueueError as exc:
         for problem in exc.problems:
             typer.echo(f"error: {problem}", err=True)
         raise typer.Exit(1) from exc
     for warning in warnings:
         typer.echo(f"warning: {warning}", err=True)
-    typer.echo(rendering.to_yaml_stream(objects), nl=False)
+    typer.echo(offline.to_yaml_stream(objects), nl=False)
 
 
 @app.command()
@@ -56,7 +55,7 @@ def run(
     from interlink_nats.controller.observability import controller_probes
     from interlink_nats.services.probes import serve_probes
 
-    from interlink_nats.logs import setup_logging
+    from interlink_nats.logging_setup import setup_logging
 
     setup_logging(log_level.lower(), json_logs)
     if kueue_api not in ("auto", *KUEUE_VERSIONS):

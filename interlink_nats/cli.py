@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from interlink_nats.errors import exit_with, extra_for
-from interlink_nats.logs import setup_logging
+from interlink_nats.logging_setup import setup_logging
 from interlink_nats.signals import run_until_signal
 
 app = typer.Typer(

@@ -4,7 +4,8 @@
 - ``subjects``: NATS subjects, identity roles and their reply inbox prefixes;
 - ``names``: the DNS-label and pod-UID rules;
 - ``quantities``: Kubernetes resource quantities, exact;
-- ``nats_connection``: the one way to build NATS/TLS connection options and connect.
+- ``nats_connection``: the one way to build NATS/TLS connection options and connect;
+- ``version``: the installed version, which processes announce.
 
 It imports nothing else of the project (tests/test_import_contracts.py checks it), so any layer can
 depend on it without cycles. Everything but ``nats_connection`` is pure.

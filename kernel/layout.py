@@ -48,3 +48,10 @@ container runs with ``INTERLINK_ROOTFS`` pointing at ``rootfs/<container>``. Rem
 DEADLINE_FILE = "deadline-exceeded"
 """Created when the script stops the pod because ``activeDeadlineSeconds`` passed."""
 ROOTFS_ENV = "INTERLINK_ROOTFS"
+
+# Container labels (runtime podman): how a container is found again from outside the script, by the
+# submitter's cancel and by its start-up sweep for containers whose job script is gone.
+LABEL_POD_UID = "interlink-nats.pod-uid"
+LABEL_CONTAINER = "interlink-nats.container"
+LABEL_JOB_DIR = "interlink-nats.job-dir"
+"""The job directory (absolute, as the script saw it): its runner pid file tells whether the job still runs."""

@@ -13,7 +13,7 @@ from typing import Annotated, Any
 
 import typer
 
-from interlink_nats.logs import setup_logging
+from interlink_nats.logging_setup import setup_logging
 from interlink_nats.signals import run_until_signal
 
 app = typer.Typer(

@@ -32,4 +32,7 @@ class Unavailable(SubmitterFault):
 
 
 class SubmitterError(Exception):
-    """The submitter could not start (state dir, registry, instance lock, BuildConfig)."""
+    """The submitter could not start (state dir, registry, instance lock, BuildConfig, a NATS credential that
+    may not use the pool's own subjects): a configuration problem that restarting will not fix."""
+
+    exit_code = 2  # the CLI prints the message as one line; systemd's RestartPreventExitStatus=2 stops a loop

@@ -103,6 +103,18 @@ def job_outcome(obs: Observation, meta: JobMeta) -> _Outcome | None:
     return None
 
 
+SIGKILL_UNEXPLAINED = (
+    "killed by SIGKILL (exit code 137): by its memory limit or by a kill from outside; "
+    "the container runtime did not say which (podman cannot report OOMKilled on every host)"
+)
+"""Said of a container whose own exit code is 137 when nothing tells why: guessing OOMKilled would be wrong
+as often as not, and Kubernetes users read "OOMKilled" as a certainty."""
+
+
+def _exit_message(code: int, reason: str) -> str:
+    return SIGKILL_UNEXPLAINED if code == SIGKILL_EXIT and reason == "Error" else ""
+
+
 def _terminated(
     name: str, init: bool, code: int, started: float | None, finished: float | None, reason: str, message: str = ""
 ) -> pb.ContainerStatus:
@@ -145,7 +157,8 @@ def map_status(
         f = files.get(name, NO_FILES)
         if f.exit_code is not None:
             reason = "Completed" if f.exit_code == 0 else "Error"
-            statuses.append(_terminated(name, True, f.exit_code, f.started_at, f.finished_at, reason))
+            message = _exit_message(f.exit_code, reason)
+            statuses.append(_terminated(name, True, f.exit_code, f.started_at, f.finished_at, reason, message))
             if f.exit_code != 0 and failed_init is None:
                 failed_init = (name, f.exit_code)
         elif failed_init is not None:
@@ -184,7 +197,8 @@ def map_status(
                     outcome.reason if outcome is not None and outcome.reason not in ("Completed", "Lost") else "Error"
                 )
             )
-            statuses.append(_terminated(name, False, f.exit_code, f.started_at, f.finished_at, reason))
+            message = _exit_message(f.exit_code, reason)
+            statuses.append(_terminated(name, False, f.exit_code, f.started_at, f.finished_at, reason, message))
         elif failed_init is not None:
             fname, fcode = failed_init
             statuses.append(

@@ -21,6 +21,7 @@ import nats
 import pytest
 import pytest_asyncio
 from interlink_nats.services.nats_server import NatsServerProcess, env_flag
+from podman_host import BUSYBOX, PodmanHost
 
 REQUIRE_ENV = "INTERLINK_NATS_REQUIRE_SERVICES"
 
@@ -145,6 +146,19 @@ def redis_url(redis_server: RedisServer) -> str:
 
 def pytest_report_header(config: pytest.Config) -> str:
     return f"{REQUIRE_ENV}={os.environ.get(REQUIRE_ENV, '')}"
+
+
+@pytest.fixture(scope="session")
+def podman_host() -> Iterator[PodmanHost]:
+    """Rootful podman configured in a temp dir, with a busybox image; at the end nothing may be left behind."""
+    podman = shutil.which("podman")
+    if podman is None or shutil.which("runc") is None or not Path(BUSYBOX).exists():
+        missing_service("podman, runc and busybox-static (apt-get install -y podman runc busybox-static)")
+    host = PodmanHost(podman)  # type: ignore[arg-type]
+    host.start()
+    yield host
+    left = host.stop()
+    assert not left, f"the podman tests left these behind: {left}"
 
 
 LEFTOVER_TASKS_FIXTURE = "_no_asyncio_task_left_behind"

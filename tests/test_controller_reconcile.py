@@ -11,7 +11,7 @@ import pytest
 import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from interlink_nats.controller import model, reconcile, render
+from interlink_nats.controller import model, offline, reconcile
 from interlink_nats.controller.cli import app
 from interlink_nats.kernel import quantities
 from kueue_validation import assert_valid, validation_errors
@@ -360,7 +360,7 @@ def test_render_rejects_an_invalid_masterqueue(tmp_path: Path) -> None:
 def test_reports_file_accepts_a_list_an_envelope_or_one_report() -> None:
     one = {"pool": "a", "capacity": {"cpu": "1"}}
     for text in (json.dumps([one]), json.dumps({"reports": [one]}), json.dumps(one)):
-        assert list(render.load_reports(text, received_at=1.0)) == ["a"]
+        assert list(offline.load_reports(text, received_at=1.0)) == ["a"]
 
 
 def test_masterqueue_crd_example_fits_the_crd_schema() -> None:

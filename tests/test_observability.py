@@ -24,7 +24,7 @@ from kube_emulator import KubeEmulator
 from prometheus_client import CollectorRegistry, Counter
 from test_controller_integration import masterqueue, running_controller
 
-from interlink_nats.logs import JsonFormatter
+from interlink_nats.logging_setup import JsonFormatter
 
 
 @pytest.fixture
@@ -130,7 +130,7 @@ def test_json_logs_carry_pod_pool_and_job_as_fields() -> None:
 
 async def test_submitter_health_follows_nats_and_the_backend(nats_url: str, tmp_path: Path) -> None:
     import nats as nats_client
-    from interlink_nats.services.events import ensure_events_stream
+    from interlink_nats.services.events_stream import ensure_events_stream
     from interlink_nats.services.rpc import submitter_client
     from interlink_nats.submitters.backends.base import BackendUnavailable
     from interlink_nats.submitters.observability import submitter_probes

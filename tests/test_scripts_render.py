@@ -299,11 +299,14 @@ def test_apptainer_exec_vs_run() -> None:
 
 def test_podman_entrypoint_semantics() -> None:
     s = render_job(data([ctr(command=["sh", "-c"], args=["echo hi"])]), pb.BuildConfig(runtime=RT.PODMAN)).script
-    assert """podman run --rm --entrypoint '["sh", "-c"]' busybox 'echo hi'""" in s
+    # The pod's labels come between `run --rm` and the entrypoint (test_podman_labels_and_resources).
+    assert """podman run --rm --label""" in s
+    assert """ --entrypoint '["sh", "-c"]' busybox 'echo hi'""" in s
     s = render_job(
         data([{"name": "main", "image": "busybox", "args": ["a"]}]), pb.BuildConfig(runtime=RT.PODMAN)
     ).script
-    assert "podman run --rm busybox a" in s
+    assert """--label "interlink-nats.job-dir=$__job_dir" busybox a""" in s
+    assert "--entrypoint" not in s
 
 
 @pytest.mark.parametrize(
@@ -522,6 +525,26 @@ def test_fields_that_cannot_be_honoured_are_rejected_not_dropped(patch: dict[str
     with pytest.raises(PodRejected) as caught:
         render_job({"pod": pod}, pb.BuildConfig(runtime=pb.ContainerRuntime.NONE))
     assert caught.value.field == field
+
+
+@pytest.mark.parametrize(
+    ("limits", "flags"),
+    [
+        ({"cpu": "1500m", "memory": "64Mi"}, "--memory 67108864 --cpus 1.5"),
+        ({"cpu": "250m"}, "--cpus 0.25"),
+        ({"cpu": "2"}, "--cpus 2"),
+        ({"cpu": "1m"}, "--cpus 0.001"),
+        ({"memory": "1G"}, "--memory 1000000000"),
+    ],
+)
+def test_podman_gets_each_containers_limits(limits: dict[str, str], flags: str) -> None:
+    s = render_job(data([ctr(resources={"limits": limits})]), pb.BuildConfig(runtime=RT.PODMAN)).script
+    assert f'"interlink-nats.job-dir=$__job_dir" {flags} --entrypoint' in s
+
+
+def test_podman_without_resources_gets_no_limits() -> None:
+    s = render_job(data([ctr()]), pb.BuildConfig(runtime=RT.PODMAN)).script
+    assert "--memory" not in s and "--cpus" not in s
 
 
 @pytest.mark.parametrize(

@@ -25,7 +25,7 @@ from interlink_nats.gen.interlink_nats.v1 import (
     SubmitterServiceBase,
 )
 from interlink_nats.kernel import subjects
-from interlink_nats.services.events import ensure_events_stream
+from interlink_nats.services.events_stream import ensure_events_stream
 from interlink_nats.services.rpc import RpcServer, submitter_client
 from tls import ErrorLog, SecureStack, stack_fixture
 

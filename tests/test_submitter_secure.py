@@ -12,7 +12,7 @@ import nats.js.errors
 import pytest
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel.subjects import EVENTS_STREAM
-from interlink_nats.services.events import ensure_events_stream
+from interlink_nats.services.events_stream import ensure_events_stream
 from interlink_nats.services.rpc import submitter_client
 from interlink_nats.submitters.natsconn import backoff_delay, connect_options
 from interlink_nats.submitters.runtime import Submitter, SubmitterError

@@ -13,7 +13,7 @@ from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel.subjects import EVENTS_STREAM, config_subject, events_subject, resources_subject
-from interlink_nats.services.events import ensure_events_stream
+from interlink_nats.services.events_stream import ensure_events_stream
 from interlink_nats.services.rpc import submitter_client
 from interlink_nats.submitters.runtime import Submitter
 from interlink_nats.submitters.testing import settings_for, wait_for

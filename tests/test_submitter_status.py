@@ -253,3 +253,16 @@ def test_a_refused_submission_fails_every_container() -> None:
     assert status.state == S.FAILED
     assert {c.phase for c in status.containers} == {P.TERMINATED}
     assert status.message == "sbatch: error: Invalid partition"
+
+
+def test_an_unexplained_sigkill_says_so_instead_of_guessing_oom() -> None:
+    killed = map_status(
+        META, Observation(B.FAILED, 137), {"init": done(0), "main": done(137), "side": done(0)}, now=NOW
+    )
+    main = killed.containers[1]
+    assert (main.exit_code, main.reason) == (137, "Error")
+    assert "memory limit or by a kill from outside" in main.message and "did not say which" in main.message
+    oom = map_status(META, Observation(B.OUT_OF_MEMORY), {"init": done(0), "main": done(137)}, now=NOW)
+    assert (oom.containers[1].reason, oom.containers[1].message) == ("OOMKilled", "")
+    plain = map_status(META, Observation(B.FAILED, 3), {"init": done(0), "main": done(3), "side": done(0)}, now=NOW)
+    assert plain.containers[1].message == ""

@@ -38,8 +38,7 @@ Wire convention (the contract for other languages, with examples tested byte for
 from .calls import ServerCall, current_call
 from .channel import NatsChannel, StreamCall, UnaryCall, submitter_client
 from .micro import EndpointStats, MicroResponder
-from .server import SERVICE_NAME, RpcServer, Servable
-from .wire import (
+from .protocol import (
     ACK,
     CANCEL,
     CONTROL,
@@ -49,6 +48,7 @@ from .wire import (
     TIMEOUT,
     WINDOW,
 )
+from .server import SERVICE_NAME, RpcServer, Servable
 
 __all__ = [
     "ACK",

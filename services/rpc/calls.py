@@ -16,7 +16,7 @@ from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 from grpclib.metadata import Deadline
 
-from . import wire
+from . import protocol
 
 if TYPE_CHECKING:
     from nats.aio.client import Client as NATS
@@ -51,7 +51,7 @@ class ServerCall:
     def metadata(self) -> dict[str, str | bytes]:
         """The caller's metadata (decoded on first use: most handlers never look)."""
         if self._metadata is None:
-            self._metadata = wire.decode_metadata(self._headers)
+            self._metadata = protocol.decode_metadata(self._headers)
         return self._metadata
 
     def time_remaining(self) -> float | None:
@@ -86,7 +86,7 @@ class UnaryServerCall(ServerCall):
         if status is Status.OK:
             await self._nc.publish(self._reply, self.reply or b"")
         else:
-            await self._nc.publish(self._reply, b"", headers=wire.status_headers(status, message))
+            await self._nc.publish(self._reply, b"", headers=protocol.status_headers(status, message))
 
 
 class StreamServerCall(ServerCall):
@@ -132,17 +132,17 @@ class StreamServerCall(ServerCall):
             self._reply,
             b"",
             reply=self._control,
-            headers=wire.open_headers(self._control, self._window),
+            headers=protocol.open_headers(self._control, self._window),
         )
 
     async def _on_control(self, msg: Msg) -> None:
         headers = msg.headers or {}
-        ack = headers.get(wire.ACK)
+        ack = headers.get(protocol.ACK)
         if ack is not None:
             with contextlib.suppress(ValueError):
                 self._acked = max(self._acked, int(ack))
                 self._credit.set()
-        elif wire.CANCEL in headers or headers.get(wire.NATS_STATUS) == wire.NO_RESPONDERS:
+        elif protocol.CANCEL in headers or headers.get(protocol.NATS_STATUS) == protocol.NO_RESPONDERS:
             self._client_gone()
 
     def _client_gone(self) -> None:
@@ -171,7 +171,7 @@ class StreamServerCall(ServerCall):
         self._task = None  # a late cancel must not hit the end marker
         try:
             if not self.gone:
-                await self._nc.publish(self._reply, b"", headers=wire.end_headers(status, message))
+                await self._nc.publish(self._reply, b"", headers=protocol.end_headers(status, message))
         finally:
             await self.close()
 

@@ -20,7 +20,7 @@ from grpclib.exceptions import GRPCError
 from grpclib.metadata import Deadline
 from interlink_nats.kernel.subjects import route_to_subject, validate_pool
 
-from . import wire
+from . import protocol
 
 if TYPE_CHECKING:
     from nats.aio.client import Client as NATS
@@ -78,20 +78,20 @@ class NatsChannel:
         *,
         timeout: float | None = None,
         deadline: Deadline | None = None,
-        metadata: wire.MetadataLike | None = None,
+        metadata: protocol.MetadataLike | None = None,
     ) -> UnaryCall[R] | StreamCall[R]:
         """Open one call; the signature is grpclib's, so stubs pass their kwargs straight through."""
         remaining = self._remaining(timeout, deadline)
-        headers: wire.Headers = {}
+        headers: protocol.Headers = {}
         if remaining is not None:
-            headers[wire.TIMEOUT] = wire.encode_timeout(remaining)
-        wire.encode_metadata(metadata, headers)
+            headers[protocol.TIMEOUT] = protocol.encode_timeout(remaining)
+        protocol.encode_metadata(metadata, headers)
         subject = self.subject(name)
         if cardinality is Cardinality.UNARY_UNARY:
             return UnaryCall(self, subject, reply_type, remaining, headers or None)
         if cardinality is Cardinality.UNARY_STREAM:
             if self.stream_window is not None:
-                headers[wire.WINDOW] = str(self.stream_window)
+                headers[protocol.WINDOW] = str(self.stream_window)
             return StreamCall(self, subject, reply_type, remaining, headers or None)
         raise GRPCError(Status.UNIMPLEMENTED, f"{cardinality.name} calls are not supported over NATS")
 
@@ -118,7 +118,7 @@ class _Call:
         subject: str,
         reply_type: type[R],
         timeout: float | None,
-        headers: wire.Headers | None,
+        headers: protocol.Headers | None,
     ) -> None:
         self._channel = channel
         self._nc = channel.nc
@@ -139,7 +139,7 @@ class _Call:
         try:
             return self._reply_type.FromString(data)
         except Exception:
-            wire.protocol_error(f"reply is not a valid {self._reply_type.__name__}")
+            protocol.protocol_error(f"reply is not a valid {self._reply_type.__name__}")
 
     async def send_request(self, *, end: bool = False) -> None:
         """grpclib sends headers separately; here they travel with the request message."""
@@ -182,7 +182,7 @@ class UnaryCall(_Call, Generic[R]):
         while True:
             timeout = deadline_at - loop.time()
             if timeout <= 0:
-                raise wire.deadline_exceeded()
+                raise protocol.deadline_exceeded()
             try:
                 msg = await self._request(budget=timeout)
                 break
@@ -191,13 +191,13 @@ class UnaryCall(_Call, Generic[R]):
                 continue
             except nats.errors.NoRespondersError as exc:
                 if retried:
-                    raise wire.unavailable(self._channel.pool) from exc
+                    raise protocol.unavailable(self._channel.pool) from exc
                 retried = True
                 await _settle(self._nc, deadline_at - loop.time(), self._channel.pool)
             except nats.errors.Error as exc:
-                raise wire.translate_nats_error(exc, self._channel.pool) from exc
+                raise protocol.translate_nats_error(exc, self._channel.pool) from exc
         if msg.headers:
-            wire.raise_for_status(msg.headers)
+            protocol.raise_for_status(msg.headers)
         result: R = self._parse(msg.data)
         return result
 
@@ -256,7 +256,11 @@ class _FailoverWatch:
         return self._next
 
     def release(self) -> None:
+        """The last waiting call stops the poller at once: no task outlives the calls it watches for."""
         self._waiting -= 1
+        if self._waiting == 0 and self._task is not None and not self._task.done():
+            self._task.cancel()
+            self._task = None
 
     async def _poll(self) -> None:
         while self._waiting > 0:
@@ -280,7 +284,7 @@ class StreamCall(_Call, Generic[R]):
         subject: str,
         reply_type: type[R],
         timeout: float | None,
-        headers: wire.Headers | None,
+        headers: protocol.Headers | None,
     ) -> None:
         super().__init__(channel, subject, reply_type, timeout, headers)
         loop = asyncio.get_running_loop()
@@ -304,7 +308,7 @@ class StreamCall(_Call, Generic[R]):
             await self._nc.publish(self._subject, self._payload, reply=self._inbox, headers=self._headers)
         except nats.errors.Error as exc:
             self._done = True
-            raise wire.translate_nats_error(exc, self._channel.pool) from exc
+            raise protocol.translate_nats_error(exc, self._channel.pool) from exc
 
     async def _republish(self) -> None:
         """Second and last try after a no-responders bounce (see ``_settle``)."""
@@ -315,7 +319,7 @@ class StreamCall(_Call, Generic[R]):
             await self._nc.publish(self._subject, self._payload, reply=self._inbox, headers=self._headers)
         except nats.errors.Error as exc:
             self._done = True
-            raise wire.translate_nats_error(exc, self._channel.pool) from exc
+            raise protocol.translate_nats_error(exc, self._channel.pool) from exc
 
     async def _on_reply(self, msg: Msg) -> None:
         self._queue.put_nowait(msg)
@@ -331,27 +335,27 @@ class StreamCall(_Call, Generic[R]):
                     await self._ack()
                 result: R = self._parse(msg.data)
                 return result
-            if wire.END in headers:
+            if protocol.END in headers:
                 self._done = True
-                wire.raise_for_status(headers)
+                protocol.raise_for_status(headers)
                 return None
-            if wire.CONTROL in headers:
+            if protocol.CONTROL in headers:
                 self._opened(headers)
                 continue
-            if headers.get(wire.NATS_STATUS) == wire.NO_RESPONDERS:
+            if headers.get(protocol.NATS_STATUS) == protocol.NO_RESPONDERS:
                 if not self._retried and self._payload is not None:
                     self._retried = True
                     await self._republish()
                     continue
                 self._done = True
-                raise wire.unavailable(self._channel.pool)
-            wire.protocol_error(f"unexpected stream message with headers {sorted(headers)}")
+                raise protocol.unavailable(self._channel.pool)
+            protocol.protocol_error(f"unexpected stream message with headers {sorted(headers)}")
         return None
 
     def _opened(self, headers: dict[str, str]) -> None:
-        self._control = headers[wire.CONTROL]
+        self._control = headers[protocol.CONTROL]
         try:
-            window = int(headers.get(wire.WINDOW, "1"))
+            window = int(headers.get(protocol.WINDOW, "1"))
         except ValueError:
             window = 1
         # Ack at half the window so the server rarely stalls while the caller keeps up.
@@ -365,16 +369,16 @@ class StreamCall(_Call, Generic[R]):
                 return await self._queue.get()
         except TimeoutError:
             await self._cancel_remote()
-            raise wire.deadline_exceeded() from None
+            raise protocol.deadline_exceeded() from None
 
     async def _ack(self) -> None:
         assert self._control is not None
         self._acked = self._consumed
         try:
-            await self._nc.publish(self._control, b"", headers={wire.ACK: str(self._consumed)})
+            await self._nc.publish(self._control, b"", headers={protocol.ACK: str(self._consumed)})
         except nats.errors.Error as exc:
             self._done = True
-            raise wire.translate_nats_error(exc, self._channel.pool) from exc
+            raise protocol.translate_nats_error(exc, self._channel.pool) from exc
 
     async def _cancel_remote(self) -> None:
         """Tell the server to stop; best effort (if we never learnt its control subject,
@@ -384,11 +388,11 @@ class StreamCall(_Call, Generic[R]):
         self._done = True
         while self._control is None and not self._queue.empty():
             headers = self._queue.get_nowait().headers
-            if headers and wire.CONTROL in headers:
+            if headers and protocol.CONTROL in headers:
                 self._opened(headers)
         if self._control is not None:
             with contextlib.suppress(nats.errors.Error):
-                await self._nc.publish(self._control, b"", headers={wire.CANCEL: "1"})
+                await self._nc.publish(self._control, b"", headers={protocol.CANCEL: "1"})
 
     async def __aexit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
@@ -417,11 +421,11 @@ async def _settle(nc: NATS, budget: float, pool: str) -> None:
     Retrying is safe: a 503 means no handler received the request.
     """
     if budget <= 0:
-        raise wire.deadline_exceeded()
+        raise protocol.deadline_exceeded()
     try:
         await nc.flush(timeout=min(budget, 5.0))  # type: ignore[arg-type]  # nats-py annotates int; it takes seconds
     except nats.errors.Error as exc:
-        raise wire.translate_nats_error(exc, pool) from exc
+        raise protocol.translate_nats_error(exc, pool) from exc
 
 
 def submitter_client(

@@ -25,7 +25,7 @@ from grpclib.metadata import Deadline
 from interlink_nats.kernel.subjects import route_to_subject, validate_pool
 from interlink_nats.kernel.version import __version__
 
-from . import strict, wire
+from . import protocol, strict
 from .calls import ServerCall, StreamGone, StreamServerCall, UnaryServerCall
 from .micro import EndpointStats, MicroResponder
 
@@ -185,7 +185,7 @@ class RpcServer:
         """Run one call and record it in the micro stats."""
         start = time.perf_counter_ns()
         self._in_flight += 1
-        status, message = Status.UNKNOWN, wire.GENERIC_ERROR
+        status, message = Status.UNKNOWN, protocol.GENERIC_ERROR
         try:
             status, message = await self._run(endpoint, msg, received)
         finally:
@@ -199,19 +199,19 @@ class RpcServer:
             return Status.INVALID_ARGUMENT, "no reply subject"
         loop = asyncio.get_running_loop()
         deadline_at: float | None = None
-        raw_timeout = msg.headers.get(wire.TIMEOUT) if msg.headers else None
+        raw_timeout = msg.headers.get(protocol.TIMEOUT) if msg.headers else None
         if raw_timeout is not None:
             try:
-                deadline_at = received + wire.decode_timeout(raw_timeout)
+                deadline_at = received + protocol.decode_timeout(raw_timeout)
             except ValueError:
-                return await self._reject(endpoint, msg, Status.INVALID_ARGUMENT, f"bad {wire.TIMEOUT} header")
+                return await self._reject(endpoint, msg, Status.INVALID_ARGUMENT, f"bad {protocol.TIMEOUT} header")
         window = self.stream_window
-        raw_window = msg.headers.get(wire.WINDOW) if msg.headers else None
+        raw_window = msg.headers.get(protocol.WINDOW) if msg.headers else None
         if raw_window is not None:
             try:  # a client bounds its own memory: it may ask for less, never for more
-                window = min(window, wire.decode_window(raw_window))
+                window = min(window, protocol.decode_window(raw_window))
             except ValueError:
-                return await self._reject(endpoint, msg, Status.INVALID_ARGUMENT, f"bad {wire.WINDOW} header")
+                return await self._reject(endpoint, msg, Status.INVALID_ARGUMENT, f"bad {protocol.WINDOW} header")
         handler = endpoint.handler
         try:
             strict.check(msg.data, handler.request_type)
@@ -270,7 +270,7 @@ class RpcServer:
                 raise
         except Exception:
             log.exception("%s handler failed (pool %s)", endpoint.method, self.pool)
-            status, message = Status.UNKNOWN, wire.GENERIC_ERROR
+            status, message = Status.UNKNOWN, protocol.GENERIC_ERROR
         finally:
             ServerCall.unbind(token)
         await self._finish_quietly(call, status, message)
@@ -294,8 +294,8 @@ class RpcServer:
             if endpoint.handler.cardinality is Cardinality.UNARY_STREAM:
                 # Nothing listens on this control subject: the end marker follows at once, no ack is needed.
                 control = self.nc.new_inbox()
-                await self.nc.publish(msg.reply, b"", headers=wire.open_headers(control, self.stream_window))
-                await self.nc.publish(msg.reply, b"", headers=wire.end_headers(status, message))
+                await self.nc.publish(msg.reply, b"", headers=protocol.open_headers(control, self.stream_window))
+                await self.nc.publish(msg.reply, b"", headers=protocol.end_headers(status, message))
             else:
-                await self.nc.publish(msg.reply, b"", headers=wire.status_headers(status, message))
+                await self.nc.publish(msg.reply, b"", headers=protocol.status_headers(status, message))
         return status, message

@@ -5,8 +5,9 @@ Pure: rendering does no I/O. The job directory contract the script follows is in
 
 from __future__ import annotations
 
+from .environment import expand
 from .errors import PodRejected
 from .pod_resources import parse_quantity, pod_resources
-from .render import expand, render_job
+from .render import render_job
 
 __all__ = ["PodRejected", "expand", "parse_quantity", "pod_resources", "render_job"]

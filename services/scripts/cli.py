@@ -11,7 +11,8 @@ import yaml
 from interlink_nats.gen.interlink_nats import v1 as pb
 
 from .errors import PodRejected
-from .render import RUNTIME_NAMES, render_job
+from .render import render_job
+from .runtimes import RUNTIME_NAMES
 
 RUNTIMES = {name: rt for rt, name in RUNTIME_NAMES.items()}
 

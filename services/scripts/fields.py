@@ -23,6 +23,7 @@ from typing import Any
 from .errors import PodRejected
 
 __all__ = [
+    "absolute_path",
     "as_list",
     "as_obj",
     "as_str",
@@ -34,6 +35,7 @@ __all__ = [
     "get_opt_str",
     "get_str",
     "member",
+    "relative_path",
     "str_map",
     "wrong_type",
 ]
@@ -176,3 +178,20 @@ def get_int(obj: dict[str, Any], key: str, where: str) -> int | None:
     if isinstance(value, int) and not isinstance(value, bool):
         return int(value)
     raise wrong_type(f"{where}.{key}", "an integer", value)
+
+
+def relative_path(path: Any, where: str) -> str:
+    """A relative file path below a volume: no absolute paths, no '..', no empty components."""
+    text = as_str(path, where)
+    parts = text.split("/")
+    if not text or text.startswith("/") or any(p in ("", ".", "..") for p in parts) or "\x00" in text:
+        raise PodRejected(where, f"must be a relative path without '..': {text!r}")
+    return text
+
+
+def absolute_path(path: Any, where: str) -> str:
+    """An absolute path without '..' (a mount path, a working directory, a hostPath)."""
+    text = as_str(path, where)
+    if not text.startswith("/") or "\x00" in text or ".." in text.split("/"):
+        raise PodRejected(where, f"must be an absolute path without '..': {text!r}")
+    return text

@@ -5,7 +5,7 @@ from __future__ import annotations
 import datetime
 import math
 from fractions import Fraction
-from typing import Any
+from typing import Any, NamedTuple
 
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel import quantities
@@ -23,6 +23,14 @@ MAX_WALL_SECONDS = 315_576_000_000
 """10,000 years: the largest google.protobuf.Duration (and within datetime.timedelta)."""
 INT64_MAX = 2**63 - 1
 """JobScript.resources are int64 (cpu millis, memory bytes, GPUs): larger figures are rejected, not wrapped."""
+
+
+class ContainerResources(NamedTuple):
+    """What one container needs: max(request, limit) per resource."""
+
+    cpu_millis: int
+    memory_bytes: int
+    gpus: int
 
 
 def parse_quantity(text: str) -> Fraction:
@@ -44,7 +52,7 @@ def _quantity(raw: Any, where: str, kind: str, name: str) -> Fraction:
         raise PodRejected(member(f"{where}.{kind}", name), str(e)) from None
 
 
-def container_resources(container: dict[str, Any], field: str) -> tuple[int, int, int]:
+def container_resources(container: dict[str, Any], field: str) -> ContainerResources:
     """(cpu millis, memory bytes, gpus) of one container: max(request, limit) per resource,
     since a limit without a request implies request = limit and the batch system must grant the larger."""
     res = get_obj(container, "resources", field)
@@ -73,7 +81,7 @@ def container_resources(container: dict[str, Any], field: str) -> tuple[int, int
                 if q.denominator != 1:
                     raise PodRejected(member(f"{rw}.{kind}", name), "GPU counts must be whole numbers")
                 gpu = max(gpu, q)
-    return math.ceil(cpu * 1000), math.ceil(mem), int(gpu)
+    return ContainerResources(math.ceil(cpu * 1000), math.ceil(mem), int(gpu))
 
 
 def pod_resources(pod: dict[str, Any]) -> pb.ResourceRequest:
@@ -92,7 +100,7 @@ def pod_resources(pod: dict[str, Any]) -> pb.ResourceRequest:
 
 
 def pod_resources_from(
-    main: list[tuple[int, int, int]], init: list[tuple[int, int, int]], spec: dict[str, Any]
+    main: list[ContainerResources], init: list[ContainerResources], spec: dict[str, Any]
 ) -> pb.ResourceRequest:
     """pod_resources from per-container figures already computed (the renderer has them)."""
     summed = [sum(c[k] for c in main) for k in range(3)]

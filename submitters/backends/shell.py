@@ -20,6 +20,10 @@ the launcher, which finishes every directory it was sent even if the submitter i
 launcher killed between the two (its container restarted) leaves a claim without a runner; the
 poll reports that job lost, saying it never started, on its second sighting (``NEVER_STARTED_AFTER``).
 
+Runtime podman: a container outlives a killed job script, so while the pool's runtime is podman the
+backend removes a pod's containers on cancel and, at start, those whose job script is gone
+(:mod:`interlink_nats.submitters.containers`).
+
 Files the backend adds to the job directory (next to the layout.py contract):
 ``.shell.claim/`` (the run-once claim), ``.shell.pid`` (runner pid), ``.shell.exit``
 (job.sh's exit code), ``job.out`` (job.sh's own stdout/stderr).
@@ -50,6 +54,7 @@ from interlink_nats.submitters.backends.base import (
 )
 from interlink_nats.submitters.backends.proc import run_command
 from interlink_nats.submitters.clock import SYSTEM_CLOCK, Clock
+from interlink_nats.submitters.containers import PodmanJanitor
 
 log = logging.getLogger(__name__)
 
@@ -310,6 +315,8 @@ class ShellBackend:
         self._launcher = _Launcher(bash)
         self._launches: set[asyncio.Task[None]] = set()
         self._exit_fds: set[int] = set()
+        self._janitor: PodmanJanitor | None = None
+        """Set while the pool's runtime is podman: containers can outlive a killed job script."""
         self.calls = 0
 
     @property
@@ -321,10 +328,30 @@ class ShellBackend:
             wanted = build_config.shell.max_concurrent_jobs if build_config.shell else 0
             self._limit = wanted or (len(os.sched_getaffinity(0)) or 1)
             self._wake.set()
+        if build_config.runtime == pb.ContainerRuntime.PODMAN:
+            self._janitor = PodmanJanitor(build_config.executable or "podman")
+        else:
+            self._janitor = None
 
     async def start(self) -> None:
+        if self._janitor is not None:  # after a crash or reboot: containers whose job script is gone
+            await self._janitor.sweep(self._job_alive)
         if self._task is None:
             self._task = asyncio.create_task(self._launch_loop(), name="shell-launcher")
+
+    def _job_alive(self, job_dir: Path) -> bool | None:
+        """Whether the job in ``job_dir`` still runs; None when the directory is not a job of this backend."""
+        if not job_dir.is_dir():
+            return False  # removed: cancelled or cleaned up
+        if not (job_dir / CLAIM).exists():
+            return None
+        if (job_dir / EXIT_FILE).exists():
+            return False
+        pid = _read_int(job_dir / PID_FILE)
+        if pid is None:
+            return False  # the runner writes its pid before it starts job.sh: no script ever ran here
+        seen = _proc_start_ticks(pid)
+        return _is_our_runner(pid, job_dir) and seen is not None and seen[1] != "Z"
 
     async def close(self) -> None:
         if self._task is not None:
@@ -518,11 +545,12 @@ class ShellBackend:
                 break
             await asyncio.sleep(0.02)
         run = self._running.get(uid) or self._adopt(uid, job.job_dir)
-        if run is None:
-            return
-        await self._terminate(run)
-        self._running.pop(uid, None)
-        self._wake.set()
+        if run is not None:
+            await self._terminate(run)
+            self._running.pop(uid, None)
+            self._wake.set()
+        if self._janitor is not None:  # a script killed after the grace period leaves its containers running
+            await self._janitor.remove_pod(uid)
 
     async def _terminate(self, run: _Running) -> None:
         try:

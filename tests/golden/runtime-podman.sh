@@ -1,6 +1,6 @@
 #!/bin/bash
 # interlink-nats job script (runtime podman). Self-contained; run with cwd = job directory.
-# Needs bash >= 4.2 and coreutils (base64, chmod, mkdir, ln, mv, rm, sleep).
+# Needs bash >= 4.2 and coreutils (base64, chmod, mkdir, ln, mv, rm, sleep), and setsid (util-linux).
 # Every pod-derived value below is a single-quoted shell word; only the pre-exec sections are raw shell.
 set -u
 umask 077
@@ -44,7 +44,9 @@ __on_signal() {
   if [ "$__cancelled" = 0 ]; then
     __cancelled=1
     __signal_all TERM
-    ( sleep 15; __signal_all KILL ) &
+    ( sleep 15
+      setsid -w podman rm -f -t 0 --filter label=interlink-nats.pod-uid=6f1c2e9a-1111-2222-3333-444455556666 >/dev/null 2>&1
+      __signal_all KILL ) &
     __timers+=($!)
   fi
 }
@@ -52,6 +54,7 @@ __cleanup() {
   local t
   trap - TERM INT
   for t in ${__timers[@]+"${__timers[@]}"}; do kill -- "-$t" 2>/dev/null; done
+  [ "$__cancelled" = 0 ] || podman rm -f -t 0 --filter label=interlink-nats.pod-uid=6f1c2e9a-1111-2222-3333-444455556666 >/dev/null 2>&1
   __terminate_rest 143 "interlink-nats: the job script ended before this container ended"
   rm -rf -- "$__job_dir"/volumes "$__job_dir"/rootfs
 }
@@ -99,13 +102,31 @@ umask 022
 
 # --- containers ---
 __c0() {
-  exec podman run --rm --network=host -v /data:/data:ro -v "$__job_dir"/volumes/scratch:/scratch --entrypoint '["sh", "-c"]' busybox:1.36 'echo '"'"'ready'"'"' > /scratch/ready'
+  trap : TERM INT
+  podman run --rm --network=host --label interlink-nats.pod-uid=6f1c2e9a-1111-2222-3333-444455556666 --label interlink-nats.container=fetch --label "interlink-nats.job-dir=$__job_dir" -v /data:/data:ro -v "$__job_dir"/volumes/scratch:/scratch --entrypoint '["sh", "-c"]' busybox:1.36 'echo '"'"'ready'"'"' > /scratch/ready'
+  __status=$?
+  if [ "$__status" = 125 ] && ! podman image exists busybox:1.36 >/dev/null 2>&1; then
+    printf '%s\n' 'interlink-nats: image busybox:1.36 is not on this host and podman could not pull it'
+  fi
+  return "$__status"
 }
 __c1() {
-  exec mpirun -np 2 podman run --rm --network=host --device nvidia.com/gpu=all --env EPOCHS=3 --env POD=golden -v /data:/data:ro -v "$__job_dir"/volumes/scratch:/scratch -v "$__job_dir"/volumes/cfg:/etc/app:ro --workdir /scratch --entrypoint '["python3", "train.py"]' ghcr.io/example/train:1.0 --epochs 3 --name 'it'"'"'s golden'
+  trap : TERM INT
+  mpirun -np 2 podman run --rm --network=host --label interlink-nats.pod-uid=6f1c2e9a-1111-2222-3333-444455556666 --label interlink-nats.container=train --label "interlink-nats.job-dir=$__job_dir" --memory 4294967296 --cpus 2 --device nvidia.com/gpu=all --env EPOCHS=3 --env POD=golden -v /data:/data:ro -v "$__job_dir"/volumes/scratch:/scratch -v "$__job_dir"/volumes/cfg:/etc/app:ro --workdir /scratch --entrypoint '["python3", "train.py"]' ghcr.io/example/train:1.0 --epochs 3 --name 'it'"'"'s golden'
+  __status=$?
+  if [ "$__status" = 125 ] && ! podman image exists ghcr.io/example/train:1.0 >/dev/null 2>&1; then
+    printf '%s\n' 'interlink-nats: image ghcr.io/example/train:1.0 is not on this host and podman could not pull it'
+  fi
+  return "$__status"
 }
 __c2() {
-  exec mpirun -np 2 podman run --rm --network=host -v /data:/data:ro -v "$__job_dir"/volumes/scratch:/scratch /cvmfs/images/sidecar.sif --serve 8080
+  trap : TERM INT
+  mpirun -np 2 podman run --rm --network=host --label interlink-nats.pod-uid=6f1c2e9a-1111-2222-3333-444455556666 --label interlink-nats.container=sidecar --label "interlink-nats.job-dir=$__job_dir" --memory 134217728 --cpus 0.25 -v /data:/data:ro -v "$__job_dir"/volumes/scratch:/scratch /cvmfs/images/sidecar.sif --serve 8080
+  __status=$?
+  if [ "$__status" = 125 ] && ! podman image exists /cvmfs/images/sidecar.sif >/dev/null 2>&1; then
+    printf '%s\n' 'interlink-nats: image /cvmfs/images/sidecar.sif is not on this host and podman could not pull it'
+  fi
+  return "$__status"
 }
 # Run container $1 (function index) named $2 in its own process group; its wrapper writes the exit file.
 __launch() {

@@ -1,4 +1,4 @@
-"""The wire convention shared by client and server: header names, status and deadline encoding.
+"""The RPC wire protocol shared by client and server: header names, status and deadline encoding.
 
 Pure functions only (no I/O), so both ends agree by construction and tests can check them
 without a server. Data messages never carry headers; every control message does.

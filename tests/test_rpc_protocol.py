@@ -21,58 +21,58 @@ from interlink_nats.gen.interlink_nats.v1 import (
     ResourceRequest,
     SubmitRequest,
 )
-from interlink_nats.services.rpc import strict, wire
+from interlink_nats.services.rpc import protocol, strict
 
 
 def test_status_headers_round_trip() -> None:
-    headers = wire.status_headers(Status.NOT_FOUND, "no pod")
-    assert wire.parse_status(headers) == (Status.NOT_FOUND, "no pod")
+    headers = protocol.status_headers(Status.NOT_FOUND, "no pod")
+    assert protocol.parse_status(headers) == (Status.NOT_FOUND, "no pod")
     with pytest.raises(GRPCError) as caught:
-        wire.raise_for_status(headers)
+        protocol.raise_for_status(headers)
     assert (caught.value.status, caught.value.message) == (Status.NOT_FOUND, "no pod")
 
 
 def test_end_marker_with_ok_raises_nothing() -> None:
-    headers = wire.end_headers()
-    assert headers[wire.END] == "1"
-    wire.raise_for_status(headers)
+    headers = protocol.end_headers()
+    assert headers[protocol.END] == "1"
+    protocol.raise_for_status(headers)
 
 
 @pytest.mark.parametrize("raw", [None, "abc", "99", "-1"])
 def test_missing_or_unknown_status_is_unknown_never_ok(raw: str | None) -> None:
-    headers = {} if raw is None else {wire.STATUS: raw}
-    assert wire.parse_status(headers)[0] is Status.UNKNOWN
+    headers = {} if raw is None else {protocol.STATUS: raw}
+    assert protocol.parse_status(headers)[0] is Status.UNKNOWN
 
 
 @pytest.mark.parametrize(("seconds", "encoded"), [(1.5, "1.500"), (0.0, "0.001"), (-3, "0.001")])
 def test_timeouts_are_encoded_positive(seconds: float, encoded: str) -> None:
-    assert wire.encode_timeout(seconds) == encoded
-    assert wire.decode_timeout(encoded) == float(encoded)
+    assert protocol.encode_timeout(seconds) == encoded
+    assert protocol.decode_timeout(encoded) == float(encoded)
 
 
 @pytest.mark.parametrize("bad", ["soon", "nan", "inf", "-1", ""])
 def test_bad_timeouts_are_rejected(bad: str) -> None:
     with pytest.raises(ValueError):  # noqa: PT011 - float() and our own check both raise plain ValueError
-        wire.decode_timeout(bad)
+        protocol.decode_timeout(bad)
 
 
 def test_metadata_round_trips_including_binary_values() -> None:
-    headers: wire.Headers = {}
-    wire.encode_metadata([("Trace-Id", "abc"), ("sig-bin", b"\x00\x01\xff")], headers)
-    headers[wire.TIMEOUT] = "1.000"
-    assert wire.decode_metadata(headers) == {"trace-id": "abc", "sig-bin": b"\x00\x01\xff"}
+    headers: protocol.Headers = {}
+    protocol.encode_metadata([("Trace-Id", "abc"), ("sig-bin", b"\x00\x01\xff")], headers)
+    headers[protocol.TIMEOUT] = "1.000"
+    assert protocol.decode_metadata(headers) == {"trace-id": "abc", "sig-bin": b"\x00\x01\xff"}
 
 
 @pytest.mark.parametrize("key", ["rpc-status", "Rpc-Timeout", "status"])
 def test_reserved_metadata_keys_are_refused(key: str) -> None:
     with pytest.raises(GRPCError) as caught:
-        wire.encode_metadata({key: "x"}, {})
+        protocol.encode_metadata({key: "x"}, {})
     assert caught.value.status is Status.INVALID_ARGUMENT
 
 
 def test_bytes_metadata_needs_the_bin_suffix() -> None:
     with pytest.raises(GRPCError):
-        wire.encode_metadata({"token": b"\x00"}, {})
+        protocol.encode_metadata({"token": b"\x00"}, {})
 
 
 @pytest.mark.parametrize(
@@ -86,7 +86,7 @@ def test_bytes_metadata_needs_the_bin_suffix() -> None:
     ],
 )
 def test_nats_errors_become_grpc_errors(exc: Exception, status: Status) -> None:
-    assert wire.translate_nats_error(exc, "a").status is status
+    assert protocol.translate_nats_error(exc, "a").status is status
 
 
 # --- strict wire check ---------------------------------------------------------------------------

@@ -1,0 +1,41 @@
+"""The pod annotations the renderer reads (the SLURM plugin's ``slurm-job.vk.io/*``, kept compatible)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .errors import PodRejected
+from .fields import as_str, member
+from .quoting import split_words
+
+PREFIX = "slurm-job.vk.io/"
+FLAGS = PREFIX + "flags"
+PRE_EXEC = PREFIX + "pre-exec"
+SINGULARITY_COMMANDS = PREFIX + "singularity-commands"
+SINGULARITY_MOUNTS = PREFIX + "singularity-mounts"
+SINGULARITY_OPTIONS = PREFIX + "singularity-options"
+IMAGE_ROOT = PREFIX + "image-root"
+MPI_FLAGS = PREFIX + "mpi-flags"
+POD_IP = "interlink.eu/pod-ip"
+"""Set by interLink when the pod has an IP; the downward API's ``status.podIP`` falls back to it."""
+
+
+def field(key: str) -> str:
+    """The JSON path of annotation ``key``, for rejections."""
+    return member("metadata.annotations", key)
+
+
+def value(annotations: dict[str, Any], key: str) -> str | None:
+    """An annotation's value (a string, as everywhere in metadata), ``None`` when absent."""
+    text = annotations.get(key)
+    if text is None or type(text) is str:
+        return text
+    return as_str(text, field(key))
+
+
+def words(text: str, key: str) -> list[str]:
+    """The shell words of annotation ``key``'s value ``text``."""
+    try:
+        return list(split_words(text))
+    except ValueError as e:
+        raise PodRejected(field(key), f"cannot split into shell words: {e}") from None

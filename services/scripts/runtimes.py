@@ -1,0 +1,271 @@
+"""Per-runtime command lines: one :class:`Runtime` interface, container engines as rows of one flag table.
+
+apptainer, singularity and podman build the same command line (environment, GPUs, binds, working directory,
+image, command) with different flags and in a slightly different order; the table below says which. Runtime
+``none`` runs the command on the host instead, with the pod's mounts as symlinks (docs/pod-support.md).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
+
+from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.kernel import layout
+
+from .errors import PodRejected
+from .launch import ContainerCommands, Image, Launch, PodOptions, StopCommands
+from .quoting import quote, quote_field
+
+_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+
+
+class Runtime(Protocol):
+    """How a pool runs containers."""
+
+    @property
+    def name(self) -> str:
+        """The runtime's name, and its default executable."""
+
+    @property
+    def binds(self) -> bool:
+        """Mounts become bind flags, whose syntax cannot express ',' or ':' in a path."""
+
+    @property
+    def gpu_flags(self) -> tuple[str, ...]:
+        """What gives a container the pool's GPUs; empty when the runtime has no such flag."""
+
+    @property
+    def cache_env(self) -> str | None:
+        """Environment variable naming the image cache (``BuildConfig.cache_dir``), if the runtime has one."""
+
+    @property
+    def singularity_annotations(self) -> bool:
+        """Whether the ``slurm-job.vk.io/singularity-*`` annotations apply."""
+
+    def image(self, raw: Any, where: str, image_root: Callable[[], str | None], bc: pb.BuildConfig) -> Image | None:
+        """The image a container runs (``image_root`` reads the pod's image-root annotation when needed)."""
+
+    def commands(self, launch: Launch, pod: PodOptions) -> ContainerCommands:
+        """The shell lines that start ``launch``."""
+
+    def stop_commands(self, pod: PodOptions) -> StopCommands:
+        """What a cancel or deadline must do beyond signalling the containers' process groups."""
+
+
+@dataclass(frozen=True, slots=True)
+class ContainerEngine:
+    """A runtime that runs images (apptainer, singularity, podman): one row of the flag table."""
+
+    name: str
+    verb_with_command: str  # the subcommand when the pod gives a command ...
+    verb_without_command: str  # ... and when the image's entrypoint runs
+    after_verb: tuple[str, ...]
+    gpu_flags: tuple[str, ...]
+    env_flag: str | None  # `--env NAME=value` per variable; None: `env -- PREFIX+NAME=value ...` before the runtime
+    env_prefix: str
+    bind_flag: str
+    workdir_flag: str
+    entrypoint_flag: str | None  # the command as JSON before the image; None: the command follows the image
+    cache_env: str | None
+    default_image_prefix: str  # for bare image names when neither the pod nor the pool gives one
+    local_images: bool  # BuildConfig.image_dir holds image files tried first
+    singularity_annotations: bool
+    binds: bool = True
+    label_flag: str | None = None  # labels with the pod UID, container name and job dir (found again by podman)
+    memory_flag: str | None = None  # the container's memory in bytes
+    cpus_flag: str | None = None  # the container's CPUs as a decimal count
+    image_check: str | None = None  # subcommand that says whether an image is present: explains a failure
+    failure_code: int = 125  # the engine's exit code for its own errors
+
+    def image(self, raw: Any, where: str, image_root: Callable[[], str | None], bc: pb.BuildConfig) -> Image:
+        if not isinstance(raw, str) or not raw.strip():
+            raise PodRejected(where + ".image", "an image is required for this runtime")
+        if raw.startswith("/") or _SCHEME.match(raw):
+            remote = raw
+        else:
+            prefix = image_root()
+            if prefix is None:
+                prefix = bc.image_prefix or self.default_image_prefix
+            remote = prefix + raw
+        local = None
+        if bc.image_dir and self.local_images and not raw.startswith("/"):
+            bare = _SCHEME.sub("", raw)
+            local = bc.image_dir.rstrip("/") + "/" + bare.replace(":", "_").replace("/", "_")
+        return Image(remote, local)
+
+    def commands(self, launch: Launch, pod: PodOptions) -> ContainerCommands:
+        where = launch.where
+        assert launch.image is not None, "a container engine's launch has an image"
+        body: list[str] = []
+        image = quote_field(launch.image.remote, where + ".image")
+        if launch.image.local is not None:
+            local = quote_field(launch.image.local, where + ".image")
+            body.append(f"if [ -e {local} ]; then __img={local}; else __img={image}; fi")
+            image = '"$__img"'
+        words = [quote(w) for w in launch.mpi]
+        if self.env_flag is None and launch.env:
+            words += ["env", "--"]
+            for k, var in enumerate(launch.env):
+                if not _IDENTIFIER.match(var.name):
+                    raise PodRejected(f"{where}.env[{k}].name", f"{self.name} needs identifier names: {var.name!r}")
+                words.append(var.word(self.env_prefix, k, where, launch.mask))
+        verb = self.verb_with_command if launch.command else self.verb_without_command
+        words += [pod.executable, *pod.global_options, verb, *self.after_verb, *pod.runtime_flags]
+        if self.label_flag is not None:
+            words += [self.label_flag, pod.pod_label, self.label_flag, quote(f"{layout.LABEL_CONTAINER}={launch.name}")]
+            words += [self.label_flag, f'"{layout.LABEL_JOB_DIR}=$__job_dir"']
+        if self.memory_flag is not None and launch.resources.memory_bytes:
+            words += [self.memory_flag, str(launch.resources.memory_bytes)]
+        if self.cpus_flag is not None and launch.resources.cpu_millis:
+            words += [self.cpus_flag, _cpus(launch.resources.cpu_millis)]
+        if launch.resources.gpus:
+            words += self.gpu_flags
+        words += pod.options
+        if self.env_flag is not None:
+            for k, var in enumerate(launch.env):
+                words += [self.env_flag, var.word(self.env_prefix, k, where, launch.mask)]
+        for bind in pod.binds:
+            words += [self.bind_flag, bind]
+        for mount in launch.mounts:
+            words += [self.bind_flag, mount.bind_word(where)]
+        if launch.workdir:
+            words += [self.workdir_flag, quote_field(launch.workdir, where + ".workingDir")]
+        if self.entrypoint_flag is not None and launch.command:
+            words += [self.entrypoint_flag, quote(json.dumps(launch.command, ensure_ascii=False))]
+        words.append(image)
+        if self.entrypoint_flag is None:
+            words += launch.command_words
+        words += launch.args_words
+        if self.image_check is None:
+            body.append("exec " + " ".join(words))
+            return ContainerCommands(setup=(), body=tuple(body))
+        # Not exec'd, to say why when the image is missing (the engine's exit code covers all its own errors).
+        # The trap keeps this shell alive while the engine's client passes a TERM on to the container.
+        missing = f"interlink-nats: image {launch.image.remote} is not on this host and {self.name} could not pull it"
+        check = f"{pod.executable} {self.image_check}"
+        body += [
+            "trap : TERM INT",
+            " ".join(words),
+            "__status=$?",
+            f'if [ "$__status" = {self.failure_code} ] && ! {check} {image} >/dev/null 2>&1; then',
+            f"  printf '%s\\n' {quote_field(missing, where + '.image')}",
+            "fi",
+            'return "$__status"',
+        ]
+        return ContainerCommands(setup=(), body=tuple(body))
+
+    def stop_commands(self, pod: PodOptions) -> StopCommands:
+        if self.label_flag is None:
+            return StopCommands()
+        # Killing a client does not stop its container, and a PID 1 without a TERM handler ignores the TERM the
+        # client passes on: after the grace period the pod's containers are removed through the engine. setsid:
+        # the clean-up kills its timers, and an engine command interrupted half-way can leave a container running
+        # that the engine no longer lists (seen with podman 4.3 when `stop` is interrupted).
+        by_pod = f"--filter label={pod.pod_label}"
+        return StopCommands(
+            after_grace=(f"setsid -w {pod.executable} rm -f -t 0 {by_pod} >/dev/null 2>&1",),
+            at_exit_if_cancelled=(f"{pod.executable} rm -f -t 0 {by_pod} >/dev/null 2>&1",),
+        )
+
+
+def _cpus(millis: int) -> str:
+    """A decimal CPU count, as podman's ``--cpus`` takes it: 1500 millicores -> ``1.5``."""
+    whole, frac = divmod(millis, 1000)
+    return f"{whole}.{frac:03d}".rstrip("0").rstrip(".")
+
+
+APPTAINER = ContainerEngine(
+    name="apptainer",
+    verb_with_command="exec",
+    verb_without_command="run",
+    after_verb=(),
+    gpu_flags=("--nv",),
+    env_flag=None,
+    env_prefix="APPTAINERENV_",
+    bind_flag="--bind",
+    workdir_flag="--pwd",
+    entrypoint_flag=None,
+    cache_env="APPTAINER_CACHEDIR",
+    default_image_prefix="docker://",
+    local_images=True,
+    singularity_annotations=True,
+)
+SINGULARITY = replace(APPTAINER, name="singularity", env_prefix="SINGULARITYENV_", cache_env="SINGULARITY_CACHEDIR")
+PODMAN = ContainerEngine(
+    name="podman",
+    verb_with_command="run",
+    verb_without_command="run",
+    after_verb=("--rm",),
+    gpu_flags=("--device", "nvidia.com/gpu=all"),
+    env_flag="--env",
+    env_prefix="",
+    bind_flag="-v",
+    workdir_flag="--workdir",
+    entrypoint_flag="--entrypoint",
+    cache_env=None,
+    default_image_prefix="",
+    local_images=False,
+    singularity_annotations=False,
+    label_flag="--label",
+    memory_flag="--memory",
+    cpus_flag="--cpus",
+    image_check="image exists",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class HostRuntime:
+    """Runtime ``none``: the command runs on the host, in ``rootfs/<container>/`` where mounts are symlinks."""
+
+    name: str = "none"
+    binds: bool = False
+    gpu_flags: tuple[str, ...] = ()
+    cache_env: str | None = None
+    singularity_annotations: bool = False
+
+    def image(self, raw: Any, where: str, image_root: Callable[[], str | None], bc: pb.BuildConfig) -> None:
+        return None  # the image is ignored: there is no container
+
+    def commands(self, launch: Launch, pod: PodOptions) -> ContainerCommands:
+        where = launch.where
+        if not launch.command:
+            raise PodRejected(where + ".command", "runtime 'none' runs the command on the host: it is required")
+        if "=" in launch.command[0]:
+            raise PodRejected(where + ".command[0]", "a program name with '=' cannot be run through env(1)")
+        root = f"{layout.ROOTFS_DIR}/{launch.name}"
+        cwd = root + launch.workdir.rstrip("/") if launch.workdir else root
+        setup: list[str] = []
+        for mount in launch.mounts:
+            target = root + mount.target.rstrip("/")
+            parent = target.rsplit("/", 1)[0]
+            source = f'"$__job_dir"/{quote(mount.source)}' if mount.under_job_dir else quote_field(mount.source, where)
+            setup.append(
+                f"mkdir -p -- {quote_field(parent, where)} && ln -sfn -- {source} {quote_field(target, where)}"
+            )
+        setup.append(f"mkdir -p -- {quote_field(cwd, where + '.workingDir')}")  # after the links: may be inside
+        words = [*map(quote, launch.mpi), "env", "--"]
+        words += [var.word("", k, where, launch.mask) for k, var in enumerate(launch.env)]
+        words.append(f'"{layout.ROOTFS_ENV}=$__job_dir/"{quote(root)}')
+        words += launch.command_words
+        words += launch.args_words
+        body = (f'cd -- "$__job_dir"/{quote_field(cwd, where)} || exit 126', "exec " + " ".join(words))
+        return ContainerCommands(setup=tuple(setup), body=body)
+
+    def stop_commands(self, pod: PodOptions) -> StopCommands:
+        return StopCommands()  # host processes end with their process groups
+
+
+HOST = HostRuntime()
+
+RUNTIMES: dict[pb.ContainerRuntime, Runtime] = {
+    pb.ContainerRuntime.APPTAINER: APPTAINER,
+    pb.ContainerRuntime.SINGULARITY: SINGULARITY,
+    pb.ContainerRuntime.PODMAN: PODMAN,
+    pb.ContainerRuntime.NONE: HOST,
+}
+RUNTIME_NAMES = {kind: runtime.name for kind, runtime in RUNTIMES.items()}
