@@ -119,6 +119,31 @@ def start_cli(args: list[str], env: dict[str, str] | None = None, log: Path | No
     )
 
 
+_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> tuple[float, float]:
+    """(the process's own CPU, its reaped children's CPU) in seconds, from ``/proc/<pid>/stat``.
+
+    Own CPU is utime+stime; children's is cutime+cstime, which counts only children it has waited for.
+    """
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) ": field 3 is fields[0]
+    utime, stime, cutime, cstime = (int(f) for f in fields[11:15])
+    return (utime + stime) / _TICKS, (cutime + cstime) / _TICKS
+
+
+def child_pids(pid: int) -> list[int]:
+    """Direct children of ``pid`` (all its threads'), from ``/proc/<pid>/task/*/children``."""
+    pids: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            pids.extend(int(p) for p in (task / "children").read_text().split())
+        except OSError:
+            continue
+    return pids
+
+
 def stop_process(proc: subprocess.Popen[bytes]) -> None:
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)

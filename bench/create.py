@@ -1,4 +1,4 @@
-"""/create → PodJID through the whole stack, 64 in flight, against raw NATS request-reply as the ceiling.
+"""/create → PodJID through the whole stack, at 64 and at 1 in flight, with the CPU each process spends per create.
 
 Stack: ``interlink-nats gateway`` and ``interlink-nats submitter shell`` as their own processes, a
 nats-server, pods whose one container runs ``true``. Each /create renders the pod, sends the script
@@ -9,6 +9,12 @@ never compete with the previous rep's jobs for the CPU.
 
 Ceiling, in the same run: a raw nats-py request-reply between two processes with the same request
 bytes as one Submit (a rendered no-op pod) and 64 in flight. The ratio is create/s ÷ raw/s.
+
+CPU per create (issue 14, P1), from ``/proc/<pid>/stat`` deltas over the creates of a rep: the gateway's
+and the submitter's own CPU (the plumbing: ``create_cpu_ms_per_req`` is their sum), the shell launcher's
+own CPU apart, and the jobs' CPU (reaped children of the submitter and its launcher, counted until the
+rep's jobs have all finished) apart again, so the plumbing figure does not include the pods' work.
+Goals: plumbing <= 0.5 ms at 64 in flight, <= 1.5 ms and p50 <= 3 ms at 1 in flight.
 """
 
 from __future__ import annotations
@@ -28,7 +34,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from _harness import (
     HttpConnection,
+    child_pids,
     closed_loop_calls,
+    cpu_seconds,
     free_port,
     http_request,
     median,
@@ -43,6 +51,7 @@ from interlink_nats.services.nats_server import NatsServerProcess
 from interlink_nats.services.scripts import render_job
 
 IN_FLIGHT = 64
+IDLE_WINDOW_S = 5.0
 
 
 def pod_data(i: int, run: str) -> dict[str, object]:
@@ -66,8 +75,8 @@ def pod_data(i: int, run: str) -> dict[str, object]:
     }
 
 
-async def closed_loop(port: int, requests: list[bytes]) -> tuple[list[float], float, int]:
-    """IN_FLIGHT workers, each with its own keep-alive connection, until the requests run out."""
+async def closed_loop(port: int, requests: list[bytes], in_flight: int = IN_FLIGHT) -> tuple[list[float], float, int]:
+    """``in_flight`` workers, each with its own keep-alive connection, until the requests run out."""
     queue: asyncio.Queue[bytes] = asyncio.Queue()
     for request in requests:
         queue.put_nowait(request)
@@ -91,8 +100,32 @@ async def closed_loop(port: int, requests: list[bytes]) -> tuple[list[float], fl
             conn.close()
 
     started = time.perf_counter()
-    await asyncio.gather(*(worker() for _ in range(IN_FLIGHT)))
+    await asyncio.gather(*(worker() for _ in range(in_flight)))
     return latencies, time.perf_counter() - started, errors
+
+
+class CpuMeter:
+    """CPU seconds of the gateway, the submitter, the submitter's launcher(s) and the jobs, between two reads."""
+
+    def __init__(self, gateway_pid: int, submitter_pid: int) -> None:
+        self.gateway_pid, self.submitter_pid = gateway_pid, submitter_pid
+
+    def read(self) -> dict[str, float]:
+        gateway, _ = cpu_seconds(self.gateway_pid)
+        submitter, jobs = cpu_seconds(self.submitter_pid)
+        launcher = 0.0
+        for pid in child_pids(self.submitter_pid):
+            try:
+                own, reaped = cpu_seconds(pid)
+            except OSError:
+                continue
+            launcher += own
+            jobs += reaped
+        return {"gateway": gateway, "submitter": submitter, "launcher": launcher, "jobs": jobs}
+
+    @staticmethod
+    def per_request_ms(before: dict[str, float], after: dict[str, float], count: int) -> dict[str, float]:
+        return {key: (after[key] - before[key]) * 1e3 / count for key in before}
 
 
 async def wait_finished(port: int, pods: list[dict[str, object]], limit_s: float = 300.0) -> float:
@@ -144,6 +177,7 @@ async def raw_ceiling(url: str, payload: bytes, count: int) -> tuple[list[float]
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--pods", type=int, default=2000, help="creates per rep")
+    parser.add_argument("--serial-pods", type=int, default=300, help="creates per rep at 1 in flight")
     parser.add_argument("--reps", type=int, default=3)
     args = parser.parse_args()
 
@@ -167,38 +201,70 @@ def main() -> None:
         warm = [http_request("POST", "/create", json.dumps(pod_data(i, "warm")).encode()) for i in range(100)]
         asyncio.run(closed_loop(port, warm))
         asyncio.run(wait_finished(port, [pod_data(i, "warm") for i in range(100)]))
-        rows, creates, raws = [], [], []
+        meter = CpuMeter(gateway.pid, submitter.pid)
+        idle_before = meter.read()
+        time.sleep(IDLE_WINDOW_S)  # what the two processes spend with nothing to do (timers, polls)
+        idle_ms = CpuMeter.per_request_ms(idle_before, meter.read(), 1)  # one "request": the whole window
+        idle_ms_per_s = (idle_ms["gateway"] + idle_ms["submitter"]) / IDLE_WINDOW_S
+        rows, creates, raws, serial = [], [], [], []
+        cpus: dict[int, list[dict[str, float]]] = {IN_FLIGHT: [], 1: []}
         for rep in range(args.reps):
-            run = f"r{rep}-{uuid.uuid4().hex[:6]}"
-            pods = [pod_data(i, run) for i in range(args.pods)]
-            requests = [http_request("POST", "/create", json.dumps(p).encode()) for p in pods]
-            latencies, elapsed, errors = asyncio.run(closed_loop(port, requests))
-            drained = asyncio.run(wait_finished(port, pods))
-            raw_lat, raw_elapsed = asyncio.run(raw_ceiling(nats_server.url, submit_bytes, args.pods * 4))
-            create_rate, raw_rate = len(latencies) / elapsed, len(raw_lat) / raw_elapsed
-            creates.append((create_rate, latencies))
-            raws.append((raw_rate, raw_lat))
-            rows.append(
-                [
-                    rep + 1,
-                    f"{create_rate:.0f}",
-                    f"{percentile(latencies, 50) * 1e3:.1f}",
-                    f"{percentile(latencies, 99) * 1e3:.1f}",
-                    f"{raw_rate:.0f}",
-                    f"{percentile(raw_lat, 99) * 1e3:.1f}",
-                    f"{create_rate / raw_rate:.3f}",
-                    errors,
-                    f"{drained:.1f}",
-                ]
-            )
+            for in_flight in (IN_FLIGHT, 1):
+                count = args.pods if in_flight > 1 else args.serial_pods
+                run = f"r{rep}-{in_flight}-{uuid.uuid4().hex[:6]}"
+                pods = [pod_data(i, run) for i in range(count)]
+                requests = [http_request("POST", "/create", json.dumps(p).encode()) for p in pods]
+                before = meter.read()
+                latencies, elapsed, errors = asyncio.run(closed_loop(port, requests, in_flight))
+                after_creates = meter.read()
+                drained = asyncio.run(wait_finished(port, pods))
+                cpu = CpuMeter.per_request_ms(before, after_creates, count)
+                cpu["jobs"] = CpuMeter.per_request_ms(before, meter.read(), count)["jobs"]
+                cpu["plumbing"] = cpu["gateway"] + cpu["submitter"]
+                cpus[in_flight].append(cpu)
+                create_rate = len(latencies) / elapsed
+                raw_rate, raw_p99 = float("nan"), float("nan")
+                if in_flight == IN_FLIGHT:
+                    raw_lat, raw_elapsed = asyncio.run(raw_ceiling(nats_server.url, submit_bytes, args.pods * 4))
+                    raw_rate, raw_p99 = len(raw_lat) / raw_elapsed, percentile(raw_lat, 99)
+                    creates.append((create_rate, latencies))
+                    raws.append((raw_rate, raw_lat))
+                else:
+                    serial.append((create_rate, latencies))
+                rows.append(
+                    [
+                        rep + 1,
+                        in_flight,
+                        f"{create_rate:.0f}",
+                        f"{percentile(latencies, 50) * 1e3:.1f}",
+                        f"{percentile(latencies, 99) * 1e3:.1f}",
+                        f"{cpu['gateway']:.2f}",
+                        f"{cpu['submitter']:.2f}",
+                        f"{cpu['plumbing']:.2f}",
+                        f"{cpu['launcher']:.2f}",
+                        f"{cpu['jobs']:.2f}",
+                        f"{raw_rate:.0f}",
+                        f"{raw_p99 * 1e3:.1f}",
+                        f"{create_rate / raw_rate:.3f}",
+                        errors,
+                        f"{drained:.1f}",
+                    ]
+                )
+        print(f"idle, gateway + submitter: {idle_ms_per_s:.2f} ms of CPU per second over {IDLE_WINDOW_S:g} s")
         print_table(
-            f"/create → PodJID, {IN_FLIGHT} in flight, {args.pods} pods per rep "
-            f"(Submit request {len(submit_bytes)} B on the wire)",
+            f"/create → PodJID, {args.pods} pods per rep at {IN_FLIGHT} in flight, {args.serial_pods} at 1 "
+            f"(Submit request {len(submit_bytes)} B on the wire); CPU in ms per create",
             [
                 "rep",
+                "in flight",
                 "creates/s",
                 "p50 ms",
                 "p99 ms",
+                "gateway",
+                "submitter",
+                "plumbing",
+                "launcher",
+                "jobs",
                 "raw NATS req/s",
                 "raw p99 ms",
                 "ratio",
@@ -209,12 +275,29 @@ def main() -> None:
         )
         create_rate = median([c[0] for c in creates])
         raw_rate = median([r[0] for r in raws])
+
+        def cpu_median(in_flight: int, key: str) -> float:
+            return round(median([c[key] for c in cpus[in_flight]]), 3)
+
         figures = {
             "creates_per_s": round(create_rate, 1),
             "create_p50_ms": round(median([percentile(c[1], 50) for c in creates]) * 1e3, 2),
             "create_p99_ms": round(median([percentile(c[1], 99) for c in creates]) * 1e3, 2),
             "raw_nats_per_s": round(raw_rate, 1),
             "ratio": round(create_rate / raw_rate, 3),
+            "create_cpu_ms_per_req": cpu_median(IN_FLIGHT, "plumbing"),
+            "gateway_cpu_ms_per_req": cpu_median(IN_FLIGHT, "gateway"),
+            "submitter_cpu_ms_per_req": cpu_median(IN_FLIGHT, "submitter"),
+            "launcher_cpu_ms_per_req": cpu_median(IN_FLIGHT, "launcher"),
+            "jobs_cpu_ms_per_req": cpu_median(IN_FLIGHT, "jobs"),
+            "creates_per_s_1": round(median([c[0] for c in serial]), 1),
+            "create_p50_ms_1": round(median([percentile(c[1], 50) for c in serial]) * 1e3, 2),
+            "create_cpu_ms_per_req_1": cpu_median(1, "plumbing"),
+            "gateway_cpu_ms_per_req_1": cpu_median(1, "gateway"),
+            "submitter_cpu_ms_per_req_1": cpu_median(1, "submitter"),
+            "launcher_cpu_ms_per_req_1": cpu_median(1, "launcher"),
+            "jobs_cpu_ms_per_req_1": cpu_median(1, "jobs"),
+            "idle_cpu_ms_per_s": round(idle_ms_per_s, 2),
             "submit_request_bytes": len(submit_bytes),
             "in_flight": IN_FLIGHT,
         }

@@ -208,3 +208,33 @@ def test_pool_problems_are_4xx_with_a_reason(spec: dict[str, object], needle: st
         pool_for_pod({"spec": spec}, None)
     assert caught.value.status_code == 422
     assert needle in str(caught.value)
+
+
+@pytest.mark.parametrize(
+    ("body", "lone"),
+    [
+        (b'{"a": "\\ud800"}', True),  # lone high surrogate, escaped
+        (b'{"a": "x\\uDC00"}', True),  # lone low surrogate, escaped, upper case
+        (b'{"a": "\xed\xa0\x80"}', True),  # the code unit as bytes (json decodes with surrogatepass)
+        (b'{"a": "\\ud83d\\ude00"}', False),  # a valid pair
+        ('{"a": "\ud7ff \u00e9 \U0001f600"}'.encode(), False),  # neighbours of the range, raw
+        (b'{"a": "\\\\udc00"}', False),  # an escaped backslash, then plain text
+        ('{"a": "\\ud800"}'.encode("utf-16"), True),
+    ],
+)
+def test_the_cheap_surrogate_screen_never_misses_a_lone_surrogate(body: bytes, lone: bool) -> None:
+    decoded = json.loads(body)
+    try:
+        json.dumps(decoded, ensure_ascii=False).encode()
+        has_lone = False
+    except UnicodeEncodeError:
+        has_lone = True
+    assert has_lone is lone
+    if has_lone:
+        assert wire.may_hold_surrogates(body)
+
+
+def test_the_cheap_surrogate_screen_passes_ordinary_pods() -> None:
+    pod = {"pod": {"metadata": {"name": "caf\u00e9", "uid": "u"}, "spec": {"containers": [{"name": "m"}]}}}
+    assert not wire.may_hold_surrogates(json.dumps(pod).encode())
+    assert not wire.may_hold_surrogates(json.dumps(pod, ensure_ascii=False).encode())

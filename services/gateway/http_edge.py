@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import hmac
-import json
 import logging
 import time
 from collections.abc import AsyncIterator, Mapping
@@ -148,7 +147,7 @@ async def error_answer(request: Request, exc: Exception) -> Response:
 
 
 def _json(data: Any, status_code: int = 200) -> Response:
-    return Response(json.dumps(data, separators=(",", ":")), status_code=status_code, media_type="application/json")
+    return Response(wire.dumps(data), status_code=status_code, media_type="application/json")
 
 
 def build_app(gateway: Gateway) -> Starlette:
@@ -159,7 +158,7 @@ def build_app(gateway: Gateway) -> Starlette:
         return _json(await calls.create(await request.body()))
 
     async def status(request: Request) -> Response:
-        return _json(await calls.status(await request.body()))
+        return Response(await calls.status(await request.body()), media_type="application/json")
 
     async def delete(request: Request) -> Response:
         return PlainTextResponse(await calls.delete(await request.body()))

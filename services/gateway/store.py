@@ -11,54 +11,136 @@ import asyncio
 import base64
 import json
 import logging
+import sys
 import time
 import uuid
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable, Iterable
+from itertools import chain
 from typing import Any, Protocol
 
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.services.gateway.wire import PodIdentity, pod_status_json
+from interlink_nats.services.gateway.wire import dumps as wire_dumps
 
 log = logging.getLogger(__name__)
 
 REDIS_PODS_KEY = "interlink-nats:pods"
 REDIS_BUILD_CONFIGS_KEY = "interlink-nats:build-configs"
+LOAD_PAGE = 2000
+"""Pod records per HSCAN page when restoring from redis."""
 
 
-@dataclass(slots=True)
 class PodRecord:
-    """What the gateway knows about one pod; enough to answer interLink with no NATS round trip."""
+    """What the gateway knows about one pod; enough to answer interLink with no NATS round trip.
 
-    uid: str
-    namespace: str
-    name: str
-    pool: str
-    job_id: str = ""
-    init_containers: list[str] = field(default_factory=list)
-    containers: list[str] = field(default_factory=list)
-    images: dict[str, str] = field(default_factory=dict)
-    status: pb.JobStatus | None = None
-    revision: int = 0
-    created_at: float = field(default_factory=time.time)
-    heard_at: float = field(default_factory=time.monotonic)
-    """When the pool last told us about this pod (event, pull or create); not persisted."""
-    _status_json: dict[str, Any] | None = field(default=None, repr=False)
+    A gateway tracks up to ~100,000 of these, so the record is compact (issue 14, P6): slots, shared
+    strings for values many pods repeat (namespace, pool, container names, images), the images as a
+    flat tuple, and the last status kept as its protobuf encoding with only its state decoded.
+    The encoding is what redis stores too, so a restart restores pods without parsing a status.
+    """
+
+    __slots__ = (
+        "_images",
+        "_state",
+        "_status",
+        "_status_json",
+        "containers",
+        "created_at",
+        "heard_at",
+        "init_containers",
+        "job_id",
+        "name",
+        "namespace",
+        "pool",
+        "revision",
+        "uid",
+    )
+
+    def __init__(
+        self,
+        uid: str,
+        namespace: str,
+        name: str,
+        pool: str,
+        job_id: str = "",
+        init_containers: Iterable[str] = (),
+        containers: Iterable[str] = (),
+        images: dict[str, str] | None = None,
+        status: pb.JobStatus | None = None,
+        revision: int = 0,
+        created_at: float | None = None,
+    ) -> None:
+        self.uid = uid
+        self.namespace = _intern(namespace)
+        self.name = name
+        self.pool = _intern(pool)
+        self.job_id = job_id
+        self.init_containers: tuple[str, ...] = tuple(map(_intern, init_containers))
+        self.containers: tuple[str, ...] = tuple(map(_intern, containers))
+        self._images: tuple[str, ...] = tuple(map(_intern, chain.from_iterable(images.items()))) if images else ()
+        if status is None:
+            self._status: bytes | None = None
+            self._state: int | None = None
+        else:
+            self.status = status
+        self.revision = revision
+        self.created_at = time.time() if created_at is None else created_at
+        self.heard_at = time.monotonic()
+        """When the pool last told us about this pod (event, pull or create); not persisted."""
+        self._status_json: bytes | None = None
+
+    @property
+    def images(self) -> dict[str, str]:
+        """Container name -> image, as the pod spec gave them (interLink echoes them in statuses)."""
+        flat = self._images
+        return dict(zip(flat[::2], flat[1::2], strict=True))
+
+    @images.setter
+    def images(self, images: dict[str, str]) -> None:
+        self._images = tuple(map(_intern, chain.from_iterable(images.items())))
+
+    @property
+    def status(self) -> pb.JobStatus | None:
+        """The last status a pool reported (decoded on each read: keep the result, not the record)."""
+        return None if self._status is None else pb.JobStatus.parse(self._status)
+
+    @status.setter
+    def status(self, status: pb.JobStatus | None) -> None:
+        self._set_status(None if status is None else bytes(status), None if status is None else status.state)
+
+    def _set_status(self, encoded: bytes | None, state: int | None) -> None:
+        self._status = encoded
+        self._state = state
+        self._status_json = None
+
+    @property
+    def state(self) -> pb.JobState | None:
+        """The last status's job state, without decoding the status."""
+        return None if self._state is None else pb.JobState(self._state)
 
     @property
     def identity(self) -> PodIdentity:
         return PodIdentity(self.uid, self.namespace, self.name)
 
     def status_json(self) -> dict[str, Any]:
-        """The interLink PodStatus, cached until the status changes."""
+        """The interLink PodStatus."""
+        return pod_status_json(self.identity, self.job_id, self.effective_status(), self.images)
+
+    def status_json_bytes(self) -> bytes:
+        """The interLink PodStatus as compact JSON, cached until the status changes.
+
+        Cached encoded (~500 bytes a pod), not as a dict (~3 KB): the VK asks for every pod's status,
+        so at 100,000 pods the cache is the table's largest part.
+        """
         if self._status_json is None:
-            self._status_json = pod_status_json(self.identity, self.job_id, self.effective_status(), self.images)
+            self._status_json = wire_dumps(self.status_json())
         return self._status_json
 
     def effective_status(self) -> pb.JobStatus:
         """The last pushed status, or every container waiting when none arrived yet."""
-        if self.status is not None and self.status.containers:
-            return self.status
+        status = self.status
+        if status is not None and status.containers:
+            return status
         waiting = [
             pb.ContainerStatus(name=name, init=True, phase=pb.ContainerPhase.WAITING, reason="Submitted")
             for name in self.init_containers
@@ -69,7 +151,7 @@ class PodRecord:
         return pb.JobStatus(state=pb.JobState.PENDING, containers=waiting, job_id=self.job_id)
 
     def is_final(self) -> bool:
-        return self.status is not None and self.status.state in FINAL_STATES
+        return self._state in FINAL_STATES
 
     def to_json(self) -> str:
         return json.dumps(
@@ -84,30 +166,42 @@ class PodRecord:
                 "images": self.images,
                 "revision": self.revision,
                 "created_at": self.created_at,
-                "status": base64.b64encode(bytes(self.status)).decode() if self.status is not None else None,
+                "status": base64.b64encode(self._status).decode() if self._status is not None else None,
+                "state": self._state,
             }
         )
 
     @classmethod
     def from_json(cls, text: str | bytes) -> PodRecord:
-        data = json.loads(text)
-        status = pb.JobStatus.parse(base64.b64decode(data["status"])) if data.get("status") else None
-        return cls(
+        data = _decode_json(text.decode() if isinstance(text, bytes) else text)
+        record = cls(
             uid=data["uid"],
             namespace=data["namespace"],
             name=data["name"],
             pool=data["pool"],
             job_id=data.get("job_id", ""),
-            init_containers=list(data.get("init", [])),
-            containers=list(data.get("containers", [])),
-            images=dict(data.get("images", {})),
-            status=status,
+            init_containers=data.get("init", ()),
+            containers=data.get("containers", ()),
+            images=data.get("images"),
             revision=int(data.get("revision", 0)),
             created_at=float(data.get("created_at", 0)),
         )
+        if data.get("status"):
+            encoded = base64.b64decode(data["status"])
+            state = data.get("state")
+            if not isinstance(state, int):  # written before the state was stored beside it
+                state = pb.JobStatus.parse(encoded).state
+            record._set_status(encoded, state)
+        return record
 
 
-FINAL_STATES = frozenset({pb.JobState.SUCCEEDED, pb.JobState.FAILED, pb.JobState.CANCELLED, pb.JobState.LOST})
+_intern = sys.intern
+_decode_json = json.JSONDecoder().decode
+
+FINAL_STATES = frozenset(
+    int(s) for s in (pb.JobState.SUCCEEDED, pb.JobState.FAILED, pb.JobState.CANCELLED, pb.JobState.LOST)
+)
+_STATE_NAMES = {int(s): s.name for s in pb.JobState}
 
 
 class RedisLike(Protocol):
@@ -115,7 +209,7 @@ class RedisLike(Protocol):
 
     async def hset(self, name: str, key: str, value: str | bytes) -> Any: ...
     async def hdel(self, name: str, *keys: str) -> Any: ...
-    async def hgetall(self, name: str) -> dict[bytes, bytes]: ...
+    async def hscan(self, name: str, cursor: int = 0, count: int | None = None) -> tuple[int, dict[bytes, bytes]]: ...
     async def get(self, name: str) -> bytes | None: ...
     async def set(self, name: str, value: str) -> Any: ...
     async def ping(self) -> Any: ...
@@ -155,20 +249,29 @@ class PodStore:
         self._resync_done: asyncio.Event | None = None
 
     async def load(self) -> int:
-        """Fill memory from redis; returns how many pods were loaded. Redis then mirrors memory exactly."""
+        """Fill memory from redis; returns how many pods were loaded. Redis then mirrors memory exactly.
+
+        Read in pages (HSCAN) rather than one HGETALL: at 100,000 pods a single reply is ~50 MB of
+        transient bytes, which the allocator keeps as RSS long after the records are built. Nothing
+        writes the hash while the gateway loads it, so the pages add up to the whole table.
+        """
         if self.redis is None:
             return 0
-        raw = await self.redis.hgetall(self.key)
-        for uid, text in raw.items():
-            try:
-                record = PodRecord.from_json(text)
-            except (ValueError, KeyError) as exc:
-                log.warning("skipping unreadable pod record %s in redis: %s", uid, exc)
-                continue
-            self.pods[record.uid] = record
+        cursor, before = 0, len(self.pods)
+        while True:  # HSCAN may repeat a key across pages; the table keeps one record per uid
+            cursor, page = await self.redis.hscan(self.key, cursor, count=LOAD_PAGE)
+            for uid, text in page.items():
+                try:
+                    record = PodRecord.from_json(text)
+                except (ValueError, KeyError, TypeError, AttributeError) as exc:  # a record of the wrong shape
+                    log.warning("skipping unreadable pod record %s in redis: %s", uid, exc)
+                    continue
+                self.pods[record.uid] = record
+            if not cursor:
+                break
         await self.redis.set(self.epoch_key, self._epoch)
         self._lost = False
-        return len(raw)
+        return len(self.pods) - before
 
     def get(self, uid: str) -> PodRecord | None:
         return self.pods.get(uid)
@@ -178,8 +281,12 @@ class PodStore:
         self.pods[record.uid] = record
         await self._mirror(record)
 
-    def apply_status(self, uid: str, status: pb.JobStatus, revision: int) -> PodRecord | None:
+    def apply_status(
+        self, uid: str, status: pb.JobStatus, revision: int, *, encoded: bytes | None = None
+    ) -> PodRecord | None:
         """Keep ``status`` if it is newer than what we have; returns the record when it changed.
+
+        ``encoded``: the status's protobuf bytes when the caller has them (an event), spared an encode.
 
         Revisions are per pod and monotonic at the submitter; a revision of 0 (a pulled status,
         not an event) is applied unless we already hold a final state.
@@ -196,14 +303,15 @@ class PodStore:
             # A status pulled from ListJobs carries no revision, so an older event still in the stream
             # (a restart with redis lost) would pass the check above; a finished job never runs again.
             return None
-        record.status = status
+        record._set_status(encoded if encoded is not None else bytes(status), status.state)
         if status.job_id:
             record.job_id = status.job_id
         record.revision = max(record.revision, revision)
-        record._status_json = None
         return record
 
     async def save(self, record: PodRecord) -> None:
+        """Mirror a record changed in place (its job id, say): its cached PodStatus is dropped too."""
+        record._status_json = None
         await self._mirror(record)
 
     async def delete(self, uid: str) -> PodRecord | None:
@@ -303,6 +411,6 @@ class PodStore:
     def counts_by_state(self) -> dict[str, int]:
         counts: dict[str, int] = {}
         for record in self.pods.values():
-            state = record.status.state.name if record.status is not None else "PENDING"
+            state = _STATE_NAMES[record._state] if record._state is not None else "PENDING"
             counts[state] = counts.get(state, 0) + 1
         return counts

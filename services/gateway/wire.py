@@ -9,6 +9,7 @@ Every parse error names the offending field so interLink can relay it to the use
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from fractions import Fraction
@@ -34,6 +35,11 @@ class BadRequest(ValueError):
 _V = TypeVar("_V")
 
 
+def dumps(data: Any) -> bytes:
+    """JSON as the gateway answers it: compact, UTF-8."""
+    return json.dumps(data, separators=(",", ":")).encode()
+
+
 def parse_json(body: bytes) -> Any:
     if not body.strip():
         raise BadRequest("body", "empty request body; expected JSON")
@@ -43,6 +49,21 @@ def parse_json(body: bytes) -> Any:
         raise BadRequest("body", "invalid JSON: nested too deeply") from None
     except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, integers past Python's digit limit
         raise BadRequest("body", f"invalid JSON: {exc}") from None
+
+
+_SURROGATE_SOURCES = re.compile(rb"\\u[dD][89a-fA-F]|\xed[\xa0-\xbf]")
+"""In a UTF-8 body, the only ways json.loads yields a UTF-16 surrogate: a ``\\uD800``-``\\uDFFF`` escape,
+or the code unit encoded as bytes (json decodes with ``surrogatepass``: ED A0..BF xx)."""
+
+
+def may_hold_surrogates(body: bytes) -> bool:
+    """False only when the decoded body certainly holds no surrogate, so the exact (costly) check can be skipped.
+
+    A paired surrogate escape also answers True: the exact check then tells pairs from lone ones.
+    """
+    if json.detect_encoding(body) != "utf-8":  # UTF-16/32 (or a BOM): no cheap answer
+        return True
+    return _SURROGATE_SOURCES.search(body) is not None
 
 
 def _expect(value: object, kind: type[_V], field: str, what: str) -> _V:
@@ -82,10 +103,11 @@ def parse_create(body: bytes) -> dict[str, Any]:
     uid = pod_identity(data.get("pod"), "pod").uid
     if not is_pod_uid(uid):  # what a submitter accepts: the UID names the job directory
         raise BadRequest("pod.metadata.uid", f"{uid!r} is not a pod UID: letters, digits, '.', '_' and '-' only")
-    try:  # Go never sends them; past here they would break proto encoding (the pod's name travels as a string)
-        json.dumps(data, ensure_ascii=False).encode()
-    except UnicodeEncodeError:
-        raise BadRequest("pod", "contains a lone UTF-16 surrogate (\\udXXX): not valid Unicode") from None
+    if may_hold_surrogates(body):  # Go never sends them; past here they would break proto encoding
+        try:
+            json.dumps(data, ensure_ascii=False).encode()
+        except UnicodeEncodeError:
+            raise BadRequest("pod", "contains a lone UTF-16 surrogate (\\udXXX): not valid Unicode") from None
     spec = _expect(data["pod"].get("spec"), dict, "pod.spec", "an object")
     containers = spec.get("containers")
     if not isinstance(containers, list) or not containers:

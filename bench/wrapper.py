@@ -1,0 +1,161 @@
+"""The rendered job script's own overhead: CPU and process spawns per job when the containers run ``true``.
+
+Each job is what a submitter runs: a job directory written by the submitter's own code, then
+``bash script.sh`` with runtime ``none`` (the container's command runs on the host), for a pod of two
+containers with 15 env vars each, an emptyDir and a configMap volume (the pod of issue 14's table).
+
+- CPU per job: ``getrusage(RUSAGE_CHILDREN)`` deltas around the jobs (bash and everything it forks).
+- Baseline in the same run: a bare bash script that only runs the two containers' commands
+  (``/bin/true`` twice, in the background, then ``wait``), so ``wrapper_cpu_ms`` is what the
+  rendered script adds over running the containers at all.
+- Spawns: one job under ``strace -f`` (when present), counting fork/clone calls up to the first
+  container's ``execve`` and in all (the baseline's own spawns are subtracted in the last count).
+
+Goals (issue 14, P8): wrapper CPU <= 10 ms per job, <= 5 spawns before the first container starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).parent))
+
+from _harness import median, print_table
+from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.kernel import layout
+from interlink_nats.services.scripts import render_job
+from interlink_nats.submitters.jobfiles import prepare_job_dir
+
+TRUE = shutil.which("true") or "/bin/true"
+BASELINE_SCRIPT = f"#!/bin/bash\n{TRUE} &\n{TRUE} &\nwait\n"
+
+
+def bench_pod() -> dict[str, Any]:
+    env = [{"name": f"VAR_{i}", "value": f"value-{i} with 'quotes'"} for i in range(15)]
+    mounts = [{"name": "cfg", "mountPath": "/etc/app"}, {"name": "scratch", "mountPath": "/scratch"}]
+
+    def container(name: str) -> dict[str, Any]:
+        return {"name": name, "image": "busybox", "command": [TRUE], "env": env, "volumeMounts": mounts}
+
+    config_map = {"metadata": {"name": "app-config"}, "data": {"app.yaml": "a: 1\n", "extra.txt": "x\n"}}
+    return {
+        "pod": {
+            "metadata": {"name": "wrapper", "namespace": "bench", "uid": "00000000-0000-4000-8000-00000000beef"},
+            "spec": {
+                "containers": [container("main"), container("sidecar")],
+                "volumes": [{"name": "cfg", "configMap": {"name": "app-config"}}, {"name": "scratch", "emptyDir": {}}],
+            },
+        },
+        "container": [
+            {"name": name, "configMaps": [config_map], "secrets": None, "projectedvolumemaps": None}
+            for name in ("main", "sidecar")
+        ],
+    }
+
+
+def children_cpu_s() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run_job(job_dir: Path, script: str, prefix: list[str] | None = None) -> None:
+    shutil.rmtree(job_dir, ignore_errors=True)
+    prepare_job_dir(job_dir, script)
+    env = {**os.environ, layout.JOB_DIR_ENV: str(job_dir)}
+    proc = subprocess.run(
+        [*(prefix or []), "bash", layout.SCRIPT_NAME], cwd=job_dir, env=env, stdout=subprocess.DEVNULL
+    )
+    if proc.returncode != 0:
+        raise RuntimeError(f"the job failed ({proc.returncode}); see {job_dir}")
+
+
+def cpu_per_job_ms(job_dir: Path, script: str, jobs: int) -> tuple[float, float]:
+    """(CPU ms per job, wall ms per job) over ``jobs`` sequential jobs."""
+    started_cpu, started = children_cpu_s(), time.perf_counter()
+    for _ in range(jobs):
+        run_job(job_dir, script)
+    return (children_cpu_s() - started_cpu) * 1e3 / jobs, (time.perf_counter() - started) * 1e3 / jobs
+
+
+def spawn_counts(job_dir: Path, script: str, tmp: Path) -> tuple[int, int] | None:
+    """(spawns before the first container's execve, spawns in all) of one job, from strace; None without it."""
+    strace = shutil.which("strace")
+    if strace is None:
+        return None
+    trace = tmp / "strace.txt"
+    run_job(job_dir, script, [strace, "-f", "-qq", "-e", "trace=fork,vfork,clone,clone3,execve", "-o", str(trace)])
+    before_first, total, seen_container = 0, 0, False
+    for line in trace.read_text().splitlines():
+        call = line.split(None, 1)[1] if " " in line else line
+        if call.startswith(("clone(", "clone3(", "fork(", "vfork(")) and "CLONE_THREAD" not in call:
+            total += 1
+            if not seen_container:
+                before_first += 1
+        elif call.startswith("execve(") and f'("{TRUE}"' in call and "= 0" in call:
+            seen_container = True
+    return before_first, total
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--jobs", type=int, default=50, help="jobs per rep")
+    parser.add_argument("--reps", type=int, default=3)
+    args = parser.parse_args()
+
+    tmp = Path(tempfile.mkdtemp(prefix="bench-wrapper-"))
+    job_dir = tmp / "jobs" / "00000000-0000-4000-8000-00000000beef"
+    script = render_job(bench_pod(), pb.BuildConfig(runtime=pb.ContainerRuntime.NONE)).script
+    try:
+        run_job(job_dir, script)  # warm the page cache
+        rows, wrapper, baseline = [], [], []
+        for rep in range(args.reps):
+            cpu, wall = cpu_per_job_ms(job_dir, script, args.jobs)
+            base_cpu, base_wall = cpu_per_job_ms(job_dir, BASELINE_SCRIPT, args.jobs)
+            wrapper.append(cpu)
+            baseline.append(base_cpu)
+            rows.append(
+                [rep + 1, f"{cpu:.1f}", f"{base_cpu:.1f}", f"{cpu - base_cpu:.1f}", f"{wall:.1f}", f"{base_wall:.1f}"]
+            )
+        spawns = spawn_counts(job_dir, script, tmp)
+        base_spawns = spawn_counts(job_dir, BASELINE_SCRIPT, tmp)
+        print_table(
+            f"rendered wrapper, runtime none, 2 containers running {TRUE}, {args.jobs} sequential jobs per rep",
+            ["rep", "job CPU ms", "baseline CPU ms", "wrapper CPU ms", "job wall ms", "baseline wall ms"],
+            rows,
+        )
+        if spawns is not None and base_spawns is not None:
+            print(
+                f"spawns per job: {spawns[0]} before the first container, {spawns[1]} in all "
+                f"(baseline script: {base_spawns[0]} before, {base_spawns[1]} in all)"
+            )
+        job_cpu, base_cpu = median(wrapper), median(baseline)
+        figures: dict[str, Any] = {
+            "wrapper_cpu_ms": round(job_cpu - base_cpu, 2),
+            "job_cpu_ms": round(job_cpu, 2),
+            "baseline_cpu_ms": round(base_cpu, 2),
+            "spawns_before_first_container": spawns[0] if spawns else None,
+            "spawns_total": spawns[1] if spawns else None,
+            "wrapper_spawns": spawns[1] - base_spawns[1] if spawns and base_spawns else None,
+            "script_bytes": len(script.encode()),
+            "goal_wrapper_cpu_ms": 10,
+            "goal_spawns_before_first_container": 5,
+            "jobs": args.jobs,
+            "reps": args.reps,
+        }
+        print(json.dumps(figures))
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
