@@ -28,6 +28,7 @@ from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel.subjects import events_subject
+from interlink_nats.services.events_stream import ensure_events_stream
 from interlink_nats.services.rpc import submitter_client
 from interlink_nats.submitters.backends import htcondor_parse as hp
 from interlink_nats.submitters.backends.base import BackendState, JobHandle
@@ -123,6 +124,7 @@ async def test_a_job_runs_through_a_local_schedd_with_exact_exit_codes_live_logs
     condor: Condor, tmp_path: Path, nats_url: str, pool: str, client: pb.SubmitterServiceStub
 ) -> None:
     nc = await nats.connect(nats_url)
+    await ensure_events_stream(nc.jetstream())  # the gateway's step (pools never create it)
     u = str(uuid.uuid4())
     gate = tmp_path / "gate"
     job = pod_job(
