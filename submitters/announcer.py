@@ -100,7 +100,8 @@ class Announcer:
         last = self.clock.monotonic()
         while not stop.is_set():
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), CONFIG_CHECK_INTERVAL)
+                async with asyncio.timeout(CONFIG_CHECK_INTERVAL):  # not wait_for: on 3.11 it can swallow a cancel
+                    await stop.wait()
             try:
                 changed = await asyncio.to_thread(self.reload_build_config)
                 due = self.clock.monotonic() - last >= self.settings.announce_interval

@@ -132,7 +132,8 @@ class Outbox:
         """Publish whenever woken (or every ``interval``) until ``stop`` is set."""
         while not stop.is_set():
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wake.wait(), interval)
+                async with asyncio.timeout(interval):  # not wait_for: on 3.11 it can swallow a cancel
+                    await self._wake.wait()
             self._wake.clear()
             try:
                 await self.publish_pending()

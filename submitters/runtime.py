@@ -333,7 +333,8 @@ class Submitter:
                 log.exception("poll failed; retrying next interval")
             delay = max(0.0, interval - (self.clock.monotonic() - started))
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stop.wait(), delay)
+                async with asyncio.timeout(delay):  # not wait_for: on 3.11 it can swallow a cancel
+                    await self._stop.wait()
 
     # RPC-facing -------------------------------------------------------------------------------
 

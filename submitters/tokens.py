@@ -171,7 +171,8 @@ class OidcTokenSource:
                 log.warning("bearer token refresh failed: %s (retrying in %.0fs)", exc, delay)
                 wait, delay = delay, min(delay * 2, RETRY_MAX)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(stop.wait(), max(MIN_SLEEP, wait))
+                async with asyncio.timeout(max(MIN_SLEEP, wait)):  # not wait_for: on 3.11 it can swallow a cancel
+                    await stop.wait()
 
     # Internals --------------------------------------------------------------------------------
 

@@ -263,7 +263,8 @@ class _Launcher:
         if proc.stdin is not None:
             proc.stdin.close()
         try:
-            await asyncio.wait_for(proc.wait(), 5)
+            async with asyncio.timeout(5):  # not wait_for: on 3.11 it can swallow a cancel
+                await proc.wait()
         except TimeoutError:
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
@@ -391,7 +392,9 @@ class ShellBackend:
                         # pidfds are unavailable, and for runners adopted after a restart.
                         self._wake.clear()
                         with contextlib.suppress(TimeoutError):
-                            await asyncio.wait_for(self._wake.wait(), REAP_FALLBACK_S)
+                            # not wait_for: on 3.11 it can swallow a cancel
+                            async with asyncio.timeout(REAP_FALLBACK_S):
+                                await self._wake.wait()
                         continue
                 spec = self._queue.popleft()
                 if spec.uid in self._cancelled:
