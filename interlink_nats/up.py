@@ -20,10 +20,10 @@ import tempfile
 import time
 from pathlib import Path
 
-import nats
 from nats.aio.client import Client as NATS
 
 from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.kernel.nats_connection import NatsConnectionSettings, connect
 from interlink_nats.services.gateway.server import bind_listener, serve
 from interlink_nats.services.gateway.settings import GatewayNatsSettings, GatewaySettings
 from interlink_nats.services.nats_server import NatsServerProcess
@@ -91,7 +91,7 @@ async def _run_parts(
     )
     gateway_settings = gateway_settings.model_copy(update={"nats": GatewayNatsSettings(url=nats_url)})
     part_stop = asyncio.Event()  # the parts stop only after the jobs are cancelled
-    nc = await nats.connect(nats_url, name="interlink-nats-up", max_reconnect_attempts=-1)
+    nc = await connect(NatsConnectionSettings(url=nats_url), "interlink-nats-up")
     submitter = asyncio.create_task(run_submitter(submitter_settings, part_stop), name="submitter")
     gateway = asyncio.create_task(serve(gateway_settings, part_stop, sock=listener), name="gateway")
     parts = {submitter, gateway}

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Protocol
 
+from interlink_nats.kernel.nats_connection import connected_server
 from interlink_nats.services.probes import Probes
 from nats.aio.client import Client as NATS
 from prometheus_client import CollectorRegistry
@@ -47,14 +48,6 @@ STALE_POLLS = 3
 """The backend counts as unreachable when no poll succeeded for this many intervals."""
 
 
-def _server(submitter: Observed) -> str | None:
-    nc = submitter.nc
-    if nc is None or not nc.is_connected or nc.connected_url is None:
-        return None
-    url = nc.connected_url
-    return f"{url.scheme}://{url.hostname}:{url.port}"
-
-
 class _ObservedCollector(Collector):
     def __init__(self, submitter: Observed) -> None:
         self.submitter = submitter
@@ -87,7 +80,7 @@ class _ObservedCollector(Collector):
             calls.add_metric(values, last.backend_calls)
             yield calls
         connected = GaugeMetricFamily("interlink_submitter_nats_connected", "1 when connected to NATS", labels=labels)
-        connected.add_metric(values, 1 if _server(s) else 0)
+        connected.add_metric(values, 1 if connected_server(s.nc) else 0)
         yield connected
         denied = CounterMetricFamily(
             "interlink_submitter_permission_errors", "NATS permission violations on own subjects", labels=labels
@@ -101,7 +94,7 @@ def submitter_probes(submitter: Observed) -> Probes:
     registry.register(_ObservedCollector(submitter))
 
     def nats() -> tuple[bool, str]:
-        server = _server(submitter)
+        server = connected_server(submitter.nc)
         return (True, f"connected to {server}") if server else (False, "not connected to NATS")
 
     def permissions() -> tuple[bool, str]:
@@ -126,6 +119,6 @@ def submitter_probes(submitter: Observed) -> Probes:
             "pool": submitter.pool,
             "instance": submitter.instance_id,
             "backend": submitter.backend.name,
-            "nats_server": _server(submitter),
+            "nats_server": connected_server(submitter.nc),
         },
     )
