@@ -97,6 +97,25 @@ async def time_polls(sub: Submitter) -> tuple[float, float, int, int]:
     return first.seconds, statistics.median(s.seconds for s in steady), steady[-1].backend_calls, first.changed
 
 
+async def batch_figures(
+    sub: Submitter, n: int, backend_calls: int, backend_s: float, per_pod_s: float
+) -> dict[str, float | int]:
+    """A batch backend's figures: its one poll against per-pod calls, then the runtime polling all ``n`` jobs."""
+    first_s, steady_s, steady_calls, changed = await time_polls(sub)
+    assert changed == n and sub.registry is not None
+    await sub.registry.close()
+    return {
+        "backend_calls_per_poll": backend_calls,
+        "backend_poll_s": round(backend_s, 4),
+        "per_pod_calls": n,
+        "per_pod_s": round(per_pod_s, 3),
+        "speedup_vs_per_pod": round(per_pod_s / backend_s, 1),
+        "runtime_first_poll_s": round(first_s, 3),
+        "runtime_steady_poll_s": round(steady_s, 4),
+        "runtime_steady_backend_calls": steady_calls,
+    }
+
+
 async def bench_slurm(root: Path, n: int, sample: int) -> dict[str, float | int]:
     jobs = make_jobs(root, n, shell_done=False)
     table = root / "squeue.txt"
@@ -124,19 +143,7 @@ async def bench_slurm(root: Path, n: int, sample: int) -> dict[str, float | int]
     per_pod_s = (time.perf_counter() - t0) / sample * n
 
     sub = await runtime_for(root, backend, jobs)
-    first_s, steady_s, steady_calls, changed = await time_polls(sub)
-    assert changed == n
-    await sub.registry.close()  # type: ignore[union-attr]
-    return {
-        "backend_calls_per_poll": backend_calls,
-        "backend_poll_s": round(backend_s, 4),
-        "per_pod_calls": n,
-        "per_pod_s": round(per_pod_s, 3),
-        "speedup_vs_per_pod": round(per_pod_s / backend_s, 1),
-        "runtime_first_poll_s": round(first_s, 3),
-        "runtime_steady_poll_s": round(steady_s, 4),
-        "runtime_steady_backend_calls": steady_calls,
-    }
+    return await batch_figures(sub, n, backend_calls, backend_s, per_pod_s)
 
 
 async def bench_shell(root: Path, n: int) -> dict[str, float | int]:
@@ -197,19 +204,7 @@ async def bench_htcondor(root: Path, n: int, sample: int) -> dict[str, float | i
     per_pod_s = (time.perf_counter() - t0) / sample * n
 
     sub = await runtime_for(root, HTCondorBackend(HTCondorConfig(), pool="bench"), jobs)
-    first_s, steady_s, steady_calls, changed = await time_polls(sub)
-    assert changed == n
-    await sub.registry.close()  # type: ignore[union-attr]
-    return {
-        "backend_calls_per_poll": backend_calls,
-        "backend_poll_s": round(backend_s, 4),
-        "per_pod_calls": n,
-        "per_pod_s": round(per_pod_s, 3),
-        "speedup_vs_per_pod": round(per_pod_s / backend_s, 1),
-        "runtime_first_poll_s": round(first_s, 3),
-        "runtime_steady_poll_s": round(steady_s, 4),
-        "runtime_steady_backend_calls": steady_calls,
-    }
+    return await batch_figures(sub, n, backend_calls, backend_s, per_pod_s)
 
 
 def main() -> None:
