@@ -190,6 +190,27 @@ _T = TypeVar("_T")
 _Op = Callable[[sqlite3.Connection], object]
 """One write: runs inside the batch's transaction on the writer thread, returns its result."""
 
+
+@dataclass(slots=True)
+class _AfterCommit:
+    """An op's result plus work to run on the writer thread once that op's transaction is committed.
+
+    Why: a Submit's claim and its job directory used to be two thread hops; the directory is now
+    written on the writer thread right after the claim's commit, in the same hop. ``error`` is what
+    ``then`` raised (any ``BaseException``, e.g. a test's simulated crash), handed to the caller.
+    """
+
+    result: object
+    then: Callable[[], object]
+    error: BaseException | None = None
+
+    def run(self) -> _AfterCommit:
+        try:
+            self.then()
+        except BaseException as exc:  # delivered to the caller on the event loop, like a future's exception
+            self.error = exc
+        return self
+
 _INSERT = f"INSERT OR IGNORE INTO jobs ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
 _SELECT_ONE = f"SELECT {_COLUMNS} FROM jobs WHERE uid = ?"
 
@@ -248,7 +269,7 @@ class _Writer:
             if conn.in_transaction:
                 conn.execute("ROLLBACK")
             raise
-        return out
+        return [r.run() if isinstance(r, _AfterCommit) else r for r in out]
 
 
 class Registry:
@@ -322,10 +343,14 @@ class Registry:
         containers: Sequence[str],
         spec: bytes,
         status: bytes,
+        then: Callable[[], object] | None = None,
     ) -> tuple[bool, JobRow]:
         """Record the intent to submit, atomically: (True, row) if this call created it, else (False, existing).
 
         Returns once the row is committed. Claims of concurrent Submits share one transaction.
+        ``then`` runs on the writer thread right after the commit, only if this call created the row
+        (a Submit writes its job directory there: one thread hop instead of two); whatever it raises
+        is raised here, unwrapped, after the claim is durable.
         """
         now = self._clock.time()
         values = (
@@ -348,15 +373,20 @@ class Registry:
             None,
         )
 
-        def op(conn: sqlite3.Connection) -> tuple[bool, tuple[object, ...] | None]:
+        def op(conn: sqlite3.Connection) -> object:
             if conn.execute(_INSERT, values).rowcount == 1:
-                return True, None
+                return (True, None) if then is None else _AfterCommit((True, None), then)
             return False, conn.execute(_SELECT_ONE, (uid,)).fetchone()
 
         try:
-            created, existing = await self._write(op)
+            result = await self._write(op)
         except Exception as exc:
             raise RegistryError(f"cannot record job {uid}: {exc}") from exc
+        if isinstance(result, _AfterCommit):
+            if result.error is not None:
+                raise result.error
+            result = result.result
+        created, existing = cast("tuple[bool, tuple[object, ...] | None]", result)
         if created:
             return True, _row(values)
         assert existing is not None

@@ -147,6 +147,51 @@ async def test_registry_claims_once_and_survives_reopen(tmp_path: Path) -> None:
     await reg.close()
 
 
+async def test_a_claims_follow_up_runs_after_its_commit_only_when_it_created_the_row(tmp_path: Path) -> None:
+    """``claim(then=...)``: Submit writes its job directory in the claim's thread hop, after the commit."""
+    import asyncio
+    import sqlite3
+
+    path = tmp_path / "r.sqlite3"
+    reg = await Registry.open(path)
+    kw = {
+        "namespace": "n",
+        "name": "p",
+        "owner": "a",
+        "job_dir": tmp_path / "j",
+        "init_containers": [],
+        "containers": ["c"],
+        "spec": b"",
+        "status": b"",
+    }
+    seen: list[tuple[str, object]] = []
+
+    def committed(uid: str) -> object:
+        with sqlite3.connect(path) as other:  # another connection sees only committed rows
+            return other.execute("SELECT phase FROM jobs WHERE uid = ?", (uid,)).fetchone()
+
+    def follow_up(uid: str, fail: bool = False) -> None:
+        seen.append((uid, committed(uid)))
+        if fail:
+            raise OSError(f"disk full for {uid}")
+
+    # Concurrent claims share one transaction; a failing follow-up fails its own caller only, unwrapped.
+    results = await asyncio.gather(
+        reg.claim(uid="u1", then=lambda: follow_up("u1"), **kw),
+        reg.claim(uid="u2", then=lambda: follow_up("u2", fail=True), **kw),
+        return_exceptions=True,
+    )
+    assert results[0][0] is True  # type: ignore[index]
+    assert isinstance(results[1], OSError), "the follow-up's own error, not a RegistryError"
+    assert sorted(seen) == [("u1", ("submitting",)), ("u2", ("submitting",))], "after the commit"
+    row = await reg.get("u2")
+    assert row is not None and row.phase == "submitting", "the claim stays durable"
+    created, _ = await reg.claim(uid="u1", then=lambda: follow_up("again"), **kw)
+    assert not created
+    assert [u for u, _ in seen] == ["u1", "u2"], "not run for a row that already existed"
+    await reg.close()
+
+
 @pytest.mark.parametrize(
     "kw",
     [
