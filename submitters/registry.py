@@ -211,6 +211,7 @@ class _AfterCommit:
             self.error = exc
         return self
 
+
 _INSERT = f"INSERT OR IGNORE INTO jobs ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
 _SELECT_ONE = f"SELECT {_COLUMNS} FROM jobs WHERE uid = ?"
 
