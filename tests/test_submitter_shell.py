@@ -361,3 +361,45 @@ async def test_a_claim_whose_runner_never_started_is_lost_within_two_polls_sayin
         launcher.kill()
         await launcher.wait()
     await backend.close()
+
+
+async def test_a_full_slot_frees_when_its_runner_ends_watched_by_pidfd_or_adopted(tmp_path: Path) -> None:
+    """One slot: a queued job starts once the runner before it ends, whether a pidfd watches that runner
+    (launched by this backend) or not (adopted after a restart: found again by the reap fallback)."""
+    from interlink_nats.submitters import jobfiles
+    from interlink_nats.submitters.backends import shell
+    from interlink_nats.submitters.backends.base import JobHandle, JobSpec
+    from interlink_nats.submitters.testing import wait_for
+
+    def spec(uid: str, script: str) -> JobSpec:
+        job_dir = tmp_path / uid
+        return JobSpec(uid, job_dir, jobfiles.prepare_job_dir(job_dir, script))
+
+    async def started(uid: str) -> bool:
+        return (tmp_path / uid / shell.PID_FILE).exists()
+
+    gate = tmp_path / "gate"
+    backend = shell.ShellBackend(max_concurrent=1)
+    await backend.start()
+    try:
+        # Adopted: a runner this backend did not launch (a previous submitter's), still running.
+        adopted_dir = tmp_path / "adopted"
+        (adopted_dir / shell.CLAIM).mkdir(parents=True)
+        runner = await asyncio.create_subprocess_exec(
+            "bash", "-c", 'while [ ! -e "$2" ]; do sleep 0.05; done', shell.RUNNER_NAME, str(adopted_dir), str(gate)
+        )
+        (adopted_dir / shell.PID_FILE).write_text(f"{runner.pid}\n")
+        await backend.reconcile([JobHandle("adopted", adopted_dir)])
+        await backend.submit(spec("a", f'while [ ! -e "{gate}.a" ]; do sleep 0.05; done\n'))
+        await backend.submit(spec("b", "true\n"))
+        assert not await started("a"), "the adopted runner holds the only slot"
+        gate.touch()
+        await runner.wait()
+        await wait_for(lambda: started("a"), timeout=30, what="a to start after the adopted runner ended")
+        assert not await started("b"), "a (watched by its pidfd) holds the slot now"
+        Path(f"{gate}.a").touch()
+        await wait_for(lambda: started("b"), timeout=30, what="b to start after a ended")
+    finally:
+        gate.touch()
+        Path(f"{gate}.a").touch()
+        await backend.close()
