@@ -378,7 +378,7 @@ async def test_a_full_slot_frees_when_its_runner_ends_watched_by_pidfd_or_adopte
     async def started(uid: str) -> bool:
         return (tmp_path / uid / shell.PID_FILE).exists()
 
-    gate = tmp_path / "gate"
+    gate, gate_a = tmp_path / "gate", tmp_path / "gate-a"
     backend = shell.ShellBackend(max_concurrent=1)
     await backend.start()
     try:
@@ -390,16 +390,16 @@ async def test_a_full_slot_frees_when_its_runner_ends_watched_by_pidfd_or_adopte
         )
         (adopted_dir / shell.PID_FILE).write_text(f"{runner.pid}\n")
         await backend.reconcile([JobHandle("adopted", adopted_dir)])
-        await backend.submit(spec("a", f'while [ ! -e "{gate}.a" ]; do sleep 0.05; done\n'))
+        await backend.submit(spec("a", f'while [ ! -e "{gate_a}" ]; do sleep 0.05; done\n'))
         await backend.submit(spec("b", "true\n"))
         assert not await started("a"), "the adopted runner holds the only slot"
         gate.touch()
         await runner.wait()
         await wait_for(lambda: started("a"), timeout=30, what="a to start after the adopted runner ended")
         assert not await started("b"), "a (watched by its pidfd) holds the slot now"
-        Path(f"{gate}.a").touch()
+        gate_a.touch()
         await wait_for(lambda: started("b"), timeout=30, what="b to start after a ended")
     finally:
         gate.touch()
-        Path(f"{gate}.a").touch()
+        gate_a.touch()
         await backend.close()
