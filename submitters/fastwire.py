@@ -1,10 +1,12 @@
-"""Hand-encoded protobuf for the two messages every Submit serialises (the pending status, the spec).
+"""Hand-coded protobuf for the messages every Submit handles: the request it decodes, the two it encodes.
 
-Why: betterproto2 spends ~40-60 µs per message on reflection; these two are built from a few
-strings, so encoding them directly costs a few µs. The output is byte-identical to
-``bytes(message)`` (fields in number order, proto3 defaults omitted), which
-``tests/test_submitter_units.py`` checks against betterproto2 itself; the parts that need
-betterproto2 (container statuses) are cached per container list.
+Why: betterproto2 spends ~40-60 µs per message on reflection; these are made of a few strings,
+so coding them directly costs a few µs. Encoding is byte-identical to ``bytes(message)``
+(fields in number order, proto3 defaults omitted), which ``tests/test_submitter_units.py``
+checks against betterproto2 itself; the parts that need betterproto2 (container statuses) are
+cached per container list. Decoding (:func:`submit_request`) handles the plain encoding every
+client sends and hands anything else to betterproto2, so its result is always what
+``SubmitRequest.FromString`` gives.
 """
 
 from __future__ import annotations
@@ -65,3 +67,93 @@ def job_spec(job: pb.JobScript) -> bytes:
         parts.append(_field(5, bytes(job.resources)))
     parts.extend(_string(6, f) if f else b"\x32\x00" for f in job.backend_flags)
     return b"".join(parts)
+
+
+class _Unusual(Exception):
+    """Not the plain encoding :func:`submit_request` decodes itself: betterproto2 takes over."""
+
+
+def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
+    result = shift = 0
+    while True:
+        byte = data[pos]  # IndexError past the end: unusual (truncated)
+        pos += 1
+        result |= (byte & 0x7F) << shift
+        if byte < 0x80:
+            return result, pos
+        shift += 7
+        if shift >= 64:
+            raise _Unusual
+
+
+def _len_fields(data: bytes, pos: int, end: int) -> list[tuple[int, int, int]]:
+    """(field number, start, stop) of each field in ``data[pos:end]``; only length-delimited ones are usual."""
+    out = []
+    while pos < end:
+        key, pos = _read_varint(data, pos)
+        if key & 7 != 2:
+            raise _Unusual
+        length, pos = _read_varint(data, pos)
+        stop = pos + length
+        if stop > end:
+            raise _Unusual
+        out.append((key >> 3, pos, stop))
+        pos = stop
+    return out
+
+
+def _pod_ref(data: bytes, pos: int, end: int) -> pb.PodRef:
+    values = ["", "", ""]
+    seen = 0
+    for number, start, stop in _len_fields(data, pos, end):
+        if not 1 <= number <= 3 or seen & 1 << number:
+            raise _Unusual
+        seen |= 1 << number
+        values[number - 1] = str(data[start:stop], "utf-8")
+    return pb.PodRef(uid=values[0], namespace=values[1], name=values[2])
+
+
+def submit_request(data: bytes) -> pb.SubmitRequest:
+    """``SubmitRequest.FromString(data)``, decoded by hand when ``data`` is plainly encoded (~4x less CPU).
+
+    Plain: only the known fields, each singular one at most once, valid UTF-8. Anything else
+    (unknown or repeated singular fields, bad text, truncation) is left to betterproto2, so the
+    result and the errors are exactly its own.
+    """
+    try:
+        top = _len_fields(data, 0, len(data))
+        if len(top) != 1 or top[0][0] != 1:
+            raise _Unusual
+        _, pos, end = top[0]
+        pod: pb.PodRef | None = None
+        script = ""
+        init: list[str] = []
+        containers: list[str] = []
+        resources: pb.ResourceRequest | None = None
+        flags: list[str] = []
+        seen = 0
+        for number, start, stop in _len_fields(data, pos, end):
+            if number == 3:
+                init.append(str(data[start:stop], "utf-8"))
+            elif number == 4:
+                containers.append(str(data[start:stop], "utf-8"))
+            elif number == 6:
+                flags.append(str(data[start:stop], "utf-8"))
+            else:
+                if seen & 1 << number:
+                    raise _Unusual
+                seen |= 1 << number
+                if number == 1:
+                    pod = _pod_ref(data, start, stop)
+                elif number == 2:
+                    script = str(data[start:stop], "utf-8")
+                elif number == 5:
+                    resources = pb.ResourceRequest.parse(data[start:stop]) if stop > start else pb.ResourceRequest()
+                else:
+                    raise _Unusual
+    except (_Unusual, IndexError, UnicodeDecodeError):
+        return pb.SubmitRequest.parse(data)
+    job = pb.JobScript(
+        pod=pod, script=script, init_containers=init, containers=containers, resources=resources, backend_flags=flags
+    )
+    return pb.SubmitRequest(job=job)

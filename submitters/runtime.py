@@ -41,6 +41,7 @@ from typing import Any
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel.log_context import bind as bind_log_fields
 from interlink_nats.kernel.version import __version__
+from interlink_nats.submitters import fastwire
 from interlink_nats.submitters.announcer import Announcer
 from interlink_nats.submitters.backends.base import Backend, BackendError
 from interlink_nats.submitters.clock import Clock, as_clock
@@ -202,6 +203,7 @@ class Submitter:
             pool=self.pool,
             max_concurrency=self.settings.max_concurrency,
             metadata={"backend": self.backend.name, "instance": self.instance_id},
+            decoders={pb.SubmitRequest: fastwire.submit_request},
         )
         await self._rpc.start()
         await self._check_subscriptions()

@@ -359,6 +359,34 @@ async def test_garbage_request_is_invalid_argument_and_the_server_keeps_working(
     assert (await submitter_client(client_nc, pool).submit(submit_request("ok"))).job_id == "s:ok"
 
 
+async def test_a_request_decoder_replaces_from_string_after_the_strict_check(
+    serve: Serve, client_nc: NATS, pool: str
+) -> None:
+    """``decoders``: a hot request type is decoded by the given function, but only bytes the strict
+    wire check accepted reach it, and a decoder that fails answers INVALID_ARGUMENT like a bad request."""
+    decoded: list[bytes] = []
+
+    def decode(data: bytes) -> SubmitRequest:
+        decoded.append(data)
+        if b"undecodable" in data:
+            raise ValueError("no")
+        return SubmitRequest.FromString(data)
+
+    service = Recorder()
+    await serve(service, pool, decoders={SubmitRequest: decode})
+    client = submitter_client(client_nc, pool)
+
+    assert (await client.submit(submit_request("fast"))).job_id == "s:fast"
+    assert decoded == [bytes(submit_request("fast"))]
+    garbage = await raw_request(client_nc, rpc_subject("Submit", pool), b"\x0a\x05ab")
+    assert garbage.headers is not None and garbage.headers[STATUS] == str(Status.INVALID_ARGUMENT.value)
+    assert len(decoded) == 1, "the strict check rejects garbage before any decoder"
+    with pytest.raises(GRPCError) as failed:
+        await client.submit(submit_request("u", script="undecodable"))
+    assert failed.value.status is Status.INVALID_ARGUMENT
+    assert service.seen == ["fast"]
+
+
 async def test_bad_timeout_header_is_invalid_argument(serve: Serve, client_nc: NATS, pool: str) -> None:
     await serve(Recorder(), pool)
     reply = await raw_request(client_nc, rpc_subject("Submit", pool), bytes(submit_request()), {TIMEOUT: "soon"})

@@ -246,3 +246,90 @@ def test_every_node_of_a_cluster_from_flag_env_or_file(tmp_path: Path, monkeypat
     assert SubmitterSettings.load(cfg).nats_url == nodes
     monkeypatch.setenv("INTERLINK_SUBMITTER_NATS_URL", ",".join(nodes))
     assert SubmitterSettings.load(None, pool="a").nats_url == nodes
+
+
+def _plain_submit_requests() -> list[bytes]:
+    """Encodings as every client sends them (betterproto2's own)."""
+    from interlink_nats.gen.interlink_nats import v1 as pb
+    from jobs import pod_job
+
+    rendered = pod_job("u-1", {"a": "true", "b": "false"}, init={"i": "true"}, namespace="ns-é", name="ü" * 200)
+    messages = [
+        pb.SubmitRequest(job=pb.JobScript()),
+        pb.SubmitRequest(job=pb.JobScript(pod=pb.PodRef())),
+        pb.SubmitRequest(job=rendered),
+        pb.SubmitRequest(job=pod_job("u-2", {"main": "true"}, limits={"cpu": "2", "memory": "1Gi"})),
+        pb.SubmitRequest(
+            job=pb.JobScript(
+                pod=pb.PodRef(uid="u", name="n"),
+                script="x" * 70_000,
+                containers=["", "c"],
+                init_containers=[""],
+                resources=pb.ResourceRequest(),
+                backend_flags=["", "--qos=x"],
+            )
+        ),
+    ]
+    return [bytes(m) for m in messages]
+
+
+def _frame(number: int, payload: bytes) -> bytes:
+    """A length-delimited field (lengths < 128 only: one byte)."""
+    assert len(payload) < 128
+    return bytes([number << 3 | 2, len(payload)]) + payload
+
+
+def _unusual_submit_requests() -> list[bytes]:
+    """Encodings the hand decoder leaves to betterproto2 (valid or not)."""
+    from interlink_nats.gen.interlink_nats import v1 as pb
+
+    job = bytes(pb.JobScript(pod=pb.PodRef(uid="u"), script="s", containers=["c"]))
+    jobs = [
+        job + _frame(2, b"t"),  # the script twice: the last wins
+        job + _frame(1, _frame(1, b"v")),  # the pod twice
+        job + _frame(7, b"z"),  # an unknown field
+        job + b"\x40\x01",  # an unknown varint field
+        _frame(1, _frame(4, b"n") + b"\x20\x01"),  # an unknown varint field in the pod
+        _frame(2, b"\xc3\x28"),  # invalid UTF-8 in the script
+        _frame(1, _frame(3, b"\xff\xfe")),  # invalid UTF-8 in the pod's name
+    ]
+    return [
+        *(_frame(1, j) for j in jobs),
+        b"",  # no job at all
+        _frame(1, job) * 2,  # the job twice
+        _frame(2, b""),  # an unknown field of SubmitRequest
+    ]
+
+
+@pytest.mark.parametrize("data", _plain_submit_requests())
+def test_fastwire_decodes_a_plain_submit_request_by_hand_exactly_as_betterproto_does(
+    data: bytes, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from interlink_nats.gen.interlink_nats import v1 as pb
+    from interlink_nats.submitters import fastwire
+
+    expected = pb.SubmitRequest.FromString(data)
+
+    def not_here(cls: object, data: bytes) -> None:
+        raise AssertionError("a plain request is decoded by hand")
+
+    monkeypatch.setattr(pb.SubmitRequest, "parse", classmethod(not_here))
+    got = fastwire.submit_request(data)
+    assert got == expected
+    assert bytes(got) == data
+
+
+@pytest.mark.parametrize("data", _unusual_submit_requests())
+def test_fastwire_leaves_an_unusual_submit_request_to_betterproto(data: bytes) -> None:
+    from interlink_nats.gen.interlink_nats import v1 as pb
+    from interlink_nats.submitters import fastwire
+
+    try:
+        expected = pb.SubmitRequest.FromString(data)
+    except Exception as exc:  # the same error, from the same parser
+        with pytest.raises(type(exc)):
+            fastwire.submit_request(data)
+        return
+    got = fastwire.submit_request(data)
+    assert got == expected
+    assert bytes(got) == bytes(expected)
