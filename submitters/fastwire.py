@@ -56,6 +56,18 @@ def pending_status(
     return _field(1, pod_ref(uid, namespace, name)) + _pending_rest(pool, tuple(init), tuple(containers))
 
 
+def _int64(number: int, value: int) -> bytes:
+    """A varint field (wire type 0) of an int64: negative values take ten bytes, as protobuf says."""
+    return _varint(number << 3) + _varint(value & 0xFFFFFFFFFFFFFFFF) if value else b""
+
+
+def _resources(resources: pb.ResourceRequest) -> bytes:
+    """``bytes(resources)``; by hand unless a wall time is set (a Duration: betterproto2 encodes it)."""
+    if resources.wall_time is not None:
+        return bytes(resources)
+    return _int64(1, resources.cpu_millis) + _int64(2, resources.memory_bytes) + _int64(3, resources.gpus)
+
+
 def job_spec(job: pb.JobScript) -> bytes:
     """``bytes(JobScript)`` of ``job`` without its script: what the registry keeps to submit again."""
     parts = []
@@ -64,7 +76,7 @@ def job_spec(job: pb.JobScript) -> bytes:
     parts.extend(_string(3, n) if n else b"\x1a\x00" for n in job.init_containers)
     parts.extend(_string(4, n) if n else b"\x22\x00" for n in job.containers)
     if job.resources is not None:
-        parts.append(_field(5, bytes(job.resources)))
+        parts.append(_field(5, _resources(job.resources)))
     parts.extend(_string(6, f) if f else b"\x32\x00" for f in job.backend_flags)
     return b"".join(parts)
 

@@ -388,8 +388,26 @@ class Registry:
                 raise result.error
             result = result.result
         created, existing = cast("tuple[bool, tuple[object, ...] | None]", result)
-        if created:
-            return True, _row(values)
+        if created:  # the row as stored, built from what we have (not re-read and re-parsed)
+            return True, JobRow(
+                uid=uid,
+                namespace=namespace,
+                name=name,
+                phase=Phase.SUBMITTING,
+                job_id="",
+                owner=owner,
+                job_dir=Path(job_dir),
+                init_containers=tuple(init_containers),
+                containers=tuple(containers),
+                spec=spec,
+                state=int(pb.JobState.PENDING),
+                status=status,
+                revision=0,
+                published=0,
+                created_at=now,
+                updated_at=now,
+                finished_at=None,
+            )
         assert existing is not None
         return False, _row(existing)
 

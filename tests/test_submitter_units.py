@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime as dt
 import os
 from pathlib import Path
 
@@ -182,6 +183,7 @@ async def test_a_claims_follow_up_runs_after_its_commit_only_when_it_created_the
         return_exceptions=True,
     )
     assert results[0][0] is True  # type: ignore[index]
+    assert results[0][1] == await reg.get("u1"), "the returned row is the row as stored"  # type: ignore[index]
     assert isinstance(results[1], OSError), "the follow-up's own error, not a RegistryError"
     assert sorted(seen) == [("u1", ("submitting",)), ("u2", ("submitting",))], "after the commit"
     row = await reg.get("u2")
@@ -190,6 +192,23 @@ async def test_a_claims_follow_up_runs_after_its_commit_only_when_it_created_the
     assert not created
     assert [u for u, _ in seen] == ["u1", "u2"], "not run for a row that already existed"
     await reg.close()
+
+
+@pytest.mark.parametrize(
+    "resources",
+    [
+        {},
+        {"cpu_millis": 1500, "memory_bytes": 2**40, "gpus": 1},
+        {"cpu_millis": -1, "gpus": -(2**63)},
+        {"memory_bytes": 2**63 - 1, "wall_time": dt.timedelta(hours=2, microseconds=5)},
+    ],
+)
+def test_fastwire_encodes_a_specs_resources_exactly_as_betterproto_does(resources: dict[str, object]) -> None:
+    from interlink_nats.gen.interlink_nats import v1 as pb
+    from interlink_nats.submitters import fastwire
+
+    job = pb.JobScript(pod=pb.PodRef(uid="u"), containers=["c"], resources=pb.ResourceRequest(**resources))  # type: ignore[arg-type]
+    assert fastwire.job_spec(job) == bytes(job)
 
 
 @pytest.mark.parametrize(
