@@ -2,8 +2,9 @@
 
 The contract lives in ``interlink_nats.kernel.layout``; this module only reads and
 writes it. Reads are cached per job on the ``containers/`` directory's mtime: every file the
-script writes there appears by create or rename, which bumps that mtime, so an unchanged
-directory means unchanged files and one ``stat`` per job per poll is enough.
+script writes there appears by create, which bumps that mtime, and is complete once it ends in a
+newline (one ``write``), so an unchanged directory whose files were complete means unchanged files
+and one ``stat`` per job per poll is enough.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pathlib import Path
 
 from interlink_nats.kernel import layout
 from interlink_nats.kernel.names import is_dns_label, is_pod_uid
-from interlink_nats.submitters.status import ContainerFiles
+from interlink_nats.submitters.status import ContainerFiles, container_file_number
 
 _SETTLE_NS = 2_000_000_000
 
@@ -44,6 +45,10 @@ def job_dir_for(state_dir: Path, uid: str) -> Path:
 
 def prepare_job_dir(job_dir: Path, script: str) -> Path:
     """Create the job directory (0700) with ``containers/`` and write the script (0700) atomically.
+
+    A rendered script declares its job-dir layout (volume directories, runtime ``none``'s links): it is made
+    here too, then ``.prepared`` says so, and the script skips the processes that would make it (issue 14, P8).
+    When the layout cannot be made the script makes it itself, as it would have.
 
     Idempotent, so a retried submission after a crash rewrites the same content. On the create
     path of every job, so it spends few syscalls: plain ``os`` calls on string paths, the parent
@@ -74,7 +79,60 @@ def prepare_job_dir(job_dir: Path, script: str) -> Path:
     finally:
         os.close(fd)
     os.replace(tmp, path)
+    _prepare_layout(directory, script)
     return Path(path)
+
+
+def _prepare_layout(directory: str, script: str) -> None:
+    """Make the layout a rendered script declares, then write ``.prepared`` (the job dir, absolute) last."""
+    marker = os.path.join(directory, layout.PREPARED_FILE)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(marker)  # a retried submission: the script's own set-up until this pass completes
+    try:
+        entries = layout.parse_layout(script)
+    except ValueError:
+        return
+    if entries is None:
+        return
+    absolute = os.path.abspath(directory)
+    made: set[str] = set()
+    try:
+        for entry in entries:
+            path = os.path.join(directory, entry.path)
+            if isinstance(entry, layout.LayoutDir):
+                _make_dirs(path, made)
+                if entry.mode is not None:
+                    os.chmod(path, entry.mode)
+            else:
+                _make_dirs(os.path.dirname(path), made)
+                target = os.path.join(absolute, entry.target)
+                try:
+                    os.symlink(target, path)
+                except FileExistsError:  # like `ln -sfn`: a link or file there is replaced
+                    os.unlink(path)
+                    os.symlink(target, path)
+        fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        try:
+            os.write(fd, (absolute + "\n").encode())
+        finally:
+            os.close(fd)
+    except OSError:
+        return  # the script makes what is missing itself
+
+
+def _make_dirs(path: str, made: set[str]) -> None:
+    """``mkdir -p`` with 0700 directories (what the script's umask 077 gives); follows links like it."""
+    if path in made:
+        return
+    try:
+        os.mkdir(path, 0o700)
+    except FileNotFoundError:
+        _make_dirs(os.path.dirname(path), made)
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        if not os.path.isdir(path):
+            raise
+    made.add(path)
 
 
 def prepare_job_dirs(items: Sequence[tuple[Path, str]]) -> list[Path | OSError]:
@@ -92,32 +150,36 @@ def remove_job_dir(job_dir: Path) -> None:
     shutil.rmtree(job_dir, ignore_errors=True)
 
 
-def _read_float(path: Path) -> float | None:
+def _read_number(path: Path) -> tuple[float | None, float | None, bool]:
+    """(the number, the file's mtime, whether the file is there but still being written)."""
     try:
-        return float(path.read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def _read_exit(path: Path) -> tuple[int | None, float | None]:
-    try:
-        st = path.stat()
-        text = path.read_text().strip()
+        with open(path, "rb") as fh:
+            text = fh.read().decode(errors="replace")
+            mtime = os.fstat(fh.fileno()).st_mtime
     except OSError:
-        return None, None
-    try:
-        return int(text.split()[0]), st.st_mtime
-    except (ValueError, IndexError):
-        return None, None  # being written by a script that does not rename; read again next poll
+        return None, None, False
+    value = container_file_number(text)
+    return value, mtime, value is None and not text.endswith("\n")
+
+
+def _read_files(job_dir: Path, names: Sequence[str]) -> tuple[dict[str, ContainerFiles], bool]:
+    """The container files, and whether every one present was complete (else a later read may differ)."""
+    out: dict[str, ContainerFiles] = {}
+    complete = True
+    for name in names:
+        started, _, partial = _read_number(layout.started_path(job_dir, name))
+        code, finished, partial_exit = _read_number(layout.exit_path(job_dir, name))
+        complete = complete and not partial and not partial_exit
+        out[name] = ContainerFiles(
+            started_at=started,
+            exit_code=int(code) if code is not None else None,
+            finished_at=finished if code is not None else None,
+        )
+    return out, complete
 
 
 def read_container_files(job_dir: Path, names: Sequence[str]) -> dict[str, ContainerFiles]:
-    out: dict[str, ContainerFiles] = {}
-    for name in names:
-        started = _read_float(layout.started_path(job_dir, name))
-        code, finished = _read_exit(layout.exit_path(job_dir, name))
-        out[name] = ContainerFiles(started_at=started, exit_code=code, finished_at=finished)
-    return out
+    return _read_files(job_dir, names)[0]
 
 
 class ContainerFilesCache:
@@ -135,11 +197,12 @@ class ContainerFilesCache:
         hit = self._cache.get(job_dir)
         if hit is not None and hit[0] == mtime:
             return hit[1]
-        files = read_container_files(job_dir, names)
-        if time.time_ns() - mtime > _SETTLE_NS:
+        files, complete = _read_files(job_dir, names)
+        if complete and time.time_ns() - mtime > _SETTLE_NS:
             # A directory changed within the clock's granularity could change again with the same
             # mtime; only cache once it has been quiet for a while. Deliberately the host's real
             # clock, not the injected one: it is compared with the file system's own timestamps.
+            # A file still being written is completed in place (no rename, no directory change): not cached.
             self._cache[job_dir] = (mtime, files)
         return files
 

@@ -35,7 +35,20 @@ class ContainerFiles:
     started_at: float | None = None
     exit_code: int | None = None
     finished_at: float | None = None
-    """mtime of the ``.exit`` file: it is written (renamed into place) when the container ends."""
+    """mtime of the ``.exit`` file: it is written when the container ends."""
+
+
+def container_file_number(text: str) -> float | None:
+    """The number a ``.started`` or ``.exit`` file holds; None while it is being written.
+
+    The script writes each with one ``write`` ending in a newline and no rename (a rename costs a process in
+    bash), so a file without its newline, empty or not, is still being written: read it again later."""
+    if not text.endswith("\n"):
+        return None
+    try:
+        return float(text.split()[0])
+    except (ValueError, IndexError):
+        return None
 
 
 NO_FILES = ContainerFiles()
