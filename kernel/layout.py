@@ -106,7 +106,7 @@ def layout_line(entries: list[LayoutEntry]) -> str:
 
 def _below(path: object) -> str:
     if not isinstance(path, str) or not path or path.startswith("/") or "\x00" in path or ".." in path.split("/"):
-        raise ValueError(f"not a path below the job dir: {path!r}")
+        raise ValueError(f"layout: not a path below the job dir: {path!r}")
     return path
 
 
@@ -119,9 +119,12 @@ def parse_layout(script: str) -> list[LayoutEntry] | None:
         return None
     start += 1 + len(LAYOUT_PREFIX)
     end = script.find("\n", start)
-    items = json.loads(script[start : end if end >= 0 else len(script)])
+    try:
+        items = json.loads(script[start : end if end >= 0 else len(script)])
+    except ValueError as exc:
+        raise ValueError(f"layout: not JSON: {exc}") from None
     if not isinstance(items, list):
-        raise ValueError("the layout line is not a list")
+        raise ValueError("layout: not a list")
     out: list[LayoutEntry] = []
     for item in items:
         match item:
@@ -132,5 +135,5 @@ def parse_layout(script: str) -> list[LayoutEntry] | None:
             case ["l", path, target]:
                 out.append(LayoutLink(_below(path), _below(target)))
             case _:
-                raise ValueError(f"bad layout entry {item!r}")
+                raise ValueError(f"layout: bad entry {item!r}")
     return out

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from interlink_nats.kernel import quantities
+from interlink_nats.kernel import layout, quantities
 from interlink_nats.kernel.names import is_dns_label, is_pod_uid
 from interlink_nats.kernel.subjects import InvalidPoolNameError, Role, inbox_prefix, validate_pool
 
@@ -50,3 +50,35 @@ def test_minimum_and_maximum_keep_the_first_of_equal_values_as_spelled() -> None
     for pick in (quantities.minimum, quantities.maximum):
         with pytest.raises(ValueError, match="at least one quantity"):
             pick()
+
+
+def test_layout_line_round_trips_and_stays_one_line() -> None:
+    entries: list[layout.LayoutEntry] = [
+        layout.LayoutDir("volumes/cfg", 0o755),
+        layout.LayoutDir("rootfs/main/new\nline"),
+        layout.LayoutLink("rootfs/main/etc/app", "volumes/cfg"),
+    ]
+    line = layout.layout_line(entries)
+    assert "\n" not in line
+    script = f"#!/bin/bash\n# comment\n{line}\necho hi\n"
+    assert layout.parse_layout(script) == entries
+    assert layout.parse_layout("#!/bin/bash\necho hi\n") is None, "not a rendered script"
+
+
+@pytest.mark.parametrize(
+    "items",
+    [
+        '[["d","/etc",null]]',
+        '[["d","volumes/../../x",null]]',
+        '[["l","rootfs/a","/etc"]]',
+        '[["d","",null]]',
+        '[["d","volumes/x","755"]]',
+        '[["d","volumes/x",493]]',
+        '[["x","volumes/x",null]]',
+        '{"d":1}',
+        "[",
+    ],
+)
+def test_layout_line_rejects_paths_outside_the_job_dir_and_bad_entries(items: str) -> None:
+    with pytest.raises(ValueError, match=r"^layout: "):
+        layout.parse_layout(f"#!/bin/bash\n{layout.LAYOUT_PREFIX}{items}\n")
