@@ -65,9 +65,10 @@ LABEL_JOB_DIR = "interlink-nats.job-dir"
 # process each in bash; the submitter makes them in the pass that writes the script instead, and the script
 # only makes them itself when the submitter did not (a standalone run, an HTCondor sandbox, a rerun).
 PREPARED_FILE = ".prepared"
-"""Written last by the submitter's job-dir preparation: the absolute job dir, then a newline. It says the job dir
-is 0700, ``containers/`` exists and every entry of the script's layout line was made, with links into that
-path. The script does its own set-up unless the file names its own job dir, and removes it first at exit."""
+"""Made last by the submitter's job-dir preparation: a symlink to the job dir (absolute, as the submitter names it).
+It says the job dir is 0700, ``containers/`` exists and every entry of the script's layout line was made, with
+links through that name. The script does its own set-up unless ``[ .prepared -ef . ]`` (the name leads to the
+directory it runs in), and removes it first at exit."""
 LAYOUT_PREFIX = "# interlink-nats layout: "
 """A rendered script's layout line (JSON, one line), among its first lines."""
 _LAYOUT_WINDOW = 1024

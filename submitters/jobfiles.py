@@ -55,13 +55,14 @@ def prepare_job_dir(job_dir: Path, script: str) -> Path:
     created only when missing, the script's mode set on its open descriptor.
     """
     directory = os.fspath(job_dir)
+    fresh = True
     try:
         os.mkdir(directory, 0o700)
     except FileNotFoundError:
         os.makedirs(os.path.dirname(directory), 0o700, exist_ok=True)
         os.mkdir(directory, 0o700)
     except FileExistsError:
-        pass  # a retried submission
+        fresh = False  # a retried submission
     os.chmod(directory, 0o700)  # mkdir's mode is masked by the umask
     with contextlib.suppress(FileExistsError):
         os.mkdir(os.path.join(directory, layout.CONTAINERS_DIR), 0o700)
@@ -79,15 +80,18 @@ def prepare_job_dir(job_dir: Path, script: str) -> Path:
     finally:
         os.close(fd)
     os.replace(tmp, path)
-    _prepare_layout(directory, script)
+    _prepare_layout(directory, script, fresh)
     return Path(path)
 
 
-def _prepare_layout(directory: str, script: str) -> None:
-    """Make the layout a rendered script declares, then write ``.prepared`` (the job dir, absolute) last."""
+def _prepare_layout(directory: str, script: str, fresh: bool) -> None:
+    """Make the layout a rendered script declares, then ``.prepared`` last: a symlink to the job dir as
+    this process names it, so ``[ .prepared -ef . ]`` in the script holds only where the links made here,
+    which use that name, lead into the directory the script runs in. One syscall, no file to write."""
     marker = os.path.join(directory, layout.PREPARED_FILE)
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(marker)  # a retried submission: the script's own set-up until this pass completes
+    if not fresh:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(marker)  # the script's own set-up until this pass completes
     try:
         entries = layout.parse_layout(script)
     except ValueError:
@@ -100,39 +104,35 @@ def _prepare_layout(directory: str, script: str) -> None:
         for entry in entries:
             path = os.path.join(directory, entry.path)
             if isinstance(entry, layout.LayoutDir):
-                _make_dirs(path, made)
+                _make_dirs(directory, entry.path, made)
                 if entry.mode is not None:
                     os.chmod(path, entry.mode)
-            else:
-                _make_dirs(os.path.dirname(path), made)
-                target = os.path.join(absolute, entry.target)
-                try:
-                    os.symlink(target, path)
-                except FileExistsError:  # like `ln -sfn`: a link or file there is replaced
-                    os.unlink(path)
-                    os.symlink(target, path)
-        fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-        try:
-            os.write(fd, (absolute + "\n").encode())
-        finally:
-            os.close(fd)
+                continue
+            _make_dirs(directory, entry.path.rpartition("/")[0], made)
+            target = os.path.join(absolute, entry.target)
+            try:
+                os.symlink(target, path)
+            except FileExistsError:  # like `ln -sfn`: a link or file there is replaced
+                os.unlink(path)
+                os.symlink(target, path)
+        os.symlink(absolute, marker)
     except OSError:
         return  # the script makes what is missing itself
 
 
-def _make_dirs(path: str, made: set[str]) -> None:
-    """``mkdir -p`` with 0700 directories (what the script's umask 077 gives); follows links like it."""
-    if path in made:
+def _make_dirs(directory: str, rel: str, made: set[str]) -> None:
+    """``mkdir -p`` below the job dir, parents first (a fresh job dir: no failed attempt), 0700 directories
+    like the script's umask 077 gives; an existing directory or link to one is kept, as ``mkdir -p`` does."""
+    if not rel or rel in made:
         return
+    _make_dirs(directory, rel.rpartition("/")[0], made)
+    path = os.path.join(directory, rel)
     try:
-        os.mkdir(path, 0o700)
-    except FileNotFoundError:
-        _make_dirs(os.path.dirname(path), made)
         os.mkdir(path, 0o700)
     except FileExistsError:
         if not os.path.isdir(path):
             raise
-    made.add(path)
+    made.add(rel)
 
 
 def prepare_job_dirs(items: Sequence[tuple[Path, str]]) -> list[Path | OSError]:

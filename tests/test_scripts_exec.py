@@ -257,7 +257,7 @@ def test_volumes_content_and_modes(job_dir: Path, tmp_path: Path, prepared: bool
     # Volume data (secrets included) is removed when the job ends; logs and exit files stay.
     assert not (job_dir / layout.VOLUMES_DIR).exists()
     assert not (job_dir / layout.ROOTFS_DIR).exists()
-    assert not (job_dir / layout.PREPARED_FILE).exists(), "a rerun makes its own layout again"
+    assert not (job_dir / layout.PREPARED_FILE).is_symlink(), "a rerun makes its own layout again"
     assert (tmp_path / "host" / "h.txt").exists()
     assert exit_code(job_dir, "main") == 0
 
@@ -500,12 +500,14 @@ def test_empty_dir_sub_path_is_created_and_pre_exec_cd_is_harmless(job_dir: Path
 
 
 def test_layout_prepared_for_another_path_is_not_trusted(job_dir: Path, tmp_path: Path) -> None:
-    """The submitter's links point into the job dir as it saw it: when the script sees the job dir under
-    another path (another mount point on the node), it makes its own layout."""
+    """The submitter's links point into the job dir as it named it: when that name leads elsewhere on the
+    node running the script (another file system mounted there), the script makes its own layout."""
     data = job_dir_volume_pod(tmp_path)
     prepare_job_dir(job_dir, render_job(data, NONE).script)
     shutil.rmtree(job_dir / layout.VOLUMES_DIR)  # trusting the layout would fail to write the files
-    (job_dir / layout.PREPARED_FILE).write_text("/elsewhere/job\n")
+    (job_dir / layout.PREPARED_FILE).unlink()
+    (tmp_path / "elsewhere").mkdir()
+    (job_dir / layout.PREPARED_FILE).symlink_to(tmp_path / "elsewhere")
     assert run_written(job_dir) == 0
     files = dump(job_dir, "main")["files"]
     assert base64.b64decode(files["etc/cfg/app.conf"]["b64"]) == b"x=1\n"
@@ -515,7 +517,7 @@ def test_layout_prepared_for_another_path_is_not_trusted(job_dir: Path, tmp_path
 def test_rerun_of_a_prepared_job_makes_its_own_layout(job_dir: Path, tmp_path: Path) -> None:
     """The clean-up removes .prepared with the volumes: a rerun (Slurm requeue) sets the pod up again."""
     assert run(job_dir, volume_pod(tmp_path), prepared=True) == 0
-    assert not (job_dir / layout.PREPARED_FILE).exists()
+    assert not (job_dir / layout.PREPARED_FILE).is_symlink()
     layout.exit_path(job_dir, "main").unlink()
     assert run_written(job_dir) == 0
     assert base64.b64decode(dump(job_dir, "main")["files"]["etc/cfg/app.conf"]["b64"]) == b"x=1\n"
@@ -553,3 +555,14 @@ def test_prepared_job_runs_no_set_up_command(job_dir: Path, tmp_path: Path) -> N
     assert base64.b64decode(files["etc/items/blob.bin"]["b64"]) == b"\x00\xff\x01"
     assert (base64.b64decode(files["sec/password"]["b64"]), files["sec/password"]["mode"]) == (b"hunter2\n", 0o600)
     assert not (job_dir / layout.VOLUMES_DIR).exists()
+
+
+def test_prepared_job_dir_reached_under_another_name(job_dir: Path, tmp_path: Path) -> None:
+    """The script runs in the job dir through an alias (a symlinked mount point): the submitter's links
+    still lead into it, so its layout is used (no mkdir, chmod nor ln on PATH)."""
+    prepare_job_dir(job_dir, render_job(job_dir_volume_pod(tmp_path), NONE).script)
+    alias = tmp_path / "alias"
+    alias.symlink_to(job_dir)
+    env = {**os.environ, layout.JOB_DIR_ENV: str(alias), "PATH": only_commands(tmp_path, "base64", "env", "rm")}
+    assert subprocess.run([BASH, layout.SCRIPT_NAME], cwd=alias, env=env, timeout=60).returncode == 0
+    assert base64.b64decode(dump(job_dir, "main")["files"]["etc/cfg/app.conf"]["b64"]) == b"x=1\n"

@@ -9,10 +9,10 @@ __job_dir=${INTERLINK_JOB_DIR:-$PWD}
 cd -- "$__job_dir" || exit 125
 __job_dir=$PWD
 export INTERLINK_JOB_DIR="$__job_dir"
-# The submitter made the job dir 0700, containers/ and the layout above when .prepared names this dir.
-__prepared=
-read -r __prepared 2>/dev/null < .prepared
-if [ "$__prepared" != "$__job_dir" ]; then
+# The submitter made the job dir 0700, containers/ and the layout above when .prepared leads here.
+__prepared=0
+[ .prepared -ef . ] && __prepared=1
+if [ "$__prepared" = 0 ]; then
   chmod 0700 -- "$__job_dir"
   mkdir -p -- containers
 fi
@@ -87,7 +87,7 @@ __b() { base64 -d <<< "$2" > "$1" || __setup_failed "cannot write $1"; }
 __need() { test "-$1" "$2" || __setup_failed "hostPath $2 is not of type $3"; }
 
 # --- volumes ---
-if [ "$__prepared" != "$__job_dir" ]; then
+if [ "$__prepared" = 0 ]; then
   mkdir -p -- volumes/vol volumes/vol/dir || __setup_failed "cannot create volume directories"
   chmod 0755 -- volumes/vol volumes/vol/dir
   mkdir -p -- rootfs/c/mnt && ln -sfn -- "$__job_dir"/volumes/vol rootfs/c/mnt/vol
