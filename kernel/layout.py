@@ -10,7 +10,8 @@ so they are safe file names):
                                  a reader takes it only once it ends in a newline).
 
 The job's own exit code is 0 when every container succeeded, else the first failure's code.
-Submitters read these files to report per-container state; nothing else is parsed.
+Submitters read these files to report per-container state; of the script itself they parse only its
+layout line (below), to make its directories and links before it runs.
 """
 
 from __future__ import annotations
