@@ -81,9 +81,9 @@ __wait() {
 }
 __setup_failed() { [ -n "$__setup_error" ] || __setup_error=$1; }
 # File writers (the umask set before them gives the mode; execute bits are chmod'ed below): text as a quoted
-# word, binary as base64.
+# word, binary as base64 (through a pipe: bash < 5.1 keeps a here-string in a temporary file, and it may be a secret).
 __t() { printf '%s' "$2" > "$1" || __setup_failed "cannot write $1"; }
-__b() { base64 -d <<< "$2" > "$1" || __setup_failed "cannot write $1"; }
+__b() { printf '%s' "$2" | base64 -d > "$1" || __setup_failed "cannot write $1"; }
 __need() { test "-$1" "$2" || __setup_failed "hostPath $2 is not of type $3"; }
 
 # --- volumes ---
