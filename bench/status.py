@@ -108,6 +108,18 @@ _TICK_S = 0.001
 are written together, up to a tick late (the lag the table reports)."""
 
 
+def runqueue_wait_s(pid: int) -> float:
+    """Seconds the process's threads spent runnable but waiting for a CPU (``/proc/<pid>/task/*/schedstat``):
+    on a shared machine, time the gateway was ready to answer while other processes held the cores."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            total += int((task / "schedstat").read_text().split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+    return total / 1e9
+
+
 def _content_length(head: bytes) -> int:
     at = head.find(b"content-length:")
     if at < 0:
@@ -273,21 +285,24 @@ def main() -> None:
         rows: list[list[object]] = []
         results: dict[str, list[Any]] = {"status": [], "ping": [], "msgs": []}
         cpu_per_call: dict[str, list[float]] = {"status": [], "ping": [], "client": []}
+        waits: dict[str, list[float]] = {"status": [], "ping": []}
         for rep in range(args.reps):
             idle_before = nats_message_count(monitor)
             time.sleep(args.seconds)
             idle = nats_message_count(monitor) - idle_before
             before = nats_message_count(monitor)
             started = time.monotonic()
-            gateway_cpu = cpu_seconds(gateway.pid)[0]
+            gateway_cpu, gateway_wait = cpu_seconds(gateway.pid)[0], runqueue_wait_s(gateway.pid)
             status_run = run_load(port, status_requests, args.rate, args.connections)
             status_cpu = cpu_seconds(gateway.pid)[0] - gateway_cpu
+            status_wait = runqueue_wait_s(gateway.pid) - gateway_wait
             elapsed = time.monotonic() - started
             during = nats_message_count(monitor) - before
             extra = max(0.0, during - idle * elapsed / args.seconds)
-            gateway_cpu = cpu_seconds(gateway.pid)[0]
+            gateway_cpu, gateway_wait = cpu_seconds(gateway.pid)[0], runqueue_wait_s(gateway.pid)
             ping_run = run_load(port, ping_requests, args.rate, args.connections)
             ping_cpu = cpu_seconds(gateway.pid)[0] - gateway_cpu
+            ping_wait = runqueue_wait_s(gateway.pid) - gateway_wait
             latencies, base = status_run["latencies"], ping_run["latencies"]
             msgs_per_call = extra / len(latencies)
             results["status"].append(status_run)
@@ -295,6 +310,8 @@ def main() -> None:
             results["msgs"].append(msgs_per_call)
             cpu_per_call["status"].append(status_cpu / calls)
             cpu_per_call["ping"].append(ping_cpu / calls)
+            waits["status"].append(status_wait / args.seconds)
+            waits["ping"].append(ping_wait / args.seconds)
             cpu_per_call["client"].append((status_run["client_cpu_s"] + ping_run["client_cpu_s"]) / (2 * calls))
             rows.append(
                 [
@@ -309,13 +326,15 @@ def main() -> None:
                     f"{status_cpu / calls * 1e6:.0f}",
                     f"{ping_cpu / calls * 1e6:.0f}",
                     f"{cpu_per_call['client'][-1] * 1e6:.0f}",
+                    f"{waits['status'][-1] * 1e3:.0f}/{waits['ping'][-1] * 1e3:.0f}",
                     f"{msgs_per_call:.3f}",
                     status_run["errors"] + ping_run["errors"],
                 ]
             )
         print_table(
             f"/status: {args.pods} tracked pods, one pod per call, open loop at {args.rate:.0f}/s "
-            f"(lag: how late the client wrote calls; CPU: µs per call, gateway and client)",
+            "(lag: how late the client wrote calls; CPU: µs per call, gateway and client; "
+            "gw wait: ms per s the gateway was runnable but had no CPU, status/ping)",
             [
                 "rep",
                 "calls/s",
@@ -328,6 +347,7 @@ def main() -> None:
                 "gw CPU",
                 "gw CPU ping",
                 "client CPU",
+                "gw wait ms/s",
                 "NATS msgs/call",
                 "errors",
             ],
@@ -351,6 +371,7 @@ def main() -> None:
             "gateway_cpu_us_per_status_call": round(median(cpu_per_call["status"]) * 1e6, 1),
             "gateway_cpu_us_per_ping_call": round(median(cpu_per_call["ping"]) * 1e6, 1),
             "client_cpu_us_per_call": round(median(cpu_per_call["client"]) * 1e6, 1),
+            "gateway_runqueue_wait_ms_per_s": round(median(waits["status"]) * 1e3, 1),
         }
         print(json.dumps(figures))
     finally:
