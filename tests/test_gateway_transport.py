@@ -58,3 +58,21 @@ async def test_close_sends_a_held_head_first(wrapped: tuple[CoalescingTransport,
     transport.write(HEAD)
     transport.close()
     assert await until_readable(peer) == HEAD
+
+
+async def test_a_head_held_when_the_connection_is_aborted_is_dropped_quietly(
+    wrapped: tuple[CoalescingTransport, socket.socket],
+) -> None:
+    transport, peer = wrapped
+    loop = asyncio.get_running_loop()
+    errors: list[dict[str, object]] = []
+    loop.set_exception_handler(lambda _loop, context: errors.append(context))
+    try:
+        transport.write(HEAD)
+        transport.abort()
+        await asyncio.sleep(0)  # the end-of-turn flush runs: it must find a closed transport and send nothing
+        await asyncio.sleep(0)
+    finally:
+        loop.set_exception_handler(None)
+    assert errors == []
+    assert readable(peer) == b""

@@ -125,7 +125,8 @@ class CoalescingTransport(asyncio.Transport):
     def _flush(self) -> None:
         if self._held:
             data, self._held = self._held, b""
-            self._transport.write(data)
+            if not self._transport.is_closing():  # the peer left within this turn: nothing to deliver to
+                self._transport.write(data)
 
     def writelines(self, list_of_data: Any) -> None:
         self.write(b"".join(list_of_data))
