@@ -19,7 +19,7 @@ from itertools import chain
 from typing import Any, Protocol
 
 from interlink_nats.gen.interlink_nats import v1 as pb
-from interlink_nats.services.gateway.wire import PodIdentity, pod_status_json
+from interlink_nats.services.gateway.wire import PodIdentity, container_views, containers_status_json, pod_status_json
 from interlink_nats.services.gateway.wire import dumps as wire_dumps
 
 log = logging.getLogger(__name__)
@@ -133,8 +133,20 @@ class PodRecord:
         so at 100,000 pods the cache is the table's largest part.
         """
         if self._status_json is None:
-            self._status_json = wire_dumps(self.status_json())
+            self._status_json = wire_dumps(self._fast_status_json())
         return self._status_json
+
+    def _fast_status_json(self) -> dict[str, Any]:
+        """:meth:`status_json`, reading the containers straight from the encoded status (no betterproto
+        parse: the cost of a pod's first answer after a restart or a change); the same answer."""
+        if self._status is not None:
+            try:
+                containers = container_views(self._status)
+            except (ValueError, IndexError, OverflowError):  # UnicodeDecodeError is a ValueError
+                containers = []
+            if containers:
+                return containers_status_json(self.identity, self.job_id, containers, self.images)
+        return self.status_json()
 
     def effective_status(self) -> pb.JobStatus:
         """The last pushed status, or every container waiting when none arrived yet."""
