@@ -176,7 +176,7 @@ RECONNECT_CHECK_S = 0.2
 
 
 class UnaryCall(_Call, Generic[R]):
-    """One request-reply through nats-py's shared reply inbox (no per-call subscription).
+    """One request-reply through the connection's shared reply inbox (no per-call subscription).
 
     When the connection fails over to another server while the call waits (its server was lost),
     the reply is gone with that server, so the request is sent again at once rather than waiting out
@@ -225,25 +225,88 @@ class UnaryCall(_Call, Generic[R]):
         return msg.data
 
     async def _request(self, *, budget: float) -> Msg:
-        """``nc.request``, abandoned with :class:`_ServerLost` when our connection reconnects meanwhile."""
+        """Publish and wait for the reply on the connection's shared inbox; abandoned with :class:`_ServerLost`
+        when our connection reconnects meanwhile, with nats-py's TimeoutError when ``budget`` runs out.
+
+        One future, one timer and two callbacks per call: no task of its own, no ``asyncio.wait`` and no
+        ``wait_for`` (what ``nc.request`` plus a race against the failover cost, issue 14 P1).
+        """
         assert self._payload is not None
+        replies = _Replies.of(self._nc)
+        inbox, token, reply = await replies.open()
         watch = _FailoverWatch.of(self._nc)
         failover = watch.next()  # taken with the send, in one step: a reconnect after it resolves it
-        request = asyncio.ensure_future(
-            self._nc.request(self._subject, self._payload, timeout=budget, headers=self._headers)
-        )
+
+        def lost(_: asyncio.Future[None]) -> None:
+            if not reply.done():
+                reply.set_exception(_ServerLost())
+
+        failover.add_done_callback(lost)
+        timer = asyncio.get_running_loop().call_later(budget, _expire, reply)
         try:
-            racing: set[asyncio.Future[Any]] = {request, failover}
-            await asyncio.wait(racing, return_when=asyncio.FIRST_COMPLETED)
-            if request.done():
-                return request.result()
-            raise _ServerLost
+            await self._nc.publish(self._subject, self._payload, reply=inbox, headers=self._headers)
+            msg = await reply
         finally:
+            timer.cancel()
+            failover.remove_done_callback(lost)
+            replies.close(token)
             watch.release()
-            if not request.done():
-                request.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await request
+        if msg.headers and msg.headers.get(protocol.NATS_STATUS) == protocol.NO_RESPONDERS:
+            raise nats.errors.NoRespondersError
+        return msg
+
+
+def _expire(reply: asyncio.Future[Msg]) -> None:
+    if not reply.done():
+        reply.set_exception(nats.errors.TimeoutError())
+
+
+class _Replies:
+    """The unary calls' reply inbox of one connection: one wildcard subscription, a token per call.
+
+    What ``nc.request`` does too, minus what it adds per call (a random token from the OS, a
+    ``wait_for``); a counter is enough for the token, since the subscription's own prefix is random.
+    nats-py subscribes it again after a reconnect.
+    """
+
+    _by_client: weakref.WeakKeyDictionary[Any, _Replies] = weakref.WeakKeyDictionary()
+
+    def __init__(self, nc: NATS) -> None:
+        self._nc = nc
+        self._prefix = ""
+        self._waiting: dict[str, asyncio.Future[Msg]] = {}
+        self._count = 0
+        self._subscribing = asyncio.Lock()
+
+    @classmethod
+    def of(cls, nc: NATS) -> _Replies:
+        replies = cls._by_client.get(nc)
+        if replies is None:
+            replies = cls._by_client[nc] = cls(nc)
+        return replies
+
+    async def open(self) -> tuple[str, str, asyncio.Future[Msg]]:
+        """A new call's reply subject, its token (for :meth:`close`) and the future its reply resolves."""
+        if not self._prefix:
+            async with self._subscribing:
+                if not self._prefix:
+                    inbox = self._nc.new_inbox()
+                    await self._nc.subscribe(inbox + ".*", cb=self._on_reply)
+                    self._prefix = inbox + "."
+        self._count += 1
+        token = f"{self._count:x}"
+        reply: asyncio.Future[Msg] = asyncio.get_running_loop().create_future()
+        self._waiting[token] = reply
+        return self._prefix + token, token, reply
+
+    def close(self, token: str) -> None:
+        """The call is over (answered or not): a late reply for it is dropped."""
+        self._waiting.pop(token, None)
+
+    async def _on_reply(self, msg: Msg) -> None:
+        reply = self._waiting.pop(msg.subject[len(self._prefix) :], None)
+        if reply is not None and not reply.done():
+            reply.set_result(msg)
 
 
 class _FailoverWatch:
