@@ -312,8 +312,10 @@ class _Replies:
 class _FailoverWatch:
     """Resolves a shared future on a connection's next reconnect, for every call waiting on it.
 
-    nats-py offers no per-client hook after connecting, so one poller per connection reads its
-    reconnect counter (only while calls wait), instead of one timer per call.
+    nats-py offers no per-client hook after connecting, so one timer per connection reads its
+    reconnect counter (only while calls wait), instead of one timer per call. A timer, not a task:
+    with one call at a time the watch starts and stops with every call, and a task costs far more
+    to start and cancel than a timer handle.
     """
 
     _by_client: weakref.WeakKeyDictionary[Any, _FailoverWatch] = weakref.WeakKeyDictionary()
@@ -323,7 +325,7 @@ class _FailoverWatch:
         self._seen = nc.stats["reconnects"]
         self._next: asyncio.Future[None] | None = None
         self._waiting = 0
-        self._task: asyncio.Task[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
 
     @classmethod
     def of(cls, nc: NATS) -> _FailoverWatch:
@@ -334,27 +336,31 @@ class _FailoverWatch:
 
     def next(self) -> asyncio.Future[None]:
         self._waiting += 1
-        if self._next is None or self._next.done() or self._waiting == 1:  # none pending: count from now
-            self._seen = self._nc.stats["reconnects"]
+        if self._next is None or self._next.done():
             self._next = asyncio.get_running_loop().create_future()
-        if self._task is None or self._task.done():
-            self._task = asyncio.create_task(self._poll(), name="rpc-failover-watch")
+            self._seen = self._nc.stats["reconnects"]
+        elif self._waiting == 1:  # nobody was waiting: count from now
+            self._seen = self._nc.stats["reconnects"]
+        if self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(RECONNECT_CHECK_S, self._check)
         return self._next
 
     def release(self) -> None:
-        """The last waiting call stops the poller at once: no task outlives the calls it watches for."""
+        """The last waiting call stops the timer at once: nothing outlives the calls it watches for."""
         self._waiting -= 1
-        if self._waiting == 0 and self._task is not None and not self._task.done():
-            self._task.cancel()
-            self._task = None
+        if self._waiting == 0 and self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
-    async def _poll(self) -> None:
-        while self._waiting > 0:
-            await asyncio.sleep(RECONNECT_CHECK_S)
-            count = self._nc.stats["reconnects"]
-            if count != self._seen and self._next is not None and not self._next.done():
-                self._seen = count
-                self._next.set_result(None)
+    def _check(self) -> None:
+        self._timer = None
+        if self._waiting <= 0:
+            return
+        count = self._nc.stats["reconnects"]
+        if count != self._seen and self._next is not None and not self._next.done():
+            self._seen = count
+            self._next.set_result(None)
+        self._timer = asyncio.get_running_loop().call_later(RECONNECT_CHECK_S, self._check)
 
 
 class StreamCall(_Call, Generic[R]):
