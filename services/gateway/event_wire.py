@@ -15,7 +15,6 @@ not decode later. ``tests/test_gateway_event_wire.py`` checks both against the g
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Union
 
 _MAX_TIMESTAMP_S = 253402300799
 """9999-12-31T23:59:59Z, the last second a datetime holds; earlier than 1970 is left to betterproto2 too."""
@@ -33,7 +32,7 @@ class _Field:
 
 
 _Schema = dict[int, _Field]
-_Value = Union[int, tuple[int, int]]  # noqa: UP007 - a runtime alias: ``|`` of a tuple type is not valid at run time
+_Value = int | tuple[int, int]
 
 _STRING, _BOOL = _Field("string"), _Field("bool")
 _TIMESTAMP = _Field("message", schema={1: _Field("seconds"), 2: _Field("nanos")})
