@@ -36,6 +36,8 @@ PURE_MODULES = (
     "interlink_nats.kernel.version",
     "interlink_nats.services.scripts",  # the whole package but its CLI (see pure_modules())
     "interlink_nats.services.gateway.wire",
+    "interlink_nats.services.gateway.submit_wire",
+    "interlink_nats.services.gateway.event_wire",
     "interlink_nats.services.gateway.routing",
     "interlink_nats.services.security.config",
     "interlink_nats.controller.model",

@@ -304,6 +304,16 @@ class PodStore:
         Revisions are per pod and monotonic at the submitter; a revision of 0 (a pulled status,
         not an event) is applied unless we already hold a final state.
         """
+        return self._apply(uid, int(status.state), status.job_id, revision, encoded, status)
+
+    def apply_encoded(self, uid: str, encoded: bytes, state: int, job_id: str, revision: int) -> PodRecord | None:
+        """:meth:`apply_status` for a status known only by its bytes and the few fields read from them
+        (an event read by ``event_wire``): it is kept encoded, never decoded here."""
+        return self._apply(uid, state, job_id, revision, encoded, None)
+
+    def _apply(
+        self, uid: str, state: int, job_id: str, revision: int, encoded: bytes | None, status: pb.JobStatus | None
+    ) -> PodRecord | None:
         record = self.pods.get(uid)
         if record is None:
             return None
@@ -312,13 +322,16 @@ class PodStore:
             return None
         if not revision and record.is_final():
             return None
-        if record.is_final() and status.state not in FINAL_STATES:
+        if record.is_final() and state not in FINAL_STATES:
             # A status pulled from ListJobs carries no revision, so an older event still in the stream
             # (a restart with redis lost) would pass the check above; a finished job never runs again.
             return None
-        record._set_status(encoded if encoded is not None else bytes(status), status.state)
-        if status.job_id:
-            record.job_id = status.job_id
+        if encoded is None:
+            assert status is not None, "a status comes encoded or as a message"
+            encoded = bytes(status)
+        record._set_status(encoded, state)
+        if job_id:
+            record.job_id = job_id
         record.revision = max(record.revision, revision)
         return record
 
