@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from interlink_nats.kernel.protowire import read_varint
+
 _MAX_TIMESTAMP_S = 253402300799
 """9999-12-31T23:59:59Z, the last second a datetime holds; earlier than 1970 is left to betterproto2 too."""
 
@@ -80,17 +82,14 @@ class EventView:
 
 
 def _varint(data: bytes, pos: int, end: int) -> tuple[int, int]:
-    value = shift = 0
-    while pos < end and shift < 70:
-        byte = data[pos]
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            if value >= 1 << 64:
-                raise _Unusual
-            return value, pos
-        shift += 7
-    raise _Unusual
+    """A varint that ends by ``end`` and fits in 64 bits, else the event is not of the plain shape."""
+    try:
+        value, pos = read_varint(data, pos)
+    except (IndexError, ValueError):
+        raise _Unusual from None
+    if pos > end:
+        raise _Unusual
+    return value, pos
 
 
 def _walk(data: bytes, pos: int, end: int, schema: _Schema) -> dict[int, _Value]:

@@ -19,6 +19,7 @@ from typing import Any, NamedTuple, TypeVar
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel import quantities
 from interlink_nats.kernel.names import is_pod_uid
+from interlink_nats.kernel.protowire import read_varint, signed, skip
 
 GO_ZERO_TIME_PREFIX = "0001-01-01"
 
@@ -231,50 +232,20 @@ class ContainerView(NamedTuple):
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        byte = data[pos]
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return result, pos
-        shift += 7
-
-
-def _signed(value: int, bits: int) -> int:
-    """A varint read back as the two's-complement integer (int32, int64) it encodes."""
-    value &= (1 << bits) - 1
-    return value - (1 << bits) if value >> (bits - 1) else value
-
-
-def _skip(data: bytes, pos: int, wire_type: int) -> int:
-    if wire_type == 0:
-        return _varint(data, pos)[1]
-    if wire_type == 1:
-        return pos + 8
-    if wire_type == 2:
-        length, pos = _varint(data, pos)
-        return pos + length
-    if wire_type == 5:
-        return pos + 4
-    raise ValueError(f"unsupported protobuf wire type {wire_type}")
-
-
 def _timestamp(data: bytes) -> datetime:
     """A ``google.protobuf.Timestamp`` as betterproto's ``Timestamp.to_datetime`` makes it."""
     seconds = nanos = 0
     pos, end = 0, len(data)
     while pos < end:
-        key, pos = _varint(data, pos)
+        key, pos = read_varint(data, pos)
         if key == 0x08:
-            value, pos = _varint(data, pos)
-            seconds = _signed(value, 64)
+            value, pos = read_varint(data, pos)
+            seconds = signed(value, 64)
         elif key == 0x10:
-            value, pos = _varint(data, pos)
-            nanos = _signed(value, 32)
+            value, pos = read_varint(data, pos)
+            nanos = signed(value, 32)
         else:
-            pos = _skip(data, pos, key & 7)
+            pos = skip(data, pos, key & 7)
     return _EPOCH + timedelta(seconds=seconds, microseconds=nanos // 1000)
 
 
@@ -287,10 +258,10 @@ def _container_view(data: bytes) -> ContainerView:
     finished_at: datetime | None = None
     pos, end = 0, len(data)
     while pos < end:
-        key, pos = _varint(data, pos)
+        key, pos = read_varint(data, pos)
         field, wire_type = key >> 3, key & 7
         if wire_type == 2:
-            length, pos = _varint(data, pos)
+            length, pos = read_varint(data, pos)
             value = data[pos : pos + length]
             pos += length
             if field == 1:
@@ -304,15 +275,15 @@ def _container_view(data: bytes) -> ContainerView:
             elif field == 8:
                 message = value.decode()
         elif wire_type == 0:
-            number, pos = _varint(data, pos)
+            number, pos = read_varint(data, pos)
             if field == 2:
                 init = bool(number)
             elif field == 3:
-                phase = _signed(number, 32)
+                phase = signed(number, 32)
             elif field == 4:
-                exit_code = _signed(number, 32)
+                exit_code = signed(number, 32)
         else:
-            pos = _skip(data, pos, wire_type)
+            pos = skip(data, pos, wire_type)
     if pos != end:
         raise ValueError("truncated ContainerStatus")
     return ContainerView(name, init, phase, exit_code, started_at, finished_at, reason, message)
@@ -329,15 +300,15 @@ def container_views(encoded: bytes) -> list[ContainerView]:
     views = []
     pos, end = 0, len(encoded)
     while pos < end:
-        key, pos = _varint(encoded, pos)
+        key, pos = read_varint(encoded, pos)
         if key == 0x2A:  # field 5 (containers), length-delimited
-            length, pos = _varint(encoded, pos)
+            length, pos = read_varint(encoded, pos)
             if pos + length > end:
                 raise ValueError("truncated JobStatus")
             views.append(_container_view(encoded[pos : pos + length]))
             pos += length
         else:
-            pos = _skip(encoded, pos, key & 7)
+            pos = skip(encoded, pos, key & 7)
     if pos != end:
         raise ValueError("truncated JobStatus")
     return views
