@@ -229,6 +229,7 @@ def render_job(
         runtime_name=runtime.name,
         job_dir_env=layout.JOB_DIR_ENV,
         containers_dir=layout.CONTAINERS_DIR,
+        changes_file=layout.CHANGES_FILE,
         volumes_dir=layout.VOLUMES_DIR,
         rootfs_dir=layout.ROOTFS_DIR,
         deadline_file=layout.DEADLINE_FILE,

@@ -204,24 +204,53 @@ def _observation(
     )
 
 
+def parse_squeue_line(line: str) -> SlurmJob | None:
+    """One line of ``squeue -h -O SQUEUE_FORMAT`` (None: not a plain job we can map)."""
+    parts = line.rstrip("\n").split("|")
+    if len(parts) < 7:
+        return None
+    job_id, name, state, reason, raw_exit, start, end = (p.strip() for p in parts[:7])
+    if not job_id.isdigit():
+        return None
+    code = sig = None
+    if raw_exit.isdigit():
+        status = int(raw_exit)
+        code, sig = (status >> 8) & 0xFF, status & 0x7F
+    obs = _observation(state, reason, code, sig or None, start, end)
+    return None if obs is None else SlurmJob(job_id, name, obs)
+
+
 def parse_squeue(text: str) -> dict[str, SlurmJob]:
     """Lines of ``squeue -h -O SQUEUE_FORMAT`` → jobs by id (array/het sub-jobs are ignored)."""
     jobs: dict[str, SlurmJob] = {}
     for line in text.splitlines():
-        parts = line.rstrip("\n").split("|")
-        if len(parts) < 7:
-            continue
-        job_id, name, state, reason, raw_exit, start, end = (p.strip() for p in parts[:7])
-        if not job_id.isdigit():
-            continue
-        code = sig = None
-        if raw_exit.isdigit():
-            status = int(raw_exit)
-            code, sig = (status >> 8) & 0xFF, status & 0x7F
-        obs = _observation(state, reason, code, sig or None, start, end)
-        if obs is not None:
-            jobs[job_id] = SlurmJob(job_id, name, obs)
+        job = parse_squeue_line(line)
+        if job is not None:
+            jobs[job.job_id] = job
     return jobs
+
+
+SqueueLines = dict[str, tuple[str, SlurmJob]]
+"""The last ``squeue`` by job id: its raw line and what it parsed to."""
+
+
+def parse_squeue_since(text: str, last: SqueueLines) -> SqueueLines:
+    """:func:`parse_squeue`, parsing only lines that differ from ``last`` (same line: same SlurmJob object).
+
+    Why: a steady poll of thousands of jobs sees the same lines again; comparing strings costs far
+    less than splitting and mapping each, and reusing the object lets the poller skip unchanged jobs.
+    """
+    out: SqueueLines = {}
+    for line in text.splitlines():
+        job_id = line[: line.find("|")].strip()
+        seen = last.get(job_id)
+        if seen is not None and seen[0] == line:
+            out[job_id] = seen
+            continue
+        job = parse_squeue_line(line)
+        if job is not None:
+            out[job.job_id] = (line, job)
+    return out
 
 
 def parse_sacct(text: str) -> dict[str, SlurmJob]:
