@@ -234,8 +234,6 @@ async def bench_slurm(root: Path, n: int, sample: int, rounds: int) -> dict[str,
     }
 
 
-
-
 async def bench_shell_running(root: Path, n: int, rounds: int) -> dict[str, float | int]:
     """10,000 running shell jobs, found by their pid files as after a restart, then 1% ending per poll."""
     jobs = make_jobs(root, n, shell_done=False)

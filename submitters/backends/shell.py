@@ -428,8 +428,8 @@ class ShellBackend:
                     return  # claimed before (a retry after a crash): the poll finds its runner by the pid file
                 seen = _proc_start_ticks(pid)
                 if seen is not None:
-                    run = self._running[spec.uid] = _Running(pid, seen[0], spec.job_dir)
-                    self._watch_exit(spec.uid, run)
+                    self._running[spec.uid] = _Running(pid, seen[0], spec.job_dir)
+                    self._watch_exit(spec.uid, pid)
                 return
         except Exception:
             log.exception("launching job %s failed; it will be reported as lost", spec.uid)
@@ -437,24 +437,22 @@ class ShellBackend:
             self._starting.discard(spec.uid)
             self._wake.set()
 
-    def _watch_exit(self, uid: str, run: _Running) -> None:
+    def _watch_exit(self, uid: str, pid: int) -> None:
         """Learn the moment the runner exits: a pidfd becomes readable then (Linux ≥ 5.3).
 
         Frees its slot at once, and lets a poll skip every job whose runner has not exited (no
         /proc or file reads for it). Without a pidfd (old kernel, or out of descriptors) the poll
         checks the job as before, and ``_reap()`` frees its slot on the fallback tick.
         """
-        pid = run.pid
         try:
             fd = os.pidfd_open(pid)
         except (AttributeError, OSError):
             return
-        if not self._alive(run):  # the pid may have been reused before we opened it
-            os.close(fd)
-            return
         loop = asyncio.get_running_loop()
         self._exit_fds.add(fd)
-        run.watched = True
+        watched = self._running.get(uid)
+        if watched is not None and watched.pid == pid:
+            watched.watched = True
 
         def exited() -> None:
             loop.remove_reader(fd)
@@ -486,7 +484,7 @@ class ShellBackend:
             return None
         run = _Running(pid, seen[0], job_dir)
         self._running[uid] = run
-        self._watch_exit(uid, run)
+        self._watch_exit(uid, pid)
         return run
 
     async def reconcile(self, jobs: Sequence[JobHandle]) -> dict[str, Reconciled]:
