@@ -42,7 +42,6 @@ PURE_MODULES = (
     "interlink_nats.controller.reconcile",
     "interlink_nats.submitters.status",
     "interlink_nats.submitters.lifecycle",
-    "interlink_nats.submitters.statuswire",
     "interlink_nats.submitters.errors",
     "interlink_nats.submitters.clock",
     "interlink_nats.submitters.backends.slurm_parse",

@@ -268,7 +268,7 @@ def test_an_unexplained_sigkill_says_so_instead_of_guessing_oom() -> None:
     assert plain.containers[1].message == ""
 
 
-# statuswire: the hand encoder a poll uses for every changed status -----------------------------------
+# encode_status: the hand encoder a poll uses for every changed status -----------------------------------
 
 
 def _statuses() -> list[pb.JobStatus]:
@@ -299,10 +299,10 @@ def _statuses() -> list[pb.JobStatus]:
     return out
 
 
-def test_statuswire_encodes_every_status_byte_for_byte_as_betterproto2() -> None:
-    from interlink_nats.submitters import statuswire
+def test_encode_status_is_byte_for_byte_betterproto2() -> None:
+    from interlink_nats.submitters.status import encode_status
 
     statuses = _statuses()
     assert len(statuses) > 500
     for status in statuses:
-        assert statuswire.job_status(status) == bytes(status), status
+        assert encode_status(status) == bytes(status), status
