@@ -19,10 +19,13 @@ __pgids=()
 __timers=()
 __wait_status=0
 
-# Start time, exit code (atomically) and log line of one container.
-__started() { printf '%(%s)T\n' -1 > "containers/$1.started"; }
+# Start time, exit code (atomically) and log line of one container. Each notes the job in the pool's
+# change journal afterwards (a hint: the submitter's poll then reads only the jobs that changed).
+__changed() { printf '%s\n' "${__job_dir##*/}" 2>/dev/null >> "$__job_dir/../.changes"; }
+__started() { printf '%(%s)T\n' -1 > "containers/$1.started"; __changed; }
 __exited() {
   printf '%s\n' "$2" > "containers/$1.exit.tmp" && mv -f -- "containers/$1.exit.tmp" "containers/$1.exit"
+  __changed
 }
 # Report every container without an exit file as terminated with code $1, the reason in its log.
 __terminate_rest() {
