@@ -62,7 +62,7 @@ class SlurmBackend:
         self._pool_flags: list[str] = []
         self._use_sacct = bool(self.settings.use_sacct)
         self._sacct_broken = False
-        self._last_squeue: sp.SqueueLines = {}
+        self._last_squeue = sp.EMPTY_SQUEUE
         """The last poll's squeue lines: unchanged lines are not parsed again and keep their Observation."""
         self.calls = 0
 
@@ -142,17 +142,17 @@ class SlurmBackend:
             text = await self._run(self._squeue_argv())
         except CommandFailed as exc:
             raise BackendUnavailable(str(exc)) from exc
-        self._last_squeue = listed = sp.parse_squeue_since(text, self._last_squeue)
+        self._last_squeue = sp.parse_squeue_since(text, self._last_squeue)
         out: dict[str, Observation] = {}
         missing: dict[str, JobHandle] = {}
-        seen = listed.get
+        seen = self._last_squeue.by_id.get
         for j in jobs:  # one lean pass: this runs for every tracked job at every poll
             if j.job_id:
-                line = seen(j.job_id)
-                if line is None:
+                job = seen(j.job_id)
+                if job is None:
                     missing[j.job_id] = j
                 else:
-                    out[j.uid] = line[1].observation
+                    out[j.uid] = job.observation
         if missing:
             for i, job in (await self._sacct(list(missing))).items():
                 if i in missing:
