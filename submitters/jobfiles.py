@@ -92,30 +92,44 @@ def remove_job_dir(job_dir: Path) -> None:
     shutil.rmtree(job_dir, ignore_errors=True)
 
 
-def _read_float(path: Path) -> float | None:
+def _read_small(path: str) -> tuple[bytes, float] | None:
+    """(content, mtime) of a small file, with plain ``os`` calls (a poll reads these for every changed job)."""
     try:
-        return float(path.read_text().split()[0])
-    except (OSError, ValueError, IndexError):
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        return os.read(fd, 256), os.fstat(fd).st_mtime
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _read_float(path: str) -> float | None:
+    got = _read_small(path)
+    try:
+        return None if got is None else float(got[0].split()[0])
+    except (ValueError, IndexError):
         return None
 
 
-def _read_exit(path: Path) -> tuple[int | None, float | None]:
-    try:
-        st = path.stat()
-        text = path.read_text().strip()
-    except OSError:
+def _read_exit(path: str) -> tuple[int | None, float | None]:
+    got = _read_small(path)
+    if got is None:
         return None, None
     try:
-        return int(text.split()[0]), st.st_mtime
+        return int(got[0].split()[0]), got[1]
     except (ValueError, IndexError):
         return None, None  # being written by a script that does not rename; read again next poll
 
 
 def read_container_files(job_dir: Path, names: Sequence[str]) -> dict[str, ContainerFiles]:
     out: dict[str, ContainerFiles] = {}
+    cdir = os.path.join(job_dir, layout.CONTAINERS_DIR)
     for name in names:
-        started = _read_float(layout.started_path(job_dir, name))
-        code, finished = _read_exit(layout.exit_path(job_dir, name))
+        started = _read_float(os.path.join(cdir, name + layout.STARTED_SUFFIX))
+        code, finished = _read_exit(os.path.join(cdir, name + layout.EXIT_SUFFIX))
         out[name] = ContainerFiles(started_at=started, exit_code=code, finished_at=finished)
     return out
 

@@ -35,8 +35,8 @@ from interlink_nats.submitters.status import ContainerFiles, JobMeta
 
 SWEEP_POLLS = 12
 """The sweep reads every tracked job once per this many polls (1 minute at the default 5 s)..."""
-SWEEP_MAX = 400
-"""...but at most this many per poll, so its cost stays bounded: 10,000 jobs take 25 polls (about 2 minutes)."""
+SWEEP_MAX = 250
+"""...but at most this many per poll, so its cost stays bounded: 10,000 jobs take 40 polls (about 3 minutes)."""
 HOT_POLLS = 2
 """After its job changed, or while a log grows, a job's logs are checkpointed at this many more polls."""
 
