@@ -8,10 +8,11 @@ job's container files are read again only when something says they may have chan
 observation is a different object than last time (backends hand back the same object for an
 unchanged job), the pool's change journal names it (``jobfiles.ChangeJournal``: the script appends
 after every container file it writes), or it is in this poll's sweep slice. The sweep re-reads every
-job once per ``SWEEP_POLLS`` polls, so a hint that was lost (two NFS clients appending at once, a
-script from an older version) only delays a change. Logs are checkpointed (``logindex``) when their
-job is read, and at every poll while they keep growing ("hot"); a quiet log is looked at again by
-the sweep, a hint, or a reader (GetLogs checkpoints what it reads).
+job once per ``SWEEP_POLLS`` polls (at most ``SWEEP_MAX`` jobs per poll), so a hint that was lost (two
+NFS clients appending at once, a script from an older version) only delays a change. Logs are
+checkpointed (``logindex``) when their job is read, and at every poll while they keep growing
+("hot"); a quiet log is looked at again by the sweep, a hint, or a reader (GetLogs checkpoints what
+it reads).
 """
 
 from __future__ import annotations
@@ -187,7 +188,7 @@ class Poller:
             t.obs = obs
             if t.paths is None:
                 job_dir = t.handle.job_dir
-                logs = {n: layout.log_path(job_dir, n) for n in t.names}
+                logs = {name: layout.log_path(job_dir, name) for name in t.names}
                 t.paths = (os.path.join(job_dir, layout.CONTAINERS_DIR), logs, self.backend.output_path(job_dir))
             if due:
                 t.files = self.files.read(t.handle.job_dir, t.names, t.paths[0])
