@@ -27,8 +27,17 @@ JOB_STDOUT = "job.out"
 LOG_SUFFIX = ".log"
 STARTED_SUFFIX = ".started"
 EXIT_SUFFIX = ".exit"
+CHANGES_FILE = ".changes"
+"""The pool's change journal, next to the job directories (in their parent): the script appends its job
+directory's name, one line, after every file it writes in ``containers/``. A hint that lets a poll read
+only the jobs that changed; a lost line (e.g. two NFS clients appending at once) only delays a change
+until the poller's sweep reads that job anyway."""
 JOB_DIR_ENV = "INTERLINK_JOB_DIR"
 """Env var set by the submitter to the job directory; the script also defaults to its cwd."""
+
+
+def changes_path(job_dir: Path) -> Path:
+    return job_dir.parent / CHANGES_FILE
 
 
 def log_path(job_dir: Path, container: str) -> Path:

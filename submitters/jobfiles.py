@@ -13,7 +13,7 @@ import contextlib
 import os
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from interlink_nats.kernel import layout
@@ -150,25 +150,38 @@ def remove_job_dir(job_dir: Path) -> None:
     shutil.rmtree(job_dir, ignore_errors=True)
 
 
-def _read_number(path: Path) -> tuple[float | None, float | None, bool]:
-    """(the number, the file's mtime, whether the file is there but still being written)."""
+def _read_small(path: str) -> tuple[bytes, float] | None:
+    """(content, mtime) of a small file, with plain ``os`` calls (a poll reads these for every changed job)."""
     try:
-        with open(path, "rb") as fh:
-            text = fh.read().decode(errors="replace")
-            mtime = os.fstat(fh.fileno()).st_mtime
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
+        return None
+    try:
+        return os.read(fd, 256), os.fstat(fd).st_mtime
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _read_number(path: str) -> tuple[float | None, float | None, bool]:
+    """(the number, the file's mtime, whether the file is there but still being written)."""
+    got = _read_small(path)
+    if got is None:
         return None, None, False
+    text = got[0].decode(errors="replace")
     value = container_file_number(text)
-    return value, mtime, value is None and not text.endswith("\n")
+    return value, got[1], value is None and not text.endswith("\n")
 
 
 def _read_files(job_dir: Path, names: Sequence[str]) -> tuple[dict[str, ContainerFiles], bool]:
     """The container files, and whether every one present was complete (else a later read may differ)."""
     out: dict[str, ContainerFiles] = {}
     complete = True
+    cdir = os.path.join(job_dir, layout.CONTAINERS_DIR)
     for name in names:
-        started, _, partial = _read_number(layout.started_path(job_dir, name))
-        code, finished, partial_exit = _read_number(layout.exit_path(job_dir, name))
+        started, _, partial = _read_number(os.path.join(cdir, name + layout.STARTED_SUFFIX))
+        code, finished, partial_exit = _read_number(os.path.join(cdir, name + layout.EXIT_SUFFIX))
         complete = complete and not partial and not partial_exit
         out[name] = ContainerFiles(
             started_at=started,
@@ -188,10 +201,10 @@ class ContainerFilesCache:
     def __init__(self) -> None:
         self._cache: dict[Path, tuple[int, dict[str, ContainerFiles]]] = {}
 
-    def read(self, job_dir: Path, names: Sequence[str]) -> dict[str, ContainerFiles]:
-        cdir = job_dir / layout.CONTAINERS_DIR
+    def read(self, job_dir: Path, names: Sequence[str], cdir: str | None = None) -> dict[str, ContainerFiles]:
+        """``cdir``: the ``containers/`` path as a string, when the caller keeps it (saves path building)."""
         try:
-            mtime = cdir.stat().st_mtime_ns
+            mtime = os.stat(cdir or os.path.join(job_dir, layout.CONTAINERS_DIR)).st_mtime_ns
         except OSError:
             return {}
         hit = self._cache.get(job_dir)
@@ -208,3 +221,65 @@ class ContainerFilesCache:
 
     def forget(self, job_dir: Path) -> None:
         self._cache.pop(job_dir, None)
+
+
+JOURNAL_ROTATE_BYTES = 1 << 20
+"""A journal read this far is renamed aside (read to its end once more, then removed), so it stays small."""
+
+
+class ChangeJournal:
+    """Reads the pool's change journal (``layout.CHANGES_FILE``) from where the last read stopped.
+
+    The job script appends its job directory's name after every file it writes in ``containers/``,
+    so names read here are the jobs whose container files may have changed since the last read. Read
+    the journal *before* the files: a write after that read leaves a line the next read finds.
+    """
+
+    def __init__(self) -> None:
+        self._files: dict[Path, tuple[int, int]] = {}
+        """Per journal: (inode, offset read up to)."""
+        self._retired: dict[Path, tuple[int, int]] = {}
+        """Per journal renamed aside: (inode, offset); read to its end once more, then removed."""
+
+    def read(self, journals: Iterable[Path]) -> set[str]:
+        names: set[str] = set()
+        for path in journals:
+            old = path.with_name(path.name + ".old")
+            retired = self._retired.pop(path, None)
+            if retired is not None:
+                self._read_from(old, retired, names)
+                with contextlib.suppress(OSError):
+                    os.unlink(old)
+            inode_offset = self._read_from(path, self._files.get(path), names)
+            if inode_offset is None:
+                self._files.pop(path, None)
+                continue
+            self._files[path] = inode_offset
+            if inode_offset[1] >= JOURNAL_ROTATE_BYTES:
+                # Writers open the file for each line: after the rename new lines go to a new file; a
+                # line appended to the old one in the meantime is found by the next read of ``old``.
+                with contextlib.suppress(OSError):
+                    os.replace(path, old)
+                    self._retired[path] = inode_offset
+                    del self._files[path]
+        return names
+
+    @staticmethod
+    def _read_from(path: Path, last: tuple[int, int] | None, names: set[str]) -> tuple[int, int] | None:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return None
+        try:
+            st = os.fstat(fd)
+            offset = last[1] if last is not None and last[0] == st.st_ino and last[1] <= st.st_size else 0
+            if st.st_size == offset:
+                return st.st_ino, offset
+            data = os.pread(fd, st.st_size - offset, offset)
+        finally:
+            os.close(fd)
+        end = data.rfind(b"\n") + 1  # a line still being written is read next time, whole
+        for line in data[:end].split(b"\n"):
+            if line:
+                names.add(line.decode(errors="replace"))
+        return st.st_ino, offset + end

@@ -299,6 +299,14 @@ def test_exit_codes_and_first_failure(job_dir: Path) -> None:
     assert [exit_code(job_dir, n) for n in ("ok", "bad", "worse", "signal")] == [0, 3, 4, 137]
 
 
+def test_every_container_file_written_is_noted_in_the_change_journal(job_dir: Path) -> None:
+    """Started and exit files each add the job directory's name to the journal next to it (the poll's hint)."""
+    data = pod([py("ok", "pass"), py("bad", "import sys; sys.exit(3)")], init=[py("first", "pass")])
+    assert run(job_dir, data) == 3
+    lines = layout.changes_path(job_dir).read_text().splitlines()
+    assert lines == [job_dir.name] * 6  # three containers, each started and exited
+
+
 def test_init_fail_fast(job_dir: Path) -> None:
     data = pod(
         [py("main1", "open('ran', 'w')"), py("main2", "pass")],

@@ -118,6 +118,36 @@ def test_container_files_are_read_and_cached_by_directory_mtime(tmp_path: Path) 
     assert cache.read(job_dir, ["c", "d"])["d"].exit_code == 0
 
 
+def test_the_change_journal_is_read_from_where_the_last_read_stopped(tmp_path: Path) -> None:
+    journal = layout.changes_path(tmp_path / "jobs" / "a")
+    (tmp_path / "jobs").mkdir()
+    reader = jobfiles.ChangeJournal()
+    assert reader.read([journal]) == set(), "no journal yet: nothing"
+    journal.write_bytes(b"a\nb\nc")  # "c" is still being written
+    assert reader.read([journal]) == {"a", "b"}
+    assert reader.read([journal]) == set(), "only what is new"
+    with journal.open("ab") as f:
+        f.write(b"\na\n")
+    assert reader.read([journal]) == {"c", "a"}
+
+
+def test_a_long_change_journal_is_renamed_aside_and_read_to_its_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(jobfiles, "JOURNAL_ROTATE_BYTES", 4)
+    journal = tmp_path / layout.CHANGES_FILE
+    reader = jobfiles.ChangeJournal()
+    journal.write_bytes(b"a\nb\n")
+    assert reader.read([journal]) == {"a", "b"}
+    assert not journal.exists(), "read past the limit: renamed aside"
+    old = journal.with_name(journal.name + ".old")
+    with old.open("ab") as f:  # a writer that opened the journal just before the rename
+        f.write(b"late\n")
+    journal.write_bytes(b"n\n")  # writers after the rename start a new journal
+    assert reader.read([journal]) == {"late", "n"}
+    assert not old.exists()
+
+
 async def test_registry_claims_once_and_survives_reopen(tmp_path: Path) -> None:
     path = tmp_path / "r.sqlite3"
     reg = await Registry.open(path)

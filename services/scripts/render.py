@@ -257,6 +257,7 @@ def render_job(
         layout_lines=layout_lines,
         job_dir_env=layout.JOB_DIR_ENV,
         containers_dir=layout.CONTAINERS_DIR,
+        changes_file=layout.CHANGES_FILE,
         volumes_dir=layout.VOLUMES_DIR,
         rootfs_dir=layout.ROOTFS_DIR,
         deadline_file=layout.DEADLINE_FILE,

@@ -26,8 +26,10 @@ __timers=()
 __wait_status=0
 
 # Start time and exit code of one container: one write each, taken by readers once it ends in a newline.
-__started() { printf '%(%s)T\n' -1 > "containers/$1.started"; }
-__exited() { printf '%s\n' "$2" > "containers/$1.exit"; }
+# Each then notes the job in the pool's change journal (a hint: the submitter's poll reads only jobs that changed).
+__changed() { printf '%s\n' "${__job_dir##*/}" 2>/dev/null >> "$__job_dir/../.changes"; }
+__started() { printf '%(%s)T\n' -1 > "containers/$1.started"; __changed; }
+__exited() { printf '%s\n' "$2" > "containers/$1.exit"; __changed; }
 # Report every container without an exit file as terminated with code $1, the reason in its log.
 __terminate_rest() {
   local n
