@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.kernel.protowire import WIRE_VARINT, append_int, append_len, append_varint, tag
 from interlink_nats.submitters.backends.base import BackendState, Observation
 
 LOST_EXIT_CODE = 255
@@ -352,50 +353,36 @@ def cancelled_status(meta: JobMeta, previous: pb.JobStatus | None, *, now: float
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
 
 
-def _varint(n: int) -> bytes:
-    if n < 0:
-        n &= 0xFFFF_FFFF_FFFF_FFFF  # negative int32/int64: ten bytes, two's complement
-    if n < 0x80:
-        return bytes((n,))
-    out = bytearray()
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-def _len(tag: int, payload: bytes) -> bytes:
-    """A length-delimited field; ``tag`` is ``number << 3 | 2``, below 128 for every field here."""
-    return bytes((tag,)) + _varint(len(payload)) + payload
-
-
-def _str(tag: int, value: str) -> bytes:
-    return _len(tag, value.encode()) if value else b""
-
-
-def _uint(tag: int, value: int) -> bytes:
-    return bytes((tag,)) + _varint(value) if value else b""
-
-
 def _timestamp_bytes(value: dt.datetime) -> bytes:
     """``bytes(Timestamp.from_datetime(value))`` (microsecond precision, as betterproto2 converts it)."""
     offset = value - _EPOCH
     seconds, us = divmod((offset.days * 86400 + offset.seconds) * 1_000_000 + offset.microseconds, 1_000_000)
-    return _uint(0x08, seconds) + _uint(0x10, us * 1000)
+    out = bytearray()
+    append_int(out, 1, seconds)
+    append_int(out, 2, us * 1000)
+    return bytes(out)
+
+
+def _append_string(out: bytearray, number: int, value: str) -> None:
+    if value:
+        append_len(out, number, value.encode())
 
 
 def _container_status_bytes(c: pb.ContainerStatus) -> bytes:
-    parts = [_str(0x0A, c.name), _uint(0x10, int(c.init)), _uint(0x18, int(c.phase))]
-    if c.exit_code is not None:
-        parts.append(b"\x20" + _varint(c.exit_code))
+    out = bytearray()
+    _append_string(out, 1, c.name)
+    append_int(out, 2, int(c.init))
+    append_int(out, 3, int(c.phase))
+    if c.exit_code is not None:  # ``optional``: written when set, 0 included
+        append_varint(out, tag(4, WIRE_VARINT))
+        append_varint(out, c.exit_code)
     if c.started_at is not None:
-        parts.append(_len(0x2A, _timestamp_bytes(c.started_at)))
+        append_len(out, 5, _timestamp_bytes(c.started_at))
     if c.finished_at is not None:
-        parts.append(_len(0x32, _timestamp_bytes(c.finished_at)))
-    parts.append(_str(0x3A, c.reason))
-    parts.append(_str(0x42, c.message))
-    return b"".join(parts)
+        append_len(out, 6, _timestamp_bytes(c.finished_at))
+    _append_string(out, 7, c.reason)
+    _append_string(out, 8, c.message)
+    return bytes(out)
 
 
 def encode_status(s: pb.JobStatus) -> bytes:
@@ -406,16 +393,21 @@ def encode_status(s: pb.JobStatus) -> bytes:
     Fields in number order, proto3 defaults omitted, messages and ``optional`` fields written when
     set; ``tests/test_submitter_status.py`` checks it against betterproto2 itself.
     """
-    parts = []
+    out = bytearray()
     if s.pod is not None:
-        parts.append(_len(0x0A, _str(0x0A, s.pod.uid) + _str(0x12, s.pod.namespace) + _str(0x1A, s.pod.name)))
-    parts.append(_str(0x12, s.pool))
-    parts.append(_str(0x1A, s.job_id))
-    parts.append(_uint(0x20, int(s.state)))
-    parts.extend(_len(0x2A, _container_status_bytes(c)) for c in s.containers)
-    parts.append(_str(0x32, s.reason))
-    parts.append(_str(0x3A, s.message))
+        pod = bytearray()
+        _append_string(pod, 1, s.pod.uid)
+        _append_string(pod, 2, s.pod.namespace)
+        _append_string(pod, 3, s.pod.name)
+        append_len(out, 1, bytes(pod))
+    _append_string(out, 2, s.pool)
+    _append_string(out, 3, s.job_id)
+    append_int(out, 4, int(s.state))
+    for c in s.containers:
+        append_len(out, 5, _container_status_bytes(c))
+    _append_string(out, 6, s.reason)
+    _append_string(out, 7, s.message)
     if s.updated_at is not None:
-        parts.append(_len(0x42, _timestamp_bytes(s.updated_at)))
-    parts.append(_uint(0x48, int(s.deleted)))
-    return b"".join(parts)
+        append_len(out, 8, _timestamp_bytes(s.updated_at))
+    append_int(out, 9, int(s.deleted))
+    return bytes(out)
