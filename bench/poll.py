@@ -11,6 +11,15 @@ commit) is timed on the first pass (every status changes) and on a steady pass (
 changes). The baseline is measured in the same run: per-pod calls are timed on a sample and
 scaled to 10,000.
 
+Steady state with 1% changed (Slurm and shell; ``poll_cpu_s``): 10,000 running jobs, of which 100
+end between two polls (their container exit files written and noted in the change journal, as the
+job script does; the squeue line turns COMPLETED, or the shell runner exits). Reported is the CPU
+time of this process per poll (``time.process_time``: every thread, not the squeue child), median of
+``--rounds`` polls, against the same polls reading every job at every poll (``poll_cpu_s_full_scan``,
+what each poll cost before the change signals: the poller's sweep set to every poll), and the CPU of
+a poll where nothing changed (``poll_cpu_s_nothing_changed``). The shell's running jobs are real
+processes: stand-ins that look like runners to the backend, 100 jobs each.
+
 Prints a table; the LAST line is one JSON object with the figures.
 """
 
@@ -30,7 +39,7 @@ from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel import layout
 from interlink_nats.submitters.backends.base import Backend, JobHandle
 from interlink_nats.submitters.backends.proc import run_command
-from interlink_nats.submitters.backends.shell import CLAIM, EXIT_FILE, PID_FILE, ShellBackend
+from interlink_nats.submitters.backends.shell import CLAIM, EXIT_FILE, PID_FILE, RUNNER_NAME, ShellBackend
 from interlink_nats.submitters.backends.slurm import SlurmBackend, SlurmConfig
 from interlink_nats.submitters.registry import Registry
 from interlink_nats.submitters.runtime import Submitter
@@ -93,8 +102,58 @@ async def runtime_for(root: Path, backend: Backend, jobs: list[tuple[str, Path, 
 async def time_polls(sub: Submitter) -> tuple[float, float, int, int]:
     """(first poll s, steady poll s, backend calls in the steady poll, statuses changed in the first)."""
     first = await sub.poll_once()
-    steady = [await sub.poll_once() for _ in range(3)]
+    # Two warm-up polls: after a change (here, the first poll's) a job's logs are watched for two polls.
+    steady = [await sub.poll_once() for _ in range(2 + 3)][2:]
     return first.seconds, statistics.median(s.seconds for s in steady), steady[-1].backend_calls, first.changed
+
+
+CHANGED_FRACTION = 100
+"""1 job in this many changes between two polls of the 1%-changed passes."""
+
+
+async def cpu_per_poll(sub: Submitter, change: object, batches: list[list[int]]) -> list[float]:
+    """CPU seconds of this process for each poll after ``change(batch)`` ended that batch's jobs."""
+    out = []
+    for batch in batches:
+        await change(batch)  # type: ignore[operator]
+        c0 = time.process_time()
+        stats = await sub.poll_once()
+        out.append(time.process_time() - c0)
+        assert stats.changed == len(batch), (stats.changed, len(batch))
+    return out
+
+
+async def cpu_figures(sub: Submitter, n: int, change: object, rounds: int) -> dict[str, float | int]:
+    """The 1%-changed passes: incremental polls, then the same with every job read at every poll."""
+    per = n // CHANGED_FRACTION
+    batches = [list(range(i * per, (i + 1) * per)) for i in range(2 * rounds)]
+    for _ in range(3):  # settle: the first poll's changes keep logs watched for two polls
+        await sub.poll_once()
+    quiet = []
+    for _ in range(rounds):
+        c0 = time.process_time()
+        await sub.poll_once()
+        quiet.append(time.process_time() - c0)
+    fast = await cpu_per_poll(sub, change, batches[:rounds])
+    sub.poller.sweep_polls, sub.poller.sweep_max = 1, n  # the baseline: every job read at every poll
+    full = await cpu_per_poll(sub, change, batches[rounds:])
+    return {
+        "poll_cpu_s": round(statistics.median(fast), 4),
+        "poll_cpu_s_full_scan": round(statistics.median(full), 4),
+        "poll_cpu_s_nothing_changed": round(statistics.median(quiet), 4),
+        "changed_per_poll": per,
+    }
+
+
+def finish(jobs: list[tuple[str, Path, str]], batch: list[int]) -> None:
+    """What a job script does as its containers end: the exit file, then a line in the change journal."""
+    lines = []
+    for i in batch:
+        uid, job_dir, _ = jobs[i]
+        layout.exit_path(job_dir, "main").write_text("0\n")
+        lines.append(uid + "\n")
+    with open(layout.changes_path(jobs[0][1]), "a") as journal:
+        journal.write("".join(lines))
 
 
 async def batch_figures(
@@ -116,10 +175,17 @@ async def batch_figures(
     }
 
 
-async def bench_slurm(root: Path, n: int, sample: int) -> dict[str, float | int]:
+def squeue_line(uid: str, jid: str, *, done: bool) -> str:
+    if done:
+        return f"{jid}|{uid}|COMPLETED|None|0|2026-11-25T23:53:00|2026-11-26T00:13:00\n"
+    return f"{jid}|{uid}|RUNNING|None|0|2026-11-25T23:53:00|N/A\n"
+
+
+async def bench_slurm(root: Path, n: int, sample: int, rounds: int) -> dict[str, float | int]:
     jobs = make_jobs(root, n, shell_done=False)
     table = root / "squeue.txt"
-    table.write_text("".join(f"{jid}|{uid}|RUNNING|None|0|2026-11-25T23:53:00|N/A\n" for uid, _, jid in jobs))
+    lines = [squeue_line(uid, jid, done=False) for uid, _, jid in jobs]
+    table.write_text("".join(lines))
     bindir = root / "bin"
     bindir.mkdir()
     fake = bindir / "squeue"
@@ -143,7 +209,72 @@ async def bench_slurm(root: Path, n: int, sample: int) -> dict[str, float | int]
     per_pod_s = (time.perf_counter() - t0) / sample * n
 
     sub = await runtime_for(root, backend, jobs)
-    return await batch_figures(sub, n, backend_calls, backend_s, per_pod_s)
+    first_s, steady_s, steady_calls, changed = await time_polls(sub)
+    assert changed == n and sub.registry is not None
+
+    async def change(batch: list[int]) -> None:
+        finish(jobs, batch)
+        for i in batch:
+            uid, _, jid = jobs[i]
+            lines[i] = squeue_line(uid, jid, done=True)
+        table.write_text("".join(lines))
+
+    cpu = await cpu_figures(sub, n, change, rounds)
+    await sub.registry.close()
+    return {
+        "backend_calls_per_poll": backend_calls,
+        "backend_poll_s": round(backend_s, 4),
+        "per_pod_calls": n,
+        "per_pod_s": round(per_pod_s, 3),
+        "speedup_vs_per_pod": round(per_pod_s / backend_s, 1),
+        "runtime_first_poll_s": round(first_s, 3),
+        "runtime_steady_poll_s": round(steady_s, 4),
+        "runtime_steady_backend_calls": steady_calls,
+        **cpu,
+    }
+
+
+async def bench_shell_running(root: Path, n: int, rounds: int) -> dict[str, float | int]:
+    """10,000 running shell jobs, found by their pid files as after a restart, then 1% ending per poll."""
+    jobs = make_jobs(root, n, shell_done=False)
+    # Each stand-in process's command line names its jobs, as a runner's names its one job; one
+    # stand-in ending is 1% of the jobs ending.
+    per = n // CHANGED_FRACTION
+    standins: list[asyncio.subprocess.Process] = []
+    for start in range(0, n, per):
+        group = jobs[start : start + per]
+        argv = ["bash", "-c", "read -r _", RUNNER_NAME, *(str(d) for _, d, _ in group)]
+        proc = await asyncio.create_subprocess_exec(*argv, stdin=asyncio.subprocess.PIPE)
+        standins.append(proc)
+        for _, job_dir, _ in group:
+            (job_dir / CLAIM).mkdir()
+            (job_dir / PID_FILE).write_text(f"{proc.pid}\n")
+    try:
+        sub = await runtime_for(root, ShellBackend(), jobs)
+        first_s, steady_s, _, changed = await time_polls(sub)
+        assert changed == n and sub.registry is not None
+
+        async def change(batch: list[int]) -> None:
+            # The jobs of one stand-in end: container exit files and journal lines, the runner's
+            # exit file, then the runner exits (its pidfd wakes the backend).
+            assert len(batch) == per and batch[0] % per == 0
+            finish(jobs, batch)
+            for i in batch:
+                (jobs[i][1] / EXIT_FILE).write_text("0\n")
+            proc = standins[batch[0] // per]
+            assert proc.stdin is not None
+            proc.stdin.close()
+            await proc.wait()
+            await asyncio.sleep(0.1)  # the event loop runs the pidfd callbacks (already readable)
+
+        cpu = await cpu_figures(sub, n, change, rounds)
+        await sub.registry.close()
+        return {"runtime_first_poll_s": round(first_s, 3), "runtime_steady_poll_s": round(steady_s, 4), **cpu}
+    finally:
+        for proc in standins:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
 
 
 async def bench_shell(root: Path, n: int) -> dict[str, float | int]:
@@ -211,14 +342,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=10_000)
     parser.add_argument("--sample", type=int, default=100, help="per-pod calls actually timed for the baseline")
+    parser.add_argument("--rounds", type=int, default=5, help="polls timed per 1%%-changed pass (median)")
+    parser.add_argument("--skip-htcondor", action="store_true", help="only Slurm and shell (P7's figures)")
     parser.add_argument(
         "--condor-sample", type=int, default=5, help="per-pod condor_q calls timed (each reads all ads)"
     )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-poll-") as tmp:
-        slurm = asyncio.run(bench_slurm(Path(tmp) / "slurm", args.jobs, args.sample))
+        slurm = asyncio.run(bench_slurm(Path(tmp) / "slurm", args.jobs, args.sample, args.rounds))
         shell = asyncio.run(bench_shell(Path(tmp) / "shell", args.jobs))
-        htcondor = asyncio.run(bench_htcondor(Path(tmp) / "htcondor", args.jobs, args.condor_sample))
+        shell.update(asyncio.run(bench_shell_running(Path(tmp) / "shell-running", args.jobs, args.rounds)))
+        htcondor: dict[str, float | int] = {}
+        if not args.skip_htcondor:
+            htcondor = asyncio.run(bench_htcondor(Path(tmp) / "htcondor", args.jobs, args.condor_sample))
     print(f"\nOne poll of {args.jobs:,} tracked jobs (2 shared cores; per-pod baseline timed on {args.sample} calls)")
     rows = [
         ("slurm: batched squeue (backend only)", slurm["backend_calls_per_poll"], f"{slurm['backend_poll_s']:.3f}"),
@@ -227,29 +363,41 @@ def main() -> None:
         ("slurm: runtime poll, steady", slurm["runtime_steady_backend_calls"], f"{slurm['runtime_steady_poll_s']:.3f}"),
         ("shell: backend poll (files + /proc)", shell["backend_calls_per_poll"], f"{shell['backend_poll_s']:.3f}"),
         ("shell: runtime poll, every job finishes", 0, f"{shell['runtime_first_poll_s']:.3f}"),
-        (
-            "htcondor: condor_q + condor_history (stand-ins)",
-            htcondor["backend_calls_per_poll"],
-            f"{htcondor['backend_poll_s']:.3f}",
-        ),
-        (
-            "htcondor: per-pod condor_q (old plugin, baseline)",
-            htcondor["per_pod_calls"],
-            f"{htcondor['per_pod_s']:.2f}",
-        ),
-        ("htcondor: runtime poll, every status changes", 2, f"{htcondor['runtime_first_poll_s']:.3f}"),
-        (
-            "htcondor: runtime poll, steady",
-            htcondor["runtime_steady_backend_calls"],
-            f"{htcondor['runtime_steady_poll_s']:.3f}",
-        ),
+        (f"shell: runtime poll, steady ({args.jobs:,} running)", 0, f"{shell['runtime_steady_poll_s']:.3f}"),
     ]
+    if htcondor:
+        rows += [
+            (
+                "htcondor: condor_q + condor_history (stand-ins)",
+                htcondor["backend_calls_per_poll"],
+                f"{htcondor['backend_poll_s']:.3f}",
+            ),
+            (
+                "htcondor: per-pod condor_q (old plugin, baseline)",
+                htcondor["per_pod_calls"],
+                f"{htcondor['per_pod_s']:.2f}",
+            ),
+            ("htcondor: runtime poll, every status changes", 2, f"{htcondor['runtime_first_poll_s']:.3f}"),
+            (
+                "htcondor: runtime poll, steady",
+                htcondor["runtime_steady_backend_calls"],
+                f"{htcondor['runtime_steady_poll_s']:.3f}",
+            ),
+        ]
     w = max(len(r[0]) for r in rows)
     print(f"{'case'.ljust(w)}  calls/poll  seconds")
     for name, calls, secs in rows:
         print(f"{name.ljust(w)}  {str(calls).rjust(10)}  {secs.rjust(7)}")
     print(f"batched vs per-pod squeue: {slurm['speedup_vs_per_pod']}x faster, {slurm['per_pod_calls']}x fewer calls")
-    print(f"batched vs per-pod condor_q: {htcondor['speedup_vs_per_pod']}x faster, {args.jobs // 2}x fewer calls")
+    if htcondor:
+        print(f"batched vs per-pod condor_q: {htcondor['speedup_vs_per_pod']}x faster, {args.jobs // 2}x fewer calls")
+    print(f"\nCPU of this process per poll, {args.jobs:,} running jobs (median of {args.rounds} polls)")
+    print(f"{'backend':8}  {'1% changed':>10}  {'every job read (baseline)':>25}  {'nothing changed':>15}")
+    for name, fig in (("slurm", slurm), ("shell", shell)):
+        print(
+            f"{name.ljust(8)}  {fig['poll_cpu_s']:>10.4f}  {fig['poll_cpu_s_full_scan']:>25.4f}"
+            f"  {fig['poll_cpu_s_nothing_changed']:>15.4f}"
+        )
     print(json.dumps({"bench": "poll", "jobs": args.jobs, "slurm": slurm, "shell": shell, "htcondor": htcondor}))
 
 

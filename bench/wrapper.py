@@ -10,6 +10,8 @@ containers with 15 env vars each, an emptyDir and a configMap volume (the pod of
   rendered script adds over running the containers at all.
 - Spawns: one job under ``strace -f`` (when present), counting fork/clone calls up to the first
   container's ``execve`` and in all (the baseline's own spawns are subtracted in the last count).
+- The submitter's side: ``prepare_job_dir`` (which makes the layout the script declares, so that the
+  script does not fork for it) in this process's CPU time, per job, against the bare script's.
 
 Goals (issue 14, P8): wrapper CPU <= 10 ms per job, <= 5 spawns before the first container starts.
 """
@@ -68,23 +70,29 @@ def children_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def run_job(job_dir: Path, script: str, prefix: list[str] | None = None) -> None:
+def run_job(job_dir: Path, script: str, prefix: list[str] | None = None) -> float:
+    """Run one job as a submitter would; returns the CPU seconds ``prepare_job_dir`` took here."""
     shutil.rmtree(job_dir, ignore_errors=True)
+    started = time.process_time()
     prepare_job_dir(job_dir, script)
+    prepare = time.process_time() - started
     env = {**os.environ, layout.JOB_DIR_ENV: str(job_dir)}
     proc = subprocess.run(
         [*(prefix or []), "bash", layout.SCRIPT_NAME], cwd=job_dir, env=env, stdout=subprocess.DEVNULL
     )
     if proc.returncode != 0:
         raise RuntimeError(f"the job failed ({proc.returncode}); see {job_dir}")
+    return prepare
 
 
-def cpu_per_job_ms(job_dir: Path, script: str, jobs: int) -> tuple[float, float]:
-    """(CPU ms per job, wall ms per job) over ``jobs`` sequential jobs."""
+def cpu_per_job_ms(job_dir: Path, script: str, jobs: int) -> tuple[float, float, float]:
+    """(CPU ms per job, wall ms per job, prepare_job_dir CPU ms per job) over ``jobs`` sequential jobs."""
     started_cpu, started = children_cpu_s(), time.perf_counter()
+    prepare = 0.0
     for _ in range(jobs):
-        run_job(job_dir, script)
-    return (children_cpu_s() - started_cpu) * 1e3 / jobs, (time.perf_counter() - started) * 1e3 / jobs
+        prepare += run_job(job_dir, script)
+    cpu, wall = (children_cpu_s() - started_cpu) * 1e3 / jobs, (time.perf_counter() - started) * 1e3 / jobs
+    return cpu, wall, prepare * 1e3 / jobs
 
 
 def spawn_counts(job_dir: Path, script: str, tmp: Path) -> tuple[int, int] | None:
@@ -117,20 +125,40 @@ def main() -> None:
     script = render_job(bench_pod(), pb.BuildConfig(runtime=pb.ContainerRuntime.NONE)).script
     try:
         run_job(job_dir, script)  # warm the page cache
-        rows, wrapper, baseline = [], [], []
+        rows, wrapper, baseline, prepare, base_prepare = [], [], [], [], []
         for rep in range(args.reps):
-            cpu, wall = cpu_per_job_ms(job_dir, script, args.jobs)
-            base_cpu, base_wall = cpu_per_job_ms(job_dir, BASELINE_SCRIPT, args.jobs)
+            cpu, wall, prep = cpu_per_job_ms(job_dir, script, args.jobs)
+            base_cpu, base_wall, base_prep = cpu_per_job_ms(job_dir, BASELINE_SCRIPT, args.jobs)
             wrapper.append(cpu)
             baseline.append(base_cpu)
+            prepare.append(prep)
+            base_prepare.append(base_prep)
             rows.append(
-                [rep + 1, f"{cpu:.1f}", f"{base_cpu:.1f}", f"{cpu - base_cpu:.1f}", f"{wall:.1f}", f"{base_wall:.1f}"]
+                [
+                    rep + 1,
+                    f"{cpu:.1f}",
+                    f"{base_cpu:.1f}",
+                    f"{cpu - base_cpu:.1f}",
+                    f"{wall:.1f}",
+                    f"{base_wall:.1f}",
+                    f"{prep:.3f}",
+                    f"{base_prep:.3f}",
+                ]
             )
         spawns = spawn_counts(job_dir, script, tmp)
         base_spawns = spawn_counts(job_dir, BASELINE_SCRIPT, tmp)
         print_table(
             f"rendered wrapper, runtime none, 2 containers running {TRUE}, {args.jobs} sequential jobs per rep",
-            ["rep", "job CPU ms", "baseline CPU ms", "wrapper CPU ms", "job wall ms", "baseline wall ms"],
+            [
+                "rep",
+                "job CPU ms",
+                "baseline CPU ms",
+                "wrapper CPU ms",
+                "job wall ms",
+                "baseline wall ms",
+                "prepare CPU ms",
+                "baseline prepare CPU ms",
+            ],
             rows,
         )
         if spawns is not None and base_spawns is not None:
@@ -147,6 +175,8 @@ def main() -> None:
             "spawns_total": spawns[1] if spawns else None,
             "wrapper_spawns": spawns[1] - base_spawns[1] if spawns and base_spawns else None,
             "script_bytes": len(script.encode()),
+            "prepare_cpu_ms": round(median(prepare), 3),
+            "baseline_prepare_cpu_ms": round(median(base_prepare), 3),
             "goal_wrapper_cpu_ms": 10,
             "goal_spawns_before_first_container": 5,
             "jobs": args.jobs,

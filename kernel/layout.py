@@ -6,14 +6,19 @@ so they are safe file names):
 
 - ``containers/<name>.log``      the container's stdout and stderr;
 - ``containers/<name>.started``  the start time, seconds since the epoch (written when it starts);
-- ``containers/<name>.exit``     the exit code, written atomically when it ends.
+- ``containers/<name>.exit``     the exit code and a newline, written when it ends (one ``write``, no rename:
+                                 a reader takes it only once it ends in a newline).
 
 The job's own exit code is 0 when every container succeeded, else the first failure's code.
-Submitters read these files to report per-container state; nothing else is parsed.
+Submitters read these files to report per-container state; of the script itself they parse only its
+layout line (below), to make its directories and links before it runs.
 """
 
 from __future__ import annotations
 
+import json
+import re
+from dataclasses import dataclass
 from pathlib import Path
 
 CONTAINERS_DIR = "containers"
@@ -22,8 +27,17 @@ JOB_STDOUT = "job.out"
 LOG_SUFFIX = ".log"
 STARTED_SUFFIX = ".started"
 EXIT_SUFFIX = ".exit"
+CHANGES_FILE = ".changes"
+"""The pool's change journal, next to the job directories (in their parent): the script appends its job
+directory's name, one line, after every file it writes in ``containers/``. A hint that lets a poll read
+only the jobs that changed; a lost line (e.g. two NFS clients appending at once) only delays a change
+until the poller's sweep reads that job anyway."""
 JOB_DIR_ENV = "INTERLINK_JOB_DIR"
 """Env var set by the submitter to the job directory; the script also defaults to its cwd."""
+
+
+def changes_path(job_dir: Path) -> Path:
+    return job_dir.parent / CHANGES_FILE
 
 
 def log_path(job_dir: Path, container: str) -> Path:
@@ -55,3 +69,82 @@ LABEL_POD_UID = "interlink-nats.pod-uid"
 LABEL_CONTAINER = "interlink-nats.container"
 LABEL_JOB_DIR = "interlink-nats.job-dir"
 """The job directory (absolute, as the script saw it): its runner pid file tells whether the job still runs."""
+
+
+# The job-dir layout a rendered script declares (issue 14, P8). Making directories and symlinks costs a
+# process each in bash; the submitter makes them in the pass that writes the script instead, and the script
+# only makes them itself when the submitter did not (a standalone run, an HTCondor sandbox, a rerun).
+PREPARED_FILE = ".prepared"
+"""Made last by the submitter's job-dir preparation: a symlink to the job dir (absolute, as the submitter names it).
+It says the job dir is 0700, ``containers/`` exists and every entry of the script's layout line was made, with
+links through that name. The script does its own set-up unless ``[ .prepared -ef . ]`` (the name leads to the
+directory it runs in), and removes it first at exit."""
+LAYOUT_PREFIX = "# interlink-nats layout: "
+"""A rendered script's layout line (JSON, one line), among its first lines."""
+_LAYOUT_WINDOW = 1024
+_MODE = re.compile("0[0-7]{3}")
+
+
+@dataclass(frozen=True, slots=True)
+class LayoutDir:
+    """A directory below the job dir, made like ``mkdir -p`` under umask 077, then set to ``mode`` when given."""
+
+    path: str
+    mode: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LayoutLink:
+    """A symlink below the job dir to ``<job dir>/<target>`` (its parent made like a :class:`LayoutDir`)."""
+
+    path: str
+    target: str
+
+
+LayoutEntry = LayoutDir | LayoutLink
+
+
+def layout_line(entries: list[LayoutEntry]) -> str:
+    """The script's layout line (no newline); JSON escapes every control character, so it stays one line."""
+    items: list[list[str | None]] = []
+    for e in entries:
+        if isinstance(e, LayoutDir):
+            items.append(["d", e.path, None if e.mode is None else f"{e.mode:04o}"])
+        else:
+            items.append(["l", e.path, e.target])
+    return LAYOUT_PREFIX + json.dumps(items, ensure_ascii=True, separators=(",", ":"))
+
+
+def _below(path: object) -> str:
+    if not isinstance(path, str) or not path or path.startswith("/") or "\x00" in path or ".." in path.split("/"):
+        raise ValueError(f"layout: not a path below the job dir: {path!r}")
+    return path
+
+
+def parse_layout(script: str) -> list[LayoutEntry] | None:
+    """The entries of a script's layout line; None when it has none (not a rendered script).
+
+    Raises ValueError when the line is malformed or names a path outside the job dir."""
+    start = script.find("\n" + LAYOUT_PREFIX, 0, _LAYOUT_WINDOW)
+    if start < 0:
+        return None
+    start += 1 + len(LAYOUT_PREFIX)
+    end = script.find("\n", start)
+    try:
+        items = json.loads(script[start : end if end >= 0 else len(script)])
+    except ValueError as exc:
+        raise ValueError(f"layout: not JSON: {exc}") from None
+    if not isinstance(items, list):
+        raise ValueError("layout: not a list")
+    out: list[LayoutEntry] = []
+    for item in items:
+        match item:
+            case ["d", path, None]:
+                out.append(LayoutDir(_below(path)))
+            case ["d", path, str(mode)] if _MODE.fullmatch(mode):
+                out.append(LayoutDir(_below(path), int(mode, 8)))
+            case ["l", path, target]:
+                out.append(LayoutLink(_below(path), _below(target)))
+            case _:
+                raise ValueError(f"layout: bad entry {item!r}")
+    return out

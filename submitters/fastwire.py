@@ -15,24 +15,10 @@ from collections.abc import Sequence
 from functools import lru_cache
 
 from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.kernel import protowire
 
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
-
-
-def _field(number: int, payload: bytes) -> bytes:
-    """A length-delimited field (wire type 2)."""
-    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
-
-
-def _string(number: int, value: str) -> bytes:
-    return _field(number, value.encode()) if value else b""
+_field = protowire.len_field
+_string = protowire.string_field
 
 
 def pod_ref(uid: str, namespace: str, name: str) -> bytes:
@@ -56,16 +42,15 @@ def pending_status(
     return _field(1, pod_ref(uid, namespace, name)) + _pending_rest(pool, tuple(init), tuple(containers))
 
 
-def _int64(number: int, value: int) -> bytes:
-    """A varint field (wire type 0) of an int64: negative values take ten bytes, as protobuf says."""
-    return _varint(number << 3) + _varint(value & 0xFFFFFFFFFFFFFFFF) if value else b""
-
-
 def _resources(resources: pb.ResourceRequest) -> bytes:
     """``bytes(resources)``; by hand unless a wall time is set (a Duration: betterproto2 encodes it)."""
     if resources.wall_time is not None:
         return bytes(resources)
-    return _int64(1, resources.cpu_millis) + _int64(2, resources.memory_bytes) + _int64(3, resources.gpus)
+    out = bytearray()
+    protowire.append_int(out, 1, resources.cpu_millis)
+    protowire.append_int(out, 2, resources.memory_bytes)
+    protowire.append_int(out, 3, resources.gpus)
+    return bytes(out)
 
 
 def job_spec(job: pb.JobScript) -> bytes:
@@ -85,27 +70,14 @@ class _Unusual(Exception):
     """Not the plain encoding :func:`submit_request` decodes itself: betterproto2 takes over."""
 
 
-def _read_varint(data: bytes, pos: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        byte = data[pos]  # IndexError past the end: unusual (truncated)
-        pos += 1
-        result |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return result, pos
-        shift += 7
-        if shift >= 64:
-            raise _Unusual
-
-
 def _len_fields(data: bytes, pos: int, end: int) -> list[tuple[int, int, int]]:
     """(field number, start, stop) of each field in ``data[pos:end]``; only length-delimited ones are usual."""
     out = []
     while pos < end:
-        key, pos = _read_varint(data, pos)
-        if key & 7 != 2:
+        key, pos = protowire.read_varint(data, pos)
+        if key & 7 != protowire.WIRE_LEN:
             raise _Unusual
-        length, pos = _read_varint(data, pos)
+        length, pos = protowire.read_varint(data, pos)
         stop = pos + length
         if stop > end:
             raise _Unusual
@@ -163,7 +135,7 @@ def submit_request(data: bytes) -> pb.SubmitRequest:
                     resources = pb.ResourceRequest.parse(data[start:stop]) if stop > start else pb.ResourceRequest()
                 else:
                     raise _Unusual
-    except (_Unusual, IndexError, UnicodeDecodeError):
+    except (_Unusual, IndexError, ValueError):  # ValueError: bad varints and bad UTF-8 alike
         return pb.SubmitRequest.parse(data)
     job = pb.JobScript(
         pod=pod, script=script, init_containers=init, containers=containers, resources=resources, backend_flags=flags

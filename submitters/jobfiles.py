@@ -2,8 +2,9 @@
 
 The contract lives in ``interlink_nats.kernel.layout``; this module only reads and
 writes it. Reads are cached per job on the ``containers/`` directory's mtime: every file the
-script writes there appears by create or rename, which bumps that mtime, so an unchanged
-directory means unchanged files and one ``stat`` per job per poll is enough.
+script writes there appears by create, which bumps that mtime, and is complete once it ends in a
+newline (one ``write``), so an unchanged directory whose files were complete means unchanged files
+and one ``stat`` per job per poll is enough.
 """
 
 from __future__ import annotations
@@ -12,12 +13,12 @@ import contextlib
 import os
 import shutil
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from interlink_nats.kernel import layout
 from interlink_nats.kernel.names import is_dns_label, is_pod_uid
-from interlink_nats.submitters.status import ContainerFiles
+from interlink_nats.submitters.status import ContainerFiles, container_file_number
 
 _SETTLE_NS = 2_000_000_000
 
@@ -45,18 +46,23 @@ def job_dir_for(state_dir: Path, uid: str) -> Path:
 def prepare_job_dir(job_dir: Path, script: str) -> Path:
     """Create the job directory (0700) with ``containers/`` and write the script (0700) atomically.
 
+    A rendered script declares its job-dir layout (volume directories, runtime ``none``'s links): it is made
+    here too, then ``.prepared`` says so, and the script skips the processes that would make it (issue 14, P8).
+    When the layout cannot be made the script makes it itself, as it would have.
+
     Idempotent, so a retried submission after a crash rewrites the same content. On the create
     path of every job, so it spends few syscalls: plain ``os`` calls on string paths, the parent
     created only when missing, the script's mode set on its open descriptor.
     """
     directory = os.fspath(job_dir)
+    fresh = True
     try:
         os.mkdir(directory, 0o700)
     except FileNotFoundError:
         os.makedirs(os.path.dirname(directory), 0o700, exist_ok=True)
         os.mkdir(directory, 0o700)
     except FileExistsError:
-        pass  # a retried submission
+        fresh = False  # a retried submission
     os.chmod(directory, 0o700)  # mkdir's mode is masked by the umask
     with contextlib.suppress(FileExistsError):
         os.mkdir(os.path.join(directory, layout.CONTAINERS_DIR), 0o700)
@@ -74,7 +80,59 @@ def prepare_job_dir(job_dir: Path, script: str) -> Path:
     finally:
         os.close(fd)
     os.replace(tmp, path)
+    _prepare_layout(directory, script, fresh)
     return Path(path)
+
+
+def _prepare_layout(directory: str, script: str, fresh: bool) -> None:
+    """Make the layout a rendered script declares, then ``.prepared`` last: a symlink to the job dir as
+    this process names it, so ``[ .prepared -ef . ]`` in the script holds only where the links made here,
+    which use that name, lead into the directory the script runs in. One syscall, no file to write."""
+    marker = os.path.join(directory, layout.PREPARED_FILE)
+    if not fresh:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(marker)  # the script's own set-up until this pass completes
+    try:
+        entries = layout.parse_layout(script)
+    except ValueError:
+        return
+    if entries is None:
+        return
+    absolute = os.path.abspath(directory)
+    made: set[str] = set()
+    try:
+        for entry in entries:
+            path = os.path.join(directory, entry.path)
+            if isinstance(entry, layout.LayoutDir):
+                _make_dirs(directory, entry.path, made)
+                if entry.mode is not None:
+                    os.chmod(path, entry.mode)
+                continue
+            _make_dirs(directory, entry.path.rpartition("/")[0], made)
+            target = os.path.join(absolute, entry.target)
+            try:
+                os.symlink(target, path)
+            except FileExistsError:  # like `ln -sfn`: a link or file there is replaced
+                os.unlink(path)
+                os.symlink(target, path)
+        os.symlink(absolute, marker)
+    except OSError:
+        return  # the script makes what is missing itself
+
+
+def _make_dirs(directory: str, rel: str, made: set[str]) -> None:
+    """``mkdir -p`` below the job dir, parents first (a fresh job dir: no failed attempt), 0700 directories
+    like the script's umask 077 gives; an existing directory or link to one is kept, as ``mkdir -p`` does."""
+    if not rel or rel in made:
+        return
+    _make_dirs(directory, rel.rpartition("/")[0], made)
+    path = os.path.join(directory, rel)
+    try:
+        os.mkdir(path, 0o700)
+    except FileExistsError:
+        if not os.path.isdir(path):
+            raise
+    made.add(rel)
 
 
 def prepare_job_dirs(items: Sequence[tuple[Path, str]]) -> list[Path | OSError]:
@@ -92,32 +150,49 @@ def remove_job_dir(job_dir: Path) -> None:
     shutil.rmtree(job_dir, ignore_errors=True)
 
 
-def _read_float(path: Path) -> float | None:
+def _read_small(path: str) -> tuple[bytes, float] | None:
+    """(content, mtime) of a small file, with plain ``os`` calls (a poll reads these for every changed job)."""
     try:
-        return float(path.read_text().split()[0])
-    except (OSError, ValueError, IndexError):
-        return None
-
-
-def _read_exit(path: Path) -> tuple[int | None, float | None]:
-    try:
-        st = path.stat()
-        text = path.read_text().strip()
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
-        return None, None
+        return None
     try:
-        return int(text.split()[0]), st.st_mtime
-    except (ValueError, IndexError):
-        return None, None  # being written by a script that does not rename; read again next poll
+        return os.read(fd, 256), os.fstat(fd).st_mtime
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def _read_number(path: str) -> tuple[float | None, float | None, bool]:
+    """(the number, the file's mtime, whether the file is there but still being written)."""
+    got = _read_small(path)
+    if got is None:
+        return None, None, False
+    text = got[0].decode(errors="replace")
+    value = container_file_number(text)
+    return value, got[1], value is None and not text.endswith("\n")
+
+
+def _read_files(job_dir: Path, names: Sequence[str]) -> tuple[dict[str, ContainerFiles], bool]:
+    """The container files, and whether every one present was complete (else a later read may differ)."""
+    out: dict[str, ContainerFiles] = {}
+    complete = True
+    cdir = os.path.join(job_dir, layout.CONTAINERS_DIR)
+    for name in names:
+        started, _, partial = _read_number(os.path.join(cdir, name + layout.STARTED_SUFFIX))
+        code, finished, partial_exit = _read_number(os.path.join(cdir, name + layout.EXIT_SUFFIX))
+        complete = complete and not partial and not partial_exit
+        out[name] = ContainerFiles(
+            started_at=started,
+            exit_code=int(code) if code is not None else None,
+            finished_at=finished if code is not None else None,
+        )
+    return out, complete
 
 
 def read_container_files(job_dir: Path, names: Sequence[str]) -> dict[str, ContainerFiles]:
-    out: dict[str, ContainerFiles] = {}
-    for name in names:
-        started = _read_float(layout.started_path(job_dir, name))
-        code, finished = _read_exit(layout.exit_path(job_dir, name))
-        out[name] = ContainerFiles(started_at=started, exit_code=code, finished_at=finished)
-    return out
+    return _read_files(job_dir, names)[0]
 
 
 class ContainerFilesCache:
@@ -126,22 +201,85 @@ class ContainerFilesCache:
     def __init__(self) -> None:
         self._cache: dict[Path, tuple[int, dict[str, ContainerFiles]]] = {}
 
-    def read(self, job_dir: Path, names: Sequence[str]) -> dict[str, ContainerFiles]:
-        cdir = job_dir / layout.CONTAINERS_DIR
+    def read(self, job_dir: Path, names: Sequence[str], cdir: str | None = None) -> dict[str, ContainerFiles]:
+        """``cdir``: the ``containers/`` path as a string, when the caller keeps it (saves path building)."""
         try:
-            mtime = cdir.stat().st_mtime_ns
+            mtime = os.stat(cdir or os.path.join(job_dir, layout.CONTAINERS_DIR)).st_mtime_ns
         except OSError:
             return {}
         hit = self._cache.get(job_dir)
         if hit is not None and hit[0] == mtime:
             return hit[1]
-        files = read_container_files(job_dir, names)
-        if time.time_ns() - mtime > _SETTLE_NS:
+        files, complete = _read_files(job_dir, names)
+        if complete and time.time_ns() - mtime > _SETTLE_NS:
             # A directory changed within the clock's granularity could change again with the same
             # mtime; only cache once it has been quiet for a while. Deliberately the host's real
             # clock, not the injected one: it is compared with the file system's own timestamps.
+            # A file still being written is completed in place (no rename, no directory change): not cached.
             self._cache[job_dir] = (mtime, files)
         return files
 
     def forget(self, job_dir: Path) -> None:
         self._cache.pop(job_dir, None)
+
+
+JOURNAL_ROTATE_BYTES = 1 << 20
+"""A journal read this far is renamed aside (read to its end once more, then removed), so it stays small."""
+
+
+class ChangeJournal:
+    """Reads the pool's change journal (``layout.CHANGES_FILE``) from where the last read stopped.
+
+    The job script appends its job directory's name after every file it writes in ``containers/``,
+    so names read here are the jobs whose container files may have changed since the last read. Read
+    the journal *before* the files: a write after that read leaves a line the next read finds.
+    """
+
+    def __init__(self) -> None:
+        self._files: dict[Path, tuple[int, int]] = {}
+        """Per journal: (inode, offset read up to)."""
+        self._retired: dict[Path, tuple[int, int]] = {}
+        """Per journal renamed aside: (inode, offset); read to its end once more, then removed."""
+
+    def read(self, journals: Iterable[Path]) -> set[str]:
+        names: set[str] = set()
+        for path in journals:
+            old = path.with_name(path.name + ".old")
+            retired = self._retired.pop(path, None)
+            if retired is not None:
+                self._read_from(old, retired, names)
+                with contextlib.suppress(OSError):
+                    os.unlink(old)
+            inode_offset = self._read_from(path, self._files.get(path), names)
+            if inode_offset is None:
+                self._files.pop(path, None)
+                continue
+            self._files[path] = inode_offset
+            if inode_offset[1] >= JOURNAL_ROTATE_BYTES:
+                # Writers open the file for each line: after the rename new lines go to a new file; a
+                # line appended to the old one in the meantime is found by the next read of ``old``.
+                with contextlib.suppress(OSError):
+                    os.replace(path, old)
+                    self._retired[path] = inode_offset
+                    del self._files[path]
+        return names
+
+    @staticmethod
+    def _read_from(path: Path, last: tuple[int, int] | None, names: set[str]) -> tuple[int, int] | None:
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return None
+        try:
+            st = os.fstat(fd)
+            offset = last[1] if last is not None and last[0] == st.st_ino and last[1] <= st.st_size else 0
+            if st.st_size == offset:
+                return st.st_ino, offset
+            data = os.pread(fd, st.st_size - offset, offset)
+        finally:
+            os.close(fd)
+        end = data.rfind(b"\n") + 1  # a line still being written is read next time, whole
+        for line in data[:end].split(b"\n"):
+            if line:
+                names.add(line.decode(errors="replace"))
+        return st.st_ino, offset + end

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.submitters.backends.base import Observation
-from interlink_nats.submitters.status import ContainerFiles, JobMeta, is_terminal, map_status
+from interlink_nats.submitters.status import ContainerFiles, JobMeta, encode_status, is_terminal, map_status
 
 
 class Phase(enum.StrEnum):
@@ -107,7 +107,7 @@ def plan_poll(
 ) -> PollPlan:
     """One tracked job's poll snapshot → what to do: store a new revision, untrack, or nothing."""
     status = map_status(meta, observation, files, now=now)
-    raw = bytes(status)
+    raw = encode_status(status)  # == bytes(status), without betterproto2's cost
     terminal = is_terminal(status.state)
     if raw == last_status:
         return PollPlan(None, terminal)

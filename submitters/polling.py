@@ -2,12 +2,24 @@
 
 Each poll snapshot (observation + container files) goes through :func:`lifecycle.plan_poll`;
 this module only gathers inputs, caches them, and stores/publishes what the plan says changed.
+
+Why a poll costs what changed, not what is tracked (10,000 idle jobs must cost next to nothing): a
+job's container files are read again only when something says they may have changed — its
+observation is a different object than last time (backends hand back the same object for an
+unchanged job), the pool's change journal names it (``jobfiles.ChangeJournal``: the script appends
+after every container file it writes), or it is in this poll's sweep slice. The sweep re-reads every
+job once per ``SWEEP_POLLS`` polls (at most ``SWEEP_MAX`` jobs per poll), so a hint that was lost (two
+NFS clients appending at once, a script from an older version) only delays a change. Logs are
+checkpointed (``logindex``) when their job is read, and at every poll while they keep growing
+("hot"); a quiet log is looked at again by the sweep, a hint, or a reader (GetLogs checkpoints what
+it reads).
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +33,13 @@ from interlink_nats.submitters.lifecycle import plan_poll
 from interlink_nats.submitters.outbox import Outbox
 from interlink_nats.submitters.registry import JobRow, Registry, StatusUpdate
 from interlink_nats.submitters.status import ContainerFiles, JobMeta
+
+SWEEP_POLLS = 12
+"""The sweep reads every tracked job once per this many polls (1 minute at the default 5 s)..."""
+SWEEP_MAX = 250
+"""...but at most this many per poll, so its cost stays bounded: 10,000 jobs take 40 polls (about 3 minutes)."""
+HOT_POLLS = 2
+"""After its job changed, or while a log grows, a job's logs are checkpointed at this many more polls."""
 
 
 def meta_from_row(row: JobRow, pool: str, backend: str) -> JobMeta:
@@ -40,6 +59,14 @@ class Tracked:
     """The (observation, files) last mapped: equal inputs give an equal status, so mapping is skipped."""
     log_sizes: dict[Path, int | None] = dataclasses.field(default_factory=dict)
     """Size of each log at its last checkpoint (``logindex``): a checkpoint is written only on change."""
+    obs: Observation | None = None
+    """The observation last seen (compared by identity first: backends reuse unchanged ones)."""
+    files: dict[str, ContainerFiles] | None = None
+    """The container files last read; None: read them at the next poll."""
+    hot: int = 0
+    """Polls left at which the logs are checkpointed although nothing else changed."""
+    paths: tuple[str, dict[str, Path], Path] | None = None
+    """Its ``containers/`` directory, container logs by name and the backend's output file, built once."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,7 +91,15 @@ class Poller:
         self.tracked: dict[str, Tracked] = {}
         self.lock = asyncio.Lock()
         self.files = jobfiles.ContainerFilesCache()
+        self.journal = jobfiles.ChangeJournal()
         self.last_poll: PollStats | None = None
+        self.sweep_polls = SWEEP_POLLS
+        self.sweep_max = SWEEP_MAX
+        """Polls per sweep, and jobs per poll at most (1 and no limit: every job read at every poll, the
+        benchmark's baseline)."""
+        self._sweep_at = 0
+        self._journals: dict[Path, int] = {}
+        """The change journals of the tracked jobs' directories (usually one), with how many jobs use each."""
 
     def track(self, row: JobRow) -> Tracked:
         t = Tracked(
@@ -74,12 +109,27 @@ class Poller:
             row.status,
             row.revision,
         )
+        old = self.tracked.get(row.uid)
+        if old is not None:
+            self._drop_journal(old)
         self.tracked[row.uid] = t
+        journal = layout.changes_path(row.job_dir)
+        self._journals[journal] = self._journals.get(journal, 0) + 1
         return t
 
     def untrack(self, uid: str) -> None:
         """Stop polling a job (call with ``lock`` held, so a poll in flight cannot store it again)."""
-        self.tracked.pop(uid, None)
+        t = self.tracked.pop(uid, None)
+        if t is not None:
+            self._drop_journal(t)
+
+    def _drop_journal(self, t: Tracked) -> None:
+        journal = layout.changes_path(t.handle.job_dir)
+        left = self._journals.get(journal, 0) - 1
+        if left > 0:
+            self._journals[journal] = left
+        else:
+            self._journals.pop(journal, None)
 
     async def poll_once(self) -> PollStats:
         """One batched backend poll for every tracked job; store and publish what changed."""
@@ -88,18 +138,19 @@ class Poller:
         calls0 = self.backend.calls
         async with self.lock:
             tracked = list(self.tracked.values())
+            journals = list(self._journals)
         observed = await self.backend.poll([t.handle for t in tracked]) if tracked else {}
         now = self.clock.time()
         # Files, mapping and serialisation run off the event loop: thousands of statuses changing
         # at once must not stall RPC handling.
-        updates, events, finished = await asyncio.to_thread(self._compute, tracked, observed, now)
+        updates, events, finished = await asyncio.to_thread(self._compute, tracked, observed, now, journals)
         async with self.lock:
             # A job cancelled while we polled is no longer tracked: its tombstone must win.
             updates = [u for u in updates if u.uid in self.tracked]
             await reg.save_statuses(updates)
             for t in finished:
                 if self.tracked.get(t.meta.uid) is t:
-                    del self.tracked[t.meta.uid]
+                    self.untrack(t.meta.uid)
                     self.files.forget(t.handle.job_dir)
             for u in updates:
                 self.outbox.put(u.uid, events[u.uid])
@@ -110,22 +161,45 @@ class Poller:
         return stats
 
     def _compute(
-        self, tracked: list[Tracked], observed: dict[str, Observation], now: float
+        self, tracked: list[Tracked], observed: dict[str, Observation], now: float, journals: list[Path]
     ) -> tuple[list[StatusUpdate], dict[str, pb.JobEvent], list[Tracked]]:
-        """Map every tracked job's inputs to its status; only this poll touches ``Tracked`` fields."""
+        """Map the changed jobs' inputs to their status; only this poll touches ``Tracked`` fields."""
         updates: list[StatusUpdate] = []
         events: dict[str, pb.JobEvent] = {}
         finished: list[Tracked] = []
         now_ns = self.clock.time_ns()
-        for t in tracked:
-            files = self.files.read(t.handle.job_dir, t.names)
+        # This poll's sweep: positions [lo, hi) of the tracked list, wrapping around (those below ``wrap``).
+        n = len(tracked)
+        lo = self._sweep_at % n if n else 0
+        hi = lo + min(-(-n // self.sweep_polls), self.sweep_max)
+        wrap = hi - n
+        self._sweep_at = hi
+        # The journal before the files: a file written after this read leaves a line for the next one.
+        # It names job directories, which are named by pod UID (``jobfiles.job_dir_for``).
+        hinted = self.journal.read(journals)
+        for i, t in enumerate(tracked):
             obs = observed.get(t.meta.uid, GONE)
+            last = t.obs
+            due = (
+                lo <= i < hi or i < wrap or (obs is not last and obs != last) or t.files is None or t.meta.uid in hinted
+            )
+            if not due and not t.hot:
+                continue  # nothing says this job changed: no file I/O for it (the common case, by far)
+            t.obs = obs
+            if t.paths is None:
+                job_dir = t.handle.job_dir
+                logs = {name: layout.log_path(job_dir, name) for name in t.names}
+                t.paths = (os.path.join(job_dir, layout.CONTAINERS_DIR), logs, self.backend.output_path(job_dir))
+            if due:
+                t.files = self.files.read(t.handle.job_dir, t.names, t.paths[0])
+            files = t.files or {}
             if obs.state is not BackendState.QUEUED:
                 self._checkpoint_logs(t, files, now_ns)
             inputs = (obs, files)
             if inputs == t.inputs:
-                continue  # the plan is pure: nothing new to say (the common case, by far)
+                continue  # the plan is pure: nothing new to say
             t.inputs = inputs
+            t.hot = HOT_POLLS
             plan = plan_poll(t.meta, obs, files, last_status=t.status, revision=t.revision, now=now)
             if plan.untrack:
                 finished.append(t)
@@ -144,9 +218,21 @@ class Poller:
         return updates, events, finished
 
     def _checkpoint_logs(self, t: Tracked, files: dict[str, ContainerFiles], now_ns: int) -> None:
-        """Note the size of every log that may be growing (for GetLogs since_time/timestamps)."""
-        job_dir = t.handle.job_dir
-        paths = [layout.log_path(job_dir, n) for n in t.names if n in files and files[n].started_at is not None]
-        paths.append(self.backend.output_path(job_dir))
+        """Note the size of every log that may be growing (for GetLogs since_time/timestamps).
+
+        A log that grew stays "hot" (checked at the next polls too); one that did not cools down.
+        """
+        assert t.paths is not None
+        _, logs, output = t.paths
+        paths = [logs[n] for n in t.names if n in files and files[n].started_at is not None]
+        paths.append(output)
+        grew = False
         for path in paths:
-            t.log_sizes[path] = logindex.record(path, now_ns, t.log_sizes.get(path))
+            before = t.log_sizes.get(path)
+            after = logindex.record(path, now_ns, before)
+            t.log_sizes[path] = after
+            grew = grew or (after != before and after is not None)
+        if grew:
+            t.hot = HOT_POLLS
+        elif t.hot:
+            t.hot -= 1

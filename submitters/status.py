@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.kernel.protowire import WIRE_VARINT, append_int, append_len, append_varint, tag
 from interlink_nats.submitters.backends.base import BackendState, Observation
 
 LOST_EXIT_CODE = 255
@@ -35,7 +36,20 @@ class ContainerFiles:
     started_at: float | None = None
     exit_code: int | None = None
     finished_at: float | None = None
-    """mtime of the ``.exit`` file: it is written (renamed into place) when the container ends."""
+    """mtime of the ``.exit`` file: it is written when the container ends."""
+
+
+def container_file_number(text: str) -> float | None:
+    """The number a ``.started`` or ``.exit`` file holds; None while it is being written.
+
+    The script writes each with one ``write`` ending in a newline and no rename (a rename costs a process in
+    bash), so a file without its newline, empty or not, is still being written: read it again later."""
+    if not text.endswith("\n"):
+        return None
+    try:
+        return float(text.split()[0])
+    except (ValueError, IndexError):
+        return None
 
 
 NO_FILES = ContainerFiles()
@@ -332,3 +346,68 @@ def cancelled_status(meta: JobMeta, previous: pb.JobStatus | None, *, now: float
         message=message,
         deleted=True,
     )
+
+
+# Encoding ----------------------------------------------------------------------------------------
+
+_EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
+def _timestamp_bytes(value: dt.datetime) -> bytes:
+    """``bytes(Timestamp.from_datetime(value))`` (microsecond precision, as betterproto2 converts it)."""
+    offset = value - _EPOCH
+    seconds, us = divmod((offset.days * 86400 + offset.seconds) * 1_000_000 + offset.microseconds, 1_000_000)
+    out = bytearray()
+    append_int(out, 1, seconds)
+    append_int(out, 2, us * 1000)
+    return bytes(out)
+
+
+def _append_string(out: bytearray, number: int, value: str) -> None:
+    if value:
+        append_len(out, number, value.encode())
+
+
+def _container_status_bytes(c: pb.ContainerStatus) -> bytes:
+    out = bytearray()
+    _append_string(out, 1, c.name)
+    append_int(out, 2, int(c.init))
+    append_int(out, 3, int(c.phase))
+    if c.exit_code is not None:  # ``optional``: written when set, 0 included
+        append_varint(out, tag(4, WIRE_VARINT))
+        append_varint(out, c.exit_code)
+    if c.started_at is not None:
+        append_len(out, 5, _timestamp_bytes(c.started_at))
+    if c.finished_at is not None:
+        append_len(out, 6, _timestamp_bytes(c.finished_at))
+    _append_string(out, 7, c.reason)
+    _append_string(out, 8, c.message)
+    return bytes(out)
+
+
+def encode_status(s: pb.JobStatus) -> bytes:
+    """``bytes(s)``, byte for byte, by hand.
+
+    Why: betterproto2 spends ~150 µs on one JobStatus (reflection, and a warnings filter per field),
+    so a poll in which 100 of 10,000 jobs changed spent most of its CPU there; this costs ~20 µs.
+    Fields in number order, proto3 defaults omitted, messages and ``optional`` fields written when
+    set; ``tests/test_submitter_status.py`` checks it against betterproto2 itself.
+    """
+    out = bytearray()
+    if s.pod is not None:
+        pod = bytearray()
+        _append_string(pod, 1, s.pod.uid)
+        _append_string(pod, 2, s.pod.namespace)
+        _append_string(pod, 3, s.pod.name)
+        append_len(out, 1, bytes(pod))
+    _append_string(out, 2, s.pool)
+    _append_string(out, 3, s.job_id)
+    append_int(out, 4, int(s.state))
+    for c in s.containers:
+        append_len(out, 5, _container_status_bytes(c))
+    _append_string(out, 6, s.reason)
+    _append_string(out, 7, s.message)
+    if s.updated_at is not None:
+        append_len(out, 8, _timestamp_bytes(s.updated_at))
+    append_int(out, 9, int(s.deleted))
+    return bytes(out)

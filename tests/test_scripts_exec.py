@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -17,9 +18,11 @@ import pytest
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel import layout
 from interlink_nats.services.scripts import render_job
+from interlink_nats.submitters.jobfiles import prepare_job_dir
 
 NONE = pb.BuildConfig(runtime=pb.ContainerRuntime.NONE)
 PY = sys.executable
+BASH = shutil.which("bash") or "/bin/bash"
 
 # A container program: dumps argv, env, cwd and every file of its rootfs (content + mode) as JSON.
 DUMP = r"""
@@ -61,12 +64,17 @@ def py(name: str, code: str, *args: str, **extra: Any) -> dict[str, Any]:
     return {"name": name, "image": "unused", "command": [PY, "-c", code], "args": list(args), **extra}
 
 
-def run(job_dir: Path, data: dict[str, Any], timeout: float = 60) -> int:
+def run(job_dir: Path, data: dict[str, Any], timeout: float = 60, *, prepared: bool = False, path: str = "") -> int:
+    """Run the script in ``job_dir``: written alone (the script makes its own layout), or ``prepared`` by
+    the submitter's ``prepare_job_dir``; ``path`` replaces PATH."""
     script = render_job(data, NONE).script
-    (job_dir / layout.SCRIPT_NAME).write_text(script)
-    env = {**os.environ, layout.JOB_DIR_ENV: str(job_dir)}
+    if prepared:
+        prepare_job_dir(job_dir, script)
+    else:
+        (job_dir / layout.SCRIPT_NAME).write_text(script)
+    env = {**os.environ, layout.JOB_DIR_ENV: str(job_dir), **({"PATH": path} if path else {})}
     proc = subprocess.run(
-        ["bash", layout.SCRIPT_NAME], cwd=job_dir, env=env, timeout=timeout, capture_output=True, text=True
+        [BASH, layout.SCRIPT_NAME], cwd=job_dir, env=env, timeout=timeout, capture_output=True, text=True
     )
     return proc.returncode
 
@@ -211,8 +219,21 @@ def volume_pod(tmp_path: Path) -> dict[str, Any]:
     return data
 
 
-def test_volumes_content_and_modes(job_dir: Path, tmp_path: Path) -> None:
-    assert run(job_dir, volume_pod(tmp_path)) == 0
+def only_commands(tmp_path: Path, *names: str) -> str:
+    """A PATH with only these commands: a script that needs another one fails."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for name in names:
+        found = shutil.which(name)
+        assert found is not None, name
+        (bin_dir / name).symlink_to(found)
+    return str(bin_dir)
+
+
+@pytest.mark.parametrize("prepared", [False, True], ids=["own-setup", "prepared"])
+def test_volumes_content_and_modes(job_dir: Path, tmp_path: Path, prepared: bool) -> None:
+    """The same files, modes and mounts whether the script makes the layout or the submitter did."""
+    assert run(job_dir, volume_pod(tmp_path), prepared=prepared) == 0
     files = dump(job_dir, "main")["files"]
 
     def f(path: str) -> tuple[bytes, int]:
@@ -236,12 +257,15 @@ def test_volumes_content_and_modes(job_dir: Path, tmp_path: Path) -> None:
     # Volume data (secrets included) is removed when the job ends; logs and exit files stay.
     assert not (job_dir / layout.VOLUMES_DIR).exists()
     assert not (job_dir / layout.ROOTFS_DIR).exists()
+    assert not (job_dir / layout.PREPARED_FILE).is_symlink(), "a rerun makes its own layout again"
     assert (tmp_path / "host" / "h.txt").exists()
     assert exit_code(job_dir, "main") == 0
 
 
-def test_secret_files_are_private_while_running(job_dir: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("prepared", [False, True], ids=["own-setup", "prepared"])
+def test_secret_files_are_private_while_running(job_dir: Path, tmp_path: Path, prepared: bool) -> None:
     """Look at the host side: job dir 0700, secret files 0600 in volumes/ while the container runs."""
+    job_dir.chmod(0o755)
     data = volume_pod(tmp_path)
     check = (
         "import os, stat, json; v = os.environ['INTERLINK_JOB_DIR'] + '/volumes';"
@@ -250,7 +274,7 @@ def test_secret_files_are_private_while_running(job_dir: Path, tmp_path: Path) -
     )
     data["pod"]["spec"]["containers"][0]["command"] = [PY, "-c", check]
     data["pod"]["spec"]["containers"][0]["args"] = []
-    assert run(job_dir, data) == 0
+    assert run(job_dir, data, prepared=prepared) == 0
     modes = json.loads(log(job_dir, "main"))
     assert modes == {
         "sec": 0o700,
@@ -273,6 +297,14 @@ def test_exit_codes_and_first_failure(job_dir: Path) -> None:
     )
     assert run(job_dir, data) == 3
     assert [exit_code(job_dir, n) for n in ("ok", "bad", "worse", "signal")] == [0, 3, 4, 137]
+
+
+def test_every_container_file_written_is_noted_in_the_change_journal(job_dir: Path) -> None:
+    """Started and exit files each add the job directory's name to the journal next to it (the poll's hint)."""
+    data = pod([py("ok", "pass"), py("bad", "import sys; sys.exit(3)")], init=[py("first", "pass")])
+    assert run(job_dir, data) == 3
+    lines = layout.changes_path(job_dir).read_text().splitlines()
+    assert lines == [job_dir.name] * 6  # three containers, each started and exited
 
 
 def test_init_fail_fast(job_dir: Path) -> None:
@@ -428,7 +460,8 @@ def test_host_path_check_failure_fails_every_container(job_dir: Path, tmp_path: 
     assert "pod setup failed" in log(job_dir, "main")
 
 
-def test_working_dir_and_shared_empty_dir(job_dir: Path) -> None:
+@pytest.mark.parametrize("prepared", [False, True], ids=["own-setup", "prepared"])
+def test_working_dir_and_shared_empty_dir(job_dir: Path, prepared: bool) -> None:
     writer = py(
         "writer",
         "open('shared.txt', 'w').write('hello')",
@@ -442,7 +475,7 @@ def test_working_dir_and_shared_empty_dir(job_dir: Path) -> None:
         volumeMounts=[{"name": "scratch", "mountPath": "/data"}],
     )
     data = pod([reader], init=[writer], volumes=[{"name": "scratch", "emptyDir": {}}])
-    assert run(job_dir, data) == 0
+    assert run(job_dir, data, prepared=prepared) == 0
     assert log(job_dir, "reader") == "hello\n"
 
 
@@ -460,7 +493,8 @@ def test_mpi_flags_prefix_the_command(job_dir: Path) -> None:
     assert dump(job_dir, "main")["env"]["MPI_WRAPPED"] == "a b"
 
 
-def test_empty_dir_sub_path_is_created_and_pre_exec_cd_is_harmless(job_dir: Path) -> None:
+@pytest.mark.parametrize("prepared", [False, True], ids=["own-setup", "prepared"])
+def test_empty_dir_sub_path_is_created_and_pre_exec_cd_is_harmless(job_dir: Path, prepared: bool) -> None:
     c = py(
         "main",
         "import os; open('out.txt', 'w').write('x'); print(os.path.realpath('.'))",
@@ -469,5 +503,74 @@ def test_empty_dir_sub_path_is_created_and_pre_exec_cd_is_harmless(job_dir: Path
     )
     data = pod([c], volumes=[{"name": "scratch", "emptyDir": {}}])
     data["pod"]["metadata"]["annotations"] = {"slurm-job.vk.io/pre-exec": "cd /"}
-    assert run(job_dir, data) == 0
+    assert run(job_dir, data, prepared=prepared) == 0
     assert log(job_dir, "main").strip() == str(job_dir / layout.VOLUMES_DIR / "scratch" / "a" / "b")
+
+
+def test_layout_prepared_for_another_path_is_not_trusted(job_dir: Path, tmp_path: Path) -> None:
+    """The submitter's links point into the job dir as it named it: when that name leads elsewhere on the
+    node running the script (another file system mounted there), the script makes its own layout."""
+    data = job_dir_volume_pod(tmp_path)
+    prepare_job_dir(job_dir, render_job(data, NONE).script)
+    shutil.rmtree(job_dir / layout.VOLUMES_DIR)  # trusting the layout would fail to write the files
+    (job_dir / layout.PREPARED_FILE).unlink()
+    (tmp_path / "elsewhere").mkdir()
+    (job_dir / layout.PREPARED_FILE).symlink_to(tmp_path / "elsewhere")
+    assert run_written(job_dir) == 0
+    files = dump(job_dir, "main")["files"]
+    assert base64.b64decode(files["etc/cfg/app.conf"]["b64"]) == b"x=1\n"
+    assert base64.b64decode(files["sec/password"]["b64"]) == b"hunter2\n"
+
+
+def test_rerun_of_a_prepared_job_makes_its_own_layout(job_dir: Path, tmp_path: Path) -> None:
+    """The clean-up removes .prepared with the volumes: a rerun (Slurm requeue) sets the pod up again."""
+    assert run(job_dir, volume_pod(tmp_path), prepared=True) == 0
+    assert not (job_dir / layout.PREPARED_FILE).is_symlink()
+    layout.exit_path(job_dir, "main").unlink()
+    assert run_written(job_dir) == 0
+    assert base64.b64decode(dump(job_dir, "main")["files"]["etc/cfg/app.conf"]["b64"]) == b"x=1\n"
+    assert exit_code(job_dir, "main") == 0
+
+
+def run_written(job_dir: Path) -> int:
+    """Run the script already in ``job_dir``."""
+    env = {**os.environ, layout.JOB_DIR_ENV: str(job_dir)}
+    return subprocess.run(["bash", layout.SCRIPT_NAME], cwd=job_dir, env=env, timeout=60).returncode
+
+
+def job_dir_volume_pod(tmp_path: Path) -> dict[str, Any]:
+    """:func:`volume_pod` without its hostPath volume: every mount is below the job dir."""
+    data = volume_pod(tmp_path)
+    spec = data["pod"]["spec"]
+    spec["volumes"] = [v for v in spec["volumes"] if v["name"] != "host"]
+    mounts = spec["containers"][0]["volumeMounts"]
+    spec["containers"][0]["volumeMounts"] = [m for m in mounts if m["name"] != "host"]
+    return data
+
+
+def test_prepared_job_runs_no_set_up_command(job_dir: Path, tmp_path: Path) -> None:
+    """With the layout prepared (no hostPath link to make), the script starts no mkdir, chmod nor ln: only
+    base64 (binary data), env (the containers) and rm (the clean-up) are on its PATH."""
+    data = job_dir_volume_pod(tmp_path)
+    data["pod"]["spec"]["containers"][0]["workingDir"] = "/scratch/work"
+    path = only_commands(tmp_path, "base64", "env", "rm")
+    assert run(job_dir, data, prepared=True, path=path) == 0
+    out = dump(job_dir, "main")
+    assert out["cwd"] == str(job_dir / layout.VOLUMES_DIR / "scratch" / "work")  # made through the link
+    files = out["files"]
+    assert (base64.b64decode(files["etc/cfg/app.conf"]["b64"]), files["etc/cfg/app.conf"]["mode"]) == (b"x=1\n", 0o644)
+    assert files["etc/items/sub/dir/renamed.conf"]["mode"] == 0o400
+    assert base64.b64decode(files["etc/items/blob.bin"]["b64"]) == b"\x00\xff\x01"
+    assert (base64.b64decode(files["sec/password"]["b64"]), files["sec/password"]["mode"]) == (b"hunter2\n", 0o600)
+    assert not (job_dir / layout.VOLUMES_DIR).exists()
+
+
+def test_prepared_job_dir_reached_under_another_name(job_dir: Path, tmp_path: Path) -> None:
+    """The script runs in the job dir through an alias (a symlinked mount point): the submitter's links
+    still lead into it, so its layout is used (no mkdir, chmod nor ln on PATH)."""
+    prepare_job_dir(job_dir, render_job(job_dir_volume_pod(tmp_path), NONE).script)
+    alias = tmp_path / "alias"
+    alias.symlink_to(job_dir)
+    env = {**os.environ, layout.JOB_DIR_ENV: str(alias), "PATH": only_commands(tmp_path, "base64", "env", "rm")}
+    assert subprocess.run([BASH, layout.SCRIPT_NAME], cwd=alias, env=env, timeout=60).returncode == 0
+    assert base64.b64decode(dump(job_dir, "main")["files"]["etc/cfg/app.conf"]["b64"]) == b"x=1\n"

@@ -14,6 +14,7 @@ from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel.subjects import events_subject
+from interlink_nats.services.events_stream import ensure_events_stream
 from interlink_nats.services.rpc import submitter_client
 from interlink_nats.submitters.backends.base import JobHandle
 from interlink_nats.submitters.backends.slurm import SlurmBackend
@@ -79,7 +80,9 @@ async def until_terminal(client: pb.SubmitterServiceStub, u: str, within: float 
 
 @pytest.fixture
 async def nc(nats_url: str) -> AsyncIterator[nats.NATS]:
+    """A client, with the events stream made as the gateway makes it (submitters only look it up)."""
     conn = await nats.connect(nats_url)
+    await ensure_events_stream(conn.jetstream(timeout=5))
     yield conn
     await conn.close()
 

@@ -154,3 +154,18 @@ def test_sbatch_ids_and_transient_errors() -> None:
     assert sp.is_transient("sbatch: error: Socket timed out on send/recv operation")
     assert not sp.is_transient("sbatch: error: Invalid generic resource (gres) specification")
     assert sp.names_to_ids(sp.parse_squeue(SQUEUE))["uid-a"] == "1"
+
+
+def test_parse_squeue_since_parses_only_changed_lines_and_keeps_unchanged_jobs() -> None:
+    first = sp.parse_squeue_since(SQUEUE, sp.EMPTY_SQUEUE)
+    assert first.by_id == sp.parse_squeue(SQUEUE)
+    assert sp.parse_squeue_since(SQUEUE, first) is first, "the same output: the same snapshot"
+    lines = SQUEUE.splitlines()
+    changed = lines[0].replace("|", "|x", 1)  # job 3 gets another name: a changed line
+    text = "\n".join([changed, *lines[2:]])  # ...and job 1 left the queue
+    second = sp.parse_squeue_since(text, first)
+    assert second.by_id == sp.parse_squeue(text)
+    for job_id, job in second.by_id.items():
+        if job_id != "3":
+            assert job is first.by_id[job_id], "an unchanged line keeps its object"
+    assert second.by_id["3"].name == "xuid-d" and "1" not in second.by_id

@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.kernel import layout
 from interlink_nats.submitters.backends.base import (
     Backend,
     BackendState,
@@ -23,7 +25,9 @@ from interlink_nats.submitters.backends.base import (
 )
 from interlink_nats.submitters.errors import InvalidRequest, Refused, Unavailable
 from interlink_nats.submitters.lifecycle import Phase
+from interlink_nats.submitters.polling import HOT_POLLS, SWEEP_MAX, SWEEP_POLLS
 from interlink_nats.submitters.runtime import Submitter
+from interlink_nats.submitters.status import ContainerFiles
 from interlink_nats.submitters.testing import FakeBackend, ManualClock, SimulatedCrash, crash, offline_submitter
 
 
@@ -294,6 +298,51 @@ async def test_the_registry_and_statuses_use_the_injected_clock(tmp_path: Path) 
         assert row.finished_at == 1_900_000_030.0
         status = (await a.get_status([uid])).statuses[0]
         assert status.updated_at is not None and status.updated_at.timestamp() == 1_900_000_030.0
+
+
+async def test_a_poll_reads_only_the_jobs_that_changed_and_the_sweep_catches_a_lost_hint(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    backend = FakeBackend()
+    uids = [new_uid() for _ in range(3)]
+    async with offline_submitter(tmp_path, backend, instance_id="a") as a:
+        for uid in uids:
+            await a.submit(job(uid))
+            backend.start_running(uid)
+        await settle(a)
+        a.poller.sweep_max = 0  # no sweep until the end of the test
+        reads: list[str] = []
+        read = a.poller.files.read
+
+        def counting(job_dir: Path, names: Sequence[str], cdir: str | None = None) -> dict[str, ContainerFiles]:
+            reads.append(job_dir.name)
+            return read(job_dir, names, cdir)
+
+        monkeypatch.setattr(a.poller.files, "read", counting)
+        for _ in range(HOT_POLLS + 1):
+            await a.poll_once()
+        reads.clear()
+        assert (await a.poll_once()).changed == 0 and reads == [], "nothing changed: no job's files are read"
+
+        async def main_phase(uid: str) -> pb.ContainerPhase:
+            return (await a.get_status([uid])).statuses[0].containers[0].phase
+
+        # A container starts: the script writes its file, then notes the job in the change journal.
+        job_dirs = [tmp_path / "jobs" / uid for uid in uids]
+        layout.started_path(job_dirs[1], "main").write_text("1800000000\n")
+        with layout.changes_path(job_dirs[1]).open("a") as journal:
+            journal.write(uids[1] + "\n")
+        assert (await a.poll_once()).changed == 1 and reads == [uids[1]]
+        assert await main_phase(uids[1]) == pb.ContainerPhase.RUNNING
+
+        # A change whose journal line was lost (two NFS clients appending at once) waits for the sweep.
+        layout.started_path(job_dirs[0], "main").write_text("1800000000\n")
+        assert (await a.poll_once()).changed == 0
+        a.poller.sweep_max = SWEEP_MAX
+        for _ in range(SWEEP_POLLS):
+            await a.poll_once()
+        assert await main_phase(uids[0]) == pb.ContainerPhase.RUNNING
+        assert await main_phase(uids[2]) == pb.ContainerPhase.WAITING
 
 
 def test_the_fake_backend_implements_the_backend_interface() -> None:

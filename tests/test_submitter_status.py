@@ -266,3 +266,43 @@ def test_an_unexplained_sigkill_says_so_instead_of_guessing_oom() -> None:
     assert (oom.containers[1].reason, oom.containers[1].message) == ("OOMKilled", "")
     plain = map_status(META, Observation(B.FAILED, 3), {"init": done(0), "main": done(3), "side": done(0)}, now=NOW)
     assert plain.containers[1].message == ""
+
+
+# encode_status: the hand encoder a poll uses for every changed status -----------------------------------
+
+
+def _statuses() -> list[pb.JobStatus]:
+    """Statuses as polls map them, across states, exit codes, times and presence of every field."""
+    import datetime as dt
+    import itertools
+
+    out = []
+    metas = [
+        JobMeta("u-1", "ns", "näme", "pool", "123", (), ("main",), "slurm"),
+        JobMeta("", "", "", "p", "", ("init",), ("a", "b"), "shell"),
+    ]
+    times = [None, 0.0, NOW + 0.123456, -5.5]
+    codes = [None, 0, 1, -3, 255, 2**31 - 1]
+    for k, (meta, state, code, started) in enumerate(itertools.product(metas, list(BackendState), codes, times)):
+        obs = Observation(state, code, 9 if k % 3 else None, reason="Resources" if k % 2 else "", started_at=started)
+        files = {
+            n: ContainerFiles(started_at=started, exit_code=code, finished_at=NOW if k % 4 else None)
+            for n in (*meta.init_containers, *meta.containers)[: 1 + k % 3]
+        }
+        status = map_status(meta, None if k % 11 == 0 else obs, files, now=NOW)
+        if k % 5 == 0:
+            status.updated_at = dt.datetime.fromtimestamp(NOW + k / 7, tz=dt.UTC)
+        status.deleted = k % 7 == 0
+        if k % 13 == 0:
+            status.pod = None if k % 2 else pb.PodRef()
+        out.append(status)
+    return out
+
+
+def test_encode_status_is_byte_for_byte_betterproto2() -> None:
+    from interlink_nats.submitters.status import encode_status
+
+    statuses = _statuses()
+    assert len(statuses) > 500
+    for status in statuses:
+        assert encode_status(status) == bytes(status), status

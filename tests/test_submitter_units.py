@@ -12,6 +12,7 @@ from interlink_nats.kernel import layout
 from interlink_nats.submitters import jobfiles, logs
 from interlink_nats.submitters.registry import Registry
 from interlink_nats.submitters.settings import ConfigFileError, SubmitterSettings, parse_build_config
+from interlink_nats.submitters.status import container_file_number
 from pydantic import ValidationError
 
 
@@ -116,6 +117,36 @@ def test_container_files_are_read_and_cached_by_directory_mtime(tmp_path: Path) 
     assert cache.read(job_dir, ["c", "d"])["c"].exit_code == 3, "unchanged directory → cached"
     layout.exit_path(job_dir, "d").write_text("0\n")
     assert cache.read(job_dir, ["c", "d"])["d"].exit_code == 0
+
+
+def test_the_change_journal_is_read_from_where_the_last_read_stopped(tmp_path: Path) -> None:
+    journal = layout.changes_path(tmp_path / "jobs" / "a")
+    (tmp_path / "jobs").mkdir()
+    reader = jobfiles.ChangeJournal()
+    assert reader.read([journal]) == set(), "no journal yet: nothing"
+    journal.write_bytes(b"a\nb\nc")  # "c" is still being written
+    assert reader.read([journal]) == {"a", "b"}
+    assert reader.read([journal]) == set(), "only what is new"
+    with journal.open("ab") as f:
+        f.write(b"\na\n")
+    assert reader.read([journal]) == {"c", "a"}
+
+
+def test_a_long_change_journal_is_renamed_aside_and_read_to_its_end(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(jobfiles, "JOURNAL_ROTATE_BYTES", 4)
+    journal = tmp_path / layout.CHANGES_FILE
+    reader = jobfiles.ChangeJournal()
+    journal.write_bytes(b"a\nb\n")
+    assert reader.read([journal]) == {"a", "b"}
+    assert not journal.exists(), "read past the limit: renamed aside"
+    old = journal.with_name(journal.name + ".old")
+    with old.open("ab") as f:  # a writer that opened the journal just before the rename
+        f.write(b"late\n")
+    journal.write_bytes(b"n\n")  # writers after the rename start a new journal
+    assert reader.read([journal]) == {"late", "n"}
+    assert not old.exists()
 
 
 async def test_registry_claims_once_and_survives_reopen(tmp_path: Path) -> None:
@@ -352,3 +383,59 @@ def test_fastwire_leaves_an_unusual_submit_request_to_betterproto(data: bytes) -
     got = fastwire.submit_request(data)
     assert got == expected
     assert bytes(got) == bytes(expected)
+
+
+@pytest.mark.parametrize(
+    ("text", "number"),
+    [("3\n", 3.0), ("1800000000\n", 1800000000.0), ("143\n3\n", 143.0), ("", None), ("14", None), ("x\n", None)],
+)
+def test_container_file_number_takes_only_a_complete_file(text: str, number: float | None) -> None:
+    assert container_file_number(text) == number
+
+
+def test_exit_file_being_written_is_read_again_not_cached(tmp_path: Path) -> None:
+    """The script writes an exit file in place (no rename): until its newline is there, it is not taken,
+    and a read that saw it so is not cached (completing it does not change the directory's mtime)."""
+    job_dir = tmp_path / "j"
+    jobfiles.prepare_job_dir(job_dir, "true")
+    layout.exit_path(job_dir, "c").write_text("")
+    old = 1_700_000_000
+    os.utime(job_dir / layout.CONTAINERS_DIR, (old, old))
+    cache = jobfiles.ContainerFilesCache()
+    assert cache.read(job_dir, ["c"])["c"].exit_code is None
+    layout.exit_path(job_dir, "c").write_text("7\n")
+    os.utime(job_dir / layout.CONTAINERS_DIR, (old, old))
+    files = cache.read(job_dir, ["c"])
+    assert files["c"].exit_code == 7
+    assert files["c"].finished_at is not None
+
+
+def test_prepare_job_dir_makes_the_declared_layout(tmp_path: Path) -> None:
+    job_dir = tmp_path / "j"
+    entries: list[layout.LayoutEntry] = [
+        layout.LayoutDir("volumes/cfg", 0o755),
+        layout.LayoutDir("volumes/scratch/a/b"),
+        layout.LayoutLink("rootfs/main/etc/app", "volumes/cfg"),
+        layout.LayoutDir("rootfs/main/etc/app/inside"),  # through the link, like `mkdir -p`
+    ]
+    script = f"#!/bin/bash\n{layout.layout_line(entries)}\ntrue\n"
+    for _ in range(2):  # a retried submission makes the same layout again
+        jobfiles.prepare_job_dir(job_dir, script)
+        assert oct((job_dir / "volumes/cfg").stat().st_mode & 0o777) == "0o755"
+        assert oct((job_dir / "volumes/scratch/a").stat().st_mode & 0o777) == "0o700"
+        assert os.readlink(job_dir / "rootfs/main/etc/app") == str(job_dir.absolute() / "volumes/cfg")
+        assert (job_dir / "volumes/cfg/inside").is_dir()
+        assert os.readlink(job_dir / layout.PREPARED_FILE) == str(job_dir.absolute())
+
+
+def test_prepare_job_dir_leaves_a_layout_it_cannot_make_to_the_script(tmp_path: Path) -> None:
+    job_dir = tmp_path / "j"
+    jobfiles.prepare_job_dir(job_dir, f"{layout.LAYOUT_PREFIX}[]\n")
+    assert (job_dir / layout.PREPARED_FILE).samefile(job_dir)
+    bad = f'#!/bin/bash\n{layout.LAYOUT_PREFIX}[["d","../x",null]]\n'
+    jobfiles.prepare_job_dir(job_dir, bad)
+    assert not (job_dir / layout.PREPARED_FILE).is_symlink(), "no marker: the script makes its own layout"
+    assert not (tmp_path / "x").exists()
+    (job_dir / "volumes").write_text("a file where a directory goes")
+    jobfiles.prepare_job_dir(job_dir, f'#!/bin/bash\n{layout.LAYOUT_PREFIX}[["d","volumes/v",null]]\n')
+    assert not (job_dir / layout.PREPARED_FILE).is_symlink()

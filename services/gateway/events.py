@@ -10,6 +10,7 @@ from collections.abc import Callable
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel.subjects import DEFAULT_PREFIX, EVENTS_STREAM, events_wildcard
 from interlink_nats.services.events_stream import StreamState, ensure_events_stream
+from interlink_nats.services.gateway.event_wire import read_event
 from interlink_nats.services.gateway.store import PodRecord, PodStore
 from nats.aio.client import Client as NatsClient
 from nats.errors import TimeoutError as NatsTimeoutError
@@ -180,16 +181,20 @@ class EventConsumer:
                     log.debug("event ack failed: %s", exc)
 
     async def _apply(self, data: bytes) -> None:
-        try:
-            event = pb.JobEvent.parse(data)
-        except Exception as exc:  # a malformed event must not stop the consumer
-            log.warning("dropping malformed JobEvent: %s", exc)
-            return
-        status = event.status
-        if status is None or status.pod is None or not status.pod.uid:
-            log.warning("dropping JobEvent without a pod")
-            return
-        record = self.store.apply_status(status.pod.uid, status, event.revision, encoded=status_field(data))
+        view = read_event(data)  # the few fields it needs, without betterproto2 (~10x cheaper)
+        if view is not None:
+            record = self.store.apply_encoded(view.uid, view.status, view.state, view.job_id, view.revision)
+        else:  # an event of an unusual shape, or malformed: betterproto2 decides, as it always did
+            try:
+                event = pb.JobEvent.parse(data)
+            except Exception as exc:  # a malformed event must not stop the consumer
+                log.warning("dropping malformed JobEvent: %s", exc)
+                return
+            status = event.status
+            if status is None or status.pod is None or not status.pod.uid:
+                log.warning("dropping JobEvent without a pod")
+                return
+            record = self.store.apply_status(status.pod.uid, status, event.revision, encoded=status_field(data))
         if record is not None:
             self.applied += 1
             await self.store.save(record)

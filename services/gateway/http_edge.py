@@ -1,9 +1,11 @@
 """The gateway's HTTP edge: interLink's plugin API (``/create``, ``/status``, ``/delete``, ``/getLogs``)
 plus ``/healthz``, ``/metrics`` and ``/openapi.json``, as a Starlette app around a :class:`Gateway`.
 
-What every request goes through is Starlette middleware, outermost first: :class:`RequestMetrics`
-(count, time, log, and a 500 for a bug), :class:`BearerAuth`, :class:`BodyLimit`. Errors of the use
-cases become plain-text answers in one exception handler. Nothing a caller sends may produce a 500:
+What every request goes through is pure ASGI middleware, outermost first: :class:`RequestMetrics`
+(count, time, log, and a 500 for a bug), :class:`BearerAuth`, :class:`BodyLimit`, then
+:class:`FastRoutes`, which serves ``/status`` (interLink calls it for every pod, thousands of times a
+second) as a plain ASGI app and hands everything else to Starlette's router. Errors of the use cases
+become plain-text answers in one place (:func:`error_response`). Nothing a caller sends may produce a 500:
 every failure is a 4xx with a message naming the field, or a 5xx that names the pool that failed.
 """
 
@@ -13,7 +15,7 @@ import contextlib
 import hmac
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from importlib import resources
 from typing import Any
 
@@ -52,6 +54,19 @@ class RequestMetrics:
         self.app = app
         self.endpoints = endpoints
         self.metrics = metrics
+        # Labelled children looked up once: ``labels()`` takes a lock and builds a key on every call.
+        self._counters: dict[tuple[str, int], Any] = {}
+        self._timers: dict[str, Any] = {}
+
+    def _count(self, name: str, status: int, seconds: float) -> None:
+        counter = self._counters.get((name, status))
+        if counter is None:
+            counter = self._counters[(name, status)] = self.metrics.requests.labels(endpoint=name, code=str(status))
+        counter.inc()
+        timer = self._timers.get(name)
+        if timer is None:
+            timer = self._timers[name] = self.metrics.latency.labels(endpoint=name)
+        timer.observe(seconds)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         name = self.endpoints.get(scope["path"]) if scope["type"] == "http" else None
@@ -66,8 +81,7 @@ class RequestMetrics:
             nonlocal status, error_text
             if message["type"] == "http.response.start":
                 status = message["status"]
-                self.metrics.requests.labels(endpoint=name, code=str(status)).inc()
-                self.metrics.latency.labels(endpoint=name).observe(time.perf_counter() - started)
+                self._count(name, status, time.perf_counter() - started)
             elif message["type"] == "http.response.body" and status >= 400 and len(error_text) < 300:
                 error_text += message.get("body", b"")[: 300 - len(error_text)]
             await send(message)
@@ -79,13 +93,13 @@ class RequestMetrics:
                 raise  # the answer has started: nothing left to say to the caller
             log.exception("%s failed (session %s)", name, _header(scope, _SESSION_KEY) or "-")
             await PlainTextResponse(f"internal error in {name}; see the gateway log", 500)(scope, receive, observe)
-        session = _header(scope, _SESSION_KEY) or "-"
         if status >= 400:
+            session = _header(scope, _SESSION_KEY) or "-"
             log.info("%s -> %d (session %s): %s", name, status, session, error_text.decode(errors="replace"))
         elif name in ("create", "delete"):
-            log.info("%s -> %d (session %s)", name, status, session)
-        else:
-            log.debug("%s -> %d (session %s)", name, status, session)
+            log.info("%s -> %d (session %s)", name, status, _header(scope, _SESSION_KEY) or "-")
+        elif log.isEnabledFor(logging.DEBUG):  # /status: thousands a second, the session looked up only if logged
+            log.debug("%s -> %d (session %s)", name, status, _header(scope, _SESSION_KEY) or "-")
 
 
 class BearerAuth:
@@ -136,14 +150,84 @@ class BodyLimit:
         await self.app(scope, limited, send)
 
 
-async def error_answer(request: Request, exc: Exception) -> Response:
-    """The one place use-case errors become answers: their status code, their message as text."""
+def error_response(exc: Exception) -> Response | None:
+    """The one place use-case errors become answers: their status code, their message as text
+    (None: not an error a caller caused; it propagates, and RequestMetrics answers 500)."""
     if isinstance(exc, GatewayError | wire.BadRequest):
         text = exc.message if isinstance(exc, GatewayError) else str(exc)
         return PlainTextResponse(text, status_code=exc.status_code)
     if isinstance(exc, ClientDisconnect):
         return PlainTextResponse("client disconnected while sending the body", status_code=400)
-    raise exc
+    return None
+
+
+async def error_answer(request: Request, exc: Exception) -> Response:
+    """:func:`error_response` as Starlette's exception handler."""
+    response = error_response(exc)
+    if response is None:
+        raise exc
+    return response
+
+
+async def read_body(receive: Receive) -> bytes:
+    """The whole request body, as Starlette's ``Request.body()`` reads it (ClientDisconnect if the caller left)."""
+    chunks: list[bytes] = []
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ClientDisconnect()
+        chunk = message.get("body", b"")
+        if not message.get("more_body", False):
+            if not chunks:
+                return bytes(chunk)
+            chunks.append(chunk)
+            return b"".join(chunks)
+        chunks.append(chunk)
+
+
+def bytes_endpoint(handler: Callable[[bytes], Awaitable[bytes]], media_type: str) -> ASGIApp:
+    """A plain ASGI app: the request body to ``handler``, its bytes back as a 200 of ``media_type``.
+
+    What a Starlette route would answer, without its Request, Response and per-route wrappers:
+    the same headers (length and type) and the same error answers (:func:`error_response`).
+    """
+    content_type = media_type.encode()
+
+    async def app(scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            answer = await handler(await read_body(receive))
+        except (GatewayError, wire.BadRequest, ClientDisconnect) as exc:
+            response = error_response(exc)
+            assert response is not None
+            await response(scope, receive, send)
+            return
+        headers = [(b"content-length", str(len(answer)).encode()), (b"content-type", content_type)]
+        await send({"type": "http.response.start", "status": 200, "headers": headers})
+        await send({"type": "http.response.body", "body": answer})
+
+    return app
+
+
+class FastRoutes:
+    """Serves a few hot paths as plain ASGI apps, ahead of Starlette's router; the rest goes to ``app``.
+
+    Why: interLink asks ``/status`` for every pod, thousands of calls a second at 100,000 pods, and
+    Starlette's router, exception wrappers and Request/Response objects cost per call about as much
+    as the HTTP server itself. It sits innermost of the middleware, so auth, body limit and metrics
+    apply as to any route; a method a route does not take falls through to the router (its 405).
+    """
+
+    def __init__(self, app: ASGIApp, *, routes: Mapping[str, tuple[frozenset[str], ASGIApp]]) -> None:
+        self.app = app
+        self.routes = routes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http":
+            route = self.routes.get(scope["path"])
+            if route is not None and scope["method"] in route[0]:
+                await route[1](scope, receive, send)
+                return
+        await self.app(scope, receive, send)
 
 
 def _json(data: Any, status_code: int = 200) -> Response:
@@ -194,7 +278,7 @@ def build_app(gateway: Gateway) -> Starlette:
 
     endpoints = [  # path, name in metrics and logs, handler, methods
         ("/create", "create", create, ["POST"]),
-        ("/status", "status", status, ["GET", "POST"]),
+        ("/status", "status", status, ["GET", "POST"]),  # served by FastRoutes; the route gives HEAD and 405
         ("/delete", "delete", delete, ["POST", "DELETE"]),
         ("/getLogs", "getLogs", get_logs, ["GET", "POST"]),
         ("/healthz", "healthz", healthz, ["GET"]),
@@ -202,6 +286,7 @@ def build_app(gateway: Gateway) -> Starlette:
         ("/openapi.json", "openapi", openapi, ["GET"]),
     ]
     names = {path: name for path, name, _, _ in endpoints}
+    status_methods = frozenset({"GET", "POST"})
     settings = gateway.settings
     token = settings.bearer_token.get_secret_value() if settings.bearer_token else None
     return Starlette(
@@ -210,6 +295,9 @@ def build_app(gateway: Gateway) -> Starlette:
             Middleware(RequestMetrics, endpoints=names, metrics=gateway.metrics),
             Middleware(BearerAuth, token=token),
             Middleware(BodyLimit, max_bytes=settings.max_body_bytes),
+            Middleware(
+                FastRoutes, routes={"/status": (status_methods, bytes_endpoint(calls.status, "application/json"))}
+            ),
         ],
         exception_handlers=dict.fromkeys((GatewayError, wire.BadRequest, ClientDisconnect), error_answer),
     )

@@ -6,6 +6,7 @@ Nothing above this module sees a ``GRPCError``.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import TypeVar, cast
@@ -15,9 +16,9 @@ from grpclib.exceptions import GRPCError
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.services.gateway.errors import GatewayError, PoolError, pool_error
 from interlink_nats.services.gateway.metrics import GatewayMetrics
-from interlink_nats.services.rpc import submitter_client
+from interlink_nats.services.gateway.submit_wire import SubmitReply, decode_submit_response, encode_submit_request
+from interlink_nats.services.rpc import NatsChannel, submitter_client
 from nats.aio.client import Client as NatsClient
-from tenacity import AsyncRetrying, retry_if_exception, stop_before_delay, wait_exponential
 
 _T = TypeVar("_T")
 
@@ -25,6 +26,12 @@ LOG_STREAM_WINDOW = 4
 """Log chunks (64 KiB each) a submitter may send ahead of what the HTTP client has taken: the bound
 on a /getLogs stream's memory here, however slow its reader (uvicorn waits for the socket to drain)."""
 NATS_DOWN = "NATS is unavailable: the gateway is not connected to nats-server (reconnecting)"
+
+
+SUBMIT_ROUTE = "/interlink_nats.v1.SubmitterService/Submit"
+"""The generated stub's route of ``Submit`` (a test checks it against the service's mapping)."""
+RETRY_FIRST_WAIT_S = 0.05
+RETRY_MAX_WAIT_S = 0.5
 
 
 def _no_submitter(exc: BaseException) -> bool:
@@ -47,6 +54,10 @@ class PoolClient:
             )
         return stub
 
+    def channel(self, pool: str) -> NatsChannel:
+        """The stub's channel, for calls made with bytes encoded here (``submit``)."""
+        return cast(NatsChannel, self.stub(pool).channel)
+
     def require_nats(self) -> None:
         """Answer at once when our own NATS connection is down, rather than hold the call while nats-py
         reconnects and then blame the pool: the pool may be fine, it is the gateway that cannot reach it."""
@@ -59,11 +70,18 @@ class PoolClient:
             pool, "Describe", lambda: self.stub(pool).describe(pb.DescribeRequest(), timeout=deadline_s), wait=True
         )
 
-    async def submit(self, pool: str, job: pb.JobScript) -> pb.SubmitResponse:
-        request = pb.SubmitRequest(job=job)
-        return await self._call(
-            pool, "Submit", lambda: self.stub(pool).submit(request, timeout=self.call_timeout_s), wait=True
+    async def submit(self, pool: str, job: pb.JobScript) -> SubmitReply:
+        """``Submit``, encoded and decoded by ``submit_wire`` (the same bytes as the stub's, for less CPU)."""
+        payload = encode_submit_request(job)
+        channel = self.channel(pool)
+        reply = await self._call(
+            pool, "Submit", lambda: channel.unary(SUBMIT_ROUTE, payload, timeout=self.call_timeout_s), wait=True
         )
+        try:
+            return decode_submit_response(reply)
+        except (ValueError, IndexError):
+            invalid = GRPCError(Status.INTERNAL, "RPC protocol error: reply is not a valid SubmitResponse")
+            raise self._failed(pool, "Submit", invalid) from None
 
     async def cancel(self, pool: str, pod_uid: str) -> pb.CancelResponse:
         request = pb.CancelRequest(pod_uid=pod_uid)
@@ -102,24 +120,29 @@ class PoolClient:
     # --- retry and error mapping ---------------------------------------------------------------
     async def _call(self, pool: str, method: str, call: Callable[[], Awaitable[_T]], *, wait: bool = False) -> _T:
         """One RPC; with ``wait``, UNAVAILABLE (no submitter of the pool connected) is retried for up to
-        ``pool_wait_s``, so a submitter restarting does not fail a create."""
-        try:
-            if not wait:
+        ``pool_wait_s``, so a submitter restarting does not fail a create.
+
+        The retries are a plain loop, not tenacity's ``AsyncRetrying``: its set-up cost every create
+        ~10 µs although nearly every call succeeds at once. The schedule is the same: waits of 50 ms
+        doubling up to 500 ms, and no wait that would end past ``pool_wait_s`` after the first try.
+        """
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        attempt = 0
+        while True:
+            try:
                 return await call()
-            async for attempt in AsyncRetrying(
+            except GRPCError as exc:
+                attempt += 1
                 # no use waiting for the pool while we ourselves cannot reach NATS
-                retry=retry_if_exception(lambda exc: _no_submitter(exc) and self.nc.is_connected),
-                stop=stop_before_delay(self.pool_wait_s),
-                wait=wait_exponential(multiplier=0.05, max=0.5),
-                reraise=True,
-            ):
-                with attempt:
-                    return await call()
-        except GRPCError as exc:
-            if wait and _no_submitter(exc) and not self.nc.is_connected:
-                raise GatewayError(503, NATS_DOWN) from None
-            raise self._failed(pool, method, exc) from None
-        raise AssertionError("unreachable: AsyncRetrying either returns or reraises")  # pragma: no cover
+                if wait and _no_submitter(exc) and self.nc.is_connected:
+                    pause = min(RETRY_FIRST_WAIT_S * 2 ** (attempt - 1), RETRY_MAX_WAIT_S)
+                    if loop.time() - started + pause < self.pool_wait_s:
+                        await asyncio.sleep(pause)
+                        continue
+                if wait and _no_submitter(exc) and not self.nc.is_connected:
+                    raise GatewayError(503, NATS_DOWN) from None
+                raise self._failed(pool, method, exc) from None
 
     def _failed(self, pool: str, method: str, exc: GRPCError) -> PoolError:
         self.metrics.rpc_errors.labels(pool=self.metrics.pool_label(pool), method=method, status=exc.status.name).inc()

@@ -22,6 +22,7 @@ from interlink_nats.services.gateway.pools import PoolDirectory
 from interlink_nats.services.gateway.routing import pool_for_pod
 from interlink_nats.services.gateway.settings import GatewaySettings
 from interlink_nats.services.gateway.store import PodRecord, PodStore
+from interlink_nats.services.gateway.submit_wire import encode_submit_request
 from interlink_nats.services.scripts import PodRejected, render_job
 
 log = logging.getLogger("interlink_nats.gateway")
@@ -87,7 +88,7 @@ class PodUseCases:
             raise
         record.job_id = reply.job_id
         if reply.status is not None:
-            self.store.apply_status(identity.uid, reply.status, 0)
+            self.store.apply_status(identity.uid, reply.status, 0, encoded=reply.status_bytes)
         await self.store.save(record)
         log.info(
             "created pod %s/%s uid=%s pool=%s job=%s",
@@ -108,7 +109,7 @@ class PodUseCases:
 
     def _too_large(self, job: pb.JobScript) -> GatewayError:
         """413, not 429: a pod too large for NATS stays too large however often interLink retries."""
-        size = len(bytes(pb.SubmitRequest(job=job)))  # only on this error path: the stub serialised it already
+        size = len(encode_submit_request(job))  # only on this error path: submit() encoded it already
         return GatewayError(
             413,
             f"pod too large: with its files embedded its job is {size} bytes, more than the NATS max_payload of "

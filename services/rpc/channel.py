@@ -95,6 +95,25 @@ class NatsChannel:
             return StreamCall(self, subject, reply_type, remaining, headers or None)
         raise GRPCError(Status.UNIMPLEMENTED, f"{cardinality.name} calls are not supported over NATS")
 
+    async def unary(
+        self,
+        name: str,
+        payload: bytes,
+        *,
+        timeout: float | None = None,  # noqa: ASYNC109 - the call's deadline, sent to the server (as the stubs')
+    ) -> bytes:
+        """One unary call with the request already encoded; the reply's bytes, errors raised as by the stubs.
+
+        For a hot path that writes and reads its few fields itself rather than through betterproto2
+        (the gateway's Submit, see ``services/gateway/submit_wire.py``): the same subject, headers and
+        retries as ``stub.method(request)``, so the wire cannot tell the two apart.
+        """
+        remaining = self._remaining(timeout, None)
+        headers = {protocol.TIMEOUT: protocol.encode_timeout(remaining)} if remaining is not None else None
+        call: UnaryCall[bytes] = UnaryCall(self, self.subject(name), bytes, remaining, headers)
+        call._payload = payload
+        return await call.recv_bytes()
+
     def _remaining(self, timeout: float | None, deadline: Deadline | None) -> float | None:
         """Seconds left for the call: the tighter of timeout and deadline, else the channel default."""
         if deadline is not None:
@@ -157,7 +176,7 @@ RECONNECT_CHECK_S = 0.2
 
 
 class UnaryCall(_Call, Generic[R]):
-    """One request-reply through nats-py's shared reply inbox (no per-call subscription).
+    """One request-reply through the connection's shared reply inbox (no per-call subscription).
 
     When the connection fails over to another server while the call waits (its server was lost),
     the reply is gone with that server, so the request is sent again at once rather than waiting out
@@ -174,6 +193,11 @@ class UnaryCall(_Call, Generic[R]):
         self._payload = message.SerializeToString()
 
     async def recv_message(self) -> R:
+        result: R = self._parse(await self.recv_bytes())
+        return result
+
+    async def recv_bytes(self) -> bytes:
+        """The reply's body, once it came with no error status."""
         if self._payload is None:
             raise GRPCError(Status.INTERNAL, "recv_message() before send_message()")
         loop = asyncio.get_running_loop()
@@ -198,36 +222,100 @@ class UnaryCall(_Call, Generic[R]):
                 raise protocol.translate_nats_error(exc, self._channel.pool) from exc
         if msg.headers:
             protocol.raise_for_status(msg.headers)
-        result: R = self._parse(msg.data)
-        return result
+        return msg.data
 
     async def _request(self, *, budget: float) -> Msg:
-        """``nc.request``, abandoned with :class:`_ServerLost` when our connection reconnects meanwhile."""
+        """Publish and wait for the reply on the connection's shared inbox; abandoned with :class:`_ServerLost`
+        when our connection reconnects meanwhile, with nats-py's TimeoutError when ``budget`` runs out.
+
+        One future, one timer and two callbacks per call: no task of its own, no ``asyncio.wait`` and no
+        ``wait_for`` (what ``nc.request`` plus a race against the failover cost, issue 14 P1).
+        """
         assert self._payload is not None
+        replies = _Replies.of(self._nc)
+        inbox, token, reply = await replies.open()
         watch = _FailoverWatch.of(self._nc)
         failover = watch.next()  # taken with the send, in one step: a reconnect after it resolves it
-        request = asyncio.ensure_future(
-            self._nc.request(self._subject, self._payload, timeout=budget, headers=self._headers)
-        )
+
+        def lost(_: asyncio.Future[None]) -> None:
+            if not reply.done():
+                reply.set_exception(_ServerLost())
+
+        failover.add_done_callback(lost)
+        timer = asyncio.get_running_loop().call_later(budget, _expire, reply)
         try:
-            racing: set[asyncio.Future[Any]] = {request, failover}
-            await asyncio.wait(racing, return_when=asyncio.FIRST_COMPLETED)
-            if request.done():
-                return request.result()
-            raise _ServerLost
+            await self._nc.publish(self._subject, self._payload, reply=inbox, headers=self._headers)
+            msg = await reply
         finally:
+            timer.cancel()
+            failover.remove_done_callback(lost)
+            replies.close(token)
             watch.release()
-            if not request.done():
-                request.cancel()
-                with contextlib.suppress(asyncio.CancelledError, Exception):
-                    await request
+        if msg.headers and msg.headers.get(protocol.NATS_STATUS) == protocol.NO_RESPONDERS:
+            raise nats.errors.NoRespondersError
+        return msg
+
+
+def _expire(reply: asyncio.Future[Msg]) -> None:
+    if not reply.done():
+        reply.set_exception(nats.errors.TimeoutError())
+
+
+class _Replies:
+    """The unary calls' reply inbox of one connection: one wildcard subscription, a token per call.
+
+    What ``nc.request`` does too, minus what it adds per call (a random token from the OS, a
+    ``wait_for``); a counter is enough for the token, since the subscription's own prefix is random.
+    nats-py subscribes it again after a reconnect.
+    """
+
+    _by_client: weakref.WeakKeyDictionary[Any, _Replies] = weakref.WeakKeyDictionary()
+
+    def __init__(self, nc: NATS) -> None:
+        self._nc = nc
+        self._prefix = ""
+        self._waiting: dict[str, asyncio.Future[Msg]] = {}
+        self._count = 0
+        self._subscribing = asyncio.Lock()
+
+    @classmethod
+    def of(cls, nc: NATS) -> _Replies:
+        replies = cls._by_client.get(nc)
+        if replies is None:
+            replies = cls._by_client[nc] = cls(nc)
+        return replies
+
+    async def open(self) -> tuple[str, str, asyncio.Future[Msg]]:
+        """A new call's reply subject, its token (for :meth:`close`) and the future its reply resolves."""
+        if not self._prefix:
+            async with self._subscribing:
+                if not self._prefix:
+                    inbox = self._nc.new_inbox()
+                    await self._nc.subscribe(inbox + ".*", cb=self._on_reply)
+                    self._prefix = inbox + "."
+        self._count += 1
+        token = f"{self._count:x}"
+        reply: asyncio.Future[Msg] = asyncio.get_running_loop().create_future()
+        self._waiting[token] = reply
+        return self._prefix + token, token, reply
+
+    def close(self, token: str) -> None:
+        """The call is over (answered or not): a late reply for it is dropped."""
+        self._waiting.pop(token, None)
+
+    async def _on_reply(self, msg: Msg) -> None:
+        reply = self._waiting.pop(msg.subject[len(self._prefix) :], None)
+        if reply is not None and not reply.done():
+            reply.set_result(msg)
 
 
 class _FailoverWatch:
     """Resolves a shared future on a connection's next reconnect, for every call waiting on it.
 
-    nats-py offers no per-client hook after connecting, so one poller per connection reads its
-    reconnect counter (only while calls wait), instead of one timer per call.
+    nats-py offers no per-client hook after connecting, so one timer per connection reads its
+    reconnect counter (only while calls wait), instead of one timer per call. A timer, not a task:
+    with one call at a time the watch starts and stops with every call, and a task costs far more
+    to start and cancel than a timer handle.
     """
 
     _by_client: weakref.WeakKeyDictionary[Any, _FailoverWatch] = weakref.WeakKeyDictionary()
@@ -237,7 +325,7 @@ class _FailoverWatch:
         self._seen = nc.stats["reconnects"]
         self._next: asyncio.Future[None] | None = None
         self._waiting = 0
-        self._task: asyncio.Task[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
 
     @classmethod
     def of(cls, nc: NATS) -> _FailoverWatch:
@@ -248,27 +336,31 @@ class _FailoverWatch:
 
     def next(self) -> asyncio.Future[None]:
         self._waiting += 1
-        if self._next is None or self._next.done() or self._waiting == 1:  # none pending: count from now
-            self._seen = self._nc.stats["reconnects"]
+        if self._next is None or self._next.done():
             self._next = asyncio.get_running_loop().create_future()
-        if self._task is None or self._task.done():
-            self._task = asyncio.create_task(self._poll(), name="rpc-failover-watch")
+            self._seen = self._nc.stats["reconnects"]
+        elif self._waiting == 1:  # nobody was waiting: count from now
+            self._seen = self._nc.stats["reconnects"]
+        if self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(RECONNECT_CHECK_S, self._check)
         return self._next
 
     def release(self) -> None:
-        """The last waiting call stops the poller at once: no task outlives the calls it watches for."""
+        """The last waiting call stops the timer at once: nothing outlives the calls it watches for."""
         self._waiting -= 1
-        if self._waiting == 0 and self._task is not None and not self._task.done():
-            self._task.cancel()
-            self._task = None
+        if self._waiting == 0 and self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
-    async def _poll(self) -> None:
-        while self._waiting > 0:
-            await asyncio.sleep(RECONNECT_CHECK_S)
-            count = self._nc.stats["reconnects"]
-            if count != self._seen and self._next is not None and not self._next.done():
-                self._seen = count
-                self._next.set_result(None)
+    def _check(self) -> None:
+        self._timer = None
+        if self._waiting <= 0:
+            return
+        count = self._nc.stats["reconnects"]
+        if count != self._seen and self._next is not None and not self._next.done():
+            self._seen = count
+            self._next.set_result(None)
+        self._timer = asyncio.get_running_loop().call_later(RECONNECT_CHECK_S, self._check)
 
 
 class StreamCall(_Call, Generic[R]):

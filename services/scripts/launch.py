@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from interlink_nats.kernel.layout import LayoutDir, LayoutLink
+
 from .pod_resources import ContainerResources
 from .quoting import MASK, quote, quote_field
 
@@ -89,9 +91,23 @@ class StopCommands:
     at_exit_if_cancelled: tuple[str, ...] = ()  # run by the script's clean-up when the pod was cancelled
 
 
+@dataclass(frozen=True, slots=True)
+class HostLink:
+    """A symlink below the job dir to a host path (runtime ``none``, a hostPath mount): the script makes it
+    itself, since the submitter may run on another host."""
+
+    path: str
+    source: str  # absolute, not quoted
+    where: str  # the mount's JSON path, for rejections
+
+
+SetupEntry = LayoutDir | LayoutLink | HostLink
+"""What the job dir needs before any container starts (made in order; duplicates made once)."""
+
+
 @dataclass(slots=True)
 class ContainerCommands:
-    """A container's shell lines: ``setup`` runs on the host before any container, ``body`` starts it."""
+    """A container's set-up (made before any container starts) and the shell lines (``body``) that start it."""
 
-    setup: tuple[str, ...]
+    setup: tuple[SetupEntry, ...]
     body: tuple[str, ...]

@@ -28,7 +28,7 @@ from .context import RenderContext
 from .environment import container_env, expanded_words
 from .errors import PodRejected
 from .fields import absolute_path, as_list, as_obj, get_int, get_list, get_str, member, wrong_type
-from .launch import Launch, PodOptions
+from .launch import HostLink, Launch, PodOptions, SetupEntry
 from .pod_resources import GPU_RESOURCE, ContainerResources, container_resources, pod_resources_from
 from .quoting import quote, quote_field
 from .runtimes import RUNTIMES
@@ -63,7 +63,7 @@ class PodPlan:
     mpi: tuple[str, ...]  # main containers only
     used: dict[str, Volume] = field(default_factory=dict)  # volumes some container mounts
     names: set[str] = field(default_factory=set)
-    host_setup: list[str] = field(default_factory=list)
+    host_setup: list[SetupEntry] = field(default_factory=list)
 
 
 def _container(plan: PodPlan, c: Any, index: int, init: bool, where: str) -> ContainerPlan:
@@ -170,6 +170,19 @@ def _pod_options(ctx: RenderContext, uid: str) -> tuple[PodOptions, tuple[str, .
     return pod, tuple(mpi), backend_flags
 
 
+def _setup_line(entry: SetupEntry) -> str:
+    """The shell that makes one set-up entry when the submitter did not (``mkdir -p``, ``ln -sfn``)."""
+    if isinstance(entry, layout.LayoutDir):
+        assert entry.mode is None, "containers' set-up directories keep the umask's mode"
+        return f"mkdir -p -- {quote(entry.path)}"
+    parent = quote(entry.path.rsplit("/", 1)[0])
+    if isinstance(entry, HostLink):
+        source = quote_field(entry.source, entry.where)
+    else:
+        source = f'"$__job_dir"/{quote(entry.target)}'
+    return f"mkdir -p -- {parent} && ln -sfn -- {source} {quote(entry.path)}"
+
+
 def render_job(
     pod_data: dict[str, Any], build_config: pb.BuildConfig | None = None, *, mask_secrets: bool = False
 ) -> pb.JobScript:
@@ -214,7 +227,18 @@ def render_job(
         [p.resources for p in plans if not p.init], [p.resources for p in plans if p.init], spec
     )
     setup = volume_setup(pod.used.values(), mask_secrets)
-    host_lines = list(dict.fromkeys(setup.host_lines + pod.host_setup))
+    entries = list(dict.fromkeys(pod.host_setup))
+    # The submitter makes the job-dir layout before the script runs (no process per directory or link), but
+    # not a link to a host path (it may run on another host): then the containers' set-up stays in the
+    # script, after the hostPath lines as it needs them, and the submitter makes only the volume directories.
+    host_links = any(isinstance(e, HostLink) for e in entries)
+    prepared: list[layout.LayoutEntry] = list(setup.layout)
+    if not host_links:
+        prepared += [e for e in entries if not isinstance(e, HostLink)]
+    layout_lines = [] if host_links else [_setup_line(e) for e in entries]
+    host_lines = list(dict.fromkeys(setup.host_lines))
+    if host_links:
+        host_lines += [_setup_line(e) for e in entries]
 
     exports: list[tuple[str, str]] = []
     if bc.cache_dir and runtime.cache_env is not None:
@@ -227,8 +251,13 @@ def render_job(
 
     script = _template().render(
         runtime_name=runtime.name,
+        layout_line=layout.layout_line(prepared),
+        prepared_file=layout.PREPARED_FILE,
+        remove_layout=bool(prepared or entries),
+        layout_lines=layout_lines,
         job_dir_env=layout.JOB_DIR_ENV,
         containers_dir=layout.CONTAINERS_DIR,
+        changes_file=layout.CHANGES_FILE,
         volumes_dir=layout.VOLUMES_DIR,
         rootfs_dir=layout.ROOTFS_DIR,
         deadline_file=layout.DEADLINE_FILE,
@@ -241,7 +270,8 @@ def render_job(
         exports=exports,
         dirs=" ".join(setup.dirs),
         files=setup.files,
-        chmods=[(m, " ".join(paths)) for m, paths in setup.modes.items()],
+        dir_modes=[(m, " ".join(paths)) for m, paths in setup.dir_modes.items()],
+        file_modes=[(m, " ".join(paths)) for m, paths in setup.file_modes.items()],
         host_lines=host_lines,
         admin_pre_exec=bc.pre_exec.strip("\n"),
         pod_pre_exec=pre_exec.strip("\n"),

@@ -15,9 +15,10 @@ from typing import Any, Protocol
 
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel import layout
+from interlink_nats.kernel.layout import LayoutDir, LayoutLink
 
 from .errors import PodRejected
-from .launch import ContainerCommands, Image, Launch, PodOptions, StopCommands
+from .launch import ContainerCommands, HostLink, Image, Launch, PodOptions, SetupEntry, StopCommands
 from .quoting import quote, quote_field
 
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -239,15 +240,14 @@ class HostRuntime:
             raise PodRejected(where + ".command[0]", "a program name with '=' cannot be run through env(1)")
         root = f"{layout.ROOTFS_DIR}/{launch.name}"
         cwd = root + launch.workdir.rstrip("/") if launch.workdir else root
-        setup: list[str] = []
+        setup: list[SetupEntry] = []
         for mount in launch.mounts:
             target = root + mount.target.rstrip("/")
-            parent = target.rsplit("/", 1)[0]
-            source = f'"$__job_dir"/{quote(mount.source)}' if mount.under_job_dir else quote_field(mount.source, where)
-            setup.append(
-                f"mkdir -p -- {quote_field(parent, where)} && ln -sfn -- {source} {quote_field(target, where)}"
-            )
-        setup.append(f"mkdir -p -- {quote_field(cwd, where + '.workingDir')}")  # after the links: may be inside
+            if mount.under_job_dir:
+                setup.append(LayoutLink(target, mount.source))
+            else:
+                setup.append(HostLink(target, mount.source, where))
+        setup.append(LayoutDir(cwd))  # after the links: may be inside
         words = [*map(quote, launch.mpi), "env", "--"]
         words += [var.word("", k, where, launch.mask) for k, var in enumerate(launch.env)]
         words.append(f'"{layout.ROOTFS_ENV}=$__job_dir/"{quote(root)}')

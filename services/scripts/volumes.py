@@ -27,7 +27,7 @@ from .fields import (
     get_str,
     relative_path,
 )
-from .launch import MountPoint
+from .launch import MountPoint, SetupEntry
 from .quoting import quote, quote_field
 from .sources import Source, downward_value, object_files
 
@@ -238,7 +238,7 @@ def container_mounts(
     volumes: dict[str, Volume],
     env: dict[str, str],
     used: dict[str, Volume],
-    host_setup: list[str],
+    host_setup: list[SetupEntry],
 ) -> list[Mount]:
     """A container's ``volumeMounts``, shallowest first; records the volumes used and the host set-up they need."""
     mounts: list[Mount] = []
@@ -273,7 +273,7 @@ def container_mounts(
             raise PodRejected(mw + ".mountPath", f"{path!r} is mounted twice")
         targets.add(target)
         if sub and vol.kind == "emptyDir":  # Kubernetes creates a missing subPath in an emptyDir
-            host_setup.append(f"mkdir -p -- {quote(f'{vol.rel_dir}/{sub}')}")
+            host_setup.append(layout.LayoutDir(f"{vol.rel_dir}/{sub}"))
         if binds and vol.host_path is not None and ("," in vol.host_path or ":" in vol.host_path):
             raise PodRejected(mw + ".name", "a hostPath with ',' or ':' cannot be expressed in a bind mount")
         used[vol.name] = vol
@@ -284,36 +284,54 @@ def container_mounts(
 
 @dataclass(slots=True)
 class VolumeSetup:
-    """The script's volume set-up: directories (quoted), file lines, chmods by mode, host commands."""
+    """The script's volume set-up: directories (quoted, and as layout entries), file lines, chmods by mode,
+    host commands."""
 
     dirs: list[str] = field(default_factory=list)
+    layout: list[layout.LayoutEntry] = field(default_factory=list)
     files: list[str] = field(default_factory=list)
-    modes: dict[str, list[str]] = field(default_factory=dict)
+    dir_modes: dict[str, list[str]] = field(default_factory=dict)
+    file_modes: dict[str, list[str]] = field(default_factory=dict)
     host_lines: list[str] = field(default_factory=list)
 
 
 def volume_setup(used: Iterable[Volume], mask: bool) -> VolumeSetup:
-    """Materialise only the volumes some container mounts, in ``spec.volumes`` order."""
+    """Materialise only the volumes some container mounts, in ``spec.volumes`` order.
+
+    A file's mode comes from the umask it is created under (no process), but for modes with an execute bit,
+    which a umask cannot give to a file: those are chmod'ed after."""
     setup = VolumeSetup()
-    modes = setup.modes
+    umask = _UMASK
     for vol in sorted(used, key=lambda v: v.index):
         setup.host_lines += vol.host_lines
         if vol.host_path is not None:
             continue
-        setup.dirs.append(quote(vol.rel_dir))
-        setup.dirs += [quote(d) for d in dict.fromkeys(vol.dirs)]
-        if vol.dir_mode != 0o700:
-            modes.setdefault(f"{vol.dir_mode:04o}", []).append(quote(vol.rel_dir))
-            modes[f"{vol.dir_mode:04o}"] += [quote(d) for d in dict.fromkeys(vol.dirs)]
+        dirs = [vol.rel_dir, *dict.fromkeys(vol.dirs)]
+        setup.dirs += [quote(d) for d in dirs]
+        mode = None if vol.dir_mode == 0o700 else vol.dir_mode
+        setup.layout += [layout.LayoutDir(d, mode) for d in dirs]
+        if mode is not None:
+            setup.dir_modes.setdefault(f"{mode:04o}", []).extend(quote(d) for d in dirs)
         for f in vol.files:
+            wanted = _UMASK if f.mode & 0o111 else 0o777 & ~f.mode
+            if wanted != umask:
+                setup.files.append(f"umask {wanted:04o}")
+                umask = wanted
             setup.files.append(_file_line(f, mask))
-            if f.mode != 0o600:
-                modes.setdefault(f"{f.mode:04o}", []).append(quote(f.path))
+            if f.mode & 0o111:
+                setup.file_modes.setdefault(f"{f.mode:04o}", []).append(quote(f.path))
+    if umask != _UMASK:
+        setup.files.append(f"umask {_UMASK:04o}")
     return setup
 
 
+_UMASK = 0o077
+"""The script's umask during set-up: 0700 directories, 0600 files."""
+
+
 def _file_line(f: VolumeFile, mask: bool) -> str:
-    """The script line writing one file: text as a quoted word, anything else as base64."""
+    """The script line writing one file (under the umask that gives its mode): text as a quoted word, anything
+    else as base64."""
     qpath = quote(f.path)
     if mask and f.secret:
         return f"__t {qpath} '<masked secret: {len(f.content)} bytes>'"

@@ -296,7 +296,10 @@ class _Running:
     start_ticks: int
     job_dir: Path
     watched: bool = False
-    """A pidfd reports its exit (``_watch_exit``): ``_reap`` need not look at it."""
+    """A pidfd tells when it ends: until then nothing about the job can change but its container files.
+    ``_reap`` need not look at it either: its slot is freed by the pidfd."""
+    seen: Observation | None = None
+    """The RUNNING observation a poll returns, without any I/O, while ``watched``."""
 
 
 class ShellBackend:
@@ -325,6 +328,7 @@ class ShellBackend:
         self._launcher = _Launcher(bash)
         self._launches: set[asyncio.Task[None]] = set()
         self._exit_fds: set[int] = set()
+        self._waiting_obs: Observation | None = None
         self._janitor: PodmanJanitor | None = None
         """Set while the pool's runtime is podman: containers can outlive a killed job script."""
         self.calls = 0
@@ -442,11 +446,16 @@ class ShellBackend:
             self._wake.set()
 
     def _watch_exit(self, uid: str, pid: int) -> None:
-        """Free the slot the moment the runner exits: a pidfd becomes readable then (Linux ≥ 5.3)."""
+        """Learn the moment the runner exits: a pidfd becomes readable then (Linux ≥ 5.3).
+
+        Frees its slot at once, and lets a poll skip every job whose runner has not exited (no
+        /proc or file reads for it). Without a pidfd (old kernel, or out of descriptors) the poll
+        checks the job as before, and ``_reap()`` frees its slot on the fallback tick.
+        """
         try:
             fd = os.pidfd_open(pid)
         except (AttributeError, OSError):
-            return  # no pidfd (or already gone): _reap() finds it on the fallback tick
+            return
         loop = asyncio.get_running_loop()
         self._exit_fds.add(fd)
         watched = self._running.get(uid)
@@ -457,8 +466,8 @@ class ShellBackend:
             loop.remove_reader(fd)
             os.close(fd)
             self._exit_fds.discard(fd)
-            run = self._running.get(uid)
-            if run is not None and run.pid == pid:
+            current = self._running.get(uid)
+            if current is not None and current.pid == pid:
                 del self._running[uid]
             self._wake.set()
 
@@ -490,6 +499,7 @@ class ShellBackend:
             return None
         run = _Running(pid, seen[0], job_dir)
         self._running[uid] = run
+        self._watch_exit(uid, pid)
         return run
 
     async def reconcile(self, jobs: Sequence[JobHandle]) -> dict[str, Reconciled]:
@@ -506,14 +516,37 @@ class ShellBackend:
         return out
 
     async def poll(self, jobs: Sequence[JobHandle]) -> dict[str, Observation]:
-        """One pass over the tracked jobs' files and /proc; no subprocess at all."""
+        """One pass over the tracked jobs' files and /proc; no subprocess at all.
+
+        Only jobs that may have changed cost I/O: a runner watched by a pidfd that has not fired is
+        still running (the same Observation object as last time, which the poller skips), and a
+        job still in our queue is waiting.
+        """
         out: dict[str, Observation] = {}
         now = self._clock.time()
+        running = self._running
+        queued = self._queued
+        waiting = None
         for job in jobs:
+            uid = job.uid
+            run = running.get(uid)
+            if run is not None and run.seen is not None:
+                out[uid] = run.seen
+                continue
+            if uid in queued:
+                out[uid] = waiting = waiting or self._waiting()
+                continue
             obs = self._observe(job, now)
             if obs is not None:
-                out[job.uid] = obs
+                out[uid] = obs
         return out
+
+    def _waiting(self) -> Observation:
+        """The QUEUED observation, one object while the limit stays (so unchanged jobs compare by identity)."""
+        reason = f"waiting for one of {self._limit} slots"
+        if self._waiting_obs is None or self._waiting_obs.reason != reason:
+            self._waiting_obs = Observation(BackendState.QUEUED, reason=reason)
+        return self._waiting_obs
 
     def _observe(self, job: JobHandle, now: float) -> Observation | None:
         uid, job_dir = job.uid, job.job_dir
@@ -528,18 +561,18 @@ class ShellBackend:
             sig = code - 128 if 128 < code < 160 else None
             return Observation(BackendState.FAILED, code, sig, started_at=started, finished_at=finished)
         if uid in self._queued:
-            return Observation(BackendState.QUEUED, reason=f"waiting for one of {self._limit} slots")
+            return self._waiting()
         if uid in self._starting:
             return Observation(BackendState.RUNNING, reason="starting")
         run = self._running.get(uid)
         if run is not None:
             if self._alive(run):
-                return Observation(BackendState.RUNNING, started_at=_mtime(job_dir / PID_FILE))
+                return self._seen_running(run)
             del self._running[uid]
             self._wake.set()
-        elif self._adopt(uid, job_dir) is not None:
+        elif (run := self._adopt(uid, job_dir)) is not None:
             self._unstarted.pop(uid, None)
-            return Observation(BackendState.RUNNING, started_at=_mtime(job_dir / PID_FILE))
+            return self._seen_running(run)
         if uid in self._cancelled:
             return Observation(BackendState.CANCELLED, raw_state="killed on request")
         if (job_dir / CLAIM).exists() and not (job_dir / PID_FILE).exists():
@@ -552,6 +585,12 @@ class ShellBackend:
             del self._unstarted[uid]
             return Observation(BackendState.GONE, reason=NEVER_STARTED)
         return None  # gone: the runner vanished without writing its exit file
+
+    def _seen_running(self, run: _Running) -> Observation:
+        obs = Observation(BackendState.RUNNING, started_at=_mtime(run.job_dir / PID_FILE))
+        if run.watched and obs.started_at is not None:
+            run.seen = obs  # nothing more to learn until its pidfd fires (which drops ``run``)
+        return obs
 
     async def cancel(self, job: JobHandle) -> None:
         uid = job.uid

@@ -62,6 +62,8 @@ class SlurmBackend:
         self._pool_flags: list[str] = []
         self._use_sacct = bool(self.settings.use_sacct)
         self._sacct_broken = False
+        self._last_squeue = sp.EMPTY_SQUEUE
+        """The last poll's squeue lines: unchanged lines are not parsed again and keep their Observation."""
         self.calls = 0
 
     def configure(self, build_config: pb.BuildConfig) -> None:
@@ -137,16 +139,24 @@ class SlurmBackend:
         if not jobs:
             return {}
         try:
-            listed = await self._squeue()
+            text = await self._run(self._squeue_argv())
         except CommandFailed as exc:
             raise BackendUnavailable(str(exc)) from exc
-        by_id = {j.job_id: j for j in jobs if j.job_id}
-        out = {by_id[i].uid: job.observation for i, job in listed.items() if i in by_id}
-        missing = [i for i, j in by_id.items() if j.uid not in out]
+        self._last_squeue = sp.parse_squeue_since(text, self._last_squeue)
+        out: dict[str, Observation] = {}
+        missing: dict[str, JobHandle] = {}
+        seen = self._last_squeue.by_id.get
+        for j in jobs:  # one lean pass: this runs for every tracked job at every poll
+            if j.job_id:
+                job = seen(j.job_id)
+                if job is None:
+                    missing[j.job_id] = j
+                else:
+                    out[j.uid] = job.observation
         if missing:
-            for i, job in (await self._sacct(missing)).items():
-                if i in by_id:
-                    out[by_id[i].uid] = job.observation
+            for i, job in (await self._sacct(list(missing))).items():
+                if i in missing:
+                    out[missing[i].uid] = job.observation
         return out
 
     async def reconcile(self, jobs: Sequence[JobHandle]) -> dict[str, Reconciled]:

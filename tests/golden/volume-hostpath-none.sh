@@ -1,6 +1,7 @@
 #!/bin/bash
 # interlink-nats job script (runtime none). Self-contained; run with cwd = job directory.
-# Needs bash >= 4.2 and coreutils (base64, chmod, mkdir, ln, mv, rm, sleep).
+# interlink-nats layout: []
+# Needs bash >= 4.2 and coreutils (base64, chmod, mkdir, ln, rm, sleep).
 # Every pod-derived value below is a single-quoted shell word; only the pre-exec sections are raw shell.
 set -u
 umask 077
@@ -8,8 +9,13 @@ __job_dir=${INTERLINK_JOB_DIR:-$PWD}
 cd -- "$__job_dir" || exit 125
 __job_dir=$PWD
 export INTERLINK_JOB_DIR="$__job_dir"
-chmod 0700 -- "$__job_dir"
-mkdir -p -- containers
+# The submitter made the job dir 0700, containers/ and the layout above when .prepared leads here.
+__prepared=0
+[ .prepared -ef . ] && __prepared=1
+if [ "$__prepared" = 0 ]; then
+  chmod 0700 -- "$__job_dir"
+  mkdir -p -- containers
+fi
 __names=(c)
 __cancelled=0
 __trapped=0
@@ -19,16 +25,16 @@ __pgids=()
 __timers=()
 __wait_status=0
 
-# Start time, exit code (atomically) and log line of one container.
-__started() { printf '%(%s)T\n' -1 > "containers/$1.started"; }
-__exited() {
-  printf '%s\n' "$2" > "containers/$1.exit.tmp" && mv -f -- "containers/$1.exit.tmp" "containers/$1.exit"
-}
+# Start time and exit code of one container: one write each, taken by readers once it ends in a newline.
+# Each then notes the job in the pool's change journal (a hint: the submitter's poll reads only jobs that changed).
+__changed() { printf '%s\n' "${__job_dir##*/}" 2>/dev/null >> "$__job_dir/../.changes"; }
+__started() { printf '%(%s)T\n' -1 > "containers/$1.started"; __changed; }
+__exited() { printf '%s\n' "$2" > "containers/$1.exit"; __changed; }
 # Report every container without an exit file as terminated with code $1, the reason in its log.
 __terminate_rest() {
   local n
   for n in ${__names[@]+"${__names[@]}"}; do
-    if [ ! -e "containers/$n.exit" ]; then
+    if [ ! -s "containers/$n.exit" ]; then
       printf '%s\n' "$2" >> "containers/$n.log"
       __exited "$n" "$1"
     fi
@@ -53,7 +59,7 @@ __cleanup() {
   trap - TERM INT
   for t in ${__timers[@]+"${__timers[@]}"}; do kill -- "-$t" 2>/dev/null; done
   __terminate_rest 143 "interlink-nats: the job script ended before this container ended"
-  rm -rf -- "$__job_dir"/volumes "$__job_dir"/rootfs
+  rm -rf -- "$__job_dir"/.prepared "$__job_dir"/volumes "$__job_dir"/rootfs
 }
 trap __on_signal TERM INT
 trap __cleanup EXIT
@@ -76,7 +82,8 @@ __wait() {
   done
 }
 __setup_failed() { [ -n "$__setup_error" ] || __setup_error=$1; }
-# File writers (created 0600 under umask 077; other modes applied below): text as a quoted word, binary as base64.
+# File writers (the umask set before them gives the mode; execute bits are chmod'ed below): text as a quoted
+# word, binary as base64 (through a pipe: bash < 5.1 keeps a here-string in a temporary file, and it may be a secret).
 __t() { printf '%s' "$2" > "$1" || __setup_failed "cannot write $1"; }
 __b() { printf '%s' "$2" | base64 -d > "$1" || __setup_failed "cannot write $1"; }
 __need() { test "-$1" "$2" || __setup_failed "hostPath $2 is not of type $3"; }
@@ -100,7 +107,7 @@ __launch() {
   __pgids+=($!)
 }
 __record() {
-  [ -e "containers/$1.exit" ] || __exited "$1" "$2"
+  [ -s "containers/$1.exit" ] || __exited "$1" "$2"
   if [ "$2" != 0 ] && [ "$__rc" = 0 ]; then __rc=$2; fi
 }
 if [ -n "$__setup_error" ]; then
