@@ -33,6 +33,7 @@ import statistics
 import sys
 import tempfile
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from interlink_nats.gen.interlink_nats import v1 as pb
@@ -157,11 +158,18 @@ def finish(jobs: list[tuple[str, Path, str]], batch: list[int]) -> None:
 
 
 async def batch_figures(
-    sub: Submitter, n: int, backend_calls: int, backend_s: float, per_pod_s: float
+    sub: Submitter,
+    n: int,
+    backend_calls: int,
+    backend_s: float,
+    per_pod_s: float,
+    more: Callable[[], Awaitable[dict[str, float | int]]] | None = None,
 ) -> dict[str, float | int]:
-    """A batch backend's figures: its one poll against per-pod calls, then the runtime polling all ``n`` jobs."""
+    """A batch backend's figures: its one poll against per-pod calls, then the runtime polling all ``n``
+    jobs; ``more`` adds figures measured on the same runtime after those polls."""
     first_s, steady_s, steady_calls, changed = await time_polls(sub)
     assert changed == n and sub.registry is not None
+    extra = await more() if more is not None else {}
     await sub.registry.close()
     return {
         "backend_calls_per_poll": backend_calls,
@@ -172,6 +180,7 @@ async def batch_figures(
         "runtime_first_poll_s": round(first_s, 3),
         "runtime_steady_poll_s": round(steady_s, 4),
         "runtime_steady_backend_calls": steady_calls,
+        **extra,
     }
 
 
@@ -209,8 +218,6 @@ async def bench_slurm(root: Path, n: int, sample: int, rounds: int) -> dict[str,
     per_pod_s = (time.perf_counter() - t0) / sample * n
 
     sub = await runtime_for(root, backend, jobs)
-    first_s, steady_s, steady_calls, changed = await time_polls(sub)
-    assert changed == n and sub.registry is not None
 
     async def change(batch: list[int]) -> None:
         finish(jobs, batch)
@@ -219,19 +226,9 @@ async def bench_slurm(root: Path, n: int, sample: int, rounds: int) -> dict[str,
             lines[i] = squeue_line(uid, jid, done=True)
         table.write_text("".join(lines))
 
-    cpu = await cpu_figures(sub, n, change, rounds)
-    await sub.registry.close()
-    return {
-        "backend_calls_per_poll": backend_calls,
-        "backend_poll_s": round(backend_s, 4),
-        "per_pod_calls": n,
-        "per_pod_s": round(per_pod_s, 3),
-        "speedup_vs_per_pod": round(per_pod_s / backend_s, 1),
-        "runtime_first_poll_s": round(first_s, 3),
-        "runtime_steady_poll_s": round(steady_s, 4),
-        "runtime_steady_backend_calls": steady_calls,
-        **cpu,
-    }
+    return await batch_figures(
+        sub, n, backend_calls, backend_s, per_pod_s, more=lambda: cpu_figures(sub, n, change, rounds)
+    )
 
 
 async def bench_shell_running(root: Path, n: int, rounds: int) -> dict[str, float | int]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 from interlink_nats.gen.interlink_nats import v1 as pb
@@ -149,10 +150,9 @@ def test_a_long_change_journal_is_renamed_aside_and_read_to_its_end(
     assert not old.exists()
 
 
-async def test_registry_claims_once_and_survives_reopen(tmp_path: Path) -> None:
-    path = tmp_path / "r.sqlite3"
-    reg = await Registry.open(path)
-    kw = {
+def claim_fields(tmp_path: Path) -> dict[str, Any]:
+    """One claim's fields but its uid: a pod of one container, owned by instance ``a``."""
+    return {
         "namespace": "n",
         "name": "p",
         "owner": "a",
@@ -162,6 +162,12 @@ async def test_registry_claims_once_and_survives_reopen(tmp_path: Path) -> None:
         "spec": b"",
         "status": b"",
     }
+
+
+async def test_registry_claims_once_and_survives_reopen(tmp_path: Path) -> None:
+    path = tmp_path / "r.sqlite3"
+    reg = await Registry.open(path)
+    kw = claim_fields(tmp_path)
     created, row = await reg.claim(uid="u1", **kw)
     assert created
     assert row.phase == "submitting"
@@ -186,16 +192,7 @@ async def test_a_claims_follow_up_runs_after_its_commit_only_when_it_created_the
 
     path = tmp_path / "r.sqlite3"
     reg = await Registry.open(path)
-    kw = {
-        "namespace": "n",
-        "name": "p",
-        "owner": "a",
-        "job_dir": tmp_path / "j",
-        "init_containers": [],
-        "containers": ["c"],
-        "spec": b"",
-        "status": b"",
-    }
+    kw = claim_fields(tmp_path)
     seen: list[tuple[str, object]] = []
 
     def committed(uid: str) -> object:
