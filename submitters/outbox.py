@@ -18,6 +18,7 @@ from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel.subjects import EVENTS_STREAM, events_subject
 from interlink_nats.submitters.clock import Clock
 from interlink_nats.submitters.registry import Registry
+from interlink_nats.submitters.status import encode_event
 from nats.aio.client import Client as NATS
 
 log = logging.getLogger(__name__)
@@ -110,7 +111,7 @@ class Outbox:
                     if failed.is_set():
                         return None
                     try:
-                        await js.publish(subject, bytes(event), timeout=5)
+                        await js.publish(subject, encode_event(event), timeout=5)
                     except (nats.errors.Error, TimeoutError) as exc:
                         if not failed.is_set():
                             log.warning("publishing events paused: %s", exc)

@@ -411,3 +411,14 @@ def encode_status(s: pb.JobStatus) -> bytes:
         append_len(out, 8, _timestamp_bytes(s.updated_at))
     append_int(out, 9, int(s.deleted))
     return bytes(out)
+
+
+def encode_event(event: pb.JobEvent) -> bytes:
+    """``bytes(event)`` by hand: every status change is published as one, and betterproto2 would
+    encode its status again at ~150 µs (a fifth of the submitter's CPU per create at 64 in flight)."""
+    out = bytearray()
+    if event.status is not None:
+        append_len(out, 1, encode_status(event.status))
+    append_int(out, 2, event.revision)
+    _append_string(out, 3, event.instance_id)
+    return bytes(out)
