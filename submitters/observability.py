@@ -54,39 +54,37 @@ class _ObservedCollector(Collector):
 
     def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
         s = self.submitter
-        labels = ["pool", "backend"]
         values = [s.pool, s.backend.name]
-        tracked = GaugeMetricFamily("interlink_submitter_jobs_tracked", "Live jobs being polled", labels=labels)
-        tracked.add_metric(values, s.tracked)
-        yield tracked
-        pending = GaugeMetricFamily(
-            "interlink_submitter_events_unpublished", "JobEvents waiting to be published", labels=labels
-        )
-        pending.add_metric(values, s.unpublished)
-        yield pending
-        polls = CounterMetricFamily("interlink_submitter_polls", "Backend polls that succeeded", labels=labels)
-        polls.add_metric(values, s.polls)
-        yield polls
+
+        def one(
+            kind: type[CounterMetricFamily | GaugeMetricFamily], name: str, doc: str, value: float
+        ) -> CounterMetricFamily | GaugeMetricFamily:
+            family = kind(name, doc, labels=["pool", "backend"])
+            family.add_metric(values, value)
+            return family
+
+        yield one(GaugeMetricFamily, "interlink_submitter_jobs_tracked", "Live jobs being polled", s.tracked)
+        waiting = "JobEvents waiting to be published"
+        yield one(GaugeMetricFamily, "interlink_submitter_events_unpublished", waiting, s.unpublished)
+        yield one(CounterMetricFamily, "interlink_submitter_polls", "Backend polls that succeeded", s.polls)
         last = s.last_poll
         if last is not None:
-            seconds = GaugeMetricFamily(
-                "interlink_submitter_last_poll_seconds", "Duration of the last poll", labels=labels
+            seconds = last.seconds
+            yield one(GaugeMetricFamily, "interlink_submitter_last_poll_seconds", "Duration of the last poll", seconds)
+            yield one(
+                GaugeMetricFamily,
+                "interlink_submitter_last_poll_backend_calls",
+                "Backend commands run by the last poll",
+                last.backend_calls,
             )
-            seconds.add_metric(values, last.seconds)
-            yield seconds
-            calls = GaugeMetricFamily(
-                "interlink_submitter_last_poll_backend_calls", "Backend commands run by the last poll", labels=labels
-            )
-            calls.add_metric(values, last.backend_calls)
-            yield calls
-        connected = GaugeMetricFamily("interlink_submitter_nats_connected", "1 when connected to NATS", labels=labels)
-        connected.add_metric(values, 1 if connected_server(s.nc) else 0)
-        yield connected
-        denied = CounterMetricFamily(
-            "interlink_submitter_permission_errors", "NATS permission violations on own subjects", labels=labels
+        connected = 1 if connected_server(s.nc) else 0
+        yield one(GaugeMetricFamily, "interlink_submitter_nats_connected", "1 when connected to NATS", connected)
+        yield one(
+            CounterMetricFamily,
+            "interlink_submitter_permission_errors",
+            "NATS permission violations on own subjects",
+            len(s.permission_errors),
         )
-        denied.add_metric(values, len(s.permission_errors))
-        yield denied
 
 
 def submitter_probes(submitter: Observed) -> Probes:

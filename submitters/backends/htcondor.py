@@ -20,6 +20,7 @@ Every job carries ``+InterlinkPodUID`` and ``+InterlinkPool``; so
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 from collections.abc import Callable, Mapping, Sequence
@@ -273,14 +274,10 @@ class HTCondorBackend:
         if obs.state in (BackendState.COMPLETED, BackendState.FAILED) and await asyncio.to_thread(
             (handle.job_dir / layout.DEADLINE_FILE).exists
         ):
-            return Observation(
-                BackendState.DEADLINE,
-                exit_code=obs.exit_code,
-                signal=obs.signal,
+            return dataclasses.replace(
+                obs,
+                state=BackendState.DEADLINE,
                 reason="activeDeadlineSeconds exceeded: the job script stopped the pod",
-                raw_state=obs.raw_state,
-                started_at=obs.started_at,
-                finished_at=obs.finished_at,
             )
         return obs
 
@@ -339,14 +336,8 @@ _STATUS_ATTRS = "Machine,Cpus,Memory,GPUs,TotalSlotCpus,TotalSlotMemory,TotalSlo
 
 def _without_output(obs: Observation) -> Observation:
     """A spooled job that left the queue before its output was fetched: its files are lost."""
-    return Observation(
-        obs.state,
-        exit_code=obs.exit_code,
-        signal=obs.signal,
-        reason="the job left the CE's queue before its output was fetched; container logs are not available",
-        raw_state=obs.raw_state,
-        started_at=obs.started_at,
-        finished_at=obs.finished_at,
+    return dataclasses.replace(
+        obs, reason="the job left the CE's queue before its output was fetched; container logs are not available"
     )
 
 
