@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from interlink_nats.kernel.protowire import read_varint
+from interlink_nats.kernel.protowire import WIRE_LEN, read_varint, skip
 
 _MAX_TIMESTAMP_S = 253402300799
 """9999-12-31T23:59:59Z, the last second a datetime holds; earlier than 1970 is left to betterproto2 too."""
@@ -167,3 +167,28 @@ def read_event(data: bytes) -> EventView | None:
     if not uid or not isinstance(state, int) or not isinstance(revision, int):
         return None  # the caller's slow path says why it drops the event
     return EventView(uid, revision, state, job_id, data[status[0] : status[1]])
+
+
+def status_field(event: bytes) -> bytes | None:
+    """The encoded ``JobEvent.status`` as it came (the store keeps statuses encoded), for an event
+    betterproto2 parsed (not of the plain shape): None when it does not hold the status exactly once.
+
+    Only the top-level fields are walked; a repeated status is merged by protobuf, so then the parsed
+    object is the truth and the caller encodes it.
+    """
+    found: bytes | None = None
+    pos, end = 0, len(event)
+    try:
+        while pos < end:
+            key, pos = read_varint(event, pos)
+            if key == (1 << 3 | WIRE_LEN):
+                if found is not None:
+                    return None
+                length, pos = read_varint(event, pos)
+                found = event[pos : pos + length]
+                pos += length
+            else:
+                pos = skip(event, pos, key & 7)
+    except (IndexError, ValueError):
+        return None
+    return found if pos == end else None

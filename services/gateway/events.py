@@ -10,7 +10,7 @@ from collections.abc import Callable
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel.subjects import DEFAULT_PREFIX, EVENTS_STREAM, events_wildcard
 from interlink_nats.services.events_stream import StreamState, ensure_events_stream
-from interlink_nats.services.gateway.event_wire import read_event
+from interlink_nats.services.gateway.event_wire import read_event, status_field
 from interlink_nats.services.gateway.store import PodRecord, PodStore
 from nats.aio.client import Client as NatsClient
 from nats.errors import TimeoutError as NatsTimeoutError
@@ -22,51 +22,6 @@ log = logging.getLogger(__name__)
 
 CONSUMER_RETRIES = 30
 """Half-second tries while a just-scaled stream gets its new peers (seconds, on a loaded machine)."""
-
-
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        byte = data[pos]  # IndexError past the end: a truncated message
-        pos += 1
-        value |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return value, pos
-        shift += 7
-        if shift > 63:
-            raise ValueError("varint too long")
-
-
-def status_field(event: bytes) -> bytes | None:
-    """The encoded ``JobEvent.status`` as it came (the store keeps statuses encoded), so applying an
-    event never encodes the status again; None when the event does not hold it exactly once.
-
-    Only called on an event betterproto2 already parsed: this walks the top-level fields, nothing more.
-    """
-    found: bytes | None = None
-    pos = 0
-    try:
-        while pos < len(event):
-            key, pos = _varint(event, pos)
-            wire_type = key & 7
-            if wire_type == 0:
-                _, pos = _varint(event, pos)
-            elif wire_type == 1:
-                pos += 8
-            elif wire_type == 5:
-                pos += 4
-            elif wire_type == 2:
-                length, pos = _varint(event, pos)
-                if key >> 3 == 1:
-                    if found is not None:
-                        return None  # repeated: protobuf merges the two, the parsed object is the truth
-                    found = event[pos : pos + length]
-                pos += length
-            else:
-                return None
-    except (IndexError, ValueError):
-        return None
-    return found if pos == len(event) else None
 
 
 class EventConsumer:
