@@ -146,8 +146,10 @@ class Poller:
         updates, events, finished = await asyncio.to_thread(self._compute, tracked, observed, now, journals)
         async with self.lock:
             # A job cancelled while we polled is no longer tracked: its tombstone must win.
+            # One cancelled by another replica is caught by the registry: it never rewrites a tombstone.
             updates = [u for u in updates if u.uid in self.tracked]
-            await reg.save_statuses(updates)
+            stored = await reg.save_statuses(updates)
+            updates = [u for u in updates if u.uid in stored]
             for t in finished:
                 if self.tracked.get(t.meta.uid) is t:
                     self.untrack(t.meta.uid)

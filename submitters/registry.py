@@ -434,21 +434,33 @@ class Registry:
             )
         )
 
-    async def save_statuses(self, updates: Iterable[StatusUpdate]) -> None:
-        """Store many status changes in one transaction (one poll → one commit)."""
+    async def save_statuses(self, updates: Iterable[StatusUpdate]) -> set[str]:
+        """Store many status changes in one transaction (one poll → one commit).
+
+        A tombstone never changes: another replica may have cancelled a job between this
+        replica's poll and its commit, and the poll's view (often "vanished", i.e. lost) must
+        not overwrite the cancellation. Returns the UIDs actually stored, so the caller publishes
+        events only for those.
+        """
         now = self._clock.time()
-        rows = [(Phase.DELETED, u.phase, u.state, u.status, u.revision, u.finished_at, now, u.uid) for u in updates]
-        if not rows:
-            return
-        await self._write(
-            lambda conn: (
-                conn.executemany(
-                    "UPDATE jobs SET phase = CASE WHEN phase = ? THEN phase ELSE ? END, state = ?, status = ?, "
-                    "revision = ?, finished_at = ?, updated_at = ? WHERE uid = ?",
-                    rows,
-                ).rowcount
+        todo = list(updates)
+        if not todo:
+            return set()
+
+        def store(conn: sqlite3.Connection) -> set[str]:
+            sql = (
+                "UPDATE jobs SET phase = ?, state = ?, status = ?, revision = ?, finished_at = ?, updated_at = ? "
+                "WHERE uid = ? AND phase != ?"
             )
-        )
+            return {
+                u.uid
+                for u in todo
+                if conn.execute(
+                    sql, (u.phase, u.state, u.status, u.revision, u.finished_at, now, u.uid, Phase.DELETED)
+                ).rowcount
+            }
+
+        return await self._write(store)
 
     async def mark_published(self, done: Iterable[tuple[str, int]]) -> None:
         rows = [(rev, uid, rev) for uid, rev in done]
@@ -459,18 +471,24 @@ class Registry:
                 )
             )
 
-    async def mark_deleted(self, uid: str, status: bytes, state: int, revision: int) -> None:
+    async def mark_deleted(self, uid: str, status: bytes, state: int, revision: int) -> int:
+        """Write the tombstone; returns the revision it got.
+
+        That is ``revision`` unless another replica's poll stored a newer one meanwhile: then
+        the one after it, so the cancellation is the last word the gateway hears.
+        """
         now = self._clock.time()
         params = (Phase.DELETED, status, state, revision, now, now, uid)
-        await self._write(
-            lambda conn: (
-                conn.execute(
-                    "UPDATE jobs SET phase = ?, status = ?, state = ?, revision = ?, updated_at = ?, "
-                    "finished_at = COALESCE(finished_at, ?) WHERE uid = ?",
-                    params,
-                ).rowcount
-            )
-        )
+
+        def store(conn: sqlite3.Connection) -> int:
+            row = conn.execute(
+                "UPDATE jobs SET phase = ?, status = ?, state = ?, revision = MAX(revision + 1, ?), updated_at = ?, "
+                "finished_at = COALESCE(finished_at, ?) WHERE uid = ? RETURNING revision",
+                params,
+            ).fetchone()
+            return int(row[0]) if row is not None else revision
+
+        return await self._write(store)
 
     async def live(self, owner: str) -> list[JobRow]:
         return await self._fetch(

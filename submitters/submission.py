@@ -197,10 +197,11 @@ class Submissions:
 
     async def _record_final(self, row: JobRow, status: pb.JobStatus) -> None:
         revision = row.revision + 1
-        await self.i.registry().save_statuses(
+        stored = await self.i.registry().save_statuses(
             [StatusUpdate(row.uid, Phase.DONE, int(status.state), bytes(status), revision, self.i.clock.time())]
         )
-        self.i.outbox.add(row.uid, status, revision)
+        if stored:  # else cancelled meanwhile: the tombstone's event stands
+            self.i.outbox.add(row.uid, status, revision)
 
     async def cancel(self, uid: str) -> pb.CancelResponse:
         """Stop the job, remove its files, keep a tombstone (so it never runs again). Idempotent."""
@@ -225,8 +226,7 @@ class Submissions:
             except BackendError as exc:
                 raise Unavailable(f"cannot cancel job {row.job_id or uid}: {exc}") from None
         status = cancelled_status(meta_from_row(row, i.pool, i.backend.name), row.job_status(), now=i.clock.time())
-        revision = row.revision + 1
-        await reg.mark_deleted(uid, bytes(status), int(status.state), revision)
+        revision = await reg.mark_deleted(uid, bytes(status), int(status.state), row.revision + 1)
         i.poller.files.forget(row.job_dir)
         await asyncio.to_thread(jobfiles.remove_job_dir, row.job_dir)
         i.outbox.add(uid, status, revision)

@@ -99,6 +99,15 @@ class _Script:
     crash_after: int = 0
     failures: deque[BackendError] = field(default_factory=deque)
     delay: float = 0.0
+    hold: Hold | None = None
+
+
+@dataclass(slots=True)
+class Hold:
+    """A backend call parked on purpose: ``entered`` is set when it arrives, it goes on at ``release``."""
+
+    entered: asyncio.Event = field(default_factory=asyncio.Event)
+    release: asyncio.Event = field(default_factory=asyncio.Event)
 
 
 class FakeBackend:
@@ -141,6 +150,11 @@ class FakeBackend:
         """Every call of ``op`` takes ``seconds`` first (0 to stop)."""
         self._scripts[op].delay = seconds
 
+    def hold(self, op: str) -> Hold:
+        """The next call of ``op`` waits at its start until released: a race made deterministic."""
+        hold = self._scripts[op].hold = Hold()
+        return hold
+
     def vanish(self, uid: str) -> None:
         """The batch system forgets every job of ``uid`` (purged, node lost)."""
         for job_id in [j.job_id for j in self.jobs.values() if j.uid == uid]:
@@ -166,6 +180,10 @@ class FakeBackend:
     async def _obey(self, op: str) -> _Script:
         self.calls += 1
         script = self._scripts[op]
+        if script.hold is not None:
+            hold, script.hold = script.hold, None
+            hold.entered.set()
+            await hold.release.wait()
         if script.delay:
             await asyncio.sleep(script.delay)
         if script.failures:

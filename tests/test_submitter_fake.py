@@ -198,6 +198,54 @@ async def test_cancel_racing_a_poll_keeps_the_tombstone(tmp_path: Path) -> None:
         assert len(backend.submissions(uid)) == 1
 
 
+async def test_a_cancel_by_another_replica_during_a_poll_keeps_the_tombstone(tmp_path: Path) -> None:
+    """Replica b cancels a job that replica a owns while a's poll is out: a's view of the job
+    (the backend now says cancelled) must not overwrite b's tombstone, nor be published."""
+    backend = FakeBackend()
+    uid = new_uid()
+    async with (
+        offline_submitter(tmp_path, backend, instance_id="a") as a,
+        offline_submitter(tmp_path, backend, instance_id="b") as b,
+    ):
+        await a.submit(job(uid))
+        backend.start_running(uid)
+        held = backend.hold("poll")
+        poll = asyncio.ensure_future(a.poll_once())
+        await held.entered.wait()
+        assert (await b.cancel(uid)).found
+        held.release.set()
+        stats = await poll
+        assert stats.changed == 0
+        assert await phase_of(b, uid) is Phase.DELETED
+        assert (await b.get_status([uid])).statuses[0].state == pb.JobState.CANCELLED
+        assert uid not in a.outbox.pending, "a publishes nothing for a job b cancelled"
+        assert a.tracked == 0, "a stops polling a job that ended"
+
+
+async def test_a_cancel_after_another_replicas_final_status_has_the_last_revision(tmp_path: Path) -> None:
+    """The other order: a stores the job's end while b's cancel is at the backend. b's tombstone
+    then gets the next revision, so the gateway's last word is the cancellation."""
+    backend = FakeBackend()
+    uid = new_uid()
+    async with (
+        offline_submitter(tmp_path, backend, instance_id="a") as a,
+        offline_submitter(tmp_path, backend, instance_id="b") as b,
+    ):
+        await a.submit(job(uid))
+        held = backend.hold("cancel")
+        cancel = asyncio.ensure_future(b.cancel(uid))
+        await held.entered.wait()
+        backend.finish(uid, BackendState.FAILED, exit_code=3)
+        assert (await a.poll_once()).changed == 1
+        done = a.outbox.pending[uid]
+        held.release.set()
+        assert (await cancel).found
+        tombstone = b.outbox.pending[uid]
+        assert tombstone.revision == done.revision + 1
+        assert tombstone.status.state == pb.JobState.CANCELLED
+        assert (await a.get_status([uid])).statuses[0].state == pb.JobState.CANCELLED
+
+
 async def test_cancel_waits_for_a_submission_in_flight(tmp_path: Path) -> None:
     backend = FakeBackend()
     backend.slow("submit", 0.02)
