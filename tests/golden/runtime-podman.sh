@@ -58,7 +58,8 @@ __on_signal() {
 }
 __cleanup() {
   local t
-  trap - TERM INT
+  # A repeated cancel must not cut the clean-up short: catch (not ignore, which children would inherit) TERM/INT.
+  trap : TERM INT
   for t in ${__timers[@]+"${__timers[@]}"}; do kill -- "-$t" 2>/dev/null; done
   [ "$__cancelled" = 0 ] || podman rm -f -t 0 --filter label=interlink-nats.pod-uid=6f1c2e9a-1111-2222-3333-444455556666 >/dev/null 2>&1
   __terminate_rest 143 "interlink-nats: the job script ended before this container ended"

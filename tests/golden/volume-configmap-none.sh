@@ -56,7 +56,8 @@ __on_signal() {
 }
 __cleanup() {
   local t
-  trap - TERM INT
+  # A repeated cancel must not cut the clean-up short: catch (not ignore, which children would inherit) TERM/INT.
+  trap : TERM INT
   for t in ${__timers[@]+"${__timers[@]}"}; do kill -- "-$t" 2>/dev/null; done
   __terminate_rest 143 "interlink-nats: the job script ended before this container ended"
   rm -rf -- "$__job_dir"/.prepared "$__job_dir"/volumes "$__job_dir"/rootfs
