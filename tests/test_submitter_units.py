@@ -240,6 +240,24 @@ def test_fastwire_encodes_a_specs_resources_exactly_as_betterproto_does(resource
 
 
 @pytest.mark.parametrize(
+    "resp",
+    [
+        pb.SubmitResponse(),
+        pb.SubmitResponse(job_id="6f1c2e9a-1111-2222-3333-444455556666", created=True),
+        pb.SubmitResponse(job_id="12345", created=False),
+        pb.SubmitResponse(created=True),
+        pb.SubmitResponse(job_id="é" * 200, created=True),
+        pb.SubmitResponse(job_id="7", status=pb.JobStatus(job_id="7", state=pb.JobState.RUNNING, pool="p")),
+    ],
+    ids=["empty", "created", "known", "no-id", "long-id", "with-status"],
+)
+def test_fastwire_encodes_a_submit_reply_exactly_as_betterproto_does(resp: pb.SubmitResponse) -> None:
+    from interlink_nats.submitters import fastwire
+
+    assert fastwire.submit_response(resp) == bytes(resp)
+
+
+@pytest.mark.parametrize(
     "kw",
     [
         {},
