@@ -26,6 +26,7 @@ from typing import Any, Generic, TypeVar
 
 In = TypeVar("In")
 Out = TypeVar("Out")
+R = TypeVar("R")
 
 MAX_BATCH = 512
 """Bound on one batch, so a huge backlog still commits (and answers) in steady steps."""
@@ -80,11 +81,11 @@ class BatchRunner(Generic[In, Out]):
             self._start()
         return await fut
 
-    async def call(self, fn: Callable[[], Out]) -> Out:
+    async def call(self, fn: Callable[[], R]) -> R:
         """Run ``fn`` alone on the runner's thread (after the batches queued before it)."""
         if self._closed:
             raise RuntimeError("batch runner is closed")
-        fut: asyncio.Future[Out] = asyncio.get_running_loop().create_future()
+        fut: asyncio.Future[R] = asyncio.get_running_loop().create_future()
         self._queue.put(_Call(fn, fut))
         self._start()
         return await fut
