@@ -40,7 +40,7 @@ def validate_container(name: str) -> str:
 
 
 def job_dir_for(state_dir: Path, uid: str) -> Path:
-    return state_dir / "jobs" / validate_uid(uid)
+    return state_dir.joinpath("jobs", validate_uid(uid))
 
 
 def prepare_job_dir(job_dir: Path, script: str) -> Path:

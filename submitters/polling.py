@@ -99,6 +99,7 @@ class Poller:
         benchmark's baseline)."""
         self._sweep_at = 0
         self._journals: dict[Path, int] = {}
+        self._journal_of: dict[str, Path] = {}
         """The change journals of the tracked jobs' directories (usually one), with how many jobs use each."""
 
     def track(self, row: JobRow) -> Tracked:
@@ -113,7 +114,7 @@ class Poller:
         if old is not None:
             self._drop_journal(old)
         self.tracked[row.uid] = t
-        journal = layout.changes_path(row.job_dir)
+        journal = self._journal_for(row.job_dir)
         self._journals[journal] = self._journals.get(journal, 0) + 1
         return t
 
@@ -123,8 +124,17 @@ class Poller:
         if t is not None:
             self._drop_journal(t)
 
+    def _journal_for(self, job_dir: Path) -> Path:
+        """``layout.changes_path(job_dir)``, one Path per parent directory (every Submit tracks a job: the
+        pathlib calls cost more than the rest of ``track``)."""
+        parent = os.path.dirname(job_dir)
+        journal = self._journal_of.get(parent)
+        if journal is None:
+            journal = self._journal_of[parent] = layout.changes_path(job_dir)
+        return journal
+
     def _drop_journal(self, t: Tracked) -> None:
-        journal = layout.changes_path(t.handle.job_dir)
+        journal = self._journal_for(t.handle.job_dir)
         left = self._journals.get(journal, 0) - 1
         if left > 0:
             self._journals[journal] = left

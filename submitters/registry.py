@@ -396,7 +396,7 @@ class Registry:
                 phase=Phase.SUBMITTING,
                 job_id="",
                 owner=owner,
-                job_dir=Path(job_dir),
+                job_dir=job_dir,
                 init_containers=tuple(init_containers),
                 containers=tuple(containers),
                 spec=spec,

@@ -204,6 +204,7 @@ class Submitter:
             max_concurrency=self.settings.max_concurrency,
             metadata={"backend": self.backend.name, "instance": self.instance_id},
             decoders={pb.SubmitRequest: fastwire.submit_request},
+            encoders={pb.SubmitResponse: fastwire.submit_response},
         )
         await self._rpc.start()
         await self._check_subscriptions()

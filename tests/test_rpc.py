@@ -387,6 +387,21 @@ async def test_a_request_decoder_replaces_from_string_after_the_strict_check(
     assert service.seen == ["fast"]
 
 
+async def test_a_reply_encoder_replaces_serialize_to_string(serve: Serve, client_nc: NATS, pool: str) -> None:
+    """``encoders``: a hot reply type is encoded by the given function; its bytes are what the client reads."""
+    encoded: list[str] = []
+
+    def encode(resp: SubmitResponse) -> bytes:
+        encoded.append(resp.job_id)
+        return bytes(SubmitResponse(job_id=resp.job_id + ":by-hand", created=resp.created))
+
+    await serve(Recorder(), pool, encoders={SubmitResponse: encode})
+    reply = await submitter_client(client_nc, pool).submit(submit_request("fast"))
+
+    assert reply.job_id == "s:fast:by-hand"
+    assert encoded == ["s:fast"]
+
+
 async def test_bad_timeout_header_is_invalid_argument(serve: Serve, client_nc: NATS, pool: str) -> None:
     await serve(Recorder(), pool)
     reply = await raw_request(client_nc, rpc_subject("Submit", pool), bytes(submit_request()), {TIMEOUT: "soon"})

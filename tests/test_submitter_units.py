@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -240,6 +241,24 @@ def test_fastwire_encodes_a_specs_resources_exactly_as_betterproto_does(resource
 
 
 @pytest.mark.parametrize(
+    "resp",
+    [
+        pb.SubmitResponse(),
+        pb.SubmitResponse(job_id="6f1c2e9a-1111-2222-3333-444455556666", created=True),
+        pb.SubmitResponse(job_id="12345", created=False),
+        pb.SubmitResponse(created=True),
+        pb.SubmitResponse(job_id="é" * 200, created=True),
+        pb.SubmitResponse(job_id="7", status=pb.JobStatus(job_id="7", state=pb.JobState.RUNNING, pool="p")),
+    ],
+    ids=["empty", "created", "known", "no-id", "long-id", "with-status"],
+)
+def test_fastwire_encodes_a_submit_reply_exactly_as_betterproto_does(resp: pb.SubmitResponse) -> None:
+    from interlink_nats.submitters import fastwire
+
+    assert fastwire.submit_response(resp) == bytes(resp)
+
+
+@pytest.mark.parametrize(
     "kw",
     [
         {},
@@ -436,3 +455,39 @@ def test_prepare_job_dir_leaves_a_layout_it_cannot_make_to_the_script(tmp_path: 
     (job_dir / "volumes").write_text("a file where a directory goes")
     jobfiles.prepare_job_dir(job_dir, f'#!/bin/bash\n{layout.LAYOUT_PREFIX}[["d","volumes/v",null]]\n')
     assert not (job_dir / layout.PREPARED_FILE).is_symlink()
+
+
+async def test_the_batch_runner_groups_what_queued_meanwhile_and_answers_each_item_alone() -> None:
+    """Items queued while a batch runs make the next batch; an item's error reaches only its caller;
+    ``call`` runs after what was queued before it; a closed runner takes nothing more."""
+    import asyncio
+    import threading
+
+    from interlink_nats.submitters.batching import BatchRunner
+
+    started, release = threading.Event(), threading.Event()
+    seen: list[list[int]] = []
+
+    def work(items: Sequence[int]) -> list[int | BaseException]:
+        seen.append(list(items))
+        if list(items) == [0]:
+            started.set()
+            release.wait(30)
+        return [ValueError(i) if i == 2 else i * 10 for i in items]
+
+    runner: BatchRunner[int, int] = BatchRunner(work, name="test-batches")
+    first = asyncio.ensure_future(runner.run(0))
+    assert await asyncio.to_thread(started.wait, 30)
+    rest = [asyncio.ensure_future(runner.run(i)) for i in (1, 2, 3)]
+    later = asyncio.ensure_future(runner.call(lambda: len(seen)))
+    await asyncio.sleep(0)  # one loop turn: the four calls above have queued their items
+    release.set()
+    assert await first == 0
+    assert await rest[0] == 10 and await rest[2] == 30
+    with pytest.raises(ValueError, match=r"^2$"):
+        await rest[1]
+    assert await later == 2, "call() ran after the batch queued before it"
+    assert seen == [[0], [1, 2, 3]] and runner.batches == 2
+    await runner.close()
+    with pytest.raises(RuntimeError):
+        await runner.run(4)

@@ -19,6 +19,8 @@ from grpclib.metadata import Deadline
 from . import protocol
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from nats.aio.client import Client as NATS
     from nats.aio.msg import Msg
 
@@ -70,14 +72,31 @@ class ServerCall:
 
 
 class UnaryServerCall(ServerCall):
-    """Keeps the reply until the handler returns, so a handler can never answer twice."""
+    """Keeps the reply until the handler returns, so a handler can never answer twice.
+
+    ``encode``: the reply type's hand-coded encoder (``RpcServer(encoders=...)``), else ``SerializeToString``.
+    """
 
     reply: bytes | None = None
+
+    def __init__(
+        self,
+        nc: NATS,
+        msg: Msg,
+        request: Any,
+        *,
+        method: str,
+        pool: str,
+        deadline: Deadline | None,
+        encode: Callable[[Any], bytes] | None = None,
+    ) -> None:
+        super().__init__(nc, msg, request, method=method, pool=pool, deadline=deadline)
+        self._encode = encode
 
     async def send_message(self, message: Any) -> None:
         if self.reply is not None:
             raise GRPCError(Status.INTERNAL, "a unary handler sent two replies")
-        self.reply = message.SerializeToString()
+        self.reply = message.SerializeToString() if self._encode is None else self._encode(message)
 
     async def finish(self, status: Status, message: str | None) -> None:
         """Publish the reply, or the status when the handler failed."""

@@ -64,7 +64,8 @@ class RpcServer:
     may be in flight unacked; ``stream_idle_timeout`` ends a stream whose client stopped acking.
     ``decoders`` replaces ``FromString`` for hot request types (e.g. a hand-coded decoder of the
     submitter's ``SubmitRequest``); each must return exactly what ``FromString`` would, and sees
-    only bytes that passed the strict wire check.
+    only bytes that passed the strict wire check. ``encoders`` likewise replaces ``SerializeToString``
+    for hot reply types of unary calls; each must return exactly the bytes it would.
     """
 
     def __init__(
@@ -81,6 +82,7 @@ class RpcServer:
         description: str = "interlink-nats submitter: runs pods of one pool on a batch site",
         metadata: Mapping[str, str] | None = None,
         decoders: Mapping[type, Callable[[bytes], Any]] | None = None,
+        encoders: Mapping[type, Callable[[Any], bytes]] | None = None,
     ) -> None:
         if max_concurrency < 1 or stream_window < 1 or stream_idle_timeout <= 0:
             raise ValueError("max_concurrency and stream_window must be ≥ 1, stream_idle_timeout > 0")
@@ -101,6 +103,7 @@ class RpcServer:
             endpoints=[e.stats for e in self._endpoints],
         )
         self._decoders: dict[type, Callable[[bytes], Any]] = dict(decoders or {})
+        self._encoders: dict[type, Callable[[Any], bytes]] = dict(encoders or {})
         self._slots = asyncio.Semaphore(max_concurrency)
         self._subs: list[Subscription] = []
         self._tasks: set[asyncio.Task[None]] = set()
@@ -239,7 +242,15 @@ class RpcServer:
                 idle_timeout=self.stream_idle_timeout,
             )
         else:
-            call = UnaryServerCall(self.nc, msg, request, method=endpoint.method, pool=self.pool, deadline=deadline)
+            call = UnaryServerCall(
+                self.nc,
+                msg,
+                request,
+                method=endpoint.method,
+                pool=self.pool,
+                deadline=deadline,
+                encode=self._encoders.get(handler.reply_type),
+            )
         return await self._handle(endpoint, call, deadline_at)
 
     async def _handle(
