@@ -37,9 +37,13 @@ class BadRequest(ValueError):
 _V = TypeVar("_V")
 
 
+_COMPACT = json.JSONEncoder(separators=(",", ":"))
+"""``json.dumps(data, separators=(",", ":"))`` builds an encoder on every call; this one is built once."""
+
+
 def dumps(data: Any) -> bytes:
     """JSON as the gateway answers it: compact, UTF-8."""
-    return json.dumps(data, separators=(",", ":")).encode()
+    return _COMPACT.encode(data).encode()
 
 
 def parse_json(body: bytes) -> Any:
