@@ -215,8 +215,9 @@ class FastRoutes:
 
     Why: interLink asks ``/status`` for every pod, thousands of calls a second at 100,000 pods, and
     Starlette's router, exception wrappers and Request/Response objects cost per call about as much
-    as the HTTP server itself; on ``/create`` they were a tenth of the gateway's CPU per pod. It sits innermost of the middleware, so auth, body limit and metrics
-    apply as to any route; a method a route does not take falls through to the router (its 405).
+    as the HTTP server itself; on ``/create`` they were a tenth of the gateway's CPU per pod. It sits
+    innermost of the middleware, so auth, body limit and metrics apply as to any route; a method a
+    route does not take falls through to the router (its 405).
     """
 
     def __init__(self, app: ASGIApp, *, routes: Mapping[str, tuple[frozenset[str], ASGIApp]]) -> None:
