@@ -47,9 +47,8 @@ class PodUseCases:
         self.client = client
 
     async def create(self, body: bytes) -> dict[str, str]:
-        data = wire.parse_create(body)
+        data, identity = wire.read_create(body)
         pod = data["pod"]
-        identity = wire.pod_identity(pod)
         existing = self.store.get(identity.uid)
         if existing is not None and existing.job_id:
             return {"PodUID": identity.uid, "PodJID": existing.job_id}  # interLink retried a create
