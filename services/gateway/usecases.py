@@ -47,9 +47,8 @@ class PodUseCases:
         self.client = client
 
     async def create(self, body: bytes) -> dict[str, str]:
-        data = wire.parse_create(body)
+        data, identity = wire.read_create(body)
         pod = data["pod"]
-        identity = wire.pod_identity(pod)
         existing = self.store.get(identity.uid)
         if existing is not None and existing.job_id:
             return {"PodUID": identity.uid, "PodJID": existing.job_id}  # interLink retried a create
@@ -90,21 +89,22 @@ class PodUseCases:
         if reply.status is not None:
             self.store.apply_status(identity.uid, reply.status, 0, encoded=reply.status_bytes)
         await self.store.save(record)
-        log.info(
-            "created pod %s/%s uid=%s pool=%s job=%s",
-            identity.namespace,
-            identity.name,
-            identity.uid,
-            pool,
-            reply.job_id,
-            extra={
-                "pod_uid": identity.uid,
-                "namespace": identity.namespace,
-                "pod": identity.name,
-                "pool": pool,
-                "job_id": reply.job_id,
-            },
-        )
+        if log.isEnabledFor(logging.INFO):  # its ``extra`` is built only if logged
+            log.info(
+                "created pod %s/%s uid=%s pool=%s job=%s",
+                identity.namespace,
+                identity.name,
+                identity.uid,
+                pool,
+                reply.job_id,
+                extra={
+                    "pod_uid": identity.uid,
+                    "namespace": identity.namespace,
+                    "pod": identity.name,
+                    "pool": pool,
+                    "job_id": reply.job_id,
+                },
+            )
         return {"PodUID": identity.uid, "PodJID": reply.job_id}
 
     def _too_large(self, job: pb.JobScript) -> GatewayError:

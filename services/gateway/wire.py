@@ -37,9 +37,13 @@ class BadRequest(ValueError):
 _V = TypeVar("_V")
 
 
+_COMPACT = json.JSONEncoder(separators=(",", ":"))
+"""``json.dumps(data, separators=(",", ":"))`` builds an encoder on every call; this one is built once."""
+
+
 def dumps(data: Any) -> bytes:
     """JSON as the gateway answers it: compact, UTF-8."""
-    return json.dumps(data, separators=(",", ":")).encode()
+    return _COMPACT.encode(data).encode()
 
 
 def parse_json(body: bytes) -> Any:
@@ -96,13 +100,19 @@ def pod_identity(pod: Any, field: str = "pod") -> PodIdentity:
 
 def parse_create(body: bytes) -> dict[str, Any]:
     """A RetrievedPodData dict, from the ≥0.5 object or the ≤0.4 one-element array."""
+    return read_create(body)[0]
+
+
+def read_create(body: bytes) -> tuple[dict[str, Any], PodIdentity]:
+    """:func:`parse_create` and the pod's identity it checked on the way (the use case needs both)."""
     data = parse_json(body)
     if isinstance(data, list):
         if len(data) != 1:
             raise BadRequest("body", f"expected one RetrievedPodData (or a one-element array), got {len(data)}")
         data = data[0]
     data = _expect(data, dict, "body", "a RetrievedPodData object")
-    uid = pod_identity(data.get("pod"), "pod").uid
+    identity = pod_identity(data.get("pod"), "pod")
+    uid = identity.uid
     if not is_pod_uid(uid):  # what a submitter accepts: the UID names the job directory
         raise BadRequest("pod.metadata.uid", f"{uid!r} is not a pod UID: letters, digits, '.', '_' and '-' only")
     if may_hold_surrogates(body):  # Go never sends them; past here they would break proto encoding
@@ -116,7 +126,7 @@ def parse_create(body: bytes) -> dict[str, Any]:
         raise BadRequest("pod.spec.containers", "required, must be a non-empty list")
     if data.get("container") is not None:
         _expect(data["container"], list, "container", "a list")
-    return data
+    return data, identity
 
 
 def parse_status(body: bytes) -> list[PodIdentity]:

@@ -107,10 +107,29 @@ def _container(plan: PodPlan, c: Any, index: int, init: bool, where: str) -> Con
     return ContainerPlan(index, name, quote(name), init, list(commands.body), resources)
 
 
+_LAYOUT_NAMES = {
+    "job_dir_env": layout.JOB_DIR_ENV,
+    "containers_dir": layout.CONTAINERS_DIR,
+    "changes_file": layout.CHANGES_FILE,
+    "volumes_dir": layout.VOLUMES_DIR,
+    "rootfs_dir": layout.ROOTFS_DIR,
+    "deadline_file": layout.DEADLINE_FILE,
+    "started_suffix": layout.STARTED_SUFFIX,
+    "exit_suffix": layout.EXIT_SUFFIX,
+    "log_suffix": layout.LOG_SUFFIX,
+    "prepared_file": layout.PREPARED_FILE,
+}
+"""Template names whose values never change. They are written into the template's text before it is
+compiled, so a render looks up only what the pod decides (each lookup costs, per render, every time)."""
+
+
 @lru_cache(maxsize=1)
 def _template() -> jinja2.Template:
     """Compiled once per process; templates ship as package data."""
     text = importlib_resources.files(__package__).joinpath("templates/job.sh.j2").read_text(encoding="utf-8")
+    for name, value in _LAYOUT_NAMES.items():
+        assert value.replace(".", "").replace("-", "").replace("_", "").isalnum(), f"not a plain name: {value!r}"
+        text = text.replace("{{ " + name + " }}", value)
     env = jinja2.Environment(
         autoescape=False,
         undefined=jinja2.StrictUndefined,
@@ -120,6 +139,7 @@ def _template() -> jinja2.Template:
         comment_end_string="#>",  # bash uses {# (${#array[@]})
         keep_trailing_newline=True,
     )
+    env.globals.clear()  # the template calls none (range, dict, …); each render would copy them into its context
     return env.from_string(text)
 
 
@@ -252,18 +272,8 @@ def render_job(
     script = _template().render(
         runtime_name=runtime.name,
         layout_line=layout.layout_line(prepared),
-        prepared_file=layout.PREPARED_FILE,
         remove_layout=bool(prepared or entries),
         layout_lines=layout_lines,
-        job_dir_env=layout.JOB_DIR_ENV,
-        containers_dir=layout.CONTAINERS_DIR,
-        changes_file=layout.CHANGES_FILE,
-        volumes_dir=layout.VOLUMES_DIR,
-        rootfs_dir=layout.ROOTFS_DIR,
-        deadline_file=layout.DEADLINE_FILE,
-        started_suffix=layout.STARTED_SUFFIX,
-        exit_suffix=layout.EXIT_SUFFIX,
-        log_suffix=layout.LOG_SUFFIX,
         all_names=" ".join(p.qname for p in plans),
         grace_seconds=max(grace, 1),
         wall_seconds=int(resources.wall_time.total_seconds()) if resources.wall_time else 0,
