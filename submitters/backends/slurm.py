@@ -201,15 +201,15 @@ class SlurmBackend:
                 out[job.uid] = GONE  # never submitted as far as we know: nothing to ask Slurm
         listed = squeue.by_id.get
         for job_id in changed:
-            job = watch.jobs.get(job_id)
-            if job is None:
+            ours = watch.jobs.get(job_id)
+            if ours is None:
                 continue  # not ours, or no longer tracked
             seen = listed(job_id)
             if seen is None:
-                watch.missing[job_id] = job
+                watch.missing[job_id] = ours
             else:
                 watch.missing.pop(job_id, None)
-                out[job.uid] = seen.observation
+                out[ours.uid] = seen.observation
         if watch.missing:
             answers = await self._sacct(list(watch.missing))
             for job_id, job in watch.missing.items():
