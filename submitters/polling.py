@@ -18,16 +18,25 @@ it reads).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
+import itertools
 import os
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel import layout
 from interlink_nats.submitters import jobfiles, logindex
-from interlink_nats.submitters.backends.base import GONE, Backend, BackendState, JobHandle, Observation
+from interlink_nats.submitters.backends.base import (
+    GONE,
+    Backend,
+    BackendState,
+    JobHandle,
+    Observation,
+    ReportsChanges,
+)
 from interlink_nats.submitters.clock import Clock
 from interlink_nats.submitters.lifecycle import plan_poll
 from interlink_nats.submitters.outbox import Outbox
@@ -67,6 +76,8 @@ class Tracked:
     """Polls left at which the logs are checkpointed although nothing else changed."""
     paths: tuple[str, dict[str, Path], Path] | None = None
     """Its ``containers/`` directory, container logs by name and the backend's output file, built once."""
+    seq: int = 0
+    """Its place in the tracking order: the jobs an incremental poll looks at are mapped in that order."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +112,18 @@ class Poller:
         self._journals: dict[Path, int] = {}
         self._journal_of: dict[str, Path] = {}
         """The change journals of the tracked jobs' directories (usually one), with how many jobs use each."""
+        self._seq = itertools.count()
+        self._hot: set[str] = set()
+        """The jobs whose ``hot`` is set: an incremental poll looks at them without looking at the others."""
+        self._changes = backend if isinstance(backend, ReportsChanges) else None
+        """The backend, when it can tell which jobs changed (``ReportsChanges``)."""
+        self._added: dict[str, Tracked] = {}
+        self._removed: list[JobHandle] = []
+        """The jobs tracked and untracked since the last incremental poll took them (``ReportsChanges``)."""
+        self._restart = True
+        """The next incremental poll starts over: the first, and any after a poll that failed midway."""
+        self._polling = asyncio.Lock()
+        """Incremental polls run one at a time: each builds on what the previous one told the backend."""
 
     def track(self, row: JobRow) -> Tracked:
         t = Tracked(
@@ -113,7 +136,12 @@ class Poller:
         old = self.tracked.get(row.uid)
         if old is not None:
             self._drop_journal(old)
+            self._removed.append(old.handle)
+            t.seq = old.seq  # it keeps its place in ``tracked``
+        else:
+            t.seq = next(self._seq)
         self.tracked[row.uid] = t
+        self._added[row.uid] = t
         journal = self._journal_for(row.job_dir)
         self._journals[journal] = self._journals.get(journal, 0) + 1
         return t
@@ -123,6 +151,9 @@ class Poller:
         t = self.tracked.pop(uid, None)
         if t is not None:
             self._drop_journal(t)
+            if self._added.get(uid) is t:
+                del self._added[uid]
+            self._removed.append(t.handle)
 
     def _journal_for(self, job_dir: Path) -> Path:
         """``layout.changes_path(job_dir)``, one Path per parent directory (every Submit tracks a job: the
@@ -143,17 +174,46 @@ class Poller:
 
     async def poll_once(self) -> PollStats:
         """One batched backend poll for every tracked job; store and publish what changed."""
+        async with self._one_at_a_time():
+            return await self._poll()
+
+    @contextlib.asynccontextmanager
+    async def _one_at_a_time(self) -> AsyncIterator[None]:
+        if self._changes is None:
+            yield  # a full poll stands alone: polls may overlap, as they always could
+            return
+        async with self._polling:
+            yield
+
+    async def _poll(self) -> PollStats:
         reg = self._registry()
         t0 = self.clock.monotonic()
         calls0 = self.backend.calls
+        changes = self._changes
         async with self.lock:
             tracked = list(self.tracked.values())
             journals = list(self._journals)
-        observed = await self.backend.poll([t.handle for t in tracked]) if tracked else {}
+            by_uid = dict(self.tracked) if changes is not None else {}
+            restart = self._restart or not tracked
+            added, removed = list(self._added.values()), self._removed
+            self._added, self._removed = {}, []
+            self._restart = True  # until this poll is mapped: a poll that fails leaves the next one to start over
+        if not tracked:
+            observed: dict[str, Observation] = {}
+        elif changes is None:
+            observed = await self.backend.poll([t.handle for t in tracked])
+        elif restart:
+            observed = await changes.poll_changes([t.handle for t in tracked], [], restart=True)
+        else:
+            observed = await changes.poll_changes([t.handle for t in added], removed, restart=False)
         now = self.clock.time()
+        # Only what may have changed is looked at: every job after a full answer, else the jobs answered,
+        # added, hinted, hot or swept (see the module's docstring).
+        seen = None if changes is None or restart else (by_uid, added)
         # Files, mapping and serialisation run off the event loop: thousands of statuses changing
         # at once must not stall RPC handling.
-        updates, events, finished = await asyncio.to_thread(self._compute, tracked, observed, now, journals)
+        updates, events, finished = await asyncio.to_thread(self._compute, tracked, observed, now, journals, seen)
+        self._restart = not tracked
         async with self.lock:
             # A job cancelled while we polled is no longer tracked: its tombstone must win.
             # One cancelled by another replica is caught by the registry: it never rewrites a tombstone.
@@ -172,31 +232,76 @@ class Poller:
         self.last_poll = stats
         return stats
 
-    def _compute(
-        self, tracked: list[Tracked], observed: dict[str, Observation], now: float, journals: list[Path]
-    ) -> tuple[list[StatusUpdate], dict[str, pb.JobEvent], list[Tracked]]:
-        """Map the changed jobs' inputs to their status; only this poll touches ``Tracked`` fields."""
-        updates: list[StatusUpdate] = []
-        events: dict[str, pb.JobEvent] = {}
-        finished: list[Tracked] = []
-        now_ns = self.clock.time_ns()
+    def _candidates(
+        self,
+        tracked: list[Tracked],
+        observed: dict[str, Observation],
+        hinted: set[str],
+        seen: tuple[dict[str, Tracked], list[Tracked]] | None,
+    ) -> Iterator[tuple[Tracked, Observation, bool]]:
+        """The jobs this poll looks at, each with its observation and whether its files are due a read.
+
+        ``seen`` None: ``observed`` is complete (a job missing from it is GONE) and every job is
+        looked at. Else ``observed`` holds only what changed (``ReportsChanges``): the jobs looked at
+        are those it names, the added, hinted and hot ones, and this poll's sweep slice.
+        """
         # This poll's sweep: positions [lo, hi) of the tracked list, wrapping around (those below ``wrap``).
         n = len(tracked)
         lo = self._sweep_at % n if n else 0
         hi = lo + min(-(-n // self.sweep_polls), self.sweep_max)
         wrap = hi - n
         self._sweep_at = hi
+        if seen is None:
+            for i, t in enumerate(tracked):
+                obs = observed.get(t.meta.uid, GONE)
+                last = t.obs
+                due = (
+                    lo <= i < hi
+                    or i < wrap
+                    or (obs is not last and obs != last)
+                    or t.files is None
+                    or t.meta.uid in hinted
+                )
+                if due or t.hot:
+                    yield t, obs, due
+            return
+        by_uid, added = seen
+        swept = tracked[lo:hi] + tracked[: max(wrap, 0)]
+        look: dict[str, Tracked] = {t.meta.uid: t for t in swept}
+        for t in added:
+            look[t.meta.uid] = t
+        for uids in (observed, hinted, self._hot):
+            for uid in uids:
+                found = by_uid.get(uid)
+                if found is not None:
+                    look[uid] = found
+        in_sweep = {t.meta.uid for t in swept}
+        for t in sorted(look.values(), key=_by_seq):
+            uid = t.meta.uid
+            last = t.obs
+            obs = observed.get(uid) or last or GONE
+            due = uid in in_sweep or (obs is not last and obs != last) or t.files is None or uid in hinted
+            if due or t.hot:
+                yield t, obs, due
+
+    def _compute(
+        self,
+        tracked: list[Tracked],
+        observed: dict[str, Observation],
+        now: float,
+        journals: list[Path],
+        seen: tuple[dict[str, Tracked], list[Tracked]] | None = None,
+    ) -> tuple[list[StatusUpdate], dict[str, pb.JobEvent], list[Tracked]]:
+        """Map the changed jobs' inputs to their status; only this poll touches ``Tracked`` fields."""
+        updates: list[StatusUpdate] = []
+        events: dict[str, pb.JobEvent] = {}
+        finished: list[Tracked] = []
+        now_ns = self.clock.time_ns()
         # The journal before the files: a file written after this read leaves a line for the next one.
         # It names job directories, which are named by pod UID (``jobfiles.job_dir_for``).
         hinted = self.journal.read(journals)
-        for i, t in enumerate(tracked):
-            obs = observed.get(t.meta.uid, GONE)
-            last = t.obs
-            due = (
-                lo <= i < hi or i < wrap or (obs is not last and obs != last) or t.files is None or t.meta.uid in hinted
-            )
-            if not due and not t.hot:
-                continue  # nothing says this job changed: no file I/O for it (the common case, by far)
+        hot = self._hot
+        for t, obs, due in self._candidates(tracked, observed, hinted, seen):
             t.obs = obs
             if t.paths is None:
                 job_dir = t.handle.job_dir
@@ -207,27 +312,45 @@ class Poller:
             files = t.files or {}
             if obs.state is not BackendState.QUEUED:
                 self._checkpoint_logs(t, files, now_ns)
+            elif t.hot:
+                t.hot -= 1  # no log to watch yet: a queued job cools down, so it is not looked at forever
             inputs = (obs, files)
-            if inputs == t.inputs:
-                continue  # the plan is pure: nothing new to say
-            t.inputs = inputs
-            t.hot = HOT_POLLS
-            plan = plan_poll(t.meta, obs, files, last_status=t.status, revision=t.revision, now=now)
-            if plan.untrack:
-                finished.append(t)
-            change = plan.change
-            if change is None:
-                continue
-            t.status = change.raw
-            t.revision = change.revision
-            updates.append(
-                StatusUpdate(
-                    t.meta.uid, change.phase, int(change.status.state), change.raw, change.revision, change.finished_at
-                )
-            )
-            change.status.updated_at = self.clock.utcnow()
-            events[t.meta.uid] = self.outbox.event(change.status, change.revision)
+            if inputs != t.inputs:
+                t.inputs = inputs
+                t.hot = HOT_POLLS
+                self._plan(t, obs, files, now, updates, events, finished)
+            if t.hot:
+                hot.add(t.meta.uid)
+            else:
+                hot.discard(t.meta.uid)
         return updates, events, finished
+
+    def _plan(
+        self,
+        t: Tracked,
+        obs: Observation,
+        files: dict[str, ContainerFiles],
+        now: float,
+        updates: list[StatusUpdate],
+        events: dict[str, pb.JobEvent],
+        finished: list[Tracked],
+    ) -> None:
+        """New inputs: run the pure plan and note the update, event and untracking it asks for."""
+        plan = plan_poll(t.meta, obs, files, last_status=t.status, revision=t.revision, now=now)
+        if plan.untrack:
+            finished.append(t)
+        change = plan.change
+        if change is None:
+            return
+        t.status = change.raw
+        t.revision = change.revision
+        updates.append(
+            StatusUpdate(
+                t.meta.uid, change.phase, int(change.status.state), change.raw, change.revision, change.finished_at
+            )
+        )
+        change.status.updated_at = self.clock.utcnow()
+        events[t.meta.uid] = self.outbox.event(change.status, change.revision)
 
     def _checkpoint_logs(self, t: Tracked, files: dict[str, ContainerFiles], now_ns: int) -> None:
         """Note the size of every log that may be growing (for GetLogs since_time/timestamps).
@@ -248,3 +371,7 @@ class Poller:
             t.hot = HOT_POLLS
         elif t.hot:
             t.hot -= 1
+
+
+def _by_seq(t: Tracked) -> int:
+    return t.seq

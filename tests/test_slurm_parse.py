@@ -169,3 +169,18 @@ def test_parse_squeue_since_parses_only_changed_lines_and_keeps_unchanged_jobs()
         if job_id != "3":
             assert job is first.by_id[job_id], "an unchanged line keeps its object"
     assert second.by_id["3"].name == "xuid-d" and "1" not in second.by_id
+
+
+def test_squeue_changes_names_every_job_whose_line_changed_appeared_or_left() -> None:
+    first, changed = sp.squeue_changes(SQUEUE, sp.EMPTY_SQUEUE)
+    assert first.by_id == sp.parse_squeue(SQUEUE)
+    assert changed >= set(first.by_id) | {"11"}, "a line that does not parse still names its job"
+    assert sp.squeue_changes(SQUEUE, first) == (first, set()), "the same output: nothing changed"
+    lines = SQUEUE.splitlines()
+    reordered = "\n".join(reversed(lines))
+    assert sp.squeue_changes(reordered, first) == (first, set()), "the same lines in another order"
+    text = "\n".join([lines[0].replace("CANCELLED", "COMPLETED"), *lines[2:], "99|uid-z|PENDING|None|0|N/A|N/A"])
+    second, changed = sp.squeue_changes(text, first)
+    assert changed == {"3", "1", "99"}, "changed, left, appeared"
+    assert second.by_id == sp.parse_squeue(text)
+    assert sp.parse_squeue_since(text, first).by_id == second.by_id

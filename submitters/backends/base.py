@@ -184,3 +184,25 @@ class Backend(Protocol):
 
     def output_path(self, job_dir: Path) -> Path:
         """Where the batch system writes the job's own stdout/stderr."""
+
+
+@runtime_checkable
+class ReportsChanges(Protocol):
+    """A backend that can say which jobs changed, so a poll of 10,000 quiet jobs costs what changed.
+
+    Optional (the poller checks with ``isinstance``): a backend without it is polled with
+    :meth:`Backend.poll` and every job's observation is compared at every poll.
+    """
+
+    async def poll_changes(
+        self, added: Sequence[JobHandle], removed: Sequence[JobHandle], *, restart: bool
+    ) -> dict[str, Observation]:
+        """Observe the tracked jobs in one batch; answer only for jobs whose observation may have changed.
+
+        The caller keeps the backend's view of the tracked jobs in step: ``added`` are the jobs
+        tracked since the previous call, ``removed`` those no longer tracked. Every added job is
+        answered, GONE included. A job left out of the answer is as the previous answer said (saying
+        too much is allowed, too little is not). With ``restart`` the backend forgets what it knew
+        and ``added`` is every tracked job: the answer is complete, as :meth:`Backend.poll`'s. The
+        caller restarts after any call that raised, or whose answer it could not finish mapping.
+        """

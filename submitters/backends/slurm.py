@@ -16,13 +16,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel import layout
 from interlink_nats.submitters.backends import slurm_parse as sp
 from interlink_nats.submitters.backends.base import (
+    GONE,
     BackendUnavailable,
     Capacity,
     CommandFailed,
@@ -54,6 +55,17 @@ class SlurmConfig:
     command_timeout: float = 60.0
 
 
+@dataclass(slots=True)
+class _Watch:
+    """What :meth:`SlurmBackend.poll_changes` keeps between calls: the tracked jobs, by Slurm id."""
+
+    squeue: sp.SqueueSnapshot = sp.EMPTY_SQUEUE
+    """The previous call's squeue (its own: a plain ``poll`` in between must not hide a change)."""
+    jobs: dict[str, JobHandle] = field(default_factory=dict)
+    missing: dict[str, JobHandle] = field(default_factory=dict)
+    """Tracked jobs squeue no longer lists: sacct is asked about them at every call, as ``poll`` does."""
+
+
 class SlurmBackend:
     name = "slurm"
 
@@ -64,6 +76,7 @@ class SlurmBackend:
         self._sacct_broken = False
         self._last_squeue = sp.EMPTY_SQUEUE
         """The last poll's squeue lines: unchanged lines are not parsed again and keep their Observation."""
+        self._watch = _Watch()
         self.calls = 0
 
     def configure(self, build_config: pb.BuildConfig) -> None:
@@ -157,6 +170,52 @@ class SlurmBackend:
             for i, job in (await self._sacct(list(missing))).items():
                 if i in missing:
                     out[missing[i].uid] = job.observation
+        return out
+
+    async def poll_changes(
+        self, added: Sequence[JobHandle], removed: Sequence[JobHandle], *, restart: bool
+    ) -> dict[str, Observation]:
+        """``ReportsChanges``: one squeue, and work for the jobs whose line changed, not for every job.
+
+        The jobs answered are those whose squeue line changed, appeared or left, the added ones,
+        and the ones squeue no longer lists (sacct's answer, or GONE, at every call as ``poll`` gives).
+        """
+        if restart:
+            self._watch = _Watch()
+        watch = self._watch
+        try:
+            text = await self._run(self._squeue_argv())
+        except CommandFailed as exc:
+            raise BackendUnavailable(str(exc)) from exc
+        squeue, changed = sp.squeue_changes(text, watch.squeue)
+        out: dict[str, Observation] = {}
+        for job in removed:
+            if job.job_id and watch.jobs.get(job.job_id) == job:
+                del watch.jobs[job.job_id]
+                watch.missing.pop(job.job_id, None)
+        for job in added:
+            if job.job_id:
+                watch.jobs[job.job_id] = job
+                changed.add(job.job_id)
+            else:
+                out[job.uid] = GONE  # never submitted as far as we know: nothing to ask Slurm
+        listed = squeue.by_id.get
+        for job_id in changed:
+            ours = watch.jobs.get(job_id)
+            if ours is None:
+                continue  # not ours, or no longer tracked
+            seen = listed(job_id)
+            if seen is None:
+                watch.missing[job_id] = ours
+            else:
+                watch.missing.pop(job_id, None)
+                out[ours.uid] = seen.observation
+        if watch.missing:
+            answers = await self._sacct(list(watch.missing))
+            for job_id, job in watch.missing.items():
+                answer = answers.get(job_id)
+                out[job.uid] = GONE if answer is None else answer.observation
+        watch.squeue = squeue
         return out
 
     async def reconcile(self, jobs: Sequence[JobHandle]) -> dict[str, Reconciled]:

@@ -246,6 +246,10 @@ class SqueueSnapshot:
 
     lines: dict[str, SlurmJob | None]
     by_id: dict[str, SlurmJob]
+    text: str = ""
+    """The whole output it was read from: the same output again is recognised without splitting it."""
+    line_set: frozenset[str] | set[str] = frozenset()
+    """The keys of ``lines`` as a set: the lines that left are found by a set difference, in C."""
 
 
 EMPTY_SQUEUE = SqueueSnapshot({}, {})
@@ -257,11 +261,25 @@ def parse_squeue_since(text: str, last: SqueueSnapshot) -> SqueueSnapshot:
     Why: a steady poll of thousands of jobs sees the same lines again; set operations on the raw
     lines (in C) find the few that changed, and reusing the objects lets the poller skip unchanged jobs.
     """
-    current = text.splitlines()
-    gone = last.lines.keys() - current
-    new = set(current).difference(last.lines)
+    return squeue_changes(text, last)[0]
+
+
+def squeue_changes(text: str, last: SqueueSnapshot) -> tuple[SqueueSnapshot, set[str]]:
+    """:func:`parse_squeue_since`, and the ids of the jobs whose line changed, appeared or left.
+
+    The ids are read from the raw lines, so a line that does not parse still names its job. The
+    set operations run in C on hashes computed once per line; the lines that left are looked for
+    only when the count says some did.
+    """
+    if text == last.text and last.lines:
+        return last, set()  # the common quiet poll: one memcmp, no line split
+    current = set(text.splitlines())
+    new = current.difference(last.lines)
+    gone = last.line_set.difference(current) if len(current) - len(new) != len(last.lines) else set()
     if not gone and not new:
-        return last
+        return last, set()  # the same lines in another order
+    changed = {line.split("|", 1)[0].strip() for line in gone}
+    changed.update(line.split("|", 1)[0].strip() for line in new)
     lines = dict(last.lines)
     by_id = dict(last.by_id)
     for line in gone:
@@ -272,7 +290,7 @@ def parse_squeue_since(text: str, last: SqueueSnapshot) -> SqueueSnapshot:
         job = lines[line] = parse_squeue_line(line)
         if job is not None:
             by_id[job.job_id] = job
-    return SqueueSnapshot(lines, by_id)
+    return SqueueSnapshot(lines, by_id, text, current), changed
 
 
 def parse_sacct(text: str) -> dict[str, SlurmJob]:
