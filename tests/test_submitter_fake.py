@@ -9,8 +9,9 @@ directories and the batch system's jobs; the in-memory state and the instance lo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -41,6 +42,16 @@ def job(uid: str, containers: tuple[str, ...] = ("main",)) -> pb.JobScript:
 
 def new_uid() -> str:
     return str(uuid.uuid4())
+
+
+@contextlib.asynccontextmanager
+async def two_replicas(state_dir: Path, backend: FakeBackend) -> AsyncIterator[tuple[Submitter, Submitter]]:
+    """Replicas a and b of one pool: one registry, one batch system."""
+    async with (
+        offline_submitter(state_dir, backend, instance_id="a") as a,
+        offline_submitter(state_dir, backend, instance_id="b") as b,
+    ):
+        yield a, b
 
 
 async def phase_of(sub: Submitter, uid: str) -> Phase | None:
@@ -121,10 +132,7 @@ async def test_an_interrupted_submission_without_a_script_waits_for_the_retry(tm
 async def test_a_live_replica_adopts_a_crashed_ones_jobs_without_running_them_again(tmp_path: Path) -> None:
     backend = FakeBackend()
     uids = [new_uid() for _ in range(5)]
-    async with (
-        offline_submitter(tmp_path, backend, instance_id="a") as a,
-        offline_submitter(tmp_path, backend, instance_id="b") as b,
-    ):
+    async with two_replicas(tmp_path, backend) as (a, b):
         for u in uids[:4]:
             await a.submit(job(u))
         backend.crash("submit", after=True)  # the fifth reached the batch system, a never heard its id
@@ -148,10 +156,7 @@ async def test_replicas_racing_on_one_pod_submit_it_once(tmp_path: Path) -> None
     backend = FakeBackend()
     backend.slow("submit", 0.01)
     uid = new_uid()
-    async with (
-        offline_submitter(tmp_path, backend, instance_id="a") as a,
-        offline_submitter(tmp_path, backend, instance_id="b") as b,
-    ):
+    async with two_replicas(tmp_path, backend) as (a, b):
         answers = await asyncio.gather(a.submit(job(uid)), b.submit(job(uid)), a.submit(job(uid)))
         assert len(backend.submissions(uid)) == 1
         assert sum(r.created for r in answers) == 1
@@ -162,10 +167,7 @@ async def test_a_retry_of_someone_elses_live_submission_is_answered_not_resumed(
     backend = FakeBackend()
     backend.slow("submit", 0.05)
     uid = new_uid()
-    async with (
-        offline_submitter(tmp_path, backend, instance_id="a") as a,
-        offline_submitter(tmp_path, backend, instance_id="b") as b,
-    ):
+    async with two_replicas(tmp_path, backend) as (a, b):
         first = asyncio.ensure_future(a.submit(job(uid)))
         await asyncio.sleep(0.01)  # a's claim is committed, its backend call is still running
         retried = await b.submit(job(uid))
@@ -203,10 +205,7 @@ async def test_a_cancel_by_another_replica_during_a_poll_keeps_the_tombstone(tmp
     (the backend now says cancelled) must not overwrite b's tombstone, nor be published."""
     backend = FakeBackend()
     uid = new_uid()
-    async with (
-        offline_submitter(tmp_path, backend, instance_id="a") as a,
-        offline_submitter(tmp_path, backend, instance_id="b") as b,
-    ):
+    async with two_replicas(tmp_path, backend) as (a, b):
         await a.submit(job(uid))
         backend.start_running(uid)
         held = backend.hold("poll")
@@ -227,10 +226,7 @@ async def test_a_cancel_after_another_replicas_final_status_has_the_last_revisio
     then gets the next revision, so the gateway's last word is the cancellation."""
     backend = FakeBackend()
     uid = new_uid()
-    async with (
-        offline_submitter(tmp_path, backend, instance_id="a") as a,
-        offline_submitter(tmp_path, backend, instance_id="b") as b,
-    ):
+    async with two_replicas(tmp_path, backend) as (a, b):
         await a.submit(job(uid))
         held = backend.hold("cancel")
         cancel = asyncio.ensure_future(b.cancel(uid))
