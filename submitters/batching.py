@@ -77,8 +77,7 @@ class BatchRunner(Generic[In, Out]):
             raise RuntimeError("batch runner is closed")
         fut: asyncio.Future[Out] = asyncio.get_running_loop().create_future()
         self._queue.put((item, fut))
-        if self._thread is None:
-            self._start()
+        self._start()
         return await fut
 
     async def call(self, fn: Callable[[], R]) -> R:

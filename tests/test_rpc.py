@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import uuid
+import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 
@@ -31,7 +33,7 @@ from interlink_nats.gen.interlink_nats.v1 import (
     SubmitterServiceStub,
 )
 from interlink_nats.kernel.subjects import InvalidPoolNameError, rpc_subject
-from interlink_nats.services.rpc import STATUS, TIMEOUT, NatsChannel, RpcServer, current_call, submitter_client
+from interlink_nats.services.rpc import STATUS, TIMEOUT, NatsChannel, RpcServer, channel, current_call, submitter_client
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
@@ -460,3 +462,15 @@ async def test_get_status_batch(serve: Serve, client_nc: NATS, pool: str) -> Non
     reply = await submitter_client(client_nc, pool).get_status(GetStatusRequest(pod_uids=["k1", "x", "k2"]))
     assert [s.pod.uid for s in reply.statuses if s.pod] == ["k1", "k2"]
     assert reply.unknown_pod_uids == ["x"]
+
+
+async def test_the_helpers_shared_per_connection_do_not_keep_it_alive() -> None:
+    """The reply inbox and failover watch kept per client must go with it: before, each held its
+    client strongly as the value of a weak-keyed table, so no client was ever freed."""
+    nc = NATS()
+    replies, watch = channel._Replies.of(nc), channel._FailoverWatch.of(nc)
+    assert channel._Replies.of(nc) is replies and channel._FailoverWatch.of(nc) is watch
+    gone = weakref.ref(nc)
+    del nc
+    gc.collect()
+    assert gone() is None

@@ -11,8 +11,9 @@ import asyncio
 import contextlib
 import logging
 import weakref
+from collections.abc import Callable
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast
 
 import nats.errors
 from grpclib.const import Cardinality, Status
@@ -261,6 +262,24 @@ def _expire(reply: asyncio.Future[Msg]) -> None:
         reply.set_exception(nats.errors.TimeoutError())
 
 
+_Shared = TypeVar("_Shared")
+_SHARED: weakref.WeakKeyDictionary[Any, dict[object, Any]] = weakref.WeakKeyDictionary()
+"""Per connection, one instance of each helper class its calls share (gone with the connection)."""
+
+
+def _per_client(kind: Callable[[NATS], _Shared], nc: NATS) -> _Shared:
+    """The one ``kind`` of ``nc``, made on first use.
+
+    It gets a weak proxy of ``nc``: a value holding its own key strongly would keep every
+    connection (and its helpers) alive for good.
+    """
+    shared = _SHARED.setdefault(nc, {})
+    found = shared.get(kind)
+    if found is None:
+        found = shared[kind] = kind(cast("NATS", weakref.proxy(nc)))
+    return cast(_Shared, found)
+
+
 class _Replies:
     """The unary calls' reply inbox of one connection: one wildcard subscription, a token per call.
 
@@ -268,8 +287,6 @@ class _Replies:
     ``wait_for``); a counter is enough for the token, since the subscription's own prefix is random.
     nats-py subscribes it again after a reconnect.
     """
-
-    _by_client: weakref.WeakKeyDictionary[Any, _Replies] = weakref.WeakKeyDictionary()
 
     def __init__(self, nc: NATS) -> None:
         self._nc = nc
@@ -280,10 +297,7 @@ class _Replies:
 
     @classmethod
     def of(cls, nc: NATS) -> _Replies:
-        replies = cls._by_client.get(nc)
-        if replies is None:
-            replies = cls._by_client[nc] = cls(nc)
-        return replies
+        return _per_client(cls, nc)
 
     async def open(self) -> tuple[str, str, asyncio.Future[Msg]]:
         """A new call's reply subject, its token (for :meth:`close`) and the future its reply resolves."""
@@ -318,8 +332,6 @@ class _FailoverWatch:
     to start and cancel than a timer handle.
     """
 
-    _by_client: weakref.WeakKeyDictionary[Any, _FailoverWatch] = weakref.WeakKeyDictionary()
-
     def __init__(self, nc: NATS) -> None:
         self._nc = nc
         self._seen = nc.stats["reconnects"]
@@ -329,10 +341,7 @@ class _FailoverWatch:
 
     @classmethod
     def of(cls, nc: NATS) -> _FailoverWatch:
-        watch = cls._by_client.get(nc)
-        if watch is None:
-            watch = cls._by_client[nc] = cls(nc)
-        return watch
+        return _per_client(cls, nc)
 
     def next(self) -> asyncio.Future[None]:
         self._waiting += 1
