@@ -75,10 +75,11 @@ LABEL_JOB_DIR = "interlink-nats.job-dir"
 # process each in bash; the submitter makes them in the pass that writes the script instead, and the script
 # only makes them itself when the submitter did not (a standalone run, an HTCondor sandbox, a rerun).
 PREPARED_FILE = ".prepared"
-"""Made last by the submitter's job-dir preparation: a symlink to the job dir (absolute, as the submitter names it).
-It says the job dir is 0700, ``containers/`` exists and every entry of the script's layout line was made, with
-links through that name. The script does its own set-up unless ``[ .prepared -ef . ]`` (the name leads to the
-directory it runs in), and removes it first at exit."""
+"""Made last by the submitter's job-dir preparation when the layout has links: a symlink to the job dir (absolute,
+as the submitter names it, like the links' targets). The script skips its own set-up (job dir 0700,
+``containers/``, the layout) when ``[ .prepared -ef . ]`` (the name leads to the directory it runs in), and
+removes it first at exit. A layout of directories only needs no marker: the script tests each directory
+(``containers/`` too), so a rerun after its clean-up removed them, or a half-made layout, fails the test."""
 LAYOUT_PREFIX = "# interlink-nats layout: "
 """A rendered script's layout line (JSON, one line), among its first lines."""
 _LAYOUT_WINDOW = 1024

@@ -47,7 +47,7 @@ def prepare_job_dir(job_dir: Path, script: str) -> Path:
     """Create the job directory (0700) with ``containers/`` and write the script (0700) atomically.
 
     A rendered script declares its job-dir layout (volume directories, runtime ``none``'s links): it is made
-    here too, then ``.prepared`` says so, and the script skips the processes that would make it (issue 14, P8).
+    here too, and the script, finding it there, skips the processes that would make it (issue 14, P8).
     When the layout cannot be made the script makes it itself, as it would have.
 
     Idempotent, so a retried submission after a crash rewrites the same content. On the create
@@ -85,9 +85,10 @@ def prepare_job_dir(job_dir: Path, script: str) -> Path:
 
 
 def _prepare_layout(directory: str, script: str, fresh: bool) -> None:
-    """Make the layout a rendered script declares, then ``.prepared`` last: a symlink to the job dir as
-    this process names it, so ``[ .prepared -ef . ]`` in the script holds only where the links made here,
-    which use that name, lead into the directory the script runs in. One syscall, no file to write."""
+    """Make the layout a rendered script declares. With links in it, ``.prepared`` last: a symlink to the job
+    dir as this process names it, so ``[ .prepared -ef . ]`` in the script holds only where the links made
+    here, which use that name, lead into the directory the script runs in. Without links, no marker: the
+    script tests each directory itself (``layout.PREPARED_FILE``), and a new job saves an inode."""
     marker = os.path.join(directory, layout.PREPARED_FILE)
     if not fresh:
         with contextlib.suppress(FileNotFoundError):
@@ -115,7 +116,8 @@ def _prepare_layout(directory: str, script: str, fresh: bool) -> None:
             except FileExistsError:  # like `ln -sfn`: a link or file there is replaced
                 os.unlink(path)
                 os.symlink(target, path)
-        os.symlink(absolute, marker)
+        if any(isinstance(entry, layout.LayoutLink) for entry in entries):
+            os.symlink(absolute, marker)
     except OSError:
         return  # the script makes what is missing itself
 

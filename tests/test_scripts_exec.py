@@ -521,6 +521,22 @@ def test_empty_dir_sub_path_is_created_and_pre_exec_cd_is_harmless(job_dir: Path
     assert log(job_dir, "main").strip() == str(job_dir / layout.VOLUMES_DIR / "scratch" / "a" / "b")
 
 
+def test_prepared_layout_of_directories_needs_no_marker(job_dir: Path, tmp_path: Path) -> None:
+    """A layout without links (runtime none, no volumes: each container's rootfs directory) is tested entry by
+    entry: prepared, the script runs no mkdir/chmod and the submitter made no ``.prepared``; after the clean-up
+    removed the rootfs, a rerun finds the layout gone and makes it itself."""
+    data = pod([py("main", "import os; print(os.getcwd() == os.environ['INTERLINK_ROOTFS'])", workingDir="/")])
+    path = only_commands(tmp_path, "env", "rm")
+    assert run(job_dir, data, prepared=True, path=path) == 0
+    assert log(job_dir, "main") == "True\n"
+    assert not (job_dir / layout.PREPARED_FILE).is_symlink()
+    assert not (job_dir / layout.ROOTFS_DIR).exists()
+    layout.exit_path(job_dir, "main").unlink()
+    (job_dir / layout.CONTAINERS_DIR / f"main{layout.LOG_SUFFIX}").unlink()
+    assert run_written(job_dir) == 0
+    assert log(job_dir, "main") == "True\n"
+
+
 def test_layout_prepared_for_another_path_is_not_trusted(job_dir: Path, tmp_path: Path) -> None:
     """The submitter's links point into the job dir as it named it: when that name leads elsewhere on the
     node running the script (another file system mounted there), the script makes its own layout."""

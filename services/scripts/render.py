@@ -190,6 +190,15 @@ def _pod_options(ctx: RenderContext, uid: str) -> tuple[PodOptions, tuple[str, .
     return pod, tuple(mpi), backend_flags
 
 
+def _prepared_test(entries: list[layout.LayoutEntry]) -> str:
+    """The script's test that the submitter made its layout (``layout.PREPARED_FILE``): a layout of
+    directories is tested entry by entry, with builtins, so it needs no marker (an inode made and removed
+    per job); one with links needs the marker, as only it says where the links' absolute targets lead."""
+    if any(isinstance(e, layout.LayoutLink) for e in entries):
+        return f"[ {layout.PREPARED_FILE} -ef . ]"
+    return " && ".join([f"[ -d {layout.CONTAINERS_DIR} ]", *(f"[ -d {quote(e.path)} ]" for e in entries)])
+
+
 def _setup_line(entry: SetupEntry) -> str:
     """The shell that makes one set-up entry when the submitter did not (``mkdir -p``, ``ln -sfn``)."""
     if isinstance(entry, layout.LayoutDir):
@@ -272,6 +281,7 @@ def render_job(
     script = _template().render(
         runtime_name=runtime.name,
         layout_line=layout.layout_line(prepared),
+        prepared_test=_prepared_test(prepared),
         remove_layout=bool(prepared or entries),
         layout_lines=layout_lines,
         all_names=" ".join(p.qname for p in plans),
