@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 CONTAINERS_DIR = "containers"
@@ -131,8 +132,14 @@ def parse_layout(script: str) -> list[LayoutEntry] | None:
         return None
     start += 1 + len(LAYOUT_PREFIX)
     end = script.find("\n", start)
+    return list(_parse_entries(script[start : end if end >= 0 else len(script)]))
+
+
+@lru_cache(maxsize=256)
+def _parse_entries(text: str) -> tuple[LayoutEntry, ...]:
+    """A layout line's JSON, parsed once per distinct line: every Submit of a pod shape repeats the same one."""
     try:
-        items = json.loads(script[start : end if end >= 0 else len(script)])
+        items = json.loads(text)
     except ValueError as exc:
         raise ValueError(f"layout: not JSON: {exc}") from None
     if not isinstance(items, list):
@@ -148,4 +155,4 @@ def parse_layout(script: str) -> list[LayoutEntry] | None:
                 out.append(LayoutLink(_below(path), _below(target)))
             case _:
                 raise ValueError(f"layout: bad entry {item!r}")
-    return out
+    return tuple(out)
