@@ -44,6 +44,7 @@ from pathlib import Path
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel import layout
 from interlink_nats.submitters.backends.base import (
+    GONE,
     BackendState,
     BackendUnavailable,
     Capacity,
@@ -331,6 +332,10 @@ class ShellBackend:
         self._waiting_obs: Observation | None = None
         self._janitor: PodmanJanitor | None = None
         """Set while the pool's runtime is podman: containers can outlive a killed job script."""
+        self._tracked: dict[str, JobHandle] = {}
+        self._loud: set[str] = set()
+        """``poll_changes``: the tracked jobs, and those it observes at its next call (all but the quiet ones:
+        runners a pidfd watches, answered with ``seen``; their pidfd, or a cancel, makes them loud again)."""
         self.calls = 0
 
     @property
@@ -469,6 +474,7 @@ class ShellBackend:
             current = self._running.get(uid)
             if current is not None and current.pid == pid:
                 del self._running[uid]
+            self._loud.add(uid)  # its answer may change now (``poll_changes``)
             self._wake.set()
 
         loop.add_reader(fd, exited)
@@ -541,6 +547,45 @@ class ShellBackend:
                 out[uid] = obs
         return out
 
+    async def poll_changes(
+        self, added: Sequence[JobHandle], removed: Sequence[JobHandle], *, restart: bool
+    ) -> dict[str, Observation]:
+        """``ReportsChanges``: :meth:`poll` of the loud jobs only, so 10,000 running jobs cost what changed.
+
+        A job whose runner a pidfd watches is answered ``seen`` and then left out until that pidfd fires
+        (or a cancel): nothing about it can change before. Every other job is observed at every call, as
+        :meth:`poll` does; a loud job it finds gone is answered GONE (a job left out keeps its last answer).
+        """
+        if restart:
+            self._tracked, self._loud = {}, set()
+        tracked, loud = self._tracked, self._loud
+        for job in removed:
+            if tracked.get(job.uid) == job:
+                del tracked[job.uid]
+                loud.discard(job.uid)
+        for job in added:
+            tracked[job.uid] = job
+            loud.add(job.uid)
+        jobs = []
+        for uid in list(loud):
+            job = tracked.get(uid)
+            if job is None:
+                loud.discard(uid)  # a pidfd or a cancel named a job no longer tracked
+            else:
+                jobs.append(job)
+        out = await self.poll(jobs)
+        running = self._running
+        for job in jobs:
+            uid = job.uid
+            obs = out.get(uid)
+            if obs is None:
+                out[uid] = GONE
+                continue
+            run = running.get(uid)
+            if run is not None and run.seen is obs:
+                loud.discard(uid)
+        return out
+
     def _waiting(self) -> Observation:
         """The QUEUED observation, one object while the limit stays (so unchanged jobs compare by identity)."""
         reason = f"waiting for one of {self._limit} slots"
@@ -595,6 +640,7 @@ class ShellBackend:
     async def cancel(self, job: JobHandle) -> None:
         uid = job.uid
         self._cancelled.add(uid)
+        self._loud.add(uid)
         self._unstarted.pop(uid, None)
         if uid in self._queued:
             self._queued.discard(uid)
