@@ -568,11 +568,11 @@ class ShellBackend:
             loud.add(job.uid)
         jobs = []
         for uid in list(loud):
-            job = tracked.get(uid)
-            if job is None:
+            found = tracked.get(uid)
+            if found is None:
                 loud.discard(uid)  # a pidfd or a cancel named a job no longer tracked
             else:
-                jobs.append(job)
+                jobs.append(found)
         out = await self.poll(jobs)
         running = self._running
         for job in jobs:
