@@ -120,8 +120,11 @@ class Stamper:
 # I/O (run in a thread by the service and the poller) ------------------------------------------
 
 
-def record(log: Path, now_ns: int, last_size: int | None) -> int | None:
-    """Append a checkpoint for ``log`` if its size changed since ``last_size``; returns the size seen."""
+def record(log: Path | str, now_ns: int, last_size: int | None) -> int | None:
+    """Append a checkpoint for ``log`` if its size changed since ``last_size``; returns the size seen.
+
+    ``log`` may be a string: the poller stats every log of the jobs it looks at, and only appends on change.
+    """
     try:
         size = os.stat(log).st_size
     except OSError:
@@ -129,7 +132,7 @@ def record(log: Path, now_ns: int, last_size: int | None) -> int | None:
     if size == last_size or size == 0:
         return size
     try:
-        fd = os.open(index_path(log), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        fd = os.open(index_path(Path(log)), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     except OSError:
         return last_size  # job directory gone (cancelled): nothing to index
     try:

@@ -66,7 +66,7 @@ class Tracked:
     revision: int
     inputs: object = None
     """The (observation, files) last mapped: equal inputs give an equal status, so mapping is skipped."""
-    log_sizes: dict[Path, int | None] = dataclasses.field(default_factory=dict)
+    log_sizes: dict[str, int | None] = dataclasses.field(default_factory=dict)
     """Size of each log at its last checkpoint (``logindex``): a checkpoint is written only on change."""
     obs: Observation | None = None
     """The observation last seen (compared by identity first: backends reuse unchanged ones)."""
@@ -74,8 +74,9 @@ class Tracked:
     """The container files last read; None: read them at the next poll."""
     hot: int = 0
     """Polls left at which the logs are checkpointed although nothing else changed."""
-    paths: tuple[str, dict[str, Path], Path] | None = None
-    """Its ``containers/`` directory, container logs by name and the backend's output file, built once."""
+    paths: tuple[str, dict[str, str], str] | None = None
+    """Its ``containers/`` directory, container logs by name and the backend's output file, built once (as
+    strings: a poll stats them for every job it looks at)."""
     seq: int = 0
     """Its place in the tracking order: the jobs an incremental poll looks at are mapped in that order."""
 
@@ -305,8 +306,9 @@ class Poller:
             t.obs = obs
             if t.paths is None:
                 job_dir = t.handle.job_dir
-                logs = {name: layout.log_path(job_dir, name) for name in t.names}
-                t.paths = (os.path.join(job_dir, layout.CONTAINERS_DIR), logs, self.backend.output_path(job_dir))
+                logs = {name: os.fspath(layout.log_path(job_dir, name)) for name in t.names}
+                output = os.fspath(self.backend.output_path(job_dir))
+                t.paths = (os.path.join(job_dir, layout.CONTAINERS_DIR), logs, output)
             if due:
                 t.files = self.files.read(t.handle.job_dir, t.names, t.paths[0])
             files = t.files or {}
@@ -359,14 +361,17 @@ class Poller:
         """
         assert t.paths is not None
         _, logs, output = t.paths
-        paths = [logs[n] for n in t.names if n in files and files[n].started_at is not None]
-        paths.append(output)
+        sizes = t.log_sizes
+        record = logindex.record
         grew = False
+        paths = [path for name, path in logs.items() if (f := files.get(name)) is not None and f.started_at is not None]
+        paths.append(output)
         for path in paths:
-            before = t.log_sizes.get(path)
-            after = logindex.record(path, now_ns, before)
-            t.log_sizes[path] = after
-            grew = grew or (after != before and after is not None)
+            before = sizes.get(path)
+            after = record(path, now_ns, before)
+            if after != before:
+                sizes[path] = after
+                grew = grew or after is not None
         if grew:
             t.hot = HOT_POLLS
         elif t.hot:

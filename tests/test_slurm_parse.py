@@ -184,3 +184,14 @@ def test_squeue_changes_names_every_job_whose_line_changed_appeared_or_left() ->
     assert changed == {"3", "1", "99"}, "changed, left, appeared"
     assert second.by_id == sp.parse_squeue(text)
     assert sp.parse_squeue_since(text, first).by_id == second.by_id
+
+
+def test_squeue_changes_updates_the_snapshot_it_is_handed_but_never_the_empty_one() -> None:
+    first, _ = sp.squeue_changes(SQUEUE, sp.EMPTY_SQUEUE)
+    assert first is not sp.EMPTY_SQUEUE
+    assert (sp.EMPTY_SQUEUE.lines, sp.EMPTY_SQUEUE.by_id, sp.EMPTY_SQUEUE.text) == ({}, {}, "")
+    text = "\n".join(SQUEUE.splitlines()[1:])
+    second, changed = sp.squeue_changes(text, first)
+    assert second is first and changed == {SQUEUE.splitlines()[0].split("|")[0].strip()}
+    assert second.text == text and second.by_id == sp.parse_squeue(text)
+    assert sp.squeue_changes(text, second) == (second, set())

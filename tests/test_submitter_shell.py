@@ -403,3 +403,87 @@ async def test_a_full_slot_frees_when_its_runner_ends_watched_by_pidfd_or_adopte
         gate.touch()
         gate_a.touch()
         await backend.close()
+
+
+async def test_the_incremental_answers_add_up_to_the_full_poll(tmp_path: Path) -> None:
+    """``poll_changes`` leaves out runners a pidfd watches until it fires, and what it answers adds up to
+    ``poll``'s answer at every step: a runner ending, a job added, one removed, one that vanished."""
+    from interlink_nats.submitters.backends import shell
+    from interlink_nats.submitters.backends.base import GONE, BackendState, JobHandle, Observation, ReportsChanges
+
+    backend = shell.ShellBackend()
+    assert isinstance(backend, ReportsChanges)
+    runners: dict[str, asyncio.subprocess.Process] = {}
+    tracked: dict[str, JobHandle] = {}
+    known: dict[str, Observation] = {}
+
+    async def job(name: str) -> JobHandle:
+        """A running job as after a restart: claim, pid file and a live runner naming its directory."""
+        job_dir = tmp_path / name
+        (job_dir / shell.CLAIM).mkdir(parents=True)
+        proc = await asyncio.create_subprocess_exec(
+            "bash", "-c", "read -r _", shell.RUNNER_NAME, str(job_dir), stdin=asyncio.subprocess.PIPE
+        )
+        runners[name] = proc
+        (job_dir / shell.PID_FILE).write_text(f"{proc.pid}\n")
+        return JobHandle(name, job_dir, name)
+
+    async def step(
+        added: list[JobHandle] | None = None, removed: list[JobHandle] | None = None, *, restart: bool = False
+    ) -> dict[str, Observation]:
+        added, removed = added or [], removed or []
+        if restart:
+            tracked.clear()
+            known.clear()
+        for j in removed:
+            del tracked[j.uid]
+            known.pop(j.uid, None)
+        tracked.update({j.uid: j for j in added})
+        answer = await backend.poll_changes(added, removed, restart=restart)
+        assert {j.uid for j in added} <= answer.keys(), "every added job is answered"
+        known.update({uid: obs for uid, obs in answer.items() if uid in tracked})
+        full = await backend.poll(list(tracked.values()))
+        assert known == {uid: full.get(uid, GONE) for uid in tracked}
+        return answer
+
+    async def end(name: str, code: int) -> None:
+        """The runner writes its exit file and exits; wait until the backend's pidfd saw it."""
+        (tmp_path / name / shell.EXIT_FILE).write_text(f"{code}\n")
+        proc = runners[name]
+        assert proc.stdin is not None
+        proc.stdin.close()
+        await proc.wait()
+
+        async def seen() -> bool:
+            return name not in backend._running
+
+        await wait_for(seen, what=f"the pidfd of {name}'s runner")
+
+    try:
+        a, b, c = await job("a"), await job("b"), await job("c")
+        await backend.reconcile([a, b, c])  # adopted: each runner watched by a pidfd
+        first = await step([a, b, c], restart=True)
+        assert {obs.state for obs in first.values()} == {BackendState.RUNNING}
+        assert await step() == {}, "runners a pidfd watches cost nothing until it fires"
+
+        await end("b", 3)
+        answer = await step()
+        assert answer.keys() == {"b"} and answer["b"].state is BackendState.FAILED
+
+        d = await job("d")
+        await backend.reconcile([d])
+        assert (await step([d], [b])).keys() == {"d"}
+        await end("a", 0)
+        assert (await step()).keys() == {"a"}
+
+        # A job whose runner vanished without its exit file (killed with everything): GONE.
+        runners["c"].kill()
+        await runners["c"].wait()
+        await wait_for(lambda: asyncio.sleep(0, "c" not in backend._running), what="c's pidfd")
+        assert (await step())["c"] is GONE
+    finally:
+        for proc in runners.values():
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+        await backend.close()
