@@ -9,8 +9,7 @@ __job_dir=${INTERLINK_JOB_DIR:-$PWD}
 cd -- "$__job_dir" || exit 125
 __job_dir=$PWD
 export INTERLINK_JOB_DIR="$__job_dir"
-# The submitter made the job dir 0700, containers/ and the layout above when all of it is here
-# (with links in it: when .prepared, made after them, leads here).
+# The submitter made the job dir 0700, containers/ and the layout above when this test holds.
 __prepared=0
 [ -d containers ] && __prepared=1
 if [ "$__prepared" = 0 ]; then
