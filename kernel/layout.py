@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -104,6 +105,12 @@ class LayoutLink:
 
 
 LayoutEntry = LayoutDir | LayoutLink
+
+
+def needs_marker(entries: Sequence[LayoutEntry]) -> bool:
+    """Whether the script learns from ``PREPARED_FILE`` that the layout was made (the submitter then makes it
+    last), rather than from testing each directory: only a marker says where links' absolute targets lead."""
+    return any(isinstance(e, LayoutLink) for e in entries)
 
 
 def layout_line(entries: list[LayoutEntry]) -> str:

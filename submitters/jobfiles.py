@@ -116,7 +116,7 @@ def _prepare_layout(directory: str, script: str, fresh: bool) -> None:
             except FileExistsError:  # like `ln -sfn`: a link or file there is replaced
                 os.unlink(path)
                 os.symlink(target, path)
-        if any(isinstance(entry, layout.LayoutLink) for entry in entries):
+        if layout.needs_marker(entries):
             os.symlink(absolute, marker)
     except OSError:
         return  # the script makes what is missing itself

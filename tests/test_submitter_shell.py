@@ -453,7 +453,9 @@ async def test_the_incremental_answers_add_up_to_the_full_poll(tmp_path: Path) -
         assert proc.stdin is not None
         proc.stdin.close()
         await proc.wait()
+        await pidfd_fired(name)
 
+    async def pidfd_fired(name: str) -> None:
         async def seen() -> bool:
             return name not in backend._running
 
@@ -479,7 +481,7 @@ async def test_the_incremental_answers_add_up_to_the_full_poll(tmp_path: Path) -
         # A job whose runner vanished without its exit file (killed with everything): GONE.
         runners["c"].kill()
         await runners["c"].wait()
-        await wait_for(lambda: asyncio.sleep(0, "c" not in backend._running), what="c's pidfd")
+        await pidfd_fired("c")
         assert (await step())["c"] is GONE
     finally:
         for proc in runners.values():

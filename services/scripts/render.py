@@ -194,7 +194,7 @@ def _prepared_test(entries: list[layout.LayoutEntry]) -> str:
     """The script's test that the submitter made its layout (``layout.PREPARED_FILE``): a layout of
     directories is tested entry by entry, with builtins, so it needs no marker (an inode made and removed
     per job); one with links needs the marker, as only it says where the links' absolute targets lead."""
-    if any(isinstance(e, layout.LayoutLink) for e in entries):
+    if layout.needs_marker(entries):
         return f"[ {layout.PREPARED_FILE} -ef . ]"
     return " && ".join([f"[ -d {layout.CONTAINERS_DIR} ]", *(f"[ -d {quote(e.path)} ]" for e in entries)])
 
