@@ -32,6 +32,7 @@ import nats
 from _harness import free_port, median, percentile, print_table
 from interlink_nats.kernel.subjects import EVENTS_STREAM
 from interlink_nats.services.gateway.app import Gateway
+from interlink_nats.services.gateway.errors import GatewayError
 from interlink_nats.services.gateway.server import running_gateway
 from interlink_nats.services.gateway.settings import GatewayNatsSettings, GatewaySettings
 from interlink_nats.services.nats_server import NatsCluster, NatsServerProcess
@@ -105,11 +106,15 @@ async def steady_creates(gateway: Gateway, run: str, count: int, rate: float, st
 
 
 async def create_retrying(gateway: Gateway, body: bytes) -> None:
-    for _ in range(60):
+    """One /create, retried on a 5xx (a node lost: the pool unreachable for a moment) as interLink does;
+    any other error is the bench's own fault and ends it, rather than leave the phase without pods."""
+    for attempt in range(60):
         try:
-            await gateway.create(body)
+            await gateway.calls.create(body)
             return
-        except Exception:
+        except GatewayError as exc:
+            if exc.status_code < 500 or attempt == 59:
+                raise
             await asyncio.sleep(0.5)
 
 
@@ -169,6 +174,8 @@ async def stream_current(cluster: NatsCluster) -> int:
 
 def latency_row(name: str, probe: Probe) -> tuple[list[object], dict[str, float]]:
     values = [lat * 1000 for _, lat in probe.samples]
+    if not values:
+        raise RuntimeError(f"{name}: no event reached the gateway; nothing to measure")
     p50, p99 = percentile(values, 50), percentile(values, 99)
     return [name, len(values), f"{p50:.1f}", f"{p99:.1f}"], {"p50_ms": round(p50, 2), "p99_ms": round(p99, 2)}
 
