@@ -148,8 +148,31 @@ def prepare_job_dirs(items: Sequence[tuple[Path, str]]) -> list[Path | OSError]:
     return out
 
 
+REMOVE_ATTEMPTS = 20
+REMOVE_PAUSE_S = 0.1
+
+
 def remove_job_dir(job_dir: Path) -> None:
-    shutil.rmtree(job_dir, ignore_errors=True)
+    """Remove a cancelled or deleted job's directory, even while its script is still ending.
+
+    A cancel returns once the batch system was told (scancel does not wait), so the script's clean-up may
+    still be writing exit files while this runs, and a file made during ``rmtree`` leaves the directory
+    behind (``ENOTEMPTY``). So the directory is first renamed aside (atomic: its path is gone at once, and
+    the script's writes by path fail), then removed, again while anything appears in it (bounded: a job
+    ending goes quiet within its grace period; after the attempts, what is left stays under ``jobs/``).
+    """
+    aside = job_dir.with_name(f".removing-{job_dir.name}-{os.urandom(4).hex()}")
+    try:
+        os.rename(job_dir, aside)
+    except FileNotFoundError:
+        return
+    except OSError:
+        aside = job_dir  # another file system under jobs/, say: removed in place
+    for attempt in range(REMOVE_ATTEMPTS):
+        shutil.rmtree(aside, ignore_errors=True)
+        if not os.path.lexists(aside):
+            return
+        time.sleep(REMOVE_PAUSE_S)
 
 
 def _read_small(path: str, mtime: bool) -> tuple[bytes, float | None] | None:

@@ -56,6 +56,12 @@ def rejected(d: dict[str, Any], bc: pb.BuildConfig = APPTAINER) -> PodRejected:
     return e.value
 
 
+def test_runtime_none_ignores_the_image_but_rejects_one_that_is_not_a_string() -> None:
+    """The image is echoed in the pod's status: a number there was a 500 in the gateway (found by the fuzz test)."""
+    assert list(render_job(data([ctr(image="anything")]), NONE).containers) == ["main"]
+    assert rejected(data([ctr(image=7)]), NONE).field == "spec.containers[0].image"
+
+
 # --- resources ---------------------------------------------------------------------------------
 
 

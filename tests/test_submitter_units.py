@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import shutil
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -492,3 +493,27 @@ async def test_the_batch_runner_groups_what_queued_meanwhile_and_answers_each_it
     await runner.close()
     with pytest.raises(RuntimeError):
         await runner.run(4)
+
+
+def test_remove_job_dir_outlasts_a_script_still_writing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """scancel does not wait for the job's clean-up: a file it writes while the directory is being removed must
+    not leave the directory behind (it did: tests/test_slurm.py's cancel test failed once in CI)."""
+    job_dir = tmp_path / "jobs" / "j"
+    jobfiles.prepare_job_dir(job_dir, "#!/bin/bash\ntrue\n")
+    real_rmtree = shutil.rmtree
+    calls: list[Path] = []
+
+    def rmtree_while_writing(path: Path, ignore_errors: bool = False) -> None:
+        calls.append(Path(path))
+        real_rmtree(path, ignore_errors=ignore_errors)
+        if len(calls) == 1:  # the script's clean-up wrote an exit file meanwhile, recreating its directory
+            (Path(path) / layout.CONTAINERS_DIR).mkdir(parents=True)
+            (Path(path) / layout.CONTAINERS_DIR / "main.exit").write_text("143\n")
+
+    monkeypatch.setattr(jobfiles.shutil, "rmtree", rmtree_while_writing)
+    monkeypatch.setattr(jobfiles, "REMOVE_PAUSE_S", 0.0)
+    jobfiles.remove_job_dir(job_dir)
+    assert not job_dir.exists()
+    assert list((tmp_path / "jobs").iterdir()) == [], "nothing left aside either"
+    assert len(calls) == 2 and calls[0] != job_dir, "removed after being renamed aside"
+    jobfiles.remove_job_dir(job_dir)  # already gone: nothing to do

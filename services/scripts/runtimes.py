@@ -230,7 +230,10 @@ class HostRuntime:
     singularity_annotations: bool = False
 
     def image(self, raw: Any, where: str, image_root: Callable[[], str | None], bc: pb.BuildConfig) -> None:
-        return None  # the image is ignored: there is no container
+        """Ignored (there is no container), but still a string if given: interLink's status echoes it."""
+        if raw is not None and not isinstance(raw, str):
+            raise PodRejected(where + ".image", f"must be a string, not {type(raw).__name__}")
+        return None
 
     def commands(self, launch: Launch, pod: PodOptions) -> ContainerCommands:
         where = launch.where
