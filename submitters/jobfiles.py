@@ -168,7 +168,7 @@ def remove_job_dir(job_dir: Path) -> None:
         return
     except OSError:
         aside = job_dir  # another file system under jobs/, say: removed in place
-    for attempt in range(REMOVE_ATTEMPTS):
+    for _ in range(REMOVE_ATTEMPTS):
         shutil.rmtree(aside, ignore_errors=True)
         if not os.path.lexists(aside):
             return
