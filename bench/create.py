@@ -8,7 +8,10 @@ Between reps the bench waits until every job of the rep has run (the last column
 never compete with the previous rep's jobs for the CPU.
 
 Ceiling, in the same run: a raw nats-py request-reply between two processes with the same request
-bytes as one Submit (a rendered no-op pod) and 64 in flight. The ratio is create/s ÷ raw/s.
+bytes as one Submit (a rendered no-op pod) and 64 in flight. The ratio is create/s ÷ raw/s. Its CPU per
+call (client + responder, ``raw_cpu_ms_per_req``) is the machine's yardstick: CPU figures in ms differ
+twofold between the machines this project runs on, so ``create_cpu_vs_raw`` (a create's plumbing CPU in
+raw request-replies) is the figure to compare across machines and sessions.
 
 CPU per create (issue 14, P1), from ``/proc/<pid>/stat`` deltas over the creates of a rep: the gateway's
 and the submitter's own CPU (the plumbing: ``create_cpu_ms_per_req`` is their sum), the shell launcher's
@@ -222,6 +225,7 @@ def main() -> None:
         idle_ms = CpuMeter.per_request_ms(idle_before, meter.read(), 1)  # one "request": the whole window
         idle_ms_per_s = (idle_ms["gateway"] + idle_ms["submitter"]) / IDLE_WINDOW_S
         rows, creates, raws, serial = [], [], [], []
+        raw_cpus: list[float] = []  # ms of CPU per raw request-reply, client + responder
         cpus: dict[int, list[dict[str, float]]] = {IN_FLIGHT: [], 1: []}
         for rep in range(args.reps):
             for in_flight in (IN_FLIGHT, 1):
@@ -240,7 +244,14 @@ def main() -> None:
                 create_rate = len(latencies) / elapsed
                 raw_rate, raw_p99 = float("nan"), float("nan")
                 if in_flight == IN_FLIGHT:
-                    raw_lat, raw_elapsed = asyncio.run(raw_ceiling(nats_server.url, submit_bytes, args.pods * 4))
+                    raw_count = args.pods * 4
+                    raw_before = time.process_time(), cpu_seconds(responder.pid)[0]
+                    raw_lat, raw_elapsed = asyncio.run(raw_ceiling(nats_server.url, submit_bytes, raw_count))
+                    raw_cpus.append(
+                        (time.process_time() - raw_before[0] + cpu_seconds(responder.pid)[0] - raw_before[1])
+                        * 1e3
+                        / raw_count
+                    )
                     raw_rate, raw_p99 = len(raw_lat) / raw_elapsed, percentile(raw_lat, 99)
                     creates.append((create_rate, latencies))
                     raws.append((raw_rate, raw_lat))
@@ -260,6 +271,7 @@ def main() -> None:
                         f"{cpu['jobs']:.2f}",
                         f"{raw_rate:.0f}",
                         f"{raw_p99 * 1e3:.1f}",
+                        f"{raw_cpus[-1]:.3f}" if in_flight == IN_FLIGHT else "nan",
                         f"{create_rate / raw_rate:.3f}",
                         errors,
                         f"{drained:.1f}",
@@ -282,6 +294,7 @@ def main() -> None:
                 "jobs",
                 "raw NATS req/s",
                 "raw p99 ms",
+                "raw CPU ms",
                 "ratio",
                 "errors",
                 "jobs done after s",
@@ -300,6 +313,8 @@ def main() -> None:
             "create_p99_ms": round(median([percentile(c[1], 99) for c in creates]) * 1e3, 2),
             "raw_nats_per_s": round(raw_rate, 1),
             "ratio": round(create_rate / raw_rate, 3),
+            "raw_cpu_ms_per_req": round(median(raw_cpus), 4),
+            "create_cpu_vs_raw": round(cpu_median(IN_FLIGHT, "plumbing") / median(raw_cpus), 2),
             "create_cpu_ms_per_req": cpu_median(IN_FLIGHT, "plumbing"),
             "gateway_cpu_ms_per_req": cpu_median(IN_FLIGHT, "gateway"),
             "submitter_cpu_ms_per_req": cpu_median(IN_FLIGHT, "submitter"),
