@@ -39,8 +39,20 @@ def validate_container(name: str) -> str:
     return name
 
 
+JOBS_DIR = "jobs"
+"""Under the state dir: one directory per job, named by its pod UID."""
+
+REMOVING_PREFIX = ".removing-"
+"""A job directory being removed is renamed to this prefix first (:func:`remove_job_dir`); never a pod UID,
+which starts with a letter or digit."""
+
+
+def jobs_root(state_dir: Path) -> Path:
+    return state_dir / JOBS_DIR
+
+
 def job_dir_for(state_dir: Path, uid: str) -> Path:
-    return state_dir.joinpath("jobs", validate_uid(uid))
+    return state_dir.joinpath(JOBS_DIR, validate_uid(uid))
 
 
 def prepare_job_dir(job_dir: Path, script: str) -> Path:
@@ -159,9 +171,10 @@ def remove_job_dir(job_dir: Path) -> None:
     still be writing exit files while this runs, and a file made during ``rmtree`` leaves the directory
     behind (``ENOTEMPTY``). So the directory is first renamed aside (atomic: its path is gone at once, and
     the script's writes by path fail), then removed, again while anything appears in it (bounded: a job
-    ending goes quiet within its grace period; after the attempts, what is left stays under ``jobs/``).
+    ending goes quiet within its grace period; after the attempts, or after a crash in between, what is left
+    stays under ``jobs/`` until :func:`sweep_removals` at the next start).
     """
-    aside = job_dir.with_name(f".removing-{job_dir.name}-{os.urandom(4).hex()}")
+    aside = job_dir.with_name(f"{REMOVING_PREFIX}{job_dir.name}-{os.urandom(4).hex()}")
     try:
         os.rename(job_dir, aside)
     except FileNotFoundError:
@@ -173,6 +186,19 @@ def remove_job_dir(job_dir: Path) -> None:
         if not os.path.lexists(aside):
             return
         time.sleep(REMOVE_PAUSE_S)
+
+
+def sweep_removals(jobs: Path) -> int:
+    """Remove what :func:`remove_job_dir` left behind (a crash between its rename and its last ``rmtree``, or a
+    script that kept writing past the attempts); returns how many were left. Run at start, when no job of
+    this instance is being removed; another replica's removal in progress is harmless to sweep with it."""
+    try:
+        names = [e.name for e in os.scandir(jobs) if e.name.startswith(REMOVING_PREFIX)]
+    except FileNotFoundError:
+        return 0
+    for name in names:
+        shutil.rmtree(jobs / name, ignore_errors=True)
+    return len(names)
 
 
 def _read_small(path: str, mtime: bool) -> tuple[bytes, float | None] | None:

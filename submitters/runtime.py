@@ -41,7 +41,7 @@ from typing import Any
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel.log_context import bind as bind_log_fields
 from interlink_nats.kernel.version import __version__
-from interlink_nats.submitters import fastwire
+from interlink_nats.submitters import fastwire, jobfiles
 from interlink_nats.submitters.announcer import Announcer
 from interlink_nats.submitters.backends.base import Backend, BackendError
 from interlink_nats.submitters.clock import Clock, as_clock
@@ -165,7 +165,7 @@ class Submitter:
         """Everything before NATS: lock, registry, BuildConfig, backend, adoption and recovery."""
         try:
             self.state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-            (self.state_dir / "jobs").mkdir(exist_ok=True, mode=0o700)
+            jobfiles.jobs_root(self.state_dir).mkdir(exist_ok=True, mode=0o700)
         except OSError as exc:
             raise SubmitterError(f"cannot create state dir {self.state_dir}: {exc}") from exc
         self.instance_lock.acquire()
@@ -177,6 +177,9 @@ class Submitter:
             await self.backend.start()
             await self.recovery.adopt_dead_owners()
             await self.recover()
+            left = await asyncio.to_thread(jobfiles.sweep_removals, jobfiles.jobs_root(self.state_dir))
+            if left:
+                log.info("removed %d job directories an earlier run left half-removed", left)
         except BaseException:
             await self._shutdown(drain=False)
             raise

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel import layout
+from interlink_nats.submitters import jobfiles
 from interlink_nats.submitters.backends.base import (
     Backend,
     BackendState,
@@ -127,6 +128,24 @@ async def test_an_interrupted_submission_without_a_script_waits_for_the_retry(tm
         assert await phase_of(a, uid) is Phase.SUBMITTING
         await a.submit(job(uid))
         assert len(backend.submissions(uid)) == 1
+
+
+async def test_a_restart_sweeps_job_directories_a_crash_left_half_removed(tmp_path: Path) -> None:
+    """remove_job_dir renames a directory aside before removing it; a crash in between must not leave it forever."""
+    backend = FakeBackend()
+    uid = new_uid()
+    async with offline_submitter(tmp_path, backend, instance_id="a") as a:
+        await a.submit(job(uid))
+        await crash(a)
+    jobs = jobfiles.jobs_root(tmp_path)
+    half_removed = jobs / f"{jobfiles.REMOVING_PREFIX}{new_uid()}-0a1b2c3d"
+    (half_removed / layout.CONTAINERS_DIR).mkdir(parents=True)
+    (half_removed / layout.CONTAINERS_DIR / "main.exit").write_text("143\n")
+    async with offline_submitter(tmp_path, backend, instance_id="a") as a:
+        assert not half_removed.exists()
+        assert sorted(p.name for p in jobs.iterdir()) == [uid], "the live job's directory stays"
+        assert (jobs / uid / layout.SCRIPT_NAME).is_file()
+        assert a.tracked == 1
 
 
 async def test_a_live_replica_adopts_a_crashed_ones_jobs_without_running_them_again(tmp_path: Path) -> None:
