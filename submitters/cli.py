@@ -7,11 +7,11 @@ file (``--config``, YAML or TOML); the command line wins, then the environment, 
 
 from __future__ import annotations
 
-import gc
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from interlink_nats.kernel.gc_tuning import freeze_long_lived
 
 from interlink_nats.logging_setup import setup_logging
 from interlink_nats.signals import run_until_signal
@@ -38,22 +38,6 @@ LogOpt = Annotated[str, typer.Option(help="debug, info, warning")]
 JsonOpt = Annotated[bool, typer.Option(help="log JSON lines")]
 
 
-GC_THRESHOLDS = (50_000, 20, 100)
-"""Young-generation threshold for the submitter's own process (CPython's default is 700).
-
-Why: under load every Submit allocates a few hundred short-lived objects (protobuf messages,
-futures, tasks), so with the default threshold the collector ran hundreds of times a second and
-rescanned the long-lived ones (tracked jobs, cached statuses) each time: about 20 % of the CPU
-per Submit measured with ``bench/create.py``. Cycles are still collected, just in larger steps."""
-
-
-def _tune_gc() -> None:
-    """Freeze what start-up allocated (modules, settings) and collect young objects less often."""
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(*GC_THRESHOLDS)
-
-
 def _serve(config: Path | None, log_level: str, json_logs: bool, overrides: dict[str, Any]) -> None:
     from interlink_nats.submitters.runtime import run_submitter
     from interlink_nats.submitters.settings import SubmitterSettings
@@ -62,7 +46,7 @@ def _serve(config: Path | None, log_level: str, json_logs: bool, overrides: dict
     # Invalid settings (ValidationError, ConfigFileError) and start-up failures leave through the CLI's one
     # error boundary (interlink_nats.errors): one line, exit 2 for bad input, 1 for a failed start.
     settings = SubmitterSettings.load(config, **overrides)
-    _tune_gc()
+    freeze_long_lived()  # start-up (modules, settings) leaves the collector's scans; see kernel/gc_tuning.py
     run_until_signal(lambda stop: run_submitter(settings, stop))
 
 
