@@ -85,6 +85,8 @@ removes it first at exit. A layout of directories only needs no marker: the scri
 LAYOUT_PREFIX = "# interlink-nats layout: "
 """A rendered script's layout line (JSON, one line), among its first lines."""
 _LAYOUT_WINDOW = 1024
+_LAYOUT_JSON = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"))
+"""One encoder for every script: ``json.dumps`` with options builds a new one per call (~3 µs a render)."""
 _MODE = re.compile("0[0-7]{3}")
 
 
@@ -121,7 +123,7 @@ def layout_line(entries: list[LayoutEntry]) -> str:
             items.append(["d", e.path, None if e.mode is None else f"{e.mode:04o}"])
         else:
             items.append(["l", e.path, e.target])
-    return LAYOUT_PREFIX + json.dumps(items, ensure_ascii=True, separators=(",", ":"))
+    return LAYOUT_PREFIX + _LAYOUT_JSON.encode(items)
 
 
 def _below(path: object) -> str:

@@ -15,6 +15,7 @@ not decode later. ``tests/test_gateway_event_wire.py`` checks both against the g
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from interlink_nats.kernel.protowire import WIRE_LEN, read_varint, skip
 
@@ -33,8 +34,35 @@ class _Field:
     """A message field's fields."""
 
 
+_VARINT_VALUES = {
+    "bool": range(2),
+    "uint64": range(1 << 64),
+    "seconds": range(_MAX_TIMESTAMP_S + 1),
+    "nanos": range(1_000_000_000),
+}
+"""The values each kind of varint field may hold, but an enum's (its own) and an int32's (two ranges)."""
+_INT32_NEGATIVE = (1 << 64) - (1 << 31)
+"""The least varint of a negative int32 (written sign-extended to 64 bits)."""
+
+
+class _Tag(NamedTuple):
+    """What ``_walk`` needs of a field, looked up by the field's whole key (number and wire type) at once."""
+
+    number: int
+    repeated: bool
+    length_delimited: bool
+    allowed: range | None
+    """A varint's values (None: an int32's, checked apart)."""
+    tags: _Tags | None
+    """A message's fields; None for a string (or a varint)."""
+
+
 _Schema = dict[int, _Field]
-_Value = int | tuple[int, int]
+_Tags = dict[int, _Tag]
+_Value = int | tuple[int, int, "_Found"]
+"""A varint, or the (start, end) of a length-delimited value with a message's fields (empty for a string)."""
+_Found = dict[int, _Value]
+_NO_FIELDS: _Found = {}
 
 _STRING, _BOOL = _Field("string"), _Field("bool")
 _TIMESTAMP = _Field("message", schema={1: _Field("seconds"), 2: _Field("nanos")})
@@ -67,6 +95,22 @@ _JOB_STATUS: _Schema = {
 _JOB_EVENT: _Schema = {1: _Field("message", schema=_JOB_STATUS), 2: _Field("uint64"), 3: _STRING}
 
 
+def _tags(schema: _Schema) -> _Tags:
+    """``schema`` keyed by each field's key as it is on the wire: one dict lookup checks number and wire type."""
+    tags: _Tags = {}
+    for number, field in schema.items():
+        length_delimited = field.kind in ("string", "message")
+        sub = _tags(field.schema) if field.schema is not None else None
+        allowed = field.values if field.kind == "enum" else _VARINT_VALUES.get(field.kind)
+        tags[number << 3 | (WIRE_LEN if length_delimited else 0)] = _Tag(
+            number, field.repeated, length_delimited, allowed, sub
+        )
+    return tags
+
+
+_JOB_EVENT_TAGS = _tags(_JOB_EVENT)
+
+
 class _Unusual(Exception):
     """Not the plain shape read here: the caller falls back to betterproto2."""
 
@@ -92,50 +136,46 @@ def _varint(data: bytes, pos: int, end: int) -> tuple[int, int]:
     return value, pos
 
 
-def _walk(data: bytes, pos: int, end: int, schema: _Schema) -> dict[int, _Value]:
-    """Check that ``data[pos:end]`` is a plain message of ``schema``; its singular fields' values
-    (an int, or the (start, end) of a length-delimited value)."""
-    found: dict[int, _Value] = {}
+def _walk(data: bytes, pos: int, end: int, tags: _Tags) -> _Found:
+    """Check that ``data[pos:end]`` is a plain message of ``tags``; its singular fields' values.
+
+    Every event goes through here field by field (~90 varints), so one-byte varints (nearly every key,
+    length and small value) are read inline, and each message is walked once, its fields kept for the caller.
+    """
+    found: _Found = {}
     while pos < end:
-        key, pos = _varint(data, pos, end)
-        field = schema.get(key >> 3)
-        if field is None or (key >> 3 in found and not field.repeated):
-            raise _Unusual
-        wire_type = key & 7
-        if wire_type == 2 and field.kind in ("string", "message"):
-            length, pos = _varint(data, pos, end)
-            if pos + length > end:
-                raise _Unusual
-            if field.kind == "string":
-                _text(data, pos, pos + length)
-            else:
-                assert field.schema is not None
-                _walk(data, pos, pos + length, field.schema)
-            found[key >> 3] = (pos, pos + length)
-            pos += length
-        elif wire_type == 0 and field.kind not in ("string", "message"):
-            value, pos = _varint(data, pos, end)
-            if not _in_range(field, value):
-                raise _Unusual
-            found[key >> 3] = value
+        key = data[pos]
+        if key < 0x80:
+            pos += 1
         else:
+            key, pos = _varint(data, pos, end)
+        tag = tags.get(key)
+        if tag is None or (tag.number in found and not tag.repeated) or pos >= end:
             raise _Unusual
+        value = data[pos]
+        if value < 0x80:
+            pos += 1
+        else:
+            value, pos = _varint(data, pos, end)
+        if tag.length_delimited:
+            stop = pos + value
+            if stop > end:
+                raise _Unusual
+            if tag.tags is None:
+                _text(data, pos, stop)
+                found[tag.number] = (pos, stop, _NO_FIELDS)
+            else:
+                found[tag.number] = (pos, stop, _walk(data, pos, stop, tag.tags))
+            pos = stop
+        else:
+            allowed = tag.allowed
+            if allowed is None:  # an int32
+                if 1 << 31 <= value < _INT32_NEGATIVE:
+                    raise _Unusual
+            elif value not in allowed:
+                raise _Unusual
+            found[tag.number] = value
     return found
-
-
-def _in_range(field: _Field, value: int) -> bool:
-    kind = field.kind
-    if kind == "bool":
-        return value <= 1
-    if kind == "enum":
-        return field.values is not None and value in field.values
-    if kind == "int32":  # a negative int32 is written as a sign-extended 64-bit varint
-        return value < 1 << 31 or value >= (1 << 64) - (1 << 31)
-    if kind == "seconds":
-        return value <= _MAX_TIMESTAMP_S
-    if kind == "nanos":
-        return value <= 999_999_999
-    return kind == "uint64"
 
 
 def _text(data: bytes, start: int, end: int) -> str:
@@ -148,18 +188,18 @@ def _text(data: bytes, start: int, end: int) -> str:
 def read_event(data: bytes) -> EventView | None:
     """The event's few fields, or None when it is not of the plain shape (parse it with betterproto2 then)."""
     try:
-        event = _walk(data, 0, len(data), _JOB_EVENT)
+        event = _walk(data, 0, len(data), _JOB_EVENT_TAGS)
         status = event.get(1)
         if not isinstance(status, tuple):
             return None
-        fields = _walk(data, status[0], status[1], _JOB_STATUS)
+        fields = status[2]
         pod = fields.get(1)
         uid = ""
         if isinstance(pod, tuple):
-            ref = _walk(data, pod[0], pod[1], _POD_REF.schema or {}).get(1)
-            uid = _text(data, *ref) if isinstance(ref, tuple) else ""
+            ref = pod[2].get(1)
+            uid = _text(data, ref[0], ref[1]) if isinstance(ref, tuple) else ""
         job = fields.get(3)
-        job_id = _text(data, *job) if isinstance(job, tuple) else ""
+        job_id = _text(data, job[0], job[1]) if isinstance(job, tuple) else ""
         state = fields.get(4, 0)
         revision = event.get(2, 0)
     except _Unusual:

@@ -15,20 +15,18 @@ POOL_KEY = "pool.vk.io"
 
 
 def pool_for_pod(pod: dict[str, Any], default_pool: str | None) -> str:
-    """The pod's pool, or ``default_pool``; a 4xx naming the problem when there is neither or several."""
+    """The pod's pool, or ``default_pool``; a 4xx naming the problem when there is neither or several.
+
+    Runs for every create: the fields' paths are only built for an error."""
     spec = pod.get("spec") or {}
-    candidates: list[tuple[str, str]] = []
-    for i, toleration in enumerate(spec.get("tolerations") or []):
+    candidates: list[tuple[int | None, str]] = []  # (toleration index, or None for the nodeSelector; pool)
+    for i, toleration in enumerate(spec.get("tolerations") or ()):
         if isinstance(toleration, dict) and toleration.get("key") == POOL_KEY and toleration.get("value"):
-            candidates.append((f"spec.tolerations[{i}]", str(toleration["value"])))
+            candidates.append((i, str(toleration["value"])))
     selector = spec.get("nodeSelector") or {}
     if isinstance(selector, dict) and selector.get(POOL_KEY):
-        candidates.append((f"spec.nodeSelector.{POOL_KEY}", str(selector[POOL_KEY])))
-    pools = {value for _, value in candidates}
-    if len(pools) > 1:
-        where = ", ".join(f"{field}={value!r}" for field, value in candidates)
-        raise BadRequest("spec.tolerations", f"the pod names more than one pool ({where})", 422)
-    if not pools:
+        candidates.append((None, str(selector[POOL_KEY])))
+    if not candidates:
         if default_pool:
             return default_pool
         raise BadRequest(
@@ -37,8 +35,16 @@ def pool_for_pod(pod: dict[str, Any], default_pool: str | None) -> str:
             f"or a nodeSelector {POOL_KEY}: <pool>, and the gateway has no default pool",
             422,
         )
-    field, pool = candidates[0]
+    index, pool = candidates[0]
+    if any(value != pool for _, value in candidates):
+        where = ", ".join(f"{_field(i)}={value!r}" for i, value in candidates)
+        raise BadRequest("spec.tolerations", f"the pod names more than one pool ({where})", 422)
     try:
         return validate_pool(pool)
     except InvalidPoolNameError as exc:
-        raise BadRequest(field, str(exc), 422) from None
+        raise BadRequest(_field(index), str(exc), 422) from None
+
+
+def _field(toleration: int | None) -> str:
+    """The path of the field that named a pool: a toleration by its index, else the nodeSelector."""
+    return f"spec.tolerations[{toleration}]" if toleration is not None else f"spec.nodeSelector.{POOL_KEY}"
