@@ -145,23 +145,27 @@ class Outbox:
             nc = self.nc
             subject = events_subject(self.pool, self.subject_prefix)
             batch = list(self.pending.items())
-            sem = asyncio.Semaphore(PUBLISH_CONCURRENCY)
-            failed = asyncio.Event()
+            todo = iter(batch)
+            done: list[tuple[str, int]] = []
+            failed = False
 
-            async def one(uid: str, event: PendingEvent) -> tuple[str, int] | None:
-                async with sem:
-                    if failed.is_set():
-                        return None
+            async def publisher() -> None:
+                # Each takes the next event from the shared iterator: at most PUBLISH_CONCURRENCY acks awaited
+                # at once, with a task per publisher rather than per event (and no semaphore).
+                nonlocal failed
+                for uid, event in todo:
+                    if failed:
+                        return
                     try:
                         await publish_acked(nc, subject, event.data)
                     except (nats.errors.Error, TimeoutError) as exc:
-                        if not failed.is_set():
+                        if not failed:
                             log.warning("publishing events paused: %s", exc)
-                        failed.set()
-                        return None
-                    return uid, event.revision
+                        failed = True
+                        return
+                    done.append((uid, event.revision))
 
-            done = [d for d in await asyncio.gather(*(one(u, e) for u, e in batch)) if d is not None]
+            await asyncio.gather(*(publisher() for _ in range(min(PUBLISH_CONCURRENCY, len(batch)))))
             for uid, rev in done:
                 current = self.pending.get(uid)
                 if current is not None and current.revision == rev:
