@@ -221,11 +221,11 @@ def _read_number(path: str, mtime: bool = True) -> tuple[float | None, float | N
     return value, got[1], value is None and not text.endswith("\n")
 
 
-def _read_files(job_dir: Path, names: Sequence[str]) -> tuple[dict[str, ContainerFiles], bool]:
-    """The container files, and whether every one present was complete (else a later read may differ)."""
+def _read_files(cdir: str, names: Sequence[str]) -> tuple[dict[str, ContainerFiles], bool]:
+    """The container files in ``cdir`` (a job's ``containers/``), and whether every one present was complete
+    (else a later read may differ)."""
     out: dict[str, ContainerFiles] = {}
     complete = True
-    cdir = os.path.join(job_dir, layout.CONTAINERS_DIR)
     for name in names:
         started, _, partial = _read_number(os.path.join(cdir, name + layout.STARTED_SUFFIX), mtime=False)
         code, finished, partial_exit = _read_number(os.path.join(cdir, name + layout.EXIT_SUFFIX))
@@ -239,7 +239,7 @@ def _read_files(job_dir: Path, names: Sequence[str]) -> tuple[dict[str, Containe
 
 
 def read_container_files(job_dir: Path, names: Sequence[str]) -> dict[str, ContainerFiles]:
-    return _read_files(job_dir, names)[0]
+    return _read_files(os.path.join(job_dir, layout.CONTAINERS_DIR), names)[0]
 
 
 class ContainerFilesCache:
@@ -250,14 +250,16 @@ class ContainerFilesCache:
 
     def read(self, job_dir: Path, names: Sequence[str], cdir: str | None = None) -> dict[str, ContainerFiles]:
         """``cdir``: the ``containers/`` path as a string, when the caller keeps it (saves path building)."""
+        if cdir is None:
+            cdir = os.path.join(job_dir, layout.CONTAINERS_DIR)
         try:
-            mtime = os.stat(cdir or os.path.join(job_dir, layout.CONTAINERS_DIR)).st_mtime_ns
+            mtime = os.stat(cdir).st_mtime_ns
         except OSError:
             return {}
         hit = self._cache.get(job_dir)
         if hit is not None and hit[0] == mtime:
             return hit[1]
-        files, complete = _read_files(job_dir, names)
+        files, complete = _read_files(cdir, names)
         if complete and time.time_ns() - mtime > _SETTLE_NS:
             # A directory changed within the clock's granularity could change again with the same
             # mtime; only cache once it has been quiet for a while. Deliberately the host's real

@@ -303,11 +303,11 @@ class Poller:
         hot = self._hot
         for t, obs, due in self._candidates(tracked, observed, hinted, seen):
             t.obs = obs
-            if t.paths is None:
+            if t.paths is None:  # string joins, not pathlib: every new job comes here once
                 job_dir = t.handle.job_dir
-                logs = {name: os.fspath(layout.log_path(job_dir, name)) for name in t.names}
-                output = os.fspath(self.backend.output_path(job_dir))
-                t.paths = (os.path.join(job_dir, layout.CONTAINERS_DIR), logs, output)
+                cdir = os.path.join(job_dir, layout.CONTAINERS_DIR)
+                logs = {name: os.path.join(cdir, name + layout.LOG_SUFFIX) for name in t.names}  # layout.log_path
+                t.paths = (cdir, logs, os.fspath(self.backend.output_path(job_dir)))
             if due:
                 t.files = self.files.read(t.handle.job_dir, t.names, t.paths[0])
             files = t.files or {}
