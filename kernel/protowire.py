@@ -46,14 +46,24 @@ def varint(value: int) -> bytes:
 
 def append_len(out: bytearray, number: int, payload: bytes) -> None:
     """Append a length-delimited field (string, bytes, message), written even when empty."""
-    append_varint(out, number << 3 | WIRE_LEN)
-    append_varint(out, len(payload))
+    size = len(payload)
+    if number < 16 and size < 0x80:  # key and length one byte each, as for most fields: no varint loop
+        out.append(number << 3 | WIRE_LEN)
+        out.append(size)
+    else:
+        append_varint(out, number << 3 | WIRE_LEN)
+        append_varint(out, size)
     out += payload
 
 
 def append_int(out: bytearray, number: int, value: int) -> None:
     """Append a varint field unless it holds proto3's default (0, False)."""
-    if value:
+    if not value:
+        return
+    if number < 16 and 0 < value < 0x80:  # key and value one byte each (enums, flags, small counts)
+        out.append(number << 3 | WIRE_VARINT)
+        out.append(value)
+    else:
         append_varint(out, number << 3 | WIRE_VARINT)
         append_varint(out, value)
 

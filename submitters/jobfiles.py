@@ -10,6 +10,7 @@ and one ``stat`` per job per poll is enough.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import shutil
 import time
@@ -55,6 +56,22 @@ def job_dir_for(state_dir: Path, uid: str) -> Path:
     return state_dir.joinpath(JOBS_DIR, validate_uid(uid))
 
 
+@functools.cache
+def _umask_keeps_owner_bits() -> bool:
+    """Whether this process's umask leaves the owner's bits alone (022 and 077 do): then a 0700 ``mkdir`` or
+    ``open`` gives exactly 0700, and a new job's directory and script need no ``chmod`` (two syscalls of the
+    ten a new job costs). Read once from ``/proc/self/status``: ``os.umask`` reads it only by setting it,
+    which would race with threads creating files. Unknown (no ``/proc``): assume not, and chmod."""
+    try:
+        with open("/proc/self/status", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8) & 0o700 == 0
+    except (OSError, ValueError, IndexError):
+        pass
+    return False
+
+
 def prepare_job_dir(job_dir: Path, script: str) -> Path:
     """Create the job directory (0700) with ``containers/`` and write the script (0700) atomically.
 
@@ -75,7 +92,10 @@ def prepare_job_dir(job_dir: Path, script: str) -> Path:
         os.mkdir(directory, 0o700)
     except FileExistsError:
         fresh = False  # a retried submission
-    os.chmod(directory, 0o700)  # mkdir's mode is masked by the umask
+    # mkdir's and open's modes are masked by the umask; a retry finds what an earlier attempt made, in any mode.
+    exact_modes = fresh and _umask_keeps_owner_bits()
+    if not exact_modes:
+        os.chmod(directory, 0o700)
     with contextlib.suppress(FileExistsError):
         os.mkdir(os.path.join(directory, layout.CONTAINERS_DIR), 0o700)
     if not script.startswith("#!"):
@@ -84,7 +104,8 @@ def prepare_job_dir(job_dir: Path, script: str) -> Path:
     tmp = os.path.join(directory, f".{layout.SCRIPT_NAME}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o700)
     try:
-        os.fchmod(fd, 0o700)  # the open's mode is masked by the umask too
+        if not exact_modes:  # in a fresh directory the open made the file
+            os.fchmod(fd, 0o700)
         data = script.encode()
         written = 0
         while written < len(data):
@@ -226,11 +247,11 @@ def _read_number(path: str, mtime: bool = True) -> tuple[float | None, float | N
     return value, got[1], value is None and not text.endswith("\n")
 
 
-def _read_files(job_dir: Path, names: Sequence[str]) -> tuple[dict[str, ContainerFiles], bool]:
-    """The container files, and whether every one present was complete (else a later read may differ)."""
+def _read_files(cdir: str, names: Sequence[str]) -> tuple[dict[str, ContainerFiles], bool]:
+    """The container files in ``cdir`` (a job's ``containers/``), and whether every one present was complete
+    (else a later read may differ)."""
     out: dict[str, ContainerFiles] = {}
     complete = True
-    cdir = os.path.join(job_dir, layout.CONTAINERS_DIR)
     for name in names:
         started, _, partial = _read_number(os.path.join(cdir, name + layout.STARTED_SUFFIX), mtime=False)
         code, finished, partial_exit = _read_number(os.path.join(cdir, name + layout.EXIT_SUFFIX))
@@ -244,7 +265,7 @@ def _read_files(job_dir: Path, names: Sequence[str]) -> tuple[dict[str, Containe
 
 
 def read_container_files(job_dir: Path, names: Sequence[str]) -> dict[str, ContainerFiles]:
-    return _read_files(job_dir, names)[0]
+    return _read_files(os.path.join(job_dir, layout.CONTAINERS_DIR), names)[0]
 
 
 class ContainerFilesCache:
@@ -255,14 +276,16 @@ class ContainerFilesCache:
 
     def read(self, job_dir: Path, names: Sequence[str], cdir: str | None = None) -> dict[str, ContainerFiles]:
         """``cdir``: the ``containers/`` path as a string, when the caller keeps it (saves path building)."""
+        if cdir is None:
+            cdir = os.path.join(job_dir, layout.CONTAINERS_DIR)
         try:
-            mtime = os.stat(cdir or os.path.join(job_dir, layout.CONTAINERS_DIR)).st_mtime_ns
+            mtime = os.stat(cdir).st_mtime_ns
         except OSError:
             return {}
         hit = self._cache.get(job_dir)
         if hit is not None and hit[0] == mtime:
             return hit[1]
-        files, complete = _read_files(job_dir, names)
+        files, complete = _read_files(cdir, names)
         if complete and time.time_ns() - mtime > _SETTLE_NS:
             # A directory changed within the clock's granularity could change again with the same
             # mtime; only cache once it has been quiet for a while. Deliberately the host's real

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import nats.errors
 import nats.js.errors
@@ -18,12 +20,46 @@ from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel.subjects import EVENTS_STREAM, events_subject
 from interlink_nats.submitters.clock import Clock
 from interlink_nats.submitters.registry import Registry
-from interlink_nats.submitters.status import encode_event
+from interlink_nats.submitters.status import encode_status, event_bytes, stamp_status
 from nats.aio.client import Client as NATS
 
 log = logging.getLogger(__name__)
 
 PUBLISH_CONCURRENCY = 128
+PUBLISH_TIMEOUT_S = 5.0
+"""How long one event waits for its ack before publishing pauses (retried at the next wake)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PendingEvent:
+    """A JobEvent waiting for its ack, with its wire form: encoded once, when it is queued (a poll's events
+    on the poll's thread, from the status bytes the poll already has), not again at every publish attempt."""
+
+    status: pb.JobStatus
+    revision: int
+    data: bytes
+    """``bytes(JobEvent(status, revision, instance_id))``."""
+
+
+_ACK_PREFIX = b'{"stream":'
+"""How the server's JSON answer to a stored message starts (Go encodes ``JSPubAckResponse``: ``error`` is left
+out when empty, then ``stream``); an error answer starts with ``{"error":``."""
+
+
+async def publish_acked(nc: NATS, subject: str, data: bytes) -> None:
+    """``JetStreamContext.publish`` without the ``PubAck`` it builds and we never read: the same request,
+    the same errors. Why: parsing the ack's JSON and building a ``PubAck`` by reflection cost about as much
+    as the rest of publishing one event; a plain ack is recognised by its first bytes, anything else is
+    parsed as ``publish`` would."""
+    try:
+        msg = await nc.request(subject, data, timeout=PUBLISH_TIMEOUT_S)
+    except nats.errors.NoRespondersError:
+        raise nats.js.errors.NoStreamResponseError from None
+    if msg.data.startswith(_ACK_PREFIX):
+        return
+    resp = json.loads(msg.data)
+    if "error" in resp:
+        raise nats.js.errors.APIError.from_error(resp["error"])
 
 
 class Outbox:
@@ -38,19 +74,25 @@ class Outbox:
         self.clock = clock
         self._registry = registry
         self.nc: NATS | None = None
-        self.pending: dict[str, pb.JobEvent] = {}
+        self.pending: dict[str, PendingEvent] = {}
         """Newest unpublished event per pod UID."""
         self.stream_ready = False
         self._missing_logged = False
         self._lock = asyncio.Lock()
         self._wake = asyncio.Event()
 
-    def event(self, status: pb.JobStatus, revision: int) -> pb.JobEvent:
+    def event(self, status: pb.JobStatus, revision: int, *, unstamped: bytes | None = None) -> PendingEvent:
+        """The event of ``status`` (stamped now unless it has ``updated_at``). ``unstamped``: ``status`` already
+        encoded without ``updated_at`` (a poll's comparison bytes), so it is not encoded again."""
         if status.updated_at is None:
             status.updated_at = self.clock.utcnow()
-        return pb.JobEvent(status=status, revision=revision, instance_id=self.instance_id)
+        if unstamped is not None and not status.deleted:
+            encoded = stamp_status(unstamped, status.updated_at)
+        else:
+            encoded = encode_status(status)
+        return PendingEvent(status, revision, event_bytes(encoded, revision, self.instance_id))
 
-    def put(self, uid: str, event: pb.JobEvent) -> None:
+    def put(self, uid: str, event: PendingEvent) -> None:
         self.pending[uid] = event
 
     def add(self, uid: str, status: pb.JobStatus, revision: int) -> None:
@@ -100,26 +142,30 @@ class Outbox:
                 await self.ensure_stream()
                 if not self.stream_ready:
                     return 0
-            js = self.nc.jetstream()
+            nc = self.nc
             subject = events_subject(self.pool, self.subject_prefix)
             batch = list(self.pending.items())
-            sem = asyncio.Semaphore(PUBLISH_CONCURRENCY)
-            failed = asyncio.Event()
+            todo = iter(batch)
+            done: list[tuple[str, int]] = []
+            failed = False
 
-            async def one(uid: str, event: pb.JobEvent) -> tuple[str, int] | None:
-                async with sem:
-                    if failed.is_set():
-                        return None
+            async def publisher() -> None:
+                # Each takes the next event from the shared iterator: at most PUBLISH_CONCURRENCY acks awaited
+                # at once, with a task per publisher rather than per event (and no semaphore).
+                nonlocal failed
+                for uid, event in todo:
+                    if failed:
+                        return
                     try:
-                        await js.publish(subject, encode_event(event), timeout=5)
+                        await publish_acked(nc, subject, event.data)
                     except (nats.errors.Error, TimeoutError) as exc:
-                        if not failed.is_set():
+                        if not failed:
                             log.warning("publishing events paused: %s", exc)
-                        failed.set()
-                        return None
-                    return uid, event.revision
+                        failed = True
+                        return
+                    done.append((uid, event.revision))
 
-            done = [d for d in await asyncio.gather(*(one(u, e) for u, e in batch)) if d is not None]
+            await asyncio.gather(*(publisher() for _ in range(min(PUBLISH_CONCURRENCY, len(batch)))))
             for uid, rev in done:
                 current = self.pending.get(uid)
                 if current is not None and current.revision == rev:

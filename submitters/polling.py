@@ -26,7 +26,6 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel import layout
 from interlink_nats.submitters import jobfiles, logindex
 from interlink_nats.submitters.backends.base import (
@@ -39,7 +38,7 @@ from interlink_nats.submitters.backends.base import (
 )
 from interlink_nats.submitters.clock import Clock
 from interlink_nats.submitters.lifecycle import plan_poll
-from interlink_nats.submitters.outbox import Outbox
+from interlink_nats.submitters.outbox import Outbox, PendingEvent
 from interlink_nats.submitters.registry import JobRow, Registry, StatusUpdate
 from interlink_nats.submitters.status import ContainerFiles, JobMeta
 
@@ -292,10 +291,10 @@ class Poller:
         now: float,
         journals: list[Path],
         seen: tuple[dict[str, Tracked], list[Tracked]] | None = None,
-    ) -> tuple[list[StatusUpdate], dict[str, pb.JobEvent], list[Tracked]]:
+    ) -> tuple[list[StatusUpdate], dict[str, PendingEvent], list[Tracked]]:
         """Map the changed jobs' inputs to their status; only this poll touches ``Tracked`` fields."""
         updates: list[StatusUpdate] = []
-        events: dict[str, pb.JobEvent] = {}
+        events: dict[str, PendingEvent] = {}
         finished: list[Tracked] = []
         now_ns = self.clock.time_ns()
         # The journal before the files: a file written after this read leaves a line for the next one.
@@ -304,11 +303,11 @@ class Poller:
         hot = self._hot
         for t, obs, due in self._candidates(tracked, observed, hinted, seen):
             t.obs = obs
-            if t.paths is None:
+            if t.paths is None:  # string joins, not pathlib: every new job comes here once
                 job_dir = t.handle.job_dir
-                logs = {name: os.fspath(layout.log_path(job_dir, name)) for name in t.names}
-                output = os.fspath(self.backend.output_path(job_dir))
-                t.paths = (os.path.join(job_dir, layout.CONTAINERS_DIR), logs, output)
+                cdir = os.path.join(job_dir, layout.CONTAINERS_DIR)
+                logs = {name: os.path.join(cdir, name + layout.LOG_SUFFIX) for name in t.names}  # layout.log_path
+                t.paths = (cdir, logs, os.fspath(self.backend.output_path(job_dir)))
             if due:
                 t.files = self.files.read(t.handle.job_dir, t.names, t.paths[0])
             files = t.files or {}
@@ -334,7 +333,7 @@ class Poller:
         files: dict[str, ContainerFiles],
         now: float,
         updates: list[StatusUpdate],
-        events: dict[str, pb.JobEvent],
+        events: dict[str, PendingEvent],
         finished: list[Tracked],
     ) -> None:
         """New inputs: run the pure plan and note the update, event and untracking it asks for."""
@@ -352,7 +351,7 @@ class Poller:
             )
         )
         change.status.updated_at = self.clock.utcnow()
-        events[t.meta.uid] = self.outbox.event(change.status, change.revision)
+        events[t.meta.uid] = self.outbox.event(change.status, change.revision, unstamped=change.raw)
 
     def _checkpoint_logs(self, t: Tracked, files: dict[str, ContainerFiles], now_ns: int) -> None:
         """Note the size of every log that may be growing (for GetLogs since_time/timestamps).

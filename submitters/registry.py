@@ -26,6 +26,7 @@ import os
 import sqlite3
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, TypeVar, cast
 
@@ -212,6 +213,12 @@ class _AfterCommit:
         return self
 
 
+@lru_cache(maxsize=256)
+def _names_json(names: tuple[str, ...]) -> str:
+    """A container-name list as its column stores it; every claim of a pod shape repeats the same one."""
+    return json.dumps(list(names))
+
+
 _INSERT = f"INSERT OR IGNORE INTO jobs ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
 _SELECT_ONE = f"SELECT {_COLUMNS} FROM jobs WHERE uid = ?"
 
@@ -354,6 +361,7 @@ class Registry:
         is raised here, unwrapped, after the claim is durable.
         """
         now = self._clock.time()
+        init_names, names = tuple(init_containers), tuple(containers)
         values = (
             uid,
             namespace,
@@ -362,8 +370,8 @@ class Registry:
             "",
             owner,
             str(job_dir),
-            json.dumps(list(init_containers)),
-            json.dumps(list(containers)),
+            _names_json(init_names),
+            _names_json(names),
             spec,
             int(pb.JobState.PENDING),
             status,
@@ -397,8 +405,8 @@ class Registry:
                 job_id="",
                 owner=owner,
                 job_dir=job_dir,
-                init_containers=tuple(init_containers),
-                containers=tuple(containers),
+                init_containers=init_names,
+                containers=names,
                 spec=spec,
                 state=int(pb.JobState.PENDING),
                 status=status,

@@ -413,12 +413,29 @@ def encode_status(s: pb.JobStatus) -> bytes:
     return bytes(out)
 
 
+def stamp_status(raw: bytes, updated_at: dt.datetime) -> bytes:
+    """``encode_status`` of a status whose bytes without ``updated_at`` are ``raw``, once it is set, for a
+    status that is not ``deleted`` (``updated_at`` is its last field but ``deleted``).
+
+    Why: a poll encodes each new status to compare it with the stored one, then stamps and publishes it;
+    appending the stamp to those bytes saves encoding the status a second time (~15 µs per event)."""
+    out = bytearray(raw)
+    append_len(out, 8, _timestamp_bytes(updated_at))
+    return bytes(out)
+
+
+def event_bytes(status: bytes | None, revision: int, instance_id: str) -> bytes:
+    """``bytes(JobEvent(status, revision, instance_id))`` of a status already encoded (``encode_status``)."""
+    out = bytearray()
+    if status is not None:
+        append_len(out, 1, status)
+    append_int(out, 2, revision)
+    _append_string(out, 3, instance_id)
+    return bytes(out)
+
+
 def encode_event(event: pb.JobEvent) -> bytes:
     """``bytes(event)`` by hand: every status change is published as one, and betterproto2 would
     encode its status again at ~150 µs (a fifth of the submitter's CPU per create at 64 in flight)."""
-    out = bytearray()
-    if event.status is not None:
-        append_len(out, 1, encode_status(event.status))
-    append_int(out, 2, event.revision)
-    _append_string(out, 3, event.instance_id)
-    return bytes(out)
+    status = encode_status(event.status) if event.status is not None else None
+    return event_bytes(status, event.revision, event.instance_id)

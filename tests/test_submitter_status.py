@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import datetime as dt
+
 import pytest
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.submitters.backends.base import BackendState, Observation
@@ -273,7 +275,6 @@ def test_an_unexplained_sigkill_says_so_instead_of_guessing_oom() -> None:
 
 def _statuses() -> list[pb.JobStatus]:
     """Statuses as polls map them, across states, exit codes, times and presence of every field."""
-    import datetime as dt
     import itertools
 
     out = []
@@ -316,3 +317,32 @@ def test_encode_event_is_byte_for_byte_betterproto2() -> None:
         event = pb.JobEvent(status=status, revision=(1 << 63) + i if i % 50 == 0 else i, instance_id="sub-é" * (i % 3))
         assert encode_event(event) == bytes(event), event
     assert encode_event(pb.JobEvent()) == bytes(pb.JobEvent()) == b""
+
+
+def test_stamp_status_is_encode_status_once_stamped() -> None:
+    """A poll stamps the bytes it compared instead of encoding the status again: the same bytes as betterproto2
+    once ``updated_at`` is set, for every status a poll can make (never ``deleted``)."""
+    from interlink_nats.submitters.status import encode_status, stamp_status
+
+    for i, status in enumerate(s for s in _statuses() if not s.deleted):
+        status.updated_at = None
+        raw = encode_status(status)
+        status.updated_at = dt.datetime.fromtimestamp(NOW + i / 7, tz=dt.UTC)
+        assert stamp_status(raw, status.updated_at) == bytes(status), status
+
+
+def test_outbox_event_is_the_job_event_on_the_wire() -> None:
+    """What the outbox publishes is ``bytes(JobEvent)``, whether the poll handed it the status's bytes or not."""
+    from interlink_nats.submitters.clock import SYSTEM_CLOCK
+    from interlink_nats.submitters.outbox import Outbox
+    from interlink_nats.submitters.status import encode_status
+
+    outbox = Outbox(pool="p", subject_prefix="", instance_id="sub-1", clock=SYSTEM_CLOCK, registry=lambda: None)
+    for i, status in enumerate(_statuses()[:200]):
+        unstamped = None
+        if i % 2 and not status.deleted:
+            status.updated_at = None
+            unstamped = encode_status(status)
+        event = outbox.event(status, i, unstamped=unstamped)
+        assert status.updated_at is not None
+        assert event.data == bytes(pb.JobEvent(status=status, revision=i, instance_id="sub-1")), status

@@ -517,3 +517,39 @@ def test_remove_job_dir_outlasts_a_script_still_writing(tmp_path: Path, monkeypa
     assert list((tmp_path / "jobs").iterdir()) == [], "nothing left aside either"
     assert len(calls) == 2 and calls[0] != job_dir, "removed after being renamed aside"
     jobfiles.remove_job_dir(job_dir)  # already gone: nothing to do
+
+
+class _AckMsg:
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+
+
+class _AnsweringNats:
+    """A connection whose every request gets ``answer`` (bytes), or raises it (an exception)."""
+
+    def __init__(self, answer: bytes | Exception) -> None:
+        self.answer = answer
+
+    async def request(self, subject: str, payload: bytes, **options: float) -> _AckMsg:
+        if isinstance(self.answer, Exception):
+            raise self.answer
+        return _AckMsg(self.answer)
+
+
+async def test_publish_acked_fails_as_jetstream_publish_does() -> None:
+    """The outbox's publish skips building a PubAck, not the checks: an error answer or no stream still raises."""
+    import nats.errors
+    import nats.js.errors
+    from interlink_nats.submitters.outbox import publish_acked
+
+    def nc(answer: bytes | Exception) -> Any:
+        return _AnsweringNats(answer)
+
+    await publish_acked(nc(b'{"stream":"INTERLINK_EVENTS","seq":7}'), "s", b"x")
+    await publish_acked(nc(b'{"seq":7,"stream":"INTERLINK_EVENTS"}'), "s", b"x")  # another order: parsed
+    with pytest.raises(nats.js.errors.APIError):
+        await publish_acked(nc(b'{"error":{"code":503,"err_code":10077,"description":"no space"}}'), "s", b"x")
+    with pytest.raises(nats.js.errors.NoStreamResponseError):
+        await publish_acked(nc(nats.errors.NoRespondersError()), "s", b"x")
+    with pytest.raises(nats.errors.TimeoutError):
+        await publish_acked(nc(nats.errors.TimeoutError()), "s", b"x")
