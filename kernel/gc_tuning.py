@@ -16,10 +16,16 @@ THRESHOLDS = (50_000, 20, 100)
 """Young, middle and old generation thresholds (CPython's defaults: 700, 10, 10)."""
 
 
+def collect_rarely() -> None:
+    """Collect young objects less often from now on (before a bulk load: the gateway restoring 100,000 pods
+    ran some 700 young and 5 full collections with the defaults, 0.7 s of its restart)."""
+    gc.set_threshold(*THRESHOLDS)
+
+
 def freeze_long_lived() -> None:
     """Collect, move everything alive now out of all later collections, and collect young objects less often.
 
     Called once a process has built what it keeps (modules, settings; the gateway's restored pod table)."""
     gc.collect()
     gc.freeze()
-    gc.set_threshold(*THRESHOLDS)
+    collect_rarely()

@@ -12,7 +12,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import Any
 
-from interlink_nats.kernel.gc_tuning import freeze_long_lived
+from interlink_nats.kernel.gc_tuning import collect_rarely, freeze_long_lived
 from interlink_nats.kernel.nats_connection import connected_server
 from interlink_nats.services.gateway.events import EventConsumer
 from interlink_nats.services.gateway.metrics import GatewayMetrics
@@ -73,6 +73,7 @@ class Gateway:
         self.calls = PodUseCases(self.settings, self.store, self.pools, self.client)
 
     async def start(self) -> None:
+        collect_rarely()  # before the table is restored (kernel/gc_tuning.py)
         # Serving without the pod table would answer "unknown" for live pods: wait for redis instead.
         async for attempt in AsyncRetrying(
             wait=wait_exponential(multiplier=0.2, max=5), reraise=True, before_sleep=_log_redis_wait
