@@ -3,8 +3,8 @@
 Why: under load every request allocates a few hundred short-lived objects (parsed JSON, protobuf
 messages, futures, tasks). With CPython's default young-generation threshold (700) the collector ran
 hundreds of times a second and rescanned what survived (the gateway's pod table, the submitter's
-tracked jobs): about 20 % of the submitter's CPU per Submit and 6-7 % of the gateway's per /create,
-measured with ``bench/create.py`` (the gateway's by timing its collections). Short-lived objects
+tracked jobs): about 20 % of the submitter's CPU per Submit (``bench/create.py``) and 6-7 % of the
+gateway's per /create (its collections timed with ``gc.callbacks`` under that bench). Short-lived objects
 are freed by reference counting anyway; cycles are still collected, just in larger steps.
 """
 
