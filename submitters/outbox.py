@@ -46,13 +46,13 @@ _ACK_PREFIX = b'{"stream":'
 out when empty, then ``stream``); an error answer starts with ``{"error":``."""
 
 
-async def publish_acked(nc: NATS, subject: str, data: bytes) -> None:
+async def publish_acked(nc: NATS, subject: str, data: bytes, *, ack_wait_s: float = PUBLISH_TIMEOUT_S) -> None:
     """``JetStreamContext.publish`` without the ``PubAck`` it builds and we never read: the same request,
     the same errors. Why: parsing the ack's JSON and building a ``PubAck`` by reflection cost about as much
     as the rest of publishing one event; a plain ack is recognised by its first bytes, anything else is
     parsed as ``publish`` would."""
     try:
-        msg = await nc.request(subject, data, timeout=PUBLISH_TIMEOUT_S)
+        msg = await nc.request(subject, data, timeout=ack_wait_s)
     except nats.errors.NoRespondersError:
         raise nats.js.errors.NoStreamResponseError from None
     if msg.data.startswith(_ACK_PREFIX):

@@ -519,37 +519,31 @@ def test_remove_job_dir_outlasts_a_script_still_writing(tmp_path: Path, monkeypa
     jobfiles.remove_job_dir(job_dir)  # already gone: nothing to do
 
 
-class _AckMsg:
-    def __init__(self, data: bytes) -> None:
-        self.data = data
+async def test_publish_acked_fails_as_jetstream_publish_does(nats_url: str) -> None:
+    """The outbox's publish skips building a PubAck, not the checks, against a real JetStream: a stored message
+    passes, an error answer (a full stream) raises APIError, no stream raises, and so does a silent one."""
+    import uuid
 
-
-class _AnsweringNats:
-    """A connection whose every request gets ``answer`` (bytes), or raises it (an exception)."""
-
-    def __init__(self, answer: bytes | Exception) -> None:
-        self.answer = answer
-
-    async def request(self, subject: str, payload: bytes, **options: float) -> _AckMsg:
-        if isinstance(self.answer, Exception):
-            raise self.answer
-        return _AckMsg(self.answer)
-
-
-async def test_publish_acked_fails_as_jetstream_publish_does() -> None:
-    """The outbox's publish skips building a PubAck, not the checks: an error answer or no stream still raises."""
+    import nats
     import nats.errors
     import nats.js.errors
     from interlink_nats.submitters.outbox import publish_acked
+    from nats.js.api import DiscardPolicy, StreamConfig
 
-    def nc(answer: bytes | Exception) -> Any:
-        return _AnsweringNats(answer)
-
-    await publish_acked(nc(b'{"stream":"INTERLINK_EVENTS","seq":7}'), "s", b"x")
-    await publish_acked(nc(b'{"seq":7,"stream":"INTERLINK_EVENTS"}'), "s", b"x")  # another order: parsed
-    with pytest.raises(nats.js.errors.APIError):
-        await publish_acked(nc(b'{"error":{"code":503,"err_code":10077,"description":"no space"}}'), "s", b"x")
-    with pytest.raises(nats.js.errors.NoStreamResponseError):
-        await publish_acked(nc(nats.errors.NoRespondersError()), "s", b"x")
-    with pytest.raises(nats.errors.TimeoutError):
-        await publish_acked(nc(nats.errors.TimeoutError()), "s", b"x")
+    name = f"ACKED_{uuid.uuid4().hex[:8]}"
+    nc = await nats.connect(nats_url)
+    try:
+        js = nc.jetstream()
+        await js.add_stream(StreamConfig(name=name, subjects=[f"{name}.>"], max_msgs=1, discard=DiscardPolicy.NEW))
+        await publish_acked(nc, f"{name}.a", b"x")
+        with pytest.raises(nats.js.errors.APIError):  # the server's answer: maximum messages exceeded
+            await publish_acked(nc, f"{name}.a", b"y")
+        with pytest.raises(nats.js.errors.NoStreamResponseError):
+            await publish_acked(nc, f"no-stream-{name}.a", b"x")
+        silent = await nc.subscribe(f"SILENT_{name}")  # a responder that never answers: the request times out
+        with pytest.raises(nats.errors.TimeoutError):
+            await publish_acked(nc, f"SILENT_{name}", b"x", ack_wait_s=0.5)
+        await silent.unsubscribe()
+        await js.delete_stream(name)
+    finally:
+        await nc.close()
