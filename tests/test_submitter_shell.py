@@ -6,6 +6,7 @@ import asyncio
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import nats
 import pytest
@@ -363,6 +364,30 @@ async def test_a_claim_whose_runner_never_started_is_lost_within_two_polls_sayin
     await backend.close()
 
 
+async def start_runner(job_dir: Path, body: str, *args: str, **kwargs: Any) -> asyncio.subprocess.Process:
+    """A runner as a previous submitter's launcher left it, which this backend then adopts.
+
+    The runner writes its own pid file once its script runs, and this waits for it: right after
+    ``create_subprocess_exec`` returns, the child may not have finished its ``execve`` (the parent is
+    woken when close-on-exec files close, before the new command line is in place), so
+    ``/proc/<pid>/cmdline`` can still be empty and the backend would not recognise its runner. Under load
+    that made these tests see adopted runners as GONE, or adopt them one poll late.
+    """
+    from interlink_nats.submitters.backends import shell
+    from interlink_nats.submitters.testing import wait_for
+
+    pid_file = job_dir / shell.PID_FILE
+    proc = await asyncio.create_subprocess_exec(
+        "bash", "-c", f'echo $$ > "$1/{shell.PID_FILE}"; {body}', shell.RUNNER_NAME, str(job_dir), *args, **kwargs
+    )
+
+    async def written() -> bool:
+        return pid_file.exists() and pid_file.read_text().strip() == str(proc.pid)
+
+    await wait_for(written, timeout=60, interval=0.01, what=f"runner {proc.pid} to write {pid_file}")
+    return proc
+
+
 async def test_a_full_slot_frees_when_its_runner_ends_watched_by_pidfd_or_adopted(tmp_path: Path) -> None:
     """One slot: a queued job starts once the runner before it ends, whether a pidfd watches that runner
     (launched by this backend) or not (adopted after a restart: found again by the reap fallback)."""
@@ -385,10 +410,7 @@ async def test_a_full_slot_frees_when_its_runner_ends_watched_by_pidfd_or_adopte
         # Adopted: a runner this backend did not launch (a previous submitter's), still running.
         adopted_dir = tmp_path / "adopted"
         (adopted_dir / shell.CLAIM).mkdir(parents=True)
-        runner = await asyncio.create_subprocess_exec(
-            "bash", "-c", 'while [ ! -e "$2" ]; do sleep 0.05; done', shell.RUNNER_NAME, str(adopted_dir), str(gate)
-        )
-        (adopted_dir / shell.PID_FILE).write_text(f"{runner.pid}\n")
+        runner = await start_runner(adopted_dir, 'while [ ! -e "$2" ]; do sleep 0.05; done', str(gate))
         await backend.reconcile([JobHandle("adopted", adopted_dir)])
         await backend.submit(spec("a", f'while [ ! -e "{gate_a}" ]; do sleep 0.05; done\n'))
         await backend.submit(spec("b", "true\n"))
@@ -421,11 +443,7 @@ async def test_the_incremental_answers_add_up_to_the_full_poll(tmp_path: Path) -
         """A running job as after a restart: claim, pid file and a live runner naming its directory."""
         job_dir = tmp_path / name
         (job_dir / shell.CLAIM).mkdir(parents=True)
-        proc = await asyncio.create_subprocess_exec(
-            "bash", "-c", "read -r _", shell.RUNNER_NAME, str(job_dir), stdin=asyncio.subprocess.PIPE
-        )
-        runners[name] = proc
-        (job_dir / shell.PID_FILE).write_text(f"{proc.pid}\n")
+        runners[name] = await start_runner(job_dir, "read -r _", stdin=asyncio.subprocess.PIPE)
         return JobHandle(name, job_dir, name)
 
     async def step(
@@ -476,12 +494,8 @@ async def test_the_incremental_answers_add_up_to_the_full_poll(tmp_path: Path) -
         await backend.reconcile([d])
         assert (await step([d], [b])).keys() == {"d"}
         await end("a", 0)
-        before = dict(known)
         answer = await step()
-        # Exactly "a" nearly always; in about 1 run of 50 under load d was answered once more. The contract allows
-        # saying too much, as long as it is true: an extra answer must repeat what d was (step() checks every
-        # answer against poll's). Why d is sometimes loud again is not yet understood.
-        assert "a" in answer and all(answer[uid] == before[uid] for uid in answer.keys() - {"a"}), answer
+        assert answer.keys() == {"a"}, answer
 
         # A job whose runner vanished without its exit file (killed with everything): GONE.
         runners["c"].kill()
