@@ -253,8 +253,8 @@ def _read_files(cdir: str, names: Sequence[str]) -> tuple[dict[str, ContainerFil
     out: dict[str, ContainerFiles] = {}
     complete = True
     for name in names:
-        started, _, partial = _read_number(os.path.join(cdir, name + layout.STARTED_SUFFIX), mtime=False)
-        code, finished, partial_exit = _read_number(os.path.join(cdir, name + layout.EXIT_SUFFIX))
+        started, _, partial = _read_number(layout.started_file(cdir, name), mtime=False)
+        code, finished, partial_exit = _read_number(layout.exit_file(cdir, name))
         complete = complete and not partial and not partial_exit
         out[name] = ContainerFiles(
             started_at=started,
@@ -265,7 +265,7 @@ def _read_files(cdir: str, names: Sequence[str]) -> tuple[dict[str, ContainerFil
 
 
 def read_container_files(job_dir: Path, names: Sequence[str]) -> dict[str, ContainerFiles]:
-    return _read_files(os.path.join(job_dir, layout.CONTAINERS_DIR), names)[0]
+    return _read_files(layout.containers_dir(job_dir), names)[0]
 
 
 class ContainerFilesCache:
@@ -277,7 +277,7 @@ class ContainerFilesCache:
     def read(self, job_dir: Path, names: Sequence[str], cdir: str | None = None) -> dict[str, ContainerFiles]:
         """``cdir``: the ``containers/`` path as a string, when the caller keeps it (saves path building)."""
         if cdir is None:
-            cdir = os.path.join(job_dir, layout.CONTAINERS_DIR)
+            cdir = layout.containers_dir(job_dir)
         try:
             mtime = os.stat(cdir).st_mtime_ns
         except OSError:

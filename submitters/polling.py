@@ -305,8 +305,8 @@ class Poller:
             t.obs = obs
             if t.paths is None:  # string joins, not pathlib: every new job comes here once
                 job_dir = t.handle.job_dir
-                cdir = os.path.join(job_dir, layout.CONTAINERS_DIR)
-                logs = {name: os.path.join(cdir, name + layout.LOG_SUFFIX) for name in t.names}  # layout.log_path
+                cdir = layout.containers_dir(job_dir)
+                logs = {name: layout.log_file(cdir, name) for name in t.names}
                 t.paths = (cdir, logs, os.fspath(self.backend.output_path(job_dir)))
             if due:
                 t.files = self.files.read(t.handle.job_dir, t.names, t.paths[0])
