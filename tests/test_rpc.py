@@ -33,7 +33,15 @@ from interlink_nats.gen.interlink_nats.v1 import (
     SubmitterServiceStub,
 )
 from interlink_nats.kernel.subjects import InvalidPoolNameError, rpc_subject
-from interlink_nats.services.rpc import STATUS, TIMEOUT, NatsChannel, RpcServer, channel, current_call, submitter_client
+from interlink_nats.services.rpc import (
+    STATUS,
+    TIMEOUT,
+    NatsChannel,
+    RpcServer,
+    connection_shared,
+    current_call,
+    submitter_client,
+)
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
@@ -468,8 +476,8 @@ async def test_the_helpers_shared_per_connection_do_not_keep_it_alive() -> None:
     """The reply inbox and failover watch kept per client must go with it: before, each held its
     client strongly as the value of a weak-keyed table, so no client was ever freed."""
     nc = NATS()
-    replies, watch = channel._Replies.of(nc), channel._FailoverWatch.of(nc)
-    assert channel._Replies.of(nc) is replies and channel._FailoverWatch.of(nc) is watch
+    replies, watch = connection_shared.Replies.of(nc), connection_shared.FailoverWatch.of(nc)
+    assert connection_shared.Replies.of(nc) is replies and connection_shared.FailoverWatch.of(nc) is watch
     gone = weakref.ref(nc)
     del nc
     gc.collect()

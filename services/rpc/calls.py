@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 import nats.errors
@@ -36,17 +37,29 @@ class StreamGone(Exception):
     """The client of a server stream cancelled, vanished or stopped acking: stop producing."""
 
 
+@dataclass(frozen=True, slots=True)
+class Incoming:
+    """One request as the server received it, before it knows whether the reply is unary or a stream."""
+
+    nc: NATS
+    msg: Msg
+    request: Any
+    method: str
+    pool: str
+    deadline: Deadline | None
+
+
 class ServerCall:
     """What every call exposes to handlers: the request, the caller's metadata and deadline."""
 
-    def __init__(self, nc: NATS, msg: Msg, request: Any, *, method: str, pool: str, deadline: Deadline | None) -> None:
-        self._nc = nc
-        self._reply = msg.reply
-        self._request = request
-        self._headers = msg.headers
-        self.method = method
-        self.pool = pool
-        self.deadline = deadline
+    def __init__(self, incoming: Incoming) -> None:
+        self._nc = incoming.nc
+        self._reply = incoming.msg.reply
+        self._request = incoming.request
+        self._headers = incoming.msg.headers
+        self.method = incoming.method
+        self.pool = incoming.pool
+        self.deadline = incoming.deadline
         self._metadata: dict[str, str | bytes] | None = None
 
     @property
@@ -79,18 +92,8 @@ class UnaryServerCall(ServerCall):
 
     reply: bytes | None = None
 
-    def __init__(
-        self,
-        nc: NATS,
-        msg: Msg,
-        request: Any,
-        *,
-        method: str,
-        pool: str,
-        deadline: Deadline | None,
-        encode: Callable[[Any], bytes] | None = None,
-    ) -> None:
-        super().__init__(nc, msg, request, method=method, pool=pool, deadline=deadline)
+    def __init__(self, incoming: Incoming, *, encode: Callable[[Any], bytes] | None = None) -> None:
+        super().__init__(incoming)
         self._encode = encode
 
     async def send_message(self, message: Any) -> None:
@@ -117,19 +120,8 @@ class StreamServerCall(ServerCall):
     cancels the handler task.
     """
 
-    def __init__(
-        self,
-        nc: NATS,
-        msg: Msg,
-        request: Any,
-        *,
-        method: str,
-        pool: str,
-        deadline: Deadline | None,
-        window: int,
-        idle_timeout: float,
-    ) -> None:
-        super().__init__(nc, msg, request, method=method, pool=pool, deadline=deadline)
+    def __init__(self, incoming: Incoming, *, window: int, idle_timeout: float) -> None:
+        super().__init__(incoming)
         self._window = window
         self._idle_timeout = idle_timeout
         self._sent = 0

@@ -10,10 +10,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import weakref
-from collections.abc import Callable
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar, cast
+from typing import TYPE_CHECKING, Any, Generic, Protocol, TypeVar
 
 import nats.errors
 from grpclib.const import Cardinality, Status
@@ -22,6 +20,7 @@ from grpclib.metadata import Deadline
 from interlink_nats.kernel.subjects import route_to_subject, validate_pool
 
 from . import protocol
+from .connection_shared import FailoverWatch, Replies, expire
 
 if TYPE_CHECKING:
     from nats.aio.client import Client as NATS
@@ -146,6 +145,10 @@ class _Call:
         self._reply_type: Any = reply_type
         self._timeout = timeout
         self._headers = headers
+        self._started()
+
+    def _started(self) -> None:
+        """Per-call state of a subclass (a stream's queue and credit), set when the call opens."""
 
     async def __aenter__(self) -> Any:
         return self
@@ -170,10 +173,6 @@ class _Call:
 
 class _ServerLost(Exception):
     """Our connection moved to another server while the call waited: its reply will never come."""
-
-
-RECONNECT_CHECK_S = 0.2
-"""How often a connection with waiting calls is checked for a failover (a counter read, nothing more)."""
 
 
 class UnaryCall(_Call, Generic[R]):
@@ -233,9 +232,9 @@ class UnaryCall(_Call, Generic[R]):
         ``wait_for`` (what ``nc.request`` plus a race against the failover cost, issue 14 P1).
         """
         assert self._payload is not None
-        replies = _Replies.of(self._nc)
+        replies = Replies.of(self._nc)
         inbox, token, reply = await replies.open()
-        watch = _FailoverWatch.of(self._nc)
+        watch = FailoverWatch.of(self._nc)
         failover = watch.next()  # taken with the send, in one step: a reconnect after it resolves it
 
         def lost(_: asyncio.Future[None]) -> None:
@@ -243,7 +242,7 @@ class UnaryCall(_Call, Generic[R]):
                 reply.set_exception(_ServerLost())
 
         failover.add_done_callback(lost)
-        timer = asyncio.get_running_loop().call_later(budget, _expire, reply)
+        timer = asyncio.get_running_loop().call_later(budget, expire, reply)
         try:
             await self._nc.publish(self._subject, self._payload, reply=inbox, headers=self._headers)
             msg = await reply
@@ -257,121 +256,6 @@ class UnaryCall(_Call, Generic[R]):
         return msg
 
 
-def _expire(reply: asyncio.Future[Msg]) -> None:
-    if not reply.done():
-        reply.set_exception(nats.errors.TimeoutError())
-
-
-_Shared = TypeVar("_Shared")
-_SHARED: weakref.WeakKeyDictionary[Any, dict[object, Any]] = weakref.WeakKeyDictionary()
-"""Per connection, one instance of each helper class its calls share (gone with the connection)."""
-
-
-def _per_client(kind: Callable[[NATS], _Shared], nc: NATS) -> _Shared:
-    """The one ``kind`` of ``nc``, made on first use.
-
-    It gets a weak proxy of ``nc``: a value holding its own key strongly would keep every
-    connection (and its helpers) alive for good.
-    """
-    shared = _SHARED.setdefault(nc, {})
-    found = shared.get(kind)
-    if found is None:
-        found = shared[kind] = kind(cast("NATS", weakref.proxy(nc)))
-    return cast(_Shared, found)
-
-
-class _Replies:
-    """The unary calls' reply inbox of one connection: one wildcard subscription, a token per call.
-
-    What ``nc.request`` does too, minus what it adds per call (a random token from the OS, a
-    ``wait_for``); a counter is enough for the token, since the subscription's own prefix is random.
-    nats-py subscribes it again after a reconnect.
-    """
-
-    def __init__(self, nc: NATS) -> None:
-        self._nc = nc
-        self._prefix = ""
-        self._waiting: dict[str, asyncio.Future[Msg]] = {}
-        self._count = 0
-        self._subscribing = asyncio.Lock()
-
-    @classmethod
-    def of(cls, nc: NATS) -> _Replies:
-        return _per_client(cls, nc)
-
-    async def open(self) -> tuple[str, str, asyncio.Future[Msg]]:
-        """A new call's reply subject, its token (for :meth:`close`) and the future its reply resolves."""
-        if not self._prefix:
-            async with self._subscribing:
-                if not self._prefix:
-                    inbox = self._nc.new_inbox()
-                    await self._nc.subscribe(inbox + ".*", cb=self._on_reply)
-                    self._prefix = inbox + "."
-        self._count += 1
-        token = f"{self._count:x}"
-        reply: asyncio.Future[Msg] = asyncio.get_running_loop().create_future()
-        self._waiting[token] = reply
-        return self._prefix + token, token, reply
-
-    def close(self, token: str) -> None:
-        """The call is over (answered or not): a late reply for it is dropped."""
-        self._waiting.pop(token, None)
-
-    async def _on_reply(self, msg: Msg) -> None:
-        reply = self._waiting.pop(msg.subject[len(self._prefix) :], None)
-        if reply is not None and not reply.done():
-            reply.set_result(msg)
-
-
-class _FailoverWatch:
-    """Resolves a shared future on a connection's next reconnect, for every call waiting on it.
-
-    nats-py offers no per-client hook after connecting, so one timer per connection reads its
-    reconnect counter (only while calls wait), instead of one timer per call. A timer, not a task:
-    with one call at a time the watch starts and stops with every call, and a task costs far more
-    to start and cancel than a timer handle.
-    """
-
-    def __init__(self, nc: NATS) -> None:
-        self._nc = nc
-        self._seen = nc.stats["reconnects"]
-        self._next: asyncio.Future[None] | None = None
-        self._waiting = 0
-        self._timer: asyncio.TimerHandle | None = None
-
-    @classmethod
-    def of(cls, nc: NATS) -> _FailoverWatch:
-        return _per_client(cls, nc)
-
-    def next(self) -> asyncio.Future[None]:
-        self._waiting += 1
-        if self._next is None or self._next.done():
-            self._next = asyncio.get_running_loop().create_future()
-            self._seen = self._nc.stats["reconnects"]
-        elif self._waiting == 1:  # nobody was waiting: count from now
-            self._seen = self._nc.stats["reconnects"]
-        if self._timer is None:
-            self._timer = asyncio.get_running_loop().call_later(RECONNECT_CHECK_S, self._check)
-        return self._next
-
-    def release(self) -> None:
-        """The last waiting call stops the timer at once: nothing outlives the calls it watches for."""
-        self._waiting -= 1
-        if self._waiting == 0 and self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
-
-    def _check(self) -> None:
-        self._timer = None
-        if self._waiting <= 0:
-            return
-        count = self._nc.stats["reconnects"]
-        if count != self._seen and self._next is not None and not self._next.done():
-            self._seen = count
-            self._next.set_result(None)
-        self._timer = asyncio.get_running_loop().call_later(RECONNECT_CHECK_S, self._check)
-
-
 class StreamCall(_Call, Generic[R]):
     """A server-streaming call with credit flow control (see the package docstring).
 
@@ -379,17 +263,9 @@ class StreamCall(_Call, Generic[R]):
     bounds how much can pile up here however slowly the caller iterates.
     """
 
-    def __init__(
-        self,
-        channel: NatsChannel,
-        subject: str,
-        reply_type: type[R],
-        timeout: float | None,
-        headers: protocol.Headers | None,
-    ) -> None:
-        super().__init__(channel, subject, reply_type, timeout, headers)
+    def _started(self) -> None:
         loop = asyncio.get_running_loop()
-        self._deadline_at = None if timeout is None else loop.time() + timeout
+        self._deadline_at = None if self._timeout is None else loop.time() + self._timeout
         self._queue: asyncio.Queue[Msg] = asyncio.Queue()
         self._sub: Any = None
         self._control: str | None = None

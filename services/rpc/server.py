@@ -26,7 +26,7 @@ from interlink_nats.kernel.subjects import route_to_subject, validate_pool
 from interlink_nats.kernel.version import __version__
 
 from . import protocol, strict
-from .calls import ServerCall, StreamGone, StreamServerCall, UnaryServerCall
+from .calls import Incoming, ServerCall, StreamGone, StreamServerCall, UnaryServerCall
 from .micro import EndpointStats, MicroResponder
 
 if TYPE_CHECKING:
@@ -229,28 +229,12 @@ class RpcServer:
                 endpoint, msg, Status.INVALID_ARGUMENT, f"request is not a valid {handler.request_type.__name__}"
             )
         deadline = None if deadline_at is None else Deadline.from_timeout(deadline_at - loop.time())
+        incoming = Incoming(self.nc, msg, request, endpoint.method, self.pool, deadline)
         call: UnaryServerCall | StreamServerCall
         if handler.cardinality is Cardinality.UNARY_STREAM:
-            call = StreamServerCall(
-                self.nc,
-                msg,
-                request,
-                method=endpoint.method,
-                pool=self.pool,
-                deadline=deadline,
-                window=window,
-                idle_timeout=self.stream_idle_timeout,
-            )
+            call = StreamServerCall(incoming, window=window, idle_timeout=self.stream_idle_timeout)
         else:
-            call = UnaryServerCall(
-                self.nc,
-                msg,
-                request,
-                method=endpoint.method,
-                pool=self.pool,
-                deadline=deadline,
-                encode=self._encoders.get(handler.reply_type),
-            )
+            call = UnaryServerCall(incoming, encode=self._encoders.get(handler.reply_type))
         return await self._handle(endpoint, call, deadline_at)
 
     async def _handle(
