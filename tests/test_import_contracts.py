@@ -41,6 +41,8 @@ PURE_MODULES = (
     "interlink_nats.services.gateway.event_wire",
     "interlink_nats.services.gateway.routing",
     "interlink_nats.services.security.config",
+    "interlink_nats.services.security.permissions",
+    "interlink_nats.services.security.bundle",
     "interlink_nats.controller.model",
     "interlink_nats.controller.reconcile",
     "interlink_nats.submitters.status",

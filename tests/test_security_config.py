@@ -23,8 +23,8 @@ from interlink_nats.services.security import (
     inbox_prefix,
     pool_permissions,
 )
+from interlink_nats.services.security.bundle import new_user_seed, public_key_of
 from interlink_nats.services.security.cli import nats_config
-from interlink_nats.services.security.config import new_user_seed, public_key_of
 from interlink_nats.services.security.files import read_existing_seeds, write_bundle
 from typer.testing import CliRunner
 

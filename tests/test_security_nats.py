@@ -248,7 +248,7 @@ async def test_controller_may_only_describe(clients: SecureStack) -> None:
 
 
 async def test_unknown_nkey_is_refused(clients: SecureStack, tmp_path: Path) -> None:
-    from interlink_nats.services.security.config import new_user_seed
+    from interlink_nats.services.security.bundle import new_user_seed
 
     stranger = tmp_path / "stranger.nk"
     stranger.write_text(new_user_seed() + "\n")

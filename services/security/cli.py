@@ -1,7 +1,7 @@
 """``interlink-nats nats-config``: write a nats-server configuration and one nkey per identity.
 
 Registered by ``interlink_nats/cli.py`` as ``app.command("nats-config")(nats_config)``.
-This is the I/O edge only; the permission model is the pure :func:`.config.build_bundle`.
+This is the I/O edge only; the permission model is the pure :func:`.bundle.build_bundle`.
 It prints public keys and paths, never a seed.
 """
 
@@ -12,7 +12,8 @@ from typing import Annotated
 
 import typer
 
-from .config import NatsConfigOptions, build_bundle
+from .bundle import build_bundle
+from .config import NatsConfigOptions
 from .files import CONFIG_FILE, CREDENTIALS_DIR, read_existing_seeds, write_bundle
 
 

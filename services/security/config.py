@@ -1,7 +1,8 @@
 """Pure core of ``interlink-nats nats-config``: pools → nats-server config text + credentials.
 
 No I/O here (seeds come in as arguments or from an injected generator), so the permission
-model can be unit-tested and the CLI stays a thin edge.
+model can be unit-tested and the CLI stays a thin edge. This module holds the options and the
+rendering of the server configuration; ``permissions`` who may do what; ``bundle`` the credentials.
 
 Model (docs/security.md has the table): one NATS account ``INTERLINK`` with JetStream, one
 nkey user per identity. nkeys keep every secret out of the server config: the config only
@@ -24,180 +25,23 @@ cannot set a prefix, at the cost of that isolation.
 from __future__ import annotations
 
 import json
-import secrets
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import PurePath
 
-import nkeys  # type: ignore[import-untyped]  # nkeys ships no type hints (no py.typed, no stubs)
 from interlink_nats.kernel import subjects
-from interlink_nats.kernel.subjects import INBOX_ROOT, Role, inbox_prefix
+from interlink_nats.kernel.subjects import Role
 
-ACCOUNT = "INTERLINK"
-"""The one application account; JetStream is enabled for it."""
+from .permissions import (
+    ACCOUNT,
+    Permissions,
+    ResponsePermission,
+    controller_permissions,
+    gateway_permissions,
+    pool_permissions,
+)
 
 DEFAULT_CLUSTER_PORT = 6222
-SRV_ALL = "$SRV.>"
-"""NATS micro services API (``$SRV.PING|INFO|STATS[.name[.id]]``)."""
-
-
-def identity_name(role: Role, pool: str | None = None) -> str:
-    """File/credential name of an identity: ``gateway``, ``controller`` or ``pool-<pool>``.
-
-    The ``pool-`` prefix keeps a pool that happens to be named ``gateway`` from colliding.
-    """
-    if role is Role.POOL:
-        if pool is None:
-            raise ValueError("a pool identity needs a pool name")
-        return f"pool-{subjects.validate_pool(pool)}"
-    return role.value
-
-
-@dataclass(frozen=True)
-class ResponsePermission:
-    """``allow_responses``: publish to the reply subject of a request received, a bounded number of times.
-
-    ``max_msgs`` > 1 lets a server-streaming method answer with several chunks on the
-    caller's reply subject; ``expires`` bounds how long a received request keeps that right.
-    """
-
-    max_msgs: int = 1
-    expires: str | None = None
-
-
-@dataclass(frozen=True)
-class Permissions:
-    """Subject allow-lists of one user. Anything not listed is denied by nats-server."""
-
-    publish: tuple[str, ...]
-    subscribe: tuple[str, ...]
-    allow_responses: ResponsePermission | None = None
-
-    def as_dict(self) -> dict[str, object]:
-        out: dict[str, object] = {
-            "publish": {"allow": list(self.publish)},
-            "subscribe": {"allow": list(self.subscribe)},
-        }
-        if self.allow_responses is not None:
-            resp: dict[str, object] = {"max": self.allow_responses.max_msgs}
-            if self.allow_responses.expires:
-                resp["expires"] = self.allow_responses.expires
-            out["allow_responses"] = resp
-        return out
-
-
-def _rpc_any_pool(method: str) -> str:
-    return f"{subjects.SUBMITTER_SERVICE}.{method}.*"
-
-
-def _inbox_subscriptions(role: Role, pool: str | None, shared_inboxes: bool) -> tuple[str, ...]:
-    return (f"{INBOX_ROOT}.>",) if shared_inboxes else (f"{inbox_prefix(role, pool)}.>",)
-
-
-def _jetstream_consumer_api(stream: str) -> tuple[str, ...]:
-    """What a durable consumer of ``stream`` needs: create/update the stream, consumers, fetch, ack.
-
-    Scoped to the one stream by name, so the gateway cannot read or delete other streams.
-    Stream deletion and purge are deliberately absent: an operator does those with an admin
-    credential, never the gateway.
-    """
-    return (
-        "$JS.API.INFO",
-        "$JS.API.STREAM.NAMES",
-        f"$JS.API.STREAM.CREATE.{stream}",
-        f"$JS.API.STREAM.UPDATE.{stream}",
-        f"$JS.API.STREAM.INFO.{stream}",
-        f"$JS.API.STREAM.MSG.GET.{stream}",
-        f"$JS.API.DIRECT.GET.{stream}",
-        f"$JS.API.DIRECT.GET.{stream}.>",
-        f"$JS.API.CONSUMER.CREATE.{stream}",
-        f"$JS.API.CONSUMER.CREATE.{stream}.>",
-        f"$JS.API.CONSUMER.DURABLE.CREATE.{stream}.*",
-        f"$JS.API.CONSUMER.INFO.{stream}.*",
-        f"$JS.API.CONSUMER.DELETE.{stream}.*",
-        f"$JS.API.CONSUMER.NAMES.{stream}",
-        f"$JS.API.CONSUMER.LIST.{stream}",
-        f"$JS.API.CONSUMER.MSG.NEXT.{stream}.*",
-        f"$JS.ACK.{stream}.>",
-        f"$JS.FC.{stream}.>",
-    )
-
-
-def gateway_permissions(
-    prefix: str = subjects.DEFAULT_PREFIX,
-    stream: str = subjects.EVENTS_STREAM,
-    *,
-    shared_inboxes: bool = False,
-) -> Permissions:
-    """The gateway: every RPC on every pool, the events stream, announcements, discovery.
-
-    It may publish below ``_INBOX.>`` because a server-streaming call sends flow-control
-    credit to a subject the serving pool announces under *its* inbox; only the gateway is
-    trusted with that, pools never are.
-    """
-    return Permissions(
-        publish=(
-            _rpc_any_pool("*"),
-            SRV_ALL,
-            f"{INBOX_ROOT}.>",
-            *_jetstream_consumer_api(stream),
-        ),
-        subscribe=(
-            *_inbox_subscriptions(Role.GATEWAY, None, shared_inboxes),
-            f"{prefix}.config.*",
-            f"{prefix}.resources.*",
-            subjects.events_wildcard(prefix),
-        ),
-        # The gateway answers no requests; responses stay closed.
-        allow_responses=None,
-    )
-
-
-def controller_permissions(prefix: str = subjects.DEFAULT_PREFIX, *, shared_inboxes: bool = False) -> Permissions:
-    """The controller: read announcements, ask pools to ``Describe``, discovery. Nothing else."""
-    return Permissions(
-        publish=(_rpc_any_pool("Describe"), SRV_ALL),
-        subscribe=(
-            *_inbox_subscriptions(Role.CONTROLLER, None, shared_inboxes),
-            f"{prefix}.config.*",
-            f"{prefix}.resources.*",
-        ),
-        allow_responses=None,
-    )
-
-
-def pool_permissions(
-    pool: str,
-    prefix: str = subjects.DEFAULT_PREFIX,
-    stream: str = subjects.EVENTS_STREAM,
-    *,
-    shared_inboxes: bool = False,
-    responses: ResponsePermission | None = None,
-) -> Permissions:
-    """One pool: receive its own RPCs and micro-API pings, reply, publish its own events/announcements.
-
-    It may not publish to ``_INBOX.>``: replies go out through ``allow_responses`` only, so a
-    pool can answer exactly the requests it was sent and cannot forge replies to anyone else.
-    ``$SRV.>`` carries only empty discovery requests, so subscribing it leaks nothing; a pool
-    can answer them, so discovery output is informational and never an identity proof.
-    ``$JS.API.STREAM.INFO`` of the events stream lets a submitter check the stream exists
-    before it relies on publish acks; it reveals only the stream's config and counters.
-    """
-    subjects.validate_pool(pool)
-    return Permissions(
-        publish=(
-            subjects.events_subject(pool, prefix),
-            subjects.config_subject(pool, prefix),
-            subjects.resources_subject(pool, prefix),
-            f"$JS.API.STREAM.INFO.{stream}",
-        ),
-        subscribe=(
-            subjects.rpc_wildcard(pool),
-            SRV_ALL,
-            *_inbox_subscriptions(Role.POOL, pool, shared_inboxes),
-        ),
-        allow_responses=responses or ResponsePermission(),
-    )
 
 
 @dataclass(frozen=True)
@@ -330,101 +174,6 @@ class NatsConfigOptions:
             shared_inboxes=self.shared_inboxes,
             responses=ResponsePermission(self.response_max, self.response_expires),
         )
-
-
-def new_user_seed() -> str:
-    """A fresh nkey user seed (``SU...``) from the OS CSPRNG."""
-    seed: bytes = nkeys.encode_seed(secrets.token_bytes(32), nkeys.PREFIX_BYTE_USER)
-    return seed.decode()
-
-
-def public_key_of(seed: str) -> str:
-    """The ``U...`` public key of a user seed; raises if the seed is not a user seed."""
-    kp = nkeys.from_seed(bytearray(seed.strip().encode()))
-    try:
-        public: str = kp.public_key.decode()
-    finally:
-        kp.wipe()
-    if not public.startswith("U"):
-        raise ValueError("not a user nkey seed")
-    return public
-
-
-@dataclass(frozen=True)
-class Bundle:
-    """The generated server configuration and the credentials it accepts."""
-
-    options: NatsConfigOptions
-    config_text: str
-    """The single server's config; node 0's when clustered."""
-    credentials: tuple[Credential, ...]
-    node_configs: tuple[str, ...] = ()
-    """One config per node when clustered (same accounts, permissions, listeners; own name, store, routes)."""
-
-    def credential(self, name: str) -> Credential:
-        for cred in self.credentials:
-            if cred.name == name:
-                return cred
-        raise KeyError(name)
-
-    def manifest(self) -> dict[str, object]:
-        """Public description of the bundle (no seeds): what ``identities.json`` holds."""
-        return {
-            "account": ACCOUNT,
-            "prefix": self.options.prefix,
-            "stream": self.options.stream,
-            "shared_inboxes": self.options.shared_inboxes,
-            "identities": [c.manifest_entry() for c in self.credentials],
-        }
-
-
-def build_bundle(
-    options: NatsConfigOptions,
-    existing_seeds: Mapping[str, str] | None = None,
-    rotate: Iterable[str] = (),
-    new_seed: Callable[[], str] = new_user_seed,
-) -> Bundle:
-    """Credentials for every identity (reusing ``existing_seeds`` unless rotated) + the config accepting them.
-
-    Reusing seeds makes the command idempotent: adding a pool does not invalidate the
-    credentials already handed out. ``rotate`` names identities (``pool-a``) or pools (``a``)
-    whose seed is replaced; the old public key disappears from the config, so after a
-    reload the old seed is refused.
-    """
-    existing = dict(existing_seeds or {})
-    wanted = {identity_name(r, p) for r, p in options.identities()}
-    rotate_names: set[str] = set()
-    for item in rotate:
-        name = item if item in wanted else f"pool-{item}"
-        if name not in wanted:
-            raise ValueError(f"cannot rotate unknown identity {item!r} (known: {sorted(wanted)})")
-        rotate_names.add(name)
-    creds: list[Credential] = []
-    for role, pool in options.identities():
-        name = identity_name(role, pool)
-        seed = existing.get(name) if name not in rotate_names else None
-        seed = seed.strip() if seed else new_seed()
-        creds.append(
-            Credential(
-                name=name,
-                role=role,
-                pool=pool,
-                public_key=public_key_of(seed),
-                inbox_prefix=inbox_prefix(role, pool),
-                permissions=options.permissions_for(role, pool),
-                seed=seed,
-            )
-        )
-    keys = [c.public_key for c in creds]
-    if len(set(keys)) != len(keys):
-        raise ValueError("two identities share one nkey; every identity needs its own seed")
-    nodes = tuple(render_server_config(options, creds, node=i) for i in range(options.cluster_size))
-    return Bundle(
-        options=options,
-        config_text=nodes[0],
-        credentials=tuple(creds),
-        node_configs=nodes if options.clustered else (),
-    )
 
 
 # --- rendering -------------------------------------------------------------------------------------------

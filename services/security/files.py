@@ -19,7 +19,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from .config import Bundle
+from .bundle import Bundle
 
 CONFIG_FILE = "nats-server.conf"
 
