@@ -15,21 +15,14 @@ from fractions import Fraction
 
 _SUFFIXES: dict[str, Fraction] = {
     "": Fraction(1),
-    "n": Fraction(1, 10**9),
-    "u": Fraction(1, 10**6),
-    "m": Fraction(1, 10**3),
-    "k": Fraction(10**3),
-    "M": Fraction(10**6),
-    "G": Fraction(10**9),
-    "T": Fraction(10**12),
-    "P": Fraction(10**15),
-    "E": Fraction(10**18),
-    "Ki": Fraction(2**10),
-    "Mi": Fraction(2**20),
-    "Gi": Fraction(2**30),
-    "Ti": Fraction(2**40),
-    "Pi": Fraction(2**50),
-    "Ei": Fraction(2**60),
+    # decimal SI suffixes, 10^-9 … 10^-3 and 10^3 … 10^18 (apimachinery resource/suffix.go)
+    **{suffix: Fraction(10) ** power for suffix, power in zip("num", range(-9, 0, 3), strict=True)},
+    **{suffix: Fraction(10) ** power for suffix, power in zip("kMGTPE", range(3, 19, 3), strict=True)},
+    # binary suffixes, 2^10 … 2^60
+    **{
+        suffix: Fraction(2) ** power
+        for suffix, power in zip(("Ki", "Mi", "Gi", "Ti", "Pi", "Ei"), range(10, 61, 10), strict=True)
+    },
 }
 
 _QUANTITY_RE = re.compile(

@@ -93,3 +93,24 @@ def test_ruff_format_has_nothing_to_change() -> None:
     )
     unformatted = re.findall(r"^Would reformat: (.+)$", result.stdout, flags=re.MULTILINE)
     assert result.returncode == 0, "run `ruff format` on:\n" + "\n".join(unformatted or [result.stdout, result.stderr])
+
+
+def test_import_linter_keeps_every_contract(tmp_path: Path) -> None:
+    """The layers of ``[tool.importlinter]`` in pyproject.toml: which package may import which.
+
+    import-linter (grimp) walks the package's folder, so it gets the same symlinked tree as mypy; its
+    cache is off, since the tree is new each run.
+    """
+    tree = tmp_path / "tree"
+    package_tree(ROOT, tree)
+    result = subprocess.run(
+        [str(BIN / "lint-imports"), "--no-cache", str(ROOT / "pyproject.toml")],
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(tree)},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert result.returncode == 0, f"import-linter found broken contracts:\n{result.stdout}\n{result.stderr}"
+    kept = re.search(r"Contracts: (\d+) kept, 0 broken", result.stdout)
+    assert kept and int(kept.group(1)) >= 5, f"import-linter checked too few contracts:\n{result.stdout}"
