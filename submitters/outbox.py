@@ -17,8 +17,8 @@ from dataclasses import dataclass
 import nats.errors
 import nats.js.errors
 from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.kernel.clock import Clock
 from interlink_nats.kernel.subjects import EVENTS_STREAM, events_subject
-from interlink_nats.submitters.clock import Clock
 from interlink_nats.submitters.registry import Registry
 from interlink_nats.submitters.status import encode_status, event_bytes, stamp_status
 from nats.aio.client import Client as NATS
