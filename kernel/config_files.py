@@ -85,11 +85,11 @@ def _move_renamed(values: dict[str, Any], renames: Mapping[str, str]) -> dict[st
         *parents, leaf = new.split(".")
         target = out
         for part in parents:
-            inner = target.get(part)
-            target[part] = inner = dict(inner) if isinstance(inner, Mapping) else {} if inner is None else inner
-            if not isinstance(inner, dict):
-                break  # the new section was given as an object: it wins over the old flat key
-            target = inner
+            section = target.get(part)
+            if section is not None and not isinstance(section, Mapping):
+                break  # the section was given as an object (a model): it wins over the old flat key
+            target[part] = section = dict(section or {})
+            target = section
         else:
             target.setdefault(leaf, value)
     return out

@@ -11,7 +11,7 @@ In-process API (what ``interlink-nats up`` uses)::
     Submitter(settings, *, nc=None, backend=None, clock=None)
       nc:      an already connected NATS client to use (then it is not drained/closed by us)
       backend: a Backend to use instead of the one named by settings.backend (tests, benchmarks)
-      clock:   a ``clock.Clock`` (or a wall-clock function) used by every part, registry included
+      clock:   a ``kernel.clock.Clock`` used by every part, registry included
 
 What it does, and why in this order:
 1. take the instance lock (``ownership``): replicas sharing the registry judge each other
@@ -246,7 +246,7 @@ class Submitter:
         self.submissions.stopping = True
         if self._rpc is not None:
             with contextlib.suppress(Exception):
-                await self._rpc.stop(grace=self.settings.nats.drain_timeout_s / 2)
+                await self._rpc.stop(grace_s=self.settings.nats.drain_timeout_s / 2)
             self._rpc = None
         for task in self._tasks:
             task.cancel()

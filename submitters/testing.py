@@ -45,7 +45,7 @@ def settings_for(
     urls = [nats_url] if isinstance(nats_url, str) else list(nats_url)
     if "poll_interval" not in kw:  # the old name, still accepted
         kw.setdefault("poll_interval_s", 0.2)
-    return SubmitterSettings.load(None, pool=pool, backend=backend, nats_url=urls, state_dir=state_dir, **kw)
+    return SubmitterSettings.load(None, pool=pool, backend=backend, nats={"url": urls}, state_dir=state_dir, **kw)
 
 
 async def wait_for(

@@ -229,7 +229,7 @@ async def test_restart_does_not_drop_quota_because_pools_describe_themselves(
         assert not any(w.method == "DELETE" for w in emu.writes)
     finally:
         for server in servers:
-            await server.stop(grace=0)
+            await server.stop(grace_s=0)
         await nc.close()
 
 

@@ -597,3 +597,37 @@ def test_a_shell_submitter_does_not_import_the_other_backends(tmp_path: Path) ->
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[]"
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (
+            ["slurm", "--pool", "a", "--nats-url", "nats://n:4222", "--poll-interval", "2", "--partition", "p"],
+            {
+                "backend": "slurm",
+                "pool": "a",
+                "nats": {"url": ["nats://n:4222"]},
+                "poll_interval_s": 2.0,
+                "slurm": {"partition": "p"},
+            },
+        ),
+        (
+            ["htcondor", "--poll-interval-s", "3", "--mode", "remote", "--schedd", "ce"],
+            {"backend": "htcondor", "poll_interval_s": 3.0, "htcondor": {"mode": "remote", "schedd": "ce"}},
+        ),
+        (["shell", "--max-concurrent-jobs", "4"], {"backend": "shell", "shell": {"max_concurrent_jobs": 4}}),
+        (["slurm", "--no-use-sacct"], {"backend": "slurm", "slurm": {"use_sacct": False}}),
+    ],
+)
+def test_each_backend_command_takes_the_common_options_and_its_own_flags(
+    argv: list[str], expected: dict[str, Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from interlink_nats.submitters import cli
+    from typer.testing import CliRunner
+
+    seen: dict[str, Any] = {}
+    monkeypatch.setattr(cli, "_serve", lambda config, level, json_logs, overrides: seen.update(overrides))
+    result = CliRunner().invoke(cli.app, argv)
+    assert result.exit_code == 0, result.output
+    assert {key: value for key, value in seen.items() if value is not None} == expected
