@@ -85,6 +85,10 @@ class NatsConnectionSettings(BaseModel):
     def servers(self) -> list[str]:
         return [part.strip() for part in self.url.split(",") if part.strip()]
 
+    def with_default_inbox(self, prefix: str) -> NatsConnectionSettings:
+        """These settings with ``prefix`` as reply inbox unless one was configured (a pool's is its own)."""
+        return self if "inbox_prefix" in self.model_fields_set else self.model_copy(update={"inbox_prefix": prefix})
+
 
 _SUBSCRIBE_DENIED = re.compile(r'permissions violation for subscription to "?([^"\s]+)', re.IGNORECASE)
 

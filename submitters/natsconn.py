@@ -21,9 +21,7 @@ __all__ = ["NatsConnectError", "backoff_delay", "connect", "connect_options", "c
 
 def connection_settings(settings: SubmitterSettings) -> nats_connection.NatsConnectionSettings:
     """The submitter's ``nats`` section, its inbox defaulting to the pool's own (``_INBOX.pool.<pool>``)."""
-    if "inbox_prefix" in settings.nats.model_fields_set:
-        return settings.nats
-    return settings.nats.model_copy(update={"inbox_prefix": inbox_prefix(Role.POOL, settings.pool)})
+    return settings.nats.with_default_inbox(inbox_prefix(Role.POOL, settings.pool))
 
 
 def connect_options(

@@ -6,7 +6,7 @@ capacity). They never touch SQLite, NATS, protobuf statuses or job phases: the l
 observed as plain data (:class:`Observation`). A backend's settings are its own config model (e.g.
 ``SlurmConfig``, the ``slurm:`` section); a backend does not import ``submitters.settings``.
 
-Adding a backend (see docs/submitters.md, "Adding a backend"): register it in ``backends.registry``,
+Adding a backend (see docs/submitters.md, "Adding a backend"): register it in ``backends.BACKENDS``,
 implement :class:`Backend` and its ``create(config, context)``,
 raise only :class:`BackendError` subclasses, name jobs so ``reconcile`` can find a submission
 whose id was never recorded, and answer ``poll`` with one batch call. ``submitters.testing.FakeBackend``

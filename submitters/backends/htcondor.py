@@ -101,7 +101,7 @@ class HTCondorBackend:
 
     @classmethod
     def create(cls, config: HTCondorConfig, context: BackendContext) -> HTCondorBackend:
-        """What the submitter builds (``backends.registry``): the token refresher keeps its state in the pool's."""
+        """What the submitter builds (``backends.BACKENDS``): the token refresher keeps its state in the pool's."""
         token = OidcTokenSource(config.token, context.state_dir) if config.token is not None else None
         return cls(config, pool=context.pool, token=token, clock=context.clock)
 

@@ -340,7 +340,7 @@ class ShellBackend:
 
     @classmethod
     def create(cls, config: ShellConfig, context: BackendContext) -> ShellBackend:
-        """What the submitter builds (``backends.registry``); the kill grace is the submitter-wide setting."""
+        """What the submitter builds (``backends.BACKENDS``); the kill grace is the submitter-wide setting."""
         return cls(
             max_concurrent=config.max_concurrent_jobs,
             bash=config.bash,

@@ -76,7 +76,7 @@ class SlurmBackend:
 
     @classmethod
     def create(cls, config: SlurmConfig, context: BackendContext) -> SlurmBackend:
-        """What the submitter builds (``backends.registry``): the settings section is all it needs."""
+        """What the submitter builds (``backends.BACKENDS``): the settings section is all it needs."""
         return cls(config)
 
     def __init__(self, settings: SlurmConfig | None = None) -> None:
