@@ -86,10 +86,10 @@ async def stack(url: str, state: Path) -> AsyncIterator[tuple[Gateway, Probe]]:
         None,
         pool=pool,
         backend="shell",
-        nats_url=url,
+        nats={"url": url},
         state_dir=state,
         build_config={"runtime": "CONTAINER_RUNTIME_NONE"},
-        poll_interval=0.2,
+        poll_interval_s=0.2,
     )
     async with running_gateway(gw_settings) as gateway, Submitter(sub_settings):
         yield gateway, Probe(gateway)

@@ -102,9 +102,9 @@ def main() -> None:
                     {
                         "pool": pool,
                         "backend": "shell",
-                        "nats_url": [nats_server.url],
+                        "nats": {"url": [nats_server.url]},
                         "state_dir": str(state[runtime]),
-                        "poll_interval": 0.5,
+                        "poll_interval_s": 0.5,
                         "build_config": {"runtime": name},
                     }
                 )

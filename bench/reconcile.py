@@ -105,7 +105,7 @@ async def bench(pools_total: int, mq_count: int, rounds: int, tick: float) -> di
     emu = await KubeEmulator(validate=False).start()  # validated once at the end: it shares our CPU
     nc = await nats.connect(server.url)
     api = TimedApi.from_server(emu.url)
-    settings = runner.Settings(tick=tick, describe_timeout=0.5, status_refresh=30.0)
+    settings = runner.Settings(tick_s=tick, describe_timeout_s=0.5, status_refresh_s=30.0)
     controller = runner.Controller(api, settings=settings)
     pools = [f"m{i % mq_count}-pool-{i:04}" for i in range(pools_total)]
     cpu = dict.fromkeys(pools, 64)

@@ -84,7 +84,7 @@ async def serve(url: str) -> None:
     await server.start()
     print("ready", flush=True)
     await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
-    await server.stop(grace=1)
+    await server.stop(grace_s=1)
     await nc.close()
 
 

@@ -43,8 +43,10 @@ def render(
 def run(
     kueue_api: Annotated[str, typer.Option("--kueue-api", help="auto (discovery), v1beta2 or v1beta1")] = "auto",
     field_manager: Annotated[str, typer.Option(help="server-side apply field manager")] = "kueue-nats",
-    tick: Annotated[float, typer.Option(help="seconds between liveness checks")] = 2.0,
-    describe_timeout: Annotated[float, typer.Option(help="seconds to wait for Describe answers at start")] = 5.0,
+    tick_s: Annotated[float, typer.Option("--tick-s", "--tick", help="seconds between liveness checks")] = 2.0,
+    describe_timeout_s: Annotated[
+        float, typer.Option("--describe-timeout-s", "--describe-timeout", help="seconds to wait for Describe answers")
+    ] = 5.0,
     probe_host: Annotated[str, typer.Option(help="address of /healthz and /metrics")] = "0.0.0.0",
     probe_port: Annotated[int, typer.Option(help="port of /healthz and /metrics (0: off)")] = 8080,
     log_level: Annotated[str, typer.Option(help="logging level")] = "INFO",
@@ -64,7 +66,7 @@ def run(
     async def main() -> None:
         api = kube.LightkubeApi.from_environment(field_manager=field_manager)
         settings = runner.Settings(
-            kueue_api=None if kueue_api == "auto" else kueue_api, tick=tick, describe_timeout=describe_timeout
+            kueue_api=None if kueue_api == "auto" else kueue_api, tick_s=tick_s, describe_timeout_s=describe_timeout_s
         )
         controller = runner.Controller(api, settings=settings)
         probes = await serve_probes(controller_probes(controller), probe_host, probe_port) if probe_port else None

@@ -16,7 +16,6 @@ import asyncio
 import contextlib
 import json
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -25,6 +24,7 @@ import nats
 from interlink_nats.controller import model
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel import nats_connection
+from interlink_nats.kernel.clock import SYSTEM_CLOCK, Clock
 from interlink_nats.kernel.names import is_dns_label
 from interlink_nats.kernel.subjects import Role, inbox_prefix, validate_pool
 from nats.aio.client import Client as NATS
@@ -36,16 +36,21 @@ log = logging.getLogger(__name__)
 
 DEFAULT_INBOX_PREFIX = inbox_prefix(Role.CONTROLLER)
 
+
+def default_nats_settings() -> nats_connection.NatsConnectionSettings:
+    """The controller's ``nats`` settings: the shared model, replies on the inbox ``nats-config`` grants it."""
+    return nats_connection.NatsConnectionSettings(inbox_prefix=DEFAULT_INBOX_PREFIX)
+
+
 DISCOVERY_SUBJECT = "$SRV.INFO.interlink-submitter"
 
-Clock = Callable[[], float]
 SecretReader = Callable[[str, str], Awaitable[dict[str, str]]]
 
 
 class ReportStore:
     """Latest report per (source, pool); ``changed`` is set on every accepted report."""
 
-    def __init__(self, clock: Clock = time.time) -> None:
+    def __init__(self, clock: Clock = SYSTEM_CLOCK) -> None:
         self.clock = clock
         self._reports: dict[model.NatsSource, dict[str, model.PoolReport]] = {}
         self.changed = asyncio.Event()
@@ -83,7 +88,7 @@ class ReportStore:
             # Kept, so the MasterQueue that selects it says so in a Kubernetes event (reconcile leaves it out).
             log.warning("report with invalid pool name %r: not a DNS label, no flavor will be made for it", pool[:80])
         message.pool = pool
-        self.put(source, model.report_from_proto(message, self.clock()))
+        self.put(source, model.report_from_proto(message, self.clock.time()))
         return True
 
     def prune(self, older_than: float) -> None:
@@ -110,15 +115,16 @@ class NatsHub:
         store: ReportStore,
         *,
         secret_reader: SecretReader | None = None,
-        describe_timeout: float = 5.0,
-        discovery_window: float = 0.5,
-        max_backoff: float = 30.0,
+        nats: nats_connection.NatsConnectionSettings | None = None,
+        describe_timeout_s: float = 5.0,
+        discovery_window_s: float = 0.5,
     ) -> None:
         self.store = store
         self.secret_reader = secret_reader
-        self.describe_timeout = describe_timeout
-        self.discovery_window = discovery_window
-        self.max_backoff = max_backoff
+        self.nats = nats or default_nats_settings()
+        """Every connection's settings but its URL (the MasterQueue's) and what its Secret adds."""
+        self.describe_timeout_s = describe_timeout_s
+        self.discovery_window_s = discovery_window_s
         self._connections: dict[tuple[str, model.SecretRef | None], _Connection] = {}
         self._primed: dict[model.NatsSource, asyncio.Event] = {}
         self._pools_hint: dict[model.NatsSource, set[str]] = {}
@@ -207,9 +213,7 @@ class NatsHub:
             for source in list(conn.sources):
                 self._spawn(self._describe_all(conn, source))
 
-        settings = nats_connection.NatsConnectionSettings(
-            url=url, inbox_prefix=DEFAULT_INBOX_PREFIX, reconnect_wait_max_s=self.max_backoff
-        )
+        settings = self.nats.model_copy(update={"url": url})
         data = await self.secret_reader(secret.namespace, secret.name) if secret and self.secret_reader else {}
         if data.get("url"):
             settings.url = data["url"]
@@ -241,7 +245,7 @@ class NatsHub:
             except Exception as exc:
                 log.warning("NATS %s: connect failed (%s); retrying in %.1fs", conn.key[0], exc, delay)
                 await asyncio.sleep(delay)
-                delay = min(self.max_backoff, delay * 2)
+                delay = min(self.nats.reconnect_wait_max_s, delay * 2)
         conn.ready.set()
         for source in list(conn.sources):
             await self._subscribe(conn, source)
@@ -268,7 +272,7 @@ class NatsHub:
         sub = await nc.subscribe(inbox)
         try:
             await nc.publish(DISCOVERY_SUBJECT, b"", reply=inbox)
-            deadline = asyncio.get_running_loop().time() + self.discovery_window
+            deadline = asyncio.get_running_loop().time() + self.discovery_window_s
             while (left := deadline - asyncio.get_running_loop().time()) > 0:
                 try:
                     msg = await sub.next_msg(timeout=left)
@@ -299,7 +303,7 @@ class NatsHub:
         from interlink_nats.services.rpc import submitter_client
 
         try:
-            answer = await submitter_client(nc, pool, timeout=self.describe_timeout).describe(pb.DescribeRequest())
+            answer = await submitter_client(nc, pool, timeout=self.describe_timeout_s).describe(pb.DescribeRequest())
         except Exception as exc:  # GRPCError (UNAVAILABLE, DEADLINE_EXCEEDED, …) or a transport error
             log.info("pool %s did not describe itself: %s", pool, exc)
             return
@@ -308,4 +312,4 @@ class NatsHub:
             return
         report.pool = report.pool or answer.pool or pool
         if report.pool == pool:
-            self.store.put(source, model.report_from_proto(report, self.store.clock()))
+            self.store.put(source, model.report_from_proto(report, self.store.clock.time()))

@@ -13,14 +13,13 @@ import asyncio
 import contextlib
 import datetime as dt
 import logging
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from interlink_nats.controller import model, reconcile
 from interlink_nats.controller.kube import KubeApi, KubeError
-from interlink_nats.controller.listening import Clock, NatsHub, ReportStore
+from interlink_nats.controller.listening import NatsHub, ReportStore, default_nats_settings
 from interlink_nats.controller.reconcile import (
     KUEUE_GROUP,
     MANAGED_BY,
@@ -28,6 +27,8 @@ from interlink_nats.controller.reconcile import (
     MASTERQUEUE_LABEL,
     PoolState,
 )
+from interlink_nats.kernel.clock import SYSTEM_CLOCK, Clock
+from interlink_nats.kernel.nats_connection import NatsConnectionSettings
 
 log = logging.getLogger(__name__)
 
@@ -40,17 +41,20 @@ class Settings:
 
     kueue_api: str | None = None
     """Kueue API version to write; None: discovery (v1beta2 when served, else v1beta1)."""
-    tick: float = 2.0
+    nats: NatsConnectionSettings = field(default_factory=default_nats_settings)
+    """What every NATS connection shares (inbox, timeouts, back-off); the URL and credentials come from
+    each MasterQueue's flavor and its Secret."""
+    tick_s: float = 2.0
     """How often liveness is re-evaluated without any event (a pool's timeout is seen within one tick)."""
-    describe_timeout: float = 5.0
+    describe_timeout_s: float = 5.0
     """Per-pool Describe deadline at start; a MasterQueue waits at most twice that for its sources."""
-    debounce: float = 0.05
+    debounce_s: float = 0.05
     """Coalesce bursts of reports into one reconcile."""
-    status_refresh: float = 30.0
+    status_refresh_s: float = 30.0
     """Refresh ``lastReport`` times in status at most this often (state changes are written at once)."""
-    resync: float = 300.0
+    resync_s: float = 300.0
     """Re-read the owned objects this often, so edits by others are corrected."""
-    clock: Clock = field(default=time.time)
+    clock: Clock = SYSTEM_CLOCK
 
 
 @dataclass
@@ -103,7 +107,10 @@ class Controller:
         self.settings = settings or Settings()
         self.store = store or ReportStore(self.settings.clock)
         self.hub = hub or NatsHub(
-            self.store, secret_reader=api.read_secret, describe_timeout=self.settings.describe_timeout
+            self.store,
+            secret_reader=api.read_secret,
+            nats=self.settings.nats,
+            describe_timeout_s=self.settings.describe_timeout_s,
         )
         self.version: str | None = self.settings.kueue_api
         self.mqs: dict[str, _MQ] = {}
@@ -148,7 +155,7 @@ class Controller:
             for obj in await self.api.list_objects(kind, self.version, {MANAGED_BY_LABEL: MANAGED_BY}):
                 live[(kind, obj["metadata"]["name"])] = obj
         self.live = live
-        self._last_resync = self.settings.clock()
+        self._last_resync = self.settings.clock.time()
 
     async def run(self) -> None:
         await self.detect_version()
@@ -171,9 +178,9 @@ class Controller:
             # asyncio.timeout, not wait_for: on Python 3.11 wait_for loses a cancel that arrives as the
             # event is set, and the controller would never stop.
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self.settings.tick):
+                async with asyncio.timeout(self.settings.tick_s):
                     await self._wake.wait()
-            await asyncio.sleep(self.settings.debounce)
+            await asyncio.sleep(self.settings.debounce_s)
             self._wake.clear()
             try:
                 await self.step()
@@ -205,7 +212,7 @@ class Controller:
             state.parsed, state.error = None, str(exc)
         await self._sync_sources()
         if state.parsed is not None and not state.ready_after:
-            state.ready_after = self.settings.clock() + 2 * self.settings.describe_timeout
+            state.ready_after = self.settings.clock.time() + 2 * self.settings.describe_timeout_s
         self._wake.set()
 
     def _seed_from_status(self, body: Mapping[str, Any], state: _MQ) -> None:
@@ -257,10 +264,10 @@ class Controller:
     async def step(self) -> int:
         """Reconcile every MasterQueue once; returns the number of API writes made."""
         before = self.writes
-        now = self.settings.clock()
+        now = self.settings.clock.time()
         if self.version is None:
             await self.detect_version()
-        if now - self._last_resync >= self.settings.resync:
+        if now - self._last_resync >= self.settings.resync_s:
             await self.load_owned()
             self.applied.clear()
         horizon = max(
@@ -413,7 +420,7 @@ class Controller:
         status = self._status(state, desired)
         previous = state.status_written
         same_shape = self._without_times(status) == self._without_times(previous)
-        if same_shape and (status == previous or now - state.status_at < self.settings.status_refresh):
+        if same_shape and (status == previous or now - state.status_at < self.settings.status_refresh_s):
             return
         old_condition = ((previous or {}).get("conditions") or [{}])[0]
         new_condition = status["conditions"][0]

@@ -84,10 +84,10 @@ async def _run_parts(
     submitter_settings = SubmitterSettings.load(
         pool=pool,
         backend="shell",
-        nats_url=[nats_url],
+        nats={"url": nats_url},
         state_dir=state_dir / "submitter",
         build_config={"runtime": "CONTAINER_RUNTIME_NONE"},
-        poll_interval=1.0,
+        poll_interval_s=1.0,
     )
     gateway_settings = gateway_settings.model_copy(update={"nats": GatewayNatsSettings(url=nats_url)})
     part_stop = asyncio.Event()  # the parts stop only after the jobs are cancelled

@@ -10,12 +10,13 @@ from __future__ import annotations
 import json
 import os
 import tomllib
+from collections.abc import Mapping
 from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, ClassVar, Self
 
 import yaml
-from pydantic import Field
+from pydantic import AliasChoices, Field
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource
 
 
@@ -66,6 +67,62 @@ class _FileSource(PydanticBaseSettingsSource):
         return dict(_FILE_VALUES.get())
 
 
+def renamed(name: str, *old: str) -> AliasChoices:
+    """``validation_alias`` of a renamed field of a nested model: the new name and the old ones it replaced.
+
+    Why: deployed config files and environments keep working after a rename (``command_timeout`` →
+    ``command_timeout_s``); nested sections take it this way, top-level fields through ``RENAMED``."""
+    return AliasChoices(name, *old)
+
+
+def _move_renamed(values: dict[str, Any], renames: Mapping[str, str]) -> dict[str, Any]:
+    """``values`` with every old key moved to its new (dotted) path; within one layer the new name wins."""
+    out = dict(values)
+    for old, new in renames.items():
+        if old not in out:
+            continue
+        value = out.pop(old)
+        *parents, leaf = new.split(".")
+        target = out
+        for part in parents:
+            section = target.get(part)
+            if section is not None and not isinstance(section, Mapping):
+                break  # the section was given as an object (a model): it wins over the old flat key
+            target[part] = section = dict(section or {})
+            target = section
+        else:
+            target.setdefault(leaf, value)
+    return out
+
+
+class _RenamedSource(PydanticBaseSettingsSource):
+    """One layer (init, environment or file) with its old setting names moved to the new ones.
+
+    The environment layer also reads the old variables (``<PREFIX><OLD NAME>``), which pydantic-settings
+    no longer looks for once the field is renamed; the new variable wins over the old one."""
+
+    def __init__(
+        self, settings_cls: type[BaseSettings], inner: PydanticBaseSettingsSource, *, old_env: bool = False
+    ) -> None:
+        super().__init__(settings_cls)
+        self.inner = inner
+        self.old_env = old_env
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        renames: Mapping[str, str] = getattr(self.settings_cls, "RENAMED", {})
+        values = dict(self.inner())
+        if self.old_env:
+            prefix = str(self.config.get("env_prefix", "")).upper()
+            environ = {key.upper(): value for key, value in os.environ.items()}
+            for old in renames:
+                if f"{prefix}{old.upper()}" in environ:
+                    values.setdefault(old, environ[f"{prefix}{old.upper()}"])
+        return _move_renamed(values, renames)
+
+
 class LayeredSettings(BaseSettings):
     """Base of a process's settings: ``load()`` layers file < environment < overrides.
 
@@ -74,6 +131,10 @@ class LayeredSettings(BaseSettings):
     """
 
     config_file: Path | None = Field(None, description="the YAML/TOML/JSON file these settings were read from")
+
+    RENAMED: ClassVar[Mapping[str, str]] = {}
+    """Old top-level setting name → its new dotted path (``"poll_interval": "poll_interval_s"``,
+    ``"nats_url": "nats.url"``): still accepted as a file key, init argument and environment variable."""
 
     CONFIG_ENV: ClassVar[str] = "CONFIG_FILE"
     """With the env prefix, the environment variable that names the config file."""
@@ -87,7 +148,12 @@ class LayeredSettings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        return init_settings, env_settings, _FileSource(settings_cls), file_secret_settings
+        return (
+            _RenamedSource(settings_cls, init_settings),
+            _RenamedSource(settings_cls, env_settings, old_env=True),
+            _RenamedSource(settings_cls, _FileSource(settings_cls)),
+            file_secret_settings,
+        )
 
     @classmethod
     def load(cls, config_file: Path | None = None, **overrides: Any) -> Self:

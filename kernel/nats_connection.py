@@ -27,7 +27,7 @@ from typing import Any
 import nats
 import nkeys  # type: ignore[import-untyped]  # nkeys ships no type hints (no py.typed, no stubs)
 from nats.aio.client import Client as NatsClient
-from pydantic import BaseModel, Field, SecretStr
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 from .subjects import INBOX_ROOT, Role, inbox_prefix
 
@@ -39,7 +39,10 @@ class NatsConnectError(Exception):
 
 
 class NatsConnectionSettings(BaseModel):
-    """Where and how to reach NATS. Secrets are ``SecretStr`` so they never print."""
+    """Where and how to reach NATS: the ``nats`` section of every process's settings (flags ``--nats-*``,
+    ``INTERLINK_<PROCESS>_NATS__<FIELD>``). Secrets are ``SecretStr`` so they never print."""
+
+    model_config = ConfigDict(extra="forbid")
 
     url: str = Field(
         "nats://127.0.0.1:4222", description="nats://, tls://, ws:// or wss:// URL (comma-separated for a cluster)"
@@ -59,8 +62,32 @@ class NatsConnectionSettings(BaseModel):
     reconnect_wait_max_s: float = Field(30.0, gt=0, description="cap of the jittered reconnect back-off")
     drain_timeout_s: float = Field(20.0, gt=0, description="how long a stopping process drains its subscriptions")
 
+    @field_validator("url", mode="before")
+    @classmethod
+    def _joined(cls, value: object) -> object:
+        """A cluster's servers as a list (config file, repeated ``--nats-url``) or comma-separated."""
+        if isinstance(value, list | tuple):
+            return ",".join(str(item) for item in value)
+        return value
+
+    @field_validator("url")
+    @classmethod
+    def _schemes(cls, value: str) -> str:
+        servers = [part.strip() for part in value.split(",") if part.strip()]
+        for url in servers:
+            scheme = url.split("://", 1)[0].lower() if "://" in url else ""
+            if scheme not in ("nats", "tls", "ws", "wss"):
+                raise ValueError(f"NATS URL {url!r} must start with nats://, tls://, ws:// or wss://")
+        if not servers:
+            raise ValueError("at least one NATS URL is needed")
+        return ",".join(servers)
+
     def servers(self) -> list[str]:
         return [part.strip() for part in self.url.split(",") if part.strip()]
+
+    def with_default_inbox(self, prefix: str) -> NatsConnectionSettings:
+        """These settings with ``prefix`` as reply inbox unless one was configured (a pool's is its own)."""
+        return self if "inbox_prefix" in self.model_fields_set else self.model_copy(update={"inbox_prefix": prefix})
 
 
 _SUBSCRIBE_DENIED = re.compile(r'permissions violation for subscription to "?([^"\s]+)', re.IGNORECASE)

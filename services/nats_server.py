@@ -49,7 +49,7 @@ class NatsServerProcess:
     config_file: Path | None = None
     work_dir: Path | None = None
     extra_args: list[str] = field(default_factory=list)
-    start_timeout: float = 15.0
+    start_timeout_s: float = 15.0
     _proc: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
     _tmp: tempfile.TemporaryDirectory[str] | None = field(default=None, init=False, repr=False)
     ports: dict[str, list[str]] = field(default_factory=dict, init=False)
@@ -91,7 +91,7 @@ class NatsServerProcess:
         )
         log.close()
         ports_file = self.work_dir / f"nats-server_{self._proc.pid}.ports"
-        deadline = time.monotonic() + self.start_timeout
+        deadline = time.monotonic() + self.start_timeout_s
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
                 raise NatsServerError(f"nats-server exited with {self._proc.returncode}: {self.log_tail()}")
@@ -104,7 +104,7 @@ class NatsServerProcess:
             time.sleep(0.02)
         else:
             self.stop_blocking()
-            raise NatsServerError(f"nats-server did not report its ports within {self.start_timeout}s")
+            raise NatsServerError(f"nats-server did not report its ports within {self.start_timeout_s}s")
         return self
 
     def log_tail(self, limit: int = 4000) -> str:
@@ -113,12 +113,12 @@ class NatsServerProcess:
         path = self.work_dir / "nats-server.log"
         return path.read_text(errors="replace")[-limit:] if path.exists() else ""
 
-    def stop_blocking(self, timeout: float = 10.0) -> None:
+    def stop_blocking(self, timeout_s: float = 10.0) -> None:
         proc, self._proc = self._proc, None
         if proc is not None and proc.poll() is None:
             proc.terminate()
             try:
-                proc.wait(timeout)
+                proc.wait(timeout_s)
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
@@ -199,7 +199,7 @@ class NatsCluster:
     size: int = 3
     host: str = "127.0.0.1"
     config_files: list[Path] | None = None
-    start_timeout: float = 30.0
+    start_timeout_s: float = 30.0
     nodes: list[NatsServerProcess] = field(default_factory=list, init=False)
     _tmp: tempfile.TemporaryDirectory[str] | None = field(default=None, init=False, repr=False)
 
@@ -216,7 +216,7 @@ class NatsCluster:
                 path.write_text(plain_node_config(f"n{i}", self.host, clients[i], routes, i, root / f"n{i}" / "js"))
                 configs.append(path)
         for i, config in enumerate(configs):
-            node = NatsServerProcess(config_file=config, work_dir=root / f"n{i}", start_timeout=self.start_timeout)
+            node = NatsServerProcess(config_file=config, work_dir=root / f"n{i}", start_timeout_s=self.start_timeout_s)
             self.nodes.append(node)
         try:
             for node in self.nodes:

@@ -11,9 +11,9 @@ import logging
 
 import nats.errors
 from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.kernel.clock import Clock
 from interlink_nats.kernel.subjects import config_subject, resources_subject
 from interlink_nats.submitters.backends.base import Backend, BackendError, Capacity
-from interlink_nats.submitters.clock import Clock
 from interlink_nats.submitters.errors import SubmitterError
 from interlink_nats.submitters.settings import SubmitterSettings
 from nats.aio.client import Client as NATS
@@ -81,7 +81,7 @@ class Announcer:
             taints=self.settings.report_taints(),
             reported_at=self.clock.utcnow(),
             backend=self.backend.name,
-            interval_seconds=int(self.settings.announce_interval),
+            interval_seconds=int(self.settings.announce_interval_s),
         )
 
     async def announce(self) -> None:
@@ -104,7 +104,7 @@ class Announcer:
                     await stop.wait()
             try:
                 changed = await asyncio.to_thread(self.reload_build_config)
-                due = self.clock.monotonic() - last >= self.settings.announce_interval
+                due = self.clock.monotonic() - last >= self.settings.announce_interval_s
                 if due:
                     await self.discover_capacity()
                 if changed or due:

@@ -1,4 +1,5 @@
-"""``interlink-nats submitter <backend>``: run a submitter for one pool.
+"""``interlink-nats submitter <backend>``: run a submitter for one pool; one command per entry of
+``backends.BACKENDS`` (common options, then the backend's own flags), and ``run``.
 
 Registered by the top-level CLI as ``app.add_typer(submitters.cli.app, name="submitter")``.
 Every option can also come from the environment (``INTERLINK_SUBMITTER_<FIELD>``) or the config
@@ -7,11 +8,14 @@ file (``--config``, YAML or TOML); the command line wins, then the environment, 
 
 from __future__ import annotations
 
+import inspect
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 from interlink_nats.kernel.gc_tuning import freeze_long_lived
+from interlink_nats.submitters.backends import BACKENDS, BackendEntry
 
 from interlink_nats.logging_setup import setup_logging
 from interlink_nats.signals import run_until_signal
@@ -24,18 +28,38 @@ app = typer.Typer(
 )
 
 ConfigOpt = Annotated[Path | None, typer.Option("--config", "-c", help="YAML or TOML config file")]
-PoolOpt = Annotated[str | None, typer.Option(help="pool name (a DNS label)")]
-NatsOpt = Annotated[
-    list[str] | None,
-    typer.Option(
-        "--nats-url", help="nats://, tls:// or wss:// URL; repeatable or comma-separated (every node of a cluster)"
-    ),
-]
-StateOpt = Annotated[Path | None, typer.Option(help="job directories and the registry")]
-PollOpt = Annotated[float | None, typer.Option(help="seconds between backend polls")]
 InstanceOpt = Annotated[str | None, typer.Option(help="name of this replica (default: host + random)")]
 LogOpt = Annotated[str, typer.Option(help="debug, info, warning")]
 JsonOpt = Annotated[bool, typer.Option(help="log JSON lines")]
+
+
+def _option(name: str, annotation: Any, default: Any = None) -> inspect.Parameter:
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default, annotation=annotation)
+
+
+COMMON_OPTIONS = (
+    _option("config", ConfigOpt),
+    _option("pool", Annotated[str | None, typer.Option(help="pool name (a DNS label)")]),
+    _option(
+        "nats_url",
+        Annotated[
+            list[str] | None,
+            typer.Option(
+                "--nats-url",
+                help="nats://, tls:// or wss:// URL; repeatable or comma-separated (every node of a cluster)",
+            ),
+        ],
+    ),
+    _option("state_dir", Annotated[Path | None, typer.Option(help="job directories and the registry")]),
+    _option(
+        "poll_interval_s",
+        Annotated[
+            float | None, typer.Option("--poll-interval-s", "--poll-interval", help="seconds between backend polls")
+        ],
+    ),
+    _option("instance_id", InstanceOpt),
+)
+LOG_OPTIONS = (_option("log_level", LogOpt, "info"), _option("json_logs", JsonOpt, False))
 
 
 def _serve(config: Path | None, log_level: str, json_logs: bool, overrides: dict[str, Any]) -> None:
@@ -50,101 +74,32 @@ def _serve(config: Path | None, log_level: str, json_logs: bool, overrides: dict
     run_until_signal(lambda stop: run_submitter(settings, stop))
 
 
-@app.command()
-def shell(
-    config: ConfigOpt = None,
-    pool: PoolOpt = None,
-    nats_url: NatsOpt = None,
-    state_dir: StateOpt = None,
-    poll_interval: PollOpt = None,
-    instance_id: InstanceOpt = None,
-    max_concurrent_jobs: Annotated[int | None, typer.Option(help="jobs at once (0: BuildConfig, else CPUs)")] = None,
-    log_level: LogOpt = "info",
-    json_logs: JsonOpt = False,
-) -> None:
-    """Run pods as local processes (bash job.sh) on this host."""
-    shell_opts = {"max_concurrent_jobs": max_concurrent_jobs} if max_concurrent_jobs is not None else None
-    _serve(
-        config,
-        log_level,
-        json_logs,
-        {
-            "backend": "shell",
-            "pool": pool,
-            "nats_url": nats_url or None,
-            "state_dir": state_dir,
-            "poll_interval": poll_interval,
-            "instance_id": instance_id,
-            "shell": shell_opts,
-        },
-    )
+def _backend_command(name: str, entry: BackendEntry) -> Callable[..., None]:
+    """``submitter <name>``: the common options, then the backend's own flags (its section's keys)."""
+
+    def command(**options: Any) -> None:
+        section = {flag.key: options.pop(flag.key) for flag in entry.flags}
+        section = {key: value for key, value in section.items() if value is not None}
+        nats_url = options.pop("nats_url")
+        overrides = {
+            **options,
+            "backend": name,
+            "nats": {"url": nats_url} if nats_url else None,
+            name: section or None,
+        }
+        _serve(overrides.pop("config"), overrides.pop("log_level"), overrides.pop("json_logs"), overrides)
+
+    flags = [_option(flag.key, Annotated[flag.type | None, typer.Option(help=flag.help)]) for flag in entry.flags]
+    params = [*COMMON_OPTIONS, *flags, *LOG_OPTIONS]
+    command.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]  # typer reads it
+    command.__annotations__ = {param.name: param.annotation for param in params} | {"return": None}
+    command.__name__ = name
+    command.__doc__ = entry.help
+    return command
 
 
-@app.command()
-def slurm(
-    config: ConfigOpt = None,
-    pool: PoolOpt = None,
-    nats_url: NatsOpt = None,
-    state_dir: StateOpt = None,
-    poll_interval: PollOpt = None,
-    instance_id: InstanceOpt = None,
-    partition: Annotated[str | None, typer.Option(help="partition whose nodes are announced as capacity")] = None,
-    use_sacct: Annotated[bool | None, typer.Option(help="ask sacct about jobs that left squeue")] = None,
-    log_level: LogOpt = "info",
-    json_logs: JsonOpt = False,
-) -> None:
-    """Submit pods as Slurm batch jobs (sbatch/squeue/sacct/scancel/sinfo)."""
-    slurm_opts = {k: v for k, v in {"partition": partition, "use_sacct": use_sacct}.items() if v is not None}
-    _serve(
-        config,
-        log_level,
-        json_logs,
-        {
-            "backend": "slurm",
-            "pool": pool,
-            "nats_url": nats_url or None,
-            "state_dir": state_dir,
-            "poll_interval": poll_interval,
-            "instance_id": instance_id,
-            "slurm": slurm_opts or None,
-        },
-    )
-
-
-@app.command()
-def htcondor(
-    config: ConfigOpt = None,
-    pool: PoolOpt = None,
-    nats_url: NatsOpt = None,
-    state_dir: StateOpt = None,
-    poll_interval: PollOpt = None,
-    instance_id: InstanceOpt = None,
-    mode: Annotated[
-        str | None, typer.Option(help="local (submit node, shared filesystem) or remote (an HTCondor-CE)")
-    ] = None,
-    collector: Annotated[str | None, typer.Option(help="-pool of the condor commands (the CE's collector)")] = None,
-    schedd: Annotated[str | None, typer.Option(help="-name of the condor commands (the CE's schedd)")] = None,
-    log_level: LogOpt = "info",
-    json_logs: JsonOpt = False,
-) -> None:
-    """Submit pods as HTCondor jobs (condor_submit/condor_q/condor_history/condor_rm/condor_transfer_data).
-
-    Token secrets come from files or the environment (see docs/submitters.md), never from options."""
-    opts = {k: v for k, v in {"mode": mode, "collector": collector, "schedd": schedd}.items() if v is not None}
-    _serve(
-        config,
-        log_level,
-        json_logs,
-        {
-            "backend": "htcondor",
-            "pool": pool,
-            "nats_url": nats_url or None,
-            "state_dir": state_dir,
-            "poll_interval": poll_interval,
-            "instance_id": instance_id,
-            "htcondor": opts or None,
-        },
-    )
+for _name, _entry in BACKENDS.items():
+    app.command(_name)(_backend_command(_name, _entry))
 
 
 @app.command()

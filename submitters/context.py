@@ -8,8 +8,8 @@ from pathlib import Path
 
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel import layout
+from interlink_nats.kernel.clock import Clock
 from interlink_nats.submitters.backends.base import Backend, JobSpec
-from interlink_nats.submitters.clock import Clock
 from interlink_nats.submitters.outbox import Outbox
 from interlink_nats.submitters.polling import Poller
 from interlink_nats.submitters.registry import JobRow, Registry

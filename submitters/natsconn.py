@@ -1,5 +1,5 @@
-"""The submitter's NATS connection: its flat settings (``--nats-url``, ``INTERLINK_SUBMITTER_NATS_*``)
-mapped onto the one connection model every process shares (``kernel.nats_connection``).
+"""The submitter's NATS connection: its ``nats`` settings section, the one connection model every process
+shares (``kernel.nats_connection``; the old flat ``nats_*`` keys are aliases, see ``settings.RENAMED``).
 
 A pool's replies arrive under ``_INBOX.pool.<pool>``, the inbox ``interlink-nats nats-config`` grants it.
 """
@@ -20,21 +20,8 @@ __all__ = ["NatsConnectError", "backoff_delay", "connect", "connect_options", "c
 
 
 def connection_settings(settings: SubmitterSettings) -> nats_connection.NatsConnectionSettings:
-    return nats_connection.NatsConnectionSettings(
-        url=",".join(settings.nats_url),
-        user=settings.nats_user,
-        password=settings.nats_password,
-        token=settings.nats_token,
-        nkey_seed_file=settings.nats_nkey_seed_file,
-        creds_file=settings.nats_creds_file,
-        tls_ca_file=settings.tls_ca_file,
-        tls_cert_file=settings.tls_cert_file,
-        tls_key_file=settings.tls_key_file,
-        inbox_prefix=settings.nats_inbox_prefix or inbox_prefix(Role.POOL, settings.pool),
-        connect_timeout_s=settings.nats_connect_timeout,
-        reconnect_wait_max_s=settings.reconnect_wait_max,
-        drain_timeout_s=settings.drain_timeout,
-    )
+    """The submitter's ``nats`` section, its inbox defaulting to the pool's own (``_INBOX.pool.<pool>``)."""
+    return settings.nats.with_default_inbox(inbox_prefix(Role.POOL, settings.pool))
 
 
 def connect_options(

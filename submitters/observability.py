@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Protocol
 
+from interlink_nats.kernel.clock import Clock
 from interlink_nats.kernel.nats_connection import connected_server
 from interlink_nats.services.probes import Probes
 from nats.aio.client import Client as NATS
@@ -17,7 +18,6 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from .backends.base import Backend
-from .clock import Clock
 from .polling import PollStats
 
 
@@ -35,7 +35,7 @@ class Observed(Protocol):
     permission_errors: list[str]
 
     @property
-    def poll_interval(self) -> float: ...
+    def poll_interval_s(self) -> float: ...
     @property
     def tracked(self) -> int: ...
     @property
@@ -106,7 +106,7 @@ def submitter_probes(submitter: Observed) -> Probes:
         if submitter.last_poll_ok is None:
             return False, "no poll has finished yet"
         age = submitter.clock.monotonic() - submitter.last_poll_ok
-        if age > STALE_POLLS * submitter.poll_interval + 30:
+        if age > STALE_POLLS * submitter.poll_interval_s + 30:
             return False, f"the last successful poll was {age:.0f}s ago"
         return True, f"last poll {age:.1f}s ago"
 

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 import nats.errors
 import nats.js.errors
 from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.kernel.clock import Clock
 from interlink_nats.kernel.subjects import EVENTS_STREAM, events_subject
-from interlink_nats.submitters.clock import Clock
 from interlink_nats.submitters.registry import Registry
 from interlink_nats.submitters.status import encode_status, event_bytes, stamp_status
 from nats.aio.client import Client as NATS
@@ -175,11 +175,11 @@ class Outbox:
                 await registry.mark_published(done)
             return len(done)
 
-    async def run(self, stop: asyncio.Event, interval: float) -> None:
-        """Publish whenever woken (or every ``interval``) until ``stop`` is set."""
+    async def run(self, stop: asyncio.Event, interval_s: float) -> None:
+        """Publish whenever woken (or every ``interval_s``) until ``stop`` is set."""
         while not stop.is_set():
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(interval):  # not wait_for: on 3.11 it can swallow a cancel
+                async with asyncio.timeout(interval_s):  # not wait_for: on 3.11 it can swallow a cancel
                     await self._wake.wait()
             self._wake.clear()
             try:

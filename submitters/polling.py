@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from interlink_nats.kernel import layout
+from interlink_nats.kernel.clock import Clock
 from interlink_nats.submitters import jobfiles, logindex
 from interlink_nats.submitters.backends.base import (
     GONE,
@@ -36,7 +37,6 @@ from interlink_nats.submitters.backends.base import (
     Observation,
     ReportsChanges,
 )
-from interlink_nats.submitters.clock import Clock
 from interlink_nats.submitters.lifecycle import plan_poll
 from interlink_nats.submitters.outbox import Outbox, PendingEvent
 from interlink_nats.submitters.registry import JobRow, Registry, StatusUpdate

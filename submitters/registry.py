@@ -32,8 +32,8 @@ from typing import Any, TypeVar, cast
 
 import aiosqlite
 from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.kernel.clock import SYSTEM_CLOCK, Clock
 from interlink_nats.submitters.batching import BatchRunner
-from interlink_nats.submitters.clock import SYSTEM_CLOCK, Clock
 from interlink_nats.submitters.lifecycle import LIVE_PHASES, Phase
 
 _SCHEMA = """

@@ -11,7 +11,7 @@ In-process API (what ``interlink-nats up`` uses)::
     Submitter(settings, *, nc=None, backend=None, clock=None)
       nc:      an already connected NATS client to use (then it is not drained/closed by us)
       backend: a Backend to use instead of the one named by settings.backend (tests, benchmarks)
-      clock:   a ``clock.Clock`` (or a wall-clock function) used by every part, registry included
+      clock:   a ``kernel.clock.Clock`` used by every part, registry included
 
 What it does, and why in this order:
 1. take the instance lock (``ownership``): replicas sharing the registry judge each other
@@ -35,16 +35,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.kernel.clock import SYSTEM_CLOCK, Clock
 from interlink_nats.kernel.log_context import bind as bind_log_fields
 from interlink_nats.kernel.version import __version__
 from interlink_nats.submitters import fastwire, jobfiles
 from interlink_nats.submitters.announcer import Announcer
-from interlink_nats.submitters.backends.base import Backend, BackendError
-from interlink_nats.submitters.clock import Clock, as_clock
+from interlink_nats.submitters.backends import create_backend
+from interlink_nats.submitters.backends.base import Backend, BackendContext, BackendError
 from interlink_nats.submitters.context import Instance
 from interlink_nats.submitters.errors import SubmitterError, Unavailable
 from interlink_nats.submitters.lifecycle import Phase
@@ -69,28 +70,14 @@ ADOPT_EVERY_POLLS = 3
 
 
 def make_backend(settings: SubmitterSettings, clock: Clock | None = None) -> Backend:
-    """The backend named by the settings (imported lazily: slurm code is not needed for shell)."""
-    if settings.backend == "shell":
-        from interlink_nats.submitters.backends.shell import ShellBackend
-
-        return ShellBackend(
-            max_concurrent=settings.shell.max_concurrent_jobs,
-            bash=settings.shell.bash,
-            kill_grace=settings.kill_grace,
-            clock=clock,
-        )
-    if settings.backend == "slurm":
-        from interlink_nats.submitters.backends.slurm import SlurmBackend
-
-        return SlurmBackend(settings.slurm.config())
-    if settings.backend == "htcondor":
-        from interlink_nats.submitters.backends.htcondor import HTCondorBackend
-        from interlink_nats.submitters.tokens import OidcTokenSource
-
-        token = settings.htcondor.token
-        source = OidcTokenSource(token.config(), settings.resolved_state_dir()) if token is not None else None
-        return HTCondorBackend(settings.htcondor.config(), pool=settings.pool, token=source, clock=clock)
-    raise SubmitterError(f"unknown backend {settings.backend!r}")
+    """The backend named by the settings, built from its section (``backends.BACKENDS``, imported lazily)."""
+    context = BackendContext(
+        pool=settings.pool,
+        state_dir=settings.resolved_state_dir(),
+        kill_grace_s=settings.kill_grace_s,
+        clock=clock or SYSTEM_CLOCK,
+    )
+    return create_backend(settings.backend, settings.backend_config(), context)
 
 
 class Submitter:
@@ -102,13 +89,13 @@ class Submitter:
         *,
         nc: NATS | None = None,
         backend: Backend | None = None,
-        clock: Clock | Callable[[], float] | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self.settings = settings
         self.pool = settings.pool
         self.instance_id = settings.resolved_instance_id()
         self.state_dir = settings.resolved_state_dir()
-        self.clock = as_clock(clock)
+        self.clock = clock or SYSTEM_CLOCK
         self.backend: Backend = backend if backend is not None else make_backend(settings, self.clock)
         self.started_at = self.clock.utcnow()
         self.nc: NATS | None = nc
@@ -216,7 +203,7 @@ class Submitter:
         self._tasks = [
             asyncio.create_task(self._poll_loop(), name="submitter-poll"),
             asyncio.create_task(self.announcer.run(self._stop), name="submitter-announce"),
-            asyncio.create_task(self.outbox.run(self._stop, self.settings.poll_interval), name="submitter-publish"),
+            asyncio.create_task(self.outbox.run(self._stop, self.settings.poll_interval_s), name="submitter-publish"),
         ]
         log.info(
             "submitter %s serving pool %s with backend %s (state %s)",
@@ -259,7 +246,7 @@ class Submitter:
         self.submissions.stopping = True
         if self._rpc is not None:
             with contextlib.suppress(Exception):
-                await self._rpc.stop(grace=self.settings.drain_timeout / 2)
+                await self._rpc.stop(grace_s=self.settings.nats.drain_timeout_s / 2)
             self._rpc = None
         for task in self._tasks:
             task.cancel()
@@ -268,7 +255,7 @@ class Submitter:
                 await task
         self._tasks = []
         if self.submissions.inflight:
-            await asyncio.wait(list(self.submissions.inflight.values()), timeout=self.settings.drain_timeout / 2)
+            await asyncio.wait(list(self.submissions.inflight.values()), timeout=self.settings.nats.drain_timeout_s / 2)
         if drain and self.nc is not None and self.nc.is_connected and self.registry is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.publish_pending(), timeout=5)
@@ -313,7 +300,7 @@ class Submitter:
         return await self.poller.poll_once()
 
     async def _poll_loop(self) -> None:
-        interval = self.settings.poll_interval
+        interval = self.settings.poll_interval_s
         while not self._stop.is_set():
             started = self.clock.monotonic()
             try:
@@ -404,8 +391,8 @@ class Submitter:
         return self.poller.last_poll
 
     @property
-    def poll_interval(self) -> float:
-        return self.settings.poll_interval
+    def poll_interval_s(self) -> float:
+        return self.settings.poll_interval_s
 
 
 async def run_submitter(settings: SubmitterSettings, stop_event: asyncio.Event | None = None) -> None:

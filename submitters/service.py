@@ -16,9 +16,9 @@ from typing import NoReturn, Protocol
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.kernel.clock import Clock
 from interlink_nats.kernel.log_context import log_fields
 from interlink_nats.submitters import logindex, logs
-from interlink_nats.submitters.clock import Clock
 from interlink_nats.submitters.errors import (
     AlreadyExists,
     InvalidRequest,

@@ -1,8 +1,10 @@
 """Submitter settings: command line > environment (``INTERLINK_SUBMITTER_*``) > config file > defaults.
 
 The config file is YAML or TOML (by extension; ``.yml``/``.yaml``/``.toml``, JSON is YAML). Its
-top-level keys are the field names below; nested groups use nested tables, and in the
-environment a double underscore: ``INTERLINK_SUBMITTER_SLURM__PARTITION=debug``.
+top-level keys are the field names below; nested groups (``nats``, and one section per backend of
+``backends.BACKENDS``, validated by that backend's own model) use nested tables, and in the
+environment a double underscore: ``INTERLINK_SUBMITTER_SLURM__PARTITION=debug``. Names changed since
+(``RENAMED``: the flat ``nats_*`` keys, unit-less intervals) are still accepted, in every layer.
 The pool's BuildConfig is the file's ``build_config`` section (proto3 JSON field names), or a
 separate file named by ``build_config_file``; either is re-read when it changes.
 """
@@ -12,18 +14,17 @@ from __future__ import annotations
 import os
 import socket
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel.config_files import ConfigFileError, LayeredSettings, load_document
+from interlink_nats.kernel.nats_connection import NatsConnectionSettings
 from interlink_nats.kernel.subjects import DEFAULT_PREFIX, validate_pool
-from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
-from pydantic_settings import NoDecode, SettingsConfigDict
-
-if TYPE_CHECKING:
-    from interlink_nats.submitters.backends.htcondor import HTCondorConfig
-    from interlink_nats.submitters.tokens import TokenConfig
+from interlink_nats.submitters.backends import BACKENDS
+from pydantic import BaseModel, Field, SerializeAsAny, ValidationError, create_model, field_validator, model_validator
+from pydantic_settings import SettingsConfigDict
 
 ENV_PREFIX = "INTERLINK_SUBMITTER_"
 
@@ -48,112 +49,19 @@ class TaintSpec(BaseModel):
     effect: str = "NoSchedule"
 
 
-class ShellSettings(BaseModel):
-    max_concurrent_jobs: int = Field(0, ge=0)
-    """Jobs running at once; 0 means the BuildConfig's value, else the number of CPUs."""
-    bash: str = "bash"
+def _under(section: str, exc: ValidationError) -> ValidationError:
+    """``exc`` of a backend's section with the section's key in front of every location (``slurm.partition``)."""
+    details: list[Any] = []  # pydantic_core.InitErrorDetails, a dependency we do not declare
+    for error in exc.errors():
+        detail: dict[str, Any] = {"type": error["type"], "loc": (section, *error["loc"]), "input": error["input"]}
+        if "ctx" in error:
+            detail["ctx"] = error["ctx"]
+        details.append(detail)
+    return ValidationError.from_exception_data("SubmitterSettings", details)
 
 
-if TYPE_CHECKING:
-    from interlink_nats.submitters.backends.slurm import SlurmConfig
-
-
-class SlurmSettings(BaseModel):
-    sbatch: str = "sbatch"
-    squeue: str = "squeue"
-    scancel: str = "scancel"
-    sacct: str = "sacct"
-    sinfo: str = "sinfo"
-    partition: str | None = None
-    """Limit capacity discovery (sinfo) to this partition; jobs pick theirs with sbatch flags."""
-    use_sacct: bool | None = None
-    """Ask sacct about jobs that left squeue; None: as the BuildConfig says (slurm.use_sacct)."""
-    squeue_all_users: bool = False
-    """Poll every user's jobs instead of ``--me`` (when jobs are submitted as another user)."""
-    command_timeout: float = Field(60.0, gt=0)
-
-    def config(self) -> SlurmConfig:
-        """The plain data the Slurm backend takes (the backend does not import settings)."""
-        from interlink_nats.submitters.backends.slurm import SlurmConfig
-
-        return SlurmConfig(**self.model_dump())
-
-
-class OidcTokenSettings(BaseModel):
-    """How the submitter obtains the bearer token the condor commands present (see ``submitters/tokens.py``).
-
-    Secrets come from files or the environment, never from the command line or this file."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    issuer: str
-    """OIDC issuer URL; its token endpoint is found via ``<issuer>/.well-known/openid-configuration``."""
-    client_id: str
-    client_secret_file: Path | None = None
-    client_secret_env: str = "INTERLINK_HTCONDOR_CLIENT_SECRET"
-    """Name of the environment variable holding the client secret (when no file is given)."""
-    refresh_token_file: Path | None = None
-    refresh_token_env: str = "INTERLINK_HTCONDOR_REFRESH_TOKEN"
-    grant: Literal["auto", "refresh_token", "client_credentials"] = "auto"
-    """auto: the refresh-token grant when a refresh token is configured, else client credentials."""
-    scope: str = "compute.create compute.read compute.modify compute.cancel"
-    audience: str | None = None
-    token_file: Path | None = None
-    """Where the access token is written (0600); default ``<state_dir>/htcondor/token``."""
-    refresh_margin: float = Field(300.0, ge=0)
-    """Refresh this many seconds before expiry (at most half the token's lifetime)."""
-    ca_file: Path | None = None
-    http_timeout: float = Field(30.0, gt=0)
-
-    def config(self) -> TokenConfig:
-        """The plain data the token source takes (it does not import settings)."""
-        from interlink_nats.submitters.tokens import TokenConfig
-
-        return TokenConfig(**self.model_dump())
-
-
-class HTCondorSettings(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    mode: Literal["local", "remote"] = "local"
-    """local: the submitter runs on a submit node whose schedd shares its filesystem (live logs);
-    remote: an HTCondor-CE reached with -pool/-name, sandboxes spooled, output fetched when the job ends."""
-    collector: str | None = None
-    """``-pool host[:port]`` of every condor command (the CE's collector)."""
-    schedd: str | None = None
-    """``-name`` of every condor command (the CE's schedd)."""
-    condor_submit: str = "condor_submit"
-    condor_q: str = "condor_q"
-    condor_history: str = "condor_history"
-    condor_rm: str = "condor_rm"
-    condor_transfer_data: str = "condor_transfer_data"
-    condor_status: str = "condor_status"
-    submit_commands: dict[str, str] = Field(default_factory=dict)
-    """Extra submit commands for every job, e.g. {"+WantWholeNode": "false", "requirements": "..."}."""
-    request_disk: str = ""
-    """``request_disk`` of every job (KiB unless a unit is given), e.g. "2GB"; empty: the site's default."""
-    time_limit_margin: float = Field(60.0, ge=0)
-    """activeDeadlineSeconds plus this is HTCondor's own limit (the job script enforces the deadline itself)."""
-    hold_timeout: float = Field(0.0, ge=0)
-    """A job held this long (seconds) is removed and reported failed with its hold reason; 0: never."""
-    use_condor_status: bool = False
-    """Announce capacity from condor_status totals (a local pool); otherwise from ``capacity``."""
-    history_limit: int = Field(20000, ge=1)
-    """condor_history -limit: how many finished jobs one poll may read back at most."""
-    environment: dict[str, str] = Field(default_factory=dict)
-    """Extra environment of the condor commands (e.g. _CONDOR_SEC_CLIENT_AUTHENTICATION_METHODS)."""
-    token: OidcTokenSettings | None = None
-    command_timeout: float = Field(60.0, gt=0)
-
-    def config(self) -> HTCondorConfig:
-        """The plain data the HTCondor backend takes (the backend does not import settings)."""
-        from interlink_nats.submitters.backends.htcondor import HTCondorConfig
-
-        return HTCondorConfig(**self.model_dump(exclude={"token"}))
-
-
-class SubmitterSettings(LayeredSettings):
-    """Everything a submitter needs; validated once at start."""
+class SubmitterSettingsBase(LayeredSettings):
+    """Everything a submitter needs but the backends' sections (added from ``backends.BACKENDS`` below)."""
 
     model_config = SettingsConfigDict(
         env_prefix=ENV_PREFIX,
@@ -162,25 +70,25 @@ class SubmitterSettings(LayeredSettings):
         validate_default=True,
     )
 
-    pool: str
-    backend: Literal["shell", "slurm", "htcondor"] = "shell"
+    RENAMED: ClassVar[Mapping[str, str]] = {
+        **{f"nats_{key}": f"nats.{key}" for key in ("url", "user", "password", "token", "nkey_seed_file")},
+        **{f"nats_{key}": f"nats.{key}" for key in ("creds_file", "inbox_prefix")},
+        **{f"tls_{key}_file": f"nats.tls_{key}_file" for key in ("ca", "cert", "key")},
+        "nats_connect_timeout": "nats.connect_timeout_s",
+        "reconnect_wait_max": "nats.reconnect_wait_max_s",
+        "drain_timeout": "nats.drain_timeout_s",
+        "poll_interval": "poll_interval_s",
+        "announce_interval": "announce_interval_s",
+        "kill_grace": "kill_grace_s",
+    }
+    """The flat NATS keys and the unit-less names of before: deployed files and environments keep working."""
 
-    nats_url: Annotated[list[str], NoDecode] = Field(default_factory=lambda: ["nats://127.0.0.1:4222"])
-    """nats://, tls:// or wss:// URLs (comma-separated in the environment)."""
-    nats_user: str | None = None
-    nats_password: SecretStr | None = None
-    nats_token: SecretStr | None = None
-    nats_nkey_seed_file: Path | None = None
-    nats_creds_file: Path | None = None
-    tls_ca_file: Path | None = None
-    tls_cert_file: Path | None = None
-    tls_key_file: Path | None = None
-    nats_inbox_prefix: str | None = None
-    """Reply inbox prefix; default ``_INBOX.pool.<pool>``, the private inbox a pool credential may use."""
-    nats_connect_timeout: float = Field(5.0, gt=0)
-    reconnect_wait_max: float = Field(30.0, gt=0)
-    """Cap of the exponential back-off between reconnect attempts (forever)."""
-    drain_timeout: float = Field(20.0, gt=0)
+    pool: str
+    backend: str = "shell"
+    """One of ``backends.BACKENDS``; its section (``shell:``, ``slurm:``, ``htcondor:``) configures it."""
+
+    nats: NatsConnectionSettings = Field(default_factory=NatsConnectionSettings)
+    """The NATS connection (``INTERLINK_SUBMITTER_NATS__URL``…); the inbox defaults to ``_INBOX.pool.<pool>``."""
     subject_prefix: str = DEFAULT_PREFIX
 
     state_dir: Path | None = None
@@ -194,11 +102,11 @@ class SubmitterSettings(LayeredSettings):
     probe_port: int | None = Field(None, ge=0, le=65535)
     """Port of /healthz and /metrics; unset: not served (0: a free port, logged)."""
 
-    poll_interval: float = Field(5.0, gt=0)
-    announce_interval: float = Field(30.0, gt=0)
+    poll_interval_s: float = Field(5.0, gt=0)
+    announce_interval_s: float = Field(30.0, gt=0)
     max_concurrency: int = Field(64, ge=1)
     """RPC handlers running at once."""
-    kill_grace: float = Field(5.0, ge=0)
+    kill_grace_s: float = Field(5.0, ge=0)
     retention_days: float = Field(7.0, gt=0)
     """Finished jobs are forgotten after this long (k8s never reuses a pod UID)."""
 
@@ -209,35 +117,38 @@ class SubmitterSettings(LayeredSettings):
     labels: dict[str, str] = Field(default_factory=dict)
     taints: list[TaintSpec] = Field(default_factory=list)
 
-    shell: ShellSettings = Field(default_factory=ShellSettings)
-    slurm: SlurmSettings = Field(default_factory=SlurmSettings)
-    htcondor: HTCondorSettings = Field(default_factory=HTCondorSettings)
-
     @field_validator("pool")
     @classmethod
     def _pool(cls, value: str) -> str:
         return validate_pool(value)
 
-    @field_validator("nats_url", mode="before")
+    @field_validator("backend")
     @classmethod
-    def _urls(cls, value: object) -> object:
-        """A cluster's servers: a list (config file, repeated --nats-url) and/or comma-separated strings."""
-        if isinstance(value, str):
-            value = [value]
-        if isinstance(value, list):
-            return [u.strip() for item in value for u in str(item).split(",") if u.strip()]
+    def _known_backend(cls, value: str) -> str:
+        if value not in BACKENDS:
+            raise ValueError(f"unknown backend {value!r}: one of {', '.join(BACKENDS)}")
         return value
 
-    @field_validator("nats_url")
-    @classmethod
-    def _schemes(cls, value: list[str]) -> list[str]:
-        for url in value:
-            scheme = url.split("://", 1)[0].lower() if "://" in url else ""
-            if scheme not in ("nats", "tls", "ws", "wss"):
-                raise ValueError(f"NATS URL {url!r} must start with nats://, tls://, ws:// or wss://")
-        if not value:
-            raise ValueError("at least one NATS URL is needed")
-        return value
+    @model_validator(mode="after")
+    def _backend_sections(self) -> Self:
+        """Validate each given section, and the selected backend's (defaults), with the backend's own model.
+
+        Only those backends are imported: a shell submitter never loads the Slurm or HTCondor code."""
+        for name, entry in BACKENDS.items():
+            raw = getattr(self, name, None)
+            if isinstance(raw, BaseModel) or (raw is None and name != self.backend):
+                continue
+            try:
+                setattr(self, name, entry.config_model().model_validate(raw or {}))
+            except ValidationError as exc:
+                raise _under(name, exc) from None
+        return self
+
+    def backend_config(self) -> BaseModel:
+        """The selected backend's validated settings section (what its ``create`` takes)."""
+        section = getattr(self, self.backend)
+        assert isinstance(section, BaseModel), "validated by _backend_sections"
+        return section
 
     # Derived values -------------------------------------------------------------------------
 
@@ -273,3 +184,21 @@ class SubmitterSettings(LayeredSettings):
 
     def report_taints(self) -> list[pb.Taint]:
         return [pb.Taint(key=t.key, value=t.value, effect=t.effect) for t in self.taints]
+
+
+def _with_backend_sections(base: type[SubmitterSettingsBase]) -> type[SubmitterSettingsBase]:
+    """``base`` plus one settings section per registered backend, validated by ``_backend_sections``."""
+    sections: dict[str, Any] = {
+        name: (
+            dict[str, Any] | SerializeAsAny[BaseModel] | None,
+            Field(None, description=f"settings of the {name} backend ({entry.module}.{entry.config})"),
+        )
+        for name, entry in BACKENDS.items()
+    }
+    return create_model("SubmitterSettings", __base__=base, __module__=__name__, __doc__=base.__doc__, **sections)
+
+
+if TYPE_CHECKING:
+    SubmitterSettings = SubmitterSettingsBase
+else:
+    SubmitterSettings = _with_backend_sections(SubmitterSettingsBase)

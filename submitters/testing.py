@@ -4,7 +4,6 @@
   scriptable: crash before/after any backend call, slow or failing calls, jobs that vanish,
   stale (duplicate) reports. With :func:`offline_submitter` and :func:`crash`, crash, adoption,
   cancel and replica races run in milliseconds, without NATS or processes.
-* :class:`ManualClock`: a clock that moves only when told.
 * :func:`settings_for`, :func:`wait_for`: settings for a test pool, and polling with a deadline.
 
 Pods rendered with the real renderer live in ``tests/jobs.py``: submitters do not import
@@ -24,6 +23,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.kernel.clock import Clock
 from interlink_nats.submitters.backends.base import (
     BackendError,
     BackendState,
@@ -33,7 +33,6 @@ from interlink_nats.submitters.backends.base import (
     Observation,
     Reconciled,
 )
-from interlink_nats.submitters.clock import Clock
 from interlink_nats.submitters.runtime import Submitter
 from interlink_nats.submitters.settings import SubmitterSettings
 
@@ -44,8 +43,9 @@ def settings_for(
     state_dir: Path, nats_url: str | Sequence[str], *, pool: str = "test", backend: str = "shell", **kw: Any
 ) -> SubmitterSettings:
     urls = [nats_url] if isinstance(nats_url, str) else list(nats_url)
-    kw.setdefault("poll_interval", 0.2)
-    return SubmitterSettings.load(None, pool=pool, backend=backend, nats_url=urls, state_dir=state_dir, **kw)
+    if "poll_interval" not in kw:  # the old name, still accepted
+        kw.setdefault("poll_interval_s", 0.2)
+    return SubmitterSettings.load(None, pool=pool, backend=backend, nats={"url": urls}, state_dir=state_dir, **kw)
 
 
 async def wait_for(
@@ -64,19 +64,6 @@ async def wait_for(
             return last
         await asyncio.sleep(interval)
     raise AssertionError(f"timed out after {timeout}s waiting for {what}; last: {last!r}")
-
-
-class ManualClock(Clock):
-    """Wall and monotonic time that move only by :meth:`advance`."""
-
-    def __init__(self, start: float = 1_800_000_000.0) -> None:
-        self.now = start
-        self.mono = 0.0
-        super().__init__(wall=lambda: self.now, monotonic=lambda: self.mono)
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-        self.mono += seconds
 
 
 class SimulatedCrash(BaseException):

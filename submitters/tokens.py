@@ -27,13 +27,15 @@ import logging
 import os
 import ssl
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 from urllib.parse import quote_plus, urlsplit
 
 import aiohttp
+from interlink_nats.kernel.clock import SYSTEM_CLOCK, Clock
+from interlink_nats.kernel.config_files import renamed
+from pydantic import BaseModel, ConfigDict, Field
 
 log = logging.getLogger(__name__)
 
@@ -43,23 +45,32 @@ MIN_SLEEP = 1.0
 RETRY_MAX = 60.0
 
 
-@dataclass(frozen=True, slots=True)
-class TokenConfig:
-    """Where the token comes from (``OidcTokenSettings.config()`` builds it; fields documented there)."""
+class TokenConfig(BaseModel):
+    """How the submitter obtains the bearer token the condor commands present: the ``htcondor.token``
+    settings section and what :class:`OidcTokenSource` takes.
+
+    Secrets come from files or the environment, never from the command line or the config file."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     issuer: str
+    """OIDC issuer URL; its token endpoint is found via ``<issuer>/.well-known/openid-configuration``."""
     client_id: str
     client_secret_file: Path | None = None
     client_secret_env: str = "INTERLINK_HTCONDOR_CLIENT_SECRET"
+    """Name of the environment variable holding the client secret (when no file is given)."""
     refresh_token_file: Path | None = None
     refresh_token_env: str = "INTERLINK_HTCONDOR_REFRESH_TOKEN"
-    grant: str = "auto"
+    grant: Literal["auto", "refresh_token", "client_credentials"] = "auto"
+    """auto: the refresh-token grant when a refresh token is configured, else client credentials."""
     scope: str = "compute.create compute.read compute.modify compute.cancel"
     audience: str | None = None
     token_file: Path | None = None
-    refresh_margin: float = 300.0
+    """Where the access token is written (0600); default ``<state_dir>/htcondor/token``."""
+    refresh_margin_s: float = Field(300.0, ge=0, validation_alias=renamed("refresh_margin_s", "refresh_margin"))
+    """Refresh this many seconds before expiry (at most half the token's lifetime)."""
     ca_file: Path | None = None
-    http_timeout: float = 30.0
+    http_timeout_s: float = Field(30.0, gt=0, validation_alias=renamed("http_timeout_s", "http_timeout"))
 
 
 class TokenError(Exception):
@@ -112,7 +123,7 @@ class OidcTokenSource:
         settings: TokenConfig,
         state_dir: Path,
         *,
-        clock: Callable[[], float] = time.time,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.settings = settings
         self.dir = (settings.token_file.parent if settings.token_file else state_dir / "htcondor").resolve()
@@ -141,18 +152,18 @@ class OidcTokenSource:
     async def ensure_fresh(self) -> None:
         """Return at once when the token is valid for longer than the margin; else refresh (once for all)."""
         state = self._state
-        if state is not None and not state.due(self._clock(), self.settings.refresh_margin):
+        if state is not None and not state.due(self._clock.time(), self.settings.refresh_margin_s):
             return
         async with self._guard:
             await asyncio.to_thread(self.dir.mkdir, parents=True, exist_ok=True, mode=0o700)
             self._state = await self._load()
-            if self._state is not None and not self._state.due(self._clock(), self.settings.refresh_margin):
+            if self._state is not None and not self._state.due(self._clock.time(), self.settings.refresh_margin_s):
                 return
             fd = await asyncio.to_thread(self._lock)
             try:
                 # Another replica may have refreshed while we waited for the lock.
                 self._state = await self._load()
-                if self._state is not None and not self._state.due(self._clock(), self.settings.refresh_margin):
+                if self._state is not None and not self._state.due(self._clock.time(), self.settings.refresh_margin_s):
                     return
                 self._state = await self._refresh(self._state)
             finally:
@@ -178,7 +189,7 @@ class OidcTokenSource:
 
     def _seconds_until_due(self, state: TokenState) -> float:
         lifetime = max(0.0, state.expires_at - state.obtained_at)
-        return state.expires_at - min(self.settings.refresh_margin, lifetime / 2) - self._clock()
+        return state.expires_at - min(self.settings.refresh_margin_s, lifetime / 2) - self._clock.time()
 
     def _lock(self) -> int:
         fd = os.open(self._lock_file, os.O_RDWR | os.O_CREAT, 0o600)
@@ -232,10 +243,10 @@ class OidcTokenSource:
         refresh = (previous.refresh_token if previous else None) or _read_secret(
             cfg.refresh_token_file, cfg.refresh_token_env, "refresh token"
         )
-        grant = cfg.grant
+        grant: str = cfg.grant
         if grant == "auto":
             grant = "refresh_token" if refresh else "client_credentials"
-        form = {"grant_type": grant}
+        form: dict[str, str] = {"grant_type": grant}
         if grant == "refresh_token":
             if not refresh:
                 raise TokenError(f"no refresh token: set {cfg.refresh_token_env} or htcondor.token.refresh_token_file")
@@ -261,7 +272,7 @@ class OidcTokenSource:
         if not secret:
             form["client_id"] = cfg.client_id  # a public client
         headers = {"Authorization": _basic_auth(cfg.client_id, secret)} if secret else {}
-        timeout = aiohttp.ClientTimeout(total=cfg.http_timeout)
+        timeout = aiohttp.ClientTimeout(total=cfg.http_timeout_s)
         async with aiohttp.ClientSession(timeout=timeout) as session:
             endpoint = await self._discover(session, tls)
             try:
@@ -279,7 +290,7 @@ class OidcTokenSource:
         access = body["access_token"]
         if not isinstance(access, str) or not access:
             raise TokenError(f"the issuer {cfg.issuer} returned an empty access token")
-        now = self._clock()
+        now = self._clock.time()
         try:
             lifetime = float(body.get("expires_in") or 3600)
         except (TypeError, ValueError):

@@ -57,7 +57,7 @@ async def test_masterqueue_on_a_real_cluster_gives_active_kueue_queues(nats_url:
         },
     }
     await api.client.create(mq_res(body))
-    controller = runner.Controller(api, settings=runner.Settings(tick=0.5))
+    controller = runner.Controller(api, settings=runner.Settings(tick_s=0.5))
     task = asyncio.ensure_future(controller.run())
     nc = await nats.connect(nats_url)
     try:

@@ -108,7 +108,7 @@ async def listening(controller: runner.Controller, *names: str) -> None:
 @contextlib.asynccontextmanager
 async def running_controller(emu: KubeEmulator, **settings: Any) -> AsyncIterator[runner.Controller]:
     api = kube.LightkubeApi.from_server(emu.url)
-    options: dict[str, Any] = {"tick": 0.1, "describe_timeout": 1.0, "status_refresh": 0.5}
+    options: dict[str, Any] = {"tick_s": 0.1, "describe_timeout_s": 1.0, "status_refresh_s": 0.5}
     options.update(settings)
     controller = runner.Controller(api, settings=runner.Settings(**options))
     task = asyncio.ensure_future(controller.run())
@@ -186,7 +186,7 @@ async def test_nothing_changed_means_no_writes(
     emu: KubeEmulator, nats_url: str, publisher: Callable[[pb.ResourceReport], Awaitable[None]]
 ) -> None:
     emu.put_object("vk.io", "masterqueues", masterqueue(nats_url, poolTimeout=30))
-    async with running_controller(emu, status_refresh=60) as controller:
+    async with running_controller(emu, status_refresh_s=60) as controller:
         await listening(controller, "mq")
         await publisher(report("site-a"))
         await eventually(lambda: "mq-hpc-site-a" in quotas(emu), what="first apply")
@@ -229,7 +229,7 @@ async def test_restart_does_not_drop_quota_because_pools_describe_themselves(
         assert not any(w.method == "DELETE" for w in emu.writes)
     finally:
         for server in servers:
-            await server.stop(grace=0)
+            await server.stop(grace_s=0)
         await nc.close()
 
 
@@ -242,7 +242,7 @@ async def test_restart_keeps_pools_from_status_when_nobody_answers_describe(
         await publisher(report("site-a"))
         await eventually(lambda: emu.get("MasterQueue", "mq").get("status", {}).get("poolsLive") == 1)
     kueue_writes = emu.writes_of(("ResourceFlavor", "ClusterQueue"))
-    async with running_controller(emu, describe_timeout=0.2) as controller:
+    async with running_controller(emu, describe_timeout_s=0.2) as controller:
         await eventually(lambda: controller.synced.is_set(), what="first pass after restart")
         await listening(controller, "mq")
         await controller.step()  # a full pass after the Describe round nobody answered

@@ -22,9 +22,8 @@ from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.submitters import jobfiles
 from interlink_nats.submitters.backends.base import BackendState, JobHandle, JobSpec
 from interlink_nats.submitters.backends.htcondor import HTCondorBackend, HTCondorConfig
-from interlink_nats.submitters.settings import OidcTokenSettings
 from interlink_nats.submitters.testing import wait_for
-from interlink_nats.submitters.tokens import OidcTokenSource
+from interlink_nats.submitters.tokens import OidcTokenSource, TokenConfig
 
 pytestmark = [pytest.mark.htcondor, pytest.mark.e2e]
 
@@ -42,10 +41,10 @@ def backend(tmp_path: Path) -> HTCondorBackend:
     token: OidcTokenSource | None = None
     if os.environ.get("INTERLINK_TEST_HTCONDOR_ISSUER"):
         token = OidcTokenSource(
-            OidcTokenSettings(
+            TokenConfig(
                 issuer=os.environ["INTERLINK_TEST_HTCONDOR_ISSUER"],
                 client_id=os.environ["INTERLINK_TEST_HTCONDOR_CLIENT_ID"],
-            ).config(),
+            ),
             tmp_path / "state",
         )
     elif os.environ.get("INTERLINK_TEST_HTCONDOR_TOKEN_FILE"):
@@ -53,7 +52,7 @@ def backend(tmp_path: Path) -> HTCondorBackend:
         env = {"BEARER_TOKEN_FILE": path, "_CONDOR_SCITOKENS_FILE": path}
     else:
         pytest.skip("opt-in: set INTERLINK_TEST_HTCONDOR_TOKEN_FILE or INTERLINK_TEST_HTCONDOR_ISSUER")
-    settings = HTCondorConfig(mode="remote", collector=CE, schedd=schedd, environment=env, command_timeout=120)
+    settings = HTCondorConfig(mode="remote", collector=CE, schedd=schedd, environment=env, command_timeout_s=120)
     return HTCondorBackend(settings, pool=f"ce-test-{uuid.uuid4().hex[:6]}", token=token)
 
 

@@ -19,7 +19,7 @@ import pytest
 from conftest import missing_service
 from interlink_nats.submitters.backends.base import BackendUnavailable, JobHandle
 from interlink_nats.submitters.backends.htcondor import HTCondorBackend, HTCondorConfig
-from interlink_nats.submitters.settings import OidcTokenSettings, SubmitterSettings
+from interlink_nats.submitters.settings import SubmitterSettings
 from interlink_nats.submitters.testing import wait_for
 from interlink_nats.submitters.tokens import OidcTokenSource, TokenConfig, TokenError
 
@@ -50,7 +50,7 @@ def token_settings(iss: Any, tmp_path: Path, **kw: Any) -> TokenConfig:
         secret.write_text(iss.client_secret + "\n")
     base: dict[str, Any] = {"issuer": iss.url, "client_id": iss.client_id, "client_secret_file": secret}
     base.update(kw)
-    return OidcTokenSettings(**base).config()
+    return TokenConfig(**base)
 
 
 def with_refresh_token(iss: Any, tmp_path: Path, **kw: Any) -> TokenConfig:
@@ -80,7 +80,7 @@ async def test_client_credentials_when_no_refresh_token_is_configured(
 ) -> None:
     iss = issuer_factory()
     monkeypatch.setenv("INTERLINK_HTCONDOR_CLIENT_SECRET", iss.client_secret)
-    src = OidcTokenSource(OidcTokenSettings(issuer=iss.url, client_id=iss.client_id).config(), tmp_path)
+    src = OidcTokenSource(TokenConfig(issuer=iss.url, client_id=iss.client_id), tmp_path)
     await src.ensure_fresh()
     assert iss.valid(src.token_file.read_text().strip())
 

@@ -48,7 +48,7 @@ PURE_MODULES = (
     "interlink_nats.submitters.status",
     "interlink_nats.submitters.lifecycle",
     "interlink_nats.submitters.errors",
-    "interlink_nats.submitters.clock",
+    "interlink_nats.kernel.clock",
     "interlink_nats.submitters.backends.slurm_parse",
     "interlink_nats.submitters.backends.htcondor_parse",
 )

@@ -15,6 +15,7 @@ import pytest
 import yaml
 from interlink_nats.controller import listening, model, reconcile
 from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.kernel.clock import ManualClock
 from test_controller_reconcile import SOURCE, mq_body
 
 CRD = Path(__file__).resolve().parents[1] / "deploy" / "crds" / "masterqueues.vk.io.yaml"
@@ -78,7 +79,7 @@ def test_the_crd_requires_exactly_one_selector() -> None:
 
 
 def test_unparsable_quantity_and_invalid_pool_name_are_warned_by_name() -> None:
-    store = listening.ReportStore(clock=lambda: 1000.0)
+    store = listening.ReportStore(clock=ManualClock(start=1000.0))
     lots = pb.ResourceReport(pool="pa", capacity={"cpu": "lots", "memory": "8Gi"})
     assert store.accept(SOURCE, bytes(lots))
     assert store.accept(SOURCE, bytes(pb.ResourceReport(pool="P_Bad", capacity={"cpu": "4"})))

@@ -64,7 +64,7 @@ async def until(check: Any, what: str, within: float = 90) -> None:
 @pytest.fixture
 async def backend() -> AsyncIterator[ShellBackend]:
     # A kill grace far shorter than the pods' grace: the script is killed before it can clean up itself.
-    shell = ShellBackend(max_concurrent=4, kill_grace=0.5)
+    shell = ShellBackend(max_concurrent=4, kill_grace_s=0.5)
     shell.configure(PODMAN)
     await shell.start()
     yield shell
@@ -107,7 +107,7 @@ async def test_a_restarted_backend_removes_containers_of_jobs_that_no_longer_run
     os.killpg(runner, signal.SIGKILL)
     await backend.close()
 
-    restarted = ShellBackend(max_concurrent=4, kill_grace=0.5)
+    restarted = ShellBackend(max_concurrent=4, kill_grace_s=0.5)
     restarted.configure(PODMAN)
     await restarted.start()
     try:

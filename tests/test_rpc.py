@@ -108,7 +108,7 @@ async def serve(server_nc: NATS) -> AsyncIterator[Serve]:
 
     yield start
     for server in servers:
-        await server.stop(grace=1)
+        await server.stop(grace_s=1)
 
 
 async def raw_request(nc: NATS, subject: str, payload: bytes, headers: dict[str, str] | None = None) -> Msg:
@@ -433,7 +433,7 @@ async def test_stop_lets_in_flight_calls_finish(server_nc: NATS, client_nc: NATS
     call = asyncio.create_task(submitter_client(client_nc, pool).submit(submit_request("late")))
     await eventually(lambda: service.active == 1)
 
-    await server.stop(grace=10)
+    await server.stop(grace_s=10)
 
     assert (await call).job_id == "s:late"
     with pytest.raises(GRPCError) as caught:
@@ -449,7 +449,7 @@ async def test_stop_after_grace_cancels_and_answers_unavailable(server_nc: NATS,
     call = asyncio.create_task(submitter_client(client_nc, pool).submit(submit_request()))
     await eventually(lambda: service.active == 1)
 
-    await server.stop(grace=0.1)
+    await server.stop(grace_s=0.1)
 
     assert service.cancelled.is_set()
     with pytest.raises(GRPCError) as caught:

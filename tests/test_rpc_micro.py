@@ -46,7 +46,7 @@ async def server(nc: NATS, name: str) -> AsyncIterator[RpcServer]:
     rpc = RpcServer(nc, [Flaky()], pool="gpu-a", name=name, metadata={"site": "cineca"})
     await rpc.start()
     yield rpc
-    await rpc.stop(grace=1)
+    await rpc.stop(grace_s=1)
 
 
 async def ask(nc: NATS, subject: str) -> dict[str, Any]:

@@ -71,7 +71,7 @@ async def server(server_nc: NATS, source: LogSource, pool: str) -> AsyncIterator
     rpc = RpcServer(server_nc, [source], pool=pool, stream_window=8, stream_idle_timeout=1.0)
     await rpc.start()
     yield rpc
-    await rpc.stop(grace=1)
+    await rpc.stop(grace_s=1)
 
 
 async def eventually(predicate: Callable[[], bool], within: float = 10.0) -> None:
@@ -254,7 +254,7 @@ async def test_a_vanished_client_inbox_ends_the_handler(
 
     await asyncio.wait_for(source.finished.wait(), 20)
     assert source.produced <= 8 + 1
-    await server.stop(grace=1)
+    await server.stop(grace_s=1)
 
 
 async def test_end_marker_carries_ok_status(server: RpcServer, client_nc: NATS, pool: str) -> None:

@@ -150,7 +150,7 @@ async def test_pool_does_its_job(clients: SecureStack) -> None:
     assert ack.stream == subjects.EVENTS_STREAM
     await pool_nc.flush()
     assert pool_errors.violations() == []
-    await _server.stop(grace=0)
+    await _server.stop(grace_s=0)
 
 
 async def test_server_streaming_reply_with_credit_through_pool_permissions(clients: SecureStack) -> None:
@@ -163,7 +163,7 @@ async def test_server_streaming_reply_with_credit_through_pool_permissions(clien
     assert chunks[-1].offset == 100
     assert pool_errors.violations() == []
     assert gw_errors.violations() == []
-    await server.stop(grace=0)
+    await server.stop(grace_s=0)
 
 
 async def test_micro_discovery_answered_by_pools(clients: SecureStack) -> None:
@@ -172,7 +172,7 @@ async def test_micro_discovery_answered_by_pools(clients: SecureStack) -> None:
     msg = await gw.request("$SRV.PING.interlink-submitter", b"", timeout=3)
     assert b'"pool": "b"' in msg.data or b'"pool":"b"' in msg.data
     assert pool_errors.violations() == []
-    await server.stop(grace=0)
+    await server.stop(grace_s=0)
 
 
 # --- gateway -------------------------------------------------------------------------------------
@@ -197,7 +197,7 @@ async def test_gateway_calls_every_pool_and_consumes_events(clients: SecureStack
     await gw.flush()
     assert gw_errors.violations() == []
     for server in servers:
-        await server.stop(grace=0)
+        await server.stop(grace_s=0)
 
 
 async def test_gateway_cannot_impersonate_pools_or_snoop_jobs(clients: SecureStack) -> None:
@@ -241,7 +241,7 @@ async def test_controller_may_only_describe(clients: SecureStack) -> None:
         await ctl.subscribe(subject)
         await ctl.flush()
         await errors.wait_violation("subscription", subject)
-    await server.stop(grace=0)
+    await server.stop(grace_s=0)
 
 
 # --- authentication and rotation -----------------------------------------------------------------

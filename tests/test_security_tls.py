@@ -64,7 +64,7 @@ async def test_pool_over_wss_serves_the_gateway(clients: SecureStack) -> None:
     chunks = [c async for c in stub.get_logs(GetLogsRequest(pod_uid="x"))]
     assert [c.offset for c in chunks] == list(range(1, 101))
     assert pool_errors.violations() == []
-    await server.stop(grace=0)
+    await server.stop(grace_s=0)
 
 
 @pytest.mark.parametrize("scheme", ["wss", "tls"])

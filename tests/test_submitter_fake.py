@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel import layout
+from interlink_nats.kernel.clock import ManualClock
 from interlink_nats.submitters import jobfiles
 from interlink_nats.submitters.backends.base import (
     Backend,
@@ -30,7 +31,7 @@ from interlink_nats.submitters.lifecycle import Phase
 from interlink_nats.submitters.polling import HOT_POLLS, SWEEP_MAX, SWEEP_POLLS
 from interlink_nats.submitters.runtime import Submitter
 from interlink_nats.submitters.status import ContainerFiles
-from interlink_nats.submitters.testing import FakeBackend, ManualClock, SimulatedCrash, crash, offline_submitter
+from interlink_nats.submitters.testing import FakeBackend, SimulatedCrash, crash, offline_submitter
 
 
 def job(uid: str, containers: tuple[str, ...] = ("main",)) -> pb.JobScript:

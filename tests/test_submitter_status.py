@@ -333,7 +333,7 @@ def test_stamp_status_is_encode_status_once_stamped() -> None:
 
 def test_outbox_event_is_the_job_event_on_the_wire() -> None:
     """What the outbox publishes is ``bytes(JobEvent)``, whether the poll handed it the status's bytes or not."""
-    from interlink_nats.submitters.clock import SYSTEM_CLOCK
+    from interlink_nats.kernel.clock import SYSTEM_CLOCK
     from interlink_nats.submitters.outbox import Outbox
     from interlink_nats.submitters.status import encode_status
 

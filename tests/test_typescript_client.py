@@ -109,5 +109,5 @@ async def test_typescript_client_describes_a_python_pool(stack: SecureStack, ts_
         assert code == 2, out + err
         assert "rpc error 14" in err
     finally:
-        await server.stop(grace=0)
+        await server.stop(grace_s=0)
         await stack.close_clients()

@@ -11,11 +11,11 @@ import asyncio
 import contextlib
 import json
 import logging
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.kernel.clock import SYSTEM_CLOCK, Clock
 from interlink_nats.kernel.subjects import DEFAULT_PREFIX, InvalidPoolNameError, pool_from_subject, validate_pool
 from interlink_nats.services.gateway.store import REDIS_BUILD_CONFIGS_KEY, RedisLike
 from nats.aio.client import Client as NatsClient
@@ -44,7 +44,7 @@ class PoolDirectory:
         prefix: str = DEFAULT_PREFIX,
         redis: RedisLike | None = None,
         liveness_factor: float = 3.0,
-        clock: Callable[[], float] = time.time,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.nc = nc
         self.describe = describe
@@ -92,7 +92,7 @@ class PoolDirectory:
             return
         info = self._info(pool)
         info.report = report
-        info.last_seen = self.clock()
+        info.last_seen = self.clock.time()
 
     def _pool_of(self, msg: Msg) -> str | None:
         try:
@@ -105,7 +105,7 @@ class PoolDirectory:
         info = self._info(pool)
         changed = info.build_config != config
         info.build_config = config
-        info.last_seen = self.clock()
+        info.last_seen = self.clock.time()
         if changed and self.redis is not None:
             try:
                 await self.redis.hset(REDIS_BUILD_CONFIGS_KEY, pool, bytes(config))
@@ -147,7 +147,7 @@ class PoolDirectory:
             await self.remember_build_config(pool, described.build_config or pb.BuildConfig())
             if described.resources is not None:
                 self._info(pool).report = described.resources
-                self._info(pool).last_seen = self.clock()
+                self._info(pool).last_seen = self.clock.time()
 
         await asyncio.gather(*(one(pool) for pool in sorted(pools)))
 
@@ -156,7 +156,7 @@ class PoolDirectory:
         if info is None or info.report is None:
             return False
         interval = info.report.interval_seconds or 30
-        return self.clock() - info.last_seen <= interval * self.liveness_factor
+        return self.clock.time() - info.last_seen <= interval * self.liveness_factor
 
     def live_reports(self) -> list[pb.ResourceReport]:
         return [info.report for pool, info in self.pools.items() if info.report is not None and self.is_live(pool)]

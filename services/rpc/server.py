@@ -146,19 +146,19 @@ class RpcServer:
             await self.nc.flush()
             await self.nc.flush()
         except nats.errors.Error:
-            await self.stop(grace=0)
+            await self.stop(grace_s=0)
             raise
         log.info("serving %d routes for pool %s (id %s)", len(self._endpoints), self.pool, self.micro.id)
 
-    async def stop(self, grace: float = 10.0) -> None:
-        """Stop taking calls, let in-flight ones finish for ``grace`` seconds, then cancel them."""
+    async def stop(self, grace_s: float = 10.0) -> None:
+        """Stop taking calls, let in-flight ones finish for ``grace_s`` seconds, then cancel them."""
         subs, self._subs = self._subs, []
         await self.micro.stop()
         for sub in subs:  # drain: requests already delivered to us still get served
             with contextlib.suppress(nats.errors.Error):
                 await sub.drain()  # type: ignore[no-untyped-call]  # nats-py leaves Subscription.drain unannotated
         if self._tasks:
-            _, pending = await asyncio.wait(set(self._tasks), timeout=grace)
+            _, pending = await asyncio.wait(set(self._tasks), timeout=grace_s)
             for task in pending:
                 task.cancel()
             if pending:

@@ -3,10 +3,11 @@
 Backends own only the conversation with the batch system (spawn/sbatch, poll, cancel,
 capacity). They never touch SQLite, NATS, protobuf statuses or job phases: the lifecycle core
 (``submitters.lifecycle``) decides, the runtime executes, and the backend reports what it
-observed as plain data (:class:`Observation`). Settings reach a backend as plain data too
-(e.g. ``SlurmConfig``); a backend does not import ``submitters.settings``.
+observed as plain data (:class:`Observation`). A backend's settings are its own config model (e.g.
+``SlurmConfig``, the ``slurm:`` section); a backend does not import ``submitters.settings``.
 
-Adding a backend (see docs/submitters.md, "Adding a backend"): implement :class:`Backend`,
+Adding a backend (see docs/submitters.md, "Adding a backend"): register it in ``backends.BACKENDS``,
+implement :class:`Backend` and its ``create(config, context)``,
 raise only :class:`BackendError` subclasses, name jobs so ``reconcile`` can find a submission
 whose id was never recorded, and answer ``poll`` with one batch call. ``submitters.testing.FakeBackend``
 is the reference implementation the lifecycle tests run against.
@@ -21,6 +22,7 @@ from pathlib import Path
 from typing import Protocol, runtime_checkable
 
 from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.kernel.clock import Clock
 
 
 class BackendState(enum.Enum):
@@ -146,6 +148,18 @@ class BackendUnavailable(BackendError):
 
 class SubmitRejected(BackendError):
     """Permanent: the job is recorded as failed with this message."""
+
+
+@dataclass(frozen=True, slots=True)
+class BackendContext:
+    """What a backend may need of the submitter besides its own settings section (``create``'s second argument)."""
+
+    pool: str
+    state_dir: Path
+    """The pool's state directory (job directories, the registry; the HTCondor token lives under it)."""
+    kill_grace_s: float
+    """Between SIGTERM and SIGKILL when a job is cancelled."""
+    clock: Clock
 
 
 @runtime_checkable

@@ -1,6 +1,6 @@
 """The ``htcondor`` backend: condor_submit / condor_q / condor_history / condor_rm / condor_transfer_data.
 
-Two modes (``HTCondorSettings.mode``):
+Two modes (``HTCondorConfig.mode``):
 
 - ``local``: the submitter runs on a submit node; the job runs in its job directory on a shared
   filesystem (``should_transfer_files = NO``), so container logs are live;
@@ -23,14 +23,17 @@ import asyncio
 import dataclasses
 import logging
 import os
-from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Literal
 
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel import layout
+from interlink_nats.kernel.clock import SYSTEM_CLOCK, Clock
+from interlink_nats.kernel.config_files import renamed
 from interlink_nats.submitters.backends import htcondor_parse as hp
 from interlink_nats.submitters.backends.base import (
+    BackendContext,
     BackendState,
     BackendUnavailable,
     Capacity,
@@ -42,8 +45,8 @@ from interlink_nats.submitters.backends.base import (
     SubmitRejected,
 )
 from interlink_nats.submitters.backends.proc import run_command
-from interlink_nats.submitters.clock import Clock, as_clock
-from interlink_nats.submitters.tokens import OidcTokenSource, TokenError
+from interlink_nats.submitters.tokens import OidcTokenSource, TokenConfig, TokenError
+from pydantic import BaseModel, ConfigDict, Field
 
 log = logging.getLogger(__name__)
 
@@ -56,32 +59,51 @@ REMOTE_LOGS_HINT = (
 )
 
 
-@dataclass(frozen=True, slots=True)
-class HTCondorConfig:
-    """What the backend needs from the submitter's settings (``HTCondorSettings.config()`` builds it;
-    the fields are documented there and in docs/submitters.md)."""
+class HTCondorConfig(BaseModel):
+    """The ``htcondor`` settings section (``INTERLINK_SUBMITTER_HTCONDOR__*``), and what the backend takes."""
 
-    mode: str = "local"
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    mode: Literal["local", "remote"] = "local"
+    """local: the submitter runs on a submit node whose schedd shares its filesystem (live logs);
+    remote: an HTCondor-CE reached with -pool/-name, sandboxes spooled, output fetched when the job ends."""
     collector: str | None = None
+    """``-pool host[:port]`` of every condor command (the CE's collector)."""
     schedd: str | None = None
+    """``-name`` of every condor command (the CE's schedd)."""
     condor_submit: str = "condor_submit"
     condor_q: str = "condor_q"
     condor_history: str = "condor_history"
     condor_rm: str = "condor_rm"
     condor_transfer_data: str = "condor_transfer_data"
     condor_status: str = "condor_status"
-    submit_commands: Mapping[str, str] = field(default_factory=dict)
+    submit_commands: dict[str, str] = Field(default_factory=dict)
+    """Extra submit commands for every job, e.g. {"+WantWholeNode": "false", "requirements": "..."}."""
     request_disk: str = ""
-    time_limit_margin: float = 60.0
-    hold_timeout: float = 0.0
+    """``request_disk`` of every job (KiB unless a unit is given), e.g. "2GB"; empty: the site's default."""
+    time_limit_margin_s: float = Field(60.0, ge=0, validation_alias=renamed("time_limit_margin_s", "time_limit_margin"))
+    """activeDeadlineSeconds plus this is HTCondor's own limit (the job script enforces the deadline itself)."""
+    hold_timeout_s: float = Field(0.0, ge=0, validation_alias=renamed("hold_timeout_s", "hold_timeout"))
+    """A job held this long is removed and reported failed with its hold reason; 0: never."""
     use_condor_status: bool = False
-    history_limit: int = 20000
-    environment: Mapping[str, str] = field(default_factory=dict)
-    command_timeout: float = 60.0
+    """Announce capacity from condor_status totals (a local pool); otherwise from ``capacity``."""
+    history_limit: int = Field(20000, ge=1)
+    """condor_history -limit: how many finished jobs one poll may read back at most."""
+    environment: dict[str, str] = Field(default_factory=dict)
+    """Extra environment of the condor commands (e.g. _CONDOR_SEC_CLIENT_AUTHENTICATION_METHODS)."""
+    token: TokenConfig | None = None
+    """Where the bearer token comes from (an OIDC issuer); None: the condor commands bring their own."""
+    command_timeout_s: float = Field(60.0, gt=0, validation_alias=renamed("command_timeout_s", "command_timeout"))
 
 
 class HTCondorBackend:
     name = "htcondor"
+
+    @classmethod
+    def create(cls, config: HTCondorConfig, context: BackendContext) -> HTCondorBackend:
+        """What the submitter builds (``backends.BACKENDS``): the token refresher keeps its state in the pool's."""
+        token = OidcTokenSource(config.token, context.state_dir) if config.token is not None else None
+        return cls(config, pool=context.pool, token=token, clock=context.clock)
 
     def __init__(
         self,
@@ -89,12 +111,12 @@ class HTCondorBackend:
         *,
         pool: str,
         token: OidcTokenSource | None = None,
-        clock: Clock | Callable[[], float] | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self.settings = settings or HTCondorConfig()
         self.pool = pool
         self.token = token
-        self.clock = as_clock(clock)
+        self.clock = clock or SYSTEM_CLOCK
         self.calls = 0
         self.calls_by_command: dict[str, int] = {}
         self._token_stop = asyncio.Event()
@@ -160,7 +182,7 @@ class HTCondorBackend:
         tool = Path(argv[0]).name
         self.calls_by_command[tool] = self.calls_by_command.get(tool, 0) + 1
         try:
-            done = await run_command(argv, time_limit=self.settings.command_timeout, env=self._env(), cwd=cwd)
+            done = await run_command(argv, time_limit=self.settings.command_timeout_s, env=self._env(), cwd=cwd)
         except CommandFailed as exc:
             if exc.returncode is None or hp.is_transient(exc.stderr):
                 raise BackendUnavailable(str(exc)) from exc
@@ -180,7 +202,7 @@ class HTCondorBackend:
 
     async def _queue(self) -> dict[str, hp.CondorJob]:
         ads = await self._query(self.settings.condor_q, hp.pool_constraint(self.pool))
-        return hp.parse_jobs(ads, pool=self.pool, now=self.clock.time(), hold_timeout=self.settings.hold_timeout)
+        return hp.parse_jobs(ads, pool=self.pool, now=self.clock.time(), hold_timeout=self.settings.hold_timeout_s)
 
     async def _history(self, constraint: str) -> dict[str, hp.CondorJob]:
         ads = await self._query(self.settings.condor_history, constraint, "-limit", str(self.settings.history_limit))
@@ -202,7 +224,7 @@ class HTCondorBackend:
                     site_commands=self.settings.submit_commands,
                     pod_commands=spec.backend_flags,
                     request_disk=self.settings.request_disk,
-                    time_limit_margin=self.settings.time_limit_margin,
+                    time_limit_margin=self.settings.time_limit_margin_s,
                 )
             )
         except hp.SubmitCommandError as exc:

@@ -43,8 +43,10 @@ from pathlib import Path
 
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel import layout
+from interlink_nats.kernel.clock import SYSTEM_CLOCK, Clock
 from interlink_nats.submitters.backends.base import (
     GONE,
+    BackendContext,
     BackendState,
     BackendUnavailable,
     Capacity,
@@ -54,8 +56,8 @@ from interlink_nats.submitters.backends.base import (
     Reconciled,
 )
 from interlink_nats.submitters.backends.proc import run_command
-from interlink_nats.submitters.clock import SYSTEM_CLOCK, Clock
 from interlink_nats.submitters.containers import PodmanJanitor
+from pydantic import BaseModel, ConfigDict, Field
 
 log = logging.getLogger(__name__)
 
@@ -321,19 +323,39 @@ class _Running:
     """The RUNNING observation a poll returns, without any I/O, while ``watched``."""
 
 
+class ShellConfig(BaseModel):
+    """The ``shell`` settings section (``INTERLINK_SUBMITTER_SHELL__*``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_concurrent_jobs: int = Field(0, ge=0)
+    """Jobs running at once; 0 means the BuildConfig's value, else the number of CPUs."""
+    bash: str = "bash"
+
+
 class ShellBackend:
     """Local processes, at most ``max_concurrent`` at once (others wait in a FIFO)."""
 
     name = "shell"
 
+    @classmethod
+    def create(cls, config: ShellConfig, context: BackendContext) -> ShellBackend:
+        """What the submitter builds (``backends.BACKENDS``); the kill grace is the submitter-wide setting."""
+        return cls(
+            max_concurrent=config.max_concurrent_jobs,
+            bash=config.bash,
+            kill_grace_s=context.kill_grace_s,
+            clock=context.clock,
+        )
+
     def __init__(
-        self, *, max_concurrent: int = 0, bash: str = "bash", kill_grace: float = 5.0, clock: Clock | None = None
+        self, *, max_concurrent: int = 0, bash: str = "bash", kill_grace_s: float = 5.0, clock: Clock | None = None
     ) -> None:
         self._clock = clock or SYSTEM_CLOCK
         self._fixed_limit = max_concurrent
         self._limit = max_concurrent or (len(os.sched_getaffinity(0)) or 1)
         self._bash = bash
-        self._kill_grace = kill_grace
+        self._kill_grace_s = kill_grace_s
         self._queue: deque[JobSpec] = deque()
         self._queued: set[str] = set()
         self._running: dict[str, _Running] = {}
@@ -682,7 +704,7 @@ class ShellBackend:
             pgid = os.getpgid(run.pid)
         except ProcessLookupError:
             return
-        for sig, wait in ((signal.SIGTERM, self._kill_grace), (signal.SIGKILL, 5.0)):
+        for sig, wait in ((signal.SIGTERM, self._kill_grace_s), (signal.SIGKILL, 5.0)):
             if not self._alive(run):
                 return
             with contextlib.suppress(ProcessLookupError):

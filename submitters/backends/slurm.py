@@ -21,9 +21,11 @@ from pathlib import Path
 
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel import layout
+from interlink_nats.kernel.config_files import renamed
 from interlink_nats.submitters.backends import slurm_parse as sp
 from interlink_nats.submitters.backends.base import (
     GONE,
+    BackendContext,
     BackendUnavailable,
     Capacity,
     CommandFailed,
@@ -34,13 +36,15 @@ from interlink_nats.submitters.backends.base import (
     SubmitRejected,
 )
 from interlink_nats.submitters.backends.proc import environ_with, run_command
+from pydantic import BaseModel, ConfigDict, Field
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True, slots=True)
-class SlurmConfig:
-    """What the backend needs from the submitter's settings (``SlurmSettings.config()`` builds it)."""
+class SlurmConfig(BaseModel):
+    """The ``slurm`` settings section (``INTERLINK_SUBMITTER_SLURM__*``), and what the backend takes."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
     sbatch: str = "sbatch"
     squeue: str = "squeue"
@@ -48,11 +52,12 @@ class SlurmConfig:
     sacct: str = "sacct"
     sinfo: str = "sinfo"
     partition: str | None = None
-    """Limit capacity discovery (sinfo) to this partition."""
+    """Limit capacity discovery (sinfo) to this partition; jobs pick theirs with sbatch flags."""
     use_sacct: bool | None = None
-    """Ask sacct about jobs that left squeue; None: as the BuildConfig says."""
+    """Ask sacct about jobs that left squeue; None: as the BuildConfig says (slurm.use_sacct)."""
     squeue_all_users: bool = False
-    command_timeout: float = 60.0
+    """Poll every user's jobs instead of ``--me`` (when jobs are submitted as another user)."""
+    command_timeout_s: float = Field(60.0, gt=0, validation_alias=renamed("command_timeout_s", "command_timeout"))
 
 
 @dataclass(slots=True)
@@ -68,6 +73,11 @@ class _Watch:
 
 class SlurmBackend:
     name = "slurm"
+
+    @classmethod
+    def create(cls, config: SlurmConfig, context: BackendContext) -> SlurmBackend:
+        """What the submitter builds (``backends.BACKENDS``): the settings section is all it needs."""
+        return cls(config)
 
     def __init__(self, settings: SlurmConfig | None = None) -> None:
         self.settings = settings or SlurmConfig()
@@ -98,7 +108,7 @@ class SlurmBackend:
     async def _run(self, argv: list[str], *, env: dict[str, str] | None = None) -> str:
         self.calls += 1
         try:
-            done = await run_command(argv, time_limit=self.settings.command_timeout, env=env)
+            done = await run_command(argv, time_limit=self.settings.command_timeout_s, env=env)
         except CommandFailed as exc:
             if exc.returncode is None or sp.is_transient(exc.stderr):
                 raise BackendUnavailable(str(exc)) from exc
