@@ -16,7 +16,13 @@ import pytest
 from conftest import missing_service
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.submitters.backends import htcondor_parse as hp
-from interlink_nats.submitters.backends.base import BackendState
+from interlink_nats.submitters.backends.base import (
+    BackendError,
+    BackendState,
+    BackendUnavailable,
+    JobAlreadyEnded,
+    SubmitRejected,
+)
 from interlink_nats.submitters.status import JobMeta, map_status
 
 pytestmark = pytest.mark.htcondor
@@ -264,3 +270,47 @@ def test_condor_status_totals_count_partitionable_slots_once() -> None:
     )
     cap = hp.parse_status_totals(ads)
     assert (cap.cpu_millis, cap.memory_bytes, cap.gpus, cap.nodes) == (12000, 24000 * 2**20, 1, 2)
+
+
+H = hp.Command
+FAILURES = [
+    # (command, exit code (None: timed out), stderr as HTCondor prints it, the error it is)
+    (
+        H.SUBMIT,
+        1,
+        "ERROR: Failed to connect to local queue manager\nCEDAR:6001:Failed to connect to <10.0.0.5:9618>",
+        BackendUnavailable,
+    ),
+    (
+        H.SUBMIT,
+        1,
+        "SECMAN:2007:Failed to end classad message. AUTHENTICATE:1003:Failed to authenticate with any method",
+        BackendUnavailable,
+    ),
+    (H.SUBMIT, None, "", BackendUnavailable),
+    (H.SUBMIT, 1, "ERROR: on Line 7 of submit file: Submit:0:Unrecognized attribute request_gpuz", SubmitRejected),
+    (H.SUBMIT, 1, 'ERROR: Invalid log file: "/nope/job.log" (No such file or directory)', SubmitRejected),
+    (
+        H.QUEUE,
+        1,
+        "-- Failed to fetch ads from: <10.0.0.5:9618> : ce.example.org\nSECMAN:2007:Failed to end classad",
+        BackendUnavailable,
+    ),
+    (H.QUEUE, 1, "Error: Collector has no record of schedd/submitter", BackendUnavailable),
+    (H.HISTORY, 1, "Error: Can't open history file", BackendUnavailable),
+    (H.REMOVE, 1, "Couldn't find/remove all jobs in cluster 42", JobAlreadyEnded),
+    (H.REMOVE, 1, "Job 42.0 not found", JobAlreadyEnded),
+    (H.REMOVE, 1, "Job 42.0 already marked for removal", JobAlreadyEnded),
+    (H.REMOVE, 1, "There are no jobs matched by constraint", JobAlreadyEnded),
+    (H.REMOVE, 1, "Failed to connect to <10.0.0.5:9618>: couldn't find the schedd", BackendUnavailable),
+    (H.REMOVE, 1, "Permission denied", BackendUnavailable),
+    (H.TRANSFER_DATA, 1, "Job 42.0 is not in the spool", BackendUnavailable),
+    (H.STATUS, 1, "Error: communication error", BackendUnavailable),
+]
+
+
+@pytest.mark.parametrize(("command", "returncode", "stderr", "error"), FAILURES)
+def test_every_condor_command_failure_is_classified(
+    command: hp.Command, returncode: int | None, stderr: str, error: type[BackendError]
+) -> None:
+    assert hp.classify_failure(command, returncode, stderr) is error

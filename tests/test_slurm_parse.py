@@ -7,6 +7,15 @@ import datetime as dt
 import pytest
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.submitters.backends import slurm_parse as sp
+from interlink_nats.submitters.backends.base import (
+    BackendError,
+    BackendUnavailable,
+    CommandFailed,
+    CommandUnusable,
+    JobAlreadyEnded,
+    SubmitRejected,
+    error_for,
+)
 from interlink_nats.submitters.backends.base import BackendState as B
 
 # Recorded from slurm-wlm 22.05.8: squeue -h --me --states=all -O "JobID:|,Name:|,State:|,Reason:|,exit_code:|,..."
@@ -150,10 +159,82 @@ def test_sbatch_ids_and_transient_errors() -> None:
     assert sp.parse_sbatch_id("123;cluster\n") == "123"
     with pytest.raises(ValueError, match="no job id"):
         sp.parse_sbatch_id("sbatch: something else")
-    assert sp.is_transient("sbatch: error: Batch job submission failed: Unable to contact slurm controller")
-    assert sp.is_transient("sbatch: error: Socket timed out on send/recv operation")
-    assert not sp.is_transient("sbatch: error: Invalid generic resource (gres) specification")
     assert sp.names_to_ids(sp.parse_squeue(SQUEUE))["uid-a"] == "1"
+
+
+C = sp.Command
+FAILURES = [
+    # (command, exit code (None: timed out), stderr as Slurm prints it, the error it is)
+    (
+        C.SBATCH,
+        1,
+        "sbatch: error: Batch job submission failed: Unable to contact slurm controller (connect failure)",
+        BackendUnavailable,
+    ),
+    (C.SBATCH, 1, "sbatch: error: Socket timed out on send/recv operation", BackendUnavailable),
+    (C.SBATCH, 1, "sbatch: error: Slurm temporarily unable to accept job, sleeping and retrying", BackendUnavailable),
+    (
+        C.SBATCH,
+        1,
+        "sbatch: error: Batch job submission failed: Job submit/allocate failed: Slurm backup controller in "
+        "standby mode",
+        BackendUnavailable,
+    ),
+    (C.SBATCH, None, "", BackendUnavailable),
+    (C.SBATCH, 1, "sbatch: error: Invalid generic resource (gres) specification", SubmitRejected),
+    (
+        C.SBATCH,
+        1,
+        "sbatch: error: Batch job submission failed: Invalid account or account/partition combination specified",
+        SubmitRejected,
+    ),
+    (C.SBATCH, 1, "sbatch: error: invalid partition specified: gpu", SubmitRejected),
+    (C.SBATCH, 1, "", SubmitRejected),
+    (C.SQUEUE, 1, "slurm_load_jobs error: Unable to contact slurm controller (connect failure)", BackendUnavailable),
+    (C.SQUEUE, 1, "squeue: error: Invalid user: nobody", BackendUnavailable),
+    (C.SACCT, 1, "sacct: error: Slurm accounting storage is disabled", CommandUnusable),
+    (C.SACCT, 1, "sacct: error: Problem talking to the database: Connection refused", BackendUnavailable),
+    (
+        C.SACCT,
+        1,
+        "sacct: error: slurm_persist_conn_open_without_init: failed to open persistent connection to "
+        "host:localhost:6819: Connection refused",
+        BackendUnavailable,
+    ),
+    (C.SACCT, 1, "sacct: error: Unknown arguments: -X", BackendUnavailable),
+    (C.SACCT, None, "", BackendUnavailable),
+    (C.SCANCEL, 1, "scancel: error: Kill job error on job id 1234: Invalid job id specified", JobAlreadyEnded),
+    (
+        C.SCANCEL,
+        1,
+        "scancel: error: Kill job error on job id 1234: Job/step already completing or completed",
+        JobAlreadyEnded,
+    ),
+    (C.SCANCEL, 1, "scancel: error: Kill job error on job id 1234: Access/permission denied", BackendUnavailable),
+    (
+        C.SCANCEL,
+        1,
+        "scancel: error: Kill job error on job id 1234: Unable to contact slurm controller",
+        BackendUnavailable,
+    ),
+    (C.SINFO, 1, "slurm_load_partitions: Unable to contact slurm controller (connect failure)", BackendUnavailable),
+    (C.SINFO, 1, "sinfo: error: Invalid partition name specified", BackendUnavailable),
+]
+
+
+@pytest.mark.parametrize(("command", "returncode", "stderr", "error"), FAILURES)
+def test_every_slurm_command_failure_is_classified(
+    command: sp.Command, returncode: int | None, stderr: str, error: type[BackendError]
+) -> None:
+    assert sp.classify_failure(command, returncode, stderr) is error
+
+
+def test_a_refusal_carries_slurms_words_and_other_failures_the_whole_command() -> None:
+    failed = CommandFailed(["/opt/slurm/bin/sbatch", "job.sh"], 1, "sbatch: error: invalid partition specified: gpu\n")
+    refused = error_for(sp.classify_failure(C.SBATCH, failed.returncode, failed.stderr), failed)
+    assert isinstance(refused, SubmitRejected) and str(refused) == "sbatch: error: invalid partition specified: gpu"
+    down = error_for(BackendUnavailable, CommandFailed(["squeue"], None, ""))
+    assert isinstance(down, BackendUnavailable) and str(down) == "squeue timed out: (no stderr)"
 
 
 def test_parse_squeue_since_parses_only_changed_lines_and_keeps_unchanged_jobs() -> None:

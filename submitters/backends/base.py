@@ -128,6 +128,11 @@ class BackendError(Exception):
       + CommandFailed      a batch command exited non-zero (carries argv, code and stderr)
       + BackendUnavailable the batch system cannot be reached now; retrying later may work
       + SubmitRejected     the batch system refused this job; retrying will not help
+      + JobAlreadyEnded    a cancel found the job over already (caught inside the backend: cancel is idempotent)
+      + CommandUnusable    the site does not offer this command (caught inside the backend, which stops asking)
+
+    Which of these a failed command is, is decided by the backend's parser module
+    (``slurm_parse.classify_failure``, ``htcondor_parse.classify_failure``) from its exit and stderr.
     """
 
 
@@ -146,6 +151,22 @@ class BackendUnavailable(BackendError):
 
 class SubmitRejected(BackendError):
     """Permanent: the job is recorded as failed with this message."""
+
+
+class JobAlreadyEnded(BackendError):
+    """A cancel named a job the batch system says is over: nothing is left to stop."""
+
+
+class CommandUnusable(BackendError):
+    """The site does not offer this command (e.g. ``sacct`` without accounting storage): stop asking it."""
+
+
+def error_for(kind: type[BackendError], failed: CommandFailed) -> BackendError:
+    """The error a classified command failure raises. A refusal carries only the batch system's words:
+    it becomes the pod's status message."""
+    if kind is SubmitRejected:
+        return SubmitRejected(failed.stderr or str(failed))
+    return kind(str(failed))
 
 
 @runtime_checkable

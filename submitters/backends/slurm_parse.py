@@ -6,6 +6,7 @@ Tested from recorded output (tests/test_slurm_parse.py); the backend only runs t
 from __future__ import annotations
 
 import datetime as dt
+import enum
 import functools
 import math
 import re
@@ -13,7 +14,16 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from interlink_nats.gen.interlink_nats import v1 as pb
-from interlink_nats.submitters.backends.base import BackendState, Capacity, Observation
+from interlink_nats.submitters.backends.base import (
+    BackendError,
+    BackendState,
+    BackendUnavailable,
+    Capacity,
+    CommandUnusable,
+    JobAlreadyEnded,
+    Observation,
+    SubmitRejected,
+)
 
 SQUEUE_FORMAT = "JobID:|,Name:|,State:|,Reason:|,exit_code:|,StartTime:|,EndTime:"
 """``squeue -O``: '|' after each field, full widths (no padding); exit_code is a raw wait status."""
@@ -77,13 +87,43 @@ _STATES: dict[str, BackendState] = {
     "PREEMPTED": BackendState.PREEMPTED,
 }
 
-# sbatch stderr that means "try again later", not "this job is wrong".
+
+class Command(enum.Enum):
+    """The Slurm commands the backend runs (named by role: the configured paths may be wrappers)."""
+
+    SBATCH = "sbatch"
+    SQUEUE = "squeue"
+    SACCT = "sacct"
+    SCANCEL = "scancel"
+    SINFO = "sinfo"
+
+
+# stderr of any Slurm command that means "try again later", not "this is wrong".
 _TRANSIENT = re.compile(
     r"unable to contact slurm controller|socket timed out|temporarily unable|resource temporarily unavailable|"
     r"connection refused|communication connection failure|slurm_persist_conn|zero bytes were transmitted|"
     r"no answer within|sending.*failed|Job submit/allocate failed: Slurm backup controller in standby mode",
     re.IGNORECASE,
 )
+_NO_ACCOUNTING = re.compile(r"accounting storage|slurmdbd", re.IGNORECASE)
+_ALREADY_ENDED = re.compile(r"invalid job id|already completing", re.IGNORECASE)
+
+
+def classify_failure(command: Command, returncode: int | None, stderr: str) -> type[BackendError]:
+    """Which error a failed Slurm command is (``returncode`` None: it timed out).
+
+    Why one table: the same stderr means "retry later" whichever command printed it, and only
+    sbatch can refuse a job for good (then the pod fails with Slurm's words).
+    """
+    if returncode is None or _TRANSIENT.search(stderr):
+        return BackendUnavailable
+    if command is Command.SBATCH:
+        return SubmitRejected
+    if command is Command.SACCT and _NO_ACCOUNTING.search(stderr):
+        return CommandUnusable
+    if command is Command.SCANCEL and _ALREADY_ENDED.search(stderr):
+        return JobAlreadyEnded
+    return BackendUnavailable
 
 
 class FlagError(ValueError):
@@ -94,10 +134,6 @@ def map_state(raw: str) -> BackendState | None:
     """``CANCELLED by 0`` → CANCELLED; unknown words → None (the caller keeps the job as it was)."""
     word = raw.strip().split(" ", 1)[0].rstrip("+").upper()
     return _STATES.get(word)
-
-
-def is_transient(stderr: str) -> bool:
-    return bool(_TRANSIENT.search(stderr))
 
 
 def check_flags(flags: Iterable[str], *, source: str) -> list[str]:
