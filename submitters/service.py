@@ -58,25 +58,39 @@ def _raise(exc: SubmitterFault) -> NoReturn:
     raise rpc_error(exc) from None
 
 
-class SubmitterApi(Protocol):
-    """What the RPC edge needs from a running submitter."""
-
-    @property
-    def clock(self) -> Clock: ...
+class Submitting(Protocol):
+    """The RPCs that change a job (``submission.Submissions``)."""
 
     async def submit(self, job: pb.JobScript) -> pb.SubmitResponse: ...
 
-    async def get_status(self, uids: Sequence[str]) -> pb.GetStatusResponse: ...
-
     async def cancel(self, uid: str) -> pb.CancelResponse: ...
 
-    async def list_jobs(self, req: pb.ListJobsRequest) -> pb.ListJobsResponse: ...
 
-    def describe(self) -> pb.DescribeResponse: ...
+class Querying(Protocol):
+    """The reads (``queries.Queries``)."""
+
+    async def get_status(self, uids: Sequence[str]) -> pb.GetStatusResponse: ...
+
+    async def list_jobs(self, req: pb.ListJobsRequest) -> pb.ListJobsResponse: ...
 
     async def log_source(self, uid: str, container: str) -> LogSource: ...
 
     async def job_phase(self, uid: str) -> Phase | None: ...
+
+
+class SubmitterApi(Protocol):
+    """What the RPC edge needs from a running submitter: the parts that answer, called directly."""
+
+    @property
+    def clock(self) -> Clock: ...
+
+    @property
+    def submissions(self) -> Submitting: ...
+
+    @property
+    def queries(self) -> Querying: ...
+
+    def describe(self) -> pb.DescribeResponse: ...
 
 
 class SubmitterServiceImpl(pb.SubmitterServiceBase):
@@ -90,7 +104,7 @@ class SubmitterServiceImpl(pb.SubmitterServiceBase):
                 raise InvalidRequest("job is required")
             fields = {"pod_uid": pod.uid, "namespace": pod.namespace, "pod": pod.name} if pod is not None else {}
             with log_fields(**fields):
-                return await self.s.submit(message.job)
+                return await self.s.submissions.submit(message.job)
         except SubmitterFault as exc:
             _raise(exc)
 
@@ -98,7 +112,7 @@ class SubmitterServiceImpl(pb.SubmitterServiceBase):
         try:
             if len(message.pod_uids) > MAX_STATUS_BATCH:
                 raise InvalidRequest(f"at most {MAX_STATUS_BATCH} pods per call")
-            return await self.s.get_status(message.pod_uids)
+            return await self.s.queries.get_status(message.pod_uids)
         except SubmitterFault as exc:
             _raise(exc)
 
@@ -107,13 +121,13 @@ class SubmitterServiceImpl(pb.SubmitterServiceBase):
             if not message.pod_uid:
                 raise InvalidRequest("pod_uid is required")
             with log_fields(pod_uid=message.pod_uid):
-                return await self.s.cancel(message.pod_uid)
+                return await self.s.submissions.cancel(message.pod_uid)
         except SubmitterFault as exc:
             _raise(exc)
 
     async def list_jobs(self, message: pb.ListJobsRequest) -> pb.ListJobsResponse:
         try:
-            return await self.s.list_jobs(message)
+            return await self.s.queries.list_jobs(message)
         except SubmitterFault as exc:
             _raise(exc)
 
@@ -135,7 +149,7 @@ class SubmitterServiceImpl(pb.SubmitterServiceBase):
         ``since_time`` and ``timestamps`` use the log's checkpoint index (``logindex``): times are
         those at which the submitter first saw the bytes, so their precision is one poll interval.
         """
-        source = await self.s.log_source(message.pod_uid, message.container)
+        source = await self.s.queries.log_source(message.pod_uid, message.container)
         if message.previous:
             return  # containers are never restarted on a site: there is no previous instance
         path, exit_file = source.path, source.exit_file
@@ -180,7 +194,7 @@ class SubmitterServiceImpl(pb.SubmitterServiceBase):
                     stamper.add(logindex.Checkpoint(now_ns, size))
             if clock.monotonic() - last_state_check >= FOLLOW_STATE_EVERY:
                 last_state_check = clock.monotonic()
-                phase = await self.s.job_phase(message.pod_uid)
+                phase = await self.s.queries.job_phase(message.pod_uid)
                 if phase is None or phase is Phase.DELETED:
                     return
                 ended = phase is Phase.DONE
