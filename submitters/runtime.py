@@ -201,7 +201,7 @@ class Submitter:
 
         self._rpc = RpcServer(
             self.nc,
-            [SubmitterServiceImpl(self)],
+            [SubmitterServiceImpl(self.submissions, self.queries, describe=self.describe, clock=self.clock)],
             pool=self.pool,
             max_concurrency=self.settings.max_concurrency,
             metadata={"backend": self.backend.name, "instance": self.instance_id},

@@ -117,13 +117,6 @@ class Submissions:
         reg = i.registry()
         pod = job.pod if job.pod is not None else _NO_POD
         job_dir = jobfiles.job_dir_for(i.state_dir, pod.uid)
-        spec_msg = pb.JobScript(
-            pod=job.pod,
-            init_containers=job.init_containers,
-            containers=job.containers,
-            resources=job.resources,
-            backend_flags=job.backend_flags,
-        )
         meta = JobMeta(
             pod.uid,
             pod.namespace,
@@ -186,7 +179,7 @@ class Submissions:
         self.on_step("job_dir")
         outcome: str | BackendError
         try:
-            outcome = await i.backend.submit(job_spec(row, spec_msg))
+            outcome = await i.backend.submit(job_spec(row, job))
         except BackendError as exc:
             outcome = exc
         else:

@@ -15,6 +15,7 @@ is the reference implementation the lifecycle tests run against.
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -159,6 +160,24 @@ class JobAlreadyEnded(BackendError):
 
 class CommandUnusable(BackendError):
     """The site does not offer this command (e.g. ``sacct`` without accounting storage): stop asking it."""
+
+
+FailureRules = Sequence[tuple[re.Pattern[str], type[BackendError]]]
+"""A command's own failures, first match wins: stderr pattern → the error it is."""
+
+
+def classify_failure(
+    returncode: int | None, stderr: str, *, transient: re.Pattern[str], rules: FailureRules
+) -> type[BackendError]:
+    """Which error a failed batch command is (``returncode`` None: it timed out). A timeout or a
+    ``transient`` stderr means "retry later" whichever command printed it; then the command's own
+    ``rules``; anything else is unavailable too: only a rule can make a failure permanent."""
+    if returncode is None or transient.search(stderr):
+        return BackendUnavailable
+    for pattern, kind in rules:
+        if pattern.search(stderr):
+            return kind
+    return BackendUnavailable
 
 
 def error_for(kind: type[BackendError], failed: CommandFailed) -> BackendError:

@@ -21,11 +21,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.submitters.backends import base
 from interlink_nats.submitters.backends.base import (
     BackendError,
     BackendState,
-    BackendUnavailable,
     Capacity,
+    FailureRules,
     JobAlreadyEnded,
     Observation,
     SubmitRejected,
@@ -118,7 +119,6 @@ _TRANSIENT = re.compile(
     r"failed to fetch ads|SECMAN|connect to schedd",
     re.IGNORECASE,
 )
-_ALREADY_GONE = re.compile(r"not found|does not exist|couldn't find|no jobs matched|already", re.IGNORECASE)
 
 
 class Command(enum.Enum):
@@ -132,19 +132,17 @@ class Command(enum.Enum):
     STATUS = "condor_status"
 
 
-def classify_failure(command: Command, returncode: int | None, stderr: str) -> type[BackendError]:
-    """Which error a failed condor command is (``returncode`` None: it timed out).
+_FAILURES: Mapping[Command, FailureRules] = {
+    Command.SUBMIT: [(re.compile(""), SubmitRejected)],  # only condor_submit refuses a job for good
+    Command.REMOVE: [
+        (re.compile(r"not found|does not exist|couldn't find|no jobs matched|already", re.IGNORECASE), JobAlreadyEnded)
+    ],
+}
 
-    Why one table: the same stderr means "retry later" whichever command printed it, and only
-    condor_submit can refuse a job for good (then the pod fails with HTCondor's words).
-    """
-    if returncode is None or _TRANSIENT.search(stderr):
-        return BackendUnavailable
-    if command is Command.SUBMIT:
-        return SubmitRejected
-    if command is Command.REMOVE and _ALREADY_GONE.search(stderr):
-        return JobAlreadyEnded
-    return BackendUnavailable
+
+def classify_failure(command: Command, returncode: int | None, stderr: str) -> type[BackendError]:
+    """Which error a failed condor command is (``returncode`` None: it timed out); see ``base.classify_failure``."""
+    return base.classify_failure(returncode, stderr, transient=_TRANSIENT, rules=_FAILURES.get(command, ()))
 
 
 class SubmitCommandError(ValueError):

@@ -150,7 +150,8 @@ class SlurmBackend:
         if not jobs:
             return {}
         self._polled = _Watch(squeue=self._polled.squeue)
-        return await self._observe(self._polled, jobs, ())
+        observed = await self._observe(self._polled, jobs, ())
+        return {uid: obs for uid, obs in observed.items() if obs is not GONE}  # left out: GONE, as the contract says
 
     async def poll_changes(
         self, added: Sequence[JobHandle], removed: Sequence[JobHandle], *, restart: bool

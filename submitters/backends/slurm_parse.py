@@ -14,12 +14,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.submitters.backends import base
 from interlink_nats.submitters.backends.base import (
     BackendError,
     BackendState,
-    BackendUnavailable,
     Capacity,
     CommandUnusable,
+    FailureRules,
     JobAlreadyEnded,
     Observation,
     SubmitRejected,
@@ -105,25 +106,16 @@ _TRANSIENT = re.compile(
     r"no answer within|sending.*failed|Job submit/allocate failed: Slurm backup controller in standby mode",
     re.IGNORECASE,
 )
-_NO_ACCOUNTING = re.compile(r"accounting storage|slurmdbd", re.IGNORECASE)
-_ALREADY_ENDED = re.compile(r"invalid job id|already completing", re.IGNORECASE)
+_FAILURES: Mapping[Command, FailureRules] = {
+    Command.SBATCH: [(re.compile(""), SubmitRejected)],  # only sbatch refuses a job for good
+    Command.SACCT: [(re.compile(r"accounting storage|slurmdbd", re.IGNORECASE), CommandUnusable)],
+    Command.SCANCEL: [(re.compile(r"invalid job id|already completing", re.IGNORECASE), JobAlreadyEnded)],
+}
 
 
 def classify_failure(command: Command, returncode: int | None, stderr: str) -> type[BackendError]:
-    """Which error a failed Slurm command is (``returncode`` None: it timed out).
-
-    Why one table: the same stderr means "retry later" whichever command printed it, and only
-    sbatch can refuse a job for good (then the pod fails with Slurm's words).
-    """
-    if returncode is None or _TRANSIENT.search(stderr):
-        return BackendUnavailable
-    if command is Command.SBATCH:
-        return SubmitRejected
-    if command is Command.SACCT and _NO_ACCOUNTING.search(stderr):
-        return CommandUnusable
-    if command is Command.SCANCEL and _ALREADY_ENDED.search(stderr):
-        return JobAlreadyEnded
-    return BackendUnavailable
+    """Which error a failed Slurm command is (``returncode`` None: it timed out); see ``base.classify_failure``."""
+    return base.classify_failure(returncode, stderr, transient=_TRANSIENT, rules=_FAILURES.get(command, ()))
 
 
 class FlagError(ValueError):
