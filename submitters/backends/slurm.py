@@ -149,9 +149,11 @@ class SlurmBackend:
         """Every job at once: :meth:`_observe` with every job added to a view that forgot the previous ones."""
         if not jobs:
             return {}
-        self._polled = _Watch(squeue=self._polled.squeue)
-        observed = await self._observe(self._polled, jobs, ())
-        return {uid: obs for uid, obs in observed.items() if obs is not GONE}  # left out: GONE, as the contract says
+        view = self._polled = _Watch(squeue=self._polled.squeue)
+        observed = await self._observe(view, jobs, ())
+        if view.missing or len(view.jobs) < len(jobs):  # some may be GONE: left out, as the contract says
+            return {uid: obs for uid, obs in observed.items() if obs is not GONE}
+        return observed
 
     async def poll_changes(
         self, added: Sequence[JobHandle], removed: Sequence[JobHandle], *, restart: bool
@@ -175,13 +177,18 @@ class SlurmBackend:
             if job.job_id and watch.jobs.get(job.job_id) == job:
                 del watch.jobs[job.job_id]
                 watch.missing.pop(job.job_id, None)
-        for job in added:
-            if job.job_id:
-                watch.jobs[job.job_id] = job
-                changed.add(job.job_id)
-            else:
-                out[job.uid] = GONE  # never submitted as far as we know: nothing to ask Slurm
         listed = squeue.by_id.get
+        for job in added:  # one lean pass: a full poll adds every tracked job at every call
+            job_id = job.job_id
+            if not job_id:
+                out[job.uid] = GONE  # never submitted as far as we know: nothing to ask Slurm
+                continue
+            watch.jobs[job_id] = job
+            seen = listed(job_id)
+            if seen is None:
+                watch.missing[job_id] = job
+            else:
+                out[job.uid] = seen.observation
         for job_id in changed:
             ours = watch.jobs.get(job_id)
             if ours is None:
