@@ -150,8 +150,8 @@ class SlurmBackend:
         if not jobs:
             return {}
         view = self._polled = _Watch(squeue=self._polled.squeue)
-        observed = await self._observe(view, jobs, ())
-        if view.missing or len(view.jobs) < len(jobs):  # some may be GONE: left out, as the contract says
+        observed = await self._observe(view, jobs, (), remember=False)
+        if view.missing or len(observed) < len(jobs):  # some may be GONE: left out, as the contract says
             return {uid: obs for uid, obs in observed.items() if obs is not GONE}
         return observed
 
@@ -164,12 +164,14 @@ class SlurmBackend:
         return await self._observe(self._watch, added, removed)
 
     async def _observe(
-        self, watch: _Watch, added: Sequence[JobHandle], removed: Sequence[JobHandle]
+        self, watch: _Watch, added: Sequence[JobHandle], removed: Sequence[JobHandle], *, remember: bool = True
     ) -> dict[str, Observation]:
         """The one poll path: one squeue, and work for the jobs whose line changed, not for every job.
 
         The jobs answered are those whose squeue line changed, appeared or left, the added ones,
-        and the ones squeue no longer lists (sacct's answer, or GONE, at every call).
+        and the ones squeue no longer lists (sacct's answer, or GONE, at every call). Without
+        ``remember`` the added jobs are answered but not kept in ``watch`` (a full poll adds every
+        job again at every call: storing 10,000 handles only to drop them was half its cost).
         """
         squeue, changed = sp.squeue_changes(await self._squeue(), watch.squeue)
         out: dict[str, Observation] = {}
@@ -177,16 +179,17 @@ class SlurmBackend:
             if job.job_id and watch.jobs.get(job.job_id) == job:
                 del watch.jobs[job.job_id]
                 watch.missing.pop(job.job_id, None)
-        listed = squeue.by_id.get
+        listed, tracked, missing = squeue.by_id.get, watch.jobs, watch.missing
         for job in added:  # one lean pass: a full poll adds every tracked job at every call
             job_id = job.job_id
             if not job_id:
                 out[job.uid] = GONE  # never submitted as far as we know: nothing to ask Slurm
                 continue
-            watch.jobs[job_id] = job
+            if remember:
+                tracked[job_id] = job
             seen = listed(job_id)
             if seen is None:
-                watch.missing[job_id] = job
+                missing[job_id] = job
             else:
                 out[job.uid] = seen.observation
         for job_id in changed:
