@@ -23,7 +23,13 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from interlink_nats.gen.interlink_nats import v1 as pb
-from interlink_nats.submitters.backends.base import Observation
+from interlink_nats.submitters.backends.base import (
+    BackendError,
+    BackendUnavailable,
+    Observation,
+    Reconciled,
+    SubmitRejected,
+)
 from interlink_nats.submitters.status import ContainerFiles, JobMeta, encode_status, is_terminal, map_status
 
 
@@ -146,17 +152,63 @@ def plan_claim(*, created: bool, phase: Phase, owner: str, me: str, owner_dead: 
     return ClaimPlan.ADOPT_AND_RESUME if owner_dead else ClaimPlan.ANSWER
 
 
-class SubmitFailure(enum.Enum):
-    """How a failed backend submission ends."""
+class Answer(enum.Enum):
+    """What a Submit answers once the job's id is recorded."""
 
-    REFUSED = "refused"
-    """Permanent: store a terminal SubmitFailed status (DONE) and tell the caller."""
-    RETRY = "retry"
-    """Transient: keep the intent (SUBMITTING); the caller's retry or recovery submits again."""
+    CREATED = "created"
+    """A new job: created, no status (the caller knows the containers; it is pending)."""
+    PENDING = "pending"
+    """A resumed submission the backend took just now: a pending status naming the new id."""
+    STORED = "stored"
+    """A resumed submission the backend already had: the status stored with the claim."""
 
 
-def plan_submit_failure(*, permanent: bool) -> SubmitFailure:
-    return SubmitFailure.REFUSED if permanent else SubmitFailure.RETRY
+@dataclass(frozen=True, slots=True)
+class RecordSubmitted:
+    """The backend has the job: record its id (SUBMITTING → ACTIVE), track it, answer."""
+
+    job_id: str
+    answer: Answer
+
+
+@dataclass(frozen=True, slots=True)
+class FailPod:
+    """Permanent: store a terminal SubmitFailed status saying ``reason`` (DONE), refuse with ``message``."""
+
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class RetryLater:
+    """Transient: keep the intent (SUBMITTING); answer unavailable with ``message``. The caller's
+    retry, or recovery, submits again."""
+
+    message: str
+
+
+SubmitAction = RecordSubmitted | FailPod | RetryLater
+
+
+def plan_resume(backend: str, found: Reconciled | BackendError | None) -> RecordSubmitted | RetryLater | None:
+    """A resumed submission, after asking the backend whether it got the job: record the job it has,
+    wait when it could not say (submitting again might run the pod twice), or (None) submit again."""
+    if isinstance(found, BackendError):
+        return RetryLater(f"{backend} is unavailable: {found}")
+    if found is None or found.job_id is None:
+        return None
+    return RecordSubmitted(found.job_id, Answer.STORED)
+
+
+def plan_submit(backend: str, outcome: str | BackendError, *, created: bool) -> SubmitAction:
+    """The backend's answer to a submission (its job id, or the error it raised) → what to do."""
+    if isinstance(outcome, str):
+        return RecordSubmitted(outcome, Answer.CREATED if created else Answer.PENDING)
+    if isinstance(outcome, SubmitRejected):
+        return FailPod(str(outcome), f"{backend} refused the job: {outcome}")
+    if isinstance(outcome, BackendUnavailable):
+        return RetryLater(f"{backend} is unavailable: {outcome}")
+    return RetryLater(f"{backend} submission failed: {outcome}")
 
 
 # Recovery ---------------------------------------------------------------------------------------

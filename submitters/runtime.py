@@ -35,7 +35,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Sequence
 from typing import Any
 
 from interlink_nats.gen.interlink_nats import v1 as pb
@@ -48,11 +47,10 @@ from interlink_nats.submitters.backends import create_backend
 from interlink_nats.submitters.backends.base import Backend, BackendContext, BackendError
 from interlink_nats.submitters.context import Instance
 from interlink_nats.submitters.errors import SubmitterError, Unavailable
-from interlink_nats.submitters.lifecycle import Phase
 from interlink_nats.submitters.outbox import Outbox
 from interlink_nats.submitters.ownership import InstanceLock
 from interlink_nats.submitters.polling import Poller, PollStats
-from interlink_nats.submitters.queries import LogSource, Queries
+from interlink_nats.submitters.queries import Queries
 from interlink_nats.submitters.recovery import Recovery
 from interlink_nats.submitters.registry import JobRow, Registry
 from interlink_nats.submitters.service import SubmitterServiceImpl
@@ -189,7 +187,7 @@ class Submitter:
 
         self._rpc = RpcServer(
             self.nc,
-            [SubmitterServiceImpl(self)],
+            [SubmitterServiceImpl(self.submissions, self.queries, describe=self.describe, clock=self.clock)],
             pool=self.pool,
             max_concurrency=self.settings.max_concurrency,
             metadata={"backend": self.backend.name, "instance": self.instance_id},
@@ -331,23 +329,8 @@ class Submitter:
 
     # RPC-facing -------------------------------------------------------------------------------
 
-    async def submit(self, job: pb.JobScript) -> pb.SubmitResponse:
-        return await self.submissions.submit(job)
-
-    async def cancel(self, uid: str) -> pb.CancelResponse:
-        return await self.submissions.cancel(uid)
-
-    async def get_status(self, uids: Sequence[str]) -> pb.GetStatusResponse:
-        return await self.queries.get_status(uids)
-
-    async def list_jobs(self, req: pb.ListJobsRequest) -> pb.ListJobsResponse:
-        return await self.queries.list_jobs(req)
-
-    async def log_source(self, uid: str, container: str) -> LogSource:
-        return await self.queries.log_source(uid, container)
-
-    async def job_phase(self, uid: str) -> Phase | None:
-        return await self.queries.job_phase(uid)
+    # Submit and cancel are ``self.submissions``' (``Submissions``), the reads ``self.queries``' (``Queries``):
+    # the RPC edge calls them there.
 
     def describe(self) -> pb.DescribeResponse:
         return pb.DescribeResponse(

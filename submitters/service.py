@@ -1,8 +1,9 @@
 """``SubmitterService`` over the runtime: the RPC edge, thin request/response translation, no state.
 
 This is the one place where the submitter's domain errors (``submitters.errors``) become RPC
-status codes; nothing below it imports grpclib. It depends on :class:`SubmitterApi` (what it
-calls), not on the runtime, so the runtime can build it without an import cycle.
+status codes; nothing below it imports grpclib. It depends on the small interfaces it calls
+(:class:`Submitting`, :class:`Querying`), not on the runtime, so the runtime can build it without an
+import cycle.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import datetime as dt
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from typing import NoReturn, Protocol
 
 from grpclib.const import Status
@@ -58,21 +59,20 @@ def _raise(exc: SubmitterFault) -> NoReturn:
     raise rpc_error(exc) from None
 
 
-class SubmitterApi(Protocol):
-    """What the RPC edge needs from a running submitter."""
-
-    @property
-    def clock(self) -> Clock: ...
+class Submitting(Protocol):
+    """The RPCs that change a job (``submission.Submissions``)."""
 
     async def submit(self, job: pb.JobScript) -> pb.SubmitResponse: ...
 
-    async def get_status(self, uids: Sequence[str]) -> pb.GetStatusResponse: ...
-
     async def cancel(self, uid: str) -> pb.CancelResponse: ...
 
-    async def list_jobs(self, req: pb.ListJobsRequest) -> pb.ListJobsResponse: ...
 
-    def describe(self) -> pb.DescribeResponse: ...
+class Querying(Protocol):
+    """The reads (``queries.Queries``)."""
+
+    async def get_status(self, uids: Sequence[str]) -> pb.GetStatusResponse: ...
+
+    async def list_jobs(self, req: pb.ListJobsRequest) -> pb.ListJobsResponse: ...
 
     async def log_source(self, uid: str, container: str) -> LogSource: ...
 
@@ -80,8 +80,20 @@ class SubmitterApi(Protocol):
 
 
 class SubmitterServiceImpl(pb.SubmitterServiceBase):
-    def __init__(self, submitter: SubmitterApi) -> None:
-        self.s = submitter
+    """The RPCs over the parts of a submitter that answer them, called directly (no forwarding layer)."""
+
+    def __init__(
+        self,
+        submissions: Submitting,
+        queries: Querying,
+        *,
+        describe: Callable[[], pb.DescribeResponse],
+        clock: Clock,
+    ) -> None:
+        self.submissions = submissions
+        self.queries = queries
+        self._describe = describe
+        self.clock = clock
 
     async def submit(self, message: pb.SubmitRequest) -> pb.SubmitResponse:
         pod = message.job.pod if message.job is not None else None
@@ -90,7 +102,7 @@ class SubmitterServiceImpl(pb.SubmitterServiceBase):
                 raise InvalidRequest("job is required")
             fields = {"pod_uid": pod.uid, "namespace": pod.namespace, "pod": pod.name} if pod is not None else {}
             with log_fields(**fields):
-                return await self.s.submit(message.job)
+                return await self.submissions.submit(message.job)
         except SubmitterFault as exc:
             _raise(exc)
 
@@ -98,7 +110,7 @@ class SubmitterServiceImpl(pb.SubmitterServiceBase):
         try:
             if len(message.pod_uids) > MAX_STATUS_BATCH:
                 raise InvalidRequest(f"at most {MAX_STATUS_BATCH} pods per call")
-            return await self.s.get_status(message.pod_uids)
+            return await self.queries.get_status(message.pod_uids)
         except SubmitterFault as exc:
             _raise(exc)
 
@@ -107,18 +119,18 @@ class SubmitterServiceImpl(pb.SubmitterServiceBase):
             if not message.pod_uid:
                 raise InvalidRequest("pod_uid is required")
             with log_fields(pod_uid=message.pod_uid):
-                return await self.s.cancel(message.pod_uid)
+                return await self.submissions.cancel(message.pod_uid)
         except SubmitterFault as exc:
             _raise(exc)
 
     async def list_jobs(self, message: pb.ListJobsRequest) -> pb.ListJobsResponse:
         try:
-            return await self.s.list_jobs(message)
+            return await self.queries.list_jobs(message)
         except SubmitterFault as exc:
             _raise(exc)
 
     async def describe(self, message: pb.DescribeRequest) -> pb.DescribeResponse:
-        return self.s.describe()
+        return self._describe()
 
     async def get_logs(self, message: pb.GetLogsRequest) -> AsyncIterator[pb.GetLogsResponse]:
         try:
@@ -135,11 +147,11 @@ class SubmitterServiceImpl(pb.SubmitterServiceBase):
         ``since_time`` and ``timestamps`` use the log's checkpoint index (``logindex``): times are
         those at which the submitter first saw the bytes, so their precision is one poll interval.
         """
-        source = await self.s.log_source(message.pod_uid, message.container)
+        source = await self.queries.log_source(message.pod_uid, message.container)
         if message.previous:
             return  # containers are never restarted on a site: there is no previous instance
         path, exit_file = source.path, source.exit_file
-        clock = self.s.clock
+        clock = self.clock
         offset = await asyncio.to_thread(
             logs.start_offset,
             path,
@@ -180,7 +192,7 @@ class SubmitterServiceImpl(pb.SubmitterServiceBase):
                     stamper.add(logindex.Checkpoint(now_ns, size))
             if clock.monotonic() - last_state_check >= FOLLOW_STATE_EVERY:
                 last_state_check = clock.monotonic()
-                phase = await self.s.job_phase(message.pod_uid)
+                phase = await self.queries.job_phase(message.pod_uid)
                 if phase is None or phase is Phase.DELETED:
                     return
                 ended = phase is Phase.DONE

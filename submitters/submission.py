@@ -16,18 +16,22 @@ from pathlib import Path
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel.log_context import bind as bind_log_fields
 from interlink_nats.submitters import fastwire, jobfiles
-from interlink_nats.submitters.backends.base import BackendError, BackendUnavailable, JobHandle, SubmitRejected
+from interlink_nats.submitters.backends.base import BackendError, JobHandle, Reconciled
 from interlink_nats.submitters.batching import BatchRunner
 from interlink_nats.submitters.context import Instance, job_spec
 from interlink_nats.submitters.errors import InvalidRequest, Refused, Unavailable
 from interlink_nats.submitters.lifecycle import (
+    Answer,
     ClaimPlan,
+    FailPod,
     Phase,
-    SubmitFailure,
+    RetryLater,
+    SubmitAction,
     needs_owner_check,
     plan_cancel,
     plan_claim,
-    plan_submit_failure,
+    plan_resume,
+    plan_submit,
 )
 from interlink_nats.submitters.ownership import InstanceLock
 from interlink_nats.submitters.polling import meta_from_row
@@ -113,13 +117,6 @@ class Submissions:
         reg = i.registry()
         pod = job.pod if job.pod is not None else _NO_POD
         job_dir = jobfiles.job_dir_for(i.state_dir, pod.uid)
-        spec_msg = pb.JobScript(
-            pod=job.pod,
-            init_containers=job.init_containers,
-            containers=job.containers,
-            resources=job.resources,
-            backend_flags=job.backend_flags,
-        )
         meta = JobMeta(
             pod.uid,
             pod.namespace,
@@ -166,37 +163,48 @@ class Submissions:
             await reg.adopt(row.owner, i.instance_id)
             self.recover_needed = True
         if plan is not ClaimPlan.SUBMIT:
-            found = await i.backend.reconcile([JobHandle(row.uid, row.job_dir, row.job_id)])
-            outcome = found.get(row.uid)
-            if outcome is not None and outcome.job_id is not None:
-                await reg.mark_submitted(row.uid, outcome.job_id)
-                row.job_id = outcome.job_id
-                i.poller.track(row)
-                return pb.SubmitResponse(job_id=row.job_id, created=False, status=row.job_status())
+            found: Reconciled | BackendError | None
+            try:
+                found = (await i.backend.reconcile([JobHandle(row.uid, row.job_dir, row.job_id)])).get(row.uid)
+            except BackendError as exc:
+                found = exc
+            resumed = plan_resume(i.backend.name, found)
+            if resumed is not None:
+                return await self._execute(resumed, row, meta)
         if not created:  # resuming an interrupted submission: its directory may be missing or partial
             try:
                 await self.job_dirs.run((job_dir, script))
             except OSError as exc:
                 raise Unavailable(f"cannot write the job directory: {exc}") from None
         self.on_step("job_dir")
+        outcome: str | BackendError
         try:
-            job_id = await i.backend.submit(job_spec(row, spec_msg))
+            outcome = await i.backend.submit(job_spec(row, job))
         except BackendError as exc:
-            if plan_submit_failure(permanent=isinstance(exc, SubmitRejected)) is SubmitFailure.REFUSED:
-                await self._record_final(row, submit_failed_status(meta, str(exc), now=i.clock.time()))
-                raise Refused(f"{i.backend.name} refused the job: {exc}") from None
-            if isinstance(exc, BackendUnavailable):
-                raise Unavailable(f"{i.backend.name} is unavailable: {exc}") from None
-            raise Unavailable(f"{i.backend.name} submission failed: {exc}") from None
-        self.on_step("submitted")
-        await reg.mark_submitted(row.uid, job_id)
+            outcome = exc
+        else:
+            self.on_step("submitted")
+        return await self._execute(plan_submit(i.backend.name, outcome, created=created), row, meta)
+
+    async def _execute(self, action: SubmitAction, row: JobRow, meta: JobMeta) -> pb.SubmitResponse:
+        """Carry out what ``plan_submit``/``plan_resume`` decided; the answer, or the domain error to raise."""
+        i = self.i
+        if isinstance(action, RetryLater):
+            raise Unavailable(action.message)
+        if isinstance(action, FailPod):
+            await self._record_final(row, submit_failed_status(meta, action.reason, now=i.clock.time()))
+            raise Refused(action.message)
+        job_id = action.job_id
+        await i.registry().mark_submitted(row.uid, job_id)
         self.on_step("marked")
         row.job_id = job_id
         bind_log_fields(job_id=job_id)
         async with i.poller.lock:
             i.poller.track(row)
-        if created:
+        if action.answer is Answer.CREATED:
             return pb.SubmitResponse(job_id=job_id, created=True)  # pending; the caller knows the containers
+        if action.answer is Answer.STORED:
+            return pb.SubmitResponse(job_id=job_id, created=False, status=row.job_status())
         pending = map_status(dataclasses.replace(meta, job_id=job_id), None, {}, now=i.clock.time())
         return pb.SubmitResponse(job_id=job_id, created=False, status=pending)
 

@@ -55,9 +55,9 @@ def backend() -> HTCondorBackend:
 async def finished(sub: Submitter, uid: str) -> pb.JobStatus:
     async def done() -> pb.JobStatus | None:
         await sub.poll_once()
-        if await sub.job_phase(uid) is not Phase.DONE:
+        if await sub.queries.job_phase(uid) is not Phase.DONE:
             return None
-        return (await sub.get_status([uid])).statuses[0]
+        return (await sub.queries.get_status([uid])).statuses[0]
 
     return await wait_for(done, timeout=60, interval=0.2, what=f"pod {uid} to finish")
 
@@ -76,10 +76,10 @@ async def test_a_crash_between_any_two_submit_steps_runs_the_condor_job_exactly_
 
         a.submissions.on_step = die
         with pytest.raises(SimulatedCrash):
-            await a.submit(job)
+            await a.submissions.submit(job)
         await crash(a)
     async with offline_submitter(tmp_path / "state", backend(), instance_id="a") as a:  # type: ignore[arg-type]
-        resp = await a.submit(job)  # the caller retries (it never got an answer)
+        resp = await a.submissions.submit(job)  # the caller retries (it never got an answer)
         assert resp.job_id
         assert submissions(condor, uid) == 1, "the pod must run exactly once"
         status = await finished(a, uid)
@@ -98,12 +98,12 @@ async def test_a_crash_after_condor_submit_is_recovered_without_a_retry(condor: 
 
         a.submissions.on_step = die
         with pytest.raises(SimulatedCrash):
-            await a.submit(pod_job(uid, {"main": "true"}))
+            await a.submissions.submit(pod_job(uid, {"main": "true"}))
         await crash(a)
     assert submissions(condor, uid) == 1
     async with offline_submitter(tmp_path / "state", backend(), instance_id="b") as b:  # type: ignore[arg-type]
         # Recovery alone (adoption of the dead instance, reconcile by pod-UID attribute) finds it.
         assert b.tracked == 1
-        assert await b.job_phase(uid) is Phase.ACTIVE
+        assert await b.queries.job_phase(uid) is Phase.ACTIVE
         assert (await finished(b, uid)).state == pb.JobState.SUCCEEDED
     assert submissions(condor, uid) == 1

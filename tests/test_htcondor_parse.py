@@ -13,6 +13,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+from command_failures import failure_rows
 from conftest import missing_service
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.submitters.backends import htcondor_parse as hp
@@ -264,3 +265,32 @@ def test_condor_status_totals_count_partitionable_slots_once() -> None:
     )
     cap = hp.parse_status_totals(ads)
     assert (cap.cpu_millis, cap.memory_bytes, cap.gpus, cap.nodes) == (12000, 24000 * 2**20, 1, 2)
+
+
+FAILURES = """\
+condor_submit        | 1 | BackendUnavailable | ERROR: Failed to connect to local queue manager
+condor_submit        | 1 | BackendUnavailable | SECMAN:2007:Failed to end classad message. \
+                                                AUTHENTICATE:1003:Failed to authenticate with any method
+condor_submit        | - | BackendUnavailable |
+condor_submit        | 1 | SubmitRejected     | ERROR: on Line 7 of submit file: Submit:0:Unrecognized \
+                                                attribute request_gpuz
+condor_submit        | 1 | SubmitRejected     | ERROR: Invalid log file: "/nope/job.log" (No such file or directory)
+condor_q             | 1 | BackendUnavailable | -- Failed to fetch ads from: <10.0.0.5:9618> : ce.example.org
+condor_q             | 1 | BackendUnavailable | Error: Collector has no record of schedd/submitter
+condor_history       | 1 | BackendUnavailable | Error: Can't open history file
+condor_rm            | 1 | JobAlreadyEnded    | Couldn't find/remove all jobs in cluster 42
+condor_rm            | 1 | JobAlreadyEnded    | Job 42.0 not found
+condor_rm            | 1 | JobAlreadyEnded    | Job 42.0 already marked for removal
+condor_rm            | 1 | JobAlreadyEnded    | There are no jobs matched by constraint
+condor_rm            | 1 | BackendUnavailable | Failed to connect to <10.0.0.5:9618>: couldn't find the schedd
+condor_rm            | 1 | BackendUnavailable | Permission denied
+condor_transfer_data | 1 | BackendUnavailable | Job 42.0 is not in the spool
+condor_status        | 1 | BackendUnavailable | Error: communication error
+"""
+
+
+@pytest.mark.parametrize(("command", "returncode", "error", "stderr"), failure_rows(FAILURES))
+def test_every_condor_command_failure_is_classified(
+    command: str, returncode: int | None, error: str, stderr: str
+) -> None:
+    assert hp.classify_failure(hp.Command(command), returncode, stderr).__name__ == error

@@ -5,9 +5,16 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
+from command_failures import failure_rows
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.submitters.backends import slurm_parse as sp
 from interlink_nats.submitters.backends.base import BackendState as B
+from interlink_nats.submitters.backends.base import (
+    BackendUnavailable,
+    CommandFailed,
+    SubmitRejected,
+    error_for,
+)
 
 # Recorded from slurm-wlm 22.05.8: squeue -h --me --states=all -O "JobID:|,Name:|,State:|,Reason:|,exit_code:|,..."
 SQUEUE = """\
@@ -150,10 +157,53 @@ def test_sbatch_ids_and_transient_errors() -> None:
     assert sp.parse_sbatch_id("123;cluster\n") == "123"
     with pytest.raises(ValueError, match="no job id"):
         sp.parse_sbatch_id("sbatch: something else")
-    assert sp.is_transient("sbatch: error: Batch job submission failed: Unable to contact slurm controller")
-    assert sp.is_transient("sbatch: error: Socket timed out on send/recv operation")
-    assert not sp.is_transient("sbatch: error: Invalid generic resource (gres) specification")
     assert sp.names_to_ids(sp.parse_squeue(SQUEUE))["uid-a"] == "1"
+
+
+FAILURES = """\
+sbatch  | 1 | BackendUnavailable | sbatch: error: Batch job submission failed: Unable to contact slurm \
+                                   controller (connect failure)
+sbatch  | 1 | BackendUnavailable | sbatch: error: Socket timed out on send/recv operation
+sbatch  | 1 | BackendUnavailable | sbatch: error: Slurm temporarily unable to accept job, sleeping and retrying
+sbatch  | 1 | BackendUnavailable | sbatch: error: Batch job submission failed: Job submit/allocate failed: \
+                                   Slurm backup controller in standby mode
+sbatch  | - | BackendUnavailable |
+sbatch  | 1 | SubmitRejected     | sbatch: error: Invalid generic resource (gres) specification
+sbatch  | 1 | SubmitRejected     | sbatch: error: Batch job submission failed: Invalid account or \
+                                   account/partition combination specified
+sbatch  | 1 | SubmitRejected     | sbatch: error: invalid partition specified: gpu
+sbatch  | 1 | SubmitRejected     |
+squeue  | 1 | BackendUnavailable | slurm_load_jobs error: Unable to contact slurm controller (connect failure)
+squeue  | 1 | BackendUnavailable | squeue: error: Invalid user: nobody
+sacct   | 1 | CommandUnusable    | sacct: error: Slurm accounting storage is disabled
+sacct   | 1 | BackendUnavailable | sacct: error: Problem talking to the database: Connection refused
+sacct   | 1 | BackendUnavailable | sacct: error: slurm_persist_conn_open_without_init: failed to open \
+                                   persistent connection to host:localhost:6819: Connection refused
+sacct   | 1 | BackendUnavailable | sacct: error: Unknown arguments: -X
+sacct   | - | BackendUnavailable |
+scancel | 1 | JobAlreadyEnded    | scancel: error: Kill job error on job id 1234: Invalid job id specified
+scancel | 1 | JobAlreadyEnded    | scancel: error: Kill job error on job id 1234: Job/step already completing \
+                                   or completed
+scancel | 1 | BackendUnavailable | scancel: error: Kill job error on job id 1234: Access/permission denied
+scancel | 1 | BackendUnavailable | scancel: error: Kill job error on job id 1234: Unable to contact slurm controller
+sinfo   | 1 | BackendUnavailable | slurm_load_partitions: Unable to contact slurm controller (connect failure)
+sinfo   | 1 | BackendUnavailable | sinfo: error: Invalid partition name specified
+"""
+
+
+@pytest.mark.parametrize(("command", "returncode", "error", "stderr"), failure_rows(FAILURES))
+def test_every_slurm_command_failure_is_classified(
+    command: str, returncode: int | None, error: str, stderr: str
+) -> None:
+    assert sp.classify_failure(sp.Command(command), returncode, stderr).__name__ == error
+
+
+def test_a_refusal_carries_slurms_words_and_other_failures_the_whole_command() -> None:
+    failed = CommandFailed(["/opt/slurm/bin/sbatch", "job.sh"], 1, "sbatch: error: invalid partition specified: gpu\n")
+    refused = error_for(sp.classify_failure(sp.Command.SBATCH, failed.returncode, failed.stderr), failed)
+    assert isinstance(refused, SubmitRejected) and str(refused) == "sbatch: error: invalid partition specified: gpu"
+    down = error_for(BackendUnavailable, CommandFailed(["squeue"], None, ""))
+    assert isinstance(down, BackendUnavailable) and str(down) == "squeue timed out: (no stderr)"
 
 
 def test_parse_squeue_since_parses_only_changed_lines_and_keeps_unchanged_jobs() -> None:

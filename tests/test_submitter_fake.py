@@ -57,7 +57,7 @@ async def two_replicas(state_dir: Path, backend: FakeBackend) -> AsyncIterator[t
 
 
 async def phase_of(sub: Submitter, uid: str) -> Phase | None:
-    return await sub.job_phase(uid)
+    return await sub.queries.job_phase(uid)
 
 
 async def settle(sub: Submitter) -> None:
@@ -80,7 +80,7 @@ async def submit_and_crash_at(state_dir: Path, backend: FakeBackend, uid: str, s
 
         a.submissions.on_step = die
         with pytest.raises(SimulatedCrash):
-            await a.submit(job(uid))
+            await a.submissions.submit(job(uid))
         await crash(a)
 
 
@@ -91,14 +91,14 @@ async def test_a_crash_between_any_two_submit_steps_runs_the_job_exactly_once(tm
     await submit_and_crash_at(tmp_path, backend, uid, step)
     async with offline_submitter(tmp_path, backend, instance_id="a") as a:
         # The caller retries (it never got an answer); recovery may already have resumed the job.
-        resp = await a.submit(job(uid))
+        resp = await a.submissions.submit(job(uid))
         assert resp.job_id
         assert len(backend.submissions(uid)) == 1, "the pod must run exactly once"
         assert await phase_of(a, uid) is Phase.ACTIVE
         backend.finish(uid)
         await settle(a)
         assert await phase_of(a, uid) is Phase.DONE
-        status = (await a.get_status([uid])).statuses[0]
+        status = (await a.queries.get_status([uid])).statuses[0]
         assert status.state == pb.JobState.SUCCEEDED
 
 
@@ -109,7 +109,7 @@ async def test_recovery_after_a_crash_inside_the_backend_call_needs_no_retry(tmp
     async with offline_submitter(tmp_path, backend, instance_id="a") as a:
         backend.crash("submit", after=after)
         with pytest.raises(SimulatedCrash):
-            await a.submit(job(uid))
+            await a.submissions.submit(job(uid))
         await crash(a)
     assert len(backend.submissions(uid)) == (1 if after else 0)
     async with offline_submitter(tmp_path, backend, instance_id="a") as a:
@@ -127,7 +127,7 @@ async def test_an_interrupted_submission_without_a_script_waits_for_the_retry(tm
         assert a.tracked == 0
         assert backend.submissions(uid) == []
         assert await phase_of(a, uid) is Phase.SUBMITTING
-        await a.submit(job(uid))
+        await a.submissions.submit(job(uid))
         assert len(backend.submissions(uid)) == 1
 
 
@@ -136,7 +136,7 @@ async def test_a_restart_sweeps_job_directories_a_crash_left_half_removed(tmp_pa
     backend = FakeBackend()
     uid = new_uid()
     async with offline_submitter(tmp_path, backend, instance_id="a") as a:
-        await a.submit(job(uid))
+        await a.submissions.submit(job(uid))
         await crash(a)
     jobs = jobfiles.jobs_root(tmp_path)
     half_removed = jobs / f"{jobfiles.REMOVING_PREFIX}{new_uid()}-0a1b2c3d"
@@ -154,10 +154,10 @@ async def test_a_live_replica_adopts_a_crashed_ones_jobs_without_running_them_ag
     uids = [new_uid() for _ in range(5)]
     async with two_replicas(tmp_path, backend) as (a, b):
         for u in uids[:4]:
-            await a.submit(job(u))
+            await a.submissions.submit(job(u))
         backend.crash("submit", after=True)  # the fifth reached the batch system, a never heard its id
         with pytest.raises(SimulatedCrash):
-            await a.submit(job(uids[4]))
+            await a.submissions.submit(job(uids[4]))
         assert await b.recovery.adopt_dead_owners() == 0, "a is alive: nothing to adopt"
         await crash(a)
         assert await b.recovery.adopt_dead_owners() == 5
@@ -167,7 +167,7 @@ async def test_a_live_replica_adopts_a_crashed_ones_jobs_without_running_them_ag
         for u in uids:
             backend.finish(u)
         await settle(b)
-        resp = await b.get_status(uids)
+        resp = await b.queries.get_status(uids)
         assert [s.state for s in resp.statuses] == [pb.JobState.SUCCEEDED] * 5
         assert set(b.outbox.pending) == set(uids), "b publishes the adopted jobs' events"
 
@@ -177,7 +177,9 @@ async def test_replicas_racing_on_one_pod_submit_it_once(tmp_path: Path) -> None
     backend.slow("submit", 0.01)
     uid = new_uid()
     async with two_replicas(tmp_path, backend) as (a, b):
-        answers = await asyncio.gather(a.submit(job(uid)), b.submit(job(uid)), a.submit(job(uid)))
+        answers = await asyncio.gather(
+            a.submissions.submit(job(uid)), b.submissions.submit(job(uid)), a.submissions.submit(job(uid))
+        )
         assert len(backend.submissions(uid)) == 1
         assert sum(r.created for r in answers) == 1
         assert a.tracked + b.tracked == 1
@@ -188,9 +190,9 @@ async def test_a_retry_of_someone_elses_live_submission_is_answered_not_resumed(
     backend.slow("submit", 0.05)
     uid = new_uid()
     async with two_replicas(tmp_path, backend) as (a, b):
-        first = asyncio.ensure_future(a.submit(job(uid)))
+        first = asyncio.ensure_future(a.submissions.submit(job(uid)))
         await asyncio.sleep(0.01)  # a's claim is committed, its backend call is still running
-        retried = await b.submit(job(uid))
+        retried = await b.submissions.submit(job(uid))
         assert not retried.created
         assert (await first).created
         assert len(backend.submissions(uid)) == 1
@@ -200,12 +202,12 @@ async def test_cancel_racing_a_poll_keeps_the_tombstone(tmp_path: Path) -> None:
     backend = FakeBackend()
     uid = new_uid()
     async with offline_submitter(tmp_path, backend, instance_id="a") as a:
-        await a.submit(job(uid))
+        await a.submissions.submit(job(uid))
         backend.start_running(uid)
         backend.slow("poll", 0.05)
         poll = asyncio.ensure_future(a.poll_once())
         await asyncio.sleep(0.01)  # the poll is waiting for the backend
-        resp = await a.cancel(uid)
+        resp = await a.submissions.cancel(uid)
         await poll
         assert resp.found
         assert resp.status is not None and resp.status.state == pb.JobState.CANCELLED
@@ -213,10 +215,10 @@ async def test_cancel_racing_a_poll_keeps_the_tombstone(tmp_path: Path) -> None:
         assert backend.cancels == [uid]
         assert a.tracked == 0
         # Idempotent; and a later Submit of the same UID never runs it again.
-        again = await a.cancel(uid)
+        again = await a.submissions.cancel(uid)
         assert again.found and again.status is not None and again.status.state == pb.JobState.CANCELLED
         assert backend.cancels == [uid]
-        assert not (await a.submit(job(uid))).created
+        assert not (await a.submissions.submit(job(uid))).created
         assert len(backend.submissions(uid)) == 1
 
 
@@ -226,17 +228,17 @@ async def test_a_cancel_by_another_replica_during_a_poll_keeps_the_tombstone(tmp
     backend = FakeBackend()
     uid = new_uid()
     async with two_replicas(tmp_path, backend) as (a, b):
-        await a.submit(job(uid))
+        await a.submissions.submit(job(uid))
         backend.start_running(uid)
         held = backend.hold("poll")
         poll = asyncio.ensure_future(a.poll_once())
         await held.entered.wait()
-        assert (await b.cancel(uid)).found
+        assert (await b.submissions.cancel(uid)).found
         held.release.set()
         stats = await poll
         assert stats.changed == 0
         assert await phase_of(b, uid) is Phase.DELETED
-        assert (await b.get_status([uid])).statuses[0].state == pb.JobState.CANCELLED
+        assert (await b.queries.get_status([uid])).statuses[0].state == pb.JobState.CANCELLED
         assert uid not in a.outbox.pending, "a publishes nothing for a job b cancelled"
         assert a.tracked == 0, "a stops polling a job that ended"
 
@@ -247,9 +249,9 @@ async def test_a_cancel_after_another_replicas_final_status_has_the_last_revisio
     backend = FakeBackend()
     uid = new_uid()
     async with two_replicas(tmp_path, backend) as (a, b):
-        await a.submit(job(uid))
+        await a.submissions.submit(job(uid))
         held = backend.hold("cancel")
-        cancel = asyncio.ensure_future(b.cancel(uid))
+        cancel = asyncio.ensure_future(b.submissions.cancel(uid))
         await held.entered.wait()
         backend.finish(uid, BackendState.FAILED, exit_code=3)
         assert (await a.poll_once()).changed == 1
@@ -259,7 +261,7 @@ async def test_a_cancel_after_another_replicas_final_status_has_the_last_revisio
         tombstone = b.outbox.pending[uid]
         assert tombstone.revision == done.revision + 1
         assert tombstone.status.state == pb.JobState.CANCELLED
-        assert (await a.get_status([uid])).statuses[0].state == pb.JobState.CANCELLED
+        assert (await a.queries.get_status([uid])).statuses[0].state == pb.JobState.CANCELLED
 
 
 async def test_cancel_waits_for_a_submission_in_flight(tmp_path: Path) -> None:
@@ -267,9 +269,9 @@ async def test_cancel_waits_for_a_submission_in_flight(tmp_path: Path) -> None:
     backend.slow("submit", 0.02)
     uid = new_uid()
     async with offline_submitter(tmp_path, backend, instance_id="a") as a:
-        submitted = asyncio.ensure_future(a.submit(job(uid)))
+        submitted = asyncio.ensure_future(a.submissions.submit(job(uid)))
         await asyncio.sleep(0)
-        resp = await a.cancel(uid)
+        resp = await a.submissions.cancel(uid)
         await submitted
         assert resp.found
         assert backend.submissions(uid)[0].cancelled
@@ -280,13 +282,13 @@ async def test_cancel_of_an_unknown_pod_and_a_failing_backend_cancel(tmp_path: P
     backend = FakeBackend()
     uid = new_uid()
     async with offline_submitter(tmp_path, backend, instance_id="a") as a:
-        assert not (await a.cancel(uid)).found
-        await a.submit(job(uid))
+        assert not (await a.submissions.cancel(uid)).found
+        await a.submissions.submit(job(uid))
         backend.fail("cancel", BackendUnavailable("scancel: connection refused"))
         with pytest.raises(Unavailable, match="cannot cancel job fake-1"):
-            await a.cancel(uid)
+            await a.submissions.cancel(uid)
         assert await phase_of(a, uid) is Phase.ACTIVE, "nothing changed: the caller retries"
-        assert (await a.cancel(uid)).found
+        assert (await a.submissions.cancel(uid)).found
         assert await phase_of(a, uid) is Phase.DELETED
 
 
@@ -294,19 +296,19 @@ async def test_submit_failures_map_to_domain_errors(tmp_path: Path) -> None:
     backend = FakeBackend()
     async with offline_submitter(tmp_path, backend, instance_id="a") as a:
         with pytest.raises(InvalidRequest, match="at least one container"):
-            await a.submit(job(new_uid(), containers=()))
+            await a.submissions.submit(job(new_uid(), containers=()))
         transient = new_uid()
         backend.fail("submit", BackendUnavailable("slurmctld down"))
         with pytest.raises(Unavailable, match="fake is unavailable: slurmctld down"):
-            await a.submit(job(transient))
+            await a.submissions.submit(job(transient))
         assert await phase_of(a, transient) is Phase.SUBMITTING, "the intent stays for the retry"
-        assert (await a.submit(job(transient))).job_id
+        assert (await a.submissions.submit(job(transient))).job_id
         refused = new_uid()
         backend.fail("submit", SubmitRejected("invalid account"))
         with pytest.raises(Refused, match="fake refused the job: invalid account"):
-            await a.submit(job(refused))
+            await a.submissions.submit(job(refused))
         assert await phase_of(a, refused) is Phase.DONE
-        status = (await a.get_status([refused])).statuses[0]
+        status = (await a.queries.get_status([refused])).statuses[0]
         assert status.state == pb.JobState.FAILED
         assert refused in a.outbox.pending
 
@@ -315,12 +317,12 @@ async def test_a_vanished_job_is_lost_and_stale_duplicate_reports_change_nothing
     backend = FakeBackend()
     gone, done = new_uid(), new_uid()
     async with offline_submitter(tmp_path, backend, instance_id="a") as a:
-        await a.submit(job(gone))
-        await a.submit(job(done))
+        await a.submissions.submit(job(gone))
+        await a.submissions.submit(job(done))
         backend.vanish(gone)
         backend.finish(done)
         await settle(a)
-        states = {s.pod.uid: s.state for s in (await a.get_status([gone, done])).statuses}
+        states = {s.pod.uid: s.state for s in (await a.queries.get_status([gone, done])).statuses}
         assert states == {gone: pb.JobState.LOST, done: pb.JobState.SUCCEEDED}
         revisions = {u: e.revision for u, e in a.outbox.pending.items()}
         # The batch system repeats an old report: terminal jobs are no longer tracked, nothing moves.
@@ -329,14 +331,14 @@ async def test_a_vanished_job_is_lost_and_stale_duplicate_reports_change_nothing
             stats = await a.poll_once()
             assert stats.changed == 0
         assert {u: e.revision for u, e in a.outbox.pending.items()} == revisions
-        assert (await a.get_status([done])).statuses[0].state == pb.JobState.SUCCEEDED
+        assert (await a.queries.get_status([done])).statuses[0].state == pb.JobState.SUCCEEDED
 
 
 async def test_a_failing_poll_changes_nothing_and_the_next_one_catches_up(tmp_path: Path) -> None:
     backend = FakeBackend()
     uid = new_uid()
     async with offline_submitter(tmp_path, backend, instance_id="a") as a:
-        await a.submit(job(uid))
+        await a.submissions.submit(job(uid))
         backend.finish(uid)
         backend.fail("poll", BackendUnavailable("squeue timed out"))
         with pytest.raises(BackendUnavailable):
@@ -351,7 +353,7 @@ async def test_the_registry_and_statuses_use_the_injected_clock(tmp_path: Path) 
     clock = ManualClock(start=1_900_000_000.0)
     uid = new_uid()
     async with offline_submitter(tmp_path, backend, instance_id="a", clock=clock) as a:
-        await a.submit(job(uid))
+        await a.submissions.submit(job(uid))
         clock.advance(30)
         backend.finish(uid, BackendState.FAILED, exit_code=None)
         await settle(a)
@@ -360,7 +362,7 @@ async def test_the_registry_and_statuses_use_the_injected_clock(tmp_path: Path) 
         assert row is not None
         assert row.created_at == 1_900_000_000.0
         assert row.finished_at == 1_900_000_030.0
-        status = (await a.get_status([uid])).statuses[0]
+        status = (await a.queries.get_status([uid])).statuses[0]
         assert status.updated_at is not None and status.updated_at.timestamp() == 1_900_000_030.0
 
 
@@ -371,7 +373,7 @@ async def test_a_poll_reads_only_the_jobs_that_changed_and_the_sweep_catches_a_l
     uids = [new_uid() for _ in range(3)]
     async with offline_submitter(tmp_path, backend, instance_id="a") as a:
         for uid in uids:
-            await a.submit(job(uid))
+            await a.submissions.submit(job(uid))
             backend.start_running(uid)
         await settle(a)
         a.poller.sweep_max = 0  # no sweep until the end of the test
@@ -389,7 +391,7 @@ async def test_a_poll_reads_only_the_jobs_that_changed_and_the_sweep_catches_a_l
         assert (await a.poll_once()).changed == 0 and reads == [], "nothing changed: no job's files are read"
 
         async def main_phase(uid: str) -> pb.ContainerPhase:
-            return (await a.get_status([uid])).statuses[0].containers[0].phase
+            return (await a.queries.get_status([uid])).statuses[0].containers[0].phase
 
         # A container starts: the script writes its file, then notes the job in the change journal.
         job_dirs = [tmp_path / "jobs" / uid for uid in uids]

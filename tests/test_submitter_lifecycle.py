@@ -8,16 +8,29 @@ from pathlib import Path
 import interlink_nats.submitters as pkg
 import pytest
 from interlink_nats.gen.interlink_nats import v1 as pb
-from interlink_nats.submitters.backends.base import GONE, BackendState, Observation
+from interlink_nats.submitters.backends.base import (
+    GONE,
+    BackendError,
+    BackendState,
+    BackendUnavailable,
+    CommandFailed,
+    Observation,
+    Reconciled,
+    SubmitRejected,
+)
 from interlink_nats.submitters.lifecycle import (
     TRANSITIONS,
+    Answer,
     AwaitRetry,
     ClaimPlan,
+    FailPod,
     IllegalTransition,
     Phase,
+    RecordSubmitted,
     RecoveryInput,
     Resubmit,
-    SubmitFailure,
+    RetryLater,
+    SubmitAction,
     Track,
     after_resubmit,
     allowed,
@@ -28,7 +41,8 @@ from interlink_nats.submitters.lifecycle import (
     plan_claim,
     plan_poll,
     plan_recovery,
-    plan_submit_failure,
+    plan_resume,
+    plan_submit,
 )
 from interlink_nats.submitters.status import ContainerFiles, JobMeta
 
@@ -123,9 +137,51 @@ def test_owner_liveness_is_only_checked_for_someone_elses_interrupted_submission
     assert needs_owner_check(phase, owner, "me") is needed
 
 
-def test_submit_failure_plan() -> None:
-    assert plan_submit_failure(permanent=True) is SubmitFailure.REFUSED
-    assert plan_submit_failure(permanent=False) is SubmitFailure.RETRY
+SLURM_DOWN = CommandFailed(["sbatch"], 1, "sbatch: error: Unable to contact slurm controller")
+
+
+@pytest.mark.parametrize(
+    ("outcome", "created", "action"),
+    [
+        # accepted: record the id; a new claim answers "created", a resumed one its pending status
+        ("42", True, RecordSubmitted("42", Answer.CREATED)),
+        ("42", False, RecordSubmitted("42", Answer.PENDING)),
+        # refused for good: the pod fails with the batch system's words, the caller is refused
+        (
+            SubmitRejected("sbatch: error: invalid partition specified: gpu"),
+            True,
+            FailPod(
+                "sbatch: error: invalid partition specified: gpu",
+                "slurm refused the job: sbatch: error: invalid partition specified: gpu",
+            ),
+        ),
+        # transient, or an error the backend did not classify: keep the intent, the caller retries
+        (BackendUnavailable("slurmctld down"), True, RetryLater("slurm is unavailable: slurmctld down")),
+        (BackendUnavailable("slurmctld down"), False, RetryLater("slurm is unavailable: slurmctld down")),
+        (SLURM_DOWN, True, RetryLater(f"slurm submission failed: {SLURM_DOWN}")),
+        (BackendError("odd"), False, RetryLater("slurm submission failed: odd")),
+    ],
+)
+def test_submit_plan(outcome: str | BackendError, created: bool, action: SubmitAction) -> None:
+    assert plan_submit("slurm", outcome, created=created) == action
+
+
+@pytest.mark.parametrize(
+    ("found", "action"),
+    [
+        # the backend has it (the crash came after its answer): record that id, never submit twice
+        (Reconciled("7"), RecordSubmitted("7", Answer.STORED)),
+        # it ran, its id is unknown (the batch system forgot it): record it as found
+        (Reconciled(""), RecordSubmitted("", Answer.STORED)),
+        # the backend never got it: submit again
+        (Reconciled(None), None),
+        (None, None),
+        # the backend cannot say: submitting now might run the pod twice, so wait for a retry
+        (BackendUnavailable("squeue timed out"), RetryLater("slurm is unavailable: squeue timed out")),
+    ],
+)
+def test_resume_plan(found: Reconciled | BackendError | None, action: RecordSubmitted | RetryLater | None) -> None:
+    assert plan_resume("slurm", found) == action
 
 
 @pytest.mark.parametrize(

@@ -307,19 +307,19 @@ async def test_replicas_share_the_registry_answer_for_each_other_and_adopt_a_sto
         assert a.tracked + b.tracked == len(uids), "each job is owned by exactly one replica"
         # Either replica answers for every job, whoever owns it.
         for replica in (a, b):
-            resp = await replica.get_status(uids)
+            resp = await replica.queries.get_status(uids)
             assert not resp.unknown_pod_uids
             assert len(resp.statuses) == len(uids)
         victim = uids[0]
-        assert (await b.cancel(victim)).found
+        assert (await b.submissions.cancel(victim)).found
         await a.stop()  # its lock goes: b adopts its jobs on its next adoption check
 
         async def all_done() -> bool:
-            resp = await b.get_status(uids[1:])
+            resp = await b.queries.get_status(uids[1:])
             return all(s.state == pb.JobState.SUCCEEDED for s in resp.statuses)
 
         await wait_for(all_done, what="b to finish a's jobs")
-        assert (await b.get_status([victim])).statuses[0].state == pb.JobState.CANCELLED
+        assert (await b.queries.get_status([victim])).statuses[0].state == pb.JobState.CANCELLED
     finally:
         await a.stop()
         await b.stop()

@@ -16,6 +16,7 @@ is the reference implementation the lifecycle tests run against.
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -130,6 +131,11 @@ class BackendError(Exception):
       + CommandFailed      a batch command exited non-zero (carries argv, code and stderr)
       + BackendUnavailable the batch system cannot be reached now; retrying later may work
       + SubmitRejected     the batch system refused this job; retrying will not help
+      + JobAlreadyEnded    a cancel found the job over already (caught inside the backend: cancel is idempotent)
+      + CommandUnusable    the site does not offer this command (caught inside the backend, which stops asking)
+
+    Which of these a failed command is, is decided by the backend's parser module
+    (``slurm_parse.classify_failure``, ``htcondor_parse.classify_failure``) from its exit and stderr.
     """
 
 
@@ -160,6 +166,40 @@ class BackendContext:
     kill_grace_s: float
     """Between SIGTERM and SIGKILL when a job is cancelled."""
     clock: Clock
+
+
+class JobAlreadyEnded(BackendError):
+    """A cancel named a job the batch system says is over: nothing is left to stop."""
+
+
+class CommandUnusable(BackendError):
+    """The site does not offer this command (e.g. ``sacct`` without accounting storage): stop asking it."""
+
+
+FailureRules = Sequence[tuple[re.Pattern[str], type[BackendError]]]
+"""A command's own failures, first match wins: stderr pattern → the error it is."""
+
+
+def classify_failure(
+    returncode: int | None, stderr: str, *, transient: re.Pattern[str], rules: FailureRules
+) -> type[BackendError]:
+    """Which error a failed batch command is (``returncode`` None: it timed out). A timeout or a
+    ``transient`` stderr means "retry later" whichever command printed it; then the command's own
+    ``rules``; anything else is unavailable too: only a rule can make a failure permanent."""
+    if returncode is None or transient.search(stderr):
+        return BackendUnavailable
+    for pattern, kind in rules:
+        if pattern.search(stderr):
+            return kind
+    return BackendUnavailable
+
+
+def error_for(kind: type[BackendError], failed: CommandFailed) -> BackendError:
+    """The error a classified command failure raises. A refusal carries only the batch system's words:
+    it becomes the pod's status message."""
+    if kind is SubmitRejected:
+        return SubmitRejected(failed.stderr or str(failed))
+    return kind(str(failed))
 
 
 @runtime_checkable

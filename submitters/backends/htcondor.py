@@ -38,11 +38,13 @@ from interlink_nats.submitters.backends.base import (
     BackendUnavailable,
     Capacity,
     CommandFailed,
+    JobAlreadyEnded,
     JobHandle,
     JobSpec,
     Observation,
     Reconciled,
     SubmitRejected,
+    error_for,
 )
 from interlink_nats.submitters.backends.proc import run_command
 from interlink_nats.submitters.tokens import OidcTokenSource, TokenConfig, TokenError
@@ -172,7 +174,8 @@ class HTCondorBackend:
             env.update(self.token.environment())
         return env
 
-    async def _run(self, argv: list[str], *, cwd: str | None = None) -> str:
+    async def _run(self, command: hp.Command, argv: list[str], *, cwd: str | None = None) -> str:
+        """The command's stdout; a failure raises the error ``htcondor_parse.classify_failure`` names."""
         if self.token is not None:
             try:
                 await self.token.ensure_fresh()
@@ -183,29 +186,25 @@ class HTCondorBackend:
         self.calls_by_command[tool] = self.calls_by_command.get(tool, 0) + 1
         try:
             done = await run_command(argv, time_limit=self.settings.command_timeout_s, env=self._env(), cwd=cwd)
-        except CommandFailed as exc:
-            if exc.returncode is None or hp.is_transient(exc.stderr):
-                raise BackendUnavailable(str(exc)) from exc
-            raise
+        except CommandFailed as failed:
+            raise error_for(hp.classify_failure(command, failed.returncode, failed.stderr), failed) from failed
         return done.stdout
 
-    async def _query(self, tool: str, constraint: str, *extra: str) -> list[dict[str, object]]:
+    async def _query(self, command: hp.Command, tool: str, constraint: str, *extra: str) -> list[dict[str, object]]:
         argv = [tool, *self._target(), "-json", "-attributes", ",".join(hp.QUERY_ATTRS), "-constraint", constraint]
-        try:
-            out = await self._run([*argv, *extra])
-        except CommandFailed as exc:
-            raise BackendUnavailable(str(exc)) from exc
+        out = await self._run(command, [*argv, *extra])
         try:
             return hp.parse_ads(out, what=Path(tool).name)
         except ValueError as exc:
             raise BackendUnavailable(str(exc)) from None
 
     async def _queue(self) -> dict[str, hp.CondorJob]:
-        ads = await self._query(self.settings.condor_q, hp.pool_constraint(self.pool))
+        ads = await self._query(hp.Command.QUEUE, self.settings.condor_q, hp.pool_constraint(self.pool))
         return hp.parse_jobs(ads, pool=self.pool, now=self.clock.time(), hold_timeout=self.settings.hold_timeout_s)
 
     async def _history(self, constraint: str) -> dict[str, hp.CondorJob]:
-        ads = await self._query(self.settings.condor_history, constraint, "-limit", str(self.settings.history_limit))
+        limit = str(self.settings.history_limit)
+        ads = await self._query(hp.Command.HISTORY, self.settings.condor_history, constraint, "-limit", limit)
         return hp.parse_jobs(ads, pool=self.pool, now=self.clock.time())
 
     # Submit -----------------------------------------------------------------------------------
@@ -232,10 +231,7 @@ class HTCondorBackend:
         path = spec.job_dir / SUBMIT_FILE
         await asyncio.to_thread(_write_file, path, text)
         argv = [self.settings.condor_submit, "-terse", *(["-spool"] if self.spool else []), *self._target(), str(path)]
-        try:
-            out = await self._run(argv, cwd=str(spec.job_dir))
-        except CommandFailed as exc:
-            raise SubmitRejected(exc.stderr or str(exc)) from exc
+        out = await self._run(hp.Command.SUBMIT, argv, cwd=str(spec.job_dir))
         try:
             return hp.parse_submit_id(out)
         except ValueError as exc:
@@ -283,8 +279,8 @@ class HTCondorBackend:
         """One ``condor_transfer_data`` for every finished spooled job; returns the ids now fetched."""
         argv = [self.settings.condor_transfer_data, *self._target(), *sorted({j.job_id for j in jobs})]
         try:
-            await self._run(argv)
-        except (CommandFailed, BackendUnavailable) as exc:
+            await self._run(hp.Command.TRANSFER_DATA, argv)
+        except BackendUnavailable as exc:
             log.warning("condor_transfer_data failed (%s); retrying next poll", exc)
             return set()
         for job in jobs:
@@ -330,26 +326,26 @@ class HTCondorBackend:
             constraint = hp.uids_constraint(self.pool, [job.uid])
             argv = [self.settings.condor_rm, *self._target(), "-constraint", constraint]
         try:
-            await self._run(argv)
-        except CommandFailed as exc:
-            if _already_gone(exc.stderr):
-                return
-            raise BackendUnavailable(str(exc)) from exc
+            await self._run(hp.Command.REMOVE, argv)
+        except JobAlreadyEnded:
+            return
 
     async def _remove_quietly(self, job_ids: list[str]) -> None:
         try:
-            await self._run([self.settings.condor_rm, *self._target(), *job_ids])
-        except (CommandFailed, BackendUnavailable) as exc:
+            await self._run(hp.Command.REMOVE, [self.settings.condor_rm, *self._target(), *job_ids])
+        except JobAlreadyEnded:
+            return  # a poll found them held; they may have been removed since
+        except BackendUnavailable as exc:
             log.warning("could not remove finished held jobs %s: %s", ", ".join(job_ids), exc)
 
     async def capacity(self) -> Capacity:
         if not self.settings.use_condor_status:
             return Capacity()  # the site config's ``capacity`` is announced
         argv = [self.settings.condor_status, *self._target(), "-json", "-attributes", _STATUS_ATTRS]
+        out = await self._run(hp.Command.STATUS, argv)
         try:
-            out = await self._run(argv)
             return hp.parse_status_totals(hp.parse_ads(out, what="condor_status"))
-        except (CommandFailed, ValueError) as exc:
+        except ValueError as exc:
             raise BackendUnavailable(str(exc)) from exc
 
 
@@ -361,11 +357,6 @@ def _without_output(obs: Observation) -> Observation:
     return dataclasses.replace(
         obs, reason="the job left the CE's queue before its output was fetched; container logs are not available"
     )
-
-
-def _already_gone(stderr: str) -> bool:
-    low = stderr.lower()
-    return any(w in low for w in ("not found", "does not exist", "couldn't find", "no jobs matched", "already"))
 
 
 def _write_file(path: Path, text: str) -> None:

@@ -12,6 +12,7 @@ in KiB without a unit; ``condor_submit -terse`` prints ``<cluster>.<proc> - <clu
 
 from __future__ import annotations
 
+import enum
 import json
 import math
 import re
@@ -20,7 +21,16 @@ from dataclasses import dataclass
 from typing import Any
 
 from interlink_nats.gen.interlink_nats import v1 as pb
-from interlink_nats.submitters.backends.base import BackendState, Capacity, Observation
+from interlink_nats.submitters.backends import base
+from interlink_nats.submitters.backends.base import (
+    BackendError,
+    BackendState,
+    Capacity,
+    FailureRules,
+    JobAlreadyEnded,
+    Observation,
+    SubmitRejected,
+)
 
 POD_UID_ATTR = "InterlinkPodUID"
 """Custom job attribute naming the pod: how a job submitted just before a crash is found again."""
@@ -102,13 +112,37 @@ POD_COMMANDS = frozenset(
 )
 _COMMAND_NAME = re.compile(r"^(?:\+|[Mm][Yy]\.)?[A-Za-z_][A-Za-z0-9_.]*$")
 _TERSE_ID = re.compile(r"^(\d+)\.(\d+)\s*-\s*(\d+)\.(\d+)\s*$")
-# condor_* stderr that means "try again later", not "this job is wrong".
+# condor_* stderr that means "try again later", not "this is wrong".
 _TRANSIENT = re.compile(
     r"failed to connect|connection refused|timed out|timeout|can't find address|cannot find address|"
     r"unable to locate|authenticat|communication error|no route to host|temporarily|"
     r"failed to fetch ads|SECMAN|connect to schedd",
     re.IGNORECASE,
 )
+
+
+class Command(enum.Enum):
+    """The condor commands the backend runs (named by role: the configured paths may be wrappers)."""
+
+    SUBMIT = "condor_submit"
+    QUEUE = "condor_q"
+    HISTORY = "condor_history"
+    REMOVE = "condor_rm"
+    TRANSFER_DATA = "condor_transfer_data"
+    STATUS = "condor_status"
+
+
+_FAILURES: Mapping[Command, FailureRules] = {
+    Command.SUBMIT: [(re.compile(""), SubmitRejected)],  # only condor_submit refuses a job for good
+    Command.REMOVE: [
+        (re.compile(r"not found|does not exist|couldn't find|no jobs matched|already", re.IGNORECASE), JobAlreadyEnded)
+    ],
+}
+
+
+def classify_failure(command: Command, returncode: int | None, stderr: str) -> type[BackendError]:
+    """Which error a failed condor command is (``returncode`` None: it timed out); see ``base.classify_failure``."""
+    return base.classify_failure(returncode, stderr, transient=_TRANSIENT, rules=_FAILURES.get(command, ()))
 
 
 class SubmitCommandError(ValueError):
@@ -262,10 +296,6 @@ def parse_submit_id(stdout: str) -> str:
         if m:
             return f"{m.group(1)}.{m.group(2)}"
     raise ValueError(f"condor_submit printed no job id: {stdout.strip()[:200]!r}")
-
-
-def is_transient(stderr: str) -> bool:
-    return bool(_TRANSIENT.search(stderr))
 
 
 def parse_ads(text: str, *, what: str = "condor_q") -> list[dict[str, Any]]:

@@ -29,11 +29,14 @@ from interlink_nats.submitters.backends.base import (
     BackendUnavailable,
     Capacity,
     CommandFailed,
+    CommandUnusable,
+    JobAlreadyEnded,
     JobHandle,
     JobSpec,
     Observation,
     Reconciled,
     SubmitRejected,
+    error_for,
 )
 from interlink_nats.submitters.backends.proc import environ_with, run_command
 from pydantic import BaseModel, ConfigDict, Field
@@ -62,13 +65,13 @@ class SlurmConfig(BaseModel):
 
 @dataclass(slots=True)
 class _Watch:
-    """What :meth:`SlurmBackend.poll_changes` keeps between calls: the tracked jobs, by Slurm id."""
+    """What the poll path keeps between calls: the last squeue and the tracked jobs, by Slurm id."""
 
     squeue: sp.SqueueSnapshot = sp.EMPTY_SQUEUE
-    """The previous call's squeue (its own: a plain ``poll`` in between must not hide a change)."""
+    """The previous call's squeue; unchanged lines are not parsed again and keep their Observation."""
     jobs: dict[str, JobHandle] = field(default_factory=dict)
     missing: dict[str, JobHandle] = field(default_factory=dict)
-    """Tracked jobs squeue no longer lists: sacct is asked about them at every call, as ``poll`` does."""
+    """Tracked jobs squeue no longer lists: sacct is asked about them at every call."""
 
 
 class SlurmBackend:
@@ -84,9 +87,10 @@ class SlurmBackend:
         self._pool_flags: list[str] = []
         self._use_sacct = bool(self.settings.use_sacct)
         self._sacct_broken = False
-        self._last_squeue = sp.EMPTY_SQUEUE
-        """The last poll's squeue lines: unchanged lines are not parsed again and keep their Observation."""
         self._watch = _Watch()
+        """``poll_changes``'s view of the tracked jobs."""
+        self._polled = _Watch()
+        """``poll``'s own view (only its squeue outlives a call): a plain poll in between must not hide a change."""
         self.calls = 0
 
     def configure(self, build_config: pb.BuildConfig) -> None:
@@ -105,14 +109,13 @@ class SlurmBackend:
     def output_path(self, job_dir: Path) -> Path:
         return job_dir / layout.JOB_STDOUT
 
-    async def _run(self, argv: list[str], *, env: dict[str, str] | None = None) -> str:
+    async def _run(self, command: sp.Command, argv: list[str], *, env: dict[str, str] | None = None) -> str:
+        """The command's stdout; a failure raises the error ``slurm_parse.classify_failure`` names."""
         self.calls += 1
         try:
             done = await run_command(argv, time_limit=self.settings.command_timeout_s, env=env)
-        except CommandFailed as exc:
-            if exc.returncode is None or sp.is_transient(exc.stderr):
-                raise BackendUnavailable(str(exc)) from exc
-            raise
+        except CommandFailed as failed:
+            raise error_for(sp.classify_failure(command, failed.returncode, failed.stderr), failed) from failed
         return done.stdout
 
     async def submit(self, spec: JobSpec) -> str:
@@ -129,87 +132,76 @@ class SlurmBackend:
         except sp.FlagError as exc:
             raise SubmitRejected(str(exc)) from exc
         env = environ_with({layout.JOB_DIR_ENV: str(spec.job_dir)})
-        try:
-            out = await self._run(argv, env=env)
-        except CommandFailed as exc:
-            raise SubmitRejected(exc.stderr or str(exc)) from exc
+        out = await self._run(sp.Command.SBATCH, argv, env=env)
         try:
             return sp.parse_sbatch_id(out)
         except ValueError as exc:
             raise BackendUnavailable(str(exc)) from exc
 
-    def _squeue_argv(self) -> list[str]:
+    async def _squeue(self) -> str:
         who = [] if self.settings.squeue_all_users else ["--me"]
-        return [self.settings.squeue, "-h", *who, "--states=all", "-O", sp.SQUEUE_FORMAT]
+        argv = [self.settings.squeue, "-h", *who, "--states=all", "-O", sp.SQUEUE_FORMAT]
+        return await self._run(sp.Command.SQUEUE, argv)
 
-    async def _squeue(self) -> dict[str, sp.SlurmJob]:
-        return sp.parse_squeue(await self._run(self._squeue_argv()))
-
-    async def _sacct(self, job_ids: Sequence[str]) -> dict[str, sp.SlurmJob]:
-        if not job_ids or not self._use_sacct or self._sacct_broken:
+    async def _sacct(self, *select: str) -> dict[str, sp.SlurmJob]:
+        """sacct's jobs matching ``select``; nothing when the site has no accounting (then it is not asked again)."""
+        if not self._use_sacct or self._sacct_broken:
             return {}
-        argv = [self.settings.sacct, "-X", "-n", "-P", "-o", sp.SACCT_FIELDS, "-j", ",".join(job_ids)]
+        argv = [self.settings.sacct, "-X", "-n", "-P", "-o", sp.SACCT_FIELDS, *select]
         try:
-            return sp.parse_sacct(await self._run(argv))
-        except CommandFailed as exc:
-            if "accounting storage" in exc.stderr.lower() or "slurmdbd" in exc.stderr.lower():
-                log.warning("sacct is not usable on this site (%s); relying on job files", exc.stderr)
-                self._sacct_broken = True
-                return {}
-            raise BackendUnavailable(str(exc)) from exc
+            return sp.parse_sacct(await self._run(sp.Command.SACCT, argv))
+        except CommandUnusable as exc:
+            log.warning("sacct is not usable on this site (%s); relying on job files", exc)
+            self._sacct_broken = True
+            return {}
 
     async def poll(self, jobs: Sequence[JobHandle]) -> dict[str, Observation]:
+        """Every job at once: :meth:`_observe` with every job added to a view that forgot the previous ones."""
         if not jobs:
             return {}
-        try:
-            text = await self._run(self._squeue_argv())
-        except CommandFailed as exc:
-            raise BackendUnavailable(str(exc)) from exc
-        self._last_squeue = sp.parse_squeue_since(text, self._last_squeue)
-        out: dict[str, Observation] = {}
-        missing: dict[str, JobHandle] = {}
-        seen = self._last_squeue.by_id.get
-        for j in jobs:  # one lean pass: this runs for every tracked job at every poll
-            if j.job_id:
-                job = seen(j.job_id)
-                if job is None:
-                    missing[j.job_id] = j
-                else:
-                    out[j.uid] = job.observation
-        if missing:
-            for i, job in (await self._sacct(list(missing))).items():
-                if i in missing:
-                    out[missing[i].uid] = job.observation
-        return out
+        view = self._polled = _Watch(squeue=self._polled.squeue)
+        observed = await self._observe(view, jobs, (), remember=False)
+        if view.missing or len(observed) < len(jobs):  # some may be GONE: left out, as the contract says
+            return {uid: obs for uid, obs in observed.items() if obs is not GONE}
+        return observed
 
     async def poll_changes(
         self, added: Sequence[JobHandle], removed: Sequence[JobHandle], *, restart: bool
     ) -> dict[str, Observation]:
-        """``ReportsChanges``: one squeue, and work for the jobs whose line changed, not for every job.
-
-        The jobs answered are those whose squeue line changed, appeared or left, the added ones,
-        and the ones squeue no longer lists (sacct's answer, or GONE, at every call as ``poll`` gives).
-        """
+        """``ReportsChanges``: see :meth:`_observe`."""
         if restart:
             self._watch = _Watch()
-        watch = self._watch
-        try:
-            text = await self._run(self._squeue_argv())
-        except CommandFailed as exc:
-            raise BackendUnavailable(str(exc)) from exc
-        squeue, changed = sp.squeue_changes(text, watch.squeue)
+        return await self._observe(self._watch, added, removed)
+
+    async def _observe(
+        self, watch: _Watch, added: Sequence[JobHandle], removed: Sequence[JobHandle], *, remember: bool = True
+    ) -> dict[str, Observation]:
+        """The one poll path: one squeue, and work for the jobs whose line changed, not for every job.
+
+        The jobs answered are those whose squeue line changed, appeared or left, the added ones,
+        and the ones squeue no longer lists (sacct's answer, or GONE, at every call). Without
+        ``remember`` the added jobs are answered but not kept in ``watch`` (a full poll adds every
+        job again at every call: storing 10,000 handles only to drop them was half its cost).
+        """
+        squeue, changed = sp.squeue_changes(await self._squeue(), watch.squeue)
         out: dict[str, Observation] = {}
         for job in removed:
             if job.job_id and watch.jobs.get(job.job_id) == job:
                 del watch.jobs[job.job_id]
                 watch.missing.pop(job.job_id, None)
-        for job in added:
-            if job.job_id:
-                watch.jobs[job.job_id] = job
-                changed.add(job.job_id)
-            else:
+        listed, tracked, missing = squeue.by_id.get, watch.jobs, watch.missing
+        for job in added:  # one lean pass: a full poll adds every tracked job at every call
+            job_id = job.job_id
+            if not job_id:
                 out[job.uid] = GONE  # never submitted as far as we know: nothing to ask Slurm
-        listed = squeue.by_id.get
+                continue
+            if remember:
+                tracked[job_id] = job
+            seen = listed(job_id)
+            if seen is None:
+                missing[job_id] = job
+            else:
+                out[job.uid] = seen.observation
         for job_id in changed:
             ours = watch.jobs.get(job_id)
             if ours is None:
@@ -221,7 +213,7 @@ class SlurmBackend:
                 watch.missing.pop(job_id, None)
                 out[ours.uid] = seen.observation
         if watch.missing:
-            answers = await self._sacct(list(watch.missing))
+            answers = await self._sacct("-j", ",".join(watch.missing))
             for job_id, job in watch.missing.items():
                 answer = answers.get(job_id)
                 out[job.uid] = GONE if answer is None else answer.observation
@@ -233,24 +225,12 @@ class SlurmBackend:
         unknown = [j for j in jobs if not j.job_id]
         if not unknown:
             return out
-        names = sp.names_to_ids(await self._squeue())
-        if self._use_sacct and not self._sacct_broken:
-            argv = [
-                self.settings.sacct,
-                "-X",
-                "-n",
-                "-P",
-                "-o",
-                sp.SACCT_FIELDS,
-                "--name",
-                ",".join(j.uid for j in unknown),
-                "-S",
-                "now-7days",
-            ]
-            try:
-                names = {**sp.names_to_ids(sp.parse_sacct(await self._run(argv))), **names}
-            except (CommandFailed, BackendUnavailable) as exc:
-                log.warning("sacct lookup failed during reconcile: %s", exc)
+        names = sp.names_to_ids(sp.parse_squeue(await self._squeue()))
+        try:
+            recorded = await self._sacct("--name", ",".join(j.uid for j in unknown), "-S", "now-7days")
+            names = {**sp.names_to_ids(recorded), **names}
+        except BackendUnavailable as exc:
+            log.warning("sacct lookup failed during reconcile: %s", exc)
         for job in unknown:
             if job.uid in names:
                 out[job.uid] = Reconciled(names[job.uid])
@@ -266,20 +246,15 @@ class SlurmBackend:
         else:
             argv = [self.settings.scancel, "--me", f"--name={job.uid}"]
         try:
-            await self._run(argv)
-        except CommandFailed as exc:
-            if "invalid job id" in exc.stderr.lower() or "already completing" in exc.stderr.lower():
-                return
-            raise BackendUnavailable(str(exc)) from exc
+            await self._run(sp.Command.SCANCEL, argv)
+        except JobAlreadyEnded:
+            return
 
     async def capacity(self) -> Capacity:
         argv = [self.settings.sinfo, "-h", "-N", "-o", sp.SINFO_FORMAT]
         if self.settings.partition:
             argv += ["-p", self.settings.partition]
-        try:
-            return sp.parse_sinfo(await self._run(argv))
-        except CommandFailed as exc:
-            raise BackendUnavailable(str(exc)) from exc
+        return sp.parse_sinfo(await self._run(sp.Command.SINFO, argv))
 
 
 def _ran(job_dir: Path) -> bool:

@@ -6,6 +6,7 @@ Tested from recorded output (tests/test_slurm_parse.py); the backend only runs t
 from __future__ import annotations
 
 import datetime as dt
+import enum
 import functools
 import math
 import re
@@ -13,7 +14,17 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from interlink_nats.gen.interlink_nats import v1 as pb
-from interlink_nats.submitters.backends.base import BackendState, Capacity, Observation
+from interlink_nats.submitters.backends import base
+from interlink_nats.submitters.backends.base import (
+    BackendError,
+    BackendState,
+    Capacity,
+    CommandUnusable,
+    FailureRules,
+    JobAlreadyEnded,
+    Observation,
+    SubmitRejected,
+)
 
 SQUEUE_FORMAT = "JobID:|,Name:|,State:|,Reason:|,exit_code:|,StartTime:|,EndTime:"
 """``squeue -O``: '|' after each field, full widths (no padding); exit_code is a raw wait status."""
@@ -77,13 +88,34 @@ _STATES: dict[str, BackendState] = {
     "PREEMPTED": BackendState.PREEMPTED,
 }
 
-# sbatch stderr that means "try again later", not "this job is wrong".
+
+class Command(enum.Enum):
+    """The Slurm commands the backend runs (named by role: the configured paths may be wrappers)."""
+
+    SBATCH = "sbatch"
+    SQUEUE = "squeue"
+    SACCT = "sacct"
+    SCANCEL = "scancel"
+    SINFO = "sinfo"
+
+
+# stderr of any Slurm command that means "try again later", not "this is wrong".
 _TRANSIENT = re.compile(
     r"unable to contact slurm controller|socket timed out|temporarily unable|resource temporarily unavailable|"
     r"connection refused|communication connection failure|slurm_persist_conn|zero bytes were transmitted|"
     r"no answer within|sending.*failed|Job submit/allocate failed: Slurm backup controller in standby mode",
     re.IGNORECASE,
 )
+_FAILURES: Mapping[Command, FailureRules] = {
+    Command.SBATCH: [(re.compile(""), SubmitRejected)],  # only sbatch refuses a job for good
+    Command.SACCT: [(re.compile(r"accounting storage|slurmdbd", re.IGNORECASE), CommandUnusable)],
+    Command.SCANCEL: [(re.compile(r"invalid job id|already completing", re.IGNORECASE), JobAlreadyEnded)],
+}
+
+
+def classify_failure(command: Command, returncode: int | None, stderr: str) -> type[BackendError]:
+    """Which error a failed Slurm command is (``returncode`` None: it timed out); see ``base.classify_failure``."""
+    return base.classify_failure(returncode, stderr, transient=_TRANSIENT, rules=_FAILURES.get(command, ()))
 
 
 class FlagError(ValueError):
@@ -94,10 +126,6 @@ def map_state(raw: str) -> BackendState | None:
     """``CANCELLED by 0`` → CANCELLED; unknown words → None (the caller keeps the job as it was)."""
     word = raw.strip().split(" ", 1)[0].rstrip("+").upper()
     return _STATES.get(word)
-
-
-def is_transient(stderr: str) -> bool:
-    return bool(_TRANSIENT.search(stderr))
 
 
 def check_flags(flags: Iterable[str], *, source: str) -> list[str]:
