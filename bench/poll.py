@@ -40,7 +40,8 @@ from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel import layout
 from interlink_nats.submitters.backends.base import Backend, JobHandle
 from interlink_nats.submitters.backends.proc import run_command
-from interlink_nats.submitters.backends.shell import CLAIM, EXIT_FILE, PID_FILE, RUNNER_NAME, ShellBackend
+from interlink_nats.submitters.backends.shell import ShellBackend
+from interlink_nats.submitters.backends.shell_processes import CLAIM, EXIT_FILE, PID_FILE, RUNNER_NAME
 from interlink_nats.submitters.backends.slurm import SlurmBackend, SlurmConfig
 from interlink_nats.submitters.registry import Registry
 from interlink_nats.submitters.runtime import Submitter

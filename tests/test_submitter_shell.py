@@ -329,18 +329,18 @@ async def test_a_claim_whose_runner_never_started_is_lost_within_two_polls_sayin
     """The launcher killed between claim and start (e.g. the submitter's container restarted with
     everything in it) leaves a claim and no runner: two polls, not a minute, and the reason says so.
     A launcher that still lives may yet start it, so that claim is not given up."""
-    from interlink_nats.submitters.backends import shell
+    from interlink_nats.submitters.backends import shell, shell_processes
     from interlink_nats.submitters.backends.base import BackendState, JobHandle
     from interlink_nats.submitters.status import JobMeta, map_status
 
     job_dir = tmp_path / "job"
-    (job_dir / shell.CLAIM).mkdir(parents=True)  # what the launcher's mkdir left behind
+    (job_dir / shell_processes.CLAIM).mkdir(parents=True)  # what the launcher's mkdir left behind
     backend = shell.ShellBackend(max_concurrent=1)
     handle = JobHandle("u1", job_dir, "u1")
     await backend.reconcile([handle])  # a restarted submitter finds the claim and tracks the job
     first = (await backend.poll([handle]))["u1"]
     assert first.state is BackendState.RUNNING, "a runner may be between fork and its pid file"
-    await asyncio.sleep(shell.NEVER_STARTED_AFTER)  # the next poll interval (5 s by default) is longer
+    await asyncio.sleep(shell_processes.NEVER_STARTED_AFTER)  # the next poll interval (5 s by default) is longer
     second = (await backend.poll([handle]))["u1"]
     assert second.state is BackendState.GONE
     meta = JobMeta("u1", "default", "p", "pool", "u1", (), ("main",), "shell")
@@ -351,15 +351,15 @@ async def test_a_claim_whose_runner_never_started_is_lost_within_two_polls_sayin
 
     # A claim whose launcher still lives (working through a backlog after its submitter died) is starting.
     busy = tmp_path / "busy"
-    (busy / shell.CLAIM).mkdir(parents=True)
-    launcher = await asyncio.create_subprocess_exec("bash", "-c", "sleep 30; true", shell.LAUNCHER_NAME)
+    (busy / shell_processes.CLAIM).mkdir(parents=True)
+    launcher = await asyncio.create_subprocess_exec("bash", "-c", "sleep 30; true", shell_processes.LAUNCHER_NAME)
     try:
-        (busy / shell.CLAIM_LAUNCHER).write_text(f"{launcher.pid}\n")
+        (busy / shell_processes.CLAIM_LAUNCHER).write_text(f"{launcher.pid}\n")
         slow = JobHandle("u2", busy, "u2")
         await backend.reconcile([slow])
         for _ in range(2):
             assert (await backend.poll([slow]))["u2"].state is BackendState.RUNNING
-            await asyncio.sleep(shell.NEVER_STARTED_AFTER)
+            await asyncio.sleep(shell_processes.NEVER_STARTED_AFTER)
     finally:
         launcher.kill()
         await launcher.wait()
@@ -375,12 +375,18 @@ async def start_runner(job_dir: Path, body: str, *args: str, **kwargs: Any) -> a
     ``/proc/<pid>/cmdline`` can still be empty and the backend would not recognise its runner. Under load
     that made these tests see adopted runners as GONE, or adopt them one poll late.
     """
-    from interlink_nats.submitters.backends import shell
+    from interlink_nats.submitters.backends import shell_processes
     from interlink_nats.submitters.testing import wait_for
 
-    pid_file = job_dir / shell.PID_FILE
+    pid_file = job_dir / shell_processes.PID_FILE
     proc = await asyncio.create_subprocess_exec(
-        "bash", "-c", f'echo $$ > "$1/{shell.PID_FILE}"; {body}', shell.RUNNER_NAME, str(job_dir), *args, **kwargs
+        "bash",
+        "-c",
+        f'echo $$ > "$1/{shell_processes.PID_FILE}"; {body}',
+        shell_processes.RUNNER_NAME,
+        str(job_dir),
+        *args,
+        **kwargs,
     )
 
     async def written() -> bool:
@@ -394,7 +400,7 @@ async def test_a_full_slot_frees_when_its_runner_ends_watched_by_pidfd_or_adopte
     """One slot: a queued job starts once the runner before it ends, whether a pidfd watches that runner
     (launched by this backend) or not (adopted after a restart: found again by the reap fallback)."""
     from interlink_nats.submitters import jobfiles
-    from interlink_nats.submitters.backends import shell
+    from interlink_nats.submitters.backends import shell, shell_processes
     from interlink_nats.submitters.backends.base import JobHandle, JobSpec
     from interlink_nats.submitters.testing import wait_for
 
@@ -403,7 +409,7 @@ async def test_a_full_slot_frees_when_its_runner_ends_watched_by_pidfd_or_adopte
         return JobSpec(uid, job_dir, jobfiles.prepare_job_dir(job_dir, script))
 
     async def started(uid: str) -> bool:
-        return (tmp_path / uid / shell.PID_FILE).exists()
+        return (tmp_path / uid / shell_processes.PID_FILE).exists()
 
     gate, gate_a = tmp_path / "gate", tmp_path / "gate-a"
     backend = shell.ShellBackend(max_concurrent=1)
@@ -411,7 +417,7 @@ async def test_a_full_slot_frees_when_its_runner_ends_watched_by_pidfd_or_adopte
     try:
         # Adopted: a runner this backend did not launch (a previous submitter's), still running.
         adopted_dir = tmp_path / "adopted"
-        (adopted_dir / shell.CLAIM).mkdir(parents=True)
+        (adopted_dir / shell_processes.CLAIM).mkdir(parents=True)
         runner = await start_runner(adopted_dir, 'while [ ! -e "$2" ]; do sleep 0.05; done', str(gate))
         await backend.reconcile([JobHandle("adopted", adopted_dir)])
         await backend.submit(spec("a", f'while [ ! -e "{gate_a}" ]; do sleep 0.05; done\n'))
@@ -432,7 +438,7 @@ async def test_a_full_slot_frees_when_its_runner_ends_watched_by_pidfd_or_adopte
 async def test_the_incremental_answers_add_up_to_the_full_poll(tmp_path: Path) -> None:
     """``poll_changes`` leaves out runners a pidfd watches until it fires, and what it answers adds up to
     ``poll``'s answer at every step: a runner ending, a job added, one removed, one that vanished."""
-    from interlink_nats.submitters.backends import shell
+    from interlink_nats.submitters.backends import shell, shell_processes
     from interlink_nats.submitters.backends.base import GONE, BackendState, JobHandle, Observation, ReportsChanges
 
     backend = shell.ShellBackend()
@@ -444,7 +450,7 @@ async def test_the_incremental_answers_add_up_to_the_full_poll(tmp_path: Path) -
     async def job(name: str) -> JobHandle:
         """A running job as after a restart: claim, pid file and a live runner naming its directory."""
         job_dir = tmp_path / name
-        (job_dir / shell.CLAIM).mkdir(parents=True)
+        (job_dir / shell_processes.CLAIM).mkdir(parents=True)
         runners[name] = await start_runner(job_dir, "read -r _", stdin=asyncio.subprocess.PIPE)
         return JobHandle(name, job_dir, name)
 
@@ -468,7 +474,7 @@ async def test_the_incremental_answers_add_up_to_the_full_poll(tmp_path: Path) -
 
     async def end(name: str, code: int) -> None:
         """The runner writes its exit file and exits; wait until the backend's pidfd saw it."""
-        (tmp_path / name / shell.EXIT_FILE).write_text(f"{code}\n")
+        (tmp_path / name / shell_processes.EXIT_FILE).write_text(f"{code}\n")
         proc = runners[name]
         assert proc.stdin is not None
         proc.stdin.close()

@@ -56,252 +56,25 @@ from interlink_nats.submitters.backends.base import (
     Reconciled,
 )
 from interlink_nats.submitters.backends.proc import run_command
+from interlink_nats.submitters.backends.shell_processes import (
+    CLAIM,
+    EXIT_FILE,
+    NEVER_STARTED,
+    NEVER_STARTED_AFTER,
+    PID_FILE,
+    Launcher,
+    is_our_runner,
+    may_still_start,
+    mem_total,
+    mtime,
+    proc_start_ticks,
+    read_int,
+    read_int_and_mtime,
+)
 from interlink_nats.submitters.containers import PodmanJanitor
 from pydantic import BaseModel, ConfigDict, Field
 
 log = logging.getLogger(__name__)
-
-CLAIM = ".shell.claim"
-PID_FILE = ".shell.pid"
-EXIT_FILE = ".shell.exit"
-RUNNER_NAME = "interlink-shell-job"
-LAUNCHER_NAME = "interlink-shell-launch"
-CLAIM_LAUNCHER = f"{CLAIM}/launcher"
-"""Inside the claim: pid of the launcher that made it (written before the runner is forked)."""
-CLAIM_RUNNER = f"{CLAIM}/runner"
-"""Inside the claim: pid of the runner it forked (written right after the fork)."""
-NEVER_STARTED_AFTER = 1.0
-"""A claim without a runner whose launcher is gone (and whose forked runner, if any, is gone too), seen
-on two polls at least this far apart, was never started: the launcher was killed between claim and start
-(e.g. its container restarted). While the launcher lives it may still be working through its backlog."""
-NEVER_STARTED = "the job never started: it was claimed, but the launcher stopped before starting its runner"
-
-# Constant programs, never formatted: the only inputs are positional arguments and stdin.
-# The launcher reads NUL-terminated job directories and answers "<dir>\0<pid>\0" (or "claimed").
-# ``set -m`` gives every runner a process group of its own (cancel signals that group only);
-# ``disown`` keeps bash's job table from growing with every job.
-_LAUNCHER = r"""
-set -m
-bash=$1 runner=$2 env_name=$3
-while IFS= read -r -d '' dir; do
-  if mkdir "$dir/.shell.claim" 2>/dev/null; then
-    echo $$ > "$dir/.shell.claim/launcher"
-    ( export "$env_name=$dir"; exec "$bash" -c "$runner" interlink-shell-job "$dir" "$bash" ) \
-      </dev/null >/dev/null 2>&1 &
-    echo $! > "$dir/.shell.claim/runner"
-    printf '%s\0%s\0' "$dir" "$!"
-    disown
-  else
-    printf '%s\0claimed\0' "$dir"
-  fi
-done
-"""
-_RUNNER = r"""
-cd "$1" || exit 97
-echo $$ > .shell.pid.tmp && mv -f .shell.pid.tmp .shell.pid
-"$2" ./job.sh >> job.out 2>&1 </dev/null
-rc=$?
-echo $rc > .shell.exit.tmp && mv -f .shell.exit.tmp .shell.exit
-exit $rc
-"""
-
-
-def _proc_start_ticks(pid: int) -> tuple[int, str] | None:
-    """(start time in clock ticks since boot, state letter) of a process, or None if gone.
-
-    Read with plain ``os`` calls (half the CPU of ``Path.read_bytes``): it runs once per launch.
-    """
-    try:
-        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
-        try:
-            raw = os.read(fd, 4096).decode(errors="replace")
-        finally:
-            os.close(fd)
-    except OSError:
-        return None
-    fields = raw[raw.rfind(")") + 2 :].split()
-    try:
-        return int(fields[19]), fields[0]
-    except (IndexError, ValueError):
-        return None
-
-
-def _is_our_runner(pid: int, job_dir: Path) -> bool:
-    try:
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return False
-    return RUNNER_NAME.encode() in argv and str(job_dir).encode() in argv
-
-
-def _is_ours(pid: int | None) -> bool:
-    """A live launcher, or a runner (before its exec it still has the launcher's command line)."""
-    if pid is None:
-        return False
-    try:
-        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-    except OSError:
-        return False
-    seen = _proc_start_ticks(pid)
-    alive = seen is not None and seen[1] != "Z"
-    return alive and (LAUNCHER_NAME.encode() in argv or RUNNER_NAME.encode() in argv)
-
-
-def _may_still_start(job_dir: Path) -> bool:
-    """A claim without a pid file whose launcher or forked runner is still alive: it is starting."""
-    return _is_ours(_read_int(job_dir / CLAIM_LAUNCHER)) or _is_ours(_read_int(job_dir / CLAIM_RUNNER))
-
-
-def _read_int_and_mtime(path: Path | str) -> tuple[int, float] | None:
-    """The number a small file (pid, exit code) holds, and its mtime, with plain ``os`` calls: a poll reads
-    the exit file of every job whose runner ended (``Path.read_text`` and a ``stat`` cost twice the syscalls)."""
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        raw = os.read(fd, 64)
-        mtime = os.fstat(fd).st_mtime
-    except OSError:
-        return None
-    finally:
-        os.close(fd)
-    try:
-        return int(raw.split()[0]), mtime
-    except (ValueError, IndexError):
-        return None
-
-
-def _read_int(path: Path | str) -> int | None:
-    got = _read_int_and_mtime(path)
-    return None if got is None else got[0]
-
-
-def _mtime(path: Path | str) -> float | None:
-    try:
-        return os.stat(path).st_mtime
-    except OSError:
-        return None
-
-
-def _mem_total() -> int:
-    with contextlib.suppress(OSError, ValueError, IndexError):
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                return int(line.split()[1]) * 1024
-    return 0
-
-
-class _Launcher:
-    """The long-lived launcher process and the launches waiting for its answer."""
-
-    def __init__(self, bash: str) -> None:
-        self._bash = bash
-        self._proc: asyncio.subprocess.Process | None = None
-        self._reader: asyncio.Task[None] | None = None
-        self._waiting: dict[bytes, deque[asyncio.Future[int | None]]] = {}
-        self._lock = asyncio.Lock()
-        self.spawned = 0
-        """Launcher processes started so far (one, unless one died)."""
-
-    async def _ensure(self) -> asyncio.subprocess.Process:
-        async with self._lock:
-            proc = self._proc
-            if proc is not None and proc.returncode is None and self._reader is not None and not self._reader.done():
-                return proc
-            try:
-                proc = await asyncio.create_subprocess_exec(
-                    self._bash,
-                    "-c",
-                    _LAUNCHER,
-                    LAUNCHER_NAME,
-                    self._bash,
-                    _RUNNER,
-                    layout.JOB_DIR_ENV,
-                    cwd="/",
-                    stdin=asyncio.subprocess.PIPE,
-                    stdout=asyncio.subprocess.PIPE,
-                    stderr=asyncio.subprocess.DEVNULL,
-                    start_new_session=True,
-                )
-            except OSError as exc:
-                raise BackendUnavailable(f"cannot start {self._bash}: {exc}") from exc
-            self.spawned += 1
-            self._proc = proc
-            self._reader = asyncio.create_task(self._read(proc), name="shell-launcher-read")
-            return proc
-
-    async def launch(self, job_dir: Path) -> int | None:
-        """Claim ``job_dir`` and start its runner: the runner's pid, or None if the directory was claimed before."""
-        proc = await self._ensure()
-        key = str(job_dir).encode()
-        fut: asyncio.Future[int | None] = asyncio.get_running_loop().create_future()
-        self._waiting.setdefault(key, deque()).append(fut)
-        assert proc.stdin is not None
-        try:
-            proc.stdin.write(key + b"\0")
-            await proc.stdin.drain()
-        except (ConnectionError, RuntimeError) as exc:
-            self._forget(key, fut)
-            raise BackendUnavailable(f"the shell launcher is gone: {exc}") from exc
-        return await fut
-
-    def _forget(self, key: bytes, fut: asyncio.Future[int | None]) -> None:
-        waiting = self._waiting.get(key)
-        if waiting is not None and fut in waiting:
-            waiting.remove(fut)
-            if not waiting:
-                del self._waiting[key]
-
-    async def _read(self, proc: asyncio.subprocess.Process) -> None:
-        assert proc.stdout is not None
-        error: Exception = BackendUnavailable("the shell launcher exited")
-        try:
-            while True:
-                key = (await proc.stdout.readuntil(b"\0"))[:-1]
-                answer = (await proc.stdout.readuntil(b"\0"))[:-1]
-                waiting = self._waiting.get(key)
-                if not waiting:
-                    log.warning("shell launcher answered for a job nobody waits for: %r", key)
-                    continue
-                fut = waiting.popleft()
-                if not waiting:
-                    del self._waiting[key]
-                if not fut.done():
-                    fut.set_result(int(answer) if answer.isdigit() else None)
-        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError, ValueError) as exc:
-            error = BackendUnavailable(f"the shell launcher exited ({type(exc).__name__})")
-        finally:
-            # Whatever it had not answered may or may not have started: the caller retries, and the
-            # claim makes a retry of a started job a no-op ("claimed"); the pid file finds its runner.
-            unanswered, self._waiting = self._waiting, {}
-            for futs in unanswered.values():
-                for fut in futs:
-                    if not fut.done():
-                        fut.set_exception(error)
-            with contextlib.suppress(ProcessLookupError):
-                if proc.returncode is None:
-                    proc.kill()
-
-    async def close(self) -> None:
-        """End the launcher's input: it finishes what it was sent and exits; runners are not touched."""
-        proc, self._proc = self._proc, None
-        if proc is None:
-            return
-        if proc.stdin is not None:
-            proc.stdin.close()
-        try:
-            async with asyncio.timeout(5):  # not wait_for: on 3.11 it can swallow a cancel
-                await proc.wait()
-        except TimeoutError:
-            with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-        if self._reader is not None:
-            self._reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._reader
-            self._reader = None
-
 
 LAUNCH_ATTEMPTS = 3
 """Tries per job when the launcher itself fails (a retry of a started job is a no-op)."""
@@ -366,7 +139,7 @@ class ShellBackend:
         """Claims with no runner, by when a poll first saw them (see ``NEVER_STARTED_AFTER``)."""
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        self._launcher = _Launcher(bash)
+        self._launcher = Launcher(bash)
         self._launches: set[asyncio.Task[None]] = set()
         self._exit_fds: set[int] = set()
         self._waiting_obs: Observation | None = None
@@ -406,11 +179,11 @@ class ShellBackend:
             return None
         if (job_dir / EXIT_FILE).exists():
             return False
-        pid = _read_int(job_dir / PID_FILE)
+        pid = read_int(job_dir / PID_FILE)
         if pid is None:
             return False  # the runner writes its pid before it starts job.sh: no script ever ran here
-        seen = _proc_start_ticks(pid)
-        return _is_our_runner(pid, job_dir) and seen is not None and seen[1] != "Z"
+        seen = proc_start_ticks(pid)
+        return is_our_runner(pid, job_dir) and seen is not None and seen[1] != "Z"
 
     async def close(self) -> None:
         if self._task is not None:
@@ -479,7 +252,7 @@ class ShellBackend:
                     continue
                 if pid is None:
                     return  # claimed before (a retry after a crash): the poll finds its runner by the pid file
-                seen = _proc_start_ticks(pid)
+                seen = proc_start_ticks(pid)
                 if seen is not None:
                     self._running[spec.uid] = _Running(pid, seen[0], spec.job_dir)
                     self._watch_exit(spec.uid, pid)
@@ -520,7 +293,7 @@ class ShellBackend:
         loop.add_reader(fd, exited)
 
     def _alive(self, run: _Running) -> bool:
-        seen = _proc_start_ticks(run.pid)
+        seen = proc_start_ticks(run.pid)
         return seen is not None and seen[0] == run.start_ticks and seen[1] != "Z"
 
     def _reap(self) -> None:
@@ -537,10 +310,10 @@ class ShellBackend:
                 del self._running[uid]
 
     def _adopt(self, uid: str, job_dir: Path) -> _Running | None:
-        pid = _read_int(job_dir / PID_FILE)
-        if pid is None or not _is_our_runner(pid, job_dir):
+        pid = read_int(job_dir / PID_FILE)
+        if pid is None or not is_our_runner(pid, job_dir):
             return None
-        seen = _proc_start_ticks(pid)
+        seen = proc_start_ticks(pid)
         if seen is None or seen[1] == "Z":
             return None
         run = _Running(pid, seen[0], job_dir)
@@ -635,12 +408,12 @@ class ShellBackend:
 
     def _observe(self, job: JobHandle, now: float) -> Observation | None:
         uid, job_dir = job.uid, job.job_dir
-        exited = _read_int_and_mtime(os.path.join(job_dir, EXIT_FILE))
+        exited = read_int_and_mtime(os.path.join(job_dir, EXIT_FILE))
         if exited is not None:
             code, finished = exited
             self._running.pop(uid, None)
             self._unstarted.pop(uid, None)
-            started = _mtime(os.path.join(job_dir, PID_FILE))
+            started = mtime(os.path.join(job_dir, PID_FILE))
             if code == 0:
                 return Observation(BackendState.COMPLETED, 0, started_at=started, finished_at=finished)
             sig = code - 128 if 128 < code < 160 else None
@@ -661,7 +434,7 @@ class ShellBackend:
         if uid in self._cancelled:
             return Observation(BackendState.CANCELLED, raw_state="killed on request")
         if (job_dir / CLAIM).exists() and not (job_dir / PID_FILE).exists():
-            if _may_still_start(job_dir):
+            if may_still_start(job_dir):
                 self._unstarted.pop(uid, None)
                 return Observation(BackendState.RUNNING, reason="starting")
             first_seen = self._unstarted.setdefault(uid, now)
@@ -672,7 +445,7 @@ class ShellBackend:
         return None  # gone: the runner vanished without writing its exit file
 
     def _seen_running(self, run: _Running) -> Observation:
-        obs = Observation(BackendState.RUNNING, started_at=_mtime(run.job_dir / PID_FILE))
+        obs = Observation(BackendState.RUNNING, started_at=mtime(run.job_dir / PID_FILE))
         if run.watched and obs.started_at is not None:
             run.seen = obs  # nothing more to learn until its pidfd fires (which drops ``run``)
         return obs
@@ -716,7 +489,7 @@ class ShellBackend:
 
     async def capacity(self) -> Capacity:
         cpus = len(os.sched_getaffinity(0)) or (os.cpu_count() or 1)
-        mem = _mem_total()
+        mem = mem_total()
         gpus = 0
         with contextlib.suppress(Exception):
             done = await run_command(["nvidia-smi", "-L"], time_limit=10)
