@@ -12,7 +12,8 @@ from interlink_nats.kernel.clock import Clock
 from interlink_nats.submitters.backends.base import Backend, JobSpec
 from interlink_nats.submitters.outbox import Outbox
 from interlink_nats.submitters.polling import Poller
-from interlink_nats.submitters.registry import JobRow, Registry
+from interlink_nats.submitters.registry import Registry
+from interlink_nats.submitters.registry_schema import JobRow
 
 
 @dataclass(frozen=True, slots=True)

@@ -39,7 +39,8 @@ from interlink_nats.submitters.backends.base import (
 )
 from interlink_nats.submitters.lifecycle import plan_poll
 from interlink_nats.submitters.outbox import Outbox, PendingEvent
-from interlink_nats.submitters.registry import JobRow, Registry, StatusUpdate
+from interlink_nats.submitters.registry import Registry
+from interlink_nats.submitters.registry_schema import JobRow, StatusUpdate
 from interlink_nats.submitters.status import ContainerFiles, JobMeta
 
 SWEEP_POLLS = 12

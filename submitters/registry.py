@@ -19,7 +19,6 @@ a process crash: WAL with ``synchronous=NORMAL``).
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import logging
 import os
@@ -28,161 +27,21 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import TypeVar, cast
 
 import aiosqlite
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel.clock import SYSTEM_CLOCK, Clock
 from interlink_nats.submitters.batching import BatchRunner
 from interlink_nats.submitters.lifecycle import LIVE_PHASES, Phase
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS jobs (
-    uid TEXT PRIMARY KEY,
-    namespace TEXT NOT NULL,
-    name TEXT NOT NULL,
-    phase TEXT NOT NULL,
-    job_id TEXT NOT NULL DEFAULT '',
-    owner TEXT NOT NULL,
-    job_dir TEXT NOT NULL,
-    init_containers TEXT NOT NULL,
-    containers TEXT NOT NULL,
-    spec BLOB NOT NULL,
-    state INTEGER NOT NULL DEFAULT 0,
-    status BLOB,
-    revision INTEGER NOT NULL DEFAULT 0,
-    published INTEGER NOT NULL DEFAULT 0,
-    created_at REAL NOT NULL,
-    updated_at REAL NOT NULL,
-    finished_at REAL
-);
-CREATE INDEX IF NOT EXISTS jobs_by_owner ON jobs (owner, phase);
-CREATE INDEX IF NOT EXISTS jobs_by_phase ON jobs (phase);
-"""
-
-
-class RegistryError(Exception):
-    """The registry could not be read or written (translated from sqlite errors)."""
-
-
-SCHEMA_VERSION = 1
-"""The registry's layout, kept in SQLite's ``user_version``. A release that changes ``_SCHEMA`` adds a step to
-``_MIGRATIONS`` and bumps this; 0 is a registry written before versioning (release 0.1.0), same tables as 1."""
-
-
-def _stamp_unversioned(conn: sqlite3.Connection) -> None:
-    """0 → 1: the 0.1.0 tables are version 1's; ``CREATE ... IF NOT EXISTS`` already added any missing index."""
-
-
-_MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {1: _stamp_unversioned}
-"""Step to version N from N-1; each runs inside the one transaction that also sets the new version."""
-
-
-def migrate(conn: sqlite3.Connection, path: Path) -> tuple[int, int]:
-    """Bring the registry at ``path`` to SCHEMA_VERSION in one transaction: (found version, new version).
-
-    A registry from a newer release is refused: an old release must never guess at a layout it does not know.
-    """
-    found = int(conn.execute("PRAGMA user_version").fetchone()[0])
-    if found > SCHEMA_VERSION:
-        raise RegistryError(
-            f"registry {path} has schema version {found}, newer than this release's {SCHEMA_VERSION}: "
-            "run the release that wrote it (or restore the registry's backup taken before the upgrade)"
-        )
-    fresh = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'jobs'").fetchone() is None
-    if not fresh and found < SCHEMA_VERSION:
-        # Old tables first (a step may add the columns _SCHEMA's indexes name), all or nothing.
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            for version in range(found + 1, SCHEMA_VERSION + 1):
-                _MIGRATIONS[version](conn)
-            conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-            conn.execute("COMMIT")
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
-    conn.executescript(_SCHEMA)  # creates what is missing (all of it for a new registry); idempotent
-    if fresh:
-        conn.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
-        return SCHEMA_VERSION, SCHEMA_VERSION
-    return found, SCHEMA_VERSION
-
-
-_COLUMNS = (
-    "uid, namespace, name, phase, job_id, owner, job_dir, init_containers, containers, spec, state, status, "
-    "revision, published, created_at, updated_at, finished_at"
+from interlink_nats.submitters.registry_schema import (
+    COLUMNS,
+    JobRow,
+    RegistryError,
+    StatusUpdate,
+    migrate,
+    row_from,
 )
-
-
-@dataclass(slots=True)
-class JobRow:
-    uid: str
-    namespace: str
-    name: str
-    phase: Phase
-    job_id: str
-    owner: str
-    job_dir: Path
-    init_containers: tuple[str, ...]
-    containers: tuple[str, ...]
-    spec: bytes
-    """The JobScript without its script text (resources, flags): enough to submit again."""
-    state: int
-    status: bytes | None
-    revision: int
-    published: int
-    created_at: float
-    updated_at: float
-    finished_at: float | None
-
-    def job_status(self) -> pb.JobStatus | None:
-        if not self.status:
-            return None
-        status = pb.JobStatus.parse(self.status)
-        status.updated_at = _utc(self.updated_at)
-        return status
-
-    def job_spec(self) -> pb.JobScript:
-        return pb.JobScript.parse(self.spec)
-
-
-def _utc(ts: float) -> dt.datetime:
-    return dt.datetime.fromtimestamp(ts, tz=dt.UTC)
-
-
-def _row(r: Sequence[Any]) -> JobRow:
-    """A ``jobs`` row as sqlite returns it (column order: ``_COLUMNS``)."""
-    return JobRow(
-        uid=str(r[0]),
-        namespace=str(r[1]),
-        name=str(r[2]),
-        phase=Phase(str(r[3])),
-        job_id=str(r[4]),
-        owner=str(r[5]),
-        job_dir=Path(str(r[6])),
-        init_containers=tuple(json.loads(str(r[7]))),
-        containers=tuple(json.loads(str(r[8]))),
-        spec=bytes(r[9]),
-        state=int(r[10]),
-        status=bytes(r[11]) if r[11] is not None else None,
-        revision=int(r[12]),
-        published=int(r[13]),
-        created_at=float(r[14]),
-        updated_at=float(r[15]),
-        finished_at=float(r[16]) if r[16] is not None else None,
-    )
-
-
-@dataclass(frozen=True, slots=True)
-class StatusUpdate:
-    uid: str
-    phase: Phase
-    state: int
-    status: bytes
-    revision: int
-    finished_at: float | None
-
 
 log = logging.getLogger("interlink_nats.submitters.registry")
 
@@ -219,8 +78,8 @@ def _names_json(names: tuple[str, ...]) -> str:
     return json.dumps(list(names))
 
 
-_INSERT = f"INSERT OR IGNORE INTO jobs ({_COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
-_SELECT_ONE = f"SELECT {_COLUMNS} FROM jobs WHERE uid = ?"
+_INSERT = f"INSERT OR IGNORE INTO jobs ({COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+_SELECT_ONE = f"SELECT {COLUMNS} FROM jobs WHERE uid = ?"
 
 
 class _Writer:
@@ -337,7 +196,7 @@ class Registry:
 
     async def _fetch(self, sql: str, params: Sequence[object] = ()) -> list[JobRow]:
         async with self._db.execute(sql, params) as cur:
-            return [_row(r) for r in await cur.fetchall()]
+            return [row_from(r) for r in await cur.fetchall()]
 
     async def claim(
         self,
@@ -417,7 +276,7 @@ class Registry:
                 finished_at=None,
             )
         assert existing is not None
-        return False, _row(existing)
+        return False, row_from(existing)
 
     async def get(self, uid: str) -> JobRow | None:
         rows = await self._fetch(_SELECT_ONE, (uid,))
@@ -428,7 +287,7 @@ class Registry:
         for i in range(0, len(uids), 500):
             chunk = list(uids[i : i + 500])
             marks = ",".join("?" * len(chunk))
-            for row in await self._fetch(f"SELECT {_COLUMNS} FROM jobs WHERE uid IN ({marks})", chunk):
+            for row in await self._fetch(f"SELECT {COLUMNS} FROM jobs WHERE uid IN ({marks})", chunk):
                 out[row.uid] = row
         return out
 
@@ -500,11 +359,11 @@ class Registry:
 
     async def live(self, owner: str) -> list[JobRow]:
         return await self._fetch(
-            f"SELECT {_COLUMNS} FROM jobs WHERE owner = ? AND phase IN (?, ?)", (owner, *LIVE_PHASES)
+            f"SELECT {COLUMNS} FROM jobs WHERE owner = ? AND phase IN (?, ?)", (owner, *LIVE_PHASES)
         )
 
     async def unpublished(self, owner: str) -> list[JobRow]:
-        return await self._fetch(f"SELECT {_COLUMNS} FROM jobs WHERE owner = ? AND published < revision", (owner,))
+        return await self._fetch(f"SELECT {COLUMNS} FROM jobs WHERE owner = ? AND published < revision", (owner,))
 
     async def owners(self) -> set[str]:
         """Owners of jobs that still need tracking or publishing."""
@@ -527,11 +386,11 @@ class Registry:
     async def page(self, *, include_finished: bool, after: str, limit: int) -> list[JobRow]:
         if include_finished:  # every job still remembered: finished and cancelled ones too
             return await self._fetch(
-                f"SELECT {_COLUMNS} FROM jobs WHERE uid > ? ORDER BY uid LIMIT ?",
+                f"SELECT {COLUMNS} FROM jobs WHERE uid > ? ORDER BY uid LIMIT ?",
                 (after, limit),
             )
         return await self._fetch(
-            f"SELECT {_COLUMNS} FROM jobs WHERE uid > ? AND phase IN (?, ?) ORDER BY uid LIMIT ?",
+            f"SELECT {COLUMNS} FROM jobs WHERE uid > ? AND phase IN (?, ?) ORDER BY uid LIMIT ?",
             (after, *LIVE_PHASES, limit),
         )
 

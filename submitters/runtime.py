@@ -52,7 +52,8 @@ from interlink_nats.submitters.ownership import InstanceLock
 from interlink_nats.submitters.polling import Poller, PollStats
 from interlink_nats.submitters.queries import Queries
 from interlink_nats.submitters.recovery import Recovery
-from interlink_nats.submitters.registry import JobRow, Registry
+from interlink_nats.submitters.registry import Registry
+from interlink_nats.submitters.registry_schema import JobRow
 from interlink_nats.submitters.service import SubmitterServiceImpl
 from interlink_nats.submitters.settings import SubmitterSettings
 from interlink_nats.submitters.submission import Submissions

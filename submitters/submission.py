@@ -35,7 +35,7 @@ from interlink_nats.submitters.lifecycle import (
 )
 from interlink_nats.submitters.ownership import InstanceLock
 from interlink_nats.submitters.polling import meta_from_row
-from interlink_nats.submitters.registry import JobRow, StatusUpdate
+from interlink_nats.submitters.registry_schema import JobRow, StatusUpdate
 from interlink_nats.submitters.status import JobMeta, cancelled_status, map_status, submit_failed_status
 
 

@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 from interlink_nats.submitters.lifecycle import Phase
-from interlink_nats.submitters.registry import SCHEMA_VERSION, Registry, RegistryError
+from interlink_nats.submitters.registry import Registry
+from interlink_nats.submitters.registry_schema import SCHEMA_VERSION, RegistryError
 
 # The registry as release 0.1.0 created it (submitters/registry.py at that release), kept verbatim.
 SCHEMA_0_1_0 = """
