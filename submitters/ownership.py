@@ -19,6 +19,7 @@ class InstanceLock:
 
     def __init__(self, directory: Path, instance_id: str) -> None:
         self.directory = directory
+        self.instance_id = instance_id
         self.path = directory / f"{instance_id}.lock"
         self._fd: int | None = None
 
@@ -39,6 +40,10 @@ class InstanceLock:
                 self.path.unlink()
             os.close(self._fd)
             self._fd = None
+
+    def owner_is_dead(self, instance_id: str) -> bool:
+        """True when no live process holds the lock of ``instance_id`` (another replica) beside ours."""
+        return self.is_dead(self.directory, instance_id)
 
     @staticmethod
     def is_dead(directory: Path, instance_id: str) -> bool:

@@ -7,15 +7,16 @@ correctly, whoever owns the job.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel import layout
-from interlink_nats.submitters.context import Instance
+from interlink_nats.submitters.backends.base import Backend
 from interlink_nats.submitters.errors import NotFound, Unavailable
 from interlink_nats.submitters.lifecycle import Phase, unique_in_order
+from interlink_nats.submitters.registry import Registry
 
 MAX_PAGE = 5000
 DEFAULT_PAGE = 500
@@ -31,12 +32,15 @@ class LogSource:
 
 
 class Queries:
-    def __init__(self, instance: Instance) -> None:
-        self.i = instance
+    """The reads the RPC edge answers, all from the registry (and the backend's log location)."""
+
+    def __init__(self, *, registry: Callable[[], Registry], backend: Backend) -> None:
+        self._registry = registry
+        self._backend = backend
 
     async def get_status(self, uids: Sequence[str]) -> pb.GetStatusResponse:
         wanted = unique_in_order(uids)
-        rows = await self.i.registry().get_many(wanted)
+        rows = await self._registry().get_many(wanted)
         statuses, unknown = [], []
         for uid in wanted:
             row = rows.get(uid)
@@ -49,28 +53,28 @@ class Queries:
 
     async def list_jobs(self, req: pb.ListJobsRequest) -> pb.ListJobsResponse:
         size = min(req.page_size or DEFAULT_PAGE, MAX_PAGE)
-        rows = await self.i.registry().page(include_finished=req.include_finished, after=req.page_token, limit=size + 1)
+        rows = await self._registry().page(include_finished=req.include_finished, after=req.page_token, limit=size + 1)
         more = len(rows) > size
         rows = rows[:size]
         jobs = [s for s in (r.job_status() for r in rows) if s is not None]
         return pb.ListJobsResponse(jobs=jobs, next_page_token=rows[-1].uid if more and rows else "")
 
     async def job_phase(self, uid: str) -> Phase | None:
-        row = await self.i.registry().get(uid)
+        row = await self._registry().get(uid)
         return row.phase if row is not None else None
 
     async def log_source(self, uid: str, container: str) -> LogSource:
         """``container`` empty: the batch system's own output of the job. Raises :class:`NotFound`."""
-        row = await self.i.registry().get(uid)
+        row = await self._registry().get(uid)
         if row is None or row.phase is Phase.DELETED:
             raise NotFound(f"no job for pod {uid!r}")
         ended = row.phase is Phase.DONE
         if not container:
-            return LogSource(self.i.backend.output_path(row.job_dir), None, ended)
+            return LogSource(self._backend.output_path(row.job_dir), None, ended)
         if container not in (*row.init_containers, *row.containers):
             raise NotFound(f"pod {uid!r} has no container {container!r}")
         path = layout.log_path(row.job_dir, container)
-        hint = getattr(self.i.backend, "logs_unavailable", None)  # e.g. a remote CE before output transfer
+        hint = getattr(self._backend, "logs_unavailable", None)  # e.g. a remote CE before output transfer
         if hint is not None and not await asyncio.to_thread(path.exists):
             why = hint(row.job_dir)
             if why:

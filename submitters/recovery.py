@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 
 from interlink_nats.kernel import layout
-from interlink_nats.submitters.backends.base import BackendError, JobHandle
-from interlink_nats.submitters.context import Instance, job_spec
+from interlink_nats.submitters.backends.base import Backend, BackendError, JobHandle
 from interlink_nats.submitters.lifecycle import (
     AwaitRetry,
     RecoveryInput,
@@ -22,27 +22,35 @@ from interlink_nats.submitters.lifecycle import (
     owners_to_adopt,
     plan_recovery,
 )
+from interlink_nats.submitters.outbox import Outbox
 from interlink_nats.submitters.ownership import InstanceLock
+from interlink_nats.submitters.polling import Poller
+from interlink_nats.submitters.registry import Registry
 
 log = logging.getLogger(__name__)
 
 
 class Recovery:
-    def __init__(self, instance: Instance) -> None:
-        self.i = instance
+    def __init__(
+        self, *, lock: InstanceLock, registry: Callable[[], Registry], backend: Backend, poller: Poller, outbox: Outbox
+    ) -> None:
+        self._lock = lock
+        self._registry = registry
+        self._backend = backend
+        self._poller = poller
+        self._outbox = outbox
         self._waiting_retry: set[str] = set()
         """Jobs interrupted before their script was stored, already logged once."""
 
     async def adopt_dead_owners(self) -> int:
         """Take over the jobs of every replica whose instance lock is gone; returns how many."""
-        i = self.i
-        reg = i.registry()
+        reg = self._registry()
         owners = await reg.owners()
-        others = [o for o in owners if o != i.instance_id]
-        dead = {o for o in others if await asyncio.to_thread(InstanceLock.is_dead, i.lock_dir, o)}
+        others = [o for o in owners if o != self._lock.instance_id]
+        dead = {o for o in others if await asyncio.to_thread(self._lock.owner_is_dead, o)}
         adopted = 0
-        for owner in owners_to_adopt(owners, i.instance_id, dead):
-            n = await reg.adopt(owner, i.instance_id)
+        for owner in owners_to_adopt(owners, self._lock.instance_id, dead):
+            n = await reg.adopt(owner, self._lock.instance_id)
             if n:
                 log.info("adopted %d jobs of stopped instance %s", n, owner)
             adopted += n
@@ -50,14 +58,13 @@ class Recovery:
 
     async def recover(self, busy: set[str] | frozenset[str] = frozenset()) -> None:
         """Track every live job this instance owns that it is not tracking (or submitting, ``busy``) yet."""
-        i = self.i
-        reg = i.registry()
-        skip = i.poller.tracked.keys() | busy
-        rows = {r.uid: r for r in await reg.live(i.instance_id) if r.uid not in skip}
-        await i.outbox.restore(reg)
+        reg = self._registry()
+        skip = self._poller.tracked.keys() | busy
+        rows = {r.uid: r for r in await reg.live(self._lock.instance_id) if r.uid not in skip}
+        await self._outbox.restore(reg)
         if not rows:
             return
-        found = await i.backend.reconcile([JobHandle(r.uid, r.job_dir, r.job_id) for r in rows.values()])
+        found = await self._backend.reconcile([JobHandle(r.uid, r.job_dir, r.job_id) for r in rows.values()])
         inputs: dict[str, RecoveryInput] = {}
         for row in rows.values():
             outcome = found.get(row.uid)
@@ -78,7 +85,7 @@ class Recovery:
             track: Track
             if isinstance(action, Resubmit):
                 try:
-                    job_id = await i.backend.submit(job_spec(row))
+                    job_id = await self._backend.submit(row.backend_spec())
                 except BackendError as exc:
                     log.warning(
                         "resubmitting interrupted job %s failed: %s",
@@ -93,5 +100,5 @@ class Recovery:
             if track.record:
                 await reg.mark_submitted(row.uid, track.job_id)
                 row.job_id = track.job_id
-            i.poller.track(row)
-        log.info("tracking %d jobs after recovery", len(i.poller.tracked))
+            self._poller.track(row)
+        log.info("tracking %d jobs after recovery", len(self._poller.tracked))

@@ -15,6 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.kernel import layout
+from interlink_nats.submitters.backends.base import JobSpec
 from interlink_nats.submitters.lifecycle import Phase
 
 SCHEMA = """
@@ -123,6 +125,23 @@ class JobRow:
         status = pb.JobStatus.parse(self.status)
         status.updated_at = _utc(self.updated_at)
         return status
+
+    def backend_spec(self, job: pb.JobScript | None = None) -> JobSpec:
+        """The backend's view of this job (its script already sits in the job directory).
+
+        ``job``: the request's JobScript when at hand, which spares parsing the stored copy.
+        """
+        if job is None:
+            job = self.job_spec()
+        return JobSpec(
+            uid=self.uid,
+            job_dir=self.job_dir,
+            script=self.job_dir / layout.SCRIPT_NAME,
+            resources=job.resources,
+            backend_flags=tuple(job.backend_flags),
+            namespace=self.namespace,
+            name=self.name,
+        )
 
     def job_spec(self) -> pb.JobScript:
         return pb.JobScript.parse(self.spec)

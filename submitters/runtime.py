@@ -45,7 +45,6 @@ from interlink_nats.submitters import fastwire, jobfiles
 from interlink_nats.submitters.announcer import Announcer
 from interlink_nats.submitters.backends import create_backend
 from interlink_nats.submitters.backends.base import Backend, BackendContext, BackendError
-from interlink_nats.submitters.context import Instance
 from interlink_nats.submitters.errors import SubmitterError, Unavailable
 from interlink_nats.submitters.outbox import Outbox
 from interlink_nats.submitters.ownership import InstanceLock
@@ -112,12 +111,12 @@ class Submitter:
             pool=self.pool, backend=self.backend, clock=self.clock, outbox=self.outbox, registry=self._reg
         )
         self.announcer = Announcer(settings, self.backend, self.clock)
-        instance = Instance(
-            self.pool, self.instance_id, self.state_dir, self.backend, self.clock, self.outbox, self.poller, self._reg
+        parts = {"registry": self._reg, "backend": self.backend, "poller": self.poller, "outbox": self.outbox}
+        self.submissions = Submissions(
+            pool=self.pool, state_dir=self.state_dir, lock=self.instance_lock, clock=self.clock, **parts
         )
-        self.submissions = Submissions(instance)
-        self.recovery = Recovery(instance)
-        self.queries = Queries(instance)
+        self.recovery = Recovery(lock=self.instance_lock, **parts)
+        self.queries = Queries(registry=self._reg, backend=self.backend)
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._rpc: Any = None

@@ -14,11 +14,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.kernel.clock import Clock
 from interlink_nats.kernel.log_context import bind as bind_log_fields
 from interlink_nats.submitters import fastwire, jobfiles
-from interlink_nats.submitters.backends.base import BackendError, JobHandle, Reconciled
+from interlink_nats.submitters.backends.base import Backend, BackendError, JobHandle, Reconciled
 from interlink_nats.submitters.batching import BatchRunner
-from interlink_nats.submitters.context import Instance, job_spec
 from interlink_nats.submitters.errors import InvalidRequest, Refused, Unavailable
 from interlink_nats.submitters.lifecycle import (
     Answer,
@@ -33,8 +33,10 @@ from interlink_nats.submitters.lifecycle import (
     plan_resume,
     plan_submit,
 )
+from interlink_nats.submitters.outbox import Outbox
 from interlink_nats.submitters.ownership import InstanceLock
-from interlink_nats.submitters.polling import meta_from_row
+from interlink_nats.submitters.polling import Poller, meta_from_row
+from interlink_nats.submitters.registry import Registry
 from interlink_nats.submitters.registry_schema import JobRow, StatusUpdate
 from interlink_nats.submitters.status import JobMeta, cancelled_status, map_status, submit_failed_status
 
@@ -69,8 +71,27 @@ def validate_job(job: pb.JobScript) -> None:
 class Submissions:
     """Submit and cancel for one instance."""
 
-    def __init__(self, instance: Instance) -> None:
-        self.i = instance
+    def __init__(
+        self,
+        *,
+        pool: str,
+        state_dir: Path,
+        lock: InstanceLock,
+        registry: Callable[[], Registry],
+        backend: Backend,
+        poller: Poller,
+        outbox: Outbox,
+        clock: Clock,
+    ) -> None:
+        self._pool = pool
+        self._state_dir = state_dir
+        self._lock = lock
+        self._registry = registry
+        """The open registry; raises ``errors.Unavailable`` when the submitter is not running."""
+        self._backend = backend
+        self._poller = poller
+        self._outbox = outbox
+        self._clock = clock
         self.inflight: dict[str, asyncio.Task[pb.SubmitResponse]] = {}
         self.job_dirs: BatchRunner[tuple[Path, str], Path] = BatchRunner(
             jobfiles.prepare_job_dirs, name="submitter-job-dirs"
@@ -113,19 +134,18 @@ class Submissions:
         unchanged (claim committed, then the directory, then the backend), but it costs one thread
         hop instead of two. A resumed submission (crash, adoption) writes it on its own thread.
         """
-        i = self.i
-        reg = i.registry()
+        reg = self._registry()
         pod = job.pod if job.pod is not None else _NO_POD
-        job_dir = jobfiles.job_dir_for(i.state_dir, pod.uid)
+        job_dir = jobfiles.job_dir_for(self._state_dir, pod.uid)
         meta = JobMeta(
             pod.uid,
             pod.namespace,
             pod.name,
-            i.pool,
+            self._pool,
             "",
             tuple(job.init_containers),
             tuple(job.containers),
-            i.backend.name,
+            self._backend.name,
         )
         script = job.script
 
@@ -139,13 +159,13 @@ class Submissions:
                 uid=pod.uid,
                 namespace=pod.namespace,
                 name=pod.name,
-                owner=i.instance_id,
+                owner=self._lock.instance_id,
                 job_dir=job_dir,
                 init_containers=job.init_containers,
                 containers=job.containers,
                 spec=fastwire.job_spec(job),
                 status=fastwire.pending_status(
-                    pod.uid, pod.namespace, pod.name, i.pool, job.init_containers, job.containers
+                    pod.uid, pod.namespace, pod.name, self._pool, job.init_containers, job.containers
                 ),
                 then=write_job_dir,
             )
@@ -153,22 +173,24 @@ class Submissions:
             raise Unavailable(f"cannot write the job directory: {exc}") from None
         if not created:
             self.on_step("claimed")
-        owner_dead = needs_owner_check(row.phase, row.owner, i.instance_id) and await asyncio.to_thread(
-            InstanceLock.is_dead, i.lock_dir, row.owner
+        owner_dead = needs_owner_check(row.phase, row.owner, self._lock.instance_id) and await asyncio.to_thread(
+            self._lock.owner_is_dead, row.owner
         )
-        plan = plan_claim(created=created, phase=row.phase, owner=row.owner, me=i.instance_id, owner_dead=owner_dead)
+        plan = plan_claim(
+            created=created, phase=row.phase, owner=row.owner, me=self._lock.instance_id, owner_dead=owner_dead
+        )
         if plan is ClaimPlan.ANSWER:
             return pb.SubmitResponse(job_id=row.job_id, created=False, status=row.job_status())
         if plan is ClaimPlan.ADOPT_AND_RESUME:
-            await reg.adopt(row.owner, i.instance_id)
+            await reg.adopt(row.owner, self._lock.instance_id)
             self.recover_needed = True
         if plan is not ClaimPlan.SUBMIT:
             found: Reconciled | BackendError | None
             try:
-                found = (await i.backend.reconcile([JobHandle(row.uid, row.job_dir, row.job_id)])).get(row.uid)
+                found = (await self._backend.reconcile([JobHandle(row.uid, row.job_dir, row.job_id)])).get(row.uid)
             except BackendError as exc:
                 found = exc
-            resumed = plan_resume(i.backend.name, found)
+            resumed = plan_resume(self._backend.name, found)
             if resumed is not None:
                 return await self._execute(resumed, row, meta)
         if not created:  # resuming an interrupted submission: its directory may be missing or partial
@@ -179,47 +201,45 @@ class Submissions:
         self.on_step("job_dir")
         outcome: str | BackendError
         try:
-            outcome = await i.backend.submit(job_spec(row, job))
+            outcome = await self._backend.submit(row.backend_spec(job))
         except BackendError as exc:
             outcome = exc
         else:
             self.on_step("submitted")
-        return await self._execute(plan_submit(i.backend.name, outcome, created=created), row, meta)
+        return await self._execute(plan_submit(self._backend.name, outcome, created=created), row, meta)
 
     async def _execute(self, action: SubmitAction, row: JobRow, meta: JobMeta) -> pb.SubmitResponse:
         """Carry out what ``plan_submit``/``plan_resume`` decided; the answer, or the domain error to raise."""
-        i = self.i
         if isinstance(action, RetryLater):
             raise Unavailable(action.message)
         if isinstance(action, FailPod):
-            await self._record_final(row, submit_failed_status(meta, action.reason, now=i.clock.time()))
+            await self._record_final(row, submit_failed_status(meta, action.reason, now=self._clock.time()))
             raise Refused(action.message)
         job_id = action.job_id
-        await i.registry().mark_submitted(row.uid, job_id)
+        await self._registry().mark_submitted(row.uid, job_id)
         self.on_step("marked")
         row.job_id = job_id
         bind_log_fields(job_id=job_id)
-        async with i.poller.lock:
-            i.poller.track(row)
+        async with self._poller.lock:
+            self._poller.track(row)
         if action.answer is Answer.CREATED:
             return pb.SubmitResponse(job_id=job_id, created=True)  # pending; the caller knows the containers
         if action.answer is Answer.STORED:
             return pb.SubmitResponse(job_id=job_id, created=False, status=row.job_status())
-        pending = map_status(dataclasses.replace(meta, job_id=job_id), None, {}, now=i.clock.time())
+        pending = map_status(dataclasses.replace(meta, job_id=job_id), None, {}, now=self._clock.time())
         return pb.SubmitResponse(job_id=job_id, created=False, status=pending)
 
     async def _record_final(self, row: JobRow, status: pb.JobStatus) -> None:
         revision = row.revision + 1
-        stored = await self.i.registry().save_statuses(
-            [StatusUpdate(row.uid, Phase.DONE, int(status.state), bytes(status), revision, self.i.clock.time())]
+        stored = await self._registry().save_statuses(
+            [StatusUpdate(row.uid, Phase.DONE, int(status.state), bytes(status), revision, self._clock.time())]
         )
         if stored:  # else cancelled meanwhile: the tombstone's event stands
-            self.i.outbox.add(row.uid, status, revision)
+            self._outbox.add(row.uid, status, revision)
 
     async def cancel(self, uid: str) -> pb.CancelResponse:
         """Stop the job, remove its files, keep a tombstone (so it never runs again). Idempotent."""
-        i = self.i
-        reg = i.registry()
+        reg = self._registry()
         running = self.inflight.get(uid)
         if running is not None:
             with contextlib.suppress(Exception):
@@ -231,16 +251,18 @@ class Submissions:
         if not plan.tombstone:
             return pb.CancelResponse(found=True, status=row.job_status())
         if plan.untrack:
-            async with i.poller.lock:
-                i.poller.untrack(uid)
+            async with self._poller.lock:
+                self._poller.untrack(uid)
         if plan.stop_backend:
             try:
-                await i.backend.cancel(JobHandle(row.uid, row.job_dir, row.job_id))
+                await self._backend.cancel(JobHandle(row.uid, row.job_dir, row.job_id))
             except BackendError as exc:
                 raise Unavailable(f"cannot cancel job {row.job_id or uid}: {exc}") from None
-        status = cancelled_status(meta_from_row(row, i.pool, i.backend.name), row.job_status(), now=i.clock.time())
+        status = cancelled_status(
+            meta_from_row(row, self._pool, self._backend.name), row.job_status(), now=self._clock.time()
+        )
         revision = await reg.mark_deleted(uid, bytes(status), int(status.state), row.revision + 1)
-        i.poller.files.forget(row.job_dir)
+        self._poller.files.forget(row.job_dir)
         await asyncio.to_thread(jobfiles.remove_job_dir, row.job_dir)
-        i.outbox.add(uid, status, revision)
+        self._outbox.add(uid, status, revision)
         return pb.CancelResponse(found=True, status=status)
