@@ -285,6 +285,7 @@ def test_fastwire_encodes_exactly_what_betterproto_does(kw: dict[str, object]) -
         containers=job.containers,
         resources=job.resources,
         backend_flags=job.backend_flags,
+        layout=job.layout,
     )
     assert fastwire.job_spec(job) == bytes(spec)
     assert pb.JobScript.parse(fastwire.job_spec(job)) == spec
