@@ -241,8 +241,7 @@ def _emit_encode_field(w: Writer, f: Field, value: str) -> None:
         w.dedent()
         return
     w(f"v = {value}")
-    presence = f.optional or f.kind in ("message", "timestamp", "duration")
-    w("if v is not None:" if presence else "if v:")
+    w("if v is not None:" if _has_presence(f) else "if v:")
     _emit_encode_value(w.indent(), f, "v")
     w.dedent()
 
@@ -299,13 +298,19 @@ def _py_type(f: Field) -> str:
     return _PY_TYPES[f.kind]
 
 
-def _view_type(f: Field) -> str:
-    base = f"{f.type_name}View" if f.kind == "message" else _PY_TYPES[f.kind]
+def _has_presence(f: Field) -> bool:
+    """Whether betterproto2 holds the field as ``X | None`` (``optional``, messages, well-known types)."""
+    return f.optional or f.kind in ("message", "timestamp", "duration")
+
+
+def _annotation(f: Field, base: str) -> str:
     if f.repeated:
         return f"list[{base}]"
-    if f.optional or f.kind in ("message", "timestamp", "duration"):
-        return f"{base} | None"
-    return base
+    return f"{base} | None" if _has_presence(f) else base
+
+
+def _view_type(f: Field) -> str:
+    return _annotation(f, f"{f.type_name}View" if f.kind == "message" else _PY_TYPES[f.kind])
 
 
 def _default(f: Field, view: bool) -> str:
@@ -313,7 +318,7 @@ def _default(f: Field, view: bool) -> str:
         return f"_{Message(f.type_name, ()).snake.upper()}[0]"
     if f.repeated:
         return "[]"
-    if f.optional or f.kind in ("message", "timestamp", "duration"):
+    if _has_presence(f):
         return "None"
     return {"string": '""', "bytes": 'b""', "bool": "False"}.get(f.kind, "0")
 
@@ -432,12 +437,7 @@ def emit_readers(w: Writer, m: Message, view: bool) -> None:
 
 
 def _decode_type(f: Field) -> str:
-    base = _py_type(f)
-    if f.repeated:
-        return f"list[{base}]"
-    if f.optional or f.kind in ("message", "timestamp", "duration"):
-        return f"{base} | None"
-    return base
+    return _annotation(f, _py_type(f))
 
 
 def emit_public_readers(w: Writer, m: Message) -> None:
