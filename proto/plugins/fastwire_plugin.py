@@ -193,10 +193,15 @@ class Writer:
         self.depth -= 1
 
 
+def _literal(data: bytes) -> str:
+    """``data`` as a bytes literal of hex escapes: keys read as numbers, not as stray characters."""
+    return 'b"' + "".join(f"\\x{byte:02x}" for byte in data) + '"'
+
+
 def _emit_len(w: Writer, key: bytes, payload: str) -> None:
     """Append a length-delimited value already in ``payload`` (bytes) under ``key``."""
     w(f"n = len({payload})")
-    w(f"out += {key!r}")
+    w(f"out += {_literal(key)}")
     w("if n < 0x80:")
     w("    out.append(n)")
     w("else:")
@@ -222,11 +227,10 @@ def _emit_encode_value(w: Writer, f: Field, value: str) -> None:
         w("b = _duration(d.seconds, d.nanos)")
         _emit_len(w, f.key_bytes, "b")
     elif f.kind == "bool":
-        true_bytes = f.key_bytes + b"\x01"
-        w(f"out += {true_bytes!r}")
+        w(f"out += {_literal(f.key_bytes + bytes([1]))}")
     else:
         w(f"v = int({value})")
-        w(f"out += {f.key_bytes!r}")
+        w(f"out += {_literal(f.key_bytes)}")
         w("if 0 <= v < 0x80:")
         w("    out.append(v)")
         w("else:")
@@ -235,6 +239,7 @@ def _emit_encode_value(w: Writer, f: Field, value: str) -> None:
 
 def _emit_encode_field(w: Writer, f: Field, value: str) -> None:
     """Append field ``f`` of ``value`` unless betterproto2 leaves it out (None, or proto3's default)."""
+    w(f"# {f.name} = {f.number}")
     if f.repeated:
         w(f"for item in {value}:")
         _emit_encode_value(w.indent(), f, "item")
@@ -327,6 +332,7 @@ def _emit_read_field(w: Writer, f: Field, view: bool, bit: int) -> None:
     """The branch of the reading loop for field ``f``'s key: check, read, store in its local."""
     w(f"elif key == {f.key}:" if bit else f"if key == {f.key}:")
     w.indent()
+    w(f"# {f.name} = {f.number}")
     if not f.repeated:
         w(f"if seen & {1 << bit}:")
         w("    raise Unusual")

@@ -283,31 +283,34 @@ def encode_pod_ref(msg: pb.PodRef) -> bytes:
 
 def _encode_pod_ref(msg: pb.PodRef) -> bytearray:
     out = bytearray()
+    # uid = 1
     v = msg.uid
     if v:
         b = v.encode()
         n = len(b)
-        out += b'\n'
+        out += b"\x0a"
         if n < 0x80:
             out.append(n)
         else:
             _varint(out, n)
         out += b
+    # namespace = 2
     v = msg.namespace
     if v:
         b = v.encode()
         n = len(b)
-        out += b'\x12'
+        out += b"\x12"
         if n < 0x80:
             out.append(n)
         else:
             _varint(out, n)
         out += b
+    # name = 3
     v = msg.name
     if v:
         b = v.encode()
         n = len(b)
-        out += b'\x1a'
+        out += b"\x1a"
         if n < 0x80:
             out.append(n)
         else:
@@ -320,11 +323,12 @@ def _encode_pod_ref(msg: pb.PodRef) -> bytearray:
 def pod_ref_uid_field(value: str | None) -> bytes:
     """``PodRef.uid`` as ``bytes(msg)`` writes it, from the value."""
     out = bytearray()
+    # uid = 1
     v = value
     if v:
         b = v.encode()
         n = len(b)
-        out += b'\n'
+        out += b"\x0a"
         if n < 0x80:
             out.append(n)
         else:
@@ -336,11 +340,12 @@ def pod_ref_uid_field(value: str | None) -> bytes:
 def pod_ref_namespace_field(value: str | None) -> bytes:
     """``PodRef.namespace`` as ``bytes(msg)`` writes it, from the value."""
     out = bytearray()
+    # namespace = 2
     v = value
     if v:
         b = v.encode()
         n = len(b)
-        out += b'\x12'
+        out += b"\x12"
         if n < 0x80:
             out.append(n)
         else:
@@ -352,11 +357,12 @@ def pod_ref_namespace_field(value: str | None) -> bytes:
 def pod_ref_name_field(value: str | None) -> bytes:
     """``PodRef.name`` as ``bytes(msg)`` writes it, from the value."""
     out = bytearray()
+    # name = 3
     v = value
     if v:
         b = v.encode()
         n = len(b)
-        out += b'\x1a'
+        out += b"\x1a"
         if n < 0x80:
             out.append(n)
         else:
@@ -377,6 +383,7 @@ def _decode_pod_ref(data: bytes, pos: int, end: int) -> pb.PodRef:
         else:
             key, pos = _read_varint(data, pos)
         if key == 10:
+            # uid = 1
             if seen & 1:
                 raise Unusual
             seen |= 1
@@ -391,6 +398,7 @@ def _decode_pod_ref(data: bytes, pos: int, end: int) -> pb.PodRef:
             uid = str(data[pos:stop], "utf-8")
             pos = stop
         elif key == 18:
+            # namespace = 2
             if seen & 2:
                 raise Unusual
             seen |= 2
@@ -405,6 +413,7 @@ def _decode_pod_ref(data: bytes, pos: int, end: int) -> pb.PodRef:
             namespace = str(data[pos:stop], "utf-8")
             pos = stop
         elif key == 26:
+            # name = 3
             if seen & 4:
                 raise Unusual
             seen |= 4
@@ -438,6 +447,7 @@ def _view_pod_ref(data: bytes, pos: int, end: int) -> PodRefView:
         else:
             key, pos = _read_varint(data, pos)
         if key == 10:
+            # uid = 1
             if seen & 1:
                 raise Unusual
             seen |= 1
@@ -452,6 +462,7 @@ def _view_pod_ref(data: bytes, pos: int, end: int) -> PodRefView:
             uid = str(data[pos:stop], "utf-8")
             pos = stop
         elif key == 18:
+            # namespace = 2
             if seen & 2:
                 raise Unusual
             seen |= 2
@@ -466,6 +477,7 @@ def _view_pod_ref(data: bytes, pos: int, end: int) -> PodRefView:
             namespace = str(data[pos:stop], "utf-8")
             pos = stop
         elif key == 26:
+            # name = 3
             if seen & 4:
                 raise Unusual
             seen |= 4
@@ -514,36 +526,40 @@ def encode_resource_request(msg: pb.ResourceRequest) -> bytes:
 
 def _encode_resource_request(msg: pb.ResourceRequest) -> bytearray:
     out = bytearray()
+    # cpu_millis = 1
     v = msg.cpu_millis
     if v:
         v = int(v)
-        out += b'\x08'
+        out += b"\x08"
         if 0 <= v < 0x80:
             out.append(v)
         else:
             _varint(out, v)
+    # memory_bytes = 2
     v = msg.memory_bytes
     if v:
         v = int(v)
-        out += b'\x10'
+        out += b"\x10"
         if 0 <= v < 0x80:
             out.append(v)
         else:
             _varint(out, v)
+    # gpus = 3
     v = msg.gpus
     if v:
         v = int(v)
-        out += b'\x18'
+        out += b"\x18"
         if 0 <= v < 0x80:
             out.append(v)
         else:
             _varint(out, v)
+    # wall_time = 4
     v = msg.wall_time
     if v is not None:
         d = _wkt.Duration.from_timedelta(v)  # betterproto2's own conversion
         b = _duration(d.seconds, d.nanos)
         n = len(b)
-        out += b'"'
+        out += b"\x22"
         if n < 0x80:
             out.append(n)
         else:
@@ -556,10 +572,11 @@ def _encode_resource_request(msg: pb.ResourceRequest) -> bytearray:
 def resource_request_cpu_millis_field(value: int | None) -> bytes:
     """``ResourceRequest.cpu_millis`` as ``bytes(msg)`` writes it, from the value."""
     out = bytearray()
+    # cpu_millis = 1
     v = value
     if v:
         v = int(v)
-        out += b'\x08'
+        out += b"\x08"
         if 0 <= v < 0x80:
             out.append(v)
         else:
@@ -570,10 +587,11 @@ def resource_request_cpu_millis_field(value: int | None) -> bytes:
 def resource_request_memory_bytes_field(value: int | None) -> bytes:
     """``ResourceRequest.memory_bytes`` as ``bytes(msg)`` writes it, from the value."""
     out = bytearray()
+    # memory_bytes = 2
     v = value
     if v:
         v = int(v)
-        out += b'\x10'
+        out += b"\x10"
         if 0 <= v < 0x80:
             out.append(v)
         else:
@@ -584,10 +602,11 @@ def resource_request_memory_bytes_field(value: int | None) -> bytes:
 def resource_request_gpus_field(value: int | None) -> bytes:
     """``ResourceRequest.gpus`` as ``bytes(msg)`` writes it, from the value."""
     out = bytearray()
+    # gpus = 3
     v = value
     if v:
         v = int(v)
-        out += b'\x18'
+        out += b"\x18"
         if 0 <= v < 0x80:
             out.append(v)
         else:
@@ -598,12 +617,13 @@ def resource_request_gpus_field(value: int | None) -> bytes:
 def resource_request_wall_time_field(value: _dt.timedelta | None) -> bytes:
     """``ResourceRequest.wall_time`` as ``bytes(msg)`` writes it, from the value."""
     out = bytearray()
+    # wall_time = 4
     v = value
     if v is not None:
         d = _wkt.Duration.from_timedelta(v)  # betterproto2's own conversion
         b = _duration(d.seconds, d.nanos)
         n = len(b)
-        out += b'"'
+        out += b"\x22"
         if n < 0x80:
             out.append(n)
         else:
@@ -625,6 +645,7 @@ def _decode_resource_request(data: bytes, pos: int, end: int) -> pb.ResourceRequ
         else:
             key, pos = _read_varint(data, pos)
         if key == 8:
+            # cpu_millis = 1
             if seen & 1:
                 raise Unusual
             seen |= 1
@@ -637,6 +658,7 @@ def _decode_resource_request(data: bytes, pos: int, end: int) -> pb.ResourceRequ
                 value -= 1 << 64
             cpu_millis = value
         elif key == 16:
+            # memory_bytes = 2
             if seen & 2:
                 raise Unusual
             seen |= 2
@@ -649,6 +671,7 @@ def _decode_resource_request(data: bytes, pos: int, end: int) -> pb.ResourceRequ
                 value -= 1 << 64
             memory_bytes = value
         elif key == 24:
+            # gpus = 3
             if seen & 4:
                 raise Unusual
             seen |= 4
@@ -661,6 +684,7 @@ def _decode_resource_request(data: bytes, pos: int, end: int) -> pb.ResourceRequ
                 value -= 1 << 64
             gpus = value
         elif key == 34:
+            # wall_time = 4
             if seen & 8:
                 raise Unusual
             seen |= 8
@@ -695,6 +719,7 @@ def _view_resource_request(data: bytes, pos: int, end: int) -> ResourceRequestVi
         else:
             key, pos = _read_varint(data, pos)
         if key == 8:
+            # cpu_millis = 1
             if seen & 1:
                 raise Unusual
             seen |= 1
@@ -707,6 +732,7 @@ def _view_resource_request(data: bytes, pos: int, end: int) -> ResourceRequestVi
                 value -= 1 << 64
             cpu_millis = value
         elif key == 16:
+            # memory_bytes = 2
             if seen & 2:
                 raise Unusual
             seen |= 2
@@ -719,6 +745,7 @@ def _view_resource_request(data: bytes, pos: int, end: int) -> ResourceRequestVi
                 value -= 1 << 64
             memory_bytes = value
         elif key == 24:
+            # gpus = 3
             if seen & 4:
                 raise Unusual
             seen |= 4
@@ -731,6 +758,7 @@ def _view_resource_request(data: bytes, pos: int, end: int) -> ResourceRequestVi
                 value -= 1 << 64
             gpus = value
         elif key == 34:
+            # wall_time = 4
             if seen & 8:
                 raise Unusual
             seen |= 8
@@ -779,37 +807,41 @@ def encode_layout_entry(msg: pb.LayoutEntry) -> bytes:
 
 def _encode_layout_entry(msg: pb.LayoutEntry) -> bytearray:
     out = bytearray()
+    # kind = 1
     v = msg.kind
     if v:
         v = int(v)
-        out += b'\x08'
+        out += b"\x08"
         if 0 <= v < 0x80:
             out.append(v)
         else:
             _varint(out, v)
+    # path = 2
     v = msg.path
     if v:
         b = v.encode()
         n = len(b)
-        out += b'\x12'
+        out += b"\x12"
         if n < 0x80:
             out.append(n)
         else:
             _varint(out, n)
         out += b
+    # mode = 3
     v = msg.mode
     if v is not None:
         v = int(v)
-        out += b'\x18'
+        out += b"\x18"
         if 0 <= v < 0x80:
             out.append(v)
         else:
             _varint(out, v)
+    # target = 4
     v = msg.target
     if v:
         b = v.encode()
         n = len(b)
-        out += b'"'
+        out += b"\x22"
         if n < 0x80:
             out.append(n)
         else:
@@ -822,10 +854,11 @@ def _encode_layout_entry(msg: pb.LayoutEntry) -> bytearray:
 def layout_entry_kind_field(value: pb.LayoutEntryKind | None) -> bytes:
     """``LayoutEntry.kind`` as ``bytes(msg)`` writes it, from the value."""
     out = bytearray()
+    # kind = 1
     v = value
     if v:
         v = int(v)
-        out += b'\x08'
+        out += b"\x08"
         if 0 <= v < 0x80:
             out.append(v)
         else:
@@ -836,11 +869,12 @@ def layout_entry_kind_field(value: pb.LayoutEntryKind | None) -> bytes:
 def layout_entry_path_field(value: str | None) -> bytes:
     """``LayoutEntry.path`` as ``bytes(msg)`` writes it, from the value."""
     out = bytearray()
+    # path = 2
     v = value
     if v:
         b = v.encode()
         n = len(b)
-        out += b'\x12'
+        out += b"\x12"
         if n < 0x80:
             out.append(n)
         else:
@@ -852,10 +886,11 @@ def layout_entry_path_field(value: str | None) -> bytes:
 def layout_entry_mode_field(value: int | None) -> bytes:
     """``LayoutEntry.mode`` as ``bytes(msg)`` writes it, from the value."""
     out = bytearray()
+    # mode = 3
     v = value
     if v is not None:
         v = int(v)
-        out += b'\x18'
+        out += b"\x18"
         if 0 <= v < 0x80:
             out.append(v)
         else:
@@ -866,11 +901,12 @@ def layout_entry_mode_field(value: int | None) -> bytes:
 def layout_entry_target_field(value: str | None) -> bytes:
     """``LayoutEntry.target`` as ``bytes(msg)`` writes it, from the value."""
     out = bytearray()
+    # target = 4
     v = value
     if v:
         b = v.encode()
         n = len(b)
-        out += b'"'
+        out += b"\x22"
         if n < 0x80:
             out.append(n)
         else:
@@ -892,6 +928,7 @@ def _decode_layout_entry(data: bytes, pos: int, end: int) -> pb.LayoutEntry:
         else:
             key, pos = _read_varint(data, pos)
         if key == 8:
+            # kind = 1
             if seen & 1:
                 raise Unusual
             seen |= 1
@@ -905,6 +942,7 @@ def _decode_layout_entry(data: bytes, pos: int, end: int) -> pb.LayoutEntry:
                 raise Unusual
             kind = member
         elif key == 18:
+            # path = 2
             if seen & 2:
                 raise Unusual
             seen |= 2
@@ -919,6 +957,7 @@ def _decode_layout_entry(data: bytes, pos: int, end: int) -> pb.LayoutEntry:
             path = str(data[pos:stop], "utf-8")
             pos = stop
         elif key == 24:
+            # mode = 3
             if seen & 4:
                 raise Unusual
             seen |= 4
@@ -931,6 +970,7 @@ def _decode_layout_entry(data: bytes, pos: int, end: int) -> pb.LayoutEntry:
                 raise Unusual
             mode = value
         elif key == 34:
+            # target = 4
             if seen & 8:
                 raise Unusual
             seen |= 8
@@ -965,6 +1005,7 @@ def _view_layout_entry(data: bytes, pos: int, end: int) -> LayoutEntryView:
         else:
             key, pos = _read_varint(data, pos)
         if key == 8:
+            # kind = 1
             if seen & 1:
                 raise Unusual
             seen |= 1
@@ -977,6 +1018,7 @@ def _view_layout_entry(data: bytes, pos: int, end: int) -> LayoutEntryView:
                 raise Unusual
             kind = value
         elif key == 18:
+            # path = 2
             if seen & 2:
                 raise Unusual
             seen |= 2
@@ -991,6 +1033,7 @@ def _view_layout_entry(data: bytes, pos: int, end: int) -> LayoutEntryView:
             path = str(data[pos:stop], "utf-8")
             pos = stop
         elif key == 24:
+            # mode = 3
             if seen & 4:
                 raise Unusual
             seen |= 4
@@ -1003,6 +1046,7 @@ def _view_layout_entry(data: bytes, pos: int, end: int) -> LayoutEntryView:
                 raise Unusual
             mode = value
         elif key == 34:
+            # target = 4
             if seen & 8:
                 raise Unusual
             seen |= 8
@@ -1051,67 +1095,74 @@ def encode_job_script(msg: pb.JobScript) -> bytes:
 
 def _encode_job_script(msg: pb.JobScript) -> bytearray:
     out = bytearray()
+    # pod = 1
     v = msg.pod
     if v is not None:
         b = _encode_pod_ref(v)
         n = len(b)
-        out += b'\n'
+        out += b"\x0a"
         if n < 0x80:
             out.append(n)
         else:
             _varint(out, n)
         out += b
+    # script = 2
     v = msg.script
     if v:
         b = v.encode()
         n = len(b)
-        out += b'\x12'
+        out += b"\x12"
         if n < 0x80:
             out.append(n)
         else:
             _varint(out, n)
         out += b
+    # init_containers = 3
     for item in msg.init_containers:
         b = item.encode()
         n = len(b)
-        out += b'\x1a'
+        out += b"\x1a"
         if n < 0x80:
             out.append(n)
         else:
             _varint(out, n)
         out += b
+    # containers = 4
     for item in msg.containers:
         b = item.encode()
         n = len(b)
-        out += b'"'
+        out += b"\x22"
         if n < 0x80:
             out.append(n)
         else:
             _varint(out, n)
         out += b
+    # resources = 5
     v = msg.resources
     if v is not None:
         b = _encode_resource_request(v)
         n = len(b)
-        out += b'*'
+        out += b"\x2a"
         if n < 0x80:
             out.append(n)
         else:
             _varint(out, n)
         out += b
+    # backend_flags = 6
     for item in msg.backend_flags:
         b = item.encode()
         n = len(b)
-        out += b'2'
+        out += b"\x32"
         if n < 0x80:
             out.append(n)
         else:
             _varint(out, n)
         out += b
+    # layout = 7
     for item in msg.layout:
         b = _encode_layout_entry(item)
         n = len(b)
-        out += b':'
+        out += b"\x3a"
         if n < 0x80:
             out.append(n)
         else:
@@ -1127,7 +1178,7 @@ def job_script_pod_field(value: bytes | None) -> bytes:
     v = value
     if v is not None:
         n = len(v)
-        out += b'\n'
+        out += b"\x0a"
         if n < 0x80:
             out.append(n)
         else:
@@ -1144,11 +1195,12 @@ def job_script_pod_once(data: bytes) -> bytes | None:
 def job_script_script_field(value: str | None) -> bytes:
     """``JobScript.script`` as ``bytes(msg)`` writes it, from the value."""
     out = bytearray()
+    # script = 2
     v = value
     if v:
         b = v.encode()
         n = len(b)
-        out += b'\x12'
+        out += b"\x12"
         if n < 0x80:
             out.append(n)
         else:
@@ -1163,7 +1215,7 @@ def job_script_resources_field(value: bytes | None) -> bytes:
     v = value
     if v is not None:
         n = len(v)
-        out += b'*'
+        out += b"\x2a"
         if n < 0x80:
             out.append(n)
         else:
@@ -1193,6 +1245,7 @@ def _decode_job_script(data: bytes, pos: int, end: int) -> pb.JobScript:
         else:
             key, pos = _read_varint(data, pos)
         if key == 10:
+            # pod = 1
             if seen & 1:
                 raise Unusual
             seen |= 1
@@ -1207,6 +1260,7 @@ def _decode_job_script(data: bytes, pos: int, end: int) -> pb.JobScript:
             pod = _decode_pod_ref(data, pos, stop)
             pos = stop
         elif key == 18:
+            # script = 2
             if seen & 2:
                 raise Unusual
             seen |= 2
@@ -1221,6 +1275,7 @@ def _decode_job_script(data: bytes, pos: int, end: int) -> pb.JobScript:
             script = str(data[pos:stop], "utf-8")
             pos = stop
         elif key == 26:
+            # init_containers = 3
             value = data[pos]
             if value < 0x80:
                 pos += 1
@@ -1233,6 +1288,7 @@ def _decode_job_script(data: bytes, pos: int, end: int) -> pb.JobScript:
             pos = stop
             init_containers.append(item)
         elif key == 34:
+            # containers = 4
             value = data[pos]
             if value < 0x80:
                 pos += 1
@@ -1245,6 +1301,7 @@ def _decode_job_script(data: bytes, pos: int, end: int) -> pb.JobScript:
             pos = stop
             containers.append(item)
         elif key == 42:
+            # resources = 5
             if seen & 16:
                 raise Unusual
             seen |= 16
@@ -1259,6 +1316,7 @@ def _decode_job_script(data: bytes, pos: int, end: int) -> pb.JobScript:
             resources = _decode_resource_request(data, pos, stop)
             pos = stop
         elif key == 50:
+            # backend_flags = 6
             value = data[pos]
             if value < 0x80:
                 pos += 1
@@ -1271,6 +1329,7 @@ def _decode_job_script(data: bytes, pos: int, end: int) -> pb.JobScript:
             pos = stop
             backend_flags.append(item)
         elif key == 58:
+            # layout = 7
             value = data[pos]
             if value < 0x80:
                 pos += 1
@@ -1306,6 +1365,7 @@ def _view_job_script(data: bytes, pos: int, end: int) -> JobScriptView:
         else:
             key, pos = _read_varint(data, pos)
         if key == 10:
+            # pod = 1
             if seen & 1:
                 raise Unusual
             seen |= 1
@@ -1320,6 +1380,7 @@ def _view_job_script(data: bytes, pos: int, end: int) -> JobScriptView:
             pod = _view_pod_ref(data, pos, stop)
             pos = stop
         elif key == 18:
+            # script = 2
             if seen & 2:
                 raise Unusual
             seen |= 2
@@ -1334,6 +1395,7 @@ def _view_job_script(data: bytes, pos: int, end: int) -> JobScriptView:
             script = str(data[pos:stop], "utf-8")
             pos = stop
         elif key == 26:
+            # init_containers = 3
             value = data[pos]
             if value < 0x80:
                 pos += 1
@@ -1346,6 +1408,7 @@ def _view_job_script(data: bytes, pos: int, end: int) -> JobScriptView:
             pos = stop
             init_containers.append(item)
         elif key == 34:
+            # containers = 4
             value = data[pos]
             if value < 0x80:
                 pos += 1
@@ -1358,6 +1421,7 @@ def _view_job_script(data: bytes, pos: int, end: int) -> JobScriptView:
             pos = stop
             containers.append(item)
         elif key == 42:
+            # resources = 5
             if seen & 16:
                 raise Unusual
             seen |= 16
@@ -1372,6 +1436,7 @@ def _view_job_script(data: bytes, pos: int, end: int) -> JobScriptView:
             resources = _view_resource_request(data, pos, stop)
             pos = stop
         elif key == 50:
+            # backend_flags = 6
             value = data[pos]
             if value < 0x80:
                 pos += 1
@@ -1384,6 +1449,7 @@ def _view_job_script(data: bytes, pos: int, end: int) -> JobScriptView:
             pos = stop
             backend_flags.append(item)
         elif key == 58:
+            # layout = 7
             value = data[pos]
             if value < 0x80:
                 pos += 1
@@ -1430,11 +1496,12 @@ def encode_submit_request(msg: pb.SubmitRequest) -> bytes:
 
 def _encode_submit_request(msg: pb.SubmitRequest) -> bytearray:
     out = bytearray()
+    # job = 1
     v = msg.job
     if v is not None:
         b = _encode_job_script(v)
         n = len(b)
-        out += b'\n'
+        out += b"\x0a"
         if n < 0x80:
             out.append(n)
         else:
@@ -1450,7 +1517,7 @@ def submit_request_job_field(value: bytes | None) -> bytes:
     v = value
     if v is not None:
         n = len(v)
-        out += b'\n'
+        out += b"\x0a"
         if n < 0x80:
             out.append(n)
         else:
@@ -1474,6 +1541,7 @@ def _decode_submit_request(data: bytes, pos: int, end: int) -> pb.SubmitRequest:
         else:
             key, pos = _read_varint(data, pos)
         if key == 10:
+            # job = 1
             if seen & 1:
                 raise Unusual
             seen |= 1
@@ -1505,6 +1573,7 @@ def _view_submit_request(data: bytes, pos: int, end: int) -> SubmitRequestView:
         else:
             key, pos = _read_varint(data, pos)
         if key == 10:
+            # job = 1
             if seen & 1:
                 raise Unusual
             seen |= 1
@@ -1553,70 +1622,78 @@ def encode_container_status(msg: pb.ContainerStatus) -> bytes:
 
 def _encode_container_status(msg: pb.ContainerStatus) -> bytearray:
     out = bytearray()
+    # name = 1
     v = msg.name
     if v:
         b = v.encode()
         n = len(b)
-        out += b'\n'
+        out += b"\x0a"
         if n < 0x80:
             out.append(n)
         else:
             _varint(out, n)
         out += b
+    # init = 2
     v = msg.init
     if v:
-        out += b'\x10\x01'
+        out += b"\x10\x01"
+    # phase = 3
     v = msg.phase
     if v:
         v = int(v)
-        out += b'\x18'
+        out += b"\x18"
         if 0 <= v < 0x80:
             out.append(v)
         else:
             _varint(out, v)
+    # exit_code = 4
     v = msg.exit_code
     if v is not None:
         v = int(v)
-        out += b' '
+        out += b"\x20"
         if 0 <= v < 0x80:
             out.append(v)
         else:
             _varint(out, v)
+    # started_at = 5
     v = msg.started_at
     if v is not None:
         b = _timestamp(v)
         n = len(b)
-        out += b'*'
+        out += b"\x2a"
         if n < 0x80:
             out.append(n)
         else:
             _varint(out, n)
         out += b
+    # finished_at = 6
     v = msg.finished_at
     if v is not None:
         b = _timestamp(v)
         n = len(b)
-        out += b'2'
+        out += b"\x32"
         if n < 0x80:
             out.append(n)
         else:
             _varint(out, n)
         out += b
+    # reason = 7
     v = msg.reason
     if v:
         b = v.encode()
         n = len(b)
-        out += b':'
+        out += b"\x3a"
         if n < 0x80:
             out.append(n)
         else:
             _varint(out, n)
         out += b
+    # message = 8
     v = msg.message
     if v:
         b = v.encode()
         n = len(b)
-        out += b'B'
+        out += b"\x42"
         if n < 0x80:
             out.append(n)
         else:
@@ -1629,11 +1706,12 @@ def _encode_container_status(msg: pb.ContainerStatus) -> bytearray:
 def container_status_name_field(value: str | None) -> bytes:
     """``ContainerStatus.name`` as ``bytes(msg)`` writes it, from the value."""
     out = bytearray()
+    # name = 1
     v = value
     if v:
         b = v.encode()
         n = len(b)
-        out += b'\n'
+        out += b"\x0a"
         if n < 0x80:
             out.append(n)
         else:
@@ -1645,19 +1723,21 @@ def container_status_name_field(value: str | None) -> bytes:
 def container_status_init_field(value: bool | None) -> bytes:
     """``ContainerStatus.init`` as ``bytes(msg)`` writes it, from the value."""
     out = bytearray()
+    # init = 2
     v = value
     if v:
-        out += b'\x10\x01'
+        out += b"\x10\x01"
     return bytes(out)
 
 
 def container_status_phase_field(value: pb.ContainerPhase | None) -> bytes:
     """``ContainerStatus.phase`` as ``bytes(msg)`` writes it, from the value."""
     out = bytearray()
+    # phase = 3
     v = value
     if v:
         v = int(v)
-        out += b'\x18'
+        out += b"\x18"
         if 0 <= v < 0x80:
             out.append(v)
         else:
@@ -1668,10 +1748,11 @@ def container_status_phase_field(value: pb.ContainerPhase | None) -> bytes:
 def container_status_exit_code_field(value: int | None) -> bytes:
     """``ContainerStatus.exit_code`` as ``bytes(msg)`` writes it, from the value."""
     out = bytearray()
+    # exit_code = 4
     v = value
     if v is not None:
         v = int(v)
-        out += b' '
+        out += b"\x20"
         if 0 <= v < 0x80:
             out.append(v)
         else:
@@ -1682,11 +1763,12 @@ def container_status_exit_code_field(value: int | None) -> bytes:
 def container_status_started_at_field(value: _dt.datetime | None) -> bytes:
     """``ContainerStatus.started_at`` as ``bytes(msg)`` writes it, from the value."""
     out = bytearray()
+    # started_at = 5
     v = value
     if v is not None:
         b = _timestamp(v)
         n = len(b)
-        out += b'*'
+        out += b"\x2a"
         if n < 0x80:
             out.append(n)
         else:
@@ -1698,11 +1780,12 @@ def container_status_started_at_field(value: _dt.datetime | None) -> bytes:
 def container_status_finished_at_field(value: _dt.datetime | None) -> bytes:
     """``ContainerStatus.finished_at`` as ``bytes(msg)`` writes it, from the value."""
     out = bytearray()
+    # finished_at = 6
     v = value
     if v is not None:
         b = _timestamp(v)
         n = len(b)
-        out += b'2'
+        out += b"\x32"
         if n < 0x80:
             out.append(n)
         else:
@@ -1714,11 +1797,12 @@ def container_status_finished_at_field(value: _dt.datetime | None) -> bytes:
 def container_status_reason_field(value: str | None) -> bytes:
     """``ContainerStatus.reason`` as ``bytes(msg)`` writes it, from the value."""
     out = bytearray()
+    # reason = 7
     v = value
     if v:
         b = v.encode()
         n = len(b)
-        out += b':'
+        out += b"\x3a"
         if n < 0x80:
             out.append(n)
         else:
@@ -1730,11 +1814,12 @@ def container_status_reason_field(value: str | None) -> bytes:
 def container_status_message_field(value: str | None) -> bytes:
     """``ContainerStatus.message`` as ``bytes(msg)`` writes it, from the value."""
     out = bytearray()
+    # message = 8
     v = value
     if v:
         b = v.encode()
         n = len(b)
-        out += b'B'
+        out += b"\x42"
         if n < 0x80:
             out.append(n)
         else:
@@ -1760,6 +1845,7 @@ def _decode_container_status(data: bytes, pos: int, end: int) -> pb.ContainerSta
         else:
             key, pos = _read_varint(data, pos)
         if key == 10:
+            # name = 1
             if seen & 1:
                 raise Unusual
             seen |= 1
@@ -1774,6 +1860,7 @@ def _decode_container_status(data: bytes, pos: int, end: int) -> pb.ContainerSta
             name = str(data[pos:stop], "utf-8")
             pos = stop
         elif key == 16:
+            # init = 2
             if seen & 2:
                 raise Unusual
             seen |= 2
@@ -1786,6 +1873,7 @@ def _decode_container_status(data: bytes, pos: int, end: int) -> pb.ContainerSta
                 raise Unusual
             init = value == 1
         elif key == 24:
+            # phase = 3
             if seen & 4:
                 raise Unusual
             seen |= 4
@@ -1799,6 +1887,7 @@ def _decode_container_status(data: bytes, pos: int, end: int) -> pb.ContainerSta
                 raise Unusual
             phase = member
         elif key == 32:
+            # exit_code = 4
             if seen & 8:
                 raise Unusual
             seen |= 8
@@ -1813,6 +1902,7 @@ def _decode_container_status(data: bytes, pos: int, end: int) -> pb.ContainerSta
                 value -= 1 << 64
             exit_code = value
         elif key == 42:
+            # started_at = 5
             if seen & 16:
                 raise Unusual
             seen |= 16
@@ -1827,6 +1917,7 @@ def _decode_container_status(data: bytes, pos: int, end: int) -> pb.ContainerSta
             started_at = _read_timestamp(data, pos, stop)
             pos = stop
         elif key == 50:
+            # finished_at = 6
             if seen & 32:
                 raise Unusual
             seen |= 32
@@ -1841,6 +1932,7 @@ def _decode_container_status(data: bytes, pos: int, end: int) -> pb.ContainerSta
             finished_at = _read_timestamp(data, pos, stop)
             pos = stop
         elif key == 58:
+            # reason = 7
             if seen & 64:
                 raise Unusual
             seen |= 64
@@ -1855,6 +1947,7 @@ def _decode_container_status(data: bytes, pos: int, end: int) -> pb.ContainerSta
             reason = str(data[pos:stop], "utf-8")
             pos = stop
         elif key == 66:
+            # message = 8
             if seen & 128:
                 raise Unusual
             seen |= 128
@@ -1893,6 +1986,7 @@ def _view_container_status(data: bytes, pos: int, end: int) -> ContainerStatusVi
         else:
             key, pos = _read_varint(data, pos)
         if key == 10:
+            # name = 1
             if seen & 1:
                 raise Unusual
             seen |= 1
@@ -1907,6 +2001,7 @@ def _view_container_status(data: bytes, pos: int, end: int) -> ContainerStatusVi
             name = str(data[pos:stop], "utf-8")
             pos = stop
         elif key == 16:
+            # init = 2
             if seen & 2:
                 raise Unusual
             seen |= 2
@@ -1919,6 +2014,7 @@ def _view_container_status(data: bytes, pos: int, end: int) -> ContainerStatusVi
                 raise Unusual
             init = value == 1
         elif key == 24:
+            # phase = 3
             if seen & 4:
                 raise Unusual
             seen |= 4
@@ -1931,6 +2027,7 @@ def _view_container_status(data: bytes, pos: int, end: int) -> ContainerStatusVi
                 raise Unusual
             phase = value
         elif key == 32:
+            # exit_code = 4
             if seen & 8:
                 raise Unusual
             seen |= 8
@@ -1945,6 +2042,7 @@ def _view_container_status(data: bytes, pos: int, end: int) -> ContainerStatusVi
                 value -= 1 << 64
             exit_code = value
         elif key == 42:
+            # started_at = 5
             if seen & 16:
                 raise Unusual
             seen |= 16
@@ -1959,6 +2057,7 @@ def _view_container_status(data: bytes, pos: int, end: int) -> ContainerStatusVi
             started_at = _read_timestamp(data, pos, stop)
             pos = stop
         elif key == 50:
+            # finished_at = 6
             if seen & 32:
                 raise Unusual
             seen |= 32
@@ -1973,6 +2072,7 @@ def _view_container_status(data: bytes, pos: int, end: int) -> ContainerStatusVi
             finished_at = _read_timestamp(data, pos, stop)
             pos = stop
         elif key == 58:
+            # reason = 7
             if seen & 64:
                 raise Unusual
             seen |= 64
@@ -1987,6 +2087,7 @@ def _view_container_status(data: bytes, pos: int, end: int) -> ContainerStatusVi
             reason = str(data[pos:stop], "utf-8")
             pos = stop
         elif key == 66:
+            # message = 8
             if seen & 128:
                 raise Unusual
             seen |= 128
@@ -2035,86 +2136,95 @@ def encode_job_status(msg: pb.JobStatus) -> bytes:
 
 def _encode_job_status(msg: pb.JobStatus) -> bytearray:
     out = bytearray()
+    # pod = 1
     v = msg.pod
     if v is not None:
         b = _encode_pod_ref(v)
         n = len(b)
-        out += b'\n'
+        out += b"\x0a"
         if n < 0x80:
             out.append(n)
         else:
             _varint(out, n)
         out += b
+    # pool = 2
     v = msg.pool
     if v:
         b = v.encode()
         n = len(b)
-        out += b'\x12'
+        out += b"\x12"
         if n < 0x80:
             out.append(n)
         else:
             _varint(out, n)
         out += b
+    # job_id = 3
     v = msg.job_id
     if v:
         b = v.encode()
         n = len(b)
-        out += b'\x1a'
+        out += b"\x1a"
         if n < 0x80:
             out.append(n)
         else:
             _varint(out, n)
         out += b
+    # state = 4
     v = msg.state
     if v:
         v = int(v)
-        out += b' '
+        out += b"\x20"
         if 0 <= v < 0x80:
             out.append(v)
         else:
             _varint(out, v)
+    # containers = 5
     for item in msg.containers:
         b = _encode_container_status(item)
         n = len(b)
-        out += b'*'
+        out += b"\x2a"
         if n < 0x80:
             out.append(n)
         else:
             _varint(out, n)
         out += b
+    # reason = 6
     v = msg.reason
     if v:
         b = v.encode()
         n = len(b)
-        out += b'2'
+        out += b"\x32"
         if n < 0x80:
             out.append(n)
         else:
             _varint(out, n)
         out += b
+    # message = 7
     v = msg.message
     if v:
         b = v.encode()
         n = len(b)
-        out += b':'
+        out += b"\x3a"
         if n < 0x80:
             out.append(n)
         else:
             _varint(out, n)
         out += b
+    # updated_at = 8
     v = msg.updated_at
     if v is not None:
         b = _timestamp(v)
         n = len(b)
-        out += b'B'
+        out += b"\x42"
         if n < 0x80:
             out.append(n)
         else:
             _varint(out, n)
         out += b
+    # deleted = 9
     v = msg.deleted
     if v:
-        out += b'H\x01'
+        out += b"\x48\x01"
     out += msg._unknown_fields
     return out
 
@@ -2125,7 +2235,7 @@ def job_status_pod_field(value: bytes | None) -> bytes:
     v = value
     if v is not None:
         n = len(v)
-        out += b'\n'
+        out += b"\x0a"
         if n < 0x80:
             out.append(n)
         else:
@@ -2142,11 +2252,12 @@ def job_status_pod_once(data: bytes) -> bytes | None:
 def job_status_pool_field(value: str | None) -> bytes:
     """``JobStatus.pool`` as ``bytes(msg)`` writes it, from the value."""
     out = bytearray()
+    # pool = 2
     v = value
     if v:
         b = v.encode()
         n = len(b)
-        out += b'\x12'
+        out += b"\x12"
         if n < 0x80:
             out.append(n)
         else:
@@ -2158,11 +2269,12 @@ def job_status_pool_field(value: str | None) -> bytes:
 def job_status_job_id_field(value: str | None) -> bytes:
     """``JobStatus.job_id`` as ``bytes(msg)`` writes it, from the value."""
     out = bytearray()
+    # job_id = 3
     v = value
     if v:
         b = v.encode()
         n = len(b)
-        out += b'\x1a'
+        out += b"\x1a"
         if n < 0x80:
             out.append(n)
         else:
@@ -2174,10 +2286,11 @@ def job_status_job_id_field(value: str | None) -> bytes:
 def job_status_state_field(value: pb.JobState | None) -> bytes:
     """``JobStatus.state`` as ``bytes(msg)`` writes it, from the value."""
     out = bytearray()
+    # state = 4
     v = value
     if v:
         v = int(v)
-        out += b' '
+        out += b"\x20"
         if 0 <= v < 0x80:
             out.append(v)
         else:
@@ -2188,11 +2301,12 @@ def job_status_state_field(value: pb.JobState | None) -> bytes:
 def job_status_reason_field(value: str | None) -> bytes:
     """``JobStatus.reason`` as ``bytes(msg)`` writes it, from the value."""
     out = bytearray()
+    # reason = 6
     v = value
     if v:
         b = v.encode()
         n = len(b)
-        out += b'2'
+        out += b"\x32"
         if n < 0x80:
             out.append(n)
         else:
@@ -2204,11 +2318,12 @@ def job_status_reason_field(value: str | None) -> bytes:
 def job_status_message_field(value: str | None) -> bytes:
     """``JobStatus.message`` as ``bytes(msg)`` writes it, from the value."""
     out = bytearray()
+    # message = 7
     v = value
     if v:
         b = v.encode()
         n = len(b)
-        out += b':'
+        out += b"\x3a"
         if n < 0x80:
             out.append(n)
         else:
@@ -2220,11 +2335,12 @@ def job_status_message_field(value: str | None) -> bytes:
 def job_status_updated_at_field(value: _dt.datetime | None) -> bytes:
     """``JobStatus.updated_at`` as ``bytes(msg)`` writes it, from the value."""
     out = bytearray()
+    # updated_at = 8
     v = value
     if v is not None:
         b = _timestamp(v)
         n = len(b)
-        out += b'B'
+        out += b"\x42"
         if n < 0x80:
             out.append(n)
         else:
@@ -2236,9 +2352,10 @@ def job_status_updated_at_field(value: _dt.datetime | None) -> bytes:
 def job_status_deleted_field(value: bool | None) -> bytes:
     """``JobStatus.deleted`` as ``bytes(msg)`` writes it, from the value."""
     out = bytearray()
+    # deleted = 9
     v = value
     if v:
-        out += b'H\x01'
+        out += b"\x48\x01"
     return bytes(out)
 
 
@@ -2260,6 +2377,7 @@ def _decode_job_status(data: bytes, pos: int, end: int) -> pb.JobStatus:
         else:
             key, pos = _read_varint(data, pos)
         if key == 10:
+            # pod = 1
             if seen & 1:
                 raise Unusual
             seen |= 1
@@ -2274,6 +2392,7 @@ def _decode_job_status(data: bytes, pos: int, end: int) -> pb.JobStatus:
             pod = _decode_pod_ref(data, pos, stop)
             pos = stop
         elif key == 18:
+            # pool = 2
             if seen & 2:
                 raise Unusual
             seen |= 2
@@ -2288,6 +2407,7 @@ def _decode_job_status(data: bytes, pos: int, end: int) -> pb.JobStatus:
             pool = str(data[pos:stop], "utf-8")
             pos = stop
         elif key == 26:
+            # job_id = 3
             if seen & 4:
                 raise Unusual
             seen |= 4
@@ -2302,6 +2422,7 @@ def _decode_job_status(data: bytes, pos: int, end: int) -> pb.JobStatus:
             job_id = str(data[pos:stop], "utf-8")
             pos = stop
         elif key == 32:
+            # state = 4
             if seen & 8:
                 raise Unusual
             seen |= 8
@@ -2315,6 +2436,7 @@ def _decode_job_status(data: bytes, pos: int, end: int) -> pb.JobStatus:
                 raise Unusual
             state = member
         elif key == 42:
+            # containers = 5
             value = data[pos]
             if value < 0x80:
                 pos += 1
@@ -2327,6 +2449,7 @@ def _decode_job_status(data: bytes, pos: int, end: int) -> pb.JobStatus:
             pos = stop
             containers.append(item)
         elif key == 50:
+            # reason = 6
             if seen & 32:
                 raise Unusual
             seen |= 32
@@ -2341,6 +2464,7 @@ def _decode_job_status(data: bytes, pos: int, end: int) -> pb.JobStatus:
             reason = str(data[pos:stop], "utf-8")
             pos = stop
         elif key == 58:
+            # message = 7
             if seen & 64:
                 raise Unusual
             seen |= 64
@@ -2355,6 +2479,7 @@ def _decode_job_status(data: bytes, pos: int, end: int) -> pb.JobStatus:
             message = str(data[pos:stop], "utf-8")
             pos = stop
         elif key == 66:
+            # updated_at = 8
             if seen & 128:
                 raise Unusual
             seen |= 128
@@ -2369,6 +2494,7 @@ def _decode_job_status(data: bytes, pos: int, end: int) -> pb.JobStatus:
             updated_at = _read_timestamp(data, pos, stop)
             pos = stop
         elif key == 72:
+            # deleted = 9
             if seen & 256:
                 raise Unusual
             seen |= 256
@@ -2406,6 +2532,7 @@ def _view_job_status(data: bytes, pos: int, end: int) -> JobStatusView:
         else:
             key, pos = _read_varint(data, pos)
         if key == 10:
+            # pod = 1
             if seen & 1:
                 raise Unusual
             seen |= 1
@@ -2420,6 +2547,7 @@ def _view_job_status(data: bytes, pos: int, end: int) -> JobStatusView:
             pod = _view_pod_ref(data, pos, stop)
             pos = stop
         elif key == 18:
+            # pool = 2
             if seen & 2:
                 raise Unusual
             seen |= 2
@@ -2434,6 +2562,7 @@ def _view_job_status(data: bytes, pos: int, end: int) -> JobStatusView:
             pool = str(data[pos:stop], "utf-8")
             pos = stop
         elif key == 26:
+            # job_id = 3
             if seen & 4:
                 raise Unusual
             seen |= 4
@@ -2448,6 +2577,7 @@ def _view_job_status(data: bytes, pos: int, end: int) -> JobStatusView:
             job_id = str(data[pos:stop], "utf-8")
             pos = stop
         elif key == 32:
+            # state = 4
             if seen & 8:
                 raise Unusual
             seen |= 8
@@ -2460,6 +2590,7 @@ def _view_job_status(data: bytes, pos: int, end: int) -> JobStatusView:
                 raise Unusual
             state = value
         elif key == 42:
+            # containers = 5
             value = data[pos]
             if value < 0x80:
                 pos += 1
@@ -2472,6 +2603,7 @@ def _view_job_status(data: bytes, pos: int, end: int) -> JobStatusView:
             pos = stop
             containers.append(item)
         elif key == 50:
+            # reason = 6
             if seen & 32:
                 raise Unusual
             seen |= 32
@@ -2486,6 +2618,7 @@ def _view_job_status(data: bytes, pos: int, end: int) -> JobStatusView:
             reason = str(data[pos:stop], "utf-8")
             pos = stop
         elif key == 58:
+            # message = 7
             if seen & 64:
                 raise Unusual
             seen |= 64
@@ -2500,6 +2633,7 @@ def _view_job_status(data: bytes, pos: int, end: int) -> JobStatusView:
             message = str(data[pos:stop], "utf-8")
             pos = stop
         elif key == 66:
+            # updated_at = 8
             if seen & 128:
                 raise Unusual
             seen |= 128
@@ -2514,6 +2648,7 @@ def _view_job_status(data: bytes, pos: int, end: int) -> JobStatusView:
             updated_at = _read_timestamp(data, pos, stop)
             pos = stop
         elif key == 72:
+            # deleted = 9
             if seen & 256:
                 raise Unusual
             seen |= 256
@@ -2560,24 +2695,27 @@ def encode_submit_response(msg: pb.SubmitResponse) -> bytes:
 
 def _encode_submit_response(msg: pb.SubmitResponse) -> bytearray:
     out = bytearray()
+    # job_id = 1
     v = msg.job_id
     if v:
         b = v.encode()
         n = len(b)
-        out += b'\n'
+        out += b"\x0a"
         if n < 0x80:
             out.append(n)
         else:
             _varint(out, n)
         out += b
+    # created = 2
     v = msg.created
     if v:
-        out += b'\x10\x01'
+        out += b"\x10\x01"
+    # status = 3
     v = msg.status
     if v is not None:
         b = _encode_job_status(v)
         n = len(b)
-        out += b'\x1a'
+        out += b"\x1a"
         if n < 0x80:
             out.append(n)
         else:
@@ -2590,11 +2728,12 @@ def _encode_submit_response(msg: pb.SubmitResponse) -> bytearray:
 def submit_response_job_id_field(value: str | None) -> bytes:
     """``SubmitResponse.job_id`` as ``bytes(msg)`` writes it, from the value."""
     out = bytearray()
+    # job_id = 1
     v = value
     if v:
         b = v.encode()
         n = len(b)
-        out += b'\n'
+        out += b"\x0a"
         if n < 0x80:
             out.append(n)
         else:
@@ -2606,9 +2745,10 @@ def submit_response_job_id_field(value: str | None) -> bytes:
 def submit_response_created_field(value: bool | None) -> bytes:
     """``SubmitResponse.created`` as ``bytes(msg)`` writes it, from the value."""
     out = bytearray()
+    # created = 2
     v = value
     if v:
-        out += b'\x10\x01'
+        out += b"\x10\x01"
     return bytes(out)
 
 
@@ -2618,7 +2758,7 @@ def submit_response_status_field(value: bytes | None) -> bytes:
     v = value
     if v is not None:
         n = len(v)
-        out += b'\x1a'
+        out += b"\x1a"
         if n < 0x80:
             out.append(n)
         else:
@@ -2644,6 +2784,7 @@ def _decode_submit_response(data: bytes, pos: int, end: int) -> pb.SubmitRespons
         else:
             key, pos = _read_varint(data, pos)
         if key == 10:
+            # job_id = 1
             if seen & 1:
                 raise Unusual
             seen |= 1
@@ -2658,6 +2799,7 @@ def _decode_submit_response(data: bytes, pos: int, end: int) -> pb.SubmitRespons
             job_id = str(data[pos:stop], "utf-8")
             pos = stop
         elif key == 16:
+            # created = 2
             if seen & 2:
                 raise Unusual
             seen |= 2
@@ -2670,6 +2812,7 @@ def _decode_submit_response(data: bytes, pos: int, end: int) -> pb.SubmitRespons
                 raise Unusual
             created = value == 1
         elif key == 26:
+            # status = 3
             if seen & 4:
                 raise Unusual
             seen |= 4
@@ -2703,6 +2846,7 @@ def _view_submit_response(data: bytes, pos: int, end: int) -> SubmitResponseView
         else:
             key, pos = _read_varint(data, pos)
         if key == 10:
+            # job_id = 1
             if seen & 1:
                 raise Unusual
             seen |= 1
@@ -2717,6 +2861,7 @@ def _view_submit_response(data: bytes, pos: int, end: int) -> SubmitResponseView
             job_id = str(data[pos:stop], "utf-8")
             pos = stop
         elif key == 16:
+            # created = 2
             if seen & 2:
                 raise Unusual
             seen |= 2
@@ -2729,6 +2874,7 @@ def _view_submit_response(data: bytes, pos: int, end: int) -> SubmitResponseView
                 raise Unusual
             created = value == 1
         elif key == 26:
+            # status = 3
             if seen & 4:
                 raise Unusual
             seen |= 4
@@ -2777,29 +2923,32 @@ def encode_job_event(msg: pb.JobEvent) -> bytes:
 
 def _encode_job_event(msg: pb.JobEvent) -> bytearray:
     out = bytearray()
+    # status = 1
     v = msg.status
     if v is not None:
         b = _encode_job_status(v)
         n = len(b)
-        out += b'\n'
+        out += b"\x0a"
         if n < 0x80:
             out.append(n)
         else:
             _varint(out, n)
         out += b
+    # revision = 2
     v = msg.revision
     if v:
         v = int(v)
-        out += b'\x10'
+        out += b"\x10"
         if 0 <= v < 0x80:
             out.append(v)
         else:
             _varint(out, v)
+    # instance_id = 3
     v = msg.instance_id
     if v:
         b = v.encode()
         n = len(b)
-        out += b'\x1a'
+        out += b"\x1a"
         if n < 0x80:
             out.append(n)
         else:
@@ -2815,7 +2964,7 @@ def job_event_status_field(value: bytes | None) -> bytes:
     v = value
     if v is not None:
         n = len(v)
-        out += b'\n'
+        out += b"\x0a"
         if n < 0x80:
             out.append(n)
         else:
@@ -2832,10 +2981,11 @@ def job_event_status_once(data: bytes) -> bytes | None:
 def job_event_revision_field(value: int | None) -> bytes:
     """``JobEvent.revision`` as ``bytes(msg)`` writes it, from the value."""
     out = bytearray()
+    # revision = 2
     v = value
     if v:
         v = int(v)
-        out += b'\x10'
+        out += b"\x10"
         if 0 <= v < 0x80:
             out.append(v)
         else:
@@ -2846,11 +2996,12 @@ def job_event_revision_field(value: int | None) -> bytes:
 def job_event_instance_id_field(value: str | None) -> bytes:
     """``JobEvent.instance_id`` as ``bytes(msg)`` writes it, from the value."""
     out = bytearray()
+    # instance_id = 3
     v = value
     if v:
         b = v.encode()
         n = len(b)
-        out += b'\x1a'
+        out += b"\x1a"
         if n < 0x80:
             out.append(n)
         else:
@@ -2871,6 +3022,7 @@ def _decode_job_event(data: bytes, pos: int, end: int) -> pb.JobEvent:
         else:
             key, pos = _read_varint(data, pos)
         if key == 10:
+            # status = 1
             if seen & 1:
                 raise Unusual
             seen |= 1
@@ -2885,6 +3037,7 @@ def _decode_job_event(data: bytes, pos: int, end: int) -> pb.JobEvent:
             status = _decode_job_status(data, pos, stop)
             pos = stop
         elif key == 16:
+            # revision = 2
             if seen & 2:
                 raise Unusual
             seen |= 2
@@ -2895,6 +3048,7 @@ def _decode_job_event(data: bytes, pos: int, end: int) -> pb.JobEvent:
                 value, pos = _read_varint(data, pos)
             revision = value
         elif key == 26:
+            # instance_id = 3
             if seen & 4:
                 raise Unusual
             seen |= 4
@@ -2928,6 +3082,7 @@ def _view_job_event(data: bytes, pos: int, end: int) -> JobEventView:
         else:
             key, pos = _read_varint(data, pos)
         if key == 10:
+            # status = 1
             if seen & 1:
                 raise Unusual
             seen |= 1
@@ -2942,6 +3097,7 @@ def _view_job_event(data: bytes, pos: int, end: int) -> JobEventView:
             status = _view_job_status(data, pos, stop)
             pos = stop
         elif key == 16:
+            # revision = 2
             if seen & 2:
                 raise Unusual
             seen |= 2
@@ -2952,6 +3108,7 @@ def _view_job_event(data: bytes, pos: int, end: int) -> JobEventView:
                 value, pos = _read_varint(data, pos)
             revision = value
         elif key == 26:
+            # instance_id = 3
             if seen & 4:
                 raise Unusual
             seen |= 4
