@@ -32,165 +32,26 @@ Reads a ``CodeGeneratorRequest`` on stdin, writes a ``CodeGeneratorResponse`` on
 
 from __future__ import annotations
 
-import keyword
 import re
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
-from google.protobuf import descriptor_pb2  # type: ignore[import-untyped]
+from fastwire_model import (
+    VARINT_KINDS,
+    VIEW_EXTRA,
+    Field,
+    Message,
+    Writer,
+    collect,
+    decode_type,
+    default,
+    has_presence,
+    py_type,
+    view_type,
+)
 from google.protobuf.compiler import plugin_pb2  # type: ignore[import-untyped]
 
-FieldType = descriptor_pb2.FieldDescriptorProto
 _RUNTIME = Path(__file__).with_name("fastwire_runtime.py")
-_VARINT_KINDS = {
-    FieldType.TYPE_BOOL: "bool",
-    FieldType.TYPE_ENUM: "enum",
-    FieldType.TYPE_INT32: "int32",
-    FieldType.TYPE_INT64: "int64",
-    FieldType.TYPE_UINT32: "uint32",
-    FieldType.TYPE_UINT64: "uint64",
-}
-_WELL_KNOWN = {".google.protobuf.Timestamp": "timestamp", ".google.protobuf.Duration": "duration"}
-_PY_TYPES = {
-    "string": "str",
-    "bytes": "bytes",
-    "bool": "bool",
-    "enum": "int",
-    "int32": "int",
-    "int64": "int",
-    "uint32": "int",
-    "uint64": "int",
-    "timestamp": "_dt.datetime",
-    "duration": "_dt.timedelta",
-}
-_VIEW_EXTRA = "encoded"
-
-
-@dataclass(frozen=True)
-class Field:
-    name: str
-    number: int
-    kind: str
-    """string, bytes, bool, enum, int32, int64, uint32, uint64, message, timestamp or duration."""
-    repeated: bool
-    optional: bool
-    type_name: str
-    """A message's or enum's Python class name; empty for the others."""
-
-    @property
-    def key(self) -> int:
-        wire = 0 if self.kind in _VARINT_KINDS.values() else 2
-        return self.number << 3 | wire
-
-    @property
-    def key_bytes(self) -> bytes:
-        out, key = bytearray(), self.key
-        while key > 0x7F:
-            out.append(0x80 | (key & 0x7F))
-            key >>= 7
-        out.append(key)
-        return bytes(out)
-
-
-@dataclass(frozen=True)
-class Message:
-    name: str
-    fields: tuple[Field, ...]
-
-    @property
-    def snake(self) -> str:
-        return re.sub(r"(?<!^)(?=[A-Z])", "_", self.name).lower()
-
-
-def _pascal(name: str) -> str:
-    return name.rsplit(".", 1)[-1]
-
-
-def _field(package: str, proto: descriptor_pb2.FieldDescriptorProto, owner: str) -> Field:
-    where = f"{owner}.{proto.name}"
-    if keyword.iskeyword(proto.name) or proto.name == _VIEW_EXTRA:
-        raise SystemExit(f"fastwire: {where}: a field name the generated code cannot use")
-    repeated = proto.label == FieldType.LABEL_REPEATED
-    optional = proto.proto3_optional
-    if proto.HasField("oneof_index") and not optional:
-        raise SystemExit(f"fastwire: {where}: oneof fields are not supported")
-    type_name = ""
-    if proto.type == FieldType.TYPE_STRING:
-        kind = "string"
-    elif proto.type == FieldType.TYPE_BYTES:
-        kind = "bytes"
-    elif proto.type in _VARINT_KINDS:
-        kind = _VARINT_KINDS[proto.type]
-        if proto.type == FieldType.TYPE_ENUM:
-            type_name = _pascal(proto.type_name)
-    elif proto.type == FieldType.TYPE_MESSAGE and proto.type_name in _WELL_KNOWN:
-        kind = _WELL_KNOWN[proto.type_name]
-    elif proto.type == FieldType.TYPE_MESSAGE and proto.type_name.startswith(f".{package}."):
-        kind, type_name = "message", proto.type_name.removeprefix(f".{package}.")
-        if "." in type_name:
-            raise SystemExit(f"fastwire: {where}: nested messages are not supported")
-    else:
-        raise SystemExit(f"fastwire: {where}: type {proto.type} {proto.type_name} is not supported")
-    if repeated and kind not in ("string", "bytes", "message"):
-        raise SystemExit(f"fastwire: {where}: repeated {kind} (packed) is not supported")
-    return Field(proto.name, proto.number, kind, repeated, optional, type_name)
-
-
-Collected = tuple[str, list["Message"], dict[str, list[int]]]
-
-
-def collect(request: plugin_pb2.CodeGeneratorRequest, roots: list[str]) -> Collected:
-    """The roots' package, every message they reach (dependencies first) and the enums' values."""
-    messages: dict[str, descriptor_pb2.DescriptorProto] = {}
-    enums: dict[str, list[int]] = {}
-    packages = {root.rsplit(".", 1)[0] for root in roots}
-    if len(packages) != 1:
-        raise SystemExit("fastwire: the roots must share one package")
-    package = packages.pop()
-    for file in request.proto_file:
-        if file.package != package:
-            continue
-        for message in file.message_type:
-            messages[message.name] = message
-        for enum in file.enum_type:
-            enums[enum.name] = [value.number for value in enum.value]
-    order: list[Message] = []
-    done: set[str] = set()
-
-    def visit(name: str) -> None:
-        if name in done:
-            return
-        done.add(name)
-        if name not in messages:
-            raise SystemExit(f"fastwire: no message {package}.{name}")
-        fields = tuple(_field(package, f, name) for f in messages[name].field)
-        for f in fields:
-            if f.kind == "message":
-                visit(f.type_name)
-        order.append(Message(name, fields))
-
-    for root in roots:
-        visit(root.rsplit(".", 1)[1])
-    return package, order, enums
-
-
-class Writer:
-    """Lines of Python with indentation."""
-
-    def __init__(self) -> None:
-        self.lines: list[str] = []
-        self.depth = 0
-
-    def __call__(self, line: str = "") -> None:
-        self.lines.append("    " * self.depth + line if line else "")
-
-    def indent(self) -> Writer:
-        self.depth += 1
-        return self
-
-    def dedent(self) -> None:
-        self.depth -= 1
 
 
 def _literal(data: bytes) -> str:
@@ -246,7 +107,7 @@ def _emit_encode_field(w: Writer, f: Field, value: str) -> None:
         w.dedent()
         return
     w(f"v = {value}")
-    w("if v is not None:" if _has_presence(f) else "if v:")
+    w("if v is not None:" if has_presence(f) else "if v:")
     _emit_encode_value(w.indent(), f, "v")
     w.dedent()
 
@@ -270,7 +131,7 @@ def emit_encoders(w: Writer, m: Message) -> None:
     for f in m.fields:
         if f.repeated:
             continue
-        value_type = "bytes" if f.kind == "message" else _py_type(f)
+        value_type = "bytes" if f.kind == "message" else py_type(f)
         w(f"def {m.snake}_{f.name}_field(value: {value_type} | None) -> bytes:")
         what = "the encoded sub-message" if f.kind == "message" else "the value"
         w(f'    """``{m.name}.{f.name}`` as ``bytes(msg)`` writes it, from {what}."""')
@@ -295,39 +156,6 @@ def emit_encoders(w: Writer, m: Message) -> None:
             w()
 
 
-def _py_type(f: Field) -> str:
-    if f.kind == "message":
-        return f"pb.{f.type_name}"
-    if f.kind == "enum":
-        return f"pb.{f.type_name}"
-    return _PY_TYPES[f.kind]
-
-
-def _has_presence(f: Field) -> bool:
-    """Whether betterproto2 holds the field as ``X | None`` (``optional``, messages, well-known types)."""
-    return f.optional or f.kind in ("message", "timestamp", "duration")
-
-
-def _annotation(f: Field, base: str) -> str:
-    if f.repeated:
-        return f"list[{base}]"
-    return f"{base} | None" if _has_presence(f) else base
-
-
-def _view_type(f: Field) -> str:
-    return _annotation(f, f"{f.type_name}View" if f.kind == "message" else _PY_TYPES[f.kind])
-
-
-def _default(f: Field, view: bool) -> str:
-    if f.kind == "enum" and not f.repeated and not f.optional and not view:
-        return f"_{Message(f.type_name, ()).snake.upper()}[0]"
-    if f.repeated:
-        return "[]"
-    if _has_presence(f):
-        return "None"
-    return {"string": '""', "bytes": 'b""', "bool": "False"}.get(f.kind, "0")
-
-
 def _emit_read_field(w: Writer, f: Field, view: bool, bit: int) -> None:
     """The branch of the reading loop for field ``f``'s key: check, read, store in its local."""
     w(f"elif key == {f.key}:" if bit else f"if key == {f.key}:")
@@ -343,7 +171,7 @@ def _emit_read_field(w: Writer, f: Field, view: bool, bit: int) -> None:
     w("else:")
     w("    value, pos = _read_varint(data, pos)")
     target = f"{f.name}.append" if f.repeated else None
-    if f.kind in _VARINT_KINDS.values():
+    if f.kind in VARINT_KINDS.values():
         if f.kind == "bool":
             w("if value > 1:")
             w("    raise Unusual")
@@ -410,8 +238,8 @@ def emit_readers(w: Writer, m: Message, view: bool) -> None:
     if view:
         w("start = pos")
     for f in m.fields:
-        annotation = _view_type(f) if view else _decode_type(f)
-        w(f"{f.name}: {annotation} = {_default(f, view)}")
+        annotation = view_type(f) if view else decode_type(f)
+        w(f"{f.name}: {annotation} = {default(f, view)}")
     if any(not f.repeated for f in m.fields):
         w("seen = 0")
     w("while pos < end:")
@@ -440,10 +268,6 @@ def emit_readers(w: Writer, m: Message, view: bool) -> None:
     w.dedent()
     w()
     w()
-
-
-def _decode_type(f: Field) -> str:
-    return _annotation(f, _py_type(f))
 
 
 def emit_public_readers(w: Writer, m: Message) -> None:
@@ -479,8 +303,8 @@ def emit_view_class(w: Writer, m: Message) -> None:
     w(f'    """A plain ``{m.name}`` as read: enums as ints, sub-messages as views, ``encoded`` its bytes."""')
     w()
     for f in m.fields:
-        w(f"    {f.name}: {_view_type(f)}")
-    w(f"    {_VIEW_EXTRA}: bytes")
+        w(f"    {f.name}: {view_type(f)}")
+    w(f"    {VIEW_EXTRA}: bytes")
     w()
     w()
 
