@@ -126,7 +126,7 @@ def layout_entries(entries: Sequence[pb.LayoutEntry]) -> list[layout.LayoutEntry
     for entry in entries:
         path = layout.below_job_dir(entry.path)
         if entry.kind == pb.LayoutEntryKind.DIRECTORY:
-            if entry.mode is not None and not 0 <= entry.mode <= 0o7777:
+            if entry.mode is not None and not 0 <= entry.mode <= 0o777:  # as the old line allowed
                 raise ValueError(f"layout: bad mode {entry.mode!r}")
             out.append(layout.LayoutDir(path, entry.mode))
         elif entry.kind == pb.LayoutEntryKind.SYMLINK:

@@ -468,10 +468,14 @@ def test_prepare_job_dir_leaves_a_layout_it_cannot_make_to_the_script(tmp_path: 
     jobfiles.prepare_job_dir(job_dir, bad)
     assert not (job_dir / layout.PREPARED_FILE).is_symlink(), "no marker: the script makes its own layout"
     assert not (tmp_path / "x").exists()
-    outside = [pb.LayoutEntry(kind=pb.LayoutEntryKind.SYMLINK, path="rootfs/x", target="../x")]
-    jobfiles.prepare_job_dir(job_dir, "#!/bin/bash\n", outside)
-    assert not (job_dir / layout.PREPARED_FILE).is_symlink(), "a field naming a path outside: the script's job"
-    assert not (job_dir / "rootfs").exists()
+    for declared in (
+        [pb.LayoutEntry(kind=pb.LayoutEntryKind.SYMLINK, path="rootfs/x", target="../x")],  # a path outside
+        [pb.LayoutEntry(kind=pb.LayoutEntryKind.DIRECTORY, path="rootfs/x", mode=0o4755)],  # a setuid mode
+        [pb.LayoutEntry(path="rootfs/x")],  # no kind
+    ):
+        jobfiles.prepare_job_dir(job_dir, "#!/bin/bash\n", declared)
+        assert not (job_dir / layout.PREPARED_FILE).is_symlink(), f"the script's own job: {declared}"
+        assert not (job_dir / "rootfs").exists()
     (job_dir / "volumes").write_text("a file where a directory goes")
     jobfiles.prepare_job_dir(job_dir, f'#!/bin/bash\n{layout.LAYOUT_PREFIX}[["d","volumes/v",null]]\n')
     assert not (job_dir / layout.PREPARED_FILE).is_symlink()
