@@ -24,6 +24,7 @@ $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e ".[all,dev]"
+	ln -sf "$(CURDIR)/proto/plugins/protoc-gen-python_fastwire" $(BIN)/protoc-gen-python_fastwire
 	@touch $(STAMP)
 
 # Debian packages for the real-service tests (redis, Slurm, podman); needs root or sudo, skipped otherwise.
@@ -38,7 +39,8 @@ system-packages:
 	  else echo "warning: cannot install$$missing; tests that need them will be skipped"; fi; \
 	fi
 
-# Regenerate gen/ from proto/. Run from an empty directory: the betterproto2 compiler formats with
+# Regenerate gen/ from proto/: betterproto2's classes, and the fast codecs of proto/plugins/ (buf.gen.yaml finds
+# that plugin on PATH as protoc-gen-python_fastwire, linked into the venv's bin by the venv rule). Run from an empty directory: the betterproto2 compiler formats with
 # the `ruff` on PATH using the config of its working directory, and decides which __init__.py files to
 # write by looking at its working directory, so running it from the repository root changes its output.
 gen: venv

@@ -76,11 +76,11 @@ def children_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def run_job(job_dir: Path, script: str, prefix: list[str] | None = None) -> float:
+def run_job(job_dir: Path, job: pb.JobScript, prefix: list[str] | None = None) -> float:
     """Run one job as a submitter would; returns the CPU seconds ``prepare_job_dir`` took here."""
     shutil.rmtree(job_dir, ignore_errors=True)
     started = time.process_time()
-    prepare_job_dir(job_dir, script)
+    prepare_job_dir(job_dir, job.script, job.layout)
     prepare = time.process_time() - started
     env = {**os.environ, layout.JOB_DIR_ENV: str(job_dir)}
     proc = subprocess.run(
@@ -91,23 +91,23 @@ def run_job(job_dir: Path, script: str, prefix: list[str] | None = None) -> floa
     return prepare
 
 
-def cpu_per_job_ms(job_dir: Path, script: str, jobs: int) -> tuple[float, float, float]:
+def cpu_per_job_ms(job_dir: Path, job: pb.JobScript, jobs: int) -> tuple[float, float, float]:
     """(CPU ms per job, wall ms per job, prepare_job_dir CPU ms per job) over ``jobs`` sequential jobs."""
     started_cpu, started = children_cpu_s(), time.perf_counter()
     prepare = 0.0
     for _ in range(jobs):
-        prepare += run_job(job_dir, script)
+        prepare += run_job(job_dir, job)
     cpu, wall = (children_cpu_s() - started_cpu) * 1e3 / jobs, (time.perf_counter() - started) * 1e3 / jobs
     return cpu, wall, prepare * 1e3 / jobs
 
 
-def spawn_counts(job_dir: Path, script: str, tmp: Path) -> tuple[int, int] | None:
+def spawn_counts(job_dir: Path, job: pb.JobScript, tmp: Path) -> tuple[int, int] | None:
     """(spawns before the first container's execve, spawns in all) of one job, from strace; None without it."""
     strace = shutil.which("strace")
     if strace is None:
         return None
     trace = tmp / "strace.txt"
-    run_job(job_dir, script, [strace, "-f", "-qq", "-e", "trace=fork,vfork,clone,clone3,execve", "-o", str(trace)])
+    run_job(job_dir, job, [strace, "-f", "-qq", "-e", "trace=fork,vfork,clone,clone3,execve", "-o", str(trace)])
     before_first, total, seen_container = 0, 0, False
     for line in trace.read_text().splitlines():
         call = line.split(None, 1)[1] if " " in line else line
@@ -132,13 +132,14 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="bench-wrapper-", dir=args.state_root))
     state_fs = file_system_of(tmp)
     job_dir = tmp / "jobs" / "00000000-0000-4000-8000-00000000beef"
-    script = render_job(bench_pod(), pb.BuildConfig(runtime=pb.ContainerRuntime.NONE)).script
+    job = render_job(bench_pod(), pb.BuildConfig(runtime=pb.ContainerRuntime.NONE))
+    script = job.script
     try:
-        run_job(job_dir, script)  # warm the page cache
+        run_job(job_dir, job)  # warm the page cache
         rows, wrapper, baseline, prepare, base_prepare = [], [], [], [], []
         for rep in range(args.reps):
-            cpu, wall, prep = cpu_per_job_ms(job_dir, script, args.jobs)
-            base_cpu, base_wall, base_prep = cpu_per_job_ms(job_dir, BASELINE_SCRIPT, args.jobs)
+            cpu, wall, prep = cpu_per_job_ms(job_dir, job, args.jobs)
+            base_cpu, base_wall, base_prep = cpu_per_job_ms(job_dir, pb.JobScript(script=BASELINE_SCRIPT), args.jobs)
             wrapper.append(cpu)
             baseline.append(base_cpu)
             prepare.append(prep)
@@ -155,8 +156,8 @@ def main() -> None:
                     f"{base_prep:.3f}",
                 ]
             )
-        spawns = spawn_counts(job_dir, script, tmp)
-        base_spawns = spawn_counts(job_dir, BASELINE_SCRIPT, tmp)
+        spawns = spawn_counts(job_dir, job, tmp)
+        base_spawns = spawn_counts(job_dir, pb.JobScript(script=BASELINE_SCRIPT), tmp)
         print_table(
             f"rendered wrapper, runtime none, 2 containers running {TRUE}, {args.jobs} sequential jobs per rep "
             f"(job directory on {state_fs})",

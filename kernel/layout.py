@@ -10,8 +10,9 @@ so they are safe file names):
                                  a reader takes it only once it ends in a newline).
 
 The job's own exit code is 0 when every container succeeded, else the first failure's code.
-Submitters read these files to report per-container state; of the script itself they parse only its
-layout line (below), to make its directories and links before it runs.
+Submitters read these files to report per-container state. The directories and links to make before the
+script runs come in ``JobScript.layout`` (the proto field); older scripts declared them on a JSON layout
+line, which :func:`parse_layout` still reads (the compatibility path).
 """
 
 from __future__ import annotations
@@ -102,7 +103,8 @@ as the submitter names it, like the links' targets). The script skips its own se
 removes it first at exit. A layout of directories only needs no marker: the script tests each directory
 (``containers/`` too), so a rerun after its clean-up removed them, or a half-made layout, fails the test."""
 LAYOUT_PREFIX = "# interlink-nats layout: "
-"""A rendered script's layout line (JSON, one line), among its first lines."""
+"""The layout line (JSON, one line) among the first lines of a script rendered before ``JobScript.layout``
+existed: read by :func:`parse_layout` so such scripts, still queued or retried, keep their prepared layout."""
 _LAYOUT_WINDOW = 1024
 _LAYOUT_JSON = json.JSONEncoder(ensure_ascii=True, separators=(",", ":"))
 """One encoder for every script: ``json.dumps`` with options builds a new one per call (~3 µs a render)."""
@@ -135,7 +137,8 @@ def needs_marker(entries: Sequence[LayoutEntry]) -> bool:
 
 
 def layout_line(entries: list[LayoutEntry]) -> str:
-    """The script's layout line (no newline); JSON escapes every control character, so it stays one line."""
+    """The layout line an older renderer wrote (no newline): kept to make such scripts in tests of the
+    compatibility path; JSON escapes every control character, so it stays one line."""
     items: list[list[str | None]] = []
     for e in entries:
         if isinstance(e, LayoutDir):
@@ -145,14 +148,16 @@ def layout_line(entries: list[LayoutEntry]) -> str:
     return LAYOUT_PREFIX + _LAYOUT_JSON.encode(items)
 
 
-def _below(path: object) -> str:
+def below_job_dir(path: object) -> str:
+    """``path`` when it names something below the job dir (relative, no ``..``); ValueError otherwise."""
     if not isinstance(path, str) or not path or path.startswith("/") or "\x00" in path or ".." in path.split("/"):
         raise ValueError(f"layout: not a path below the job dir: {path!r}")
     return path
 
 
 def parse_layout(script: str) -> list[LayoutEntry] | None:
-    """The entries of a script's layout line; None when it has none (not a rendered script).
+    """The entries of a script's layout line; None when it has none (a script rendered with
+    ``JobScript.layout``, or not rendered at all). The compatibility path for scripts of older renderers.
 
     Raises ValueError when the line is malformed or names a path outside the job dir."""
     start = script.find("\n" + LAYOUT_PREFIX, 0, _LAYOUT_WINDOW)
@@ -176,11 +181,11 @@ def _parse_entries(text: str) -> tuple[LayoutEntry, ...]:
     for item in items:
         match item:
             case ["d", path, None]:
-                out.append(LayoutDir(_below(path)))
+                out.append(LayoutDir(below_job_dir(path)))
             case ["d", path, str(mode)] if _MODE.fullmatch(mode):
-                out.append(LayoutDir(_below(path), int(mode, 8)))
+                out.append(LayoutDir(below_job_dir(path), int(mode, 8)))
             case ["l", path, target]:
-                out.append(LayoutLink(_below(path), _below(target)))
+                out.append(LayoutLink(below_job_dir(path), below_job_dir(target)))
             case _:
                 raise ValueError(f"layout: bad entry {item!r}")
     return tuple(out)

@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
+from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel import layout
 from interlink_nats.kernel.names import is_dns_label, is_pod_uid
 from interlink_nats.submitters.status import ContainerFiles, container_file_number
@@ -72,12 +73,13 @@ def _umask_keeps_owner_bits() -> bool:
     return False
 
 
-def prepare_job_dir(job_dir: Path, script: str) -> Path:
+def prepare_job_dir(job_dir: Path, script: str, entries: Sequence[pb.LayoutEntry] = ()) -> Path:
     """Create the job directory (0700) with ``containers/`` and write the script (0700) atomically.
 
-    A rendered script declares its job-dir layout (volume directories, runtime ``none``'s links): it is made
-    here too, and the script, finding it there, skips the processes that would make it (issue 14, P8).
-    When the layout cannot be made the script makes it itself, as it would have.
+    The job-dir layout (volume directories, runtime ``none``'s links) comes in ``entries``
+    (``JobScript.layout``), or, for a script rendered before that field existed, on the script's layout
+    line: it is made here too, and the script, finding it there, skips the processes that would make it
+    (issue 14, P8). When the layout cannot be made the script makes it itself, as it would have.
 
     Idempotent, so a retried submission after a crash rewrites the same content. On the create
     path of every job, so it spends few syscalls: plain ``os`` calls on string paths, the parent
@@ -113,11 +115,28 @@ def prepare_job_dir(job_dir: Path, script: str) -> Path:
     finally:
         os.close(fd)
     os.replace(tmp, path)
-    _prepare_layout(directory, script, fresh)
+    _prepare_layout(directory, script, entries, fresh)
     return Path(path)
 
 
-def _prepare_layout(directory: str, script: str, fresh: bool) -> None:
+def layout_entries(entries: Sequence[pb.LayoutEntry]) -> list[layout.LayoutEntry]:
+    """``JobScript.layout`` as the kernel's entries; ValueError for a path outside the job dir or a kind
+    this submitter does not know (the script then makes its layout itself)."""
+    out: list[layout.LayoutEntry] = []
+    for entry in entries:
+        path = layout.below_job_dir(entry.path)
+        if entry.kind == pb.LayoutEntryKind.DIRECTORY:
+            if entry.mode is not None and not 0 <= entry.mode <= 0o777:  # as the old line allowed
+                raise ValueError(f"layout: bad mode {entry.mode!r}")
+            out.append(layout.LayoutDir(path, entry.mode))
+        elif entry.kind == pb.LayoutEntryKind.SYMLINK:
+            out.append(layout.LayoutLink(path, layout.below_job_dir(entry.target)))
+        else:
+            raise ValueError(f"layout: unknown entry kind {entry.kind!r}")
+    return out
+
+
+def _prepare_layout(directory: str, script: str, proto_entries: Sequence[pb.LayoutEntry], fresh: bool) -> None:
     """Make the layout a rendered script declares. With links in it, ``.prepared`` last: a symlink to the job
     dir as this process names it, so ``[ .prepared -ef . ]`` in the script holds only where the links made
     here, which use that name, lead into the directory the script runs in. Without links, no marker: the
@@ -127,7 +146,8 @@ def _prepare_layout(directory: str, script: str, fresh: bool) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(marker)  # the script's own set-up until this pass completes
     try:
-        entries = layout.parse_layout(script)
+        # The field when it is set; else the layout line of a script rendered before it (compatibility path).
+        entries = layout_entries(proto_entries) if proto_entries else layout.parse_layout(script)
     except ValueError:
         return
     if entries is None:
@@ -170,12 +190,16 @@ def _make_dirs(directory: str, rel: str, made: set[str]) -> None:
     made.add(rel)
 
 
-def prepare_job_dirs(items: Sequence[tuple[Path, str]]) -> list[Path | OSError]:
+JobDirItem = tuple[Path, str, Sequence[pb.LayoutEntry]]
+"""What :func:`prepare_job_dir` takes: the job dir, the script and ``JobScript.layout``."""
+
+
+def prepare_job_dirs(items: Sequence[JobDirItem]) -> list[Path | OSError]:
     """:func:`prepare_job_dir` for many jobs in one thread hop (Submit batches them); errors stay per job."""
     out: list[Path | OSError] = []
-    for job_dir, script in items:
+    for job_dir, script, entries in items:
         try:
-            out.append(prepare_job_dir(job_dir, script))
+            out.append(prepare_job_dir(job_dir, script, entries))
         except OSError as exc:
             out.append(exc)
     return out

@@ -93,7 +93,7 @@ class Submissions:
         self._outbox = outbox
         self._clock = clock
         self.inflight: dict[str, asyncio.Task[pb.SubmitResponse]] = {}
-        self.job_dirs: BatchRunner[tuple[Path, str], Path] = BatchRunner(
+        self.job_dirs: BatchRunner[jobfiles.JobDirItem, Path] = BatchRunner(
             jobfiles.prepare_job_dirs, name="submitter-job-dirs"
         )
         self.stopping = False
@@ -148,11 +148,12 @@ class Submissions:
             self._backend.name,
         )
         script = job.script
+        entries = job.layout
 
         def write_job_dir() -> None:
             # On the registry's writer thread, right after the claim's commit (see the docstring).
             self.on_step("claimed")
-            jobfiles.prepare_job_dir(job_dir, script)
+            jobfiles.prepare_job_dir(job_dir, script, entries)
 
         try:
             created, row = await reg.claim(
@@ -195,7 +196,7 @@ class Submissions:
                 return await self._execute(resumed, row, meta)
         if not created:  # resuming an interrupted submission: its directory may be missing or partial
             try:
-                await self.job_dirs.run((job_dir, script))
+                await self.job_dirs.run((job_dir, script, entries))
             except OSError as exc:
                 raise Unavailable(f"cannot write the job directory: {exc}") from None
         self.on_step("job_dir")

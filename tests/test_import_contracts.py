@@ -31,7 +31,6 @@ PURE_MODULES = (
     "interlink_nats.kernel.layout",
     "interlink_nats.kernel.log_context",
     "interlink_nats.kernel.names",
-    "interlink_nats.kernel.protowire",
     "interlink_nats.kernel.quantities",
     "interlink_nats.kernel.subjects",
     "interlink_nats.kernel.version",

@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
-from interlink_nats.gen.google import protobuf as pb_google
-from interlink_nats.kernel import layout, protowire, quantities
+from interlink_nats.kernel import layout, quantities
 from interlink_nats.kernel.names import is_dns_label, is_pod_uid
 from interlink_nats.kernel.subjects import InvalidPoolNameError, Role, inbox_prefix, validate_pool
 
@@ -85,39 +82,3 @@ def test_layout_line_round_trips_and_stays_one_line() -> None:
 def test_layout_line_rejects_paths_outside_the_job_dir_and_bad_entries(items: str) -> None:
     with pytest.raises(ValueError, match=r"^layout: "):
         layout.parse_layout(f"#!/bin/bash\n{layout.LAYOUT_PREFIX}{items}\n")
-
-
-@given(st.integers(min_value=-(1 << 63), max_value=(1 << 64) - 1))
-def test_protowire_varints_read_back_as_written(value: int) -> None:
-    data = protowire.varint(value) + b"\x01"
-    read, pos = protowire.read_varint(data, 0)
-    assert read == value % (1 << 64)
-    assert protowire.signed(read, 64) == (value if value < 1 << 63 else value - (1 << 64))
-    assert data[pos:] == b"\x01"
-    assert protowire.skip(data, 0, protowire.WIRE_VARINT) == pos
-
-
-@given(st.integers(min_value=-(1 << 63), max_value=(1 << 63) - 1), st.integers(-999_999_999, 999_999_999))
-def test_protowire_fields_are_betterproto2_bytes(seconds: int, nanos: int) -> None:
-    """The writers make what the generated classes make (defaults left out, negatives as ten bytes)."""
-    out = bytearray()
-    protowire.append_int(out, 1, seconds)
-    protowire.append_int(out, 2, nanos)
-    assert bytes(out) == bytes(pb_google.Duration(seconds=seconds, nanos=nanos))
-    wrapped = protowire.len_field(4, bytes(out))
-    assert protowire.skip(wrapped, 1, protowire.WIRE_LEN) == len(wrapped)
-
-
-def test_protowire_rejects_what_no_int64_is() -> None:
-    with pytest.raises(ValueError, match="ten bytes"):
-        protowire.read_varint(b"\xff" * 11, 0)
-    with pytest.raises(ValueError, match="64 bits"):
-        protowire.read_varint(b"\xff" * 9 + b"\x7f", 0)
-    with pytest.raises(IndexError):
-        protowire.read_varint(b"\x80", 0)
-    with pytest.raises(ValueError, match="64-bit"):
-        protowire.varint(-(1 << 63) - 1)
-    with pytest.raises(ValueError, match="wire type 3"):
-        protowire.skip(b"", 0, 3)
-    assert protowire.string_field(2, "") == b""
-    assert protowire.string_field(2, "é") == b"\x12\x02\xc3\xa9"

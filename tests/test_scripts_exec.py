@@ -67,9 +67,10 @@ def py(name: str, code: str, *args: str, **extra: Any) -> dict[str, Any]:
 def run(job_dir: Path, data: dict[str, Any], timeout: float = 60, *, prepared: bool = False, path: str = "") -> int:
     """Run the script in ``job_dir``: written alone (the script makes its own layout), or ``prepared`` by
     the submitter's ``prepare_job_dir``; ``path`` replaces PATH."""
-    script = render_job(data, NONE).script
+    job = render_job(data, NONE)
+    script = job.script
     if prepared:
-        prepare_job_dir(job_dir, script)
+        prepare_job_dir(job_dir, script, job.layout)
     else:
         (job_dir / layout.SCRIPT_NAME).write_text(script)
     env = {**os.environ, layout.JOB_DIR_ENV: str(job_dir), **({"PATH": path} if path else {})}
@@ -541,7 +542,8 @@ def test_layout_prepared_for_another_path_is_not_trusted(job_dir: Path, tmp_path
     """The submitter's links point into the job dir as it named it: when that name leads elsewhere on the
     node running the script (another file system mounted there), the script makes its own layout."""
     data = job_dir_volume_pod(tmp_path)
-    prepare_job_dir(job_dir, render_job(data, NONE).script)
+    job = render_job(data, NONE)
+    prepare_job_dir(job_dir, job.script, job.layout)
     shutil.rmtree(job_dir / layout.VOLUMES_DIR)  # trusting the layout would fail to write the files
     (job_dir / layout.PREPARED_FILE).unlink()
     (tmp_path / "elsewhere").mkdir()
@@ -598,7 +600,8 @@ def test_prepared_job_runs_no_set_up_command(job_dir: Path, tmp_path: Path) -> N
 def test_prepared_job_dir_reached_under_another_name(job_dir: Path, tmp_path: Path) -> None:
     """The script runs in the job dir through an alias (a symlinked mount point): the submitter's links
     still lead into it, so its layout is used (no mkdir, chmod nor ln on PATH)."""
-    prepare_job_dir(job_dir, render_job(job_dir_volume_pod(tmp_path), NONE).script)
+    job = render_job(job_dir_volume_pod(tmp_path), NONE)
+    prepare_job_dir(job_dir, job.script, job.layout)
     alias = tmp_path / "alias"
     alias.symlink_to(job_dir)
     env = {**os.environ, layout.JOB_DIR_ENV: str(alias), "PATH": only_commands(tmp_path, "base64", "env", "rm")}

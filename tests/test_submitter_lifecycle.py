@@ -238,7 +238,7 @@ PURE_IMPORTS = {
     "interlink_nats.gen.interlink_nats",
     "interlink_nats.submitters.backends.base",
     "interlink_nats.submitters.status",
-    "interlink_nats.kernel.protowire",
+    "interlink_nats.gen.interlink_nats.v1",
 }
 
 

@@ -287,6 +287,7 @@ def test_fastwire_encodes_exactly_what_betterproto_does(kw: dict[str, object]) -
         containers=job.containers,
         resources=job.resources,
         backend_flags=job.backend_flags,
+        layout=job.layout,
     )
     assert fastwire.job_spec(job) == bytes(spec)
     assert pb.JobScript.parse(fastwire.job_spec(job)) == spec
@@ -429,7 +430,10 @@ def test_exit_file_being_written_is_read_again_not_cached(tmp_path: Path) -> Non
     assert files["c"].finished_at is not None
 
 
-def test_prepare_job_dir_makes_the_declared_layout(tmp_path: Path) -> None:
+@pytest.mark.parametrize("declared_by", ["field", "old layout line"])
+def test_prepare_job_dir_makes_the_declared_layout(tmp_path: Path, declared_by: str) -> None:
+    """From ``JobScript.layout``; and from the JSON layout line of a script rendered before the field existed
+    (the compatibility path), the same directories and links."""
     job_dir = tmp_path / "j"
     entries: list[layout.LayoutEntry] = [
         layout.LayoutDir("volumes/cfg", 0o755),
@@ -437,9 +441,19 @@ def test_prepare_job_dir_makes_the_declared_layout(tmp_path: Path) -> None:
         layout.LayoutLink("rootfs/main/etc/app", "volumes/cfg"),
         layout.LayoutDir("rootfs/main/etc/app/inside"),  # through the link, like `mkdir -p`
     ]
-    script = f"#!/bin/bash\n{layout.layout_line(entries)}\ntrue\n"
+    field = [
+        pb.LayoutEntry(kind=pb.LayoutEntryKind.DIRECTORY, path="volumes/cfg", mode=0o755),
+        pb.LayoutEntry(kind=pb.LayoutEntryKind.DIRECTORY, path="volumes/scratch/a/b"),
+        pb.LayoutEntry(kind=pb.LayoutEntryKind.SYMLINK, path="rootfs/main/etc/app", target="volumes/cfg"),
+        pb.LayoutEntry(kind=pb.LayoutEntryKind.DIRECTORY, path="rootfs/main/etc/app/inside"),
+    ]
+    assert jobfiles.layout_entries(field) == entries
+    if declared_by == "field":
+        script, declared = "#!/bin/bash\ntrue\n", field
+    else:
+        script, declared = f"#!/bin/bash\n{layout.layout_line(entries)}\ntrue\n", []
     for _ in range(2):  # a retried submission makes the same layout again
-        jobfiles.prepare_job_dir(job_dir, script)
+        jobfiles.prepare_job_dir(job_dir, script, declared)
         assert oct((job_dir / "volumes/cfg").stat().st_mode & 0o777) == "0o755"
         assert oct((job_dir / "volumes/scratch/a").stat().st_mode & 0o777) == "0o700"
         assert os.readlink(job_dir / "rootfs/main/etc/app") == str(job_dir.absolute() / "volumes/cfg")
@@ -456,6 +470,14 @@ def test_prepare_job_dir_leaves_a_layout_it_cannot_make_to_the_script(tmp_path: 
     jobfiles.prepare_job_dir(job_dir, bad)
     assert not (job_dir / layout.PREPARED_FILE).is_symlink(), "no marker: the script makes its own layout"
     assert not (tmp_path / "x").exists()
+    for declared in (
+        [pb.LayoutEntry(kind=pb.LayoutEntryKind.SYMLINK, path="rootfs/x", target="../x")],  # a path outside
+        [pb.LayoutEntry(kind=pb.LayoutEntryKind.DIRECTORY, path="rootfs/x", mode=0o4755)],  # a setuid mode
+        [pb.LayoutEntry(path="rootfs/x")],  # no kind
+    ):
+        jobfiles.prepare_job_dir(job_dir, "#!/bin/bash\n", declared)
+        assert not (job_dir / layout.PREPARED_FILE).is_symlink(), f"the script's own job: {declared}"
+        assert not (job_dir / "rootfs").exists()
     (job_dir / "volumes").write_text("a file where a directory goes")
     jobfiles.prepare_job_dir(job_dir, f'#!/bin/bash\n{layout.LAYOUT_PREFIX}[["d","volumes/v",null]]\n')
     assert not (job_dir / layout.PREPARED_FILE).is_symlink()

@@ -205,6 +205,13 @@ def _pod_options(ctx: RenderContext, uid: str) -> tuple[PodOptions, tuple[str, .
     return pod, tuple(mpi), backend_flags
 
 
+def _layout_entry(entry: layout.LayoutEntry) -> pb.LayoutEntry:
+    """``JobScript.layout``'s form of an entry the submitter makes before the script runs."""
+    if isinstance(entry, layout.LayoutDir):
+        return pb.LayoutEntry(kind=pb.LayoutEntryKind.DIRECTORY, path=entry.path, mode=entry.mode)
+    return pb.LayoutEntry(kind=pb.LayoutEntryKind.SYMLINK, path=entry.path, target=entry.target)
+
+
 def _prepared_test(entries: list[layout.LayoutEntry]) -> str:
     """The script's test that the submitter made its layout (``layout.PREPARED_FILE``): a layout of
     directories is tested entry by entry, with builtins, so it needs no marker (an inode made and removed
@@ -295,7 +302,6 @@ def render_job(
 
     script = _render_script(
         runtime_name=runtime.name,
-        layout_line=layout.layout_line(prepared),
         prepared_test=_prepared_test(prepared),
         remove_layout=bool(prepared or entries),
         layout_lines=layout_lines,
@@ -327,4 +333,5 @@ def render_job(
         containers=[p.name for p in main_plans],
         resources=resources,
         backend_flags=backend_flags,
+        layout=[_layout_entry(e) for e in prepared],
     )

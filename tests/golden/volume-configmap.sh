@@ -1,6 +1,5 @@
 #!/bin/bash
 # interlink-nats job script (runtime apptainer). Self-contained; run with cwd = job directory.
-# interlink-nats layout: [["d","volumes/vol","0755"],["d","volumes/vol/dir","0755"]]
 # Needs bash >= 4.2 and coreutils (base64, chmod, mkdir, ln, rm, sleep).
 # Every pod-derived value below is a single-quoted shell word; only the pre-exec sections are raw shell.
 set -u
@@ -9,7 +8,7 @@ __job_dir=${INTERLINK_JOB_DIR:-$PWD}
 cd -- "$__job_dir" || exit 125
 __job_dir=$PWD
 export INTERLINK_JOB_DIR="$__job_dir"
-# The submitter made the job dir 0700, containers/ and the layout above when this test holds.
+# The submitter made the job dir 0700, containers/ and the layout (JobScript.layout) when this test holds.
 __prepared=0
 [ -d containers ] && [ -d volumes/vol ] && [ -d volumes/vol/dir ] && __prepared=1
 if [ "$__prepared" = 0 ]; then

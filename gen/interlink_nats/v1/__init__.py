@@ -27,6 +27,8 @@ __all__ = (
     "JobState",
     "JobStatus",
     "KeyToPath",
+    "LayoutEntry",
+    "LayoutEntryKind",
     "ListJobsRequest",
     "ListJobsResponse",
     "ObjectMeta",
@@ -178,6 +180,36 @@ class JobState(betterproto2.Enum):
             "JOB_STATE_FAILED": 4,
             "JOB_STATE_CANCELLED": 5,
             "JOB_STATE_LOST": 6,
+        }
+
+
+class LayoutEntryKind(betterproto2.Enum):
+    UNSPECIFIED = 0
+
+    DIRECTORY = 1
+    """
+    A directory, made like `mkdir -p` under umask 077.
+    """
+
+    SYMLINK = 2
+    """
+    A symlink to `<job dir>/<target>`, its parent made like a directory.
+    """
+
+    @classmethod
+    def betterproto_value_to_renamed_proto_names(cls) -> dict[int, str]:
+        return {
+            0: "LAYOUT_ENTRY_KIND_UNSPECIFIED",
+            1: "LAYOUT_ENTRY_KIND_DIRECTORY",
+            2: "LAYOUT_ENTRY_KIND_SYMLINK",
+        }
+
+    @classmethod
+    def betterproto_renamed_proto_names_to_value(cls) -> dict[str, int]:
+        return {
+            "LAYOUT_ENTRY_KIND_UNSPECIFIED": 0,
+            "LAYOUT_ENTRY_KIND_DIRECTORY": 1,
+            "LAYOUT_ENTRY_KIND_SYMLINK": 2,
         }
 
 
@@ -604,6 +636,15 @@ class JobScript(betterproto2.Message):
     Backend flags from the pod (e.g. the words of `slurm-job.vk.io/flags`).
     """
 
+    layout: "list[LayoutEntry]" = betterproto2.field(
+        7, betterproto2.TYPE_MESSAGE, repeated=True
+    )
+    """
+    The job-directory layout the submitter makes before the script runs (one
+    process per directory or link saved in bash), in order. The script makes it
+    itself when the submitter did not (a standalone run, a rerun).
+    """
+
 
 default_message_pool.register_message("interlink_nats.v1", "JobScript", JobScript)
 
@@ -660,6 +701,36 @@ class KeyToPath(betterproto2.Message):
 
 
 default_message_pool.register_message("interlink_nats.v1", "KeyToPath", KeyToPath)
+
+
+@dataclass(eq=False, repr=False)
+class LayoutEntry(betterproto2.Message):
+    """
+    One directory or symlink below the job directory.
+    """
+
+    kind: "LayoutEntryKind" = betterproto2.field(
+        1, betterproto2.TYPE_ENUM, default_factory=lambda: LayoutEntryKind(0)
+    )
+
+    path: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    Relative to the job directory; never absolute, never through `..`.
+    """
+
+    mode: "int | None" = betterproto2.field(3, betterproto2.TYPE_UINT32, optional=True)
+    """
+    A directory's permission bits (e.g. 0o700), set after it is made; unset
+    leaves what umask 077 gives.
+    """
+
+    target: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
+    """
+    A symlink's target, relative to the job directory like `path`.
+    """
+
+
+default_message_pool.register_message("interlink_nats.v1", "LayoutEntry", LayoutEntry)
 
 
 @dataclass(eq=False, repr=False)
