@@ -111,11 +111,19 @@ class Submitter:
             pool=self.pool, backend=self.backend, clock=self.clock, outbox=self.outbox, registry=self._reg
         )
         self.announcer = Announcer(settings, self.backend, self.clock)
-        parts = {"registry": self._reg, "backend": self.backend, "poller": self.poller, "outbox": self.outbox}
         self.submissions = Submissions(
-            pool=self.pool, state_dir=self.state_dir, lock=self.instance_lock, clock=self.clock, **parts
+            pool=self.pool,
+            state_dir=self.state_dir,
+            lock=self.instance_lock,
+            registry=self._reg,
+            backend=self.backend,
+            poller=self.poller,
+            outbox=self.outbox,
+            clock=self.clock,
         )
-        self.recovery = Recovery(lock=self.instance_lock, **parts)
+        self.recovery = Recovery(
+            lock=self.instance_lock, registry=self._reg, backend=self.backend, poller=self.poller, outbox=self.outbox
+        )
         self.queries = Queries(registry=self._reg, backend=self.backend)
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
