@@ -65,8 +65,9 @@ async def run_stack(
         if state_dir is None:
             state_dir = Path(cleanup.enter_context(tempfile.TemporaryDirectory(prefix="interlink-nats-up-")))
         state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        nats_server = NatsServerProcess(work_dir=state_dir / "nats")
-        await nats_server.start()
+        # Started on this thread, which lives as long as `up`: the server dies with it, even on kill -9.
+        nats_server = NatsServerProcess(work_dir=state_dir / "nats", die_with_parent=True)
+        nats_server.start_blocking()
         try:
             await _run_parts(stop, nats_server.url, gateway_settings, listener, pool, state_dir)
         finally:
