@@ -10,6 +10,13 @@ import typer
 from interlink_nats.controller import model, offline
 from interlink_nats.controller.reconcile import KUEUE_VERSIONS
 
+
+class InvalidManifest(ValueError):
+    """A MasterQueue file that does not validate: bad input (exit 2), its problems by field path."""
+
+    exit_code = 2
+
+
 app = typer.Typer(help="kueue-nats: keep Kueue ResourceFlavors and ClusterQueues in line with pool reports.")
 
 
@@ -26,14 +33,11 @@ def render(
         raise typer.BadParameter(f"must be one of {', '.join(KUEUE_VERSIONS)}", param_hint="--kueue-api")
     bodies = offline.load_masterqueues(masterqueue.read_text())
     if not bodies:
-        typer.echo(f"{masterqueue}: no MasterQueue found", err=True)
-        raise typer.Exit(2)
+        raise InvalidManifest(f"{masterqueue}: no MasterQueue found")
     try:
         objects, warnings = offline.render(bodies, offline.load_reports(reports.read_text()), kueue_api)
-    except model.MasterQueueError as exc:
-        for problem in exc.problems:
-            typer.echo(f"error: {problem}", err=True)
-        raise typer.Exit(1) from exc
+    except model.MasterQueueError as exc:  # every problem of the file, on the one line of the CLI's errors
+        raise InvalidManifest(f"{masterqueue}: {'; '.join(exc.problems)}") from None
     for warning in warnings:
         typer.echo(f"warning: {warning}", err=True)
     typer.echo(offline.to_yaml_stream(objects), nl=False)

@@ -39,7 +39,9 @@ def _global_options(
 
 @app.command()
 def up(
-    http_port: Annotated[int, typer.Option(help="port of the gateway (interLink's plugin API)")] = 4000,
+    http_port: Annotated[
+        int, typer.Option(min=1, max=65535, help="port of the gateway (interLink's plugin API)")
+    ] = 4000,
     host: Annotated[str, typer.Option(help="address of the gateway")] = "127.0.0.1",
     pool: Annotated[str, typer.Option(help="pool name of the embedded shell submitter")] = "local",
     state_dir: Annotated[
@@ -92,7 +94,7 @@ def gateway(
     ] = None,
     nats_drain_timeout_s: Annotated[float | None, typer.Option(help=_described("nats", "drain_timeout_s"))] = None,
     host: Annotated[str | None, typer.Option(help=_described("gateway", "host"))] = None,
-    port: Annotated[int | None, typer.Option(help=_described("gateway", "port"))] = None,
+    port: Annotated[int | None, typer.Option(min=0, max=65535, help=_described("gateway", "port"))] = None,
     unix_socket: Annotated[Path | None, typer.Option(help=_described("gateway", "unix_socket"))] = None,
     bearer_token_file: Annotated[Path | None, typer.Option(help=_described("gateway", "bearer_token_file"))] = None,
     redis_url: Annotated[str | None, typer.Option(help=_described("gateway", "redis_url"))] = None,
@@ -184,14 +186,25 @@ def main() -> None:
     """The entry point: every error leaves as one line (usage errors exit 2), never a traceback or a box."""
     import click
 
+    # Typer ≥ 0.29 raises its own copy of click's exceptions (typer.TyperException), not click's.
     try:
         code = app(standalone_mode=False)
-    except click.exceptions.Abort:
+    except (click.exceptions.Abort, typer.Abort):
         raise SystemExit(130) from None
-    except click.ClickException as exc:  # usage errors: a bad option, a missing file, BadParameter
-        hint = f" (see {exc.ctx.command_path} --help)" if isinstance(exc, click.UsageError) and exc.ctx else ""
+    except (click.ClickException, typer.TyperException) as exc:  # usage errors: a bad option, BadParameter
+        if not hasattr(exc, "format_message"):
+            exit_with(exc)
+        ctx = getattr(exc, "ctx", None)
+        usage = type(exc).__name__ in (
+            "UsageError",
+            "BadParameter",
+            "NoSuchOption",
+            "MissingParameter",
+            "BadOptionUsage",
+        )
+        hint = f" (see {ctx.command_path} --help)" if usage and ctx is not None else ""
         print(f"interlink-nats: error: {exc.format_message()}{hint}", file=sys.stderr)
-        raise SystemExit(exc.exit_code) from None
+        raise SystemExit(getattr(exc, "exit_code", 2)) from None
     except Exception as exc:
         exit_with(exc)
     raise SystemExit(code if isinstance(code, int) else 0)

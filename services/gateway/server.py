@@ -69,6 +69,12 @@ class ListenError(RuntimeError):
     exit_code = 1  # the CLI prints the message as one line and exits with this
 
 
+class BadPort(ListenError):
+    """A port no TCP socket can have: bad input, not a failed start."""
+
+    exit_code = 2
+
+
 def bind_listener(settings: GatewaySettings) -> socket.socket | None:
     """Bind the gateway's TCP port before anything else starts, so a taken port fails at once and clearly.
 
@@ -77,6 +83,8 @@ def bind_listener(settings: GatewaySettings) -> socket.socket | None:
     """
     if settings.unix_socket is not None:
         return None
+    if not 0 <= settings.port <= 65535:  # from a config file or the environment (the flag checks its range)
+        raise BadPort(f"port {settings.port} (config key port): must be 0-65535")
     family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:
