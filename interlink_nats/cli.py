@@ -48,12 +48,23 @@ def up(
         Path | None, typer.Option(help="where jobs and the NATS store live (default: a temp dir)")
     ] = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning")] = "info",
+    insecure_no_auth: Annotated[
+        bool,
+        typer.Option(
+            "--insecure-no-auth",
+            help="allow a --host other than loopback: `up` has no bearer token and runs pods as host commands",
+        ),
+    ] = False,
 ) -> None:
     """Start an embedded stack: nats-server on a free port, the gateway, and a shell submitter for one pool."""
     from interlink_nats.up import run_stack
 
     setup_logging(log_level)
-    run_until_signal(lambda stop: run_stack(stop, http_port=http_port, host=host, pool=pool, state_dir=state_dir))
+    run_until_signal(
+        lambda stop: run_stack(
+            stop, http_port=http_port, host=host, pool=pool, state_dir=state_dir, insecure_no_auth=insecure_no_auth
+        )
+    )
 
 
 def _described(model: str, field: str) -> str:
@@ -97,6 +108,9 @@ def gateway(
     port: Annotated[int | None, typer.Option(min=0, max=65535, help=_described("gateway", "port"))] = None,
     unix_socket: Annotated[Path | None, typer.Option(help=_described("gateway", "unix_socket"))] = None,
     bearer_token_file: Annotated[Path | None, typer.Option(help=_described("gateway", "bearer_token_file"))] = None,
+    insecure_no_auth: Annotated[
+        bool | None, typer.Option("--insecure-no-auth", help=_described("gateway", "insecure_no_auth"))
+    ] = None,
     redis_url: Annotated[str | None, typer.Option(help=_described("gateway", "redis_url"))] = None,
     default_pool: Annotated[str | None, typer.Option(help=_described("gateway", "default_pool"))] = None,
     prefix: Annotated[str | None, typer.Option(help=_described("gateway", "prefix"))] = None,

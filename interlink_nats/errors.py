@@ -36,13 +36,13 @@ def extra_for(module: str | None) -> str | None:
     return EXTRAS.get((module or "").split(".")[0])
 
 
-def _setting(loc: tuple[int | str, ...]) -> str:
+def _setting(loc: tuple[int | str, ...], *, flag: bool = True) -> str:
     """A setting as the user may have typed it: the flag (``--nats-url``) and the config key (``nats.url``)."""
     key = ".".join(str(p) for p in loc)
-    if not key:
-        return "settings"
-    flag = "--" + "-".join(str(p) for p in loc if isinstance(p, str)).replace("_", "-")
-    return f"{flag} (config key {key})"
+    if not key or not flag:
+        return key or "settings"
+    option = "--" + "-".join(str(p) for p in loc if isinstance(p, str)).replace("_", "-")
+    return f"{option} (config key {key})"
 
 
 class UsageError(Exception):
@@ -58,7 +58,10 @@ def describe(exc: BaseException) -> tuple[str, int]:
     from pydantic import ValidationError
 
     if isinstance(exc, ValidationError):
-        problems = "; ".join(f"{_setting(e['loc'])}: {e['msg']}" for e in exc.errors(include_url=False))
+        problems = "; ".join(
+            f"{_setting(e['loc'], flag=e['type'] != 'extra_forbidden')}: {e['msg']}"  # an unknown key has no flag
+            for e in exc.errors(include_url=False)
+        )
         return f"invalid settings: {problems}", BAD_INPUT
     if isinstance(exc, json.JSONDecodeError):
         return f"not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})", BAD_INPUT

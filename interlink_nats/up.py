@@ -50,6 +50,7 @@ async def run_stack(
     host: str = "127.0.0.1",
     pool: str = "local",
     state_dir: Path | None = None,
+    insecure_no_auth: bool = False,
 ) -> None:
     """Run nats-server + submitter + gateway until ``stop`` is set, then stop them in reverse order."""
     gateway_settings = GatewaySettings(
@@ -57,6 +58,7 @@ async def run_stack(
         host=host,
         port=http_port,
         default_pool=pool,
+        insecure_no_auth=insecure_no_auth,
     )
     listener = bind_listener(gateway_settings)  # raises ListenError at once when the port is taken
     with contextlib.ExitStack() as cleanup:

@@ -113,6 +113,9 @@ CASES = {
         "'--response-expires'",
     ),
     "controller, an unknown option": (["controller", "render", "--nope"], "No such option"),
+    # Unsafe defaults said out loud: a network address without a bearer token runs anyone's pods.
+    "up --host 0.0.0.0 without --insecure-no-auth": (["up", "--host", "0.0.0.0"], "--insecure-no-auth"),
+    "gateway --host 0.0.0.0 without a token": (["gateway", "--host", "0.0.0.0", "--port", "0"], "--bearer-token-file"),
 }
 
 
@@ -151,3 +154,15 @@ def test_render_previews_a_pod_with_the_submitters_own_site_file(files: dict[str
     section = tmp_path / "section.yaml"
     section.write_text("runtime: apptainer\n")  # the section alone, as before
     assert "runtime apptainer" in run_cli("render", str(files["pod"]), "--build-config", str(section)).stdout
+
+
+def test_an_open_address_needs_a_token_or_the_explicit_flag() -> None:
+    from interlink_nats.services.gateway.server import UnsafeListen, refuse_open_without_auth
+    from interlink_nats.services.gateway.settings import GatewaySettings
+
+    for host in ("127.0.0.1", "::1", "localhost"):
+        refuse_open_without_auth(GatewaySettings(host=host))
+    refuse_open_without_auth(GatewaySettings(host="0.0.0.0", insecure_no_auth=True))
+    refuse_open_without_auth(GatewaySettings(host="0.0.0.0", bearer_token="t"))
+    with pytest.raises(UnsafeListen):
+        refuse_open_without_auth(GatewaySettings(host="0.0.0.0"))
