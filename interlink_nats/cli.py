@@ -22,9 +22,9 @@ app = typer.Typer(
 
 def _print_version(value: bool) -> None:
     if value:
-        from interlink_nats import __version__
+        from interlink_nats.kernel.version import release_version
 
-        typer.echo(f"interlink-nats {__version__}")
+        typer.echo(f"interlink-nats {release_version()}")
         raise typer.Exit()
 
 
