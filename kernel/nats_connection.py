@@ -72,6 +72,10 @@ def denied_subscription(exc: Exception) -> str | None:
     return match.group(1) if match else None
 
 
+_SSL_REPR = re.compile(r" ssl:(<[^>]*>|default|None|True|False)")
+"""aiohttp's connection errors (wss://) end with ``ssl:<ssl.SSLContext object at 0x…>``: noise in a log line."""
+
+
 def identity_of(settings: NatsConnectionSettings) -> str:
     """Who the settings authenticate as, for error messages (a public key or a name, never a secret)."""
     if settings.nkey_seed_file is not None:
@@ -163,7 +167,7 @@ def connect_options(
         return server, backoff_delay(server.reconnects, cap)
 
     async def error_cb(exc: Exception) -> None:
-        log.warning("NATS (%s): %s: %s", name, type(exc).__name__, exc)
+        log.warning("NATS (%s): %s: %s", name, type(exc).__name__, _SSL_REPR.sub("", str(exc)))
         if on_error is not None:
             await on_error(exc)
 

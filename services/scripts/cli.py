@@ -53,7 +53,9 @@ def _why(exc: Exception) -> str:
 
 
 def render(
-    pod_json: Annotated[Path, typer.Argument(help="A pod, or interLink's /create body (RetrievedPodData).")],
+    pod_json: Annotated[
+        Path, typer.Argument(metavar="POD.json", help="A pod, or interLink's /create body (RetrievedPodData).")
+    ],
     build_config: Annotated[
         Path | None, typer.Option("--build-config", help="BuildConfig file (YAML or JSON, proto3-JSON names).")
     ] = None,
