@@ -121,3 +121,11 @@ def test_protowire_rejects_what_no_int64_is() -> None:
         protowire.skip(b"", 0, 3)
     assert protowire.string_field(2, "") == b""
     assert protowire.string_field(2, "é") == b"\x12\x02\xc3\xa9"
+
+
+def test_nats_warnings_drop_aiohttps_ssl_context_repr() -> None:
+    """wss:// connection errors ended with ``ssl:<ssl.SSLContext object at 0x…>`` in every warning line."""
+    from interlink_nats.kernel.nats_connection import _SSL_REPR
+
+    raw = "Cannot connect to host nats.example:443 ssl:<ssl.SSLContext object at 0x7f3a> [Connection refused]"
+    assert _SSL_REPR.sub("", raw) == "Cannot connect to host nats.example:443 [Connection refused]"
