@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+import typer.main
 
 from interlink_nats.errors import exit_with, extra_for
 from interlink_nats.logging_setup import setup_logging
@@ -196,13 +197,28 @@ def _register_subcommands() -> None:
 _register_subcommands()
 
 
+def _tidy_help(command: Any) -> Any:
+    """--help without typer's Python type names: a flag shows no ``<bool>``, a repeatable option ``<str>...``.
+
+    Typer 0.29 prints each option's annotation (``<bool>``, ``<list[str]>``); an operator reads flags, not types.
+    """
+    for param in command.params:
+        if getattr(param, "is_flag", False):
+            param.metavar = ""
+        elif getattr(param, "multiple", False):
+            param.metavar = "<str>..."
+    for sub in getattr(command, "commands", {}).values():
+        _tidy_help(sub)
+    return command
+
+
 def main() -> None:
     """The entry point: every error leaves as one line (usage errors exit 2), never a traceback or a box."""
     import click
 
     # Typer ≥ 0.29 raises its own copy of click's exceptions (typer.TyperException), not click's.
     try:
-        code = app(standalone_mode=False)
+        code = _tidy_help(typer.main.get_command(app)).main(standalone_mode=False, prog_name="interlink-nats")
     except (click.exceptions.Abort, typer.Abort):
         raise SystemExit(130) from None
     except (click.ClickException, typer.TyperException) as exc:  # usage errors: a bad option, BadParameter

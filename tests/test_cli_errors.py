@@ -166,3 +166,15 @@ def test_an_open_address_needs_a_token_or_the_explicit_flag() -> None:
     refuse_open_without_auth(GatewaySettings(host="0.0.0.0", bearer_token="t"))
     with pytest.raises(UnsafeListen):
         refuse_open_without_auth(GatewaySettings(host="0.0.0.0"))
+
+
+@pytest.mark.parametrize(
+    ("argv", "flag"),
+    [(["render", "--help"], "--submit-request"), (["submitter", "shell", "--help"], "--nats-url")],
+)
+def test_help_shows_flags_not_python_types(argv: list[str], flag: str) -> None:
+    """typer printed ``<bool>`` after every flag and ``<list[str]>`` after repeatable options."""
+    result = run_cli(*argv, env={"COLUMNS": "200"})
+    assert result.returncode == 0, result.stderr
+    line = next(line for line in result.stdout.splitlines() if flag in line)
+    assert "<bool>" not in line and "list[" not in line, line
