@@ -38,6 +38,22 @@ class NatsConnectError(Exception):
     """Connecting was abandoned (only when the caller asked to stop)."""
 
 
+class BadCredentialFile(ValueError):
+    """A credential file that cannot work (no valid nkey seed): bad input, retrying cannot fix it (exit 2)."""
+
+    exit_code = 2
+
+
+def check_seed_file(seed_file: Path) -> None:
+    """Fail at start, naming the file, when it holds no nkey seed (else nats-py fails on every reconnect)."""
+    try:
+        _public_key(seed_file)
+    except OSError as exc:
+        raise BadCredentialFile(f"nkey seed file {seed_file}: {exc.strerror or exc}") from None
+    except (ValueError, nkeys.NkeysError) as exc:
+        raise BadCredentialFile(f"nkey seed file {seed_file}: not an nkey seed (SU…): {exc}") from None
+
+
 class NatsConnectionSettings(BaseModel):
     """Where and how to reach NATS. Secrets are ``SecretStr`` so they never print."""
 
@@ -260,6 +276,8 @@ async def connect(
     Returns once connected; raises NatsConnectError if ``stop`` is set first. Errors that
     retrying cannot fix (a malformed URL, an unreadable creds file) are raised at once.
     """
+    if settings.nkey_seed_file is not None:
+        check_seed_file(settings.nkey_seed_file)
     made: list[NatsClient] = []
     opts = connect_options(
         settings,

@@ -39,6 +39,7 @@ def files(tmp_path: Path) -> dict[str, Path]:
         "seed": tmp_path / "garbage.nk",
         "bc_typo": tmp_path / "bc-typo.yaml",
         "pod": tmp_path / "pod.json",
+        "seed_site": tmp_path / "seed-site.yaml",
     }
     made["bad_yaml"].write_text("a: [\n")
     made["bad_json"].write_text("{bad\n")
@@ -49,6 +50,7 @@ def files(tmp_path: Path) -> dict[str, Path]:
     made["mq_int_flavors"].write_text(head + "spec: {template: {cohort: c}, flavors: 3}\n")
     made["mq_int_flavor"].write_text(head + "spec: {template: {cohort: c}, flavors: [{name: f, natsFlavor: 7}]}\n")
     made["seed"].write_text("garbage\n")
+    made["seed_site"].write_text(f"nats_nkey_seed_file: {made['seed']}\nstate_dir: {tmp_path / 'state'}\n")
     made["bc_typo"].write_text("runtime: apptainer\nmemory_limitt: 3\n")
     made["pod"].write_text(
         '{"metadata": {"name": "p", "namespace": "d", "uid": "u"},'
@@ -95,7 +97,11 @@ CASES = {
     "gateway --log-level unknown": (["gateway", "--log-level", "loud"], "--log-level 'loud'"),
     "gateway, garbage nkey seed": (
         ["gateway", "--nats-nkey-seed-file", "{seed}", "--nats-url", "nats://127.0.0.1:9", "--port", "0"],
-        "--nats-nkey-seed-file",
+        "garbage.nk: not an nkey seed",
+    ),
+    "submitter, garbage nkey seed": (
+        ["submitter", "shell", "--pool", "a", "--nats-url", "nats://127.0.0.1:9", "--config", "{seed_site}"],
+        "garbage.nk: not an nkey seed",
     ),
     "gateway, a setting of the wrong type": (
         ["gateway", "--port", "0", "--submit-timeout-s", "x"],
