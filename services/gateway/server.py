@@ -98,8 +98,8 @@ def refuse_open_without_auth(settings: GatewaySettings) -> None:
     if not loopback:
         raise UnsafeListen(
             f"--host {settings.host}: refusing to serve the plugin API on a network address without a bearer "
-            "token (anyone reaching it could run commands); set --bearer-token-file, or pass --insecure-no-auth "
-            "(INTERLINK_GATEWAY_INSECURE_NO_AUTH=true) if the network is yours alone"
+            "token (anyone reaching it could run commands); give the gateway a token (--bearer-token-file), or pass "
+            "--insecure-no-auth (INTERLINK_GATEWAY_INSECURE_NO_AUTH=true) if the network is yours alone"
         )
 
 
