@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from interlink_nats.controller import model, offline
 from interlink_nats.controller.reconcile import KUEUE_VERSIONS
+
+from interlink_nats.signals import run_until_signal
 
 
 class InvalidManifest(ValueError):
@@ -65,18 +68,26 @@ def run(
     if kueue_api not in ("auto", *KUEUE_VERSIONS):
         raise typer.BadParameter(f"must be auto or one of {', '.join(KUEUE_VERSIONS)}", param_hint="--kueue-api")
 
-    async def main() -> None:
+    async def main(stop: asyncio.Event) -> None:
         api = kube.LightkubeApi.from_environment(field_manager=field_manager)
         settings = runner.Settings(
             kueue_api=None if kueue_api == "auto" else kueue_api, tick=tick, describe_timeout=describe_timeout
         )
         controller = runner.Controller(api, settings=settings)
         probes = await serve_probes(controller_probes(controller), probe_host, probe_port) if probe_port else None
-        try:
-            await controller.run()
+        running = asyncio.create_task(controller.run(), name="controller")
+        stopping = asyncio.create_task(stop.wait())
+        try:  # INT, TERM, HUP or the parent's death stop it like Ctrl-C, without a KeyboardInterrupt traceback
+            await asyncio.wait({running, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            if running.done():
+                running.result()
         finally:
+            stopping.cancel()
+            running.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await running
             if probes is not None:
                 probes.close()
             await api.close()
 
-    asyncio.run(main())
+    run_until_signal(main)

@@ -78,11 +78,11 @@ def until(check: Callable[[], bool], what: str, log: Path | None = None) -> None
 class Command:
     """``interlink-nats <args>`` started directly, or under a parent that the test kills -9."""
 
-    def __init__(self, args: list[str], tmp_path: Path, how: str) -> None:
+    def __init__(self, args: list[str], tmp_path: Path, how: str, env: dict[str, str] | None = None) -> None:
         self.tmp = tmp_path / "tmp"
         self.tmp.mkdir()
         self.log = tmp_path / "command.log"
-        env = {**os.environ, "TMPDIR": str(self.tmp)}
+        env = {**os.environ, "TMPDIR": str(self.tmp), **(env or {})}
         argv = [*CLI, *args]
         if how == "parent-killed":
             argv = [sys.executable, "-c", PARENT, *argv]
@@ -175,6 +175,23 @@ def test_submitter_stops_on_every_stop_signal(how: str, nats_url: str, tmp_path:
     command = Command(args, tmp_path, how)
     try:
         command.wait_for("serving pool")
+        command.assert_nothing_left(command.stop())
+    finally:
+        command.kill()
+
+
+@pytest.mark.parametrize("how", ["SIGHUP", "SIGINT", "parent-killed"])
+def test_controller_stops_on_hangup_interrupt_and_parent_death(how: str, tmp_path: Path) -> None:
+    """The controller ran under a bare asyncio.run: Ctrl-C printed a KeyboardInterrupt traceback."""
+    kubeconfig = tmp_path / "kubeconfig"
+    kubeconfig.write_text(
+        f"apiVersion: v1\nkind: Config\ncurrent-context: x\n"
+        f"clusters: [{{name: c, cluster: {{server: 'http://127.0.0.1:{free_port()}'}}}}]\n"
+        "users: [{name: u, user: {token: t}}]\ncontexts: [{name: x, context: {cluster: c, user: u}}]\n"
+    )
+    command = Command(["controller", "run", "--probe-port", "0"], tmp_path, how, {"KUBECONFIG": str(kubeconfig)})
+    try:
+        command.wait_for("Kueue API not available")  # running, retrying against an API that is not there
         command.assert_nothing_left(command.stop())
     finally:
         command.kill()
