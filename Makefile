@@ -1,31 +1,50 @@
 # The two commands of the README:
-#   make up    create/refresh the virtualenv, install, run `interlink-nats up` (nats-server + gateway + shell submitter);
-#              options pass through: make up ARGS="--http-port 4100"
-#   make test  the same set-up plus the system packages the tests need (where it can install them), then pytest
+#   make up    create/refresh the virtualenv with what `up` runs (.[all]), run `interlink-nats up` (nats-server +
+#              gateway + shell submitter); options pass through: make up ARGS="--http-port 4100"
+#   make test  the virtualenv with the development tools too (.[all,dev]), the system packages the tests need
+#              (where it can install them), then pytest
+#   make dist  the wheel and sdist a site installs from (dist/), versioned from the git tag (docs/site-install.md)
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
+STAMP := $(VENV)/.installed-all
+DEV_STAMP := $(VENV)/.installed-dev
+PIP := $(BIN)/python -m pip install --quiet --disable-pip-version-check
 SYSTEM_PACKAGES := redis-server slurm-wlm munge podman runc busybox-static debootstrap
 PYTEST_ARGS ?=
 ARGS ?=
 
-.PHONY: up test venv system-packages check lint gen bench clean
+.PHONY: up test venv dev-venv dist system-packages check lint gen bench clean
 
 up: venv
 	$(BIN)/interlink-nats up $(ARGS)
 
-test: venv system-packages
+test: dev-venv system-packages
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 venv: $(STAMP)
+dev-venv: $(DEV_STAMP)
 
+# Two stamps: `up` needs only .[all]; the dev tools (mypy, htcondor, podman-compose, schemathesis…) come with
+# `make test`, whose stamp also satisfies `up` (.[all,dev] holds .[all]), so switching costs nothing.
+# setuptools' editable-build chatter goes to the log, shown only when the install fails.
 $(STAMP): pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[all,dev]"
-	ln -sf "$(CURDIR)/proto/plugins/protoc-gen-python_fastwire" $(BIN)/protoc-gen-python_fastwire
+	@echo "installing interlink-nats[all] into $(VENV) (log: $(VENV)/install.log)"
+	@$(PIP) -e ".[all]" >$(VENV)/install.log 2>&1 || { cat $(VENV)/install.log; exit 1; }
 	@touch $(STAMP)
+
+$(DEV_STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@echo "installing interlink-nats[all,dev] into $(VENV) (log: $(VENV)/install.log)"
+	@$(PIP) -e ".[all,dev]" >$(VENV)/install.log 2>&1 || { cat $(VENV)/install.log; exit 1; }
+	@ln -sf "$(CURDIR)/proto/plugins/protoc-gen-python_fastwire" $(BIN)/protoc-gen-python_fastwire
+	@touch $(DEV_STAMP) $(STAMP)
+
+# The release files: dist/interlink_nats-<version>-py3-none-any.whl and the sdist (docs/site-install.md).
+dist: dev-venv
+	rm -rf dist
+	$(BIN)/python -m build --outdir dist .
 
 # Debian packages for the real-service tests (redis, Slurm, podman); needs root or sudo, skipped otherwise.
 system-packages:
@@ -40,21 +59,22 @@ system-packages:
 	fi
 
 # Regenerate gen/ from proto/: betterproto2's classes, and the fast codecs of proto/plugins/ (buf.gen.yaml finds
-# that plugin on PATH as protoc-gen-python_fastwire, linked into the venv's bin by the venv rule). Run from an empty directory: the betterproto2 compiler formats with
+# that plugin on PATH as protoc-gen-python_fastwire, linked into the venv's bin by the dev-venv rule).
+# Run from an empty directory: the betterproto2 compiler formats with
 # the `ruff` on PATH using the config of its working directory, and decides which __init__.py files to
 # write by looking at its working directory, so running it from the repository root changes its output.
-gen: venv
+gen: dev-venv
 	@work=$$(mktemp -d) && cd $$work && PATH="$(CURDIR)/$(BIN):$$PATH" \
 	  "$(CURDIR)/$(BIN)/buf" generate --template "$(CURDIR)/buf.gen.yaml" -o "$(CURDIR)" "$(CURDIR)"; \
 	  status=$$?; rm -rf $$work; exit $$status
 
-lint: venv
+lint: dev-venv
 	$(BIN)/ruff check .
 	$(BIN)/buf lint
 	$(BIN)/buf format -d --exit-code
 
-bench: venv
+bench: dev-venv
 	for b in bench/*.py; do $(BIN)/python $$b || exit 1; done
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache
+	rm -rf $(VENV) .pytest_cache .ruff_cache dist build

@@ -3,12 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from interlink_nats.controller import model, offline
 from interlink_nats.controller.reconcile import KUEUE_VERSIONS
+
+from interlink_nats.signals import run_until_signal
+
+
+class InvalidManifest(ValueError):
+    """A MasterQueue file that does not validate: bad input (exit 2), its problems by field path."""
+
+    exit_code = 2
+
 
 app = typer.Typer(help="kueue-nats: keep Kueue ResourceFlavors and ClusterQueues in line with pool reports.")
 
@@ -26,14 +36,11 @@ def render(
         raise typer.BadParameter(f"must be one of {', '.join(KUEUE_VERSIONS)}", param_hint="--kueue-api")
     bodies = offline.load_masterqueues(masterqueue.read_text())
     if not bodies:
-        typer.echo(f"{masterqueue}: no MasterQueue found", err=True)
-        raise typer.Exit(2)
+        raise InvalidManifest(f"{masterqueue}: no MasterQueue found")
     try:
         objects, warnings = offline.render(bodies, offline.load_reports(reports.read_text()), kueue_api)
-    except model.MasterQueueError as exc:
-        for problem in exc.problems:
-            typer.echo(f"error: {problem}", err=True)
-        raise typer.Exit(1) from exc
+    except model.MasterQueueError as exc:  # every problem of the file, on the one line of the CLI's errors
+        raise InvalidManifest(f"{masterqueue}: {'; '.join(exc.problems)}") from None
     for warning in warnings:
         typer.echo(f"warning: {warning}", err=True)
     typer.echo(offline.to_yaml_stream(objects), nl=False)
@@ -63,18 +70,26 @@ def run(
     if kueue_api not in ("auto", *KUEUE_VERSIONS):
         raise typer.BadParameter(f"must be auto or one of {', '.join(KUEUE_VERSIONS)}", param_hint="--kueue-api")
 
-    async def main() -> None:
+    async def main(stop: asyncio.Event) -> None:
         api = kube.LightkubeApi.from_environment(field_manager=field_manager)
         settings = runner.Settings(
             kueue_api=None if kueue_api == "auto" else kueue_api, tick_s=tick_s, describe_timeout_s=describe_timeout_s
         )
         controller = runner.Controller(api, settings=settings)
         probes = await serve_probes(controller_probes(controller), probe_host, probe_port) if probe_port else None
-        try:
-            await controller.run()
+        running = asyncio.create_task(controller.run(), name="controller")
+        stopping = asyncio.create_task(stop.wait())
+        try:  # INT, TERM, HUP or the parent's death stop it like Ctrl-C, without a KeyboardInterrupt traceback
+            await asyncio.wait({running, stopping}, return_when=asyncio.FIRST_COMPLETED)
+            if running.done():
+                running.result()
         finally:
+            stopping.cancel()
+            running.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await running
             if probes is not None:
                 probes.close()
             await api.close()
 
-    asyncio.run(main())
+    run_until_signal(main)

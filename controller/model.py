@@ -218,6 +218,22 @@ SECRET_REF_FIELDS = frozenset({"name", "namespace"})
 """The fields the CRD schema declares at each level (a test keeps them equal): anything else is a typo."""
 
 
+def _mapping(value: Any, path: str, problems: list[str]) -> Mapping[str, Any]:
+    """``value`` if it is a mapping (absent: empty); else the problem, named by its path."""
+    if value is None or isinstance(value, Mapping):
+        return value or {}
+    problems.append(f"{path}: must be a mapping, not {type(value).__name__}")
+    return {}
+
+
+def _items(value: Any, path: str, problems: list[str]) -> list[Any]:
+    """``value`` if it is a list (absent: empty); else the problem, named by its path."""
+    if value is None or isinstance(value, list):
+        return value or []
+    problems.append(f"{path}: must be a list, not {type(value).__name__}")
+    return []
+
+
 def _unknown(raw: Mapping[str, Any], known: frozenset[str], path: str, problems: list[str]) -> None:
     """A field the schema does not know is an error, never ignored: `pols` must not mean "no selector"."""
     for key in sorted(set(raw) - known):
@@ -270,14 +286,14 @@ def _nats_flavor(raw: Mapping[str, Any], path: str, problems: list[str]) -> Nats
 def parse_masterqueue(body: Mapping[str, Any]) -> MasterQueue:
     """Validate a MasterQueue object (as the API returns it) into a MasterQueue; raise MasterQueueError."""
     problems: list[str] = []
-    metadata = body.get("metadata") or {}
-    spec = body.get("spec") or {}
+    metadata = _mapping(body.get("metadata"), "metadata", problems)
+    spec = _mapping(body.get("spec"), "spec", problems)
     name = str(metadata.get("name") or "")
     if not _DNS_SUBDOMAIN.match(name):
         problems.append(f"metadata.name: {name!r} is not a DNS subdomain")
 
     _unknown(spec, SPEC_FIELDS, "spec", problems)
-    template = dict(spec.get("template") or {})
+    template = dict(_mapping(spec.get("template"), "spec.template", problems))
     unknown = sorted(set(template) - TEMPLATE_FIELDS)
     if unknown:
         problems.append(f"spec.template: unknown fields {unknown}")
@@ -287,7 +303,9 @@ def parse_masterqueue(body: Mapping[str, Any]) -> MasterQueue:
     elif not _DNS_SUBDOMAIN.match(str(cohort)):
         problems.append(f"spec.template.cohort: {cohort!r} is not a DNS subdomain")
 
-    covered_raw = spec.get("coveredResources") or list(DEFAULT_COVERED_RESOURCES)
+    covered_raw = _items(spec.get("coveredResources"), "spec.coveredResources", problems) or list(
+        DEFAULT_COVERED_RESOURCES
+    )
     covered = tuple(dict.fromkeys(str(r) for r in covered_raw))
     if len(covered) != len(covered_raw):
         problems.append("spec.coveredResources: duplicate resource names")
@@ -299,8 +317,9 @@ def parse_masterqueue(body: Mapping[str, Any]) -> MasterQueue:
 
     groups: list[FlavorGroup] = []
     seen: set[str] = set()
-    for index, raw in enumerate(spec.get("flavors") or []):
+    for index, item in enumerate(_items(spec.get("flavors"), "spec.flavors", problems)):
         path = f"spec.flavors[{index}]"
+        raw = _mapping(item, path, problems)
         _unknown(raw, FLAVOR_FIELDS, path, problems)
         flavor_name = str(raw.get("name") or "")
         if not _DNS_SUBDOMAIN.match(flavor_name):
@@ -312,7 +331,8 @@ def parse_masterqueue(body: Mapping[str, Any]) -> MasterQueue:
         if has_nats == has_local:
             problems.append(f"{path}: set exactly one of natsFlavor or localFlavor")
         lendings: list[Lending] = []
-        for j, lend in enumerate(raw.get("canLendTo") or []):
+        for j, lend_item in enumerate(_items(raw.get("canLendTo"), f"{path}.canLendTo", problems)):
+            lend = _mapping(lend_item, f"{path}.canLendTo[{j}]", problems)
             _unknown(lend, LENDING_FIELDS, f"{path}.canLendTo[{j}]", problems)
             queue = str(lend.get("queue") or "")
             if not _DNS_SUBDOMAIN.match(queue):
@@ -327,7 +347,11 @@ def parse_masterqueue(body: Mapping[str, Any]) -> MasterQueue:
                 name=flavor_name,
                 nominal_quota=_quotas(raw.get("nominalQuota"), f"{path}.nominalQuota", problems),
                 can_lend_to=tuple(lendings),
-                nats=_nats_flavor(raw["natsFlavor"] or {}, f"{path}.natsFlavor", problems) if has_nats else None,
+                nats=_nats_flavor(
+                    _mapping(raw["natsFlavor"], f"{path}.natsFlavor", problems), f"{path}.natsFlavor", problems
+                )
+                if has_nats
+                else None,
             )
         )
     if problems:

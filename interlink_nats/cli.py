@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
+import typer.main
 
 from interlink_nats.errors import exit_with, extra_for
 from interlink_nats.logging_setup import setup_logging
@@ -22,9 +23,9 @@ app = typer.Typer(
 
 def _print_version(value: bool) -> None:
     if value:
-        from interlink_nats import __version__
+        from interlink_nats.kernel.version import release_version
 
-        typer.echo(f"interlink-nats {__version__}")
+        typer.echo(f"interlink-nats {release_version()}")
         raise typer.Exit()
 
 
@@ -39,19 +40,32 @@ def _global_options(
 
 @app.command()
 def up(
-    http_port: Annotated[int, typer.Option(help="port of the gateway (interLink's plugin API)")] = 4000,
+    http_port: Annotated[
+        int, typer.Option(min=1, max=65535, help="port of the gateway (interLink's plugin API)")
+    ] = 4000,
     host: Annotated[str, typer.Option(help="address of the gateway")] = "127.0.0.1",
     pool: Annotated[str, typer.Option(help="pool name of the embedded shell submitter")] = "local",
     state_dir: Annotated[
         Path | None, typer.Option(help="where jobs and the NATS store live (default: a temp dir)")
     ] = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning")] = "info",
+    insecure_no_auth: Annotated[
+        bool,
+        typer.Option(
+            "--insecure-no-auth",
+            help="allow a --host other than loopback: `up` has no bearer token and runs pods as host commands",
+        ),
+    ] = False,
 ) -> None:
     """Start an embedded stack: nats-server on a free port, the gateway, and a shell submitter for one pool."""
     from interlink_nats.up import run_stack
 
     setup_logging(log_level)
-    run_until_signal(lambda stop: run_stack(stop, http_port=http_port, host=host, pool=pool, state_dir=state_dir))
+    run_until_signal(
+        lambda stop: run_stack(
+            stop, http_port=http_port, host=host, pool=pool, state_dir=state_dir, insecure_no_auth=insecure_no_auth
+        )
+    )
 
 
 def _described(model: str, field: str) -> str:
@@ -92,9 +106,12 @@ def gateway(
     ] = None,
     nats_drain_timeout_s: Annotated[float | None, typer.Option(help=_described("nats", "drain_timeout_s"))] = None,
     host: Annotated[str | None, typer.Option(help=_described("gateway", "host"))] = None,
-    port: Annotated[int | None, typer.Option(help=_described("gateway", "port"))] = None,
+    port: Annotated[int | None, typer.Option(min=0, max=65535, help=_described("gateway", "port"))] = None,
     unix_socket: Annotated[Path | None, typer.Option(help=_described("gateway", "unix_socket"))] = None,
     bearer_token_file: Annotated[Path | None, typer.Option(help=_described("gateway", "bearer_token_file"))] = None,
+    insecure_no_auth: Annotated[
+        bool | None, typer.Option("--insecure-no-auth", help=_described("gateway", "insecure_no_auth"))
+    ] = None,
     redis_url: Annotated[str | None, typer.Option(help=_described("gateway", "redis_url"))] = None,
     default_pool: Annotated[str | None, typer.Option(help=_described("gateway", "default_pool"))] = None,
     prefix: Annotated[str | None, typer.Option(help=_described("gateway", "prefix"))] = None,
@@ -180,18 +197,44 @@ def _register_subcommands() -> None:
 _register_subcommands()
 
 
+def _tidy_help(command: Any) -> Any:
+    """--help without typer's Python type names: a flag shows no ``<bool>``, a repeatable option ``<str>...``.
+
+    Typer 0.29 prints each option's annotation (``<bool>``, ``<list[str]>``); an operator reads flags, not types.
+    """
+    for param in command.params:
+        if getattr(param, "is_flag", False):
+            param.metavar = ""
+        elif getattr(param, "multiple", False):
+            param.metavar = "<str>..."
+    for sub in getattr(command, "commands", {}).values():
+        _tidy_help(sub)
+    return command
+
+
 def main() -> None:
     """The entry point: every error leaves as one line (usage errors exit 2), never a traceback or a box."""
     import click
 
+    # Typer ≥ 0.29 raises its own copy of click's exceptions (typer.TyperException), not click's.
     try:
-        code = app(standalone_mode=False)
-    except click.exceptions.Abort:
+        code = _tidy_help(typer.main.get_command(app)).main(standalone_mode=False, prog_name="interlink-nats")
+    except (click.exceptions.Abort, typer.Abort):
         raise SystemExit(130) from None
-    except click.ClickException as exc:  # usage errors: a bad option, a missing file, BadParameter
-        hint = f" (see {exc.ctx.command_path} --help)" if isinstance(exc, click.UsageError) and exc.ctx else ""
+    except (click.ClickException, typer.TyperException) as exc:  # usage errors: a bad option, BadParameter
+        if not hasattr(exc, "format_message"):
+            exit_with(exc)
+        ctx = getattr(exc, "ctx", None)
+        usage = type(exc).__name__ in (
+            "UsageError",
+            "BadParameter",
+            "NoSuchOption",
+            "MissingParameter",
+            "BadOptionUsage",
+        )
+        hint = f" (see {ctx.command_path} --help)" if usage and ctx is not None else ""
         print(f"interlink-nats: error: {exc.format_message()}{hint}", file=sys.stderr)
-        raise SystemExit(exc.exit_code) from None
+        raise SystemExit(getattr(exc, "exit_code", 2)) from None
     except Exception as exc:
         exit_with(exc)
     raise SystemExit(code if isinstance(code, int) else 0)

@@ -36,6 +36,15 @@ def extra_for(module: str | None) -> str | None:
     return EXTRAS.get((module or "").split(".")[0])
 
 
+def _setting(loc: tuple[int | str, ...], *, flag: bool = True) -> str:
+    """A setting as the user may have typed it: the flag (``--nats-url``) and the config key (``nats.url``)."""
+    key = ".".join(str(p) for p in loc)
+    if not key or not flag:
+        return key or "settings"
+    option = "--" + "-".join(str(p) for p in loc if isinstance(p, str)).replace("_", "-")
+    return f"{option} (config key {key})"
+
+
 class UsageError(Exception):
     """Bad input found by our own code; the message names what is wrong and where."""
 
@@ -50,7 +59,8 @@ def describe(exc: BaseException) -> tuple[str, int]:
 
     if isinstance(exc, ValidationError):
         problems = "; ".join(
-            f"{'.'.join(str(p) for p in e['loc']) or 'settings'}: {e['msg']}" for e in exc.errors(include_url=False)
+            f"{_setting(e['loc'], flag=e['type'] != 'extra_forbidden')}: {e['msg']}"  # an unknown key has no flag
+            for e in exc.errors(include_url=False)
         )
         return f"invalid settings: {problems}", BAD_INPUT
     if isinstance(exc, json.JSONDecodeError):
@@ -72,6 +82,8 @@ def describe(exc: BaseException) -> tuple[str, int]:
             f"pip install 'interlink-nats[{extra}]'",
             FAILED,
         )
+    if kind.__module__.startswith("nkeys"):  # a garbage seed: retrying (systemd every 5 s) cannot fix it
+        return f"the nkey seed file (--nats-nkey-seed-file, nkey_seed_file) holds no valid seed: {exc}", BAD_INPUT
     code = getattr(exc, "exit_code", None)  # errors meant for the user say so (e.g. a taken port)
     if isinstance(code, int):
         return str(exc), code

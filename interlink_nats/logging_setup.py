@@ -34,7 +34,15 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(entry)
 
 
+LEVELS = ("debug", "info", "warning", "error", "critical")
+
+
 def setup_logging(level: str = "info", json_lines: bool = False) -> None:
+    """Log to stderr at ``level`` (one of LEVELS, any case; another is the user's --log-level error)."""
+    if level.lower() not in LEVELS:
+        from interlink_nats.errors import UsageError
+
+        raise UsageError(f"--log-level {level!r}: must be one of {', '.join(LEVELS)}")
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(
         JsonFormatter() if json_lines else logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -50,6 +50,7 @@ async def run_stack(
     host: str = "127.0.0.1",
     pool: str = "local",
     state_dir: Path | None = None,
+    insecure_no_auth: bool = False,
 ) -> None:
     """Run nats-server + submitter + gateway until ``stop`` is set, then stop them in reverse order."""
     gateway_settings = GatewaySettings(
@@ -57,6 +58,7 @@ async def run_stack(
         host=host,
         port=http_port,
         default_pool=pool,
+        insecure_no_auth=insecure_no_auth,
     )
     listener = bind_listener(gateway_settings)  # raises ListenError at once when the port is taken
     with contextlib.ExitStack() as cleanup:
@@ -65,8 +67,9 @@ async def run_stack(
         if state_dir is None:
             state_dir = Path(cleanup.enter_context(tempfile.TemporaryDirectory(prefix="interlink-nats-up-")))
         state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        nats_server = NatsServerProcess(work_dir=state_dir / "nats")
-        await nats_server.start()
+        # Started on this thread, which lives as long as `up`: the server dies with it, even on kill -9.
+        nats_server = NatsServerProcess(work_dir=state_dir / "nats", die_with_parent=True)
+        nats_server.start_blocking()
         try:
             await _run_parts(stop, nats_server.url, gateway_settings, listener, pool, state_dir)
         finally:

@@ -38,6 +38,22 @@ class NatsConnectError(Exception):
     """Connecting was abandoned (only when the caller asked to stop)."""
 
 
+class BadCredentialFile(ValueError):
+    """A credential file that cannot work (no valid nkey seed): bad input, retrying cannot fix it (exit 2)."""
+
+    exit_code = 2
+
+
+def check_seed_file(seed_file: Path) -> None:
+    """Fail at start, naming the file, when it holds no nkey seed (else nats-py fails on every reconnect)."""
+    try:
+        _public_key(seed_file)
+    except OSError as exc:
+        raise BadCredentialFile(f"nkey seed file {seed_file}: {exc.strerror or exc}") from None
+    except (ValueError, nkeys.NkeysError) as exc:
+        raise BadCredentialFile(f"nkey seed file {seed_file}: not an nkey seed (SU…): {exc}") from None
+
+
 class NatsConnectionSettings(BaseModel):
     """Where and how to reach NATS: the ``nats`` section of every process's settings (flags ``--nats-*``,
     ``INTERLINK_<PROCESS>_NATS__<FIELD>``). Secrets are ``SecretStr`` so they never print."""
@@ -97,6 +113,10 @@ def denied_subscription(exc: Exception) -> str | None:
     """The subject of a "Permissions Violation for Subscription" the server reported, else None."""
     match = _SUBSCRIBE_DENIED.search(str(exc))
     return match.group(1) if match else None
+
+
+_SSL_REPR = re.compile(r" ssl:(<[^>]*>|default|None|True|False)")
+"""aiohttp's connection errors (wss://) end with ``ssl:<ssl.SSLContext object at 0x…>``: noise in a log line."""
 
 
 def identity_of(settings: NatsConnectionSettings) -> str:
@@ -190,7 +210,7 @@ def connect_options(
         return server, backoff_delay(server.reconnects, cap)
 
     async def error_cb(exc: Exception) -> None:
-        log.warning("NATS (%s): %s: %s", name, type(exc).__name__, exc)
+        log.warning("NATS (%s): %s: %s", name, type(exc).__name__, _SSL_REPR.sub("", str(exc)))
         if on_error is not None:
             await on_error(exc)
 
@@ -283,6 +303,8 @@ async def connect(
     Returns once connected; raises NatsConnectError if ``stop`` is set first. Errors that
     retrying cannot fix (a malformed URL, an unreadable creds file) are raised at once.
     """
+    if settings.nkey_seed_file is not None:
+        check_seed_file(settings.nkey_seed_file)
     made: list[NatsClient] = []
     opts = connect_options(
         settings,

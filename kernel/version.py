@@ -30,4 +30,12 @@ def installed_version(distribution: str = "interlink-nats") -> str:
         return UNKNOWN_VERSION
 
 
+def release_version(distribution: str = "interlink-nats") -> str:
+    """The version as built (PEP 440, from the git tag: ``0.2.0``, ``0.2.1.dev3+gabc1234``), for people."""
+    try:
+        return version(distribution)
+    except PackageNotFoundError:
+        return "unknown (not installed: run from a source tree)"
+
+
 __version__ = installed_version()

@@ -18,6 +18,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from interlink_nats.kernel.children import die_with_parent
+
 
 class NatsServerError(RuntimeError):
     """nats-server could not be found or did not come up; the message carries its output."""
@@ -50,6 +52,8 @@ class NatsServerProcess:
     work_dir: Path | None = None
     extra_args: list[str] = field(default_factory=list)
     start_timeout_s: float = 15.0
+    die_with_parent: bool = False
+    """SIGTERM the server when the thread that started it dies (even killed -9): ``up`` leaves no server behind."""
     _proc: subprocess.Popen[bytes] | None = field(default=None, init=False, repr=False)
     _tmp: tempfile.TemporaryDirectory[str] | None = field(default=None, init=False, repr=False)
     ports: dict[str, list[str]] = field(default_factory=dict, init=False)
@@ -87,7 +91,12 @@ class NatsServerProcess:
         # Own session: a Ctrl-C in the terminal reaches only us, and we stop the server last, after
         # the gateway and submitter have drained their connections.
         self._proc = subprocess.Popen(
-            args, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True
+            args,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+            preexec_fn=die_with_parent() if self.die_with_parent else None,
         )
         log.close()
         ports_file = self.work_dir / f"nats-server_{self._proc.pid}.ports"

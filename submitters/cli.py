@@ -9,6 +9,7 @@ file (``--config``, YAML or TOML); the command line wins, then the environment, 
 from __future__ import annotations
 
 import inspect
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
@@ -110,6 +111,8 @@ def run(
     json_logs: JsonOpt = False,
 ) -> None:
     """Run the backend the config file names (its `backend:` key): what the systemd unit starts."""
+    if config is None and not os.environ.get("INTERLINK_SUBMITTER_CONFIG_FILE"):
+        raise typer.BadParameter("required: the site file that names the pool and backend", param_hint="'--config'")
     _serve(config, log_level, json_logs, {"instance_id": instance_id})
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Self
 
 from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.kernel.build_config import proto_names
 from interlink_nats.kernel.config_files import ConfigFileError, LayeredSettings, load_document
 from interlink_nats.kernel.nats_connection import NatsConnectionSettings
 from interlink_nats.kernel.subjects import DEFAULT_PREFIX, validate_pool
@@ -33,12 +34,8 @@ def parse_build_config(data: dict[str, Any] | None, *, where: str = "build_confi
     """A BuildConfig from its proto3-JSON form (camelCase or snake_case keys; enum names short or full)."""
     if not data:
         return pb.BuildConfig()
-    fixed = dict(data)
-    runtime = fixed.get("runtime")
-    if isinstance(runtime, str) and not runtime.upper().startswith("CONTAINER_RUNTIME_"):
-        fixed["runtime"] = f"CONTAINER_RUNTIME_{runtime.upper()}"
     try:
-        return pb.BuildConfig.from_dict(fixed)
+        return pb.BuildConfig.from_dict(proto_names(data))
     except (KeyError, ValueError, TypeError) as exc:
         raise ConfigFileError(f"invalid {where}: {exc}") from exc
 

@@ -33,11 +33,29 @@ def files(tmp_path: Path) -> dict[str, Path]:
         "bad_json": tmp_path / "bad.json",
         "list_json": tmp_path / "list.json",
         "a_file": tmp_path / "a-file",
+        "mq_int_spec": tmp_path / "mq-int-spec.yaml",
+        "mq_int_flavors": tmp_path / "mq-int-flavors.yaml",
+        "mq_int_flavor": tmp_path / "mq-int-flavor.yaml",
+        "seed": tmp_path / "garbage.nk",
+        "bc_typo": tmp_path / "bc-typo.yaml",
+        "pod": tmp_path / "pod.json",
+        "seed_site": tmp_path / "seed-site.yaml",
     }
     made["bad_yaml"].write_text("a: [\n")
     made["bad_json"].write_text("{bad\n")
     made["list_json"].write_text("[]\n")
     made["a_file"].write_text("x\n")
+    head = "apiVersion: vk.io/v1alpha1\nkind: MasterQueue\nmetadata: {name: a}\n"
+    made["mq_int_spec"].write_text(head + "spec: 5\n")
+    made["mq_int_flavors"].write_text(head + "spec: {template: {cohort: c}, flavors: 3}\n")
+    made["mq_int_flavor"].write_text(head + "spec: {template: {cohort: c}, flavors: [{name: f, natsFlavor: 7}]}\n")
+    made["seed"].write_text("garbage\n")
+    made["seed_site"].write_text(f"nats_nkey_seed_file: {made['seed']}\nstate_dir: {tmp_path / 'state'}\n")
+    made["bc_typo"].write_text("runtime: apptainer\nmemory_limitt: 3\n")
+    made["pod"].write_text(
+        '{"metadata": {"name": "p", "namespace": "d", "uid": "u"},'
+        ' "spec": {"containers": [{"name": "main", "image": "busybox", "command": ["true"]}]}}'
+    )
     return made
 
 
@@ -54,6 +72,56 @@ CASES = {
     "controller run without a kubeconfig": (["controller", "run"], "no Kubernetes configuration"),
     "render, bad JSON": (["render", "{bad_json}"], "not valid JSON"),
     "submitter, bad config file": (["submitter", "shell", "--config", "{bad_yaml}"], "cannot parse config file"),
+    # Python's exception names leaked for each of these (TypeError, AttributeError, KeyError, OverflowError,
+    # ValueError) or the exit code was 1 (a garbage seed: systemd restarted the unit every 5 s).
+    "controller render, spec not a mapping": (
+        ["controller", "render", "-m", "{mq_int_spec}", "-r", "{list_json}"],
+        "spec: must be a mapping, not int",
+    ),
+    "controller render, flavors not a list": (
+        ["controller", "render", "-m", "{mq_int_flavors}", "-r", "{list_json}"],
+        "spec.flavors: must be a list",
+    ),
+    "controller render, natsFlavor not a mapping": (
+        ["controller", "render", "-m", "{mq_int_flavor}", "-r", "{list_json}"],
+        "spec.flavors[0].natsFlavor: must be a mapping",
+    ),
+    "render --build-config with a typo": (
+        ["render", "{pod}", "--build-config", "{bc_typo}"],
+        "--build-config",
+    ),
+    "render --runtime unknown": (["render", "{pod}", "--runtime", "docker"], "--runtime"),
+    "gateway --port out of range": (["gateway", "--port", "99999"], "'--port'"),
+    "up --http-port out of range": (["up", "--http-port", "70000"], "'--http-port'"),
+    "up --log-level unknown": (["up", "--log-level", "loud"], "--log-level 'loud'"),
+    "gateway --log-level unknown": (["gateway", "--log-level", "loud"], "--log-level 'loud'"),
+    "gateway, garbage nkey seed": (
+        ["gateway", "--nats-nkey-seed-file", "{seed}", "--nats-url", "nats://127.0.0.1:9", "--port", "0"],
+        "garbage.nk: not an nkey seed",
+    ),
+    "submitter, garbage nkey seed": (
+        ["submitter", "shell", "--pool", "a", "--nats-url", "nats://127.0.0.1:9", "--config", "{seed_site}"],
+        "garbage.nk: not an nkey seed",
+    ),
+    "gateway, a setting of the wrong type": (
+        ["gateway", "--port", "0", "--submit-timeout-s", "x"],
+        "--submit-timeout-s",
+    ),
+    "gateway, an unknown option": (["gateway", "--nope"], "No such option: --nope"),
+    "submitter run without --config": (["submitter", "run"], "'--config'"),
+    "submitter, a bad --nats-url": (["submitter", "shell", "--pool", "a", "--nats-url", "x"], "--nats-url"),
+    "nats-config --client-port out of range": (
+        ["nats-config", "--out", "{a_file}", "--pools", "a", "--client-port", "70000"],
+        "'--client-port'",
+    ),
+    "nats-config --response-expires not a duration": (
+        ["nats-config", "--out", "{a_file}", "--pools", "a", "--response-expires", "soon"],
+        "'--response-expires'",
+    ),
+    "controller, an unknown option": (["controller", "render", "--nope"], "No such option"),
+    # Unsafe defaults said out loud: a network address without a bearer token runs anyone's pods.
+    "up --host 0.0.0.0 without --insecure-no-auth": (["up", "--host", "0.0.0.0"], "--insecure-no-auth"),
+    "gateway --host 0.0.0.0 without a token": (["gateway", "--host", "0.0.0.0", "--port", "0"], "--bearer-token-file"),
 }
 
 
@@ -74,3 +142,45 @@ def test_debug_env_adds_the_traceback(files: dict[str, Path]) -> None:
     assert result.returncode == 2
     assert "Traceback" in result.stderr
     assert result.stderr.strip().splitlines()[-1].startswith("interlink-nats: error: not valid JSON")
+
+
+def test_render_previews_a_pod_with_the_submitters_own_site_file(files: dict[str, Path], tmp_path: Path) -> None:
+    """One BuildConfig format: the site file (`runtime: apptainer`, with pool, backend…) is what render takes."""
+    from interlink_nats.submitters.settings import SubmitterSettings
+
+    site = tmp_path / "site.yaml"
+    site.write_text(
+        "pool: hpc\nbackend: shell\nnats_url: [nats://127.0.0.1:4222]\n"
+        f"state_dir: {tmp_path / 'state'}\nbuild_config:\n  runtime: apptainer\n"
+    )
+    assert SubmitterSettings.load(site).read_build_config().runtime.name.endswith("APPTAINER")  # the submitter reads it
+    result = run_cli("render", str(files["pod"]), "--build-config", str(site))
+    assert result.returncode == 0, result.stderr
+    assert "runtime apptainer" in result.stdout
+    section = tmp_path / "section.yaml"
+    section.write_text("runtime: apptainer\n")  # the section alone, as before
+    assert "runtime apptainer" in run_cli("render", str(files["pod"]), "--build-config", str(section)).stdout
+
+
+def test_an_open_address_needs_a_token_or_the_explicit_flag() -> None:
+    from interlink_nats.services.gateway.server import UnsafeListen, refuse_open_without_auth
+    from interlink_nats.services.gateway.settings import GatewaySettings
+
+    for host in ("127.0.0.1", "::1", "localhost"):
+        refuse_open_without_auth(GatewaySettings(host=host))
+    refuse_open_without_auth(GatewaySettings(host="0.0.0.0", insecure_no_auth=True))
+    refuse_open_without_auth(GatewaySettings(host="0.0.0.0", bearer_token="t"))
+    with pytest.raises(UnsafeListen):
+        refuse_open_without_auth(GatewaySettings(host="0.0.0.0"))
+
+
+@pytest.mark.parametrize(
+    ("argv", "flag"),
+    [(["render", "--help"], "--submit-request"), (["submitter", "shell", "--help"], "--nats-url")],
+)
+def test_help_shows_flags_not_python_types(argv: list[str], flag: str) -> None:
+    """typer printed ``<bool>`` after every flag and ``<list[str]>`` after repeatable options."""
+    result = run_cli(*argv, env={"COLUMNS": "200"})
+    assert result.returncode == 0, result.stderr
+    line = next(line for line in result.stdout.splitlines() if flag in line)
+    assert "<bool>" not in line and "list[" not in line, line

@@ -12,7 +12,7 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from interlink_nats.controller import model, offline, reconcile
-from interlink_nats.controller.cli import app
+from interlink_nats.controller.cli import InvalidManifest, app
 from interlink_nats.kernel import quantities
 from kueue_validation import assert_valid, validation_errors
 from typer.testing import CliRunner
@@ -353,8 +353,9 @@ def test_render_rejects_an_invalid_masterqueue(tmp_path: Path) -> None:
     reports = tmp_path / "r.json"
     reports.write_text(json.dumps([]))
     result = CliRunner().invoke(app, ["render", "-m", str(bad), "-r", str(reports)])
-    assert result.exit_code == 1
-    assert "spec.template.cohort" in result.output
+    assert isinstance(result.exception, InvalidManifest)  # the CLI's error boundary prints it: one line, exit 2
+    assert result.exception.exit_code == 2
+    assert "spec.template.cohort" in str(result.exception)
 
 
 def test_reports_file_accepts_a_list_an_envelope_or_one_report() -> None:

@@ -114,6 +114,8 @@ def test_logs_since_seconds_becomes_an_absolute_time() -> None:
         ({"Follow": "yes"}, "Opts.Follow"),
         ({"SinceTime": "yesterday"}, "Opts.SinceTime"),
         ({"SinceSeconds": 5, "SinceTime": "2026-01-01T00:00:00Z"}, "Opts"),
+        ({"LimitBytes": 100}, "Opts.LimitBytes"),  # unknown keys are refused by name, as unknown pod fields are
+        ({"tail": 5}, "Opts.tail"),
     ],
 )
 def test_logs_reject_bad_options_naming_them(opts: dict[str, object], field: str) -> None:
@@ -238,3 +240,21 @@ def test_the_cheap_surrogate_screen_passes_ordinary_pods() -> None:
     pod = {"pod": {"metadata": {"name": "caf\u00e9", "uid": "u"}, "spec": {"containers": [{"name": "m"}]}}}
     assert not wire.may_hold_surrogates(json.dumps(pod).encode())
     assert not wire.may_hold_surrogates(json.dumps(pod, ensure_ascii=False).encode())
+
+
+def test_create_refuses_an_environment_no_exec_can_take_naming_the_container() -> None:
+    """200 KiB of env was accepted, then the job died with "Argument list too long" at run time."""
+
+    def create(env_kib: int) -> bytes:
+        env = [{"name": f"V{i}", "value": "x" * 1000} for i in range(env_kib)]
+        pod = {
+            "metadata": {"name": "p", "namespace": "d", "uid": UID},
+            "spec": {"containers": [{"name": "small", "image": "i"}, {"name": "big", "image": "i", "env": env}]},
+        }
+        return body({"pod": pod, "container": []})
+
+    with pytest.raises(wire.BadRequest) as caught:
+        wire.parse_create(create(200))
+    assert caught.value.field == "pod.spec.containers[1].env"
+    assert "'big'" in str(caught.value) and "KiB" in str(caught.value)
+    wire.parse_create(create(64))  # well inside the limit

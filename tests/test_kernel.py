@@ -82,3 +82,11 @@ def test_layout_line_round_trips_and_stays_one_line() -> None:
 def test_layout_line_rejects_paths_outside_the_job_dir_and_bad_entries(items: str) -> None:
     with pytest.raises(ValueError, match=r"^layout: "):
         layout.parse_layout(f"#!/bin/bash\n{layout.LAYOUT_PREFIX}{items}\n")
+
+
+def test_nats_warnings_drop_aiohttps_ssl_context_repr() -> None:
+    """wss:// connection errors ended with ``ssl:<ssl.SSLContext object at 0x…>`` in every warning line."""
+    from interlink_nats.kernel.nats_connection import _SSL_REPR
+
+    raw = "Cannot connect to host nats.example:443 ssl:<ssl.SSLContext object at 0x7f3a> [Connection refused]"
+    assert _SSL_REPR.sub("", raw) == "Cannot connect to host nats.example:443 [Connection refused]"

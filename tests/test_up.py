@@ -121,3 +121,27 @@ def test_make_up_passes_args_through(flag: str) -> None:
         ["make", "-n", "-C", str(root), "up", f"ARGS={flag} x"], capture_output=True, text=True, check=True
     ).stdout
     assert f"interlink-nats up {flag} x" in shown
+
+
+def test_make_up_installs_only_what_up_runs_and_make_test_adds_the_dev_tools(tmp_path: Path) -> None:
+    """Two stamps: `up` needs .[all]; `test` .[all,dev], whose stamp satisfies `up` too (switching costs nothing)."""
+    root = Path(__file__).resolve().parents[1]
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+
+    def planned(target: str) -> str:
+        return subprocess.run(
+            ["make", "-n", "-C", str(root), target, f"VENV={venv}", "PYTEST_ARGS=--co"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout
+
+    fresh = planned("up")
+    assert '-e ".[all]"' in fresh and "all,dev" not in fresh
+    assert '-e ".[all,dev]"' in planned("test")
+    (venv / ".installed-dev").touch()
+    (venv / ".installed-all").touch()  # what the dev install leaves
+    assert "pip" not in planned("up"), "make up after make test must not reinstall"
+    (venv / ".installed-dev").unlink()
+    assert '-e ".[all,dev]"' in planned("test"), "make test after make up must add the dev tools"

@@ -93,7 +93,10 @@ class Gateway:
         # would otherwise show up as /status tail latency at thousands of calls per second; and collect
         # young objects less often (kernel/gc_tuning.py).
         freeze_long_lived()
-        log.info("gateway started: %d pods restored from redis, %d from the pools' ListJobs", loaded, rebuilt)
+        if self.redis is None:  # memory only: nothing was restored, so say what the table holds and why
+            log.info("gateway started: state in memory (no redis_url), %d pods from the pools' ListJobs", rebuilt)
+        else:
+            log.info("gateway started: %d pods restored from redis, %d from the pools' ListJobs", loaded, rebuilt)
 
     async def close(self) -> None:
         await self.refresher.stop()

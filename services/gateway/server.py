@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import logging
 import socket
 from collections.abc import AsyncIterator, Iterator
@@ -69,6 +70,39 @@ class ListenError(RuntimeError):
     exit_code = 1  # the CLI prints the message as one line and exits with this
 
 
+class BadPort(ListenError):
+    """A port no TCP socket can have: bad input, not a failed start."""
+
+    exit_code = 2
+
+
+class UnsafeListen(ValueError):
+    """A network address without a bearer token, not asked for explicitly: bad input (exit 2)."""
+
+    exit_code = 2
+
+
+def refuse_open_without_auth(settings: GatewaySettings) -> None:
+    """Refuse a non-loopback address without a bearer token unless ``insecure_no_auth`` says it is meant.
+
+    The plugin API creates pods, and a pool's runtime may be ``none`` (``up``'s is): whoever reaches the
+    port runs commands on the pool's hosts. On loopback only local users can; on 0.0.0.0, anyone.
+    """
+    if settings.bearer_token is not None or settings.insecure_no_auth:
+        return
+    host = settings.host.strip("[]")
+    try:
+        loopback = host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        loopback = False
+    if not loopback:
+        raise UnsafeListen(
+            f"--host {settings.host}: refusing to serve the plugin API on a network address without a bearer "
+            "token (anyone reaching it could run commands); give the gateway a token (--bearer-token-file), or pass "
+            "--insecure-no-auth (INTERLINK_GATEWAY_INSECURE_NO_AUTH=true) if the network is yours alone"
+        )
+
+
 def bind_listener(settings: GatewaySettings) -> socket.socket | None:
     """Bind the gateway's TCP port before anything else starts, so a taken port fails at once and clearly.
 
@@ -77,6 +111,9 @@ def bind_listener(settings: GatewaySettings) -> socket.socket | None:
     """
     if settings.unix_socket is not None:
         return None
+    refuse_open_without_auth(settings)
+    if not 0 <= settings.port <= 65535:  # from a config file or the environment (the flag checks its range)
+        raise BadPort(f"port {settings.port} (config key port): must be 0-65535")
     family = socket.AF_INET6 if ":" in settings.host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     try:

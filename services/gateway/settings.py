@@ -32,6 +32,9 @@ class GatewaySettings(LayeredSettings):
         None, description="require `Authorization: Bearer <token>` (env or file only; or bearer_token_file)"
     )
     bearer_token_file: Path | None = Field(None, description="file holding the bearer token (e.g. a mounted Secret)")
+    insecure_no_auth: bool = Field(
+        False, description="serve a non-loopback address without a bearer token (anyone reaching it runs pods)"
+    )
     redis_url: str | None = Field(None, description="redis for state that survives restarts; memory only if unset")
     default_pool: str | None = Field(None, description="pool for pods that name none")
     prefix: str = Field(DEFAULT_PREFIX, description="prefix of announcement and event subjects")

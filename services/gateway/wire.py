@@ -20,6 +20,7 @@ from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.gen.interlink_nats.v1 import fastwire
 from interlink_nats.kernel import quantities
 from interlink_nats.kernel.names import is_pod_uid
+from interlink_nats.services.gateway.exec_limits import EXEC_ENV_LIMIT, oversized_env
 
 GO_ZERO_TIME_PREFIX = "0001-01-01"
 
@@ -126,6 +127,14 @@ def read_create(body: bytes) -> tuple[dict[str, Any], PodIdentity]:
         raise BadRequest("pod.spec.containers", "required, must be a non-empty list")
     if data.get("container") is not None:
         _expect(data["container"], list, "container", "a list")
+    too_big = oversized_env(spec)
+    if too_big is not None:  # else the job starts, then dies with "Argument list too long"
+        field, name, size = too_big
+        raise BadRequest(
+            field,
+            f"container {name!r} has {size // 1024} KiB of environment; a job's exec takes at most "
+            f"{EXEC_ENV_LIMIT // 1024} KiB (move large values into a ConfigMap or Secret volume)",
+        )
     return data, identity
 
 
@@ -172,6 +181,10 @@ def _parse_go_time(value: Any, field: str) -> datetime | None:
         raise BadRequest(field, f"out of range: {value!r}") from None
 
 
+LOG_OPTS = frozenset({"Tail", "Bytes", "SinceSeconds", "SinceTime", "Timestamps", "Previous", "Follow"})
+"""The JSON keys of interLink's ``ContainerLogOpts``; any other key in ``Opts`` is a 400 naming it."""
+
+
 def parse_logs(body: bytes, now: datetime | None = None) -> LogRequest:
     """A ``LogStruct``; ``SinceSeconds`` is turned into an absolute time against ``now``."""
     data = _expect(parse_json(body), dict, "body", "a LogStruct object")
@@ -183,6 +196,9 @@ def parse_logs(body: bytes, now: datetime | None = None) -> LogRequest:
         fields[key] = value
     opts = data.get("Opts") or {}
     _expect(opts, dict, "Opts", "an object")
+    unknown = sorted(set(opts) - LOG_OPTS)
+    if unknown:  # as for pod fields: a misspelt option must not silently mean "unset"
+        raise BadRequest(f"Opts.{unknown[0]}", f"unknown option (known: {', '.join(sorted(LOG_OPTS))})")
 
     def int_opt(key: str) -> int:
         value = opts.get(key, 0)

@@ -4,37 +4,58 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 import typer
-import yaml
 from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.kernel.build_config import build_config_section, proto_names
+from interlink_nats.kernel.config_files import ConfigFileError, load_document
 
 from .errors import PodRejected
 from .render import render_job
 from .runtimes import RUNTIME_NAMES
 
+
+class UsageError(ValueError):
+    """A bad option value; the CLI prints it as one line and exits 2."""
+
+    exit_code = 2
+
+
 RUNTIMES = {name: rt for rt, name in RUNTIME_NAMES.items()}
 
 
 def load_build_config(path: Path | None, runtime: str | None) -> pb.BuildConfig:
-    """BuildConfig from a YAML/JSON file in proto3-JSON form; ``runtime`` (e.g. "none") overrides it."""
+    """BuildConfig from a file: a submitter's site file (its ``build_config``) or the section alone.
+
+    The format is the site file's (``runtime: apptainer`` or the enum name), so an admin previews a
+    pod with the very file their submitter reads; ``runtime`` (e.g. "none") overrides it.
+    """
     bc = pb.BuildConfig()
     if path is not None:
-        raw: Any = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-        if not isinstance(raw, dict):
-            raise typer.BadParameter("the build config must be a mapping", param_hint="--build-config")
-        bc = pb.BuildConfig.from_dict(raw)
+        try:
+            bc = pb.BuildConfig.from_dict(proto_names(build_config_section(load_document(path))))
+        except ConfigFileError as exc:
+            raise UsageError(f"--build-config: {exc}") from None
+        except (KeyError, ValueError, TypeError) as exc:
+            raise UsageError(f"--build-config {path}: {_why(exc)}") from None
     if runtime is not None:
         key = runtime.strip().lower()
         if key not in RUNTIMES:
-            raise typer.BadParameter(f"one of {', '.join(sorted(RUNTIMES))}", param_hint="--runtime")
+            raise UsageError(f"--runtime {runtime!r}: must be one of {', '.join(sorted(RUNTIMES))}")
         bc.runtime = RUNTIMES[key]
     return bc
 
 
+def _why(exc: Exception) -> str:
+    """A parse error as one phrase (a KeyError's text is just the quoted key)."""
+    return str(exc.args[0] if isinstance(exc, KeyError) and exc.args else exc).splitlines()[0]
+
+
 def render(
-    pod_json: Annotated[Path, typer.Argument(help="A pod, or interLink's /create body (RetrievedPodData).")],
+    pod_json: Annotated[
+        Path, typer.Argument(metavar="POD.json", help="A pod, or interLink's /create body (RetrievedPodData).")
+    ],
     build_config: Annotated[
         Path | None, typer.Option("--build-config", help="BuildConfig file (YAML or JSON, proto3-JSON names).")
     ] = None,

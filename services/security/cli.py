@@ -7,6 +7,7 @@ It prints public keys and paths, never a seed.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Annotated
 
@@ -15,6 +16,15 @@ import typer
 from .bundle import build_bundle
 from .config import NatsConfigOptions
 from .files import CONFIG_FILE, CREDENTIALS_DIR, read_existing_seeds, write_bundle
+
+_GO_DURATION = re.compile(r"(\d+(\.\d+)?(ns|us|µs|ms|s|m|h))+")
+"""nats-server's durations are Go's (``1h``, ``90s``, ``1m30s``): anything else makes it refuse the config."""
+
+
+def _duration(value: str) -> str:
+    if value and not _GO_DURATION.fullmatch(value):
+        raise typer.BadParameter(f"{value!r} is not a duration such as 1h, 90s or 1m30s")
+    return value
 
 
 def _split(value: str) -> list[str]:
@@ -26,9 +36,15 @@ def nats_config(
     out: Annotated[Path, typer.Option(help="output directory (created 0700; existing seeds there are reused)")],
     prefix: Annotated[str, typer.Option(help="prefix of announcement and event subjects")] = "interlink",
     host: Annotated[str, typer.Option(help="address nats-server listens on")] = "0.0.0.0",
-    client_port: Annotated[int, typer.Option(help="NATS client port (tls:// when TLS is on); -1 = random")] = 4222,
-    websocket_port: Annotated[int, typer.Option(help="WebSocket port (wss:// when TLS is on); -1 = random")] = 8443,
-    http_port: Annotated[int | None, typer.Option(help="monitoring port (/healthz); off by default")] = None,
+    client_port: Annotated[
+        int, typer.Option(min=-1, max=65535, help="NATS client port (tls:// when TLS is on); -1 = random")
+    ] = 4222,
+    websocket_port: Annotated[
+        int, typer.Option(min=-1, max=65535, help="WebSocket port (wss:// when TLS is on); -1 = random")
+    ] = 8443,
+    http_port: Annotated[
+        int | None, typer.Option(min=-1, max=65535, help="monitoring port (/healthz); off by default")
+    ] = None,
     jetstream_store_dir: Annotated[str, typer.Option(help="JetStream store directory as the server sees it")] = (
         "/data/jetstream"
     ),
@@ -53,9 +69,13 @@ def nats_config(
     shared_inboxes: Annotated[
         bool, typer.Option(help="let every identity subscribe _INBOX.> (for clients that cannot set an inbox prefix)")
     ] = False,
-    response_max: Annotated[int, typer.Option(help="replies a pool may send per request (stream chunks)")] = 100_000,
-    response_expires: Annotated[str, typer.Option(help="how long a pool may answer a request, e.g. 1h")] = "1h",
-    max_payload: Annotated[int | None, typer.Option(help="nats-server max_payload in bytes")] = None,
+    response_max: Annotated[
+        int, typer.Option(min=1, help="replies a pool may send per request (stream chunks)")
+    ] = 100_000,
+    response_expires: Annotated[
+        str, typer.Option(callback=_duration, help="how long a pool may answer a request, e.g. 1h")
+    ] = "1h",
+    max_payload: Annotated[int | None, typer.Option(min=1, help="nats-server max_payload in bytes")] = None,
     cluster: Annotated[
         int, typer.Option(help="number of cluster nodes; above 1 writes nats-server-<i>.conf per node with routes")
     ] = 1,

@@ -1,0 +1,36 @@
+"""The one BuildConfig file format: what a submitter's site file holds is what ``render`` previews.
+
+A site admin writes ``build_config: {runtime: apptainer, ...}`` in the submitter's site file; the
+renderer's ``--build-config`` takes that very file (or just the section). Both sides turn the
+document into proto3-JSON names here, then parse it with the generated ``BuildConfig`` themselves
+(the kernel knows no generated code; submitters and the renderer must not import each other).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+SITE_SECTION = "build_config"
+"""The key of the BuildConfig in a submitter's site file."""
+
+_SITE_KEYS = frozenset({"pool", "backend", "nats", "nats_url", "state_dir"})
+"""Keys only a site file has: a document with one of them is a site file, not a bare BuildConfig."""
+
+
+def build_config_section(document: dict[str, Any]) -> dict[str, Any]:
+    """The BuildConfig in ``document``: its ``build_config`` section if it is a site file, else all of it."""
+    if SITE_SECTION in document or _SITE_KEYS & document.keys():
+        section = document.get(SITE_SECTION) or {}
+        if not isinstance(section, dict):
+            raise ValueError(f"{SITE_SECTION} must be a mapping, not {type(section).__name__}")
+        return section
+    return document
+
+
+def proto_names(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` with a short runtime name (``apptainer``) spelled as its enum (``CONTAINER_RUNTIME_APPTAINER``)."""
+    fixed = dict(data)
+    runtime = fixed.get("runtime")
+    if isinstance(runtime, str) and not runtime.upper().startswith("CONTAINER_RUNTIME_"):
+        fixed["runtime"] = f"CONTAINER_RUNTIME_{runtime.upper()}"
+    return fixed
