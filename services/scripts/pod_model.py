@@ -1,0 +1,255 @@
+"""The pod as the renderer reads it: typed, immutable, already checked (built by :func:`.pod_parse.parse_pod`).
+
+Every rendering step reads this model, never interLink's JSON. The parser checks each field's JSON type and
+shape once; what is left to rendering is what depends on the pool (the runtime, its GPUs) or on interLink's
+data (a ConfigMap that is missing, a key that is not in it).
+
+Some fields are read today only when rendering needs them (a volume's ``items`` only when interLink sent the
+ConfigMap, ``status.podIP`` only when the downward API asks for it): a pod whose unused field has the wrong
+type still renders. The model keeps that: such a field holds its value or the :class:`PodRejected` that
+reading it raises (:data:`Checked`), and the step that needs it calls :func:`checked`.
+
+NamedTuples, not frozen dataclasses: they are as immutable, and a render builds dozens of these, where a
+frozen dataclass pays one ``object.__setattr__`` per field.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple, TypeVar, Union
+
+from .errors import PodRejected
+from .fields import member
+from .pod_resources import ContainerResources
+
+T = TypeVar("T")
+
+Checked = Union[T, PodRejected]  # noqa: UP007  (a generic alias: ``T | PodRejected`` cannot be subscripted)
+"""A field read only when rendering needs it: its value, or the rejection reading it raises."""
+
+
+def checked(value: Checked[T]) -> T:
+    """The value of a field read on demand; raises its rejection when it was not valid."""
+    if isinstance(value, PodRejected):
+        raise value
+    return value
+
+
+# --- interLink's data: the ConfigMaps, Secrets and projected volumes it resolved ------------------------
+
+
+class DataObject(NamedTuple):
+    """One ConfigMap/Secret-shaped object interLink sent (``container[1].configMaps[0]``), its data decoded."""
+
+    where: str
+    files: Checked[dict[str, bytes]]  # key -> bytes; secret ``data`` and any ``binaryData`` were base64
+    text_keys: frozenset[str]  # the keys of ``data`` (the others are in ``binaryData``)
+
+    def key_where(self, key: str) -> str:
+        """Path of one key of the object (in ``data``, else ``binaryData``)."""
+        return member(f"{self.where}.{'data' if key in self.text_keys else 'binaryData'}", key)
+
+
+class PodData(NamedTuple):
+    """The objects interLink attached to the pod, merged over its containers, by name."""
+
+    config_maps: dict[str, DataObject]
+    secrets: dict[str, DataObject]
+    projected: dict[str, DataObject]
+
+
+# --- metadata and status -------------------------------------------------------------------------------
+
+
+class Metadata(NamedTuple):
+    uid: str
+    name: str
+    namespace: str
+    labels: Checked[dict[str, str]]
+    annotations: dict[str, str]  # the string values (null is absent)
+    annotation_errors: dict[str, PodRejected]  # values of another type, rejected when read
+    all_annotations: Checked[dict[str, str]]  # the whole map, for the downward API (null values rejected)
+
+    def annotation(self, key: str) -> str | None:
+        """An annotation's value, ``None`` when absent."""
+        if self.annotation_errors:
+            error = self.annotation_errors.get(key)
+            if error is not None:
+                raise error
+        return self.annotations.get(key)
+
+
+class Status(NamedTuple):
+    pod_ip: Checked[str]
+    host_ip: Checked[str]
+
+
+# --- containers ----------------------------------------------------------------------------------------
+
+
+class NotAString(NamedTuple):
+    """A container ``image`` of another JSON type: each runtime words its own rejection."""
+
+    type_name: str  # Python's name of the parsed JSON value's type (``int``, ``list``)
+
+
+class EnvFromSource(NamedTuple):
+    """``envFrom[j]``: every key of a ConfigMap or Secret."""
+
+    where: str  # spec.containers[0].envFrom[1]
+    kind: str  # configMapRef or secretRef
+    secret: bool
+    prefix: str
+    name: str
+    optional: bool
+
+
+class FieldRef(NamedTuple):
+    """``valueFrom.fieldRef``: a downward-API value of the pod."""
+
+    field_path: str
+    where: str  # the path of fieldPath
+
+
+class KeyRef(NamedTuple):
+    """``valueFrom.configMapKeyRef`` or ``secretKeyRef``: one key of interLink's data."""
+
+    where: str  # spec.containers[0].env[3].valueFrom.secretKeyRef
+    secret: bool
+    name: str
+    key: str | None
+    optional: Checked[bool]  # read only when the key is missing
+
+
+class EnvEntry(NamedTuple):
+    """``env[j]``: a literal value, or a value from elsewhere."""
+
+    where: str
+    name: str
+    value: str  # when value_from is None
+    value_from: FieldRef | KeyRef | None
+
+
+class VolumeMount(NamedTuple):
+    where: str
+    name: str
+    mount_path: str
+    sub_path: str
+    sub_path_expr: str
+    read_only: bool
+
+
+class Container(NamedTuple):
+    where: str  # spec.initContainers[0], spec.containers[1]
+    name: str
+    image: str | NotAString | None
+    command: tuple[str, ...]
+    args: tuple[str, ...]
+    working_dir: str
+    env_from: tuple[EnvFromSource, ...]
+    env: tuple[EnvEntry, ...]
+    volume_mounts: tuple[VolumeMount, ...]
+    resources: ContainerResources
+    gpu_kind: str  # where the GPUs are asked (limits or requests), for a rejection
+
+
+# --- volumes -------------------------------------------------------------------------------------------
+
+
+class KeyToPath(NamedTuple):
+    """``items[j]`` of a ConfigMap or Secret: one key to one file (path and mode are read only for a key it has)."""
+
+    where: str
+    key: str
+    path: Checked[str]
+    mode: Checked[int | None]
+
+
+class DownwardItem(NamedTuple):
+    """``items[j]`` of a downwardAPI volume or projection."""
+
+    where: str
+    path: str
+    field_path: str
+    mode: int | None
+
+
+class EmptyDir(NamedTuple):
+    pass
+
+
+class HostPath(NamedTuple):
+    path: str
+    path_type: str  # "" or one of Kubernetes' hostPath types
+
+
+class ObjectVolume(NamedTuple):
+    """A configMap or secret volume."""
+
+    secret: bool
+    name_key: str  # name or secretName
+    object_name: str
+    optional: bool
+    default_mode: int
+    items: Checked[tuple[KeyToPath, ...]]  # read only when interLink sent the object; empty: every key
+
+
+class ObjectProjection(NamedTuple):
+    """A configMap or secret source of a projected volume."""
+
+    where: str
+    kind: str
+    object_name: str
+    optional: bool
+    items: Checked[tuple[KeyToPath, ...]]
+
+
+class DownwardProjection(NamedTuple):
+    items: tuple[DownwardItem, ...]
+
+
+ProjectionSource = ObjectProjection | DownwardProjection
+"""A projected volume's source (service account tokens are left out: the job has no API server to use them)."""
+
+
+class ProjectedVolume(NamedTuple):
+    default_mode: int
+    sources: Checked[tuple[ProjectionSource, ...]]  # read only when interLink sent no projectedvolumemaps
+
+
+class DownwardVolume(NamedTuple):
+    default_mode: int
+    items: Checked[tuple[DownwardItem, ...]]  # read only when interLink sent no projectedvolumemaps
+
+
+VolumeSource = EmptyDir | HostPath | ObjectVolume | ProjectedVolume | DownwardVolume
+
+
+class VolumeSpec(NamedTuple):
+    """``spec.volumes[index]``."""
+
+    position: int  # its index in spec.volumes
+    name: str
+    kind: str  # the source's member name (configMap, hostPath, ...)
+    where: str  # the source's path: spec.volumes[2].configMap
+    source: VolumeSource
+
+
+# --- the pod -------------------------------------------------------------------------------------------
+
+
+class PodSpec(NamedTuple):
+    init_containers: tuple[Container, ...]
+    containers: tuple[Container, ...]
+    volumes: tuple[VolumeSpec, ...]
+    resources: ContainerResources | None  # pod-level resources (Kubernetes >= 1.32)
+    active_deadline_seconds: int | None
+    termination_grace_period_seconds: int | None
+    node_name: Checked[str]
+    service_account_name: Checked[str]
+
+
+class Pod(NamedTuple):
+    metadata: Metadata
+    spec: PodSpec
+    status: Status
+    data: PodData
