@@ -8,7 +8,7 @@ from .context import RenderContext
 from .errors import PodRejected
 from .launch import EnvVar
 from .pod_model import Container, FieldRef, KeyRef, checked
-from .quoting import MASK, quote_field
+from .quoting import MASK, quote, quote_field
 from .sources import downward_value
 
 
@@ -65,6 +65,10 @@ def container_env(ctx: RenderContext, c: Container) -> tuple[list[EnvVar], dict[
             out.append(EnvVar(ref.prefix + key, text, ref.secret))
             values[ref.prefix + key] = text
     for var in c.env:
+        if isinstance(var, EnvVar):  # a literal: already what the container gets
+            out.append(var)
+            values[var.name] = var.value
+            continue
         secret = False
         if var.value_from is not None:
             value, secret = _value_from(ctx, var.value_from)
@@ -73,9 +77,7 @@ def container_env(ctx: RenderContext, c: Container) -> tuple[list[EnvVar], dict[
             if secret and ctx.mask:
                 value = MASK  # masked at the source so $(VAR) expansions cannot reveal it
         else:
-            value = var.value
-            if "$" in value:
-                value = expand(value, values)
+            value = expand(var.value, values)
         out.append(EnvVar(var.name, value, secret))
         values[var.name] = value
     return out, values
@@ -105,5 +107,5 @@ def expanded_words(words: tuple[str, ...], key: str, where: str, env: dict[str, 
         if "$" in w:
             w = expand(w, env)
         expanded.append(w)
-        quoted.append(quote_field(w, f"{where}.{key}[{k}]"))
+        quoted.append(quote(w) if "\x00" not in w else quote_field(w, f"{where}.{key}[{k}]"))
     return expanded, quoted

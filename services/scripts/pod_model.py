@@ -9,19 +9,29 @@ ConfigMap, ``status.podIP`` only when the downward API asks for it): a pod whose
 type still renders. The model keeps that: such a field holds its value or the :class:`PodRejected` that
 reading it raises (:data:`Checked`), and the step that needs it calls :func:`checked`.
 
-NamedTuples, not frozen dataclasses: they are as immutable, and a render builds dozens of these, where a
-frozen dataclass pays one ``object.__setattr__`` per field.
+The classes are frozen for mypy and plain slots dataclasses at run time (:func:`model`).
 """
 
 from __future__ import annotations
 
-from typing import NamedTuple, TypeVar, Union
+from dataclasses import dataclass
+from typing import TypeVar, Union, dataclass_transform
 
 from .errors import PodRejected
 from .fields import member
+from .launch import EnvVar
 from .pod_resources import ContainerResources
 
 T = TypeVar("T")
+
+
+@dataclass_transform(frozen_default=True)
+def model(cls: type[T]) -> type[T]:
+    """A dataclass mypy checks as frozen (nothing assigns a field after parsing) that runs as a plain slots one: a
+    frozen dataclass pays one ``object.__setattr__`` per field (twice the cost of building it), a NamedTuple one
+    Python-level ``__new__``, and a render builds dozens of these."""
+    return dataclass(slots=True)(cls)
+
 
 Checked = Union[T, PodRejected]  # noqa: UP007  (a generic alias: ``T | PodRejected`` cannot be subscripted)
 """A field read only when rendering needs it: its value, or the rejection reading it raises."""
@@ -37,7 +47,8 @@ def checked(value: Checked[T]) -> T:
 # --- interLink's data: the ConfigMaps, Secrets and projected volumes it resolved ------------------------
 
 
-class DataObject(NamedTuple):
+@model
+class DataObject:
     """One ConfigMap/Secret-shaped object interLink sent (``container[1].configMaps[0]``), its data decoded."""
 
     where: str
@@ -49,7 +60,8 @@ class DataObject(NamedTuple):
         return member(f"{self.where}.{'data' if key in self.text_keys else 'binaryData'}", key)
 
 
-class PodData(NamedTuple):
+@model
+class PodData:
     """The objects interLink attached to the pod, merged over its containers, by name."""
 
     config_maps: dict[str, DataObject]
@@ -60,7 +72,8 @@ class PodData(NamedTuple):
 # --- metadata and status -------------------------------------------------------------------------------
 
 
-class Metadata(NamedTuple):
+@model
+class Metadata:
     uid: str
     name: str
     namespace: str
@@ -78,7 +91,8 @@ class Metadata(NamedTuple):
         return self.annotations.get(key)
 
 
-class Status(NamedTuple):
+@model
+class Status:
     pod_ip: Checked[str]
     host_ip: Checked[str]
 
@@ -86,13 +100,15 @@ class Status(NamedTuple):
 # --- containers ----------------------------------------------------------------------------------------
 
 
-class NotAString(NamedTuple):
+@model
+class NotAString:
     """A container ``image`` of another JSON type: each runtime words its own rejection."""
 
     type_name: str  # Python's name of the parsed JSON value's type (``int``, ``list``)
 
 
-class EnvFromSource(NamedTuple):
+@model
+class EnvFromSource:
     """``envFrom[j]``: every key of a ConfigMap or Secret."""
 
     where: str  # spec.containers[0].envFrom[1]
@@ -103,14 +119,16 @@ class EnvFromSource(NamedTuple):
     optional: bool
 
 
-class FieldRef(NamedTuple):
+@model
+class FieldRef:
     """``valueFrom.fieldRef``: a downward-API value of the pod."""
 
     field_path: str
     where: str  # the path of fieldPath
 
 
-class KeyRef(NamedTuple):
+@model
+class KeyRef:
     """``valueFrom.configMapKeyRef`` or ``secretKeyRef``: one key of interLink's data."""
 
     where: str  # spec.containers[0].env[3].valueFrom.secretKeyRef
@@ -120,16 +138,18 @@ class KeyRef(NamedTuple):
     optional: Checked[bool]  # read only when the key is missing
 
 
-class EnvEntry(NamedTuple):
-    """``env[j]``: a literal value, or a value from elsewhere."""
+@model
+class EnvEntry:
+    """``env[j]`` whose value rendering works out: a value from elsewhere, or a literal with ``$(VAR)`` to expand
+    (a literal without one is parsed into the :class:`.launch.EnvVar` the container gets)."""
 
-    where: str
     name: str
     value: str  # when value_from is None
     value_from: FieldRef | KeyRef | None
 
 
-class VolumeMount(NamedTuple):
+@model
+class VolumeMount:
     where: str
     name: str
     mount_path: str
@@ -138,7 +158,8 @@ class VolumeMount(NamedTuple):
     read_only: bool
 
 
-class Container(NamedTuple):
+@model
+class Container:
     where: str  # spec.initContainers[0], spec.containers[1]
     name: str
     image: str | NotAString | None
@@ -146,7 +167,7 @@ class Container(NamedTuple):
     args: tuple[str, ...]
     working_dir: str
     env_from: tuple[EnvFromSource, ...]
-    env: tuple[EnvEntry, ...]
+    env: tuple[EnvVar | EnvEntry, ...]
     volume_mounts: tuple[VolumeMount, ...]
     resources: ContainerResources
     gpu_kind: str  # where the GPUs are asked (limits or requests), for a rejection
@@ -155,7 +176,8 @@ class Container(NamedTuple):
 # --- volumes -------------------------------------------------------------------------------------------
 
 
-class KeyToPath(NamedTuple):
+@model
+class KeyToPath:
     """``items[j]`` of a ConfigMap or Secret: one key to one file (path and mode are read only for a key it has)."""
 
     where: str
@@ -164,7 +186,8 @@ class KeyToPath(NamedTuple):
     mode: Checked[int | None]
 
 
-class DownwardItem(NamedTuple):
+@model
+class DownwardItem:
     """``items[j]`` of a downwardAPI volume or projection."""
 
     where: str
@@ -173,16 +196,19 @@ class DownwardItem(NamedTuple):
     mode: int | None
 
 
-class EmptyDir(NamedTuple):
+@model
+class EmptyDir:
     pass
 
 
-class HostPath(NamedTuple):
+@model
+class HostPath:
     path: str
     path_type: str  # "" or one of Kubernetes' hostPath types
 
 
-class ObjectVolume(NamedTuple):
+@model
+class ObjectVolume:
     """A configMap or secret volume."""
 
     secret: bool
@@ -193,7 +219,8 @@ class ObjectVolume(NamedTuple):
     items: Checked[tuple[KeyToPath, ...]]  # read only when interLink sent the object; empty: every key
 
 
-class ObjectProjection(NamedTuple):
+@model
+class ObjectProjection:
     """A configMap or secret source of a projected volume."""
 
     where: str
@@ -203,7 +230,8 @@ class ObjectProjection(NamedTuple):
     items: Checked[tuple[KeyToPath, ...]]
 
 
-class DownwardProjection(NamedTuple):
+@model
+class DownwardProjection:
     items: tuple[DownwardItem, ...]
 
 
@@ -211,12 +239,14 @@ ProjectionSource = ObjectProjection | DownwardProjection
 """A projected volume's source (service account tokens are left out: the job has no API server to use them)."""
 
 
-class ProjectedVolume(NamedTuple):
+@model
+class ProjectedVolume:
     default_mode: int
     sources: Checked[tuple[ProjectionSource, ...]]  # read only when interLink sent no projectedvolumemaps
 
 
-class DownwardVolume(NamedTuple):
+@model
+class DownwardVolume:
     default_mode: int
     items: Checked[tuple[DownwardItem, ...]]  # read only when interLink sent no projectedvolumemaps
 
@@ -224,10 +254,11 @@ class DownwardVolume(NamedTuple):
 VolumeSource = EmptyDir | HostPath | ObjectVolume | ProjectedVolume | DownwardVolume
 
 
-class VolumeSpec(NamedTuple):
+@model
+class VolumeSpec:
     """``spec.volumes[index]``."""
 
-    position: int  # its index in spec.volumes
+    index: int
     name: str
     kind: str  # the source's member name (configMap, hostPath, ...)
     where: str  # the source's path: spec.volumes[2].configMap
@@ -237,7 +268,8 @@ class VolumeSpec(NamedTuple):
 # --- the pod -------------------------------------------------------------------------------------------
 
 
-class PodSpec(NamedTuple):
+@model
+class PodSpec:
     init_containers: tuple[Container, ...]
     containers: tuple[Container, ...]
     volumes: tuple[VolumeSpec, ...]
@@ -248,7 +280,8 @@ class PodSpec(NamedTuple):
     service_account_name: Checked[str]
 
 
-class Pod(NamedTuple):
+@model
+class Pod:
     metadata: Metadata
     spec: PodSpec
     status: Status

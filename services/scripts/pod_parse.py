@@ -38,6 +38,7 @@ from .fields import (
     str_map,
     wrong_type,
 )
+from .launch import EnvVar
 from .pod_model import (
     Checked,
     Container,
@@ -97,6 +98,14 @@ def _on_demand(read: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> Check
         return e
 
 
+def _str_on_demand(obj: dict[str, Any], key: str, where: str) -> Checked[str]:
+    """:func:`.fields.get_str` on demand (a string or absent: no try block, for the fields every pod has)."""
+    value = obj.get(key)
+    if type(value) is str:
+        return value
+    return _on_demand(get_str, obj, key, where)
+
+
 def parse_pod(pod_data: Any) -> Pod:
     """interLink's RetrievedPodData (>= 0.5: an object; <= 0.4: a one-element list) or a bare pod, checked."""
     raw_pod, entries = _unwrap(pod_data)
@@ -120,7 +129,7 @@ def _status(raw_pod: dict[str, Any]) -> Status:
         status = as_obj(raw_pod.get("status"), "status")
     except PodRejected as e:
         return Status(e, e)
-    return Status(_on_demand(get_str, status, "podIP", "status"), _on_demand(get_str, status, "hostIP", "status"))
+    return Status(_str_on_demand(status, "podIP", "status"), _str_on_demand(status, "hostIP", "status"))
 
 
 def _unwrap(pod_data: Any) -> tuple[dict[str, Any], Any]:
@@ -187,8 +196,8 @@ def _pod_spec(spec: dict[str, Any]) -> PodSpec:
         resources,
         get_int(spec, "activeDeadlineSeconds", "spec"),
         get_int(spec, "terminationGracePeriodSeconds", "spec"),
-        _on_demand(get_str, spec, "nodeName", "spec"),
-        _on_demand(get_str, spec, "serviceAccountName", "spec"),
+        _str_on_demand(spec, "nodeName", "spec"),
+        _str_on_demand(spec, "serviceAccountName", "spec"),
     )
 
 
@@ -212,26 +221,31 @@ def pod_resources(pod: dict[str, Any]) -> pb.ResourceRequest:
 
 
 def _interlink_data(entries: Any) -> PodData:
-    """Index interLink's per-container data (``RetrievedPodData.container``) by object name."""
-    data = PodData({}, {}, {})
+    """Index interLink's per-container data (``RetrievedPodData.container``) by object name; a later object of the
+    same name wins (each container's entry repeats the pod's objects), and only the winners are decoded."""
+    found: tuple[dict[str, tuple[dict[str, Any], str]], ...] = ({}, {}, {})
     for k, entry in enumerate(as_list(entries, "container")):
         ew = f"container[{k}]"
         entry = as_obj(entry, ew)
-        for key, target, secret in (
-            ("configMaps", data.config_maps, False),
-            ("secrets", data.secrets, True),
-            ("projectedvolumemaps", data.projected, False),
-        ):
+        for key, target in zip(("configMaps", "secrets", "projectedvolumemaps"), found, strict=True):
             lw = f"{ew}.{key}"
             for j, obj in enumerate(get_list(entry, key, ew)):
                 ow = f"{lw}[{j}]"
                 obj = as_obj(obj, ow)
                 name = get_opt_str(get_obj(obj, "metadata", ow), "name", ow + ".metadata")
                 if name is not None:
-                    text = obj.get("data")
-                    text_keys = frozenset(text) if isinstance(text, dict) else frozenset()
-                    target[name] = DataObject(ow, _on_demand(_object_files, obj, ow, secret), text_keys)
-    return data
+                    target[name] = (obj, ow)
+    config_maps, secrets, projected = (
+        {name: _data_object(obj, where, secret) for name, (obj, where) in objects.items()}
+        for objects, secret in zip(found, (False, True, False), strict=True)
+    )
+    return PodData(config_maps, secrets, projected)
+
+
+def _data_object(obj: dict[str, Any], where: str, secret: bool) -> DataObject:
+    text = obj.get("data")
+    text_keys = frozenset(text) if isinstance(text, dict) else frozenset()
+    return DataObject(where, _on_demand(_object_files, obj, where, secret), text_keys)
 
 
 def _object_files(obj: dict[str, Any], where: str, secret: bool) -> dict[str, bytes]:
@@ -271,8 +285,8 @@ def _container(raw: Any, where: str, names: set[str]) -> Container:
         raise PodRejected(where + ".name", f"duplicate container name {name!r}")
     names.add(name)
     resources, gpu_kind = _resources(c, where)
-    env_from = tuple(_env_from(ref, f"{where}.envFrom[{j}]") for j, ref in enumerate(get_list(c, "envFrom", where)))
-    env = tuple(_env(var, f"{where}.env[{j}]") for j, var in enumerate(get_list(c, "env", where)))
+    env_from = tuple([_env_from(ref, f"{where}.envFrom[{j}]") for j, ref in enumerate(get_list(c, "envFrom", where))])
+    env = _env(c, where)
     command, args = _words(c, "command", where), _words(c, "args", where)
     workdir = get_str(c, "workingDir", where)
     if workdir:
@@ -315,15 +329,24 @@ def _env_from(raw: Any, where: str) -> EnvFromSource:
     return EnvFromSource(where, kind, secret, prefix, name, get_bool(src, "optional", f"{where}.{kind}"))
 
 
-def _env(raw: Any, where: str) -> EnvEntry:
-    var = as_obj(raw, where)
-    name = var.get("name")
-    if not isinstance(name, str) or not name or "=" in name or "\x00" in name:
-        raise PodRejected(where + ".name", f"invalid environment variable name {name!r}")
-    if var.get("valueFrom") is not None:
-        ew = where + ".valueFrom"
-        return EnvEntry(where, name, "", _value_from(as_obj(var["valueFrom"], ew), ew))
-    return EnvEntry(where, name, get_str(var, "value", where), None)
+def _env(c: dict[str, Any], where: str) -> tuple[EnvVar | EnvEntry, ...]:
+    """A container's ``env`` (the hottest loop of a parse: a path is built only for a rejection or a valueFrom)."""
+    entries: list[EnvVar | EnvEntry] = []
+    for j, raw in enumerate(get_list(c, "env", where)):
+        var = raw if type(raw) is dict else as_obj(raw, f"{where}.env[{j}]")
+        name = var.get("name")
+        if not isinstance(name, str) or not name or "=" in name or "\x00" in name:
+            raise PodRejected(f"{where}.env[{j}].name", f"invalid environment variable name {name!r}")
+        value_from = var.get("valueFrom")
+        if value_from is not None:
+            ew = f"{where}.env[{j}].valueFrom"
+            entries.append(EnvEntry(name, "", _value_from(as_obj(value_from, ew), ew)))
+            continue
+        value = var.get("value")
+        if type(value) is not str:
+            value = get_str(var, "value", f"{where}.env[{j}]")
+        entries.append(EnvEntry(name, value, None) if "$" in value else EnvVar(name, value, False))
+    return tuple(entries)
 
 
 def _value_from(ref: dict[str, Any], where: str) -> FieldRef | KeyRef:
@@ -469,8 +492,17 @@ def _key_items(src: dict[str, Any], where: str) -> tuple[KeyToPath, ...]:
         iw = f"{where}.items[{j}]"
         item = as_obj(raw, iw)
         key = as_str(item.get("key"), iw + ".key")
-        path = _on_demand(relative_path, item.get("path"), iw + ".path")
-        items.append(KeyToPath(iw, key, path, _on_demand(_mode, item.get("mode"), iw + ".mode")))
+        path: Checked[str]
+        mode: Checked[int | None]
+        try:
+            path = relative_path(item.get("path"), iw + ".path")
+        except PodRejected as e:
+            path = e
+        try:
+            mode = _mode(item.get("mode"), iw + ".mode")
+        except PodRejected as e:
+            mode = e
+        items.append(KeyToPath(iw, key, path, mode))
     return tuple(items)
 
 

@@ -98,7 +98,7 @@ def _add_file(vol: Volume, path: str, content: bytes, mode: int, secret: bool) -
 def build_volume(ctx: RenderContext, spec: VolumeSpec) -> Volume:
     """``spec.volumes[index]`` as files and directories to create, or a host path to use."""
     kw, src = spec.where, spec.source
-    vol = Volume(name=spec.name, kind=spec.kind, index=spec.position)
+    vol = Volume(name=spec.name, kind=spec.kind, index=spec.index)
     if isinstance(src, EmptyDir):
         vol.dir_mode = 0o777  # like Kubernetes; the job dir (0700) keeps other users out
         return vol
