@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from .context import RenderContext
-from .errors import PodRejected
+from .errors import PodRejected, checked
 from .launch import EnvVar
-from .pod_model import Container, FieldRef, KeyRef, checked
+from .pod_model import Container, FieldRef, KeyRef
 from .quoting import MASK, quote, quote_field
 from .sources import downward_value
 

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from typing import TypeVar, Union
+
+T = TypeVar("T")
+
 
 class PodRejected(ValueError):
     """A pod (or interLink data) the renderer refuses; ``field`` is a JSON path such as
@@ -11,3 +15,14 @@ class PodRejected(ValueError):
         super().__init__(f"{field}: {message}")
         self.field = field
         self.message = message
+
+
+Checked = Union[T, PodRejected]  # noqa: UP007  (a generic alias: ``T | PodRejected`` cannot be subscripted)
+"""A field read only when rendering needs it: its value, or the rejection reading it raises."""
+
+
+def checked(value: Checked[T]) -> T:
+    """The value of a field read on demand; raises its rejection when it was not valid."""
+    if isinstance(value, PodRejected):
+        raise value
+    return value

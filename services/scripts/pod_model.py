@@ -15,9 +15,9 @@ The classes are frozen for mypy and plain slots dataclasses at run time (:func:`
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TypeVar, Union, dataclass_transform
+from typing import TypeVar, dataclass_transform
 
-from .errors import PodRejected
+from .errors import Checked, PodRejected
 from .fields import member
 from .launch import EnvVar
 from .pod_resources import ContainerResources
@@ -31,17 +31,6 @@ def model(cls: type[T]) -> type[T]:
     frozen dataclass pays one ``object.__setattr__`` per field (twice the cost of building it), a NamedTuple one
     Python-level ``__new__``, and a render builds dozens of these."""
     return dataclass(slots=True)(cls)
-
-
-Checked = Union[T, PodRejected]  # noqa: UP007  (a generic alias: ``T | PodRejected`` cannot be subscripted)
-"""A field read only when rendering needs it: its value, or the rejection reading it raises."""
-
-
-def checked(value: Checked[T]) -> T:
-    """The value of a field read on demand; raises its rejection when it was not valid."""
-    if isinstance(value, PodRejected):
-        raise value
-    return value
 
 
 # --- interLink's data: the ConfigMaps, Secrets and projected volumes it resolved ------------------------
@@ -273,9 +262,10 @@ class PodSpec:
     init_containers: tuple[Container, ...]
     containers: tuple[Container, ...]
     volumes: tuple[VolumeSpec, ...]
-    resources: ContainerResources | None  # pod-level resources (Kubernetes >= 1.32)
-    active_deadline_seconds: int | None
-    termination_grace_period_seconds: int | None
+    # Read after the containers' resources are added up (an error there is reported first).
+    resources: Checked[ContainerResources | None]  # pod-level resources (Kubernetes >= 1.32)
+    active_deadline_seconds: Checked[int | None]
+    termination_grace_period_seconds: Checked[int | None]  # read once the containers are rendered
     node_name: Checked[str]
     service_account_name: Checked[str]
 

@@ -20,7 +20,7 @@ from interlink_nats.kernel.names import is_dns_label
 
 from . import kubernetes_fields, pod_annotations
 from .allowed_fields import CONTAINER_IGNORED, CONTAINER_SUPPORTED, MOUNT_KEYS, VOLUME_KINDS, check_keys, check_spec
-from .errors import PodRejected
+from .errors import Checked, PodRejected
 from .fields import (
     absolute_path,
     as_list,
@@ -40,7 +40,6 @@ from .fields import (
 )
 from .launch import EnvVar
 from .pod_model import (
-    Checked,
     Container,
     DataObject,
     DownwardItem,
@@ -186,16 +185,15 @@ def _pod_spec(spec: dict[str, Any]) -> PodSpec:
         where = f"spec.initContainers[{i}]"
         if isinstance(c, dict) and c.get("restartPolicy") is not None:
             raise PodRejected(f"{where}.restartPolicy", "sidecar containers are not supported")
-        init.append(_container(c, where, names))
-    main = [_container(c, f"spec.containers[{i}]", names) for i, c in enumerate(raw_main)]
-    resources, _ = _resources(spec, "spec") if get_obj(spec, "resources", "spec") else (None, "")
+        init.append(_container(c, where, names, volume_names))
+    main = [_container(c, f"spec.containers[{i}]", names, volume_names) for i, c in enumerate(raw_main)]
     return PodSpec(
         tuple(init),
         tuple(main),
         tuple(volumes),
-        resources,
-        get_int(spec, "activeDeadlineSeconds", "spec"),
-        get_int(spec, "terminationGracePeriodSeconds", "spec"),
+        _on_demand(_pod_level_resources, spec),
+        _on_demand(get_int, spec, "activeDeadlineSeconds", "spec"),
+        _on_demand(get_int, spec, "terminationGracePeriodSeconds", "spec"),
         _str_on_demand(spec, "nodeName", "spec"),
         _str_on_demand(spec, "serviceAccountName", "spec"),
     )
@@ -213,8 +211,13 @@ def pod_resources(pod: dict[str, Any]) -> pb.ResourceRequest:
         _resources(as_obj(c, f"spec.initContainers[{i}]"), f"spec.initContainers[{i}]")[0]
         for i, c in enumerate(get_list(spec, "initContainers", "spec"))
     ]
-    pod_level = _resources(spec, "spec")[0] if get_obj(spec, "resources", "spec") else None
-    return pod_resources_from(main, init, pod_level, get_int(spec, "activeDeadlineSeconds", "spec"))
+    return pod_resources_from(
+        main, init, _on_demand(_pod_level_resources, spec), _on_demand(get_int, spec, "activeDeadlineSeconds", "spec")
+    )
+
+
+def _pod_level_resources(spec: dict[str, Any]) -> ContainerResources | None:
+    return _resources(spec, "spec")[0] if get_obj(spec, "resources", "spec") else None
 
 
 # --- interLink's data --------------------------------------------------------------------------------------
@@ -275,7 +278,7 @@ def _object_files(obj: dict[str, Any], where: str, secret: bool) -> dict[str, by
 # --- containers --------------------------------------------------------------------------------------------
 
 
-def _container(raw: Any, where: str, names: set[str]) -> Container:
+def _container(raw: Any, where: str, names: set[str], volume_names: set[str]) -> Container:
     c = as_obj(raw, where)
     check_keys(c, CONTAINER_SUPPORTED, CONTAINER_IGNORED, where, kubernetes_fields.CONTAINER)
     name: Any = c.get("name")
@@ -294,7 +297,7 @@ def _container(raw: Any, where: str, names: set[str]) -> Container:
     mounts: list[VolumeMount] = []
     targets: set[str] = set()
     for j, m in enumerate(get_list(c, "volumeMounts", where)):
-        mount = _mount(m, f"{where}.volumeMounts[{j}]")
+        mount = _mount(m, f"{where}.volumeMounts[{j}]", volume_names)
         target = mount.mount_path.rstrip("/")
         if target in targets:
             raise PodRejected(mount.where + ".mountPath", f"{mount.mount_path!r} is mounted twice")
@@ -364,10 +367,12 @@ def _value_from(ref: dict[str, Any], where: str) -> FieldRef | KeyRef:
     raise PodRejected(child(where, next(iter(ref))), "unresolved valueFrom is not supported")
 
 
-def _mount(raw: Any, where: str) -> VolumeMount:
+def _mount(raw: Any, where: str, volume_names: set[str]) -> VolumeMount:
     m = as_obj(raw, where)
     check_keys(m, MOUNT_KEYS, frozenset(), where, kubernetes_fields.VOLUME_MOUNT)
     name = get_str(m, "name", where)
+    if name not in volume_names:
+        raise PodRejected(where + ".name", f"no volume named {name!r} in spec.volumes")
     path = absolute_path(m.get("mountPath"), where + ".mountPath")
     sub, sub_expr = get_str(m, "subPath", where), get_str(m, "subPathExpr", where)
     if get_opt_str(m, "mountPropagation", where) not in (None, "None", "HostToContainer"):

@@ -10,7 +10,7 @@ from typing import NamedTuple
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel import quantities
 
-from .errors import PodRejected
+from .errors import PodRejected, checked
 
 GPU_RESOURCE = "nvidia.com/gpu"
 CPU = "cpu"
@@ -62,9 +62,11 @@ def pod_resources_from(
     total = [cpu, memory, gpus]
     if max(total) > INT64_MAX:
         raise PodRejected("spec.containers", "the containers' resources add up to more than int64")
+    pod_level = checked(pod_level)
     if pod_level is not None:
         total = [p if p else t for p, t in zip(pod_level, total, strict=True)]
     req = pb.ResourceRequest(cpu_millis=total[0], memory_bytes=total[1], gpus=total[2])
+    deadline = checked(deadline)
     if deadline is not None:
         if not 0 < deadline <= MAX_WALL_SECONDS:
             raise PodRejected("spec.activeDeadlineSeconds", f"must be a positive integer up to {MAX_WALL_SECONDS}")

@@ -24,7 +24,7 @@ from interlink_nats.kernel import layout
 from . import pod_annotations
 from .context import RenderContext
 from .environment import container_env, expanded_words
-from .errors import PodRejected
+from .errors import PodRejected, checked
 from .fields import member
 from .launch import HostLink, Launch, PodOptions, SetupEntry
 from .pod_model import Container
@@ -248,7 +248,7 @@ def render_job(
     exports: list[tuple[str, str]] = []
     if bc.cache_dir and runtime.cache_env is not None:
         exports.append((runtime.cache_env, quote(bc.cache_dir)))
-    grace = spec.termination_grace_period_seconds
+    grace = checked(spec.termination_grace_period_seconds)
     if grace is None or grace < 0:
         grace = DEFAULT_GRACE_SECONDS
     pre_exec = ctx.annotation(pod_annotations.PRE_EXEC) or ""

@@ -6,8 +6,8 @@ import json
 import re
 
 from . import pod_annotations
-from .errors import PodRejected
-from .pod_model import Pod, checked
+from .errors import PodRejected, checked
+from .pod_model import Pod
 
 _FIELD_PATH = re.compile(r"^metadata\.(labels|annotations)\['(.*)'\]$")
 

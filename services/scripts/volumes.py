@@ -10,11 +10,10 @@ from interlink_nats.kernel import layout
 
 from .context import RenderContext
 from .environment import expand
-from .errors import PodRejected
+from .errors import Checked, PodRejected, checked
 from .fields import relative_path
 from .launch import MountPoint, SetupEntry
 from .pod_model import (
-    Checked,
     Container,
     DataObject,
     DownwardItem,
@@ -26,7 +25,6 @@ from .pod_model import (
     ObjectVolume,
     ProjectionSource,
     VolumeSpec,
-    checked,
 )
 from .quoting import quote, quote_field
 from .sources import downward_value
@@ -192,9 +190,7 @@ def container_mounts(
     binds = ctx.runtime.binds
     for m in c.volume_mounts:
         mw = m.where
-        vol = volumes.get(m.name)
-        if vol is None:
-            raise PodRejected(mw + ".name", f"no volume named {m.name!r} in spec.volumes")
+        vol = volumes[m.name]  # the parser checked the name
         path = m.mount_path
         if binds and ("," in path or ":" in path):
             raise PodRejected(mw + ".mountPath", "',' and ':' cannot be expressed in a bind mount")
