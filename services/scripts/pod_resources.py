@@ -10,7 +10,7 @@ from typing import NamedTuple
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel import quantities
 
-from .errors import PodRejected, checked
+from .errors import Checked, PodRejected, checked
 
 GPU_RESOURCE = "nvidia.com/gpu"
 CPU = "cpu"
@@ -47,8 +47,8 @@ def parse_quantity(text: str) -> Fraction:
 def pod_resources_from(
     main: list[ContainerResources],
     init: list[ContainerResources],
-    pod_level: ContainerResources | None,
-    deadline: int | None,
+    pod_level: Checked[ContainerResources | None],
+    deadline: Checked[int | None],
 ) -> pb.ResourceRequest:
     """What the whole pod needs at once: main containers run concurrently (summed), init containers run one at a
     time (max), the pod needs the larger of the two, bounded by pod-level resources (Kubernetes >= 1.32) where
