@@ -7,7 +7,7 @@ data (a ConfigMap that is missing, a key that is not in it).
 Some fields are read today only when rendering needs them (a volume's ``items`` only when interLink sent the
 ConfigMap, ``status.podIP`` only when the downward API asks for it): a pod whose unused field has the wrong
 type still renders. The model keeps that: such a field holds its value or the :class:`PodRejected` that
-reading it raises (:data:`Checked`), and the step that needs it calls :func:`checked`.
+reading it raises (:data:`.errors.Checked`), and the step that needs it calls :func:`.errors.checked`.
 
 The classes are frozen for mypy and plain slots dataclasses at run time (:func:`model`).
 """

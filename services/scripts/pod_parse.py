@@ -2,7 +2,7 @@
 
 A value of the wrong JSON type, or a field that cannot be honoured off-cluster, raises :class:`PodRejected`
 naming its path (the typed reads of :mod:`.fields`, the rules of :mod:`.allowed_fields`). A field that
-rendering reads only on demand is parsed into its value or its rejection (:data:`.pod_model.Checked`), so
+rendering reads only on demand is parsed into its value or its rejection (:data:`.errors.Checked`), so
 parsing accepts exactly the pods rendering accepts.
 """
 
@@ -11,16 +11,15 @@ from __future__ import annotations
 import base64
 import binascii
 import math
-from collections.abc import Callable
 from fractions import Fraction
-from typing import Any, ParamSpec, TypeVar
+from typing import Any
 
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel.names import is_dns_label
 
 from . import kubernetes_fields, pod_annotations
-from .allowed_fields import CONTAINER_IGNORED, CONTAINER_SUPPORTED, MOUNT_KEYS, VOLUME_KINDS, check_keys, check_spec
-from .errors import Checked, PodRejected
+from .allowed_fields import CONTAINER_IGNORED, CONTAINER_SUPPORTED, MOUNT_KEYS, check_keys, check_spec
+from .errors import Checked, PodRejected, on_demand
 from .fields import (
     absolute_path,
     as_list,
@@ -34,7 +33,6 @@ from .fields import (
     get_opt_str,
     get_str,
     member,
-    relative_path,
     str_map,
     wrong_type,
 )
@@ -42,28 +40,17 @@ from .launch import EnvVar
 from .pod_model import (
     Container,
     DataObject,
-    DownwardItem,
-    DownwardProjection,
-    DownwardVolume,
-    EmptyDir,
     EnvEntry,
     EnvFromSource,
     FieldRef,
-    HostPath,
     KeyRef,
-    KeyToPath,
     Metadata,
     NotAString,
-    ObjectProjection,
-    ObjectVolume,
     Pod,
     PodData,
     PodSpec,
-    ProjectedVolume,
-    ProjectionSource,
     Status,
     VolumeMount,
-    VolumeSource,
     VolumeSpec,
 )
 from .pod_resources import (
@@ -78,23 +65,9 @@ from .pod_resources import (
     parse_quantity,
     pod_resources_from,
 )
+from .volume_parse import parse_volume
 
 __all__ = ["parse_pod", "pod_resources"]
-
-T = TypeVar("T")
-P = ParamSpec("P")
-
-HOSTPATH_TYPES = frozenset(
-    {"DirectoryOrCreate", "FileOrCreate", "Directory", "File", "Socket", "CharDevice", "BlockDevice"}
-)
-
-
-def _on_demand(read: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> Checked[T]:
-    """``read(*args)`` for a field rendering reads only when it needs it: its value, or the rejection for later."""
-    try:
-        return read(*args, **kwargs)
-    except PodRejected as e:
-        return e
 
 
 def _str_on_demand(obj: dict[str, Any], key: str, where: str) -> Checked[str]:
@@ -102,7 +75,7 @@ def _str_on_demand(obj: dict[str, Any], key: str, where: str) -> Checked[str]:
     value = obj.get(key)
     if type(value) is str:
         return value
-    return _on_demand(get_str, obj, key, where)
+    return on_demand(get_str, obj, key, where)
 
 
 def parse_pod(pod_data: Any) -> Pod:
@@ -117,7 +90,7 @@ def parse_pod(pod_data: Any) -> Pod:
     name, namespace = get_str(meta, "name", "metadata"), get_str(meta, "namespace", "metadata")
     check_spec(spec)
     data = _interlink_data(entries)
-    labels = _on_demand(str_map, meta.get("labels"), "metadata.labels")
+    labels = on_demand(str_map, meta.get("labels"), "metadata.labels")
     metadata = Metadata(uid, name, namespace, labels, *_annotations(annotations))
     return Pod(metadata, _pod_spec(spec), _status(raw_pod), data)
 
@@ -170,7 +143,7 @@ def _pod_spec(spec: dict[str, Any]) -> PodSpec:
     volumes: list[VolumeSpec] = []
     volume_names: set[str] = set()
     for i, raw in enumerate(as_list(spec.get("volumes"), "spec.volumes")):
-        vol = _volume(i, as_obj(raw, f"spec.volumes[{i}]"))
+        vol = parse_volume(i, as_obj(raw, f"spec.volumes[{i}]"))
         if vol.name in volume_names:
             raise PodRejected(f"spec.volumes[{i}].name", f"duplicate volume name {vol.name!r}")
         volume_names.add(vol.name)
@@ -191,9 +164,9 @@ def _pod_spec(spec: dict[str, Any]) -> PodSpec:
         tuple(init),
         tuple(main),
         tuple(volumes),
-        _on_demand(_pod_level_resources, spec),
-        _on_demand(get_int, spec, "activeDeadlineSeconds", "spec"),
-        _on_demand(get_int, spec, "terminationGracePeriodSeconds", "spec"),
+        on_demand(_pod_level_resources, spec),
+        on_demand(get_int, spec, "activeDeadlineSeconds", "spec"),
+        on_demand(get_int, spec, "terminationGracePeriodSeconds", "spec"),
         _str_on_demand(spec, "nodeName", "spec"),
         _str_on_demand(spec, "serviceAccountName", "spec"),
     )
@@ -212,7 +185,7 @@ def pod_resources(pod: dict[str, Any]) -> pb.ResourceRequest:
         for i, c in enumerate(get_list(spec, "initContainers", "spec"))
     ]
     return pod_resources_from(
-        main, init, _on_demand(_pod_level_resources, spec), _on_demand(get_int, spec, "activeDeadlineSeconds", "spec")
+        main, init, on_demand(_pod_level_resources, spec), on_demand(get_int, spec, "activeDeadlineSeconds", "spec")
     )
 
 
@@ -248,7 +221,7 @@ def _interlink_data(entries: Any) -> PodData:
 def _data_object(obj: dict[str, Any], where: str, secret: bool) -> DataObject:
     text = obj.get("data")
     text_keys = frozenset(text) if isinstance(text, dict) else frozenset()
-    return DataObject(where, _on_demand(_object_files, obj, where, secret), text_keys)
+    return DataObject(where, on_demand(_object_files, obj, where, secret), text_keys)
 
 
 def _object_files(obj: dict[str, Any], where: str, secret: bool) -> dict[str, bytes]:
@@ -361,7 +334,7 @@ def _value_from(ref: dict[str, Any], where: str) -> FieldRef | KeyRef:
             kw = f"{where}.{kind}"
             src = get_obj(ref, kind, where)
             name, key = get_str(src, "name", kw), get_opt_str(src, "key", kw)
-            return KeyRef(kw, secret, name, key, _on_demand(get_bool, src, "optional", kw))
+            return KeyRef(kw, secret, name, key, on_demand(get_bool, src, "optional", kw))
     if not ref:
         raise PodRejected(where, "empty valueFrom")
     raise PodRejected(child(where, next(iter(ref))), "unresolved valueFrom is not supported")
@@ -430,125 +403,3 @@ def _resources(container: dict[str, Any], where: str) -> tuple[ContainerResource
                 gpu = max(gpu, q)
     gpu_kind = "limits" if GPU_RESOURCE in (res.get("limits") or ()) else "requests"
     return ContainerResources(math.ceil(cpu * 1000), math.ceil(mem), int(gpu)), gpu_kind
-
-
-# --- volumes -----------------------------------------------------------------------------------------------
-
-
-def _mode(raw: Any, where: str) -> int | None:
-    """A file mode, ``None`` when absent (the caller's default applies)."""
-    if raw is None:
-        return None
-    if isinstance(raw, bool) or not isinstance(raw, int) or not 0 <= raw <= 0o777:
-        raise PodRejected(where, "mode must be an integer between 0 and 0777")
-    return raw
-
-
-def _default_mode(src: dict[str, Any], kw: str, default: int) -> int:
-    mode = _mode(src.get("defaultMode"), kw + ".defaultMode")
-    return default if mode is None else mode
-
-
-def _volume(index: int, raw: dict[str, Any]) -> VolumeSpec:
-    """``spec.volumes[index]``: its name and its one source."""
-    where = f"spec.volumes[{index}]"
-    name: Any = raw.get("name")
-    if not is_dns_label(name):
-        raise PodRejected(where + ".name", f"volume names must be DNS labels: {name!r}")
-    kinds = [k for k in raw if k != "name"]
-    if len(kinds) != 1:
-        raise PodRejected(where, "a volume needs exactly one source")
-    kind = kinds[0]
-    if kind not in VOLUME_KINDS:
-        if kind in kubernetes_fields.VOLUME_SOURCES:
-            raise PodRejected(child(where, kind), f"volume type {kind!r} is not supported off-cluster")
-        raise kubernetes_fields.unhonoured(where, kind, kubernetes_fields.VOLUME_SOURCES, "volume type")
-    kw = f"{where}.{kind}"
-    src = as_obj(raw[kind], kw)
-    return VolumeSpec(index, name, kind, kw, _volume_source(kind, src, kw))
-
-
-def _volume_source(kind: str, src: dict[str, Any], kw: str) -> VolumeSource:
-    if kind == "emptyDir":
-        return EmptyDir()
-    if kind == "hostPath":
-        path = absolute_path(src.get("path"), kw + ".path")
-        path_type = get_str(src, "type", kw)
-        if path_type and path_type not in HOSTPATH_TYPES:
-            raise PodRejected(kw + ".type", f"unknown hostPath type {path_type!r}")
-        return HostPath(path, path_type)
-    if kind in ("configMap", "secret"):
-        secret = kind == "secret"
-        name_key = "secretName" if secret else "name"
-        obj_name = as_str(src.get(name_key), f"{kw}.{name_key}")
-        optional = get_bool(src, "optional", kw)
-        mode = _default_mode(src, kw, 0o600 if secret else 0o644)
-        return ObjectVolume(secret, name_key, obj_name, optional, mode, _on_demand(_key_items, src, kw))
-    mode = _default_mode(src, kw, 0o600)
-    if kind == "downwardAPI":
-        return DownwardVolume(mode, _on_demand(_downward_items, src, kw))
-    return ProjectedVolume(mode, _on_demand(_projection_sources, src, kw))
-
-
-def _key_items(src: dict[str, Any], where: str) -> tuple[KeyToPath, ...]:
-    """A ConfigMap/Secret's ``items`` (key -> path, with a mode per item)."""
-    items: list[KeyToPath] = []
-    for j, raw in enumerate(get_list(src, "items", where)):
-        iw = f"{where}.items[{j}]"
-        item = as_obj(raw, iw)
-        key = as_str(item.get("key"), iw + ".key")
-        path: Checked[str]
-        mode: Checked[int | None]
-        try:
-            path = relative_path(item.get("path"), iw + ".path")
-        except PodRejected as e:
-            path = e
-        try:
-            mode = _mode(item.get("mode"), iw + ".mode")
-        except PodRejected as e:
-            mode = e
-        items.append(KeyToPath(iw, key, path, mode))
-    return tuple(items)
-
-
-def _downward_items(src: dict[str, Any], where: str) -> tuple[DownwardItem, ...]:
-    """The ``items`` of a downwardAPI volume or projection (``src``, at ``where``)."""
-    items: list[DownwardItem] = []
-    for j, raw in enumerate(get_list(src, "items", where)):
-        iw = f"{where}.items[{j}]"
-        item = as_obj(raw, iw)
-        path = relative_path(item.get("path"), iw + ".path")
-        if "fieldRef" not in item:
-            raise PodRejected(iw, "only fieldRef items are supported (resourceFieldRef is not)")
-        fp = as_str(get_obj(item, "fieldRef", iw).get("fieldPath"), iw + ".fieldRef.fieldPath")
-        items.append(DownwardItem(iw, path, fp, _mode(item.get("mode"), iw + ".mode")))
-    return tuple(items)
-
-
-def _projection_sources(src: dict[str, Any], kw: str) -> tuple[ProjectionSource, ...]:
-    """A projected volume's sources, for when interLink sent no projectedvolumemaps (e.g. the VK disables
-    projected volumes); service account tokens are left out."""
-    sources: list[ProjectionSource] = []
-    for j, raw in enumerate(get_list(src, "sources", kw)):
-        where = f"{kw}.sources[{j}]"
-        source = as_obj(raw, where)
-        if "serviceAccountToken" in source:
-            continue
-        if "downwardAPI" in source:
-            dw = where + ".downwardAPI"
-            sources.append(DownwardProjection(_downward_items(get_obj(source, "downwardAPI", where), dw)))
-            continue
-        for kind in ("configMap", "secret"):
-            if kind in source:
-                ow = f"{where}.{kind}"
-                projection = get_obj(source, kind, where)
-                obj_name = as_str(projection.get("name"), ow + ".name")
-                optional = get_bool(projection, "optional", ow)
-                items = _on_demand(_key_items, projection, ow)
-                sources.append(ObjectProjection(ow, kind, obj_name, optional, items))
-                break
-        else:
-            if not source:
-                raise PodRejected(where, "empty projected volume source")
-            raise PodRejected(child(where, next(iter(source))), "unsupported projected volume source")
-    return tuple(sources)
