@@ -5,13 +5,14 @@ rendering needs them (interLink sent the object; it sent no projectedvolumemaps)
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 from interlink_nats.kernel.names import is_dns_label
 
 from . import kubernetes_fields
 from .allowed_fields import VOLUME_KINDS
-from .errors import Checked, PodRejected, on_demand
+from .errors import PodRejected, on_demand
 from .fields import absolute_path, as_obj, as_str, child, get_bool, get_list, get_obj, get_str, relative_path
 from .pod_model import (
     DownwardItem,
@@ -88,33 +89,27 @@ def _volume_source(kind: str, src: dict[str, Any], kw: str) -> VolumeSource:
     return ProjectedVolume(mode, on_demand(_projection_sources, src, kw))
 
 
+def _items(src: dict[str, Any], where: str) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(path, object) of each of ``src.items``."""
+    for j, raw in enumerate(get_list(src, "items", where)):
+        iw = f"{where}.items[{j}]"
+        yield iw, as_obj(raw, iw)
+
+
 def _key_items(src: dict[str, Any], where: str) -> tuple[KeyToPath, ...]:
     """A ConfigMap/Secret's ``items`` (key -> path, with a mode per item)."""
     items: list[KeyToPath] = []
-    for j, raw in enumerate(get_list(src, "items", where)):
-        iw = f"{where}.items[{j}]"
-        item = as_obj(raw, iw)
+    for iw, item in _items(src, where):
         key = as_str(item.get("key"), iw + ".key")
-        path: Checked[str]
-        mode: Checked[int | None]
-        try:
-            path = relative_path(item.get("path"), iw + ".path")
-        except PodRejected as e:
-            path = e
-        try:
-            mode = _mode(item.get("mode"), iw + ".mode")
-        except PodRejected as e:
-            mode = e
-        items.append(KeyToPath(iw, key, path, mode))
+        path = on_demand(relative_path, item.get("path"), iw + ".path")  # read only if the object has the key
+        items.append(KeyToPath(iw, key, path, on_demand(_mode, item.get("mode"), iw + ".mode")))
     return tuple(items)
 
 
 def _downward_items(src: dict[str, Any], where: str) -> tuple[DownwardItem, ...]:
     """The ``items`` of a downwardAPI volume or projection (``src``, at ``where``)."""
     items: list[DownwardItem] = []
-    for j, raw in enumerate(get_list(src, "items", where)):
-        iw = f"{where}.items[{j}]"
-        item = as_obj(raw, iw)
+    for iw, item in _items(src, where):
         path = relative_path(item.get("path"), iw + ".path")
         if "fieldRef" not in item:
             raise PodRejected(iw, "only fieldRef items are supported (resourceFieldRef is not)")
