@@ -129,7 +129,10 @@ def test_each_volume_kind_has_its_source() -> None:
         {"name": "dapi", "downwardAPI": {"items": [{"path": "n", "fieldRef": {"fieldPath": "metadata.name"}}]}},
         {"name": "proj", "projected": {"defaultMode": 0o440, "sources": [{"serviceAccountToken": {"path": "t"}}]}},
     ]
-    parsed = parse_pod(pod({"containers": [container()], "volumes": volumes}))
+    app = {"metadata": {"name": "app"}, "data": {"a": "x"}}
+    parsed = parse_pod(
+        {"pod": pod({"containers": [container()], "volumes": volumes}), "container": [{"configMaps": [app]}]}
+    )
     sources = {v.name: v.source for v in parsed.spec.volumes}
     assert [(v.index, v.kind, v.where) for v in parsed.spec.volumes][1] == (1, "hostPath", "spec.volumes[1].hostPath")
     assert sources["scratch"] == EmptyDir()
@@ -215,6 +218,7 @@ def test_a_field_read_on_demand_keeps_its_rejection_until_it_is_read(
             data["metadata"][key] = value
         elif key == "configMap_items":
             data["spec"]["volumes"] = [{"name": "v", "configMap": {"name": "cm", "items": value}}]
+            data = {"pod": data, "container": [{"configMaps": [{"metadata": {"name": "cm"}}]}]}
         else:
             data["spec"][key.removeprefix("spec_")] = value
     field = read(parse_pod(data))

@@ -205,7 +205,7 @@ class ObjectVolume:
     object_name: str
     optional: bool
     default_mode: int
-    items: Checked[tuple[KeyToPath, ...]]  # read only when interLink sent the object; empty: every key
+    items: Checked[tuple[KeyToPath, ...]]  # empty: every key (or interLink sent no such object: not read)
 
 
 @model
@@ -231,13 +231,13 @@ ProjectionSource = ObjectProjection | DownwardProjection
 @model
 class ProjectedVolume:
     default_mode: int
-    sources: Checked[tuple[ProjectionSource, ...]]  # read only when interLink sent no projectedvolumemaps
+    sources: Checked[tuple[ProjectionSource, ...]]  # empty when interLink resolved the volume (projectedvolumemaps)
 
 
 @model
 class DownwardVolume:
     default_mode: int
-    items: Checked[tuple[DownwardItem, ...]]  # read only when interLink sent no projectedvolumemaps
+    items: Checked[tuple[DownwardItem, ...]]  # empty when interLink resolved the volume (projectedvolumemaps)
 
 
 VolumeSource = EmptyDir | HostPath | ObjectVolume | ProjectedVolume | DownwardVolume

@@ -92,7 +92,7 @@ def parse_pod(pod_data: Any) -> Pod:
     data = _interlink_data(entries)
     labels = on_demand(str_map, meta.get("labels"), "metadata.labels")
     metadata = Metadata(uid, name, namespace, labels, *_annotations(annotations))
-    return Pod(metadata, _pod_spec(spec), _status(raw_pod), data)
+    return Pod(metadata, _pod_spec(spec, data), _status(raw_pod), data)
 
 
 def _status(raw_pod: dict[str, Any]) -> Status:
@@ -139,11 +139,11 @@ def _annotations(
     return strings, errors, whole
 
 
-def _pod_spec(spec: dict[str, Any]) -> PodSpec:
+def _pod_spec(spec: dict[str, Any], data: PodData) -> PodSpec:
     volumes: list[VolumeSpec] = []
     volume_names: set[str] = set()
     for i, raw in enumerate(as_list(spec.get("volumes"), "spec.volumes")):
-        vol = parse_volume(i, as_obj(raw, f"spec.volumes[{i}]"))
+        vol = parse_volume(i, as_obj(raw, f"spec.volumes[{i}]"), data)
         if vol.name in volume_names:
             raise PodRejected(f"spec.volumes[{i}].name", f"duplicate volume name {vol.name!r}")
         volume_names.add(vol.name)

@@ -23,6 +23,7 @@ from .pod_model import (
     KeyToPath,
     ObjectProjection,
     ObjectVolume,
+    PodData,
     ProjectedVolume,
     ProjectionSource,
     VolumeSource,
@@ -48,7 +49,7 @@ def _default_mode(src: dict[str, Any], kw: str, default: int) -> int:
     return default if mode is None else mode
 
 
-def parse_volume(index: int, raw: dict[str, Any]) -> VolumeSpec:
+def parse_volume(index: int, raw: dict[str, Any], data: PodData) -> VolumeSpec:
     """``spec.volumes[index]``: its name and its one source."""
     where = f"spec.volumes[{index}]"
     name: Any = raw.get("name")
@@ -64,10 +65,12 @@ def parse_volume(index: int, raw: dict[str, Any]) -> VolumeSpec:
         raise kubernetes_fields.unhonoured(where, kind, kubernetes_fields.VOLUME_SOURCES, "volume type")
     kw = f"{where}.{kind}"
     src = as_obj(raw[kind], kw)
-    return VolumeSpec(index, name, kind, kw, _volume_source(kind, src, kw))
+    return VolumeSpec(index, name, kind, kw, _volume_source(kind, src, kw, name, data))
 
 
-def _volume_source(kind: str, src: dict[str, Any], kw: str) -> VolumeSource:
+def _volume_source(kind: str, src: dict[str, Any], kw: str, name: str, data: PodData) -> VolumeSource:
+    """The volume's source; a part rendering does not read with this interLink data (a ConfigMap's ``items`` when
+    interLink sent no such ConfigMap, the ``sources`` of a projected volume interLink resolved) is left empty."""
     if kind == "emptyDir":
         return EmptyDir()
     if kind == "hostPath":
@@ -82,11 +85,14 @@ def _volume_source(kind: str, src: dict[str, Any], kw: str) -> VolumeSource:
         obj_name = as_str(src.get(name_key), f"{kw}.{name_key}")
         optional = get_bool(src, "optional", kw)
         mode = _default_mode(src, kw, 0o600 if secret else 0o644)
-        return ObjectVolume(secret, name_key, obj_name, optional, mode, on_demand(_key_items, src, kw))
+        sent = obj_name in (data.secrets if secret else data.config_maps)
+        return ObjectVolume(secret, name_key, obj_name, optional, mode, on_demand(_key_items, src, kw) if sent else ())
     mode = _default_mode(src, kw, 0o600)
+    if name in data.projected:
+        return DownwardVolume(mode, ()) if kind == "downwardAPI" else ProjectedVolume(mode, ())
     if kind == "downwardAPI":
         return DownwardVolume(mode, on_demand(_downward_items, src, kw))
-    return ProjectedVolume(mode, on_demand(_projection_sources, src, kw))
+    return ProjectedVolume(mode, on_demand(_projection_sources, src, kw, data))
 
 
 def _items(src: dict[str, Any], where: str) -> Iterator[tuple[str, dict[str, Any]]]:
@@ -118,7 +124,7 @@ def _downward_items(src: dict[str, Any], where: str) -> tuple[DownwardItem, ...]
     return tuple(items)
 
 
-def _projection_sources(src: dict[str, Any], kw: str) -> tuple[ProjectionSource, ...]:
+def _projection_sources(src: dict[str, Any], kw: str, data: PodData) -> tuple[ProjectionSource, ...]:
     """A projected volume's sources, for when interLink sent no projectedvolumemaps (e.g. the VK disables
     projected volumes); service account tokens are left out."""
     sources: list[ProjectionSource] = []
@@ -137,7 +143,8 @@ def _projection_sources(src: dict[str, Any], kw: str) -> tuple[ProjectionSource,
                 projection = get_obj(source, kind, where)
                 obj_name = as_str(projection.get("name"), ow + ".name")
                 optional = get_bool(projection, "optional", ow)
-                items = on_demand(_key_items, projection, ow)
+                sent = obj_name in (data.secrets if kind == "secret" else data.config_maps)
+                items = on_demand(_key_items, projection, ow) if sent else ()
                 sources.append(ObjectProjection(ow, kind, obj_name, optional, items))
                 break
         else:
