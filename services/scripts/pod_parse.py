@@ -78,6 +78,14 @@ def _str_on_demand(obj: dict[str, Any], key: str, where: str) -> Checked[str]:
     return on_demand(get_str, obj, key, where)
 
 
+def _int_on_demand(obj: dict[str, Any], key: str, where: str) -> Checked[int | None]:
+    """:func:`.fields.get_int` on demand (no try block for an integer or an absent field)."""
+    value = obj.get(key)
+    if value is None or type(value) is int:
+        return value
+    return on_demand(get_int, obj, key, where)
+
+
 def parse_pod(pod_data: Any) -> Pod:
     """interLink's RetrievedPodData (>= 0.5: an object; <= 0.4: a one-element list) or a bare pod, checked."""
     raw_pod, entries = _unwrap(pod_data)
@@ -164,9 +172,9 @@ def _pod_spec(spec: dict[str, Any], data: PodData) -> PodSpec:
         tuple(init),
         tuple(main),
         tuple(volumes),
-        on_demand(_pod_level_resources, spec),
-        on_demand(get_int, spec, "activeDeadlineSeconds", "spec"),
-        on_demand(get_int, spec, "terminationGracePeriodSeconds", "spec"),
+        on_demand(_pod_level_resources, spec) if spec.get("resources") is not None else None,
+        _int_on_demand(spec, "activeDeadlineSeconds", "spec"),
+        _int_on_demand(spec, "terminationGracePeriodSeconds", "spec"),
         _str_on_demand(spec, "nodeName", "spec"),
         _str_on_demand(spec, "serviceAccountName", "spec"),
     )
@@ -185,7 +193,7 @@ def pod_resources(pod: dict[str, Any]) -> pb.ResourceRequest:
         for i, c in enumerate(get_list(spec, "initContainers", "spec"))
     ]
     return pod_resources_from(
-        main, init, on_demand(_pod_level_resources, spec), on_demand(get_int, spec, "activeDeadlineSeconds", "spec")
+        main, init, on_demand(_pod_level_resources, spec), _int_on_demand(spec, "activeDeadlineSeconds", "spec")
     )
 
 
