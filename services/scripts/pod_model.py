@@ -9,7 +9,8 @@ ConfigMap, ``status.podIP`` only when the downward API asks for it): a pod whose
 type still renders. The model keeps that: such a field holds its value or the :class:`PodRejected` that
 reading it raises (:data:`.errors.Checked`), and the step that needs it calls :func:`.errors.checked`.
 
-The classes are frozen for mypy and plain slots dataclasses at run time (:func:`model`).
+The classes are frozen for mypy and plain slots dataclasses at run time (:func:`model`). A map of strings
+that was valid as sent (labels, annotations) is the input's own dict, not a copy: nothing may change either.
 """
 
 from __future__ import annotations
