@@ -1,11 +1,12 @@
 """Pod + interLink data + BuildConfig -> one self-contained bash script (pure: no I/O at render time).
 
-Works on the pod dict as interLink sends it (no proto conversion: that costs more than the whole
-render). Everything that is not supported is rejected with :class:`PodRejected` naming the field;
-nothing is dropped silently except the fields listed as ignored in docs/pod-support.md.
+Parses the pod dict as interLink sends it once (:mod:`.pod_parse`; no proto conversion: that costs more than
+the whole render) into the typed model every step reads (:mod:`.pod_model`). Everything that is not supported
+is rejected with :class:`PodRejected` naming the field; nothing is dropped silently except the fields listed as
+ignored in docs/pod-support.md.
 
 This module assembles the script; each concept has its own module: which fields are honoured
-(:mod:`.allowed_fields`), interLink's data and the downward API (:mod:`.sources`), volumes and mounts
+(:mod:`.allowed_fields`), the downward API (:mod:`.sources`), volumes and mounts
 (:mod:`.volumes`), the environment and ``$(VAR)`` expansion (:mod:`.environment`), the annotations
 (:mod:`.pod_annotations`) and each runtime's command line (:mod:`.runtimes`).
 """
