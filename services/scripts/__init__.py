@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from .environment import expand
 from .errors import PodRejected
-from .pod_resources import parse_quantity, pod_resources
+from .pod_parse import pod_resources
+from .pod_resources import parse_quantity
 from .render import render_job
 
 __all__ = ["PodRejected", "expand", "parse_quantity", "pod_resources", "render_job"]

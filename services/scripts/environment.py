@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from .context import RenderContext
-from .errors import PodRejected
-from .fields import as_obj, as_str, child, get_bool, get_list, get_obj, get_opt_str, get_str
+from .errors import PodRejected, checked
 from .launch import EnvVar
-from .quoting import MASK, quote_field
-from .sources import downward_value, object_files
+from .pod_model import Container, FieldRef, KeyRef
+from .quoting import MASK, quote, quote_field
+from .sources import downward_value
 
 
 def expand(text: str, env: Mapping[str, str]) -> str:
@@ -46,97 +45,67 @@ def expand(text: str, env: Mapping[str, str]) -> str:
     return "".join(out)
 
 
-def container_env(ctx: RenderContext, c: dict[str, Any], where: str) -> tuple[list[EnvVar], dict[str, str]]:
+def container_env(ctx: RenderContext, c: Container) -> tuple[list[EnvVar], dict[str, str]]:
     """The variables in Kubernetes order (envFrom, then env; later wins) and the final name -> value map."""
     out: list[EnvVar] = []
     values: dict[str, str] = {}
-    for j, ref in enumerate(get_list(c, "envFrom", where)):
-        rw = f"{where}.envFrom[{j}]"
-        ref = as_obj(ref, rw)
-        prefix = get_str(ref, "prefix", rw)
-        if "configMapRef" in ref:
-            pool, secret, kind = ctx.data.config_maps, False, "configMapRef"
-        elif "secretRef" in ref:
-            pool, secret, kind = ctx.data.secrets, True, "secretRef"
-        else:
-            raise PodRejected(rw, "envFrom needs configMapRef or secretRef")
-        src = get_obj(ref, kind, rw)
-        obj_name = as_str(src.get("name"), f"{rw}.{kind}.name")
-        optional = get_bool(src, "optional", f"{rw}.{kind}")
-        obj = pool.get(obj_name)
+    for ref in c.env_from:
+        obj = (ctx.data.secrets if ref.secret else ctx.data.config_maps).get(ref.name)
         if obj is None:
-            if optional:
+            if ref.optional:
                 continue
-            raise PodRejected(f"{rw}.{kind}", f"interLink sent no data for {obj_name!r} to resolve envFrom")
-        for key, content in object_files(obj).items():
+            raise PodRejected(f"{ref.where}.{ref.kind}", f"interLink sent no data for {ref.name!r} to resolve envFrom")
+        for key, content in checked(obj.files).items():
             try:
                 text = content.decode()
             except UnicodeDecodeError:
-                raise PodRejected(f"{rw}.{kind}", f"key {key!r} is not UTF-8 text") from None
-            if secret and ctx.mask:
+                raise PodRejected(f"{ref.where}.{ref.kind}", f"key {key!r} is not UTF-8 text") from None
+            if ref.secret and ctx.mask:
                 text = MASK
-            out.append(EnvVar(prefix + key, text, secret))
-            values[prefix + key] = text
-    for j, var in enumerate(get_list(c, "env", where)):
-        vw = f"{where}.env[{j}]"
-        var = as_obj(var, vw)
-        name = var.get("name")
-        if not isinstance(name, str) or not name or "=" in name or "\x00" in name:
-            raise PodRejected(vw + ".name", f"invalid environment variable name {name!r}")
+            out.append(EnvVar(ref.prefix + key, text, ref.secret))
+            values[ref.prefix + key] = text
+    for var in c.env:
+        if isinstance(var, EnvVar):  # a literal: already what the container gets
+            out.append(var)
+            values[var.name] = var.value
+            continue
         secret = False
-        if var.get("valueFrom") is not None:
-            ew = vw + ".valueFrom"
-            value, secret = _value_from(ctx, as_obj(var["valueFrom"], ew), ew)
+        if var.value_from is not None:
+            value, secret = _value_from(ctx, var.value_from)
             if value is None:
                 continue
             if secret and ctx.mask:
                 value = MASK  # masked at the source so $(VAR) expansions cannot reveal it
         else:
-            value = get_str(var, "value", vw)
-            if "$" in value:
-                value = expand(value, values)
-        out.append(EnvVar(name, value, secret))
-        values[name] = value
+            value = expand(var.value, values)
+        out.append(EnvVar(var.name, value, secret))
+        values[var.name] = value
     return out, values
 
 
-def _value_from(ctx: RenderContext, ref: dict[str, Any], where: str) -> tuple[str | None, bool]:
+def _value_from(ctx: RenderContext, ref: FieldRef | KeyRef) -> tuple[str | None, bool]:
     """Resolve an env valueFrom the VK left unresolved, when the pod or interLink data allow it."""
-    if "fieldRef" in ref:
-        fp = as_str(get_obj(ref, "fieldRef", where).get("fieldPath"), where + ".fieldRef.fieldPath")
-        return downward_value(ctx, fp, where + ".fieldRef.fieldPath"), False
-    for kind, pool, secret in (
-        ("configMapKeyRef", ctx.data.config_maps, False),
-        ("secretKeyRef", ctx.data.secrets, True),
-    ):
-        if kind in ref:
-            kw = f"{where}.{kind}"
-            src = get_obj(ref, kind, where)
-            obj = pool.get(get_str(src, "name", kw))
-            files = object_files(obj) if obj is not None else {}
-            key = get_opt_str(src, "key", kw)
-            if key is not None and key in files:
-                try:
-                    return files[key].decode(), secret
-                except UnicodeDecodeError:
-                    raise PodRejected(kw, "value is not UTF-8 text") from None
-            if get_bool(src, "optional", kw):
-                return None, secret
-            raise PodRejected(f"{where}.{kind}", "unresolved valueFrom: interLink sent no value for it")
-    if not ref:
-        raise PodRejected(where, "empty valueFrom")
-    raise PodRejected(child(where, next(iter(ref))), "unresolved valueFrom is not supported")
+    if isinstance(ref, FieldRef):
+        return downward_value(ctx.pod, ref.field_path, ref.where), False
+    obj = (ctx.data.secrets if ref.secret else ctx.data.config_maps).get(ref.name)
+    files = checked(obj.files) if obj is not None else {}
+    if ref.key is not None and ref.key in files:
+        try:
+            return files[ref.key].decode(), ref.secret
+        except UnicodeDecodeError:
+            raise PodRejected(ref.where, "value is not UTF-8 text") from None
+    if checked(ref.optional):
+        return None, ref.secret
+    raise PodRejected(ref.where, "unresolved valueFrom: interLink sent no value for it")
 
 
-def expanded_words(c: dict[str, Any], key: str, where: str, env: dict[str, str]) -> tuple[list[str], list[str]]:
+def expanded_words(words: tuple[str, ...], key: str, where: str, env: dict[str, str]) -> tuple[list[str], list[str]]:
     """``command`` or ``args`` with ``$(VAR)`` expanded: (the words, the same words shell-quoted)."""
-    words: list[str] = []
+    expanded: list[str] = []
     quoted: list[str] = []
-    for k, w in enumerate(get_list(c, key, where)):
-        if not isinstance(w, str):
-            raise PodRejected(f"{where}.{key}[{k}]", "expected a string")
+    for k, w in enumerate(words):
         if "$" in w:
             w = expand(w, env)
-        words.append(w)
-        quoted.append(quote_field(w, f"{where}.{key}[{k}]"))
-    return words, quoted
+        expanded.append(w)
+        quoted.append(quote(w) if "\x00" not in w else quote_field(w, f"{where}.{key}[{k}]"))
+    return expanded, quoted

@@ -1,4 +1,4 @@
-"""Typed reads of the pod and of interLink's data: the ONLY way the renderer reads them.
+"""Typed reads of the pod and of interLink's data: the ONLY way the parser (:mod:`.pod_parse`) reads them.
 
 The pod arrives as parsed JSON from interLink, so any value may have any JSON type (null, bool,
 number, string, list, object), whatever Kubernetes core/v1 says. Reading it with plain ``.get``,

@@ -27,7 +27,8 @@ class EnvVar:
         """``PREFIX+NAME=value`` as one quoted shell word; a masked secret shows ``'***'``."""
         if mask and self.secret:
             return quote_field(prefix + self.name + "=", f"{where}.env") + _MASKED_WORD
-        return quote_field(f"{prefix}{self.name}={self.value}", f"{where}.env[{index}]")
+        word = f"{prefix}{self.name}={self.value}"
+        return quote(word) if "\x00" not in word else quote_field(word, f"{where}.env[{index}]")  # path: on error only
 
 
 @dataclass(slots=True)

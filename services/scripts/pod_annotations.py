@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 from .errors import PodRejected
-from .fields import as_str, member
+from .fields import member
 from .quoting import split_words
 
 PREFIX = "slurm-job.vk.io/"
@@ -23,14 +21,6 @@ POD_IP = "interlink.eu/pod-ip"
 def field(key: str) -> str:
     """The JSON path of annotation ``key``, for rejections."""
     return member("metadata.annotations", key)
-
-
-def value(annotations: dict[str, Any], key: str) -> str | None:
-    """An annotation's value (a string, as everywhere in metadata), ``None`` when absent."""
-    text = annotations.get(key)
-    if text is None or type(text) is str:
-        return text
-    return as_str(text, field(key))
 
 
 def words(text: str, key: str) -> list[str]:

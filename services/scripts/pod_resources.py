@@ -1,17 +1,16 @@
-"""The pod's total resource request (pure, works on the pod dict); quantities are parsed by ``kernel.quantities``."""
+"""The pod's total resource request from its containers' figures (parsed by :mod:`.pod_parse`; quantities by
+``kernel.quantities``)."""
 
 from __future__ import annotations
 
 import datetime
-import math
 from fractions import Fraction
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel import quantities
 
-from .errors import PodRejected
-from .fields import as_obj, child, get_int, get_list, get_obj, member
+from .errors import Checked, PodRejected, checked
 
 GPU_RESOURCE = "nvidia.com/gpu"
 CPU = "cpu"
@@ -45,72 +44,15 @@ def parse_quantity(text: str) -> Fraction:
     return value
 
 
-def _quantity(raw: Any, where: str, kind: str, name: str) -> Fraction:
-    """Quantity ``where.kind[name]`` (the path is only built for a rejection)."""
-    if isinstance(raw, bool) or not isinstance(raw, (str, int, float)):
-        raise PodRejected(member(f"{where}.{kind}", name), f"not a quantity: {raw!r}")
-    text = raw if type(raw) is str else str(raw)
-    try:
-        return parse_quantity(text)
-    except ValueError as e:
-        raise PodRejected(member(f"{where}.{kind}", name), str(e)) from None
-
-
-def container_resources(container: dict[str, Any], field: str) -> ContainerResources:
-    """(cpu millis, memory bytes, gpus) of one container: max(request, limit) per resource,
-    since a limit without a request implies request = limit and the batch system must grant the larger."""
-    res = get_obj(container, "resources", field)
-    if not res:
-        return NO_RESOURCES  # most containers of batch pods: no Fraction arithmetic (~10 µs a render)
-    rw = field + ".resources"
-    for key in res:
-        if key not in ("requests", "limits"):
-            raise PodRejected(child(rw, key), "unsupported here (only requests and limits of cpu, memory, GPUs)")
-    cpu: Fraction | int = 0
-    mem: Fraction | int = 0
-    gpu: Fraction | int = 0
-    for kind in ("requests", "limits"):
-        values = get_obj(res, kind, rw)
-        for name, raw in values.items():
-            if name not in KNOWN_RESOURCES:
-                raise PodRejected(
-                    member(f"{rw}.{kind}", name), "unsupported resource (only cpu, memory, nvidia.com/gpu)"
-                )
-            if name in IGNORED_RESOURCES:
-                continue
-            q = _quantity(raw, rw, kind, name)
-            if q.numerator * (1000 if name == CPU else 1) > INT64_MAX * q.denominator:
-                raise PodRejected(member(f"{rw}.{kind}", name), "too large")
-            if name == CPU:
-                cpu = max(cpu, q)
-            elif name == MEMORY:
-                mem = max(mem, q)
-            else:
-                if q.denominator != 1:
-                    raise PodRejected(member(f"{rw}.{kind}", name), "GPU counts must be whole numbers")
-                gpu = max(gpu, q)
-    return ContainerResources(math.ceil(cpu * 1000), math.ceil(mem), int(gpu))
-
-
-def pod_resources(pod: dict[str, Any]) -> pb.ResourceRequest:
-    """What the whole pod needs at once: main containers run concurrently (summed), init containers run
-    one at a time (max), the pod needs the larger of the two; activeDeadlineSeconds becomes the wall time."""
-    spec = as_obj(pod.get("spec"), "spec")
-    main = [
-        container_resources(as_obj(c, f"spec.containers[{i}]"), f"spec.containers[{i}]")
-        for i, c in enumerate(get_list(spec, "containers", "spec"))
-    ]
-    init = [
-        container_resources(as_obj(c, f"spec.initContainers[{i}]"), f"spec.initContainers[{i}]")
-        for i, c in enumerate(get_list(spec, "initContainers", "spec"))
-    ]
-    return pod_resources_from(main, init, spec)
-
-
 def pod_resources_from(
-    main: list[ContainerResources], init: list[ContainerResources], spec: dict[str, Any]
+    main: list[ContainerResources],
+    init: list[ContainerResources],
+    pod_level: Checked[ContainerResources | None],
+    deadline: Checked[int | None],
 ) -> pb.ResourceRequest:
-    """pod_resources from per-container figures already computed (the renderer has them)."""
+    """What the whole pod needs at once: main containers run concurrently (summed), init containers run one at a
+    time (max), the pod needs the larger of the two, bounded by pod-level resources (Kubernetes >= 1.32) where
+    they are given; activeDeadlineSeconds becomes the wall time."""
     # Plain loops over the three figures: this runs once per render, and generators over range(3) cost more.
     cpu = memory = gpus = 0
     for c in main:
@@ -120,11 +62,11 @@ def pod_resources_from(
     total = [cpu, memory, gpus]
     if max(total) > INT64_MAX:
         raise PodRejected("spec.containers", "the containers' resources add up to more than int64")
-    if get_obj(spec, "resources", "spec"):  # pod-level resources (Kubernetes >= 1.32) bound the whole pod
-        pod_level = container_resources(spec, "spec")
+    pod_level = checked(pod_level)
+    if pod_level is not None:
         total = [p if p else t for p, t in zip(pod_level, total, strict=True)]
     req = pb.ResourceRequest(cpu_millis=total[0], memory_bytes=total[1], gpus=total[2])
-    deadline = get_int(spec, "activeDeadlineSeconds", "spec")
+    deadline = checked(deadline)
     if deadline is not None:
         if not 0 < deadline <= MAX_WALL_SECONDS:
             raise PodRejected("spec.activeDeadlineSeconds", f"must be a positive integer up to {MAX_WALL_SECONDS}")

@@ -1,11 +1,12 @@
 """Pod + interLink data + BuildConfig -> one self-contained bash script (pure: no I/O at render time).
 
-Works on the pod dict as interLink sends it (no proto conversion: that costs more than the whole
-render). Everything that is not supported is rejected with :class:`PodRejected` naming the field;
-nothing is dropped silently except the fields listed as ignored in docs/pod-support.md.
+Parses the pod dict as interLink sends it once (:mod:`.pod_parse`; no proto conversion: that costs more than
+the whole render) into the typed model every step reads (:mod:`.pod_model`). Everything that is not supported
+is rejected with :class:`PodRejected` naming the field; nothing is dropped silently except the fields listed as
+ignored in docs/pod-support.md.
 
 This module assembles the script; each concept has its own module: which fields are honoured
-(:mod:`.allowed_fields`), interLink's data and the downward API (:mod:`.sources`), volumes and mounts
+(:mod:`.allowed_fields`), the downward API (:mod:`.sources`), volumes and mounts
 (:mod:`.volumes`), the environment and ``$(VAR)`` expansion (:mod:`.environment`), the annotations
 (:mod:`.pod_annotations`) and each runtime's command line (:mod:`.runtimes`).
 """
@@ -20,19 +21,18 @@ from typing import Any
 import jinja2
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel import layout
-from interlink_nats.kernel.names import is_dns_label
 
-from . import kubernetes_fields, pod_annotations
-from .allowed_fields import CONTAINER_IGNORED, CONTAINER_SUPPORTED, check_keys, check_spec
+from . import pod_annotations
 from .context import RenderContext
 from .environment import container_env, expanded_words
-from .errors import PodRejected
-from .fields import absolute_path, as_list, as_obj, get_int, get_list, get_str, member, wrong_type
+from .errors import PodRejected, checked
+from .fields import member
 from .launch import HostLink, Launch, PodOptions, SetupEntry
-from .pod_resources import GPU_RESOURCE, ContainerResources, container_resources, pod_resources_from
+from .pod_model import Container
+from .pod_parse import parse_pod
+from .pod_resources import GPU_RESOURCE, ContainerResources, pod_resources_from
 from .quoting import quote, quote_field
 from .runtimes import RUNTIMES
-from .sources import interlink_data
 from .volumes import Volume, build_volume, container_mounts, volume_setup
 
 __all__ = ["render_job"]
@@ -62,49 +62,37 @@ class PodPlan:
     options: PodOptions
     mpi: tuple[str, ...]  # main containers only
     used: dict[str, Volume] = field(default_factory=dict)  # volumes some container mounts
-    names: set[str] = field(default_factory=set)
     host_setup: list[SetupEntry] = field(default_factory=list)
 
 
-def _container(plan: PodPlan, c: Any, index: int, init: bool, where: str) -> ContainerPlan:
-    ctx, names = plan.ctx, plan.names
-    c = as_obj(c, where)
-    check_keys(c, CONTAINER_SUPPORTED, CONTAINER_IGNORED, where, kubernetes_fields.CONTAINER)
-    name = c.get("name")
-    if not is_dns_label(name):
-        raise PodRejected(where + ".name", f"container names must be DNS labels: {name!r}")
-    if name in names:
-        raise PodRejected(where + ".name", f"duplicate container name {name!r}")
-    names.add(name)
-    resources = container_resources(c, where)
-    env, env_values = container_env(ctx, c, where)
-    command, command_words = expanded_words(c, "command", where, env_values)
-    _, args_words = expanded_words(c, "args", where, env_values)
-    workdir = get_str(c, "workingDir", where)
-    if workdir:
-        absolute_path(workdir, where + ".workingDir")
-    mounts = container_mounts(ctx, c, where, plan.volumes, env_values, plan.used, plan.host_setup)
-    runtime = ctx.runtime
+def _container(plan: PodPlan, c: Container, index: int, init: bool) -> ContainerPlan:
+    ctx, where = plan.ctx, c.where
+    env, env_values = container_env(ctx, c)
+    command, command_words = expanded_words(c.command, "command", where, env_values)
+    _, args_words = expanded_words(c.args, "args", where, env_values)
+    mounts = container_mounts(ctx, c, plan.volumes, env_values, plan.used, plan.host_setup)
+    resources, runtime = c.resources, ctx.runtime
     if resources.gpus and runtime.gpu_flags and not ctx.bc.gpu_support:
-        kind = "limits" if GPU_RESOURCE in (c["resources"].get("limits") or ()) else "requests"  # checked: objects
-        raise PodRejected(member(f"{where}.resources.{kind}", GPU_RESOURCE), "this pool offers no GPUs to the runtime")
+        raise PodRejected(
+            member(f"{where}.resources.{c.gpu_kind}", GPU_RESOURCE), "this pool offers no GPUs to the runtime"
+        )
     launch = Launch(
-        name=name,
+        name=c.name,
         where=where,
         env=env,
         command=command,
         command_words=command_words,
         args_words=args_words,
-        workdir=workdir,
+        workdir=c.working_dir,
         mounts=[m.point() for m in mounts],
         resources=resources,
         mpi=() if init else plan.mpi,
-        image=runtime.image(c.get("image"), where, lambda: ctx.annotation(pod_annotations.IMAGE_ROOT), ctx.bc),
+        image=runtime.image(c.image, where, lambda: ctx.annotation(pod_annotations.IMAGE_ROOT), ctx.bc),
         mask=ctx.mask,
     )
     commands = runtime.commands(launch, plan.options)
     plan.host_setup += commands.setup
-    return ContainerPlan(index, name, quote(name), init, list(commands.body), resources)
+    return ContainerPlan(index, c.name, quote(c.name), init, list(commands.body), resources)
 
 
 _LAYOUT_NAMES = {
@@ -156,22 +144,6 @@ def _render_script(**variables: Any) -> str:
         return "".join(template.root_render_func(context))
     except Exception:
         template.environment.handle_exception()
-
-
-def _unwrap(pod_data: Any) -> tuple[dict[str, Any], Any]:
-    """Accept interLink >= 0.5 (object), <= 0.4 (one-element list) and a bare pod."""
-    if isinstance(pod_data, list):
-        if len(pod_data) != 1:
-            raise PodRejected("pod", "expected one pod")
-        pod_data = pod_data[0]
-    if not isinstance(pod_data, dict):
-        raise PodRejected("pod", "expected an object")
-    if "pod" in pod_data:
-        pod = pod_data["pod"]
-        if not isinstance(pod, dict):
-            raise wrong_type("pod", "an object", pod)
-        return pod, pod_data.get("container")
-    return pod_data, None
 
 
 def _pod_options(ctx: RenderContext, uid: str) -> tuple[PodOptions, tuple[str, ...], list[str]]:
@@ -239,46 +211,36 @@ def render_job(
 ) -> pb.JobScript:
     """Render interLink's RetrievedPodData (or a bare pod) for a pool; raise PodRejected for what
     cannot run faithfully. ``mask_secrets`` replaces secret contents for display (the script is then not runnable)."""
-    raw_pod, entries = _unwrap(pod_data)
+    pod = parse_pod(pod_data)
     bc = build_config if build_config is not None else pb.BuildConfig()
     runtime_kind = bc.runtime if bc.runtime != RT.UNSPECIFIED else RT.APPTAINER
     runtime = RUNTIMES[runtime_kind]
-    meta = as_obj(raw_pod.get("metadata"), "metadata")
-    spec = as_obj(raw_pod.get("spec"), "spec")
-    annotation_map = as_obj(meta.get("annotations"), "metadata.annotations")
-    uid = meta.get("uid")
-    if not isinstance(uid, str) or not uid:
-        raise PodRejected("metadata.uid", "the pod UID is required (it names the job directory)")
-    pod_name, pod_namespace = get_str(meta, "name", "metadata"), get_str(meta, "namespace", "metadata")
-    check_spec(spec)
-    ctx = RenderContext(raw_pod, meta, spec, annotation_map, interlink_data(entries), bc, runtime, mask_secrets)
+    meta, spec = pod.metadata, pod.spec
+    uid = meta.uid
+    ctx = RenderContext(pod, pod.data, bc, runtime, mask_secrets)
 
     volumes: dict[str, Volume] = {}
-    for i, raw in enumerate(as_list(spec.get("volumes"), "spec.volumes")):
-        vol = build_volume(ctx, i, as_obj(raw, f"spec.volumes[{i}]"))
-        if vol.name in volumes:
-            raise PodRejected(f"spec.volumes[{i}].name", f"duplicate volume name {vol.name!r}")
+    for volume_spec in spec.volumes:
+        vol = build_volume(ctx, volume_spec)
         volumes[vol.name] = vol
 
     options, mpi, backend_flags = _pod_options(ctx, uid)
-    pod = PodPlan(ctx, volumes, options, mpi)
+    plan = PodPlan(ctx, volumes, options, mpi)
     plans: list[ContainerPlan] = []
-    raw_init = get_list(spec, "initContainers", "spec")
-    raw_main = get_list(spec, "containers", "spec")
-    if not raw_main:
-        raise PodRejected("spec.containers", "a pod needs at least one container")
-    for init, key, raw_containers in ((True, "initContainers", raw_init), (False, "containers", raw_main)):
-        for i, c in enumerate(raw_containers):
-            where = f"spec.{key}[{i}]"
-            if init and isinstance(c, dict) and c.get("restartPolicy") is not None:
-                raise PodRejected(f"{where}.restartPolicy", "sidecar containers are not supported")
-            plans.append(_container(pod, c, len(plans), init, where))
+    for init, containers in ((True, spec.init_containers), (False, spec.containers)):
+        for c in containers:
+            plans.append(_container(plan, c, len(plans), init))
 
     init_plans = [p for p in plans if p.init]  # plans lists the init containers first
     main_plans = plans[len(init_plans) :]
-    resources = pod_resources_from([p.resources for p in main_plans], [p.resources for p in init_plans], spec)
-    setup = volume_setup(pod.used.values(), mask_secrets)
-    entries = list(dict.fromkeys(pod.host_setup))
+    resources = pod_resources_from(
+        [p.resources for p in main_plans],
+        [p.resources for p in init_plans],
+        spec.resources,
+        spec.active_deadline_seconds,
+    )
+    setup = volume_setup(plan.used.values(), mask_secrets)
+    entries = list(dict.fromkeys(plan.host_setup))
     # The submitter makes the job-dir layout before the script runs (no process per directory or link), but
     # not a link to a host path (it may run on another host): then the containers' set-up stays in the
     # script, after the hostPath lines as it needs them, and the submitter makes only the volume directories.
@@ -294,7 +256,7 @@ def render_job(
     exports: list[tuple[str, str]] = []
     if bc.cache_dir and runtime.cache_env is not None:
         exports.append((runtime.cache_env, quote(bc.cache_dir)))
-    grace = get_int(spec, "terminationGracePeriodSeconds", "spec")
+    grace = checked(spec.termination_grace_period_seconds)
     if grace is None or grace < 0:
         grace = DEFAULT_GRACE_SECONDS
     pre_exec = ctx.annotation(pod_annotations.PRE_EXEC) or ""
@@ -327,7 +289,7 @@ def render_job(
     except UnicodeEncodeError:
         raise PodRejected("pod", "contains text that is not valid Unicode (lone surrogates)") from None
     return pb.JobScript(
-        pod=pb.PodRef(uid=uid, namespace=pod_namespace, name=pod_name),
+        pod=pb.PodRef(uid=uid, namespace=meta.namespace, name=meta.name),
         script=script,
         init_containers=[p.name for p in init_plans],
         containers=[p.name for p in main_plans],

@@ -11,7 +11,7 @@ import json
 import re
 from collections.abc import Callable
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import Protocol
 
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel import layout
@@ -19,6 +19,7 @@ from interlink_nats.kernel.layout import LayoutDir, LayoutLink
 
 from .errors import PodRejected
 from .launch import ContainerCommands, HostLink, Image, Launch, PodOptions, SetupEntry, StopCommands
+from .pod_model import NotAString
 from .quoting import quote, quote_field
 
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -48,7 +49,9 @@ class Runtime(Protocol):
     def singularity_annotations(self) -> bool:
         """Whether the ``slurm-job.vk.io/singularity-*`` annotations apply."""
 
-    def image(self, raw: Any, where: str, image_root: Callable[[], str | None], bc: pb.BuildConfig) -> Image | None:
+    def image(
+        self, raw: str | NotAString | None, where: str, image_root: Callable[[], str | None], bc: pb.BuildConfig
+    ) -> Image | None:
         """The image a container runs (``image_root`` reads the pod's image-root annotation when needed)."""
 
     def commands(self, launch: Launch, pod: PodOptions) -> ContainerCommands:
@@ -83,7 +86,9 @@ class ContainerEngine:
     image_check: str | None = None  # subcommand that says whether an image is present: explains a failure
     failure_code: int = 125  # the engine's exit code for its own errors
 
-    def image(self, raw: Any, where: str, image_root: Callable[[], str | None], bc: pb.BuildConfig) -> Image:
+    def image(
+        self, raw: str | NotAString | None, where: str, image_root: Callable[[], str | None], bc: pb.BuildConfig
+    ) -> Image:
         if not isinstance(raw, str) or not raw.strip():
             raise PodRejected(where + ".image", "an image is required for this runtime")
         if raw.startswith("/") or _SCHEME.match(raw):
@@ -229,10 +234,12 @@ class HostRuntime:
     cache_env: str | None = None
     singularity_annotations: bool = False
 
-    def image(self, raw: Any, where: str, image_root: Callable[[], str | None], bc: pb.BuildConfig) -> None:
+    def image(
+        self, raw: str | NotAString | None, where: str, image_root: Callable[[], str | None], bc: pb.BuildConfig
+    ) -> None:
         """Ignored (there is no container), but still a string if given: interLink's status echoes it."""
-        if raw is not None and not isinstance(raw, str):
-            raise PodRejected(where + ".image", f"must be a string, not {type(raw).__name__}")
+        if isinstance(raw, NotAString):
+            raise PodRejected(where + ".image", f"must be a string, not {raw.type_name}")
         return None
 
     def commands(self, launch: Launch, pod: PodOptions) -> ContainerCommands:
