@@ -35,7 +35,7 @@ from interlink_nats.services.gateway.app import Gateway
 from interlink_nats.services.gateway.errors import GatewayError
 from interlink_nats.services.gateway.server import running_gateway
 from interlink_nats.services.gateway.settings import GatewayNatsSettings, GatewaySettings
-from interlink_nats.services.nats_server import NatsCluster, NatsServerProcess
+from interlink_nats.services.ops.nats_server import NatsCluster, NatsServerProcess
 from interlink_nats.submitters.runtime import Submitter
 from interlink_nats.submitters.settings import SubmitterSettings
 from nats.js.api import StreamConfig

@@ -57,7 +57,7 @@ from _harness import (
     wait_http,
 )
 from interlink_nats.gen.interlink_nats import v1 as pb
-from interlink_nats.services.nats_server import NatsServerProcess
+from interlink_nats.services.ops.nats_server import NatsServerProcess
 from interlink_nats.services.scripts import render_job
 
 IN_FLIGHT = 64

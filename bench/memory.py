@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 from _harness import RedisProcess, free_port, median, print_table, start_cli, stop_process
 from interlink_nats.services.gateway.store import REDIS_PODS_KEY
-from interlink_nats.services.nats_server import NatsServerProcess
+from interlink_nats.services.ops.nats_server import NatsServerProcess
 from status import make_records, status_body
 
 

@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).parent.parent / "tests"))
 
 from _harness import free_port, median, percentile, print_table, start_cli, stop_process, wait_http
 from interlink_nats.kernel import layout
-from interlink_nats.services.nats_server import NatsServerProcess
+from interlink_nats.services.ops.nats_server import NatsServerProcess
 from podman_host import IMAGE, PodmanHost
 
 RUNTIMES = {"none": "CONTAINER_RUNTIME_NONE", "podman": "CONTAINER_RUNTIME_PODMAN"}

@@ -38,14 +38,14 @@ from pathlib import Path
 
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel import layout
-from interlink_nats.submitters.backends.base import Backend, JobHandle
 from interlink_nats.submitters.backends.proc import run_command
-from interlink_nats.submitters.backends.shell import ShellBackend
-from interlink_nats.submitters.backends.shell_processes import CLAIM, EXIT_FILE, PID_FILE, RUNNER_NAME
-from interlink_nats.submitters.backends.slurm import SlurmBackend, SlurmConfig
-from interlink_nats.submitters.registry import Registry
+from interlink_nats.submitters.backends.shell.backend import ShellBackend
+from interlink_nats.submitters.backends.shell.processes import CLAIM, EXIT_FILE, PID_FILE, RUNNER_NAME
+from interlink_nats.submitters.backends.slurm.backend import SlurmBackend, SlurmConfig
+from interlink_nats.submitters.core.backend import Backend, JobHandle
 from interlink_nats.submitters.runtime import Submitter
 from interlink_nats.submitters.settings import SubmitterSettings
+from interlink_nats.submitters.state.registry import Registry
 
 FAKE_SQUEUE = """#!/bin/sh
 # Fake squeue for the benchmark: the whole table, or one line for `-j <id>` (per-pod polling).
@@ -301,8 +301,8 @@ TESTS_DIR = str(Path(__file__).resolve().parent.parent / "tests")
 async def bench_htcondor(root: Path, n: int, sample: int) -> dict[str, float | int]:
     sys.path.insert(0, TESTS_DIR)
     import htcondor_standin as standin
-    from interlink_nats.submitters.backends import htcondor_parse as hp
-    from interlink_nats.submitters.backends.htcondor import HTCondorBackend, HTCondorConfig
+    from interlink_nats.submitters.backends.htcondor import parse as hp
+    from interlink_nats.submitters.backends.htcondor.backend import HTCondorBackend, HTCondorConfig
 
     jobs = make_jobs(root, n, shell_done=False)
     ads = []

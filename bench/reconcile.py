@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from interlink_nats.controller import kube, runner
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel.subjects import resources_subject
-from interlink_nats.services.nats_server import NatsServerProcess
+from interlink_nats.services.ops.nats_server import NatsServerProcess
 from kube_emulator import KubeEmulator
 from kueue_validation import validation_errors
 

@@ -26,8 +26,8 @@ from interlink_nats.gen.interlink_nats.v1 import (
     SubmitResponse,
     SubmitterServiceBase,
 )
-from interlink_nats.services.nats_server import NatsServerProcess
-from interlink_nats.services.rpc import RpcServer, submitter_client
+from interlink_nats.services.bus.rpc import RpcServer, submitter_client
+from interlink_nats.services.ops.nats_server import NatsServerProcess
 
 sys.path.insert(0, str(Path(__file__).parent))
 from _harness import closed_loop_calls

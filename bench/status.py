@@ -46,7 +46,7 @@ from _harness import (
 )
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.services.gateway.store import REDIS_PODS_KEY, PodRecord
-from interlink_nats.services.nats_server import NatsServerProcess
+from interlink_nats.services.ops.nats_server import NatsServerProcess
 
 
 def make_records(count: int) -> list[PodRecord]:

@@ -43,8 +43,8 @@ HAND_FILES = {
     "protowire": "kernel/protowire.py",
     "submit_wire": "services/gateway/submit_wire.py",
     "event_wire": "services/gateway/event_wire.py",
-    "fastwire": "submitters/fastwire.py",
-    "status": "submitters/status.py",
+    "fastwire": "submitters/core/fastwire.py",
+    "status": "submitters/core/status.py",
 }
 Op = Callable[[], object]
 

@@ -42,7 +42,7 @@ from _harness import file_system_of, median, print_table
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel import layout
 from interlink_nats.services.scripts import render_job
-from interlink_nats.submitters.jobfiles import prepare_job_dir
+from interlink_nats.submitters.jobdirs.files import prepare_job_dir
 
 TRUE = shutil.which("true") or "/bin/true"
 BASELINE_SCRIPT = f"#!/bin/bash\n{TRUE} &\n{TRUE} &\nwait\n"

@@ -10,8 +10,7 @@ from typing import Annotated
 import typer
 from interlink_nats.controller import model, offline
 from interlink_nats.controller.reconcile import KUEUE_VERSIONS
-
-from interlink_nats.signals import run_until_signal
+from interlink_nats.kernel.signals import run_until_signal
 
 
 class InvalidManifest(ValueError):
@@ -62,9 +61,8 @@ def run(
     """Run the controller against the cluster from KUBECONFIG (or in-cluster service account)."""
     from interlink_nats.controller import kube, runner
     from interlink_nats.controller.observability import controller_probes
-    from interlink_nats.services.probes import serve_probes
-
-    from interlink_nats.logging_setup import setup_logging
+    from interlink_nats.kernel.logging_setup import setup_logging
+    from interlink_nats.services.ops.probes import serve_probes
 
     setup_logging(log_level.lower(), json_logs)
     if kueue_api not in ("auto", *KUEUE_VERSIONS):

@@ -300,7 +300,7 @@ class NatsHub:
             await asyncio.gather(*(self._describe(conn.nc, source, pool) for pool in sorted(pools)))
 
     async def _describe(self, nc: NATS, source: model.NatsSource, pool: str) -> None:
-        from interlink_nats.services.rpc import submitter_client
+        from interlink_nats.services.bus.rpc import submitter_client
 
         try:
             answer = await submitter_client(nc, pool, timeout=self.describe_timeout_s).describe(pb.DescribeRequest())

@@ -10,8 +10,8 @@ import typer
 import typer.main
 
 from interlink_nats.errors import exit_with, extra_for
-from interlink_nats.logging_setup import setup_logging
-from interlink_nats.signals import run_until_signal
+from interlink_nats.kernel.logging_setup import setup_logging
+from interlink_nats.kernel.signals import run_until_signal
 
 app = typer.Typer(
     name="interlink-nats",

@@ -13,7 +13,10 @@ import os
 import sys
 import traceback
 
-BAD_INPUT = 2
+from interlink_nats.kernel.errors import BAD_INPUT, UsageError
+
+__all__ = ["BAD_INPUT", "FAILED", "UsageError", "describe", "exit_with", "extra_for"]
+
 FAILED = 1
 
 
@@ -43,12 +46,6 @@ def _setting(loc: tuple[int | str, ...], *, flag: bool = True) -> str:
         return key or "settings"
     option = "--" + "-".join(str(p) for p in loc if isinstance(p, str)).replace("_", "-")
     return f"{option} (config key {key})"
-
-
-class UsageError(Exception):
-    """Bad input found by our own code; the message names what is wrong and where."""
-
-    exit_code = BAD_INPUT
 
 
 def describe(exc: BaseException) -> tuple[str, int]:

@@ -24,10 +24,10 @@ from nats.aio.client import Client as NATS
 
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel.nats_connection import NatsConnectionSettings, connect
+from interlink_nats.services.bus.rpc import submitter_client
 from interlink_nats.services.gateway.server import bind_listener, serve
 from interlink_nats.services.gateway.settings import GatewayNatsSettings, GatewaySettings
-from interlink_nats.services.nats_server import NatsServerProcess
-from interlink_nats.services.rpc import submitter_client
+from interlink_nats.services.ops.nats_server import NatsServerProcess
 from interlink_nats.submitters.runtime import run_submitter
 from interlink_nats.submitters.settings import SubmitterSettings
 

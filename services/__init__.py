@@ -1,11 +1,11 @@
-"""The service layer.
+"""The services next to the kernel: the gateway, and what more than one process shares.
 
-- ``rpc``: RPC over NATS for the generated services;
-- ``gateway``: the interLink plugin HTTP app;
-- ``scripts``: pod → job script building;
+- ``gateway``: the interLink plugin HTTP app (one of the three processes);
+- ``bus``: what every process speaks on NATS: RPC for the generated services, the events stream;
+- ``scripts``: pod → job script (the gateway renders; submitters only run the result);
 - ``security``: ``interlink-nats nats-config`` (permissions, credentials, development TLS);
-- the events stream and a nats-server supervisor.
+- ``ops``: running processes: /healthz and /metrics without a web stack, a supervised local nats-server.
 
 What gateway, submitters and controller all use (subjects, quantities, name rules, the job-directory
-layout, NATS connection options) is in ``interlink_nats.kernel``, below this layer.
+layout, NATS connection options, clocks, signals) is in ``interlink_nats.kernel``, below this layer.
 """

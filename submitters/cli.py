@@ -16,10 +16,9 @@ from typing import Annotated, Any
 
 import typer
 from interlink_nats.kernel.gc_tuning import freeze_long_lived
+from interlink_nats.kernel.logging_setup import setup_logging
+from interlink_nats.kernel.signals import run_until_signal
 from interlink_nats.submitters.backends import BACKENDS, BackendEntry
-
-from interlink_nats.logging_setup import setup_logging
-from interlink_nats.signals import run_until_signal
 
 app = typer.Typer(
     name="submitter",

@@ -41,21 +41,22 @@ from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel.clock import SYSTEM_CLOCK, Clock
 from interlink_nats.kernel.log_context import bind as bind_log_fields
 from interlink_nats.kernel.version import __version__
-from interlink_nats.submitters import fastwire, jobfiles
-from interlink_nats.submitters.announcer import Announcer
 from interlink_nats.submitters.backends import create_backend
-from interlink_nats.submitters.backends.base import Backend, BackendContext, BackendError
-from interlink_nats.submitters.errors import SubmitterError, Unavailable
-from interlink_nats.submitters.outbox import Outbox
-from interlink_nats.submitters.ownership import InstanceLock
-from interlink_nats.submitters.polling import Poller, PollStats
-from interlink_nats.submitters.queries import Queries
-from interlink_nats.submitters.recovery import Recovery
-from interlink_nats.submitters.registry import Registry
-from interlink_nats.submitters.registry_schema import JobRow
-from interlink_nats.submitters.service import SubmitterServiceImpl
+from interlink_nats.submitters.core import fastwire
+from interlink_nats.submitters.core.backend import Backend, BackendContext, BackendError
+from interlink_nats.submitters.core.errors import SubmitterError, Unavailable
+from interlink_nats.submitters.edge.announcer import Announcer
+from interlink_nats.submitters.edge.service import SubmitterServiceImpl
+from interlink_nats.submitters.engine.polling import Poller, PollStats
+from interlink_nats.submitters.engine.queries import Queries
+from interlink_nats.submitters.engine.recovery import Recovery
+from interlink_nats.submitters.engine.submission import Submissions
+from interlink_nats.submitters.jobdirs import files as jobfiles
 from interlink_nats.submitters.settings import SubmitterSettings
-from interlink_nats.submitters.submission import Submissions
+from interlink_nats.submitters.state.outbox import Outbox
+from interlink_nats.submitters.state.ownership import InstanceLock
+from interlink_nats.submitters.state.registry import Registry
+from interlink_nats.submitters.state.schema import JobRow
 from nats.aio.client import Client as NATS
 
 __all__ = ["PollStats", "Submitter", "SubmitterError", "make_backend", "run_submitter"]
@@ -180,7 +181,7 @@ class Submitter:
     async def serve(self, stop: asyncio.Event | None = None) -> None:
         """Connect to NATS, serve RPC, announce, and start the poll, announce and publish loops."""
         if self.nc is None:
-            from interlink_nats.submitters.natsconn import connect
+            from interlink_nats.submitters.edge.natsconn import connect
 
             self.nc = await connect(
                 self.settings,
@@ -191,7 +192,7 @@ class Submitter:
             )
         self.outbox.nc = self.announcer.nc = self.nc
         await self.outbox.ensure_stream()
-        from interlink_nats.services.rpc import RpcServer
+        from interlink_nats.services.bus.rpc import RpcServer
 
         self._rpc = RpcServer(
             self.nc,
@@ -235,7 +236,7 @@ class Submitter:
         await self.nc.flush(timeout=10)
         if self._denied_subscriptions:
             from interlink_nats.kernel.nats_connection import identity_of
-            from interlink_nats.submitters.natsconn import connection_settings
+            from interlink_nats.submitters.edge.natsconn import connection_settings
 
             raise SubmitterError(
                 f"NATS refused subscribing to {', '.join(sorted(set(self._denied_subscriptions)))} for "
@@ -392,15 +393,15 @@ async def run_submitter(settings: SubmitterSettings, stop_event: asyncio.Event |
     With ``probe_port`` set, /healthz and /metrics answer from before the NATS connection is made, so a
     submitter that cannot reach NATS is visible as unhealthy rather than silent.
     """
-    from interlink_nats.submitters.natsconn import NatsConnectError
+    from interlink_nats.submitters.edge.natsconn import NatsConnectError
 
     stop_event = stop_event or asyncio.Event()
     bind_log_fields(pool=settings.pool)  # every record of this task and the tasks it starts names the pool
     submitter = Submitter(settings)
     probes = None
     if settings.probe_port is not None:
-        from interlink_nats.services.probes import serve_probes
-        from interlink_nats.submitters.observability import submitter_probes
+        from interlink_nats.services.ops.probes import serve_probes
+        from interlink_nats.submitters.edge.observability import submitter_probes
 
         probes = await serve_probes(submitter_probes(submitter), settings.probe_host, settings.probe_port)
     try:

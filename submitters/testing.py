@@ -24,7 +24,7 @@ from typing import Any, TypeVar
 
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel.clock import Clock
-from interlink_nats.submitters.backends.base import (
+from interlink_nats.submitters.core.backend import (
     BackendError,
     BackendState,
     Capacity,

@@ -20,7 +20,7 @@ from typing import Any
 import nats
 import pytest
 import pytest_asyncio
-from interlink_nats.services.nats_server import NatsServerProcess, env_flag
+from interlink_nats.services.ops.nats_server import NatsServerProcess, env_flag
 from podman_host import BUSYBOX, PodmanHost
 
 REQUIRE_ENV = "INTERLINK_NATS_REQUIRE_SERVICES"

@@ -26,10 +26,10 @@ import nats.js.errors
 import pytest
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel.subjects import EVENTS_STREAM, resources_subject
-from interlink_nats.services.events_stream import desired_replicas, ensure_events_stream
+from interlink_nats.services.bus.events_stream import desired_replicas, ensure_events_stream
+from interlink_nats.services.bus.rpc import SERVICE_NAME, submitter_client
 from interlink_nats.services.gateway.pools import discover_pools
-from interlink_nats.services.nats_server import NatsCluster, NatsServerProcess, nats_server_binary
-from interlink_nats.services.rpc import SERVICE_NAME, submitter_client
+from interlink_nats.services.ops.nats_server import NatsCluster, NatsServerProcess, nats_server_binary
 from interlink_nats.submitters.runtime import Submitter
 from nats.aio.client import Client as NATS
 from nats.js.api import StreamConfig
@@ -459,8 +459,8 @@ async def test_a_call_is_sent_again_when_its_connection_fails_over(fresh_nats_se
     after the reconnect instead of waiting out its deadline (every unary SubmitterService method is
     idempotent). The server here answers only the second copy."""
     from grpclib.const import Status
-    from interlink_nats.services.rpc.channel import NatsChannel
-    from interlink_nats.services.rpc.protocol import status_headers
+    from interlink_nats.services.bus.rpc.channel import NatsChannel
+    from interlink_nats.services.bus.rpc.protocol import status_headers
 
     pool = new_pool()
     url = fresh_nats_server.url
@@ -496,7 +496,7 @@ async def test_an_existing_single_replica_stream_and_consumer_are_scaled_up(
     cluster: NatsCluster, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A stream made on one server (R1) before the cluster: the gateway says so and scales it to 3."""
-    from interlink_nats.services.events_stream import events_stream_config
+    from interlink_nats.services.bus.events_stream import events_stream_config
     from nats.js.api import ConsumerConfig
 
     nc = await nats.connect(cluster.urls)

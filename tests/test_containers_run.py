@@ -27,9 +27,9 @@ import pytest
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel import layout
 from interlink_nats.services.scripts import render_job
-from interlink_nats.submitters.backends.base import BackendState, Observation
-from interlink_nats.submitters.jobfiles import read_container_files
-from interlink_nats.submitters.status import JobMeta, map_status
+from interlink_nats.submitters.core.backend import BackendState, Observation
+from interlink_nats.submitters.core.status import JobMeta, map_status
+from interlink_nats.submitters.jobdirs.files import read_container_files
 from podman_host import BUSYBOX, IMAGE, IMAGE_WITH_ENTRYPOINT, PodmanHost
 
 RT = pb.ContainerRuntime

@@ -15,7 +15,7 @@ import pytest
 from interlink_nats.controller import kube, runner
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel.subjects import resources_subject
-from interlink_nats.services.rpc import RpcServer
+from interlink_nats.services.bus.rpc import RpcServer
 from kube_emulator import KubeEmulator
 
 POOL_TIMEOUT = 1.5

@@ -27,7 +27,7 @@ import pytest
 import typer
 import yaml
 from conftest import missing_service
-from interlink_nats.services.nats_server import nats_server_binary
+from interlink_nats.services.ops.nats_server import nats_server_binary
 from interlink_nats.services.security.cli import nats_config
 from typer.testing import CliRunner
 

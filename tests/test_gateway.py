@@ -14,7 +14,7 @@ from conftest import RedisServer
 from interlink_nats.kernel.subjects import SUBMITTER_SERVICE
 from interlink_nats.services.gateway.server import running_gateway
 from interlink_nats.services.gateway.settings import GatewayNatsSettings, GatewaySettings
-from interlink_nats.services.nats_server import NatsServerProcess
+from interlink_nats.services.ops.nats_server import NatsServerProcess
 from nats.aio.msg import Msg
 from stack import create_body, eventually, full_stack, gateway_only, logs_body, new_pool, pod, terminated
 

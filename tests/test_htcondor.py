@@ -28,11 +28,16 @@ from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel.subjects import events_subject
-from interlink_nats.services.events_stream import ensure_events_stream
-from interlink_nats.services.rpc import submitter_client
-from interlink_nats.submitters.backends import htcondor_parse as hp
-from interlink_nats.submitters.backends.base import BackendState, JobHandle
-from interlink_nats.submitters.backends.htcondor import FETCHED_MARK, REMOTE_LOGS_HINT, HTCondorBackend, HTCondorConfig
+from interlink_nats.services.bus.events_stream import ensure_events_stream
+from interlink_nats.services.bus.rpc import submitter_client
+from interlink_nats.submitters.backends.htcondor import parse as hp
+from interlink_nats.submitters.backends.htcondor.backend import (
+    FETCHED_MARK,
+    REMOTE_LOGS_HINT,
+    HTCondorBackend,
+    HTCondorConfig,
+)
+from interlink_nats.submitters.core.backend import BackendState, JobHandle
 from interlink_nats.submitters.runtime import Submitter
 from interlink_nats.submitters.testing import settings_for, wait_for
 from jobs import pod_job

@@ -19,11 +19,11 @@ from pathlib import Path
 
 import pytest
 from interlink_nats.gen.interlink_nats import v1 as pb
-from interlink_nats.submitters import jobfiles
-from interlink_nats.submitters.backends.base import BackendState, JobHandle, JobSpec
-from interlink_nats.submitters.backends.htcondor import HTCondorBackend, HTCondorConfig
+from interlink_nats.submitters.backends.htcondor.backend import HTCondorBackend, HTCondorConfig
+from interlink_nats.submitters.backends.htcondor.tokens import OidcTokenSource, TokenConfig
+from interlink_nats.submitters.core.backend import BackendState, JobHandle, JobSpec
+from interlink_nats.submitters.jobdirs import files as jobfiles
 from interlink_nats.submitters.testing import wait_for
-from interlink_nats.submitters.tokens import OidcTokenSource, TokenConfig
 
 pytestmark = [pytest.mark.htcondor, pytest.mark.e2e]
 

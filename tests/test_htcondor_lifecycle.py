@@ -15,9 +15,9 @@ import htcondor_standin as standin
 import pytest
 from conftest import missing_service
 from interlink_nats.gen.interlink_nats import v1 as pb
-from interlink_nats.submitters.backends import htcondor_parse as hp
-from interlink_nats.submitters.backends.htcondor import HTCondorBackend, HTCondorConfig
-from interlink_nats.submitters.lifecycle import Phase
+from interlink_nats.submitters.backends.htcondor import parse as hp
+from interlink_nats.submitters.backends.htcondor.backend import HTCondorBackend, HTCondorConfig
+from interlink_nats.submitters.core.lifecycle import Phase
 from interlink_nats.submitters.runtime import Submitter
 from interlink_nats.submitters.testing import SimulatedCrash, crash, offline_submitter, wait_for
 from jobs import pod_job

@@ -16,9 +16,9 @@ import pytest
 from command_failures import failure_rows
 from conftest import missing_service
 from interlink_nats.gen.interlink_nats import v1 as pb
-from interlink_nats.submitters.backends import htcondor_parse as hp
-from interlink_nats.submitters.backends.base import BackendState
-from interlink_nats.submitters.status import JobMeta, map_status
+from interlink_nats.submitters.backends.htcondor import parse as hp
+from interlink_nats.submitters.core.backend import BackendState
+from interlink_nats.submitters.core.status import JobMeta, map_status
 
 pytestmark = pytest.mark.htcondor
 

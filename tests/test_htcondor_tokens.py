@@ -17,11 +17,11 @@ from typing import Any
 
 import pytest
 from conftest import missing_service
-from interlink_nats.submitters.backends.base import BackendUnavailable, JobHandle
-from interlink_nats.submitters.backends.htcondor import HTCondorBackend, HTCondorConfig
+from interlink_nats.submitters.backends.htcondor.backend import HTCondorBackend, HTCondorConfig
+from interlink_nats.submitters.backends.htcondor.tokens import OidcTokenSource, TokenConfig, TokenError
+from interlink_nats.submitters.core.backend import BackendUnavailable, JobHandle
 from interlink_nats.submitters.settings import SubmitterSettings
 from interlink_nats.submitters.testing import wait_for
-from interlink_nats.submitters.tokens import OidcTokenSource, TokenConfig, TokenError
 
 pytestmark = pytest.mark.htcondor
 

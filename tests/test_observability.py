@@ -19,12 +19,11 @@ import pytest
 from interlink_nats.controller.observability import controller_probes
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel.log_context import bind, log_fields
-from interlink_nats.services.probes import Probes, serve_probes
+from interlink_nats.kernel.logging_setup import JsonFormatter
+from interlink_nats.services.ops.probes import Probes, serve_probes
 from kube_emulator import KubeEmulator
 from prometheus_client import CollectorRegistry, Counter
 from test_controller_integration import masterqueue, running_controller
-
-from interlink_nats.logging_setup import JsonFormatter
 
 
 @pytest.fixture
@@ -130,10 +129,10 @@ def test_json_logs_carry_pod_pool_and_job_as_fields() -> None:
 
 async def test_submitter_health_follows_nats_and_the_backend(nats_url: str, tmp_path: Path) -> None:
     import nats as nats_client
-    from interlink_nats.services.events_stream import ensure_events_stream
-    from interlink_nats.services.rpc import submitter_client
-    from interlink_nats.submitters.backends.base import BackendUnavailable
-    from interlink_nats.submitters.observability import submitter_probes
+    from interlink_nats.services.bus.events_stream import ensure_events_stream
+    from interlink_nats.services.bus.rpc import submitter_client
+    from interlink_nats.submitters.core.backend import BackendUnavailable
+    from interlink_nats.submitters.edge.observability import submitter_probes
     from interlink_nats.submitters.runtime import Submitter
     from interlink_nats.submitters.testing import FakeBackend, settings_for
     from jobs import pod_job

@@ -22,8 +22,8 @@ from pathlib import Path
 import nats
 import pytest
 from interlink_nats.gen.interlink_nats import v1 as pb
-from interlink_nats.services.events_stream import ensure_events_stream
-from interlink_nats.services.rpc import submitter_client
+from interlink_nats.services.bus.events_stream import ensure_events_stream
+from interlink_nats.services.bus.rpc import submitter_client
 from interlink_nats.services.scripts import render_job
 from packaging.requirements import Requirement
 

@@ -16,8 +16,8 @@ import pytest
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel import layout
 from interlink_nats.services.scripts import render_job
-from interlink_nats.submitters.backends.base import BackendState, JobSpec
-from interlink_nats.submitters.backends.shell import ShellBackend
+from interlink_nats.submitters.backends.shell.backend import ShellBackend
+from interlink_nats.submitters.core.backend import BackendState, JobSpec
 from interlink_nats.submitters.runtime import Submitter
 from interlink_nats.submitters.settings import SubmitterSettings
 from podman_host import IMAGE, PodmanHost

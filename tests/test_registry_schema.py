@@ -10,11 +10,11 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from interlink_nats.submitters.lifecycle import Phase
-from interlink_nats.submitters.registry import Registry
-from interlink_nats.submitters.registry_schema import SCHEMA_VERSION, RegistryError
+from interlink_nats.submitters.core.lifecycle import Phase
+from interlink_nats.submitters.state.registry import Registry
+from interlink_nats.submitters.state.schema import SCHEMA_VERSION, RegistryError
 
-# The registry as release 0.1.0 created it (submitters/registry.py at that release), kept verbatim.
+# The registry as release 0.1.0 created it (submitters/state/registry.py at that release), kept verbatim.
 SCHEMA_0_1_0 = """
 CREATE TABLE IF NOT EXISTS jobs (
     uid TEXT PRIMARY KEY,

@@ -18,7 +18,7 @@ from pathlib import Path
 import nats.aio.client
 import pytest
 from interlink_nats.gen.interlink_nats import v1 as pb
-from interlink_nats.services.rpc import submitter_client
+from interlink_nats.services.bus.rpc import submitter_client
 from stack import new_pool
 
 ROOT = Path(__file__).resolve().parents[1]

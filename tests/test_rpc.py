@@ -33,7 +33,7 @@ from interlink_nats.gen.interlink_nats.v1 import (
     SubmitterServiceStub,
 )
 from interlink_nats.kernel.subjects import InvalidPoolNameError, rpc_subject
-from interlink_nats.services.rpc import (
+from interlink_nats.services.bus.rpc import (
     STATUS,
     TIMEOUT,
     NatsChannel,
@@ -231,7 +231,7 @@ async def test_unexpected_exception_is_unknown_with_a_generic_message(
     service.error = RuntimeError(SECRET)
     await serve(service, pool)
 
-    with caplog.at_level(logging.ERROR, logger="interlink_nats.services.rpc"), pytest.raises(GRPCError) as caught:
+    with caplog.at_level(logging.ERROR, logger="interlink_nats.services.bus.rpc"), pytest.raises(GRPCError) as caught:
         await submitter_client(client_nc, pool).submit(submit_request())
 
     assert caught.value.status is Status.UNKNOWN

@@ -20,7 +20,7 @@ import nats.errors
 import nats.js.api
 import pytest
 from interlink_nats.gen.interlink_nats import v1 as pb
-from interlink_nats.services.rpc import submitter_client
+from interlink_nats.services.bus.rpc import submitter_client
 from interlink_nats.submitters.runtime import Submitter
 from interlink_nats.submitters.testing import settings_for, wait_for
 from jobs import pod_job

@@ -15,7 +15,7 @@ from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 from interlink_nats.gen.interlink_nats.v1 import JobScript, SubmitRequest, SubmitResponse, SubmitterServiceBase
 from interlink_nats.kernel.subjects import rpc_subject
-from interlink_nats.services.rpc import SERVICE_NAME, RpcServer, submitter_client
+from interlink_nats.services.bus.rpc import SERVICE_NAME, RpcServer, submitter_client
 from nats.aio.client import Client as NATS
 
 SEMVER = re.compile(r"^\d+\.\d+\.\d+")

@@ -21,7 +21,7 @@ from interlink_nats.gen.interlink_nats.v1 import (
     ResourceRequest,
     SubmitRequest,
 )
-from interlink_nats.services.rpc import protocol, strict
+from interlink_nats.services.bus.rpc import protocol, strict
 
 
 def test_status_headers_round_trip() -> None:

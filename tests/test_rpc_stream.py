@@ -15,7 +15,7 @@ from interlink_nats.gen.interlink_nats.v1 import (
     SubmitterServiceBase,
 )
 from interlink_nats.kernel.subjects import rpc_subject
-from interlink_nats.services.rpc import CONTROL, END, STATUS, WINDOW, RpcServer, submitter_client
+from interlink_nats.services.bus.rpc import CONTROL, END, STATUS, WINDOW, RpcServer, submitter_client
 from nats.aio.client import Client as NATS
 
 SECRET = "stack trace with /etc/secret"

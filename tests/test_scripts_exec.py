@@ -18,7 +18,7 @@ import pytest
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel import layout
 from interlink_nats.services.scripts import render_job
-from interlink_nats.submitters.jobfiles import prepare_job_dir
+from interlink_nats.submitters.jobdirs.files import prepare_job_dir
 
 NONE = pb.BuildConfig(runtime=pb.ContainerRuntime.NONE)
 PY = sys.executable

@@ -13,7 +13,7 @@ import pytest
 import typer
 from interlink_nats.kernel.nats_connection import credential_options
 from interlink_nats.kernel.subjects import InvalidPoolNameError
-from interlink_nats.services.nats_server import nats_server_binary
+from interlink_nats.services.ops.nats_server import nats_server_binary
 from interlink_nats.services.security import (
     NatsConfigOptions,
     Role,

@@ -25,8 +25,8 @@ from interlink_nats.gen.interlink_nats.v1 import (
     SubmitterServiceBase,
 )
 from interlink_nats.kernel import subjects
-from interlink_nats.services.events_stream import ensure_events_stream
-from interlink_nats.services.rpc import RpcServer, submitter_client
+from interlink_nats.services.bus.events_stream import ensure_events_stream
+from interlink_nats.services.bus.rpc import RpcServer, submitter_client
 from tls import ErrorLog, SecureStack, stack_fixture
 
 pytestmark = pytest.mark.timeout(60)

@@ -1,6 +1,6 @@
 """Sites dial out over TLS WebSockets: ``wss://`` with the site's CA file, end to end through a pool credential.
 
-The pool's submitter side (a ``SubmitterServiceBase`` served by ``services.rpc``) connects over
+The pool's submitter side (a ``SubmitterServiceBase`` served by ``services.bus.rpc``) connects over
 ``wss://`` exactly as a remote site would; the gateway calls it (unary and server-streaming).
 A client that trusts another CA, or only the system store, is refused by its own TLS check.
 """
@@ -18,7 +18,7 @@ import nats
 import nats.errors
 import pytest
 from interlink_nats.gen.interlink_nats.v1 import DescribeRequest, GetLogsRequest
-from interlink_nats.services.rpc import RpcServer, submitter_client
+from interlink_nats.services.bus.rpc import RpcServer, submitter_client
 from nats.aio.transport import WebSocketTransport
 from test_security_nats import FakeSubmitter, settle
 from tls import ErrorLog, SecureStack, stack_fixture, write_other_ca

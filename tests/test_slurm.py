@@ -14,10 +14,10 @@ from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel.subjects import events_subject
-from interlink_nats.services.events_stream import ensure_events_stream
-from interlink_nats.services.rpc import submitter_client
-from interlink_nats.submitters.backends.base import JobHandle
-from interlink_nats.submitters.backends.slurm import SlurmBackend
+from interlink_nats.services.bus.events_stream import ensure_events_stream
+from interlink_nats.services.bus.rpc import submitter_client
+from interlink_nats.submitters.backends.slurm.backend import SlurmBackend
+from interlink_nats.submitters.core.backend import JobHandle
 from interlink_nats.submitters.runtime import Submitter
 from interlink_nats.submitters.testing import settings_for, wait_for
 from jobs import pod_job

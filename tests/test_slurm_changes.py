@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from interlink_nats.submitters.backends.base import GONE, JobHandle, Observation, ReportsChanges
-from interlink_nats.submitters.backends.slurm import SlurmBackend, SlurmConfig
+from interlink_nats.submitters.backends.slurm.backend import SlurmBackend, SlurmConfig
+from interlink_nats.submitters.core.backend import GONE, JobHandle, Observation, ReportsChanges
 
 
 def stand_in(path: Path, table: Path) -> str:

@@ -7,9 +7,9 @@ import datetime as dt
 import pytest
 from command_failures import failure_rows
 from interlink_nats.gen.interlink_nats import v1 as pb
-from interlink_nats.submitters.backends import slurm_parse as sp
-from interlink_nats.submitters.backends.base import BackendState as B
-from interlink_nats.submitters.backends.base import (
+from interlink_nats.submitters.backends.slurm import parse as sp
+from interlink_nats.submitters.core.backend import BackendState as B
+from interlink_nats.submitters.core.backend import (
     BackendUnavailable,
     CommandFailed,
     SubmitRejected,

@@ -18,19 +18,19 @@ import pytest
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel import layout
 from interlink_nats.kernel.clock import ManualClock
-from interlink_nats.submitters import jobfiles
-from interlink_nats.submitters.backends.base import (
+from interlink_nats.submitters.core.backend import (
     Backend,
     BackendState,
     BackendUnavailable,
     Observation,
     SubmitRejected,
 )
-from interlink_nats.submitters.errors import InvalidRequest, Refused, Unavailable
-from interlink_nats.submitters.lifecycle import Phase
-from interlink_nats.submitters.polling import HOT_POLLS, SWEEP_MAX, SWEEP_POLLS
+from interlink_nats.submitters.core.errors import InvalidRequest, Refused, Unavailable
+from interlink_nats.submitters.core.lifecycle import Phase
+from interlink_nats.submitters.core.status import ContainerFiles
+from interlink_nats.submitters.engine.polling import HOT_POLLS, SWEEP_MAX, SWEEP_POLLS
+from interlink_nats.submitters.jobdirs import files as jobfiles
 from interlink_nats.submitters.runtime import Submitter
-from interlink_nats.submitters.status import ContainerFiles
 from interlink_nats.submitters.testing import FakeBackend, SimulatedCrash, crash, offline_submitter
 
 

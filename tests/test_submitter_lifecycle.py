@@ -8,7 +8,7 @@ from pathlib import Path
 import interlink_nats.submitters as pkg
 import pytest
 from interlink_nats.gen.interlink_nats import v1 as pb
-from interlink_nats.submitters.backends.base import (
+from interlink_nats.submitters.core.backend import (
     GONE,
     BackendError,
     BackendState,
@@ -18,7 +18,7 @@ from interlink_nats.submitters.backends.base import (
     Reconciled,
     SubmitRejected,
 )
-from interlink_nats.submitters.lifecycle import (
+from interlink_nats.submitters.core.lifecycle import (
     TRANSITIONS,
     Answer,
     AwaitRetry,
@@ -44,7 +44,7 @@ from interlink_nats.submitters.lifecycle import (
     plan_resume,
     plan_submit,
 )
-from interlink_nats.submitters.status import ContainerFiles, JobMeta
+from interlink_nats.submitters.core.status import ContainerFiles, JobMeta
 
 S, A, D, X = Phase.SUBMITTING, Phase.ACTIVE, Phase.DONE, Phase.DELETED
 
@@ -236,8 +236,8 @@ PURE_IMPORTS = {
     "dataclasses",
     "datetime",
     "interlink_nats.gen.interlink_nats",
-    "interlink_nats.submitters.backends.base",
-    "interlink_nats.submitters.status",
+    "interlink_nats.submitters.core.backend",
+    "interlink_nats.submitters.core.status",
     "interlink_nats.gen.interlink_nats.v1",
 }
 

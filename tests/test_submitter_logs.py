@@ -13,9 +13,9 @@ import nats
 import pytest
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel import layout
-from interlink_nats.services.rpc import submitter_client
-from interlink_nats.submitters import logindex
-from interlink_nats.submitters.logindex import Checkpoint, Stamper
+from interlink_nats.services.bus.rpc import submitter_client
+from interlink_nats.submitters.jobdirs import logindex
+from interlink_nats.submitters.jobdirs.logindex import Checkpoint, Stamper
 from interlink_nats.submitters.runtime import Submitter
 from interlink_nats.submitters.testing import settings_for, wait_for
 from jobs import pod_job

@@ -12,9 +12,9 @@ import nats.js.errors
 import pytest
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel.subjects import EVENTS_STREAM
-from interlink_nats.services.events_stream import ensure_events_stream
-from interlink_nats.services.rpc import submitter_client
-from interlink_nats.submitters.natsconn import backoff_delay, connect_options
+from interlink_nats.services.bus.events_stream import ensure_events_stream
+from interlink_nats.services.bus.rpc import submitter_client
+from interlink_nats.submitters.edge.natsconn import backoff_delay, connect_options
 from interlink_nats.submitters.runtime import Submitter, SubmitterError
 from interlink_nats.submitters.testing import settings_for, wait_for
 from jobs import pod_job

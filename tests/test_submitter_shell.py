@@ -14,8 +14,8 @@ from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel.subjects import EVENTS_STREAM, config_subject, events_subject, resources_subject
-from interlink_nats.services.events_stream import ensure_events_stream
-from interlink_nats.services.rpc import submitter_client
+from interlink_nats.services.bus.events_stream import ensure_events_stream
+from interlink_nats.services.bus.rpc import submitter_client
 from interlink_nats.submitters.runtime import Submitter
 from interlink_nats.submitters.testing import settings_for, wait_for
 from jobs import pod_job
@@ -329,9 +329,10 @@ async def test_a_claim_whose_runner_never_started_is_lost_within_two_polls_sayin
     """The launcher killed between claim and start (e.g. the submitter's container restarted with
     everything in it) leaves a claim and no runner: two polls, not a minute, and the reason says so.
     A launcher that still lives may yet start it, so that claim is not given up."""
-    from interlink_nats.submitters.backends import shell, shell_processes
-    from interlink_nats.submitters.backends.base import BackendState, JobHandle
-    from interlink_nats.submitters.status import JobMeta, map_status
+    from interlink_nats.submitters.backends.shell import backend as shell
+    from interlink_nats.submitters.backends.shell import processes as shell_processes
+    from interlink_nats.submitters.core.backend import BackendState, JobHandle
+    from interlink_nats.submitters.core.status import JobMeta, map_status
 
     job_dir = tmp_path / "job"
     (job_dir / shell_processes.CLAIM).mkdir(parents=True)  # what the launcher's mkdir left behind
@@ -375,7 +376,7 @@ async def start_runner(job_dir: Path, body: str, *args: str, **kwargs: Any) -> a
     ``/proc/<pid>/cmdline`` can still be empty and the backend would not recognise its runner. Under load
     that made these tests see adopted runners as GONE, or adopt them one poll late.
     """
-    from interlink_nats.submitters.backends import shell_processes
+    from interlink_nats.submitters.backends.shell import processes as shell_processes
     from interlink_nats.submitters.testing import wait_for
 
     pid_file = job_dir / shell_processes.PID_FILE
@@ -399,9 +400,10 @@ async def start_runner(job_dir: Path, body: str, *args: str, **kwargs: Any) -> a
 async def test_a_full_slot_frees_when_its_runner_ends_watched_by_pidfd_or_adopted(tmp_path: Path) -> None:
     """One slot: a queued job starts once the runner before it ends, whether a pidfd watches that runner
     (launched by this backend) or not (adopted after a restart: found again by the reap fallback)."""
-    from interlink_nats.submitters import jobfiles
-    from interlink_nats.submitters.backends import shell, shell_processes
-    from interlink_nats.submitters.backends.base import JobHandle, JobSpec
+    from interlink_nats.submitters.backends.shell import backend as shell
+    from interlink_nats.submitters.backends.shell import processes as shell_processes
+    from interlink_nats.submitters.core.backend import JobHandle, JobSpec
+    from interlink_nats.submitters.jobdirs import files as jobfiles
     from interlink_nats.submitters.testing import wait_for
 
     def spec(uid: str, script: str) -> JobSpec:
@@ -438,8 +440,9 @@ async def test_a_full_slot_frees_when_its_runner_ends_watched_by_pidfd_or_adopte
 async def test_the_incremental_answers_add_up_to_the_full_poll(tmp_path: Path) -> None:
     """``poll_changes`` leaves out runners a pidfd watches until it fires, and what it answers adds up to
     ``poll``'s answer at every step: a runner ending, a job added, one removed, one that vanished."""
-    from interlink_nats.submitters.backends import shell, shell_processes
-    from interlink_nats.submitters.backends.base import GONE, BackendState, JobHandle, Observation, ReportsChanges
+    from interlink_nats.submitters.backends.shell import backend as shell
+    from interlink_nats.submitters.backends.shell import processes as shell_processes
+    from interlink_nats.submitters.core.backend import GONE, BackendState, JobHandle, Observation, ReportsChanges
 
     backend = shell.ShellBackend()
     assert isinstance(backend, ReportsChanges)

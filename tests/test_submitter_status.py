@@ -6,8 +6,8 @@ import datetime as dt
 
 import pytest
 from interlink_nats.gen.interlink_nats import v1 as pb
-from interlink_nats.submitters.backends.base import BackendState, Observation
-from interlink_nats.submitters.status import (
+from interlink_nats.submitters.core.backend import BackendState, Observation
+from interlink_nats.submitters.core.status import (
     LOST_EXIT_CODE,
     ContainerFiles,
     JobMeta,
@@ -301,7 +301,7 @@ def _statuses() -> list[pb.JobStatus]:
 
 
 def test_encode_status_is_byte_for_byte_betterproto2() -> None:
-    from interlink_nats.submitters.status import encode_status
+    from interlink_nats.submitters.core.status import encode_status
 
     statuses = _statuses()
     assert len(statuses) > 500
@@ -311,7 +311,7 @@ def test_encode_status_is_byte_for_byte_betterproto2() -> None:
 
 def test_event_bytes_are_byte_for_byte_betterproto2() -> None:
     """The outbox publishes every change with it: same bytes as the generated class, big revisions included."""
-    from interlink_nats.submitters.status import encode_status, event_bytes
+    from interlink_nats.submitters.core.status import encode_status, event_bytes
 
     for i, status in enumerate(_statuses()[:200]):
         event = pb.JobEvent(status=status, revision=(1 << 63) + i if i % 50 == 0 else i, instance_id="sub-é" * (i % 3))
@@ -322,7 +322,7 @@ def test_event_bytes_are_byte_for_byte_betterproto2() -> None:
 def test_stamp_status_is_encode_status_once_stamped() -> None:
     """A poll stamps the bytes it compared instead of encoding the status again: the same bytes as betterproto2
     once ``updated_at`` is set, for every status a poll can make (never ``deleted``)."""
-    from interlink_nats.submitters.status import encode_status, stamp_status
+    from interlink_nats.submitters.core.status import encode_status, stamp_status
 
     for i, status in enumerate(s for s in _statuses() if not s.deleted):
         status.updated_at = None
@@ -334,8 +334,8 @@ def test_stamp_status_is_encode_status_once_stamped() -> None:
 def test_outbox_event_is_the_job_event_on_the_wire() -> None:
     """What the outbox publishes is ``bytes(JobEvent)``, whether the poll handed it the status's bytes or not."""
     from interlink_nats.kernel.clock import SYSTEM_CLOCK
-    from interlink_nats.submitters.outbox import Outbox
-    from interlink_nats.submitters.status import encode_status
+    from interlink_nats.submitters.core.status import encode_status
+    from interlink_nats.submitters.state.outbox import Outbox
 
     outbox = Outbox(pool="p", subject_prefix="", instance_id="sub-1", clock=SYSTEM_CLOCK, registry=lambda: None)
     for i, status in enumerate(_statuses()[:200]):

@@ -14,10 +14,11 @@ from typing import Any
 import pytest
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel import layout
-from interlink_nats.submitters import jobfiles, logs
-from interlink_nats.submitters.registry import Registry
+from interlink_nats.submitters.core.status import container_file_number
+from interlink_nats.submitters.jobdirs import files as jobfiles
+from interlink_nats.submitters.jobdirs import logs
 from interlink_nats.submitters.settings import ConfigFileError, SubmitterSettings, parse_build_config
-from interlink_nats.submitters.status import container_file_number
+from interlink_nats.submitters.state.registry import Registry
 from pydantic import ValidationError
 
 
@@ -237,7 +238,7 @@ async def test_a_claims_follow_up_runs_after_its_commit_only_when_it_created_the
 )
 def test_fastwire_encodes_a_specs_resources_exactly_as_betterproto_does(resources: dict[str, object]) -> None:
     from interlink_nats.gen.interlink_nats import v1 as pb
-    from interlink_nats.submitters import fastwire
+    from interlink_nats.submitters.core import fastwire
 
     job = pb.JobScript(pod=pb.PodRef(uid="u"), containers=["c"], resources=pb.ResourceRequest(**resources))  # type: ignore[arg-type]
     assert fastwire.job_spec(job) == bytes(job)
@@ -256,7 +257,7 @@ def test_fastwire_encodes_a_specs_resources_exactly_as_betterproto_does(resource
     ids=["empty", "created", "known", "no-id", "long-id", "with-status"],
 )
 def test_fastwire_encodes_a_submit_reply_exactly_as_betterproto_does(resp: pb.SubmitResponse) -> None:
-    from interlink_nats.submitters import fastwire
+    from interlink_nats.submitters.core import fastwire
 
     assert fastwire.submit_response(resp) == bytes(resp)
 
@@ -276,8 +277,8 @@ def test_fastwire_encodes_a_submit_reply_exactly_as_betterproto_does(resp: pb.Su
 )
 def test_fastwire_encodes_exactly_what_betterproto_does(kw: dict[str, object]) -> None:
     from interlink_nats.gen.interlink_nats import v1 as pb
-    from interlink_nats.submitters import fastwire
-    from interlink_nats.submitters.status import JobMeta, map_status
+    from interlink_nats.submitters.core import fastwire
+    from interlink_nats.submitters.core.status import JobMeta, map_status
     from jobs import pod_job
 
     job = pod_job("u-1", {"a": "true", "b": "false"}, **kw)  # type: ignore[arg-type]
@@ -376,7 +377,7 @@ def test_fastwire_decodes_a_plain_submit_request_by_hand_exactly_as_betterproto_
     data: bytes, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     from interlink_nats.gen.interlink_nats import v1 as pb
-    from interlink_nats.submitters import fastwire
+    from interlink_nats.submitters.core import fastwire
 
     expected = pb.SubmitRequest.FromString(data)
 
@@ -392,7 +393,7 @@ def test_fastwire_decodes_a_plain_submit_request_by_hand_exactly_as_betterproto_
 @pytest.mark.parametrize("data", _unusual_submit_requests())
 def test_fastwire_leaves_an_unusual_submit_request_to_betterproto(data: bytes) -> None:
     from interlink_nats.gen.interlink_nats import v1 as pb
-    from interlink_nats.submitters import fastwire
+    from interlink_nats.submitters.core import fastwire
 
     try:
         expected = pb.SubmitRequest.FromString(data)
@@ -489,7 +490,7 @@ async def test_the_batch_runner_groups_what_queued_meanwhile_and_answers_each_it
     import asyncio
     import threading
 
-    from interlink_nats.submitters.batching import BatchRunner
+    from interlink_nats.submitters.state.batching import BatchRunner
 
     started, release = threading.Event(), threading.Event()
     seen: list[list[int]] = []
@@ -551,7 +552,7 @@ async def test_publish_acked_fails_as_jetstream_publish_does(nats_url: str) -> N
     import nats
     import nats.errors
     import nats.js.errors
-    from interlink_nats.submitters.outbox import publish_acked
+    from interlink_nats.submitters.state.outbox import publish_acked
     from nats.js.api import DiscardPolicy, StreamConfig
 
     name = f"ACKED_{uuid.uuid4().hex[:8]}"

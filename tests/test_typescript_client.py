@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 from conftest import missing_service
-from interlink_nats.services.rpc import RpcServer
+from interlink_nats.services.bus.rpc import RpcServer
 from test_security_nats import FakeSubmitter, settle
 from tls import SecureStack, stack_fixture
 

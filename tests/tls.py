@@ -16,7 +16,7 @@ from typing import Any
 
 import nats
 from interlink_nats.kernel.nats_connection import credential_options
-from interlink_nats.services.nats_server import NatsServerProcess
+from interlink_nats.services.ops.nats_server import NatsServerProcess
 from interlink_nats.services.security import Bundle, Credential, NatsConfigOptions, build_bundle
 from interlink_nats.services.security.devtls import DevTlsFiles, make_ca, write_dev_tls
 from interlink_nats.services.security.files import CONFIG_FILE, WriteResult, read_existing_seeds, write_bundle

@@ -14,6 +14,7 @@ from typing import Any
 
 from interlink_nats.kernel.gc_tuning import collect_rarely, freeze_long_lived
 from interlink_nats.kernel.nats_connection import connected_server
+from interlink_nats.services.bus.rpc import SERVICE_NAME
 from interlink_nats.services.gateway.events import EventConsumer
 from interlink_nats.services.gateway.metrics import GatewayMetrics
 from interlink_nats.services.gateway.pool_client import PoolClient
@@ -22,7 +23,6 @@ from interlink_nats.services.gateway.recovery import StaleStatusRefresher, rebui
 from interlink_nats.services.gateway.settings import GatewaySettings
 from interlink_nats.services.gateway.store import PodStore, RedisLike
 from interlink_nats.services.gateway.usecases import PodUseCases
-from interlink_nats.services.rpc import SERVICE_NAME
 from nats.aio.client import Client as NatsClient
 from tenacity import AsyncRetrying, RetryCallState, wait_exponential
 

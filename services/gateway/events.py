@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel.subjects import DEFAULT_PREFIX, EVENTS_STREAM, events_wildcard
-from interlink_nats.services.events_stream import StreamState, ensure_events_stream
+from interlink_nats.services.bus.events_stream import StreamState, ensure_events_stream
 from interlink_nats.services.gateway.event_wire import read_event, status_field
 from interlink_nats.services.gateway.store import PodRecord, PodStore
 from nats.aio.client import Client as NatsClient
@@ -48,7 +48,7 @@ class EventConsumer:
         self.durable = durable
         self.batch = batch
         self.replicas = replicas
-        """Stream (and consumer) replicas; None: by the cluster size (see ``services.events_stream``)."""
+        """Stream (and consumer) replicas; None: by the cluster size (see ``services.bus.events_stream``)."""
         self.stream: StreamState | None = None
         self.on_applied = on_applied
         self.applied = 0

@@ -14,10 +14,10 @@ from typing import TypeVar, cast
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.services.bus.rpc import NatsChannel, submitter_client
 from interlink_nats.services.gateway.errors import GatewayError, PoolError, pool_error
 from interlink_nats.services.gateway.metrics import GatewayMetrics
 from interlink_nats.services.gateway.submit_wire import SubmitReply, decode_submit_response, encode_submit_request
-from interlink_nats.services.rpc import NatsChannel, submitter_client
 from nats.aio.client import Client as NatsClient
 
 _T = TypeVar("_T")

@@ -1,6 +1,6 @@
 """Run a gateway: connect NATS and redis, start the Gateway, serve HTTP on TCP or a unix socket.
 
-Signals belong to the caller (``interlink_nats.signals.run_until_signal``: SIGINT/SIGTERM set
+Signals belong to the caller (``interlink_nats.kernel.signals.run_until_signal``: SIGINT/SIGTERM set
 ``stop``), so a stack of several parts (``interlink-nats up``) stops them together. On ``stop``
 the HTTP server stops accepting, in-flight requests get ``shutdown_grace_s`` to finish (a log
 follow is then cut), and only then are the events consumer, NATS and redis closed.

@@ -10,17 +10,11 @@ import typer
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel.build_config import build_config_section, proto_names
 from interlink_nats.kernel.config_files import ConfigFileError, load_document
+from interlink_nats.kernel.errors import UsageError
 
 from .errors import PodRejected
 from .render import render_job
 from .runtimes import RUNTIME_NAMES
-
-
-class UsageError(ValueError):
-    """A bad option value; the CLI prints it as one line and exits 2."""
-
-    exit_code = 2
-
 
 RUNTIMES = {name: rt for rt, name in RUNTIME_NAMES.items()}
 

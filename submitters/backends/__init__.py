@@ -1,9 +1,10 @@
-"""Batch-system backends behind one small ``Backend`` protocol (``base``), and :data:`BACKENDS`, the one
-place a backend is registered.
+"""Batch-system backends behind one small ``Backend`` protocol (``submitters.core.backend``), and
+:data:`BACKENDS`, the one place a backend is registered.
 
 A backend talks to its batch system only (subprocesses via ``proc.run_command``, never a shell)
 and reports plain ``Observation``s; it never touches the registry, NATS or protobuf statuses.
-Pure text handling lives apart (``slurm_parse``, ``htcondor_parse``) so it is tested from recorded output.
+Each backend is a package (``shell``, ``slurm``, ``htcondor``) whose ``backend`` module holds its class and
+config model; pure text handling lives apart in its ``parse`` module, tested from recorded output.
 
 Everything else is derived from :data:`BACKENDS`: the ``backend`` setting's allowed values, each
 backend's settings section (``slurm:``, ``INTERLINK_SUBMITTER_SLURM__*``, validated by the backend's own
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol, cast
 from pydantic import BaseModel
 
 if TYPE_CHECKING:
-    from interlink_nats.submitters.backends.base import Backend, BackendContext
+    from interlink_nats.submitters.core.backend import Backend, BackendContext
 
 
 class BackendClass(Protocol):
@@ -69,14 +70,14 @@ _PACKAGE = __name__
 
 BACKENDS: Mapping[str, BackendEntry] = {
     "shell": BackendEntry(
-        f"{_PACKAGE}.shell",
+        f"{_PACKAGE}.shell.backend",
         "ShellConfig",
         "ShellBackend",
         help="Run pods as local processes (bash job.sh) on this host.",
         flags=(Flag("max_concurrent_jobs", int, "jobs at once (0: BuildConfig, else CPUs)"),),
     ),
     "slurm": BackendEntry(
-        f"{_PACKAGE}.slurm",
+        f"{_PACKAGE}.slurm.backend",
         "SlurmConfig",
         "SlurmBackend",
         help="Submit pods as Slurm batch jobs (sbatch/squeue/sacct/scancel/sinfo).",
@@ -86,7 +87,7 @@ BACKENDS: Mapping[str, BackendEntry] = {
         ),
     ),
     "htcondor": BackendEntry(
-        f"{_PACKAGE}.htcondor",
+        f"{_PACKAGE}.htcondor.backend",
         "HTCondorConfig",
         "HTCondorBackend",
         help="Submit pods as HTCondor jobs (condor_submit/condor_q/condor_history/condor_rm/condor_transfer_data)."

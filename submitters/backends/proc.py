@@ -9,7 +9,7 @@ import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from interlink_nats.submitters.backends.base import BackendUnavailable, CommandFailed
+from interlink_nats.submitters.core.backend import BackendUnavailable, CommandFailed
 
 
 @dataclass(frozen=True, slots=True)

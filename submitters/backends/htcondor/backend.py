@@ -1,0 +1,373 @@
+"""The ``htcondor`` backend: condor_submit / condor_q / condor_history / condor_rm / condor_transfer_data.
+
+Two modes (``HTCondorConfig.mode``):
+
+- ``local``: the submitter runs on a submit node; the job runs in its job directory on a shared
+  filesystem (``should_transfer_files = NO``), so container logs are live;
+- ``remote``: an HTCondor-CE reached with ``-pool``/``-name``; ``condor_submit -spool`` sends
+  ``job.sh``, the job's ``containers/`` come back with ``condor_transfer_data`` once it ends
+  (the backend fetches them before it reports the job finished, so exit codes are exact).
+
+Every job carries ``+InterlinkPodUID`` and ``+InterlinkPool``; so
+
+- poll: ONE ``condor_q -json`` for all the pool's jobs, plus ONE ``condor_history -json`` for the
+  tracked jobs the queue no longer lists (only when there are some) — never a call per pod;
+- reconcile after a crash between ``condor_submit`` and the registry write: the job is found by its
+  pod-UID attribute (queue, then history), never submitted twice;
+- cancel: ``condor_rm <id>`` (or by pod-UID constraint when the id was never recorded), idempotent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Literal
+
+from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.kernel import layout
+from interlink_nats.kernel.clock import SYSTEM_CLOCK, Clock
+from interlink_nats.kernel.config_files import renamed
+from interlink_nats.submitters.backends.htcondor import parse as hp
+from interlink_nats.submitters.backends.htcondor.tokens import OidcTokenSource, TokenConfig, TokenError
+from interlink_nats.submitters.backends.proc import run_command
+from interlink_nats.submitters.core.backend import (
+    BackendContext,
+    BackendState,
+    BackendUnavailable,
+    Capacity,
+    CommandFailed,
+    JobAlreadyEnded,
+    JobHandle,
+    JobSpec,
+    Observation,
+    Reconciled,
+    SubmitRejected,
+    error_for,
+)
+from pydantic import BaseModel, ConfigDict, Field
+
+log = logging.getLogger(__name__)
+
+SUBMIT_FILE = "condor.sub"
+FETCHED_MARK = ".condor-output-fetched"
+"""Written once ``condor_transfer_data`` brought a spooled job's output back (remote mode)."""
+REMOTE_LOGS_HINT = (
+    "this pod runs on a remote HTCondor-CE: its container logs come back with the job's output "
+    "sandbox (condor_transfer_data) once the job has ended; until then no log is available here"
+)
+
+
+class HTCondorConfig(BaseModel):
+    """The ``htcondor`` settings section (``INTERLINK_SUBMITTER_HTCONDOR__*``), and what the backend takes."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    mode: Literal["local", "remote"] = "local"
+    """local: the submitter runs on a submit node whose schedd shares its filesystem (live logs);
+    remote: an HTCondor-CE reached with -pool/-name, sandboxes spooled, output fetched when the job ends."""
+    collector: str | None = None
+    """``-pool host[:port]`` of every condor command (the CE's collector)."""
+    schedd: str | None = None
+    """``-name`` of every condor command (the CE's schedd)."""
+    condor_submit: str = "condor_submit"
+    condor_q: str = "condor_q"
+    condor_history: str = "condor_history"
+    condor_rm: str = "condor_rm"
+    condor_transfer_data: str = "condor_transfer_data"
+    condor_status: str = "condor_status"
+    submit_commands: dict[str, str] = Field(default_factory=dict)
+    """Extra submit commands for every job, e.g. {"+WantWholeNode": "false", "requirements": "..."}."""
+    request_disk: str = ""
+    """``request_disk`` of every job (KiB unless a unit is given), e.g. "2GB"; empty: the site's default."""
+    time_limit_margin_s: float = Field(60.0, ge=0, validation_alias=renamed("time_limit_margin_s", "time_limit_margin"))
+    """activeDeadlineSeconds plus this is HTCondor's own limit (the job script enforces the deadline itself)."""
+    hold_timeout_s: float = Field(0.0, ge=0, validation_alias=renamed("hold_timeout_s", "hold_timeout"))
+    """A job held this long is removed and reported failed with its hold reason; 0: never."""
+    use_condor_status: bool = False
+    """Announce capacity from condor_status totals (a local pool); otherwise from ``capacity``."""
+    history_limit: int = Field(20000, ge=1)
+    """condor_history -limit: how many finished jobs one poll may read back at most."""
+    environment: dict[str, str] = Field(default_factory=dict)
+    """Extra environment of the condor commands (e.g. _CONDOR_SEC_CLIENT_AUTHENTICATION_METHODS)."""
+    token: TokenConfig | None = None
+    """Where the bearer token comes from (an OIDC issuer); None: the condor commands bring their own."""
+    command_timeout_s: float = Field(60.0, gt=0, validation_alias=renamed("command_timeout_s", "command_timeout"))
+
+
+class HTCondorBackend:
+    name = "htcondor"
+
+    @classmethod
+    def create(cls, config: HTCondorConfig, context: BackendContext) -> HTCondorBackend:
+        """What the submitter builds (``backends.BACKENDS``): the token refresher keeps its state in the pool's."""
+        token = OidcTokenSource(config.token, context.state_dir) if config.token is not None else None
+        return cls(config, pool=context.pool, token=token, clock=context.clock)
+
+    def __init__(
+        self,
+        settings: HTCondorConfig | None = None,
+        *,
+        pool: str,
+        token: OidcTokenSource | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        self.settings = settings or HTCondorConfig()
+        self.pool = pool
+        self.token = token
+        self.clock = clock or SYSTEM_CLOCK
+        self.calls = 0
+        self.calls_by_command: dict[str, int] = {}
+        self._token_stop = asyncio.Event()
+        self._token_task: asyncio.Task[None] | None = None
+
+    @property
+    def spool(self) -> bool:
+        return self.settings.mode == "remote"
+
+    # Lifecycle --------------------------------------------------------------------------------
+
+    def configure(self, build_config: pb.BuildConfig) -> None:
+        return None  # no HTCondor options travel in the BuildConfig: the site config has them
+
+    async def start(self) -> None:
+        if self.token is not None:
+            try:
+                await self.token.ensure_fresh()
+            except TokenError as exc:
+                raise BackendUnavailable(f"no bearer token for HTCondor: {exc}") from None
+            self._token_stop.clear()
+            self._token_task = asyncio.create_task(self.token.run(self._token_stop), name="htcondor-token")
+
+    async def close(self) -> None:
+        self._token_stop.set()
+        if self._token_task is not None:
+            await asyncio.gather(self._token_task, return_exceptions=True)
+            self._token_task = None
+
+    def output_path(self, job_dir: Path) -> Path:
+        return job_dir / layout.JOB_STDOUT
+
+    def logs_unavailable(self, job_dir: Path) -> str | None:
+        """Why no container log can be read yet (remote CE before output transfer), else None."""
+        if self.spool and not (job_dir / FETCHED_MARK).exists():
+            return REMOTE_LOGS_HINT
+        return None
+
+    # Commands ---------------------------------------------------------------------------------
+
+    def _target(self) -> list[str]:
+        out: list[str] = []
+        if self.settings.collector:
+            out += ["-pool", self.settings.collector]
+        if self.settings.schedd:
+            out += ["-name", self.settings.schedd]
+        return out
+
+    def _env(self) -> dict[str, str]:
+        env = dict(os.environ)
+        env.update(self.settings.environment)
+        if self.token is not None:
+            env.update(self.token.environment())
+        return env
+
+    async def _run(self, command: hp.Command, argv: list[str], *, cwd: str | None = None) -> str:
+        """The command's stdout; a failure raises the error ``htcondor_parse.classify_failure`` names."""
+        if self.token is not None:
+            try:
+                await self.token.ensure_fresh()
+            except TokenError as exc:
+                raise BackendUnavailable(f"no bearer token for HTCondor: {exc}") from None
+        self.calls += 1
+        tool = Path(argv[0]).name
+        self.calls_by_command[tool] = self.calls_by_command.get(tool, 0) + 1
+        try:
+            done = await run_command(argv, time_limit=self.settings.command_timeout_s, env=self._env(), cwd=cwd)
+        except CommandFailed as failed:
+            raise error_for(hp.classify_failure(command, failed.returncode, failed.stderr), failed) from failed
+        return done.stdout
+
+    async def _query(self, command: hp.Command, tool: str, constraint: str, *extra: str) -> list[dict[str, object]]:
+        argv = [tool, *self._target(), "-json", "-attributes", ",".join(hp.QUERY_ATTRS), "-constraint", constraint]
+        out = await self._run(command, [*argv, *extra])
+        try:
+            return hp.parse_ads(out, what=Path(tool).name)
+        except ValueError as exc:
+            raise BackendUnavailable(str(exc)) from None
+
+    async def _queue(self) -> dict[str, hp.CondorJob]:
+        ads = await self._query(hp.Command.QUEUE, self.settings.condor_q, hp.pool_constraint(self.pool))
+        return hp.parse_jobs(ads, pool=self.pool, now=self.clock.time(), hold_timeout=self.settings.hold_timeout_s)
+
+    async def _history(self, constraint: str) -> dict[str, hp.CondorJob]:
+        limit = str(self.settings.history_limit)
+        ads = await self._query(hp.Command.HISTORY, self.settings.condor_history, constraint, "-limit", limit)
+        return hp.parse_jobs(ads, pool=self.pool, now=self.clock.time())
+
+    # Submit -----------------------------------------------------------------------------------
+
+    async def submit(self, spec: JobSpec) -> str:
+        try:
+            text = hp.submit_description(
+                hp.SubmitJob(
+                    uid=spec.uid,
+                    pool=self.pool,
+                    job_dir=str(spec.job_dir),
+                    namespace=spec.namespace,
+                    name=spec.name,
+                    resources=spec.resources,
+                    spool=self.spool,
+                    site_commands=self.settings.submit_commands,
+                    pod_commands=spec.backend_flags,
+                    request_disk=self.settings.request_disk,
+                    time_limit_margin=self.settings.time_limit_margin_s,
+                )
+            )
+        except hp.SubmitCommandError as exc:
+            raise SubmitRejected(str(exc)) from exc
+        path = spec.job_dir / SUBMIT_FILE
+        await asyncio.to_thread(_write_file, path, text)
+        argv = [self.settings.condor_submit, "-terse", *(["-spool"] if self.spool else []), *self._target(), str(path)]
+        out = await self._run(hp.Command.SUBMIT, argv, cwd=str(spec.job_dir))
+        try:
+            return hp.parse_submit_id(out)
+        except ValueError as exc:
+            raise BackendUnavailable(str(exc)) from None
+
+    # Poll -------------------------------------------------------------------------------------
+
+    async def poll(self, jobs: Sequence[JobHandle]) -> dict[str, Observation]:
+        if not jobs:
+            return {}
+        queue = await self._queue()
+        by_id = {j.job_id: j for j in jobs if j.job_id}
+        seen: dict[str, hp.CondorJob] = {i: job for i, job in queue.items() if i in by_id}
+        missing = [i for i in by_id if i not in seen]
+        if missing:
+            history = await self._history(hp.clusters_constraint(self.pool, (i.split(".", 1)[0] for i in missing)))
+            seen.update({i: job for i, job in history.items() if i in by_id and i not in seen})
+        out: dict[str, Observation] = {}
+        fetch: list[hp.CondorJob] = []
+        leftovers: list[hp.CondorJob] = []
+        for job_id, job in seen.items():
+            handle = by_id[job_id]
+            obs = job.observation
+            if obs.state.terminal and self.spool and job.status == 4 and not (handle.job_dir / FETCHED_MARK).exists():
+                if job_id in queue:
+                    fetch.append(job)
+                    continue  # finished, output not back yet: still "running" until it is
+                obs = _without_output(obs)
+            if obs.state.terminal and job.status == 5 and job_id in queue:
+                leftovers.append(job)  # held for good (time limit, hold_timeout): take it out of the queue
+            out[handle.uid] = await self._with_deadline_file(handle, obs)
+        if fetch:
+            fetched = await self._transfer(fetch, by_id)
+            for job in fetch:
+                handle = by_id[job.job_id]
+                if job.job_id in fetched:
+                    out[handle.uid] = await self._with_deadline_file(handle, job.observation)
+                else:
+                    out[handle.uid] = Observation(BackendState.RUNNING, reason="fetching output", raw_state="COMPLETED")
+        if leftovers:
+            await self._remove_quietly([j.job_id for j in leftovers])
+        return out
+
+    async def _transfer(self, jobs: list[hp.CondorJob], by_id: dict[str, JobHandle]) -> set[str]:
+        """One ``condor_transfer_data`` for every finished spooled job; returns the ids now fetched."""
+        argv = [self.settings.condor_transfer_data, *self._target(), *sorted({j.job_id for j in jobs})]
+        try:
+            await self._run(hp.Command.TRANSFER_DATA, argv)
+        except BackendUnavailable as exc:
+            log.warning("condor_transfer_data failed (%s); retrying next poll", exc)
+            return set()
+        for job in jobs:
+            await asyncio.to_thread(_write_file, by_id[job.job_id].job_dir / FETCHED_MARK, job.job_id + "\n")
+        return {j.job_id for j in jobs}
+
+    async def _with_deadline_file(self, handle: JobHandle, obs: Observation) -> Observation:
+        """A job whose script stopped it at activeDeadlineSeconds ended by its deadline, whatever its exit code."""
+        if obs.state in (BackendState.COMPLETED, BackendState.FAILED) and await asyncio.to_thread(
+            (handle.job_dir / layout.DEADLINE_FILE).exists
+        ):
+            return dataclasses.replace(
+                obs,
+                state=BackendState.DEADLINE,
+                reason="activeDeadlineSeconds exceeded: the job script stopped the pod",
+            )
+        return obs
+
+    # Reconcile and cancel ---------------------------------------------------------------------
+
+    async def reconcile(self, jobs: Sequence[JobHandle]) -> dict[str, Reconciled]:
+        out = {j.uid: Reconciled(j.job_id) for j in jobs if j.job_id}
+        unknown = [j for j in jobs if not j.job_id]
+        if not unknown:
+            return out
+        found = hp.uids_to_ids(await self._queue())
+        rest = [j.uid for j in unknown if j.uid not in found]
+        if rest:
+            found = {**hp.uids_to_ids(await self._history(hp.uids_constraint(self.pool, rest))), **found}
+        for job in unknown:
+            if job.uid in found:
+                out[job.uid] = Reconciled(found[job.uid])
+            elif await asyncio.to_thread(_ran, job.job_dir):
+                out[job.uid] = Reconciled("")  # it ran (output exists) but HTCondor forgot it
+            else:
+                out[job.uid] = Reconciled(None)
+        return out
+
+    async def cancel(self, job: JobHandle) -> None:
+        if job.job_id:
+            argv = [self.settings.condor_rm, *self._target(), job.job_id]
+        else:
+            constraint = hp.uids_constraint(self.pool, [job.uid])
+            argv = [self.settings.condor_rm, *self._target(), "-constraint", constraint]
+        try:
+            await self._run(hp.Command.REMOVE, argv)
+        except JobAlreadyEnded:
+            return
+
+    async def _remove_quietly(self, job_ids: list[str]) -> None:
+        try:
+            await self._run(hp.Command.REMOVE, [self.settings.condor_rm, *self._target(), *job_ids])
+        except JobAlreadyEnded:
+            return  # a poll found them held; they may have been removed since
+        except BackendUnavailable as exc:
+            log.warning("could not remove finished held jobs %s: %s", ", ".join(job_ids), exc)
+
+    async def capacity(self) -> Capacity:
+        if not self.settings.use_condor_status:
+            return Capacity()  # the site config's ``capacity`` is announced
+        argv = [self.settings.condor_status, *self._target(), "-json", "-attributes", _STATUS_ATTRS]
+        out = await self._run(hp.Command.STATUS, argv)
+        try:
+            return hp.parse_status_totals(hp.parse_ads(out, what="condor_status"))
+        except ValueError as exc:
+            raise BackendUnavailable(str(exc)) from exc
+
+
+_STATUS_ATTRS = "Machine,Cpus,Memory,GPUs,TotalSlotCpus,TotalSlotMemory,TotalSlotGPUs,DynamicSlot"
+
+
+def _without_output(obs: Observation) -> Observation:
+    """A spooled job that left the queue before its output was fetched: its files are lost."""
+    return dataclasses.replace(
+        obs, reason="the job left the CE's queue before its output was fetched; container logs are not available"
+    )
+
+
+def _write_file(path: Path, text: str) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as fh:
+        fh.write(text)
+
+
+def _ran(job_dir: Path) -> bool:
+    """Evidence that a job started: HTCondor wrote its output, or a container wrote a file."""
+    if (job_dir / layout.JOB_STDOUT).exists():
+        return True
+    cdir = job_dir / layout.CONTAINERS_DIR
+    return cdir.is_dir() and any(cdir.iterdir())

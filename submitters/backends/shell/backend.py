@@ -1,0 +1,497 @@
+"""The ``shell`` backend: each job is ``bash job.sh`` on this host, detached from the submitter.
+
+Why detached: a submitter restart (or crash) must not kill running pods. One long-lived
+launcher (a small bash in its own session, started once) reads job directories on its stdin;
+for each it claims the directory and starts the runner in the background, in a process group
+of its own, then answers with the runner's pid. The runner keeps going when the submitter (and
+then the launcher, at end of input) goes away. The job is found again by its pid file, checked
+against ``/proc/<pid>/cmdline`` (and its start time once seen), so a recycled pid is never
+mistaken for the job.
+
+Why one launcher instead of a process per job: forking the submitter (a large Python process)
+for every job cost about a quarter of its event loop under load (fork/exec, a child-watcher
+thread, pipe transports). Now a launch is one line written to a pipe and one read back, and the
+fork happens in a small bash.
+
+Why "run at most once" holds: each launch starts with ``mkdir .shell.claim``, atomic on every
+POSIX filesystem; a second launch of the same directory (a retry after a crash, or a second
+launcher) loses the race and starts nothing. The claim and the start of the runner happen in
+the launcher, which finishes every directory it was sent even if the submitter is killed. Only a
+launcher killed between the two (its container restarted) leaves a claim without a runner; the
+poll reports that job lost, saying it never started, on its second sighting (``NEVER_STARTED_AFTER``).
+
+Runtime podman: a container outlives a killed job script, so while the pool's runtime is podman the
+backend removes a pod's containers on cancel and, at start, those whose job script is gone
+(:mod:`interlink_nats.submitters.backends.podman_janitor`).
+
+Files the backend adds to the job directory (next to the layout.py contract):
+``.shell.claim/`` (the run-once claim), ``.shell.pid`` (runner pid), ``.shell.exit``
+(job.sh's exit code), ``job.out`` (job.sh's own stdout/stderr).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+from collections import deque
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.kernel import layout
+from interlink_nats.kernel.clock import SYSTEM_CLOCK, Clock
+from interlink_nats.submitters.backends.podman_janitor import PodmanJanitor
+from interlink_nats.submitters.backends.proc import run_command
+from interlink_nats.submitters.backends.shell.processes import (
+    CLAIM,
+    EXIT_FILE,
+    NEVER_STARTED,
+    NEVER_STARTED_AFTER,
+    PID_FILE,
+    Launcher,
+    is_our_runner,
+    may_still_start,
+    mem_total,
+    mtime,
+    proc_start_ticks,
+    read_int,
+    read_int_and_mtime,
+)
+from interlink_nats.submitters.core.backend import (
+    GONE,
+    BackendContext,
+    BackendState,
+    BackendUnavailable,
+    Capacity,
+    JobHandle,
+    JobSpec,
+    Observation,
+    Reconciled,
+)
+from pydantic import BaseModel, ConfigDict, Field
+
+log = logging.getLogger(__name__)
+
+LAUNCH_ATTEMPTS = 3
+"""Tries per job when the launcher itself fails (a retry of a started job is a no-op)."""
+
+
+REAP_FALLBACK_S = 0.5
+"""How often full slots are re-checked when no pidfd told us a runner ended."""
+
+
+@dataclass(slots=True)
+class _Running:
+    pid: int
+    start_ticks: int
+    job_dir: Path
+    watched: bool = False
+    """A pidfd tells when it ends: until then nothing about the job can change but its container files.
+    ``_reap`` need not look at it either: its slot is freed by the pidfd."""
+    seen: Observation | None = None
+    """The RUNNING observation a poll returns, without any I/O, while ``watched``."""
+
+
+class ShellConfig(BaseModel):
+    """The ``shell`` settings section (``INTERLINK_SUBMITTER_SHELL__*``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_concurrent_jobs: int = Field(0, ge=0)
+    """Jobs running at once; 0 means the BuildConfig's value, else the number of CPUs."""
+    bash: str = "bash"
+
+
+class ShellBackend:
+    """Local processes, at most ``max_concurrent`` at once (others wait in a FIFO)."""
+
+    name = "shell"
+
+    @classmethod
+    def create(cls, config: ShellConfig, context: BackendContext) -> ShellBackend:
+        """What the submitter builds (``backends.BACKENDS``); the kill grace is the submitter-wide setting."""
+        return cls(
+            max_concurrent=config.max_concurrent_jobs,
+            bash=config.bash,
+            kill_grace_s=context.kill_grace_s,
+            clock=context.clock,
+        )
+
+    def __init__(
+        self, *, max_concurrent: int = 0, bash: str = "bash", kill_grace_s: float = 5.0, clock: Clock | None = None
+    ) -> None:
+        self._clock = clock or SYSTEM_CLOCK
+        self._fixed_limit = max_concurrent
+        self._limit = max_concurrent or (len(os.sched_getaffinity(0)) or 1)
+        self._bash = bash
+        self._kill_grace_s = kill_grace_s
+        self._queue: deque[JobSpec] = deque()
+        self._queued: set[str] = set()
+        self._running: dict[str, _Running] = {}
+        self._cancelled: set[str] = set()
+        self._starting: set[str] = set()
+        """Taken from the queue, launcher not done yet: neither queued nor findable on disk."""
+        self._unstarted: dict[str, float] = {}
+        """Claims with no runner, by when a poll first saw them (see ``NEVER_STARTED_AFTER``)."""
+        self._wake = asyncio.Event()
+        self._task: asyncio.Task[None] | None = None
+        self._launcher = Launcher(bash)
+        self._launches: set[asyncio.Task[None]] = set()
+        self._exit_fds: set[int] = set()
+        self._waiting_obs: Observation | None = None
+        self._janitor: PodmanJanitor | None = None
+        """Set while the pool's runtime is podman: containers can outlive a killed job script."""
+        self._tracked: dict[str, JobHandle] = {}
+        self._loud: set[str] = set()
+        """``poll_changes``: the tracked jobs, and those it observes at its next call (all but the quiet ones:
+        runners a pidfd watches, answered with ``seen``; their pidfd, or a cancel, makes them loud again)."""
+        self.calls = 0
+
+    @property
+    def limit(self) -> int:
+        return self._limit
+
+    def configure(self, build_config: pb.BuildConfig) -> None:
+        if not self._fixed_limit:
+            wanted = build_config.shell.max_concurrent_jobs if build_config.shell else 0
+            self._limit = wanted or (len(os.sched_getaffinity(0)) or 1)
+            self._wake.set()
+        if build_config.runtime == pb.ContainerRuntime.PODMAN:
+            self._janitor = PodmanJanitor(build_config.executable or "podman")
+        else:
+            self._janitor = None
+
+    async def start(self) -> None:
+        if self._janitor is not None:  # after a crash or reboot: containers whose job script is gone
+            await self._janitor.sweep(self._job_alive)
+        if self._task is None:
+            self._task = asyncio.create_task(self._launch_loop(), name="shell-launcher")
+
+    def _job_alive(self, job_dir: Path) -> bool | None:
+        """Whether the job in ``job_dir`` still runs; None when the directory is not a job of this backend."""
+        if not job_dir.is_dir():
+            return False  # removed: cancelled or cleaned up
+        if not (job_dir / CLAIM).exists():
+            return None
+        if (job_dir / EXIT_FILE).exists():
+            return False
+        pid = read_int(job_dir / PID_FILE)
+        if pid is None:
+            return False  # the runner writes its pid before it starts job.sh: no script ever ran here
+        seen = proc_start_ticks(pid)
+        return is_our_runner(pid, job_dir) and seen is not None and seen[1] != "Z"
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        if self._launches:  # answers in flight: each runner it started is recorded before we go
+            await asyncio.wait(set(self._launches), timeout=5)
+        loop = asyncio.get_running_loop()
+        for fd in self._exit_fds:  # runners go on without us; stop watching them
+            loop.remove_reader(fd)
+            os.close(fd)
+        self._exit_fds.clear()
+        await self._launcher.close()
+
+    def output_path(self, job_dir: Path) -> Path:
+        return job_dir / layout.JOB_STDOUT
+
+    async def submit(self, spec: JobSpec) -> str:
+        if spec.uid not in self._queued and spec.uid not in self._running and spec.uid not in self._starting:
+            self._queue.append(spec)
+            self._queued.add(spec.uid)
+            self._wake.set()
+        return spec.uid
+
+    async def _launch_loop(self) -> None:
+        """Start queued jobs while slots are free; launches overlap (each is a pipe round trip)."""
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            while self._queue:
+                if len(self._running) + len(self._starting) >= self._limit:
+                    self._reap()
+                    if len(self._running) + len(self._starting) >= self._limit:
+                        # Woken as soon as a runner exits (pidfd); the timeout is the fallback where
+                        # pidfds are unavailable, and for runners adopted after a restart.
+                        self._wake.clear()
+                        with contextlib.suppress(TimeoutError):
+                            # not wait_for: on 3.11 it can swallow a cancel
+                            async with asyncio.timeout(REAP_FALLBACK_S):
+                                await self._wake.wait()
+                        continue
+                spec = self._queue.popleft()
+                if spec.uid in self._cancelled:
+                    self._queued.discard(spec.uid)
+                    continue
+                self._starting.add(spec.uid)
+                self._queued.discard(spec.uid)
+                task = asyncio.create_task(self._launch(spec), name=f"shell-launch-{spec.uid}")
+                self._launches.add(task)
+                task.add_done_callback(self._launches.discard)
+
+    async def _launch(self, spec: JobSpec) -> None:
+        try:
+            for attempt in range(1, LAUNCH_ATTEMPTS + 1):
+                self.calls += 1
+                try:
+                    pid = await self._launcher.launch(spec.job_dir)
+                except BackendUnavailable as exc:
+                    if attempt == LAUNCH_ATTEMPTS:
+                        log.error("launching job %s failed: %s; it will be reported as lost", spec.uid, exc)
+                        return
+                    log.warning("launching job %s failed (%s); retrying", spec.uid, exc)
+                    await asyncio.sleep(0.1 * attempt)
+                    continue
+                if pid is None:
+                    return  # claimed before (a retry after a crash): the poll finds its runner by the pid file
+                seen = proc_start_ticks(pid)
+                if seen is not None:
+                    self._running[spec.uid] = _Running(pid, seen[0], spec.job_dir)
+                    self._watch_exit(spec.uid, pid)
+                return
+        except Exception:
+            log.exception("launching job %s failed; it will be reported as lost", spec.uid)
+        finally:
+            self._starting.discard(spec.uid)
+            self._wake.set()
+
+    def _watch_exit(self, uid: str, pid: int) -> None:
+        """Learn the moment the runner exits: a pidfd becomes readable then (Linux ≥ 5.3).
+
+        Frees its slot at once, and lets a poll skip every job whose runner has not exited (no
+        /proc or file reads for it). Without a pidfd (old kernel, or out of descriptors) the poll
+        checks the job as before, and ``_reap()`` frees its slot on the fallback tick.
+        """
+        try:
+            fd = os.pidfd_open(pid)
+        except (AttributeError, OSError):
+            return
+        loop = asyncio.get_running_loop()
+        self._exit_fds.add(fd)
+        watched = self._running.get(uid)
+        if watched is not None and watched.pid == pid:
+            watched.watched = True
+
+        def exited() -> None:
+            loop.remove_reader(fd)
+            os.close(fd)
+            self._exit_fds.discard(fd)
+            current = self._running.get(uid)
+            if current is not None and current.pid == pid:
+                del self._running[uid]
+            self._loud.add(uid)  # its answer may change now (``poll_changes``)
+            self._wake.set()
+
+        loop.add_reader(fd, exited)
+
+    def _alive(self, run: _Running) -> bool:
+        seen = proc_start_ticks(run.pid)
+        return seen is not None and seen[0] == run.start_ticks and seen[1] != "Z"
+
+    def _reap(self) -> None:
+        """Free the slots of runners that ended and that no pidfd watches (adopted ones, or no pidfd support).
+
+        Why not all: the launch loop reaps on every wake-up while the slots are full, i.e. on every
+        Submit under load; a watched runner's slot is freed by its pidfd the moment it exits, so
+        checking its files and ``/proc`` here again only cost CPU per create.
+        """
+        for uid, run in list(self._running.items()):
+            if run.watched:
+                continue
+            if (run.job_dir / EXIT_FILE).exists() or not self._alive(run):
+                del self._running[uid]
+
+    def _adopt(self, uid: str, job_dir: Path) -> _Running | None:
+        pid = read_int(job_dir / PID_FILE)
+        if pid is None or not is_our_runner(pid, job_dir):
+            return None
+        seen = proc_start_ticks(pid)
+        if seen is None or seen[1] == "Z":
+            return None
+        run = _Running(pid, seen[0], job_dir)
+        self._running[uid] = run
+        self._watch_exit(uid, pid)
+        return run
+
+    async def reconcile(self, jobs: Sequence[JobHandle]) -> dict[str, Reconciled]:
+        out: dict[str, Reconciled] = {}
+        for job in jobs:
+            if (job.job_dir / CLAIM).exists():
+                out[job.uid] = Reconciled(job.uid)
+                if not (job.job_dir / EXIT_FILE).exists():
+                    self._adopt(job.uid, job.job_dir)
+            elif job.uid in self._queued or job.uid in self._starting:
+                out[job.uid] = Reconciled(job.uid)
+            else:
+                out[job.uid] = Reconciled(None)
+        return out
+
+    async def poll(self, jobs: Sequence[JobHandle]) -> dict[str, Observation]:
+        """One pass over the tracked jobs' files and /proc; no subprocess at all.
+
+        Only jobs that may have changed cost I/O: a runner watched by a pidfd that has not fired is
+        still running (the same Observation object as last time, which the poller skips), and a
+        job still in our queue is waiting.
+        """
+        out: dict[str, Observation] = {}
+        now = self._clock.time()
+        running = self._running
+        queued = self._queued
+        waiting = None
+        for job in jobs:
+            uid = job.uid
+            run = running.get(uid)
+            if run is not None and run.seen is not None:
+                out[uid] = run.seen
+                continue
+            if uid in queued:
+                out[uid] = waiting = waiting or self._waiting()
+                continue
+            obs = self._observe(job, now)
+            if obs is not None:
+                out[uid] = obs
+        return out
+
+    async def poll_changes(
+        self, added: Sequence[JobHandle], removed: Sequence[JobHandle], *, restart: bool
+    ) -> dict[str, Observation]:
+        """``ReportsChanges``: :meth:`poll` of the loud jobs only, so 10,000 running jobs cost what changed.
+
+        A job whose runner a pidfd watches is answered ``seen`` and then left out until that pidfd fires
+        (or a cancel): nothing about it can change before. Every other job is observed at every call, as
+        :meth:`poll` does; a loud job it finds gone is answered GONE (a job left out keeps its last answer).
+        """
+        if restart:
+            self._tracked, self._loud = {}, set()
+        tracked, loud = self._tracked, self._loud
+        for job in removed:
+            if tracked.get(job.uid) == job:
+                del tracked[job.uid]
+                loud.discard(job.uid)
+        for job in added:
+            tracked[job.uid] = job
+            loud.add(job.uid)
+        jobs = []
+        for uid in list(loud):
+            found = tracked.get(uid)
+            if found is None:
+                loud.discard(uid)  # a pidfd or a cancel named a job no longer tracked
+            else:
+                jobs.append(found)
+        out = await self.poll(jobs)
+        running = self._running
+        for job in jobs:
+            uid = job.uid
+            obs = out.get(uid)
+            if obs is None:
+                out[uid] = GONE
+                continue
+            run = running.get(uid)
+            if run is not None and run.seen is obs:
+                loud.discard(uid)
+        return out
+
+    def _waiting(self) -> Observation:
+        """The QUEUED observation, one object while the limit stays (so unchanged jobs compare by identity)."""
+        reason = f"waiting for one of {self._limit} slots"
+        if self._waiting_obs is None or self._waiting_obs.reason != reason:
+            self._waiting_obs = Observation(BackendState.QUEUED, reason=reason)
+        return self._waiting_obs
+
+    def _observe(self, job: JobHandle, now: float) -> Observation | None:
+        uid, job_dir = job.uid, job.job_dir
+        exited = read_int_and_mtime(os.path.join(job_dir, EXIT_FILE))
+        if exited is not None:
+            code, finished = exited
+            self._running.pop(uid, None)
+            self._unstarted.pop(uid, None)
+            started = mtime(os.path.join(job_dir, PID_FILE))
+            if code == 0:
+                return Observation(BackendState.COMPLETED, 0, started_at=started, finished_at=finished)
+            sig = code - 128 if 128 < code < 160 else None
+            return Observation(BackendState.FAILED, code, sig, started_at=started, finished_at=finished)
+        if uid in self._queued:
+            return self._waiting()
+        if uid in self._starting:
+            return Observation(BackendState.RUNNING, reason="starting")
+        run = self._running.get(uid)
+        if run is not None:
+            if self._alive(run):
+                return self._seen_running(run)
+            del self._running[uid]
+            self._wake.set()
+        elif (run := self._adopt(uid, job_dir)) is not None:
+            self._unstarted.pop(uid, None)
+            return self._seen_running(run)
+        if uid in self._cancelled:
+            return Observation(BackendState.CANCELLED, raw_state="killed on request")
+        if (job_dir / CLAIM).exists() and not (job_dir / PID_FILE).exists():
+            if may_still_start(job_dir):
+                self._unstarted.pop(uid, None)
+                return Observation(BackendState.RUNNING, reason="starting")
+            first_seen = self._unstarted.setdefault(uid, now)
+            if now - first_seen < NEVER_STARTED_AFTER:
+                return Observation(BackendState.RUNNING, reason="starting")
+            del self._unstarted[uid]
+            return Observation(BackendState.GONE, reason=NEVER_STARTED)
+        return None  # gone: the runner vanished without writing its exit file
+
+    def _seen_running(self, run: _Running) -> Observation:
+        obs = Observation(BackendState.RUNNING, started_at=mtime(run.job_dir / PID_FILE))
+        if run.watched and obs.started_at is not None:
+            run.seen = obs  # nothing more to learn until its pidfd fires (which drops ``run``)
+        return obs
+
+    async def cancel(self, job: JobHandle) -> None:
+        uid = job.uid
+        self._cancelled.add(uid)
+        self._loud.add(uid)
+        self._unstarted.pop(uid, None)
+        if uid in self._queued:
+            self._queued.discard(uid)
+            self._queue = deque(s for s in self._queue if s.uid != uid)
+        with contextlib.suppress(OSError):
+            (job.job_dir / CLAIM).mkdir()  # a launch not yet at its mkdir now loses the claim
+        for _ in range(200):  # a launch past its mkdir: wait until its runner is known
+            if uid not in self._starting:
+                break
+            await asyncio.sleep(0.02)
+        run = self._running.get(uid) or self._adopt(uid, job.job_dir)
+        if run is not None:
+            await self._terminate(run)
+            self._running.pop(uid, None)
+            self._wake.set()
+        if self._janitor is not None:  # a script killed after the grace period leaves its containers running
+            await self._janitor.remove_pod(uid)
+
+    async def _terminate(self, run: _Running) -> None:
+        try:
+            pgid = os.getpgid(run.pid)
+        except ProcessLookupError:
+            return
+        for sig, wait in ((signal.SIGTERM, self._kill_grace_s), (signal.SIGKILL, 5.0)):
+            if not self._alive(run):
+                return
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pgid, sig)
+            for _ in range(max(1, int(wait / 0.05))):
+                if not self._alive(run):
+                    return
+                await asyncio.sleep(0.05)
+
+    async def capacity(self) -> Capacity:
+        cpus = len(os.sched_getaffinity(0)) or (os.cpu_count() or 1)
+        mem = mem_total()
+        gpus = 0
+        with contextlib.suppress(Exception):
+            done = await run_command(["nvidia-smi", "-L"], time_limit=10)
+            gpus = sum(1 for ln in done.stdout.splitlines() if ln.startswith("GPU "))
+        return Capacity(cpu_millis=cpus * 1000, memory_bytes=mem, gpus=gpus, nodes=1)

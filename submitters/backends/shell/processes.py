@@ -1,0 +1,261 @@
+"""The shell backend's processes: the one launcher, the runner it forks per job, and how we recognise them.
+
+Apart from :mod:`.shell` (the backend's bookkeeping) because this is the part that talks to the
+kernel: ``/proc`` reads, the launcher's pipe, the files a runner leaves in its job directory. The
+module docstring of :mod:`.shell` says why there is one launcher and why a job runs at most once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from collections import deque
+from pathlib import Path
+
+from interlink_nats.kernel import layout
+from interlink_nats.submitters.core.backend import BackendUnavailable
+
+log = logging.getLogger(__name__)
+
+CLAIM = ".shell.claim"
+PID_FILE = ".shell.pid"
+EXIT_FILE = ".shell.exit"
+RUNNER_NAME = "interlink-shell-job"
+LAUNCHER_NAME = "interlink-shell-launch"
+CLAIM_LAUNCHER = f"{CLAIM}/launcher"
+"""Inside the claim: pid of the launcher that made it (written before the runner is forked)."""
+CLAIM_RUNNER = f"{CLAIM}/runner"
+"""Inside the claim: pid of the runner it forked (written right after the fork)."""
+NEVER_STARTED_AFTER = 1.0
+"""A claim without a runner whose launcher is gone (and whose forked runner, if any, is gone too), seen
+on two polls at least this far apart, was never started: the launcher was killed between claim and start
+(e.g. its container restarted). While the launcher lives it may still be working through its backlog."""
+NEVER_STARTED = "the job never started: it was claimed, but the launcher stopped before starting its runner"
+
+# Constant programs, never formatted: the only inputs are positional arguments and stdin.
+# The launcher reads NUL-terminated job directories and answers "<dir>\0<pid>\0" (or "claimed").
+# ``set -m`` gives every runner a process group of its own (cancel signals that group only);
+# ``disown`` keeps bash's job table from growing with every job.
+_LAUNCHER = r"""
+set -m
+bash=$1 runner=$2 env_name=$3
+while IFS= read -r -d '' dir; do
+  if mkdir "$dir/.shell.claim" 2>/dev/null; then
+    echo $$ > "$dir/.shell.claim/launcher"
+    ( export "$env_name=$dir"; exec "$bash" -c "$runner" interlink-shell-job "$dir" "$bash" ) \
+      </dev/null >/dev/null 2>&1 &
+    echo $! > "$dir/.shell.claim/runner"
+    printf '%s\0%s\0' "$dir" "$!"
+    disown
+  else
+    printf '%s\0claimed\0' "$dir"
+  fi
+done
+"""
+_RUNNER = r"""
+cd "$1" || exit 97
+echo $$ > .shell.pid.tmp && mv -f .shell.pid.tmp .shell.pid
+"$2" ./job.sh >> job.out 2>&1 </dev/null
+rc=$?
+echo $rc > .shell.exit.tmp && mv -f .shell.exit.tmp .shell.exit
+exit $rc
+"""
+
+
+def proc_start_ticks(pid: int) -> tuple[int, str] | None:
+    """(start time in clock ticks since boot, state letter) of a process, or None if gone.
+
+    Read with plain ``os`` calls (half the CPU of ``Path.read_bytes``): it runs once per launch.
+    """
+    try:
+        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            raw = os.read(fd, 4096).decode(errors="replace")
+        finally:
+            os.close(fd)
+    except OSError:
+        return None
+    fields = raw[raw.rfind(")") + 2 :].split()
+    try:
+        return int(fields[19]), fields[0]
+    except (IndexError, ValueError):
+        return None
+
+
+def is_our_runner(pid: int, job_dir: Path) -> bool:
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return RUNNER_NAME.encode() in argv and str(job_dir).encode() in argv
+
+
+def _is_ours(pid: int | None) -> bool:
+    """A live launcher, or a runner (before its exec it still has the launcher's command line)."""
+    if pid is None:
+        return False
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    seen = proc_start_ticks(pid)
+    alive = seen is not None and seen[1] != "Z"
+    return alive and (LAUNCHER_NAME.encode() in argv or RUNNER_NAME.encode() in argv)
+
+
+def may_still_start(job_dir: Path) -> bool:
+    """A claim without a pid file whose launcher or forked runner is still alive: it is starting."""
+    return _is_ours(read_int(job_dir / CLAIM_LAUNCHER)) or _is_ours(read_int(job_dir / CLAIM_RUNNER))
+
+
+def read_int_and_mtime(path: Path | str) -> tuple[int, float] | None:
+    """The number a small file (pid, exit code) holds, and its mtime, with plain ``os`` calls: a poll reads
+    the exit file of every job whose runner ended (``Path.read_text`` and a ``stat`` cost twice the syscalls)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        raw = os.read(fd, 64)
+        mtime = os.fstat(fd).st_mtime
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    try:
+        return int(raw.split()[0]), mtime
+    except (ValueError, IndexError):
+        return None
+
+
+def read_int(path: Path | str) -> int | None:
+    got = read_int_and_mtime(path)
+    return None if got is None else got[0]
+
+
+def mtime(path: Path | str) -> float | None:
+    try:
+        return os.stat(path).st_mtime
+    except OSError:
+        return None
+
+
+def mem_total() -> int:
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+class Launcher:
+    """The long-lived launcher process and the launches waiting for its answer."""
+
+    def __init__(self, bash: str) -> None:
+        self._bash = bash
+        self._proc: asyncio.subprocess.Process | None = None
+        self._reader: asyncio.Task[None] | None = None
+        self._waiting: dict[bytes, deque[asyncio.Future[int | None]]] = {}
+        self._lock = asyncio.Lock()
+        self.spawned = 0
+        """Launcher processes started so far (one, unless one died)."""
+
+    async def _ensure(self) -> asyncio.subprocess.Process:
+        async with self._lock:
+            proc = self._proc
+            if proc is not None and proc.returncode is None and self._reader is not None and not self._reader.done():
+                return proc
+            try:
+                proc = await asyncio.create_subprocess_exec(
+                    self._bash,
+                    "-c",
+                    _LAUNCHER,
+                    LAUNCHER_NAME,
+                    self._bash,
+                    _RUNNER,
+                    layout.JOB_DIR_ENV,
+                    cwd="/",
+                    stdin=asyncio.subprocess.PIPE,
+                    stdout=asyncio.subprocess.PIPE,
+                    stderr=asyncio.subprocess.DEVNULL,
+                    start_new_session=True,
+                )
+            except OSError as exc:
+                raise BackendUnavailable(f"cannot start {self._bash}: {exc}") from exc
+            self.spawned += 1
+            self._proc = proc
+            self._reader = asyncio.create_task(self._read(proc), name="shell-launcher-read")
+            return proc
+
+    async def launch(self, job_dir: Path) -> int | None:
+        """Claim ``job_dir`` and start its runner: the runner's pid, or None if the directory was claimed before."""
+        proc = await self._ensure()
+        key = str(job_dir).encode()
+        fut: asyncio.Future[int | None] = asyncio.get_running_loop().create_future()
+        self._waiting.setdefault(key, deque()).append(fut)
+        assert proc.stdin is not None
+        try:
+            proc.stdin.write(key + b"\0")
+            await proc.stdin.drain()
+        except (ConnectionError, RuntimeError) as exc:
+            self._forget(key, fut)
+            raise BackendUnavailable(f"the shell launcher is gone: {exc}") from exc
+        return await fut
+
+    def _forget(self, key: bytes, fut: asyncio.Future[int | None]) -> None:
+        waiting = self._waiting.get(key)
+        if waiting is not None and fut in waiting:
+            waiting.remove(fut)
+            if not waiting:
+                del self._waiting[key]
+
+    async def _read(self, proc: asyncio.subprocess.Process) -> None:
+        assert proc.stdout is not None
+        error: Exception = BackendUnavailable("the shell launcher exited")
+        try:
+            while True:
+                key = (await proc.stdout.readuntil(b"\0"))[:-1]
+                answer = (await proc.stdout.readuntil(b"\0"))[:-1]
+                waiting = self._waiting.get(key)
+                if not waiting:
+                    log.warning("shell launcher answered for a job nobody waits for: %r", key)
+                    continue
+                fut = waiting.popleft()
+                if not waiting:
+                    del self._waiting[key]
+                if not fut.done():
+                    fut.set_result(int(answer) if answer.isdigit() else None)
+        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError, ValueError) as exc:
+            error = BackendUnavailable(f"the shell launcher exited ({type(exc).__name__})")
+        finally:
+            # Whatever it had not answered may or may not have started: the caller retries, and the
+            # claim makes a retry of a started job a no-op ("claimed"); the pid file finds its runner.
+            unanswered, self._waiting = self._waiting, {}
+            for futs in unanswered.values():
+                for fut in futs:
+                    if not fut.done():
+                        fut.set_exception(error)
+            with contextlib.suppress(ProcessLookupError):
+                if proc.returncode is None:
+                    proc.kill()
+
+    async def close(self) -> None:
+        """End the launcher's input: it finishes what it was sent and exits; runners are not touched."""
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        if proc.stdin is not None:
+            proc.stdin.close()
+        try:
+            async with asyncio.timeout(5):  # not wait_for: on 3.11 it can swallow a cancel
+                await proc.wait()
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
+        if self._reader is not None:
+            self._reader.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reader
+            self._reader = None

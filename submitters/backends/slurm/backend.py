@@ -1,0 +1,265 @@
+"""The ``slurm`` backend: sbatch / squeue / sacct / scancel / sinfo, all batched.
+
+- submit: ``sbatch --job-name=<pod uid> --chdir=<job dir> --output=<job dir>/job.out --parsable``,
+  with the pool's ``slurm.sbatch_flags``, the pod's backend flags (annotation) and its resources
+  (``--cpus-per-task``/``--mem``/``--gres=gpu:N``/``--time``), in that precedence;
+- poll: ONE ``squeue --me --states=all`` for every job (not ``-j a,b,c``: one purged id makes
+  squeue print nothing), plus one ``sacct`` for jobs squeue no longer lists when the site has
+  accounting; the job's own container files give the exact per-container exit codes;
+- reconcile after a crash: jobs are named by pod UID, so ``squeue --name`` (and sacct) finds a
+  submission whose id was never recorded; a job directory with output proves it ran;
+- cancel: ``scancel <id>`` (or ``scancel --name=<uid>`` when the id was never recorded).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.kernel import layout
+from interlink_nats.kernel.config_files import renamed
+from interlink_nats.submitters.backends.proc import environ_with, run_command
+from interlink_nats.submitters.backends.slurm import parse as sp
+from interlink_nats.submitters.core.backend import (
+    GONE,
+    BackendContext,
+    BackendUnavailable,
+    Capacity,
+    CommandFailed,
+    CommandUnusable,
+    JobAlreadyEnded,
+    JobHandle,
+    JobSpec,
+    Observation,
+    Reconciled,
+    SubmitRejected,
+    error_for,
+)
+from pydantic import BaseModel, ConfigDict, Field
+
+log = logging.getLogger(__name__)
+
+
+class SlurmConfig(BaseModel):
+    """The ``slurm`` settings section (``INTERLINK_SUBMITTER_SLURM__*``), and what the backend takes."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    sbatch: str = "sbatch"
+    squeue: str = "squeue"
+    scancel: str = "scancel"
+    sacct: str = "sacct"
+    sinfo: str = "sinfo"
+    partition: str | None = None
+    """Limit capacity discovery (sinfo) to this partition; jobs pick theirs with sbatch flags."""
+    use_sacct: bool | None = None
+    """Ask sacct about jobs that left squeue; None: as the BuildConfig says (slurm.use_sacct)."""
+    squeue_all_users: bool = False
+    """Poll every user's jobs instead of ``--me`` (when jobs are submitted as another user)."""
+    command_timeout_s: float = Field(60.0, gt=0, validation_alias=renamed("command_timeout_s", "command_timeout"))
+
+
+@dataclass(slots=True)
+class _Watch:
+    """What the poll path keeps between calls: the last squeue and the tracked jobs, by Slurm id."""
+
+    squeue: sp.SqueueSnapshot = sp.EMPTY_SQUEUE
+    """The previous call's squeue; unchanged lines are not parsed again and keep their Observation."""
+    jobs: dict[str, JobHandle] = field(default_factory=dict)
+    missing: dict[str, JobHandle] = field(default_factory=dict)
+    """Tracked jobs squeue no longer lists: sacct is asked about them at every call."""
+
+
+class SlurmBackend:
+    name = "slurm"
+
+    @classmethod
+    def create(cls, config: SlurmConfig, context: BackendContext) -> SlurmBackend:
+        """What the submitter builds (``backends.BACKENDS``): the settings section is all it needs."""
+        return cls(config)
+
+    def __init__(self, settings: SlurmConfig | None = None) -> None:
+        self.settings = settings or SlurmConfig()
+        self._pool_flags: list[str] = []
+        self._use_sacct = bool(self.settings.use_sacct)
+        self._sacct_broken = False
+        self._watch = _Watch()
+        """``poll_changes``'s view of the tracked jobs."""
+        self._polled = _Watch()
+        """``poll``'s own view (only its squeue outlives a call): a plain poll in between must not hide a change."""
+        self.calls = 0
+
+    def configure(self, build_config: pb.BuildConfig) -> None:
+        slurm = build_config.slurm or pb.SlurmOptions()
+        sp.check_flags(slurm.sbatch_flags, source="pool sbatch")
+        self._pool_flags = list(slurm.sbatch_flags)
+        if self.settings.use_sacct is None:
+            self._use_sacct = slurm.use_sacct
+
+    async def start(self) -> None:
+        return None
+
+    async def close(self) -> None:
+        return None
+
+    def output_path(self, job_dir: Path) -> Path:
+        return job_dir / layout.JOB_STDOUT
+
+    async def _run(self, command: sp.Command, argv: list[str], *, env: dict[str, str] | None = None) -> str:
+        """The command's stdout; a failure raises the error ``slurm_parse.classify_failure`` names."""
+        self.calls += 1
+        try:
+            done = await run_command(argv, time_limit=self.settings.command_timeout_s, env=env)
+        except CommandFailed as failed:
+            raise error_for(sp.classify_failure(command, failed.returncode, failed.stderr), failed) from failed
+        return done.stdout
+
+    async def submit(self, spec: JobSpec) -> str:
+        try:
+            argv = sp.sbatch_argv(
+                self.settings.sbatch,
+                uid=spec.uid,
+                job_dir=str(spec.job_dir),
+                script=str(spec.script),
+                pool_flags=self._pool_flags,
+                pod_flags=spec.backend_flags,
+                resources=spec.resources,
+            )
+        except sp.FlagError as exc:
+            raise SubmitRejected(str(exc)) from exc
+        env = environ_with({layout.JOB_DIR_ENV: str(spec.job_dir)})
+        out = await self._run(sp.Command.SBATCH, argv, env=env)
+        try:
+            return sp.parse_sbatch_id(out)
+        except ValueError as exc:
+            raise BackendUnavailable(str(exc)) from exc
+
+    async def _squeue(self) -> str:
+        who = [] if self.settings.squeue_all_users else ["--me"]
+        argv = [self.settings.squeue, "-h", *who, "--states=all", "-O", sp.SQUEUE_FORMAT]
+        return await self._run(sp.Command.SQUEUE, argv)
+
+    async def _sacct(self, *select: str) -> dict[str, sp.SlurmJob]:
+        """sacct's jobs matching ``select``; nothing when the site has no accounting (then it is not asked again)."""
+        if not self._use_sacct or self._sacct_broken:
+            return {}
+        argv = [self.settings.sacct, "-X", "-n", "-P", "-o", sp.SACCT_FIELDS, *select]
+        try:
+            return sp.parse_sacct(await self._run(sp.Command.SACCT, argv))
+        except CommandUnusable as exc:
+            log.warning("sacct is not usable on this site (%s); relying on job files", exc)
+            self._sacct_broken = True
+            return {}
+
+    async def poll(self, jobs: Sequence[JobHandle]) -> dict[str, Observation]:
+        """Every job at once: :meth:`_observe` with every job added to a view that forgot the previous ones."""
+        if not jobs:
+            return {}
+        view = self._polled = _Watch(squeue=self._polled.squeue)
+        observed = await self._observe(view, jobs, (), remember=False)
+        if view.missing or len(observed) < len(jobs):  # some may be GONE: left out, as the contract says
+            return {uid: obs for uid, obs in observed.items() if obs is not GONE}
+        return observed
+
+    async def poll_changes(
+        self, added: Sequence[JobHandle], removed: Sequence[JobHandle], *, restart: bool
+    ) -> dict[str, Observation]:
+        """``ReportsChanges``: see :meth:`_observe`."""
+        if restart:
+            self._watch = _Watch()
+        return await self._observe(self._watch, added, removed)
+
+    async def _observe(
+        self, watch: _Watch, added: Sequence[JobHandle], removed: Sequence[JobHandle], *, remember: bool = True
+    ) -> dict[str, Observation]:
+        """The one poll path: one squeue, and work for the jobs whose line changed, not for every job.
+
+        The jobs answered are those whose squeue line changed, appeared or left, the added ones,
+        and the ones squeue no longer lists (sacct's answer, or GONE, at every call). Without
+        ``remember`` the added jobs are answered but not kept in ``watch`` (a full poll adds every
+        job again at every call: storing 10,000 handles only to drop them was half its cost).
+        """
+        squeue, changed = sp.squeue_changes(await self._squeue(), watch.squeue)
+        out: dict[str, Observation] = {}
+        for job in removed:
+            if job.job_id and watch.jobs.get(job.job_id) == job:
+                del watch.jobs[job.job_id]
+                watch.missing.pop(job.job_id, None)
+        listed, tracked, missing = squeue.by_id.get, watch.jobs, watch.missing
+        for job in added:  # one lean pass: a full poll adds every tracked job at every call
+            job_id = job.job_id
+            if not job_id:
+                out[job.uid] = GONE  # never submitted as far as we know: nothing to ask Slurm
+                continue
+            if remember:
+                tracked[job_id] = job
+            seen = listed(job_id)
+            if seen is None:
+                missing[job_id] = job
+            else:
+                out[job.uid] = seen.observation
+        for job_id in changed:
+            ours = watch.jobs.get(job_id)
+            if ours is None:
+                continue  # not ours, or no longer tracked
+            seen = listed(job_id)
+            if seen is None:
+                watch.missing[job_id] = ours
+            else:
+                watch.missing.pop(job_id, None)
+                out[ours.uid] = seen.observation
+        if watch.missing:
+            answers = await self._sacct("-j", ",".join(watch.missing))
+            for job_id, job in watch.missing.items():
+                answer = answers.get(job_id)
+                out[job.uid] = GONE if answer is None else answer.observation
+        watch.squeue = squeue
+        return out
+
+    async def reconcile(self, jobs: Sequence[JobHandle]) -> dict[str, Reconciled]:
+        out = {j.uid: Reconciled(j.job_id) for j in jobs if j.job_id}
+        unknown = [j for j in jobs if not j.job_id]
+        if not unknown:
+            return out
+        names = sp.names_to_ids(sp.parse_squeue(await self._squeue()))
+        try:
+            recorded = await self._sacct("--name", ",".join(j.uid for j in unknown), "-S", "now-7days")
+            names = {**sp.names_to_ids(recorded), **names}
+        except BackendUnavailable as exc:
+            log.warning("sacct lookup failed during reconcile: %s", exc)
+        for job in unknown:
+            if job.uid in names:
+                out[job.uid] = Reconciled(names[job.uid])
+            elif await asyncio.to_thread(_ran, job.job_dir):
+                out[job.uid] = Reconciled("")  # it ran (output exists) but Slurm forgot it
+            else:
+                out[job.uid] = Reconciled(None)
+        return out
+
+    async def cancel(self, job: JobHandle) -> None:
+        if job.job_id:
+            argv = [self.settings.scancel, job.job_id]
+        else:
+            argv = [self.settings.scancel, "--me", f"--name={job.uid}"]
+        try:
+            await self._run(sp.Command.SCANCEL, argv)
+        except JobAlreadyEnded:
+            return
+
+    async def capacity(self) -> Capacity:
+        argv = [self.settings.sinfo, "-h", "-N", "-o", sp.SINFO_FORMAT]
+        if self.settings.partition:
+            argv += ["-p", self.settings.partition]
+        return sp.parse_sinfo(await self._run(sp.Command.SINFO, argv))
+
+
+def _ran(job_dir: Path) -> bool:
+    """Evidence that a job started: Slurm created its output file, or a container wrote a file."""
+    if (job_dir / layout.JOB_STDOUT).exists():
+        return True
+    cdir = job_dir / layout.CONTAINERS_DIR
+    return cdir.is_dir() and any(cdir.iterdir())

@@ -1,0 +1,6 @@
+"""The submitter's pure core: no I/O (checked by tests/test_import_contracts.py).
+
+``backend``: the protocol every backend implements and the values crossing it; ``lifecycle``: phases,
+legal moves and the plans the engine carries out; ``status``: observations → ``JobStatus``; ``errors``:
+what went wrong in the submitter's own terms; ``fastwire``: the hot messages' bytes, from the generated codecs.
+"""

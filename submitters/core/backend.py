@@ -1,0 +1,262 @@
+"""The one small interface every backend implements, and the value types crossing it.
+
+Backends own only the conversation with the batch system (spawn/sbatch, poll, cancel,
+capacity). They never touch SQLite, NATS, protobuf statuses or job phases: the lifecycle core
+(``submitters.core.lifecycle``) decides, the runtime executes, and the backend reports what it
+observed as plain data (:class:`Observation`). A backend's settings are its own config model (e.g.
+``SlurmConfig``, the ``slurm:`` section); a backend does not import ``submitters.settings``.
+
+Adding a backend (see docs/submitters.md, "Adding a backend"): register it in ``backends.BACKENDS``,
+implement :class:`Backend` and its ``create(config, context)``,
+raise only :class:`BackendError` subclasses, name jobs so ``reconcile`` can find a submission
+whose id was never recorded, and answer ``poll`` with one batch call. ``submitters.testing.FakeBackend``
+is the reference implementation the lifecycle tests run against.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Protocol, runtime_checkable
+
+from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.kernel.clock import Clock
+
+
+class BackendState(enum.Enum):
+    """What the batch system says about one job, normalised across backends."""
+
+    QUEUED = "queued"
+    RUNNING = "running"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    TIMEOUT = "timeout"
+    DEADLINE = "deadline"
+    OUT_OF_MEMORY = "out_of_memory"
+    NODE_FAIL = "node_fail"
+    PREEMPTED = "preempted"
+    GONE = "gone"
+    """The backend no longer knows the job (purged, or the process vanished)."""
+
+    @property
+    def terminal(self) -> bool:
+        return self not in (BackendState.QUEUED, BackendState.RUNNING)
+
+
+@dataclass(frozen=True, slots=True)
+class Observation:
+    """One job as the backend saw it during one poll."""
+
+    state: BackendState
+    exit_code: int | None = None
+    """The job's own exit code, when the backend knows it."""
+    signal: int | None = None
+    """Signal that ended the job, when the backend knows it."""
+    reason: str = ""
+    """The backend's own words (e.g. Slurm's pending reason ``Resources``)."""
+    raw_state: str = ""
+    started_at: float | None = None
+    finished_at: float | None = None
+
+
+GONE = Observation(BackendState.GONE)
+
+
+@dataclass(frozen=True, slots=True)
+class JobHandle:
+    """What a backend needs to find a job again: identity, directory and its own id."""
+
+    uid: str
+    job_dir: Path
+    job_id: str = ""
+    """Backend id; empty when the submission never reported one (crash mid-submit)."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """A job ready to hand to the backend: the script already sits in ``job_dir``."""
+
+    uid: str
+    job_dir: Path
+    script: Path
+    resources: pb.ResourceRequest | None = None
+    backend_flags: tuple[str, ...] = ()
+    namespace: str = ""
+    name: str = ""
+
+    @property
+    def handle(self) -> JobHandle:
+        return JobHandle(self.uid, self.job_dir)
+
+
+@dataclass(frozen=True, slots=True)
+class Capacity:
+    """What the backend can run in total (not what is free: Kueue does the accounting)."""
+
+    cpu_millis: int = 0
+    memory_bytes: int = 0
+    gpus: int = 0
+    nodes: int = 0
+    extra: Mapping[str, str] = field(default_factory=dict)
+
+    def quantities(self) -> dict[str, str]:
+        """Kubernetes quantities, as the ResourceReport carries them."""
+        out: dict[str, str] = {}
+        if self.cpu_millis:
+            out["cpu"] = str(self.cpu_millis // 1000) if self.cpu_millis % 1000 == 0 else f"{self.cpu_millis}m"
+        if self.memory_bytes:
+            out["memory"] = f"{self.memory_bytes // 2**20}Mi"  # rounded down: capacity is a cap
+        if self.gpus:
+            out["nvidia.com/gpu"] = str(self.gpus)
+        out.update(self.extra)
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Reconciled:
+    """Outcome of looking for a job whose submission may or may not have reached the backend."""
+
+    job_id: str | None
+    """The backend id when found (or ``""`` when it evidently ran but its id is unknown); None: never submitted."""
+
+
+class BackendError(Exception):
+    """Base of every error a backend raises; nothing else may escape a backend.
+
+    * BackendError
+      + CommandFailed      a batch command exited non-zero (carries argv, code and stderr)
+      + BackendUnavailable the batch system cannot be reached now; retrying later may work
+      + SubmitRejected     the batch system refused this job; retrying will not help
+      + JobAlreadyEnded    a cancel found the job over already (caught inside the backend: cancel is idempotent)
+      + CommandUnusable    the site does not offer this command (caught inside the backend, which stops asking)
+
+    Which of these a failed command is, is decided by the backend's parser module
+    (``slurm_parse.classify_failure``, ``htcondor_parse.classify_failure``) from its exit and stderr.
+    """
+
+
+class CommandFailed(BackendError):
+    def __init__(self, argv: Sequence[str], returncode: int | None, stderr: str) -> None:
+        self.argv = list(argv)
+        self.returncode = returncode
+        self.stderr = stderr.strip()
+        what = "timed out" if returncode is None else f"exited with {returncode}"
+        super().__init__(f"{Path(self.argv[0]).name} {what}: {self.stderr or '(no stderr)'}")
+
+
+class BackendUnavailable(BackendError):
+    """Transient: the caller keeps the submission intent and retries."""
+
+
+class SubmitRejected(BackendError):
+    """Permanent: the job is recorded as failed with this message."""
+
+
+@dataclass(frozen=True, slots=True)
+class BackendContext:
+    """What a backend may need of the submitter besides its own settings section (``create``'s second argument)."""
+
+    pool: str
+    state_dir: Path
+    """The pool's state directory (job directories, the registry; the HTCondor token lives under it)."""
+    kill_grace_s: float
+    """Between SIGTERM and SIGKILL when a job is cancelled."""
+    clock: Clock
+
+
+class JobAlreadyEnded(BackendError):
+    """A cancel named a job the batch system says is over: nothing is left to stop."""
+
+
+class CommandUnusable(BackendError):
+    """The site does not offer this command (e.g. ``sacct`` without accounting storage): stop asking it."""
+
+
+FailureRules = Sequence[tuple[re.Pattern[str], type[BackendError]]]
+"""A command's own failures, first match wins: stderr pattern → the error it is."""
+
+
+def classify_failure(
+    returncode: int | None, stderr: str, *, transient: re.Pattern[str], rules: FailureRules
+) -> type[BackendError]:
+    """Which error a failed batch command is (``returncode`` None: it timed out). A timeout or a
+    ``transient`` stderr means "retry later" whichever command printed it; then the command's own
+    ``rules``; anything else is unavailable too: only a rule can make a failure permanent."""
+    if returncode is None or transient.search(stderr):
+        return BackendUnavailable
+    for pattern, kind in rules:
+        if pattern.search(stderr):
+            return kind
+    return BackendUnavailable
+
+
+def error_for(kind: type[BackendError], failed: CommandFailed) -> BackendError:
+    """The error a classified command failure raises. A refusal carries only the batch system's words:
+    it becomes the pod's status message."""
+    if kind is SubmitRejected:
+        return SubmitRejected(failed.stderr or str(failed))
+    return kind(str(failed))
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """The seam between the submitter runtime and a batch system.
+
+    ``poll`` is called once per interval with *every* tracked job so that a backend can
+    answer with one batch call (one ``squeue``), never one call per job.
+    """
+
+    name: str
+    calls: int
+    """Batch-system calls made so far (subprocesses); the poll benchmark reads it."""
+
+    async def start(self) -> None: ...
+
+    async def close(self) -> None:
+        """Stop background work; running jobs are left alone (they outlive the submitter)."""
+
+    def configure(self, build_config: pb.BuildConfig) -> None:
+        """Take the pool's current BuildConfig (pool-wide flags, concurrency)."""
+
+    async def submit(self, spec: JobSpec) -> str:
+        """Hand a job to the batch system; returns its backend id."""
+
+    async def reconcile(self, jobs: Sequence[JobHandle]) -> dict[str, Reconciled]:
+        """After a restart: find jobs whose submission may have reached the backend."""
+
+    async def poll(self, jobs: Sequence[JobHandle]) -> dict[str, Observation]:
+        """Observe many jobs at once; a job missing from the result is GONE."""
+
+    async def cancel(self, job: JobHandle) -> None:
+        """Stop a job; idempotent, and quiet when it already ended."""
+
+    async def capacity(self) -> Capacity: ...
+
+    def output_path(self, job_dir: Path) -> Path:
+        """Where the batch system writes the job's own stdout/stderr."""
+
+
+@runtime_checkable
+class ReportsChanges(Protocol):
+    """A backend that can say which jobs changed, so a poll of 10,000 quiet jobs costs what changed.
+
+    Optional (the poller checks with ``isinstance``): a backend without it is polled with
+    :meth:`Backend.poll` and every job's observation is compared at every poll.
+    """
+
+    async def poll_changes(
+        self, added: Sequence[JobHandle], removed: Sequence[JobHandle], *, restart: bool
+    ) -> dict[str, Observation]:
+        """Observe the tracked jobs in one batch; answer only for jobs whose observation may have changed.
+
+        The caller keeps the backend's view of the tracked jobs in step: ``added`` are the jobs
+        tracked since the previous call, ``removed`` those no longer tracked. Every added job is
+        answered, GONE included. A job left out of the answer is as the previous answer said (saying
+        too much is allowed, too little is not). With ``restart`` the backend forgets what it knew
+        and ``added`` is every tracked job: the answer is complete, as :meth:`Backend.poll`'s. The
+        caller restarts after any call that raised, or whose answer it could not finish mapping.
+        """

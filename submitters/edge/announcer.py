@@ -1,0 +1,114 @@
+"""Announcements: the pool's BuildConfig and ResourceReport, at start, periodically and on change.
+
+Core NATS, not JetStream: listeners only want the latest, and a missed one is repeated.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+import nats.errors
+from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.kernel.clock import Clock
+from interlink_nats.kernel.subjects import config_subject, resources_subject
+from interlink_nats.submitters.core.backend import Backend, BackendError, Capacity
+from interlink_nats.submitters.core.errors import SubmitterError
+from interlink_nats.submitters.settings import SubmitterSettings
+from nats.aio.client import Client as NATS
+
+log = logging.getLogger(__name__)
+
+CONFIG_CHECK_INTERVAL = 2.0
+
+
+class Announcer:
+    """Owns the BuildConfig in force and the capacity last discovered."""
+
+    def __init__(self, settings: SubmitterSettings, backend: Backend, clock: Clock) -> None:
+        self.settings = settings
+        self.pool = settings.pool
+        self.backend = backend
+        self.clock = clock
+        self.build_config = pb.BuildConfig()
+        self.capacity = Capacity()
+        self._config_mtime: float | None = None
+        self.nc: NATS | None = None
+
+    def reload_build_config(self, *, force: bool = False) -> bool:
+        """Re-read the BuildConfig when its file changed; True when it did.
+
+        A broken file at start is fatal (nothing sensible to announce); later it is logged and
+        the previous BuildConfig stays in force.
+        """
+        path, _ = self.settings.build_config_source()
+        mtime = None
+        if path is not None:
+            try:
+                mtime = path.stat().st_mtime
+            except OSError:
+                mtime = None
+        if not force and mtime == self._config_mtime:
+            return False
+        self._config_mtime = mtime
+        try:
+            config = self.settings.read_build_config()
+            self.backend.configure(config)
+        except ValueError as exc:  # ConfigFileError, or flags the backend refuses
+            if force:
+                raise SubmitterError(f"invalid BuildConfig: {exc}") from exc
+            log.error("keeping the previous BuildConfig: %s", exc)
+            return False
+        self.build_config = config
+        return True
+
+    async def discover_capacity(self) -> Capacity:
+        try:
+            self.capacity = await self.backend.capacity()
+        except BackendError as exc:
+            log.warning("cannot discover capacity (%s); announcing the configured one", exc)
+        return self.capacity
+
+    def resource_report(self) -> pb.ResourceReport:
+        capacity = self.capacity.quantities()
+        capacity.setdefault("pods", "1000")
+        capacity.update(self.settings.capacity)
+        return pb.ResourceReport(
+            pool=self.pool,
+            capacity=capacity,
+            labels=dict(self.settings.labels),
+            taints=self.settings.report_taints(),
+            reported_at=self.clock.utcnow(),
+            backend=self.backend.name,
+            interval_seconds=int(self.settings.announce_interval_s),
+        )
+
+    async def announce(self) -> None:
+        """Publish BuildConfig and ResourceReport (core NATS: listeners want the latest only)."""
+        if self.nc is None or not self.nc.is_connected:
+            return
+        prefix = self.settings.subject_prefix
+        try:
+            await self.nc.publish(config_subject(self.pool, prefix), bytes(self.build_config))
+            await self.nc.publish(resources_subject(self.pool, prefix), bytes(self.resource_report()))
+        except nats.errors.Error as exc:
+            log.warning("announcement failed: %s", exc)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Check the BuildConfig file every few seconds; announce on change and every announce_interval."""
+        last = self.clock.monotonic()
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(CONFIG_CHECK_INTERVAL):  # not wait_for: on 3.11 it can swallow a cancel
+                    await stop.wait()
+            try:
+                changed = await asyncio.to_thread(self.reload_build_config)
+                due = self.clock.monotonic() - last >= self.settings.announce_interval_s
+                if due:
+                    await self.discover_capacity()
+                if changed or due:
+                    await self.announce()
+                    last = self.clock.monotonic()
+            except Exception:
+                log.exception("announcement loop error")

@@ -1,0 +1,383 @@
+"""Polling: the jobs this instance tracks, and one batched backend poll for all of them.
+
+Each poll snapshot (observation + container files) goes through :func:`lifecycle.plan_poll`;
+this module only gathers inputs, caches them, and stores/publishes what the plan says changed.
+
+Why a poll costs what changed, not what is tracked (10,000 idle jobs must cost next to nothing): a
+job's container files are read again only when something says they may have changed — its
+observation is a different object than last time (backends hand back the same object for an
+unchanged job), the pool's change journal names it (``jobfiles.ChangeJournal``: the script appends
+after every container file it writes), or it is in this poll's sweep slice. The sweep re-reads every
+job once per ``SWEEP_POLLS`` polls (at most ``SWEEP_MAX`` jobs per poll), so a hint that was lost (two
+NFS clients appending at once, a script from an older version) only delays a change. Logs are
+checkpointed (``logindex``) when their job is read, and at every poll while they keep growing
+("hot"); a quiet log is looked at again by the sweep, a hint, or a reader (GetLogs checkpoints what
+it reads).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import itertools
+import os
+from collections.abc import AsyncIterator, Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from interlink_nats.kernel import layout
+from interlink_nats.kernel.clock import Clock
+from interlink_nats.submitters.core.backend import (
+    GONE,
+    Backend,
+    BackendState,
+    JobHandle,
+    Observation,
+    ReportsChanges,
+)
+from interlink_nats.submitters.core.lifecycle import plan_poll
+from interlink_nats.submitters.core.status import ContainerFiles, JobMeta
+from interlink_nats.submitters.jobdirs import files as jobfiles
+from interlink_nats.submitters.jobdirs import logindex
+from interlink_nats.submitters.state.outbox import Outbox, PendingEvent
+from interlink_nats.submitters.state.registry import Registry
+from interlink_nats.submitters.state.schema import JobRow, StatusUpdate
+
+SWEEP_POLLS = 12
+"""The sweep reads every tracked job once per this many polls (1 minute at the default 5 s)..."""
+SWEEP_MAX = 250
+"""...but at most this many per poll, so its cost stays bounded: 10,000 jobs take 40 polls (about 3 minutes)."""
+HOT_POLLS = 2
+"""After its job changed, or while a log grows, a job's logs are checkpointed at this many more polls."""
+
+
+def meta_from_row(row: JobRow, pool: str, backend: str) -> JobMeta:
+    return JobMeta(row.uid, row.namespace, row.name, pool, row.job_id, row.init_containers, row.containers, backend)
+
+
+@dataclass(slots=True)
+class Tracked:
+    """A job this instance polls: its identity and the last status it stored."""
+
+    meta: JobMeta
+    handle: JobHandle
+    names: tuple[str, ...]
+    status: bytes | None
+    revision: int
+    inputs: object = None
+    """The (observation, files) last mapped: equal inputs give an equal status, so mapping is skipped."""
+    log_sizes: dict[str, int | None] = dataclasses.field(default_factory=dict)
+    """Size of each log at its last checkpoint (``logindex``): a checkpoint is written only on change."""
+    obs: Observation | None = None
+    """The observation last seen (compared by identity first: backends reuse unchanged ones)."""
+    files: dict[str, ContainerFiles] | None = None
+    """The container files last read; None: read them at the next poll."""
+    hot: int = 0
+    """Polls left at which the logs are checkpointed although nothing else changed."""
+    paths: tuple[str, dict[str, str], str] | None = None
+    """Its ``containers/`` directory, container logs by name and the backend's output file, built once (as
+    strings: a poll stats them for every job it looks at)."""
+    seq: int = 0
+    """Its place in the tracking order: the jobs an incremental poll looks at are mapped in that order."""
+
+
+@dataclass(frozen=True, slots=True)
+class PollStats:
+    jobs: int
+    changed: int
+    backend_calls: int
+    seconds: float
+
+
+class Poller:
+    """The tracked jobs and the poll over them. ``lock`` orders polls against submit and cancel."""
+
+    def __init__(
+        self, *, pool: str, backend: Backend, clock: Clock, outbox: Outbox, registry: Callable[[], Registry]
+    ) -> None:
+        self.pool = pool
+        self.backend = backend
+        self.clock = clock
+        self.outbox = outbox
+        self._registry = registry
+        self.tracked: dict[str, Tracked] = {}
+        self.lock = asyncio.Lock()
+        self.files = jobfiles.ContainerFilesCache()
+        self.journal = jobfiles.ChangeJournal()
+        self.last_poll: PollStats | None = None
+        self.sweep_polls = SWEEP_POLLS
+        self.sweep_max = SWEEP_MAX
+        """Polls per sweep, and jobs per poll at most (1 and no limit: every job read at every poll, the
+        benchmark's baseline)."""
+        self._sweep_at = 0
+        self._journals: dict[Path, int] = {}
+        self._journal_of: dict[str, Path] = {}
+        """The change journals of the tracked jobs' directories (usually one), with how many jobs use each."""
+        self._seq = itertools.count()
+        self._hot: set[str] = set()
+        """The jobs whose ``hot`` is set: an incremental poll looks at them without looking at the others."""
+        self._changes = backend if isinstance(backend, ReportsChanges) else None
+        """The backend, when it can tell which jobs changed (``ReportsChanges``)."""
+        self._added: dict[str, Tracked] = {}
+        self._removed: list[JobHandle] = []
+        """The jobs tracked and untracked since the last incremental poll took them (``ReportsChanges``)."""
+        self._restart = True
+        """The next incremental poll starts over: the first, and any after a poll that failed midway."""
+        self._polling = asyncio.Lock()
+        """Incremental polls run one at a time: each builds on what the previous one told the backend."""
+
+    def track(self, row: JobRow) -> Tracked:
+        t = Tracked(
+            meta_from_row(row, self.pool, self.backend.name),
+            JobHandle(row.uid, row.job_dir, row.job_id),
+            (*row.init_containers, *row.containers),
+            row.status,
+            row.revision,
+        )
+        old = self.tracked.get(row.uid)
+        if old is not None:
+            self._drop_journal(old)
+            self._removed.append(old.handle)
+            t.seq = old.seq  # it keeps its place in ``tracked``
+        else:
+            t.seq = next(self._seq)
+        self.tracked[row.uid] = t
+        self._added[row.uid] = t
+        journal = self._journal_for(row.job_dir)
+        self._journals[journal] = self._journals.get(journal, 0) + 1
+        return t
+
+    def untrack(self, uid: str) -> None:
+        """Stop polling a job (call with ``lock`` held, so a poll in flight cannot store it again)."""
+        t = self.tracked.pop(uid, None)
+        if t is not None:
+            self._drop_journal(t)
+            if self._added.get(uid) is t:
+                del self._added[uid]
+            self._removed.append(t.handle)
+
+    def _journal_for(self, job_dir: Path) -> Path:
+        """``layout.changes_path(job_dir)``, one Path per parent directory (every Submit tracks a job: the
+        pathlib calls cost more than the rest of ``track``)."""
+        parent = os.path.dirname(job_dir)
+        journal = self._journal_of.get(parent)
+        if journal is None:
+            journal = self._journal_of[parent] = layout.changes_path(job_dir)
+        return journal
+
+    def _drop_journal(self, t: Tracked) -> None:
+        journal = self._journal_for(t.handle.job_dir)
+        left = self._journals.get(journal, 0) - 1
+        if left > 0:
+            self._journals[journal] = left
+        else:
+            self._journals.pop(journal, None)
+
+    async def poll_once(self) -> PollStats:
+        """One batched backend poll for every tracked job; store and publish what changed."""
+        async with self._one_at_a_time():
+            return await self._poll()
+
+    @contextlib.asynccontextmanager
+    async def _one_at_a_time(self) -> AsyncIterator[None]:
+        if self._changes is None:
+            yield  # a full poll stands alone: polls may overlap, as they always could
+            return
+        async with self._polling:
+            yield
+
+    async def _poll(self) -> PollStats:
+        reg = self._registry()
+        t0 = self.clock.monotonic()
+        calls0 = self.backend.calls
+        changes = self._changes
+        async with self.lock:
+            tracked = list(self.tracked.values())
+            journals = list(self._journals)
+            by_uid = dict(self.tracked) if changes is not None else {}
+            restart = self._restart or not tracked
+            added, removed = list(self._added.values()), self._removed
+            self._added, self._removed = {}, []
+            self._restart = True  # until this poll is mapped: a poll that fails leaves the next one to start over
+        if not tracked:
+            observed: dict[str, Observation] = {}
+        elif changes is None:
+            observed = await self.backend.poll([t.handle for t in tracked])
+        elif restart:
+            observed = await changes.poll_changes([t.handle for t in tracked], [], restart=True)
+        else:
+            observed = await changes.poll_changes([t.handle for t in added], removed, restart=False)
+        now = self.clock.time()
+        # Only what may have changed is looked at: every job after a full answer, else the jobs answered,
+        # added, hinted, hot or swept (see the module's docstring).
+        seen = None if changes is None or restart else (by_uid, added)
+        # Files, mapping and serialisation run off the event loop: thousands of statuses changing
+        # at once must not stall RPC handling.
+        updates, events, finished = await asyncio.to_thread(self._compute, tracked, observed, now, journals, seen)
+        self._restart = not tracked
+        async with self.lock:
+            # A job cancelled while we polled is no longer tracked: its tombstone must win.
+            # One cancelled by another replica is caught by the registry: it never rewrites a tombstone.
+            updates = [u for u in updates if u.uid in self.tracked]
+            stored = await reg.save_statuses(updates)
+            updates = [u for u in updates if u.uid in stored]
+            for t in finished:
+                if self.tracked.get(t.meta.uid) is t:
+                    self.untrack(t.meta.uid)
+                    self.files.forget(t.handle.job_dir)
+            for u in updates:
+                self.outbox.put(u.uid, events[u.uid])
+        if updates:
+            self.outbox.wake()
+        stats = PollStats(len(tracked), len(updates), self.backend.calls - calls0, self.clock.monotonic() - t0)
+        self.last_poll = stats
+        return stats
+
+    def _candidates(
+        self,
+        tracked: list[Tracked],
+        observed: dict[str, Observation],
+        hinted: set[str],
+        seen: tuple[dict[str, Tracked], list[Tracked]] | None,
+    ) -> Iterator[tuple[Tracked, Observation, bool]]:
+        """The jobs this poll looks at, each with its observation and whether its files are due a read.
+
+        ``seen`` None: ``observed`` is complete (a job missing from it is GONE) and every job is
+        looked at. Else ``observed`` holds only what changed (``ReportsChanges``): the jobs looked at
+        are those it names, the added, hinted and hot ones, and this poll's sweep slice.
+        """
+        # This poll's sweep: positions [lo, hi) of the tracked list, wrapping around (those below ``wrap``).
+        n = len(tracked)
+        lo = self._sweep_at % n if n else 0
+        hi = lo + min(-(-n // self.sweep_polls), self.sweep_max)
+        wrap = hi - n
+        self._sweep_at = hi
+        if seen is None:
+            for i, t in enumerate(tracked):
+                obs = observed.get(t.meta.uid, GONE)
+                last = t.obs
+                due = (
+                    lo <= i < hi
+                    or i < wrap
+                    or (obs is not last and obs != last)
+                    or t.files is None
+                    or t.meta.uid in hinted
+                )
+                if due or t.hot:
+                    yield t, obs, due
+            return
+        by_uid, added = seen
+        swept = tracked[lo:hi] + tracked[: max(wrap, 0)]
+        look: dict[str, Tracked] = {t.meta.uid: t for t in swept}
+        for t in added:
+            look[t.meta.uid] = t
+        for uids in (observed, hinted, self._hot):
+            for uid in uids:
+                found = by_uid.get(uid)
+                if found is not None:
+                    look[uid] = found
+        in_sweep = {t.meta.uid for t in swept}
+        for t in sorted(look.values(), key=_by_seq):
+            uid = t.meta.uid
+            last = t.obs
+            obs = observed.get(uid) or last or GONE
+            due = uid in in_sweep or (obs is not last and obs != last) or t.files is None or uid in hinted
+            if due or t.hot:
+                yield t, obs, due
+
+    def _compute(
+        self,
+        tracked: list[Tracked],
+        observed: dict[str, Observation],
+        now: float,
+        journals: list[Path],
+        seen: tuple[dict[str, Tracked], list[Tracked]] | None = None,
+    ) -> tuple[list[StatusUpdate], dict[str, PendingEvent], list[Tracked]]:
+        """Map the changed jobs' inputs to their status; only this poll touches ``Tracked`` fields."""
+        updates: list[StatusUpdate] = []
+        events: dict[str, PendingEvent] = {}
+        finished: list[Tracked] = []
+        now_ns = self.clock.time_ns()
+        # The journal before the files: a file written after this read leaves a line for the next one.
+        # It names job directories, which are named by pod UID (``jobfiles.job_dir_for``).
+        hinted = self.journal.read(journals)
+        hot = self._hot
+        for t, obs, due in self._candidates(tracked, observed, hinted, seen):
+            t.obs = obs
+            if t.paths is None:  # string joins, not pathlib: every new job comes here once
+                job_dir = t.handle.job_dir
+                cdir = layout.containers_dir(job_dir)
+                logs = {name: layout.log_file(cdir, name) for name in t.names}
+                t.paths = (cdir, logs, os.fspath(self.backend.output_path(job_dir)))
+            if due:
+                t.files = self.files.read(t.handle.job_dir, t.names, t.paths[0])
+            files = t.files or {}
+            if obs.state is not BackendState.QUEUED:
+                self._checkpoint_logs(t, files, now_ns)
+            elif t.hot:
+                t.hot -= 1  # no log to watch yet: a queued job cools down, so it is not looked at forever
+            inputs = (obs, files)
+            if inputs != t.inputs:
+                t.inputs = inputs
+                t.hot = HOT_POLLS
+                self._plan(t, obs, files, now, updates, events, finished)
+            if t.hot:
+                hot.add(t.meta.uid)
+            else:
+                hot.discard(t.meta.uid)
+        return updates, events, finished
+
+    def _plan(
+        self,
+        t: Tracked,
+        obs: Observation,
+        files: dict[str, ContainerFiles],
+        now: float,
+        updates: list[StatusUpdate],
+        events: dict[str, PendingEvent],
+        finished: list[Tracked],
+    ) -> None:
+        """New inputs: run the pure plan and note the update, event and untracking it asks for."""
+        plan = plan_poll(t.meta, obs, files, last_status=t.status, revision=t.revision, now=now)
+        if plan.untrack:
+            finished.append(t)
+        change = plan.change
+        if change is None:
+            return
+        t.status = change.raw
+        t.revision = change.revision
+        updates.append(
+            StatusUpdate(
+                t.meta.uid, change.phase, int(change.status.state), change.raw, change.revision, change.finished_at
+            )
+        )
+        change.status.updated_at = self.clock.utcnow()
+        events[t.meta.uid] = self.outbox.event(change.status, change.revision, unstamped=change.raw)
+
+    def _checkpoint_logs(self, t: Tracked, files: dict[str, ContainerFiles], now_ns: int) -> None:
+        """Note the size of every log that may be growing (for GetLogs since_time/timestamps).
+
+        A log that grew stays "hot" (checked at the next polls too); one that did not cools down.
+        """
+        assert t.paths is not None
+        _, logs, output = t.paths
+        sizes = t.log_sizes
+        record = logindex.record
+        grew = False
+        paths = [path for name, path in logs.items() if (f := files.get(name)) is not None and f.started_at is not None]
+        paths.append(output)
+        for path in paths:
+            before = sizes.get(path)
+            after = record(path, now_ns, before)
+            if after != before:
+                sizes[path] = after
+                grew = grew or after is not None
+        if grew:
+            t.hot = HOT_POLLS
+        elif t.hot:
+            t.hot -= 1
+
+
+def _by_seq(t: Tracked) -> int:
+    return t.seq

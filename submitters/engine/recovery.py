@@ -1,0 +1,104 @@
+"""Crash recovery and adoption: after a restart (or a replica's death), track every live job again.
+
+The runtime gathers the inputs (live registry rows, what the backend's ``reconcile`` finds,
+whether a script is stored) and executes :func:`lifecycle.plan_recovery`'s actions, so a job
+whose submission was interrupted is neither lost nor submitted twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from interlink_nats.kernel import layout
+from interlink_nats.submitters.core.backend import Backend, BackendError, JobHandle
+from interlink_nats.submitters.core.lifecycle import (
+    AwaitRetry,
+    RecoveryInput,
+    Resubmit,
+    Track,
+    after_resubmit,
+    owners_to_adopt,
+    plan_recovery,
+)
+from interlink_nats.submitters.engine.polling import Poller
+from interlink_nats.submitters.state.outbox import Outbox
+from interlink_nats.submitters.state.ownership import InstanceLock
+from interlink_nats.submitters.state.registry import Registry
+
+log = logging.getLogger(__name__)
+
+
+class Recovery:
+    def __init__(
+        self, *, lock: InstanceLock, registry: Callable[[], Registry], backend: Backend, poller: Poller, outbox: Outbox
+    ) -> None:
+        self._lock = lock
+        self._registry = registry
+        self._backend = backend
+        self._poller = poller
+        self._outbox = outbox
+        self._waiting_retry: set[str] = set()
+        """Jobs interrupted before their script was stored, already logged once."""
+
+    async def adopt_dead_owners(self) -> int:
+        """Take over the jobs of every replica whose instance lock is gone; returns how many."""
+        reg = self._registry()
+        owners = await reg.owners()
+        others = [o for o in owners if o != self._lock.instance_id]
+        dead = {o for o in others if await asyncio.to_thread(self._lock.owner_is_dead, o)}
+        adopted = 0
+        for owner in owners_to_adopt(owners, self._lock.instance_id, dead):
+            n = await reg.adopt(owner, self._lock.instance_id)
+            if n:
+                log.info("adopted %d jobs of stopped instance %s", n, owner)
+            adopted += n
+        return adopted
+
+    async def recover(self, busy: set[str] | frozenset[str] = frozenset()) -> None:
+        """Track every live job this instance owns that it is not tracking (or submitting, ``busy``) yet."""
+        reg = self._registry()
+        skip = self._poller.tracked.keys() | busy
+        rows = {r.uid: r for r in await reg.live(self._lock.instance_id) if r.uid not in skip}
+        await self._outbox.restore(reg)
+        if not rows:
+            return
+        found = await self._backend.reconcile([JobHandle(r.uid, r.job_dir, r.job_id) for r in rows.values()])
+        inputs: dict[str, RecoveryInput] = {}
+        for row in rows.values():
+            outcome = found.get(row.uid)
+            found_id = outcome.job_id if outcome is not None else None
+            stored = found_id is not None or await asyncio.to_thread((row.job_dir / layout.SCRIPT_NAME).exists)
+            inputs[row.uid] = RecoveryInput(row.uid, row.phase, row.job_id, found_id, stored)
+        for action in plan_recovery(inputs.values()):
+            row = rows[action.uid]
+            if isinstance(action, AwaitRetry):
+                if row.uid not in self._waiting_retry:
+                    self._waiting_retry.add(row.uid)
+                    log.warning(
+                        "job %s was interrupted before its script was stored; waiting for a retry",
+                        row.uid,
+                        extra={"pod_uid": row.uid, "namespace": row.namespace},
+                    )
+                continue
+            track: Track
+            if isinstance(action, Resubmit):
+                try:
+                    job_id = await self._backend.submit(row.backend_spec())
+                except BackendError as exc:
+                    log.warning(
+                        "resubmitting interrupted job %s failed: %s",
+                        row.uid,
+                        exc,
+                        extra={"pod_uid": row.uid, "namespace": row.namespace},
+                    )
+                    continue
+                track = after_resubmit(inputs[row.uid], job_id)
+            else:
+                track = action
+            if track.record:
+                await reg.mark_submitted(row.uid, track.job_id)
+                row.job_id = track.job_id
+            self._poller.track(row)
+        log.info("tracking %d jobs after recovery", len(self._poller.tracked))

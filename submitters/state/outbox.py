@@ -1,0 +1,188 @@
+"""The event outbox: JobEvents waiting for JetStream, newest revision per pod, retried until acked.
+
+Why an outbox: a status change is committed to the registry first and published afterwards,
+so a NATS outage (or a crash) delays events but never loses them; on restart the registry's
+unpublished rows refill the outbox.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import nats.errors
+import nats.js.errors
+from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.kernel.clock import Clock
+from interlink_nats.kernel.subjects import EVENTS_STREAM, events_subject
+from interlink_nats.submitters.core.status import encode_status, event_bytes, stamp_status
+from interlink_nats.submitters.state.registry import Registry
+from nats.aio.client import Client as NATS
+
+log = logging.getLogger(__name__)
+
+PUBLISH_CONCURRENCY = 128
+PUBLISH_TIMEOUT_S = 5.0
+"""How long one event waits for its ack before publishing pauses (retried at the next wake)."""
+
+
+@dataclass(frozen=True, slots=True)
+class PendingEvent:
+    """A JobEvent waiting for its ack, with its wire form: encoded once, when it is queued (a poll's events
+    on the poll's thread, from the status bytes the poll already has), not again at every publish attempt."""
+
+    status: pb.JobStatus
+    revision: int
+    data: bytes
+    """``bytes(JobEvent(status, revision, instance_id))``."""
+
+
+_ACK_PREFIX = b'{"stream":'
+"""How the server's JSON answer to a stored message starts (Go encodes ``JSPubAckResponse``: ``error`` is left
+out when empty, then ``stream``); an error answer starts with ``{"error":``."""
+
+
+async def publish_acked(nc: NATS, subject: str, data: bytes, *, ack_wait_s: float = PUBLISH_TIMEOUT_S) -> None:
+    """``JetStreamContext.publish`` without the ``PubAck`` it builds and we never read: the same request,
+    the same errors. Why: parsing the ack's JSON and building a ``PubAck`` by reflection cost about as much
+    as the rest of publishing one event; a plain ack is recognised by its first bytes, anything else is
+    parsed as ``publish`` would."""
+    try:
+        msg = await nc.request(subject, data, timeout=ack_wait_s)
+    except nats.errors.NoRespondersError:
+        raise nats.js.errors.NoStreamResponseError from None
+    if msg.data.startswith(_ACK_PREFIX):
+        return
+    resp = json.loads(msg.data)
+    if "error" in resp:
+        raise nats.js.errors.APIError.from_error(resp["error"])
+
+
+class Outbox:
+    """Unpublished events of one instance, and the loop that publishes them."""
+
+    def __init__(
+        self, *, pool: str, subject_prefix: str, instance_id: str, clock: Clock, registry: Callable[[], Registry | None]
+    ) -> None:
+        self.pool = pool
+        self.subject_prefix = subject_prefix
+        self.instance_id = instance_id
+        self.clock = clock
+        self._registry = registry
+        self.nc: NATS | None = None
+        self.pending: dict[str, PendingEvent] = {}
+        """Newest unpublished event per pod UID."""
+        self.stream_ready = False
+        self._missing_logged = False
+        self._lock = asyncio.Lock()
+        self._wake = asyncio.Event()
+
+    def event(self, status: pb.JobStatus, revision: int, *, unstamped: bytes | None = None) -> PendingEvent:
+        """The event of ``status`` (stamped now unless it has ``updated_at``). ``unstamped``: ``status`` already
+        encoded without ``updated_at`` (a poll's comparison bytes), so it is not encoded again."""
+        if status.updated_at is None:
+            status.updated_at = self.clock.utcnow()
+        if unstamped is not None and not status.deleted:
+            encoded = stamp_status(unstamped, status.updated_at)
+        else:
+            encoded = encode_status(status)
+        return PendingEvent(status, revision, event_bytes(encoded, revision, self.instance_id))
+
+    def put(self, uid: str, event: PendingEvent) -> None:
+        self.pending[uid] = event
+
+    def add(self, uid: str, status: pb.JobStatus, revision: int) -> None:
+        """Queue a status change and wake the publisher."""
+        self.pending[uid] = self.event(status, revision)
+        self.wake()
+
+    def wake(self) -> None:
+        self._wake.set()
+
+    async def restore(self, registry: Registry) -> None:
+        """Refill from the registry: rows whose newest revision was never acknowledged."""
+        for row in await registry.unpublished(self.instance_id):
+            status = row.job_status()
+            if status is not None and row.uid not in self.pending:
+                self.pending[row.uid] = self.event(status, row.revision)
+
+    def on_reconnect(self) -> None:
+        self.stream_ready = False
+        self.wake()
+
+    async def ensure_stream(self) -> None:
+        """Look the events stream up. Pools never create it: the gateway (or an admin step) does, and a
+        pool credential rightly may not. Until it exists, events stay pending and are retried."""
+        assert self.nc is not None
+        js = self.nc.jetstream(timeout=5)
+        try:
+            await js.stream_info(EVENTS_STREAM)
+        except nats.js.errors.NotFoundError:
+            if not self._missing_logged:
+                log.info("events stream %s does not exist yet (the gateway creates it); events wait", EVENTS_STREAM)
+                self._missing_logged = True
+            self.stream_ready = False
+            return
+        except (nats.errors.Error, TimeoutError) as exc:
+            log.warning("cannot look up stream %s (%s); events wait until it is there", EVENTS_STREAM, exc)
+            self.stream_ready = False
+            return
+        self.stream_ready = True
+
+    async def publish_pending(self) -> int:
+        """Publish every unpublished event (newest revision per pod); returns how many went out."""
+        async with self._lock:
+            if not self.pending or self.nc is None or not self.nc.is_connected:
+                return 0
+            if not self.stream_ready:
+                await self.ensure_stream()
+                if not self.stream_ready:
+                    return 0
+            nc = self.nc
+            subject = events_subject(self.pool, self.subject_prefix)
+            batch = list(self.pending.items())
+            todo = iter(batch)
+            done: list[tuple[str, int]] = []
+            failed = False
+
+            async def publisher() -> None:
+                # Each takes the next event from the shared iterator: at most PUBLISH_CONCURRENCY acks awaited
+                # at once, with a task per publisher rather than per event (and no semaphore).
+                nonlocal failed
+                for uid, event in todo:
+                    if failed:
+                        return
+                    try:
+                        await publish_acked(nc, subject, event.data)
+                    except (nats.errors.Error, TimeoutError) as exc:
+                        if not failed:
+                            log.warning("publishing events paused: %s", exc)
+                        failed = True
+                        return
+                    done.append((uid, event.revision))
+
+            await asyncio.gather(*(publisher() for _ in range(min(PUBLISH_CONCURRENCY, len(batch)))))
+            for uid, rev in done:
+                current = self.pending.get(uid)
+                if current is not None and current.revision == rev:
+                    del self.pending[uid]
+            registry = self._registry()
+            if done and registry is not None:
+                await registry.mark_published(done)
+            return len(done)
+
+    async def run(self, stop: asyncio.Event, interval_s: float) -> None:
+        """Publish whenever woken (or every ``interval_s``) until ``stop`` is set."""
+        while not stop.is_set():
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(interval_s):  # not wait_for: on 3.11 it can swallow a cancel
+                    await self._wake.wait()
+            self._wake.clear()
+            try:
+                await self.publish_pending()
+            except Exception:
+                log.exception("publishing events failed; retrying")
