@@ -10,6 +10,7 @@ betterproto2, so its result is always what ``SubmitRequest.FromString`` gives.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from functools import lru_cache
 
@@ -38,14 +39,8 @@ def pending_status(
 
 def job_spec(job: pb.JobScript) -> bytes:
     """``bytes(JobScript)`` of ``job`` without its script: what the registry keeps to submit again."""
-    spec = pb.JobScript(
-        pod=job.pod,
-        init_containers=job.init_containers,
-        containers=job.containers,
-        resources=job.resources,
-        backend_flags=job.backend_flags,
-        layout=job.layout,
-    )
+    spec = copy.copy(job)
+    spec.script = ""
     return fastwire.encode_job_script(spec)
 
 

@@ -129,6 +129,13 @@ def _exit_message(code: int, reason: str) -> str:
     return SIGKILL_UNEXPLAINED if code == SIGKILL_EXIT and reason == "Error" else ""
 
 
+def _not_run(name: str, init: bool, failed_init: tuple[str, int], finished: float | None) -> pb.ContainerStatus:
+    """A container that never ran because an init container before it failed (as the kubelet reports it)."""
+    fname, fcode = failed_init
+    message = f"not run: init container {fname} failed with exit code {fcode}"
+    return _terminated(name, init, fcode, None, finished, "InitContainerFailed", message)
+
+
 def _terminated(
     name: str, init: bool, code: int, started: float | None, finished: float | None, reason: str, message: str = ""
 ) -> pb.ContainerStatus:
@@ -176,18 +183,7 @@ def map_status(
             if f.exit_code != 0 and failed_init is None:
                 failed_init = (name, f.exit_code)
         elif failed_init is not None:
-            fname, fcode = failed_init
-            statuses.append(
-                _terminated(
-                    name,
-                    True,
-                    fcode,
-                    None,
-                    finished_fallback,
-                    "InitContainerFailed",
-                    f"not run: init container {fname} failed with exit code {fcode}",
-                )
-            )
+            statuses.append(_not_run(name, True, failed_init, finished_fallback))
         elif outcome is not None:
             statuses.append(
                 _terminated(
@@ -214,18 +210,7 @@ def map_status(
             message = _exit_message(f.exit_code, reason)
             statuses.append(_terminated(name, False, f.exit_code, f.started_at, f.finished_at, reason, message))
         elif failed_init is not None:
-            fname, fcode = failed_init
-            statuses.append(
-                _terminated(
-                    name,
-                    False,
-                    fcode,
-                    None,
-                    finished_fallback,
-                    "InitContainerFailed",
-                    f"not run: init container {fname} failed with exit code {fcode}",
-                )
-            )
+            statuses.append(_not_run(name, False, failed_init, finished_fallback))
         elif outcome is not None:
             statuses.append(
                 _terminated(

@@ -115,14 +115,7 @@ def _timestamp(value: _dt.datetime) -> bytes:
         raise ValueError("datetime must be timezone aware")
     offset = value - _EPOCH
     seconds, us = divmod((offset.days * 86400 + offset.seconds) * 1_000_000 + offset.microseconds, 1_000_000)
-    out = bytearray()
-    if seconds:
-        out.append(0x08)
-        _varint(out, seconds)
-    if us:
-        out.append(0x10)
-        _varint(out, us * 1000)
-    return bytes(out)
+    return _duration(seconds, us * 1000)
 
 
 def _duration(seconds: int, nanos: int) -> bytes:
