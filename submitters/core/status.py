@@ -231,14 +231,28 @@ def map_status(
             statuses.append(_waiting(name, False, obs, running))
 
     state, reason, message = _job_state(meta, obs, outcome, statuses, failed_init)
+    return _job_status(meta, state, statuses, reason, message)
+
+
+def _job_status(
+    meta: JobMeta,
+    state: pb.JobState,
+    containers: list[pb.ContainerStatus],
+    reason: str,
+    message: str,
+    *,
+    deleted: bool = False,
+) -> pb.JobStatus:
+    """The status of ``meta``'s job, every field but its containers' from ``meta`` and the decision."""
     return pb.JobStatus(
         pod=pb.PodRef(uid=meta.uid, namespace=meta.namespace, name=meta.name),
         pool=meta.pool,
         job_id=meta.job_id,
         state=state,
-        containers=statuses,
+        containers=containers,
         reason=reason,
         message=message,
+        deleted=deleted,
     )
 
 
@@ -321,16 +335,7 @@ def cancelled_status(meta: JobMeta, previous: pb.JobStatus | None, *, now: float
         state, reason, message = previous.state, previous.reason, previous.message
     else:
         state, reason, message = pb.JobState.CANCELLED, "Cancelled", "cancelled by request"
-    return pb.JobStatus(
-        pod=pb.PodRef(uid=meta.uid, namespace=meta.namespace, name=meta.name),
-        pool=meta.pool,
-        job_id=meta.job_id,
-        state=state,
-        containers=statuses,
-        reason=reason,
-        message=message,
-        deleted=True,
-    )
+    return _job_status(meta, state, statuses, reason, message, deleted=True)
 
 
 # Encoding ----------------------------------------------------------------------------------------
