@@ -5,7 +5,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-import interlink_nats.submitters as pkg
+import interlink_nats.submitters.core as pkg
 import pytest
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.submitters.core.backend import (
