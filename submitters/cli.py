@@ -58,6 +58,14 @@ COMMON_OPTIONS = (
         ],
     ),
     _option("instance_id", InstanceOpt),
+    _option(
+        "probe_port",
+        Annotated[
+            int | None,
+            typer.Option(help="serve /healthz and /metrics on this port (not served when unset); 0: a free port"),
+        ],
+    ),
+    _option("probe_host", Annotated[str | None, typer.Option(help="address of /healthz and /metrics [127.0.0.1]")]),
 )
 LOG_OPTIONS = (_option("log_level", LogOpt, "info"), _option("json_logs", JsonOpt, False))
 

@@ -110,6 +110,10 @@ CASES = {
     "gateway, an unknown option": (["gateway", "--nope"], "No such option: --nope"),
     "submitter run without --config": (["submitter", "run"], "'--config'"),
     "submitter, a bad --nats-url": (["submitter", "shell", "--pool", "a", "--nats-url", "x"], "--nats-url"),
+    "submitter, a --probe-port out of range": (
+        ["submitter", "shell", "--pool", "a", "--probe-port", "70000"],
+        "--probe-port",
+    ),
     "nats-config --client-port out of range": (
         ["nats-config", "--out", "{a_file}", "--pools", "a", "--client-port", "70000"],
         "'--client-port'",
@@ -176,7 +180,11 @@ def test_an_open_address_needs_a_token_or_the_explicit_flag() -> None:
 
 @pytest.mark.parametrize(
     ("argv", "flag"),
-    [(["render", "--help"], "--submit-request"), (["submitter", "shell", "--help"], "--nats-url")],
+    [
+        (["render", "--help"], "--submit-request"),
+        (["submitter", "shell", "--help"], "--nats-url"),
+        (["submitter", "slurm", "--help"], "--probe-port"),  # /healthz and /metrics are a flag, not file-only
+    ],
 )
 def test_help_shows_flags_not_python_types(argv: list[str], flag: str) -> None:
     """typer printed ``<bool>`` after every flag and ``<list[str]>`` after repeatable options."""
