@@ -1,7 +1,8 @@
 """Running rendered scripts for real with bash and runtime ``none``, for the ``test_scripts_exec*`` tests.
 
 A pod's containers are small Python programs (``py``, ``DUMP``); ``run`` renders and runs the script in a job
-directory and the helpers read back what it left there (exit codes, logs, dumps).
+directory and the helpers read back what it left there (exit codes, logs, dumps). The ``job_dir`` fixture is
+registered in ``conftest.py``.
 """
 
 from __future__ import annotations
