@@ -5,8 +5,8 @@ No container registry is reachable here, so the images start from a base bootstr
 ``redis`` is a stand-in built from that base and tagged with the name the compose file uses. Everything runs in a
 podman of the tests' own (temp ``CONTAINERS_CONF``/``CONTAINERS_STORAGE_CONF``, nothing global changed) and
 is removed at the end. Recipe and the reasons for each setting: /work/shared/reference/compose-local.md and
-podman-local.md; README "Compose". The fixtures ``podman``, ``base_image`` and ``images`` are registered in
-``conftest.py``.
+podman-local.md; README "Compose". The fixtures ``podman``, ``base_image`` and ``images`` are imported by name
+by the test module that uses them.
 """
 
 from __future__ import annotations

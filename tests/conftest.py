@@ -23,9 +23,6 @@ import pytest_asyncio
 from interlink_nats.services.ops.nats_server import NatsServerProcess, env_flag
 from podman_host import BUSYBOX, PodmanHost
 
-# Fixtures shared by the test modules of one theme, kept next to that theme's helpers.
-pytest_plugins = ["compose_images", "gateway_fuzz", "script_runs"]
-
 REQUIRE_ENV = "INTERLINK_NATS_REQUIRE_SERVICES"
 
 

@@ -2,7 +2,7 @@
 
 One gateway + shell submitter (runtime ``none``) runs in a background thread for each test module,
 on a real port; tests talk to it over HTTP like interLink does (the ``live`` and ``finished_pod``
-fixtures, registered in ``conftest.py``). Pods that pass validation really run on this host
+fixtures, which each test module imports by name). Pods that pass validation really run on this host
 (runtime ``none``), so every generated pod is defanged before it is sent: commands are only
 ``true`` or ``echo``, no pre-exec/MPI annotations, hostPath volumes only below a scratch directory.
 """

@@ -2,7 +2,7 @@
 
 A pod's containers are small Python programs (``py``, ``DUMP``); ``run`` renders and runs the script in a job
 directory and the helpers read back what it left there (exit codes, logs, dumps). The ``job_dir`` fixture is
-registered in ``conftest.py``.
+imported by name by each test module.
 """
 
 from __future__ import annotations

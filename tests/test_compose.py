@@ -23,6 +23,9 @@ from typing import Any
 import httpx
 import pytest
 from compose_images import BUILD_TIMEOUT, ROOT, RUNTIME_UID, Image, Podman
+from compose_images import base_image as base_image
+from compose_images import images as images
+from compose_images import podman as podman
 from conftest import free_port
 from stack import create_body, logs_body, pod, terminated
 

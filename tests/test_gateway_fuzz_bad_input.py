@@ -13,6 +13,8 @@ from typing import Any
 
 import pytest
 from gateway_fuzz import FIELD_MESSAGE, MAX_BODY, Live, _async, assert_not_5xx_and_explained
+from gateway_fuzz import finished_pod as finished_pod
+from gateway_fuzz import live as live
 from stack import create_body, eventually, logs_body, pod
 
 # --- wrong types the renderer must reject (found by the fuzzing above) ----------------------------

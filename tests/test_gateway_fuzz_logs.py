@@ -8,6 +8,8 @@ import re
 from typing import Any
 
 from gateway_fuzz import FIELD_MESSAGE, FUZZ, LOG_EXAMPLES, Live, assert_not_5xx_and_explained, junk, mostly, text
+from gateway_fuzz import finished_pod as finished_pod
+from gateway_fuzz import live as live
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from stack import logs_body

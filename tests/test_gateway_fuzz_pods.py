@@ -26,6 +26,7 @@ from gateway_fuzz import (
     name_like,
     text,
 )
+from gateway_fuzz import live as live
 from hypothesis import given, settings
 from hypothesis import strategies as st
 

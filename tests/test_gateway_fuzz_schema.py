@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 import schemathesis
 from gateway_fuzz import FIELD_MESSAGE, FUZZ, SCALE, Live, assert_not_5xx_and_explained, defang
+from gateway_fuzz import live as live
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from schemathesis import GenerationMode

@@ -17,6 +17,7 @@ import pytest
 from interlink_nats.kernel import layout
 from interlink_nats.services.scripts import render_job
 from script_runs import DUMP, NONE, PY, dump, exit_code, log, pod, py, run, volume_pod
+from script_runs import job_dir as job_dir
 
 
 def test_env_argv_cwd_arrive_exactly(job_dir: Path) -> None:

@@ -13,6 +13,7 @@ from interlink_nats.kernel import layout
 from interlink_nats.services.scripts import render_job
 from interlink_nats.submitters.jobdirs.files import prepare_job_dir
 from script_runs import BASH, NONE, dump, exit_code, log, only_commands, pod, py, run, volume_pod
+from script_runs import job_dir as job_dir
 
 
 def test_prepared_layout_of_directories_needs_no_marker(job_dir: Path, tmp_path: Path) -> None:

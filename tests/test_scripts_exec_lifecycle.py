@@ -16,6 +16,7 @@ from typing import Any
 from interlink_nats.kernel import layout
 from interlink_nats.services.scripts import render_job
 from script_runs import NONE, exit_code, log, pod, py, run
+from script_runs import job_dir as job_dir
 
 
 def test_exit_codes_and_first_failure(job_dir: Path) -> None:
