@@ -6,42 +6,24 @@ and are skipped otherwise: neither can be installed on these machines or in CI.
 
 Each container writes what it saw (argv, environ, file contents and modes, cwd, what it could write)
 into a hostPath directory of the test; the test compares that with the pod. Podman-only behaviour
-(labels, ``--memory``/``--cpus``, clean-up after a cancel) is in the tests named ``test_podman_*``.
+(labels, ``--memory``/``--cpus``, clean-up after a cancel) is in ``test_containers_run_podman.py``.
 """
 
 from __future__ import annotations
 
 import base64
-import os
 import shutil
-import signal
 import subprocess
-import time
-import uuid
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from container_runs import RT, Job, Runtime, eventually, make_pod, sh
+from container_runs import start_job as start_job
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel import layout
-from interlink_nats.services.scripts import render_job
-from interlink_nats.submitters.core.backend import BackendState, Observation
-from interlink_nats.submitters.core.status import JobMeta, map_status
-from interlink_nats.submitters.jobdirs.files import read_container_files
-from podman_host import BUSYBOX, IMAGE, IMAGE_WITH_ENTRYPOINT, PodmanHost
-
-RT = pb.ContainerRuntime
-
-
-@dataclass
-class Runtime:
-    name: str
-    build_config: pb.BuildConfig
-    image: str
-    leftovers: Callable[[str], list[str]]
-    """Containers of one pod UID still known to the runtime after its script ended."""
+from podman_host import BUSYBOX, IMAGE, PodmanHost
 
 
 def _sandbox(root: Path) -> Path:
@@ -79,95 +61,6 @@ def runtime(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
     rt = RT.APPTAINER if name == "apptainer" else RT.SINGULARITY
     image = _sandbox(tmp_path_factory.mktemp(name))
     return Runtime(name, pb.BuildConfig(runtime=rt, executable=exe), str(image), lambda uid: [])
-
-
-@pytest.fixture
-def podman(podman_host: PodmanHost) -> Runtime:
-    def left(uid: str) -> list[str]:
-        return [c["Id"] for c in podman_host.containers(f"{layout.LABEL_POD_UID}={uid}")]
-
-    return Runtime("podman", pb.BuildConfig(runtime=RT.PODMAN), IMAGE, left)
-
-
-# --- pods and jobs ---------------------------------------------------------------------------------
-
-
-def make_pod(
-    containers: list[dict[str, Any]],
-    *,
-    init: list[dict[str, Any]] | None = None,
-    volumes: list[dict[str, Any]] | None = None,
-    data: dict[str, Any] | None = None,
-    **spec: Any,
-) -> dict[str, Any]:
-    return {
-        "pod": {
-            "metadata": {"name": "p", "namespace": "ns", "uid": str(uuid.uuid4()), "labels": {"app": 'ütf-8 "x"'}},
-            "spec": {"containers": containers, "initContainers": init or [], "volumes": volumes or [], **spec},
-        },
-        "container": [data] if data else [],
-    }
-
-
-def sh(name: str, script: str, image: str, *args: str, **extra: Any) -> dict[str, Any]:
-    return {"name": name, "image": image, "command": ["sh", "-c", script, name], "args": list(args), **extra}
-
-
-@dataclass
-class Job:
-    job_dir: Path
-    uid: str
-    proc: subprocess.Popen[bytes]
-
-    def wait(self, timeout: float = 120) -> int:
-        return self.proc.wait(timeout=timeout)
-
-    def exit_code(self, name: str) -> int:
-        return int(layout.exit_path(self.job_dir, name).read_text())
-
-    def log(self, name: str) -> str:
-        return layout.log_path(self.job_dir, name).read_text()
-
-
-@pytest.fixture
-def start_job(tmp_path: Path) -> Iterator[Callable[[Runtime, dict[str, Any]], Job]]:
-    """Render a pod for the runtime and start its script as the shell backend does (own process group)."""
-    jobs: list[Job] = []
-
-    def start(rt: Runtime, data: dict[str, Any]) -> Job:
-        job_dir = tmp_path / f"job{len(jobs)}"
-        job_dir.mkdir()
-        (job_dir / layout.SCRIPT_NAME).write_text(render_job(data, rt.build_config).script)
-        with (job_dir / layout.JOB_STDOUT).open("wb") as job_out:
-            proc = subprocess.Popen(
-                ["bash", layout.SCRIPT_NAME],
-                cwd=job_dir,
-                env={**os.environ, layout.JOB_DIR_ENV: str(job_dir)},
-                stdin=subprocess.DEVNULL,
-                stdout=job_out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        job = Job(job_dir, data["pod"]["metadata"]["uid"], proc)
-        jobs.append(job)
-        return job
-
-    yield start
-    for job in jobs:
-        if job.proc.poll() is None:
-            os.killpg(job.proc.pid, signal.SIGKILL)
-            job.proc.wait()
-
-
-def eventually(check: Callable[[], bool], what: str, timeout: float = 90) -> None:
-    """Wait for an event with a generous deadline (the machine may be loaded); back-off capped at 0.2 s."""
-    deadline = time.monotonic() + timeout
-    delay = 0.01
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(delay)
-        delay = min(delay * 2, 0.2)
 
 
 # --- the pod surface -------------------------------------------------------------------------------
@@ -406,107 +299,3 @@ def test_active_deadline(runtime: Runtime, start_job: Callable[[Runtime, dict[st
     assert (job.job_dir / layout.DEADLINE_FILE).exists()
     assert job.exit_code("sleeper") in (137, 143)
     assert runtime.leftovers(job.uid) == []
-
-
-# --- podman only -----------------------------------------------------------------------------------
-
-
-@pytest.mark.podman
-def test_podman_labels_and_resources(
-    podman: Runtime, podman_host: PodmanHost, start_job: Callable[[Runtime, dict[str, Any]], Job], tmp_path: Path
-) -> None:
-    gate = tmp_path / "gate"
-    gate.mkdir()
-    limits = r"""
-cat /sys/fs/cgroup/memory/memory.limit_in_bytes /sys/fs/cgroup/cpu/cpu.cfs_quota_us /sys/fs/cgroup/cpu/cpu.cfs_period_us
-while [ ! -e /gate/open ]; do sleep 0.1; done
-"""
-    data = make_pod(
-        [
-            {
-                **sh("limited", limits, podman.image),
-                "resources": {"limits": {"memory": "64Mi", "cpu": "500m"}, "requests": {"cpu": "250m"}},
-                "volumeMounts": [{"name": "gate", "mountPath": "/gate"}],
-            }
-        ],
-        volumes=[{"name": "gate", "hostPath": {"path": str(gate)}}],
-    )
-    job = start_job(podman, data)
-    eventually(lambda: len(podman_host.containers(f"{layout.LABEL_POD_UID}={job.uid}")) == 1, "the running container")
-    [container] = podman_host.containers(f"{layout.LABEL_POD_UID}={job.uid}")
-    assert container["Labels"][layout.LABEL_CONTAINER] == "limited"
-    assert container["Labels"][layout.LABEL_JOB_DIR] == str(job.job_dir)
-    (gate / "open").touch()
-    assert job.wait() == 0
-    assert job.log("limited").split() == [str(64 * 2**20), "50000", "100000"]
-    assert podman.leftovers(job.uid) == []
-
-
-@pytest.mark.podman
-def test_podman_command_and_args_follow_kubernetes_over_the_image(
-    podman: Runtime, start_job: Callable[[Runtime, dict[str, Any]], Job]
-) -> None:
-    # command replaces the image's ENTRYPOINT and drops its CMD; args alone replace only the CMD.
-    img = IMAGE_WITH_ENTRYPOINT
-    data = make_pod(
-        [
-            {"name": "image-defaults", "image": img},
-            {"name": "args-only", "image": img, "args": ["a 1", "$(X)"], "env": [{"name": "X", "value": "x"}]},
-            {"name": "command-only", "image": img, "command": ["echo", "mine"]},
-            {"name": "both", "image": img, "command": ["echo", "mine"], "args": ["b"]},
-        ]
-    )
-    job = start_job(podman, data)
-    assert job.wait() == 0
-    assert job.log("image-defaults") == "entrypoint cmd\n"
-    assert job.log("args-only") == "entrypoint a 1 x\n"
-    assert job.log("command-only") == "mine\n"
-    assert job.log("both") == "mine b\n"
-
-
-@pytest.mark.podman
-def test_podman_memory_limit_kills_with_137(
-    podman: Runtime, start_job: Callable[[Runtime, dict[str, Any]], Job]
-) -> None:
-    data = make_pod(
-        [
-            {
-                **sh("hog", "dd if=/dev/zero of=/dev/null bs=128M count=1", podman.image),
-                "resources": {"limits": {"memory": "32Mi"}},
-            }
-        ]
-    )
-    job = start_job(podman, data)
-    assert job.wait() == 137
-    assert job.exit_code("hog") == 137
-    # podman reports OOMKilled=false on these cgroups: the status says it cannot tell, rather than guessing.
-    meta = JobMeta(job.uid, "ns", "p", "pool", "1", (), ("hog",), "shell")
-    files = read_container_files(job.job_dir, ["hog"])
-    [hog] = map_status(meta, Observation(BackendState.FAILED, 137), files, now=time.time()).containers
-    assert (hog.exit_code, hog.reason) == (137, "Error")
-    assert "memory limit" in hog.message and "did not say which" in hog.message
-
-
-@pytest.mark.podman
-def test_podman_cancel_removes_every_container(
-    podman: Runtime, podman_host: PodmanHost, start_job: Callable[[Runtime, dict[str, Any]], Job]
-) -> None:
-    # "trap" makes PID 1 honour TERM in one container; the other ignores it and must be killed after the grace.
-    data = make_pod(
-        [
-            sh("polite", "trap 'echo bye; exit 0' TERM; echo up; while :; do sleep 0.1; done", podman.image),
-            sh("stubborn", "echo up; sleep 600", podman.image),
-        ],
-        terminationGracePeriodSeconds=2,
-    )
-    job = start_job(podman, data)
-    label = f"{layout.LABEL_POD_UID}={job.uid}"
-    eventually(
-        lambda: all(layout.log_path(job.job_dir, n).exists() and "up" in job.log(n) for n in ("polite", "stubborn")),
-        "both containers up",
-    )
-    os.killpg(job.proc.pid, signal.SIGTERM)  # what the shell backend's cancel does first
-    job.wait()
-    assert job.exit_code("polite") == 0 and "bye" in job.log("polite")
-    assert job.exit_code("stubborn") == 137
-    assert podman_host.containers(label) == []

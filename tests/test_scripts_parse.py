@@ -32,7 +32,7 @@ from interlink_nats.services.scripts.pod_model import (
 )
 from interlink_nats.services.scripts.pod_parse import parse_pod
 from interlink_nats.services.scripts.pod_resources import ContainerResources
-from test_scripts_types import CORPUS, GPU_BUILDS, SCALE, field_is_in, mutated
+from scripts_corpus import CORPUS, GPU_BUILDS, SCALE, field_is_in, mutated
 
 UID = "3f1d2c4b-0000-1111-2222-333344445555"
 

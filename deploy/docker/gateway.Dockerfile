@@ -6,7 +6,7 @@
 #
 # Reproducible: the base is a build argument pinned by digest (the multi-arch index of python:3.11-slim-bookworm);
 # any Debian bookworm (or later) image with python3 >= 3.11, python3-venv, bash, groupadd and useradd works, e.g.
-# the registry-free base the integration test bootstraps (tests/test_compose.py):
+# the registry-free base the integration test bootstraps (tests/compose_images.py):
 #   --build-arg PYTHON_IMAGE=localhost/interlink-nats-base:bookworm
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm@sha256:a36c24f9cbdf4fd0f52d67f0823eeac19c2028c637cecc392d97f980d4fec56b
 

@@ -1,0 +1,103 @@
+"""Rendered scripts in a job directory the submitter prepared: its layout is trusted only where it was made."""
+
+from __future__ import annotations
+
+import base64
+import os
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from interlink_nats.kernel import layout
+from interlink_nats.services.scripts import render_job
+from interlink_nats.submitters.jobdirs.files import prepare_job_dir
+from script_runs import BASH, NONE, dump, exit_code, log, only_commands, pod, py, run, volume_pod
+from script_runs import job_dir as job_dir
+
+
+def test_prepared_layout_of_directories_needs_no_marker(job_dir: Path, tmp_path: Path) -> None:
+    """A layout without links (runtime none, no volumes: each container's rootfs directory) is tested entry by
+    entry: prepared, the script runs no mkdir/chmod and the submitter made no ``.prepared``; after the clean-up
+    removed the rootfs, a rerun finds the layout gone and makes it itself."""
+    data = pod([py("main", "import os; print(os.getcwd() == os.environ['INTERLINK_ROOTFS'])", workingDir="/")])
+    path = only_commands(tmp_path, "env", "rm")
+    assert run(job_dir, data, prepared=True, path=path) == 0
+    assert log(job_dir, "main") == "True\n"
+    assert not (job_dir / layout.PREPARED_FILE).is_symlink()
+    assert not (job_dir / layout.ROOTFS_DIR).exists()
+    layout.exit_path(job_dir, "main").unlink()
+    (job_dir / layout.CONTAINERS_DIR / f"main{layout.LOG_SUFFIX}").unlink()
+    assert run_written(job_dir) == 0
+    assert log(job_dir, "main") == "True\n"
+
+
+def test_layout_prepared_for_another_path_is_not_trusted(job_dir: Path, tmp_path: Path) -> None:
+    """The submitter's links point into the job dir as it named it: when that name leads elsewhere on the
+    node running the script (another file system mounted there), the script makes its own layout."""
+    data = job_dir_volume_pod(tmp_path)
+    job = render_job(data, NONE)
+    prepare_job_dir(job_dir, job.script, job.layout)
+    shutil.rmtree(job_dir / layout.VOLUMES_DIR)  # trusting the layout would fail to write the files
+    (job_dir / layout.PREPARED_FILE).unlink()
+    (tmp_path / "elsewhere").mkdir()
+    (job_dir / layout.PREPARED_FILE).symlink_to(tmp_path / "elsewhere")
+    assert run_written(job_dir) == 0
+    files = dump(job_dir, "main")["files"]
+    assert base64.b64decode(files["etc/cfg/app.conf"]["b64"]) == b"x=1\n"
+    assert base64.b64decode(files["sec/password"]["b64"]) == b"hunter2\n"
+
+
+def test_rerun_of_a_prepared_job_makes_its_own_layout(job_dir: Path, tmp_path: Path) -> None:
+    """The clean-up removes .prepared with the volumes: a rerun (Slurm requeue) sets the pod up again."""
+    assert run(job_dir, volume_pod(tmp_path), prepared=True) == 0
+    assert not (job_dir / layout.PREPARED_FILE).is_symlink()
+    layout.exit_path(job_dir, "main").unlink()
+    assert run_written(job_dir) == 0
+    assert base64.b64decode(dump(job_dir, "main")["files"]["etc/cfg/app.conf"]["b64"]) == b"x=1\n"
+    assert exit_code(job_dir, "main") == 0
+
+
+def run_written(job_dir: Path) -> int:
+    """Run the script already in ``job_dir``."""
+    env = {**os.environ, layout.JOB_DIR_ENV: str(job_dir)}
+    return subprocess.run(["bash", layout.SCRIPT_NAME], cwd=job_dir, env=env, timeout=60).returncode
+
+
+def job_dir_volume_pod(tmp_path: Path) -> dict[str, Any]:
+    """:func:`volume_pod` without its hostPath volume: every mount is below the job dir."""
+    data = volume_pod(tmp_path)
+    spec = data["pod"]["spec"]
+    spec["volumes"] = [v for v in spec["volumes"] if v["name"] != "host"]
+    mounts = spec["containers"][0]["volumeMounts"]
+    spec["containers"][0]["volumeMounts"] = [m for m in mounts if m["name"] != "host"]
+    return data
+
+
+def test_prepared_job_runs_no_set_up_command(job_dir: Path, tmp_path: Path) -> None:
+    """With the layout prepared (no hostPath link to make), the script starts no mkdir, chmod nor ln: only
+    base64 (binary data), env (the containers) and rm (the clean-up) are on its PATH."""
+    data = job_dir_volume_pod(tmp_path)
+    data["pod"]["spec"]["containers"][0]["workingDir"] = "/scratch/work"
+    path = only_commands(tmp_path, "base64", "env", "rm")
+    assert run(job_dir, data, prepared=True, path=path) == 0
+    out = dump(job_dir, "main")
+    assert out["cwd"] == str(job_dir / layout.VOLUMES_DIR / "scratch" / "work")  # made through the link
+    files = out["files"]
+    assert (base64.b64decode(files["etc/cfg/app.conf"]["b64"]), files["etc/cfg/app.conf"]["mode"]) == (b"x=1\n", 0o644)
+    assert files["etc/items/sub/dir/renamed.conf"]["mode"] == 0o400
+    assert base64.b64decode(files["etc/items/blob.bin"]["b64"]) == b"\x00\xff\x01"
+    assert (base64.b64decode(files["sec/password"]["b64"]), files["sec/password"]["mode"]) == (b"hunter2\n", 0o600)
+    assert not (job_dir / layout.VOLUMES_DIR).exists()
+
+
+def test_prepared_job_dir_reached_under_another_name(job_dir: Path, tmp_path: Path) -> None:
+    """The script runs in the job dir through an alias (a symlinked mount point): the submitter's links
+    still lead into it, so its layout is used (no mkdir, chmod nor ln on PATH)."""
+    job = render_job(job_dir_volume_pod(tmp_path), NONE)
+    prepare_job_dir(job_dir, job.script, job.layout)
+    alias = tmp_path / "alias"
+    alias.symlink_to(job_dir)
+    env = {**os.environ, layout.JOB_DIR_ENV: str(alias), "PATH": only_commands(tmp_path, "base64", "env", "rm")}
+    assert subprocess.run([BASH, layout.SCRIPT_NAME], cwd=alias, env=env, timeout=60).returncode == 0
+    assert base64.b64decode(dump(job_dir, "main")["files"]["etc/cfg/app.conf"]["b64"]) == b"x=1\n"
