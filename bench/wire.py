@@ -43,8 +43,8 @@ HAND_FILES = {
     "protowire": "kernel/protowire.py",
     "submit_wire": "services/gateway/submit_wire.py",
     "event_wire": "services/gateway/event_wire.py",
-    "fastwire": "submitters/core/fastwire.py",
-    "status": "submitters/core/status.py",
+    "fastwire": "submitters/fastwire.py",  # paths at BASE, before the submitter's sub-packages
+    "status": "submitters/status.py",
 }
 Op = Callable[[], object]
 
@@ -94,6 +94,9 @@ def load_hand(base: str) -> dict[str, ModuleType] | None:
             return None
         text = text.replace("from interlink_nats.kernel.protowire import", "from _hand.protowire import")
         text = text.replace("from interlink_nats.kernel import protowire", "from _hand import protowire")
+        # the modules they imported then, where they live now
+        text = text.replace("interlink_nats.submitters.status", "_hand.status")
+        text = text.replace("interlink_nats.submitters.backends.base", "interlink_nats.submitters.core.backend")
         (target / f"{name}.py").write_text(text)
     sys.path.insert(0, str(target.parent))
     return {name: importlib.import_module(f"_hand.{name}") for name in HAND_FILES}
