@@ -30,6 +30,8 @@ import pytest
 import yaml
 from conftest import missing_service
 
+from interlink_nats import __version__
+
 BUILD_TIMEOUT = 1200
 """Per test, in seconds: the first test that needs the images also waits for the base and the builds."""
 
@@ -267,7 +269,7 @@ def images(podman: Podman, base_image: str) -> dict[str, Image]:
     started = time.monotonic()
     with ThreadPoolExecutor(max_workers=4) as pool:
         futures = [
-            pool.submit(_build, podman, tag, dockerfile, context, {"PYTHON_IMAGE": base_image})
+            pool.submit(_build, podman, tag, dockerfile, context, {"PYTHON_IMAGE": base_image, "VERSION": __version__})
             for tag, (dockerfile, context) in builds.items()
         ] + [
             pool.submit(_build, podman, tag, dockerfile, context, {"BASE": base_image})

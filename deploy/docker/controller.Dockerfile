@@ -5,6 +5,9 @@
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm@sha256:a36c24f9cbdf4fd0f52d67f0823eeac19c2028c637cecc392d97f980d4fec56b
 
 FROM ${PYTHON_IMAGE} AS build
+# What `interlink-nats --version` says in the image. The build context has no .git for setuptools-scm to read,
+# so the builder passes the tree's own version (tests/compose_images.py does); unset: a development version.
+ARG VERSION=0.1.0.dev0
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
 RUN python3 -m venv /opt/venv
@@ -15,7 +18,7 @@ COPY kernel/ kernel/
 COPY services/ services/
 COPY submitters/ submitters/
 COPY controller/ controller/
-RUN /opt/venv/bin/pip install --no-cache-dir ".[controller]" \
+RUN SETUPTOOLS_SCM_PRETEND_VERSION="${VERSION}" /opt/venv/bin/pip install --no-cache-dir ".[controller]" \
  && /opt/venv/bin/pip uninstall --yes pip setuptools
 
 FROM ${PYTHON_IMAGE}

