@@ -29,8 +29,7 @@ from typing import Any
 import pytest
 import yaml
 from conftest import missing_service
-
-from interlink_nats import __version__
+from interlink_nats.kernel.version import release_version
 
 BUILD_TIMEOUT = 1200
 """Per test, in seconds: the first test that needs the images also waits for the base and the builds."""
@@ -269,7 +268,9 @@ def images(podman: Podman, base_image: str) -> dict[str, Image]:
     started = time.monotonic()
     with ThreadPoolExecutor(max_workers=4) as pool:
         futures = [
-            pool.submit(_build, podman, tag, dockerfile, context, {"PYTHON_IMAGE": base_image, "VERSION": __version__})
+            pool.submit(
+                _build, podman, tag, dockerfile, context, {"PYTHON_IMAGE": base_image, "VERSION": release_version()}
+            )
             for tag, (dockerfile, context) in builds.items()
         ] + [
             pool.submit(_build, podman, tag, dockerfile, context, {"BASE": base_image})

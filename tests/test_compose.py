@@ -27,9 +27,8 @@ from compose_images import base_image as base_image
 from compose_images import images as images
 from compose_images import podman as podman
 from conftest import free_port
+from interlink_nats.kernel.version import release_version
 from stack import create_body, logs_body, pod, terminated
-
-from interlink_nats import __version__
 
 IMAGE_COMMANDS = {
     "gateway": (["gateway", "--help"], ["nats-config", "--help"]),
@@ -52,7 +51,7 @@ def test_image_smoke(name: str, podman: Podman, images: dict[str, Image], capsys
     assert config["User"] == f"{RUNTIME_UID}:{RUNTIME_UID}"
     run = ("run", "--rm", "--read-only", "--network", "none", "--cap-drop", "ALL")
     assert "Usage: interlink-nats" in podman.run(*run, image.tag, "--help")
-    assert podman.run(*run, image.tag, "--version").strip() == f"interlink-nats {__version__}"
+    assert podman.run(*run, image.tag, "--version").strip() == f"interlink-nats {release_version()}"
     for command in IMAGE_COMMANDS[name]:
         assert "Usage:" in podman.run(*run, image.tag, *command), command
     assert podman.run(*run, "--entrypoint", "id", image.tag, "-u").strip() == RUNTIME_UID
