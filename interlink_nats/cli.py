@@ -207,6 +207,15 @@ def _tidy_help(command: Any) -> Any:
             param.metavar = ""
         elif getattr(param, "multiple", False):
             param.metavar = "<str>..."
+    make_help_option = command.get_help_option  # --help is made per context, outside ``params``
+
+    def help_option(ctx: Any) -> Any:
+        option = make_help_option(ctx)
+        if option is not None:
+            option.metavar = ""
+        return option
+
+    command.get_help_option = help_option
     for sub in getattr(command, "commands", {}).values():
         _tidy_help(sub)
     return command
