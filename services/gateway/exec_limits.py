@@ -17,8 +17,11 @@ EXEC_ENV_LIMIT = 128 * 1024 - 4096
 
 def env_bytes(container: dict[str, Any]) -> int:
     """Bytes the container's literal ``env`` entries take as ``NAME=value`` strings (with their NULs)."""
+    env = container.get("env")
+    if not isinstance(env, list):  # malformed: the pod's own validation names the field
+        return 0
     total = 0
-    for entry in container.get("env") or []:
+    for entry in env:
         if isinstance(entry, dict):
             name, value = entry.get("name"), entry.get("value")
             total += len(str(name or "").encode()) + len(str(value or "").encode()) + 2
@@ -28,7 +31,10 @@ def env_bytes(container: dict[str, Any]) -> int:
 def oversized_env(spec: dict[str, Any]) -> tuple[str, str, int] | None:
     """``(field path, container name, bytes)`` of the first container whose env cannot be exec'ed, else None."""
     for kind in ("initContainers", "containers"):
-        for index, container in enumerate(spec.get(kind) or []):
+        containers = spec.get(kind)
+        if not isinstance(containers, list):  # malformed: the pod's own validation names the field
+            continue
+        for index, container in enumerate(containers):
             if isinstance(container, dict):
                 size = env_bytes(container)
                 if size > EXEC_ENV_LIMIT:
