@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).parent.parent / "tests"))
 from _harness import free_port, median, percentile, print_table, start_cli, stop_process, wait_http
 from interlink_nats.kernel import layout
 from interlink_nats.services.ops.nats_server import NatsServerProcess
+from interlink_nats.submitters.core.status import container_file_number
 from podman_host import IMAGE, PodmanHost
 
 RUNTIMES = {"none": "CONTAINER_RUNTIME_NONE", "podman": "CONTAINER_RUNTIME_PODMAN"}
@@ -76,6 +77,22 @@ def wait_file(path: Path, limit_s: float = 120.0) -> float:
         except FileNotFoundError:
             time.sleep(0.001)
     raise TimeoutError(f"{path} did not appear within {limit_s:g}s")
+
+
+def wait_exit_code(path: Path, limit_s: float = 120.0) -> tuple[float, int]:
+    """The ``.exit`` file's mtime and code once it is whole: it exists before its one write ends in a newline
+    (docs/pod-support.md, "The job directory"), so an early read sees it empty."""
+    deadline = time.monotonic() + limit_s
+    while time.monotonic() < deadline:
+        try:
+            mtime = path.stat().st_mtime
+            code = container_file_number(path.read_text())
+        except FileNotFoundError:
+            code = None
+        if code is not None:
+            return mtime, int(code)
+        time.sleep(0.001)
+    raise TimeoutError(f"{path} was not written whole within {limit_s:g}s")
 
 
 def main() -> None:
@@ -128,9 +145,10 @@ def main() -> None:
                 post(port, "/create", data)
                 ran = wait_file(marks / uid)
                 job_dir = state[runtime] / "jobs" / uid
-                ended = wait_file(layout.exit_path(job_dir, "main"))
-                if layout.exit_path(job_dir, "main").read_text().strip() != "0":
-                    raise SystemExit(f"{runtime} pod failed: {layout.log_path(job_dir, 'main').read_text()}")
+                ended, code = wait_exit_code(layout.exit_path(job_dir, "main"))
+                if code != 0:
+                    log = layout.log_path(job_dir, "main").read_text()
+                    raise SystemExit(f"{runtime} pod failed with exit code {code}: {log}")
                 if i:
                     running[runtime].append(max(0.0, ran - started))
                     done[runtime].append(max(0.0, ended - started))
