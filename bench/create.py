@@ -1,23 +1,29 @@
 """/create → PodJID through the whole stack, at 64 and at 1 in flight, with the CPU each process spends per create.
 
-Stack: ``interlink-nats gateway`` and ``interlink-nats submitter shell`` as their own processes, a
-nats-server, pods whose one container runs ``true``. Each /create renders the pod, sends the script
-to the pool (Submit RPC), and returns when the submitter has recorded the job durably.
+Stack: ``interlink-nats gateway`` and one ``interlink-nats submitter shell`` per runtime as their own
+processes, a nats-server. Each /create renders the pod, sends the script to the pool (Submit RPC), and
+returns when the submitter has recorded the job durably. Three pod shapes, interleaved within each rep
+(``--shape`` picks some): ``minimal`` (one container running ``true``, one env var, no volumes),
+``interlink`` (what interLink sends: two containers with 15 env vars each, an emptyDir and a configMap
+with ``items``; runtime none) and ``interlink-apptainer`` (the same pod under runtime apptainer, whose job
+directory layout differs; its jobs fail at once where apptainer is not installed, which leaves the
+creates' figures as they are). The JSON holds every figure per shape under ``pods``.
 
 Between reps the bench waits until every job of the rep has run (the last column), so a rep's creates
 never compete with the previous rep's jobs for the CPU.
 
-Ceiling, in the same run: a raw nats-py request-reply between two processes with the same request
-bytes as one Submit (a rendered no-op pod) and 64 in flight. The ratio is create/s ÷ raw/s. Its CPU per
-call (client + responder, ``raw_cpu_ms_per_req``) is the machine's yardstick: CPU figures in ms differ
-twofold between the machines this project runs on, so ``create_cpu_vs_raw`` (a create's plumbing CPU in
-raw request-replies) is the figure to compare across machines and sessions.
+Ceiling, in the same run (once per rep): a raw nats-py request-reply between two processes with the
+same request bytes as one Submit of the minimal pod and 64 in flight. The ratio is create/s ÷ raw/s.
+Its CPU per call (client + responder, ``raw_cpu_ms_per_req``) is the machine's yardstick: CPU figures
+in ms differ twofold between the machines this project runs on, so ``create_cpu_vs_raw`` (a create's
+plumbing CPU in raw request-replies; ``_1`` at 1 in flight) is the figure to compare across machines
+and sessions. Issue 30's goals: ``create_cpu_vs_raw`` <= 5, ``create_cpu_vs_raw_1`` <= 10 and
+``create_p50_ms_1`` <= 1 on a quiet machine, for every shape.
 
 CPU per create (issue 14, P1), from ``/proc/<pid>/stat`` deltas over the creates of a rep: the gateway's
 and the submitter's own CPU (the plumbing: ``create_cpu_ms_per_req`` is their sum), the shell launcher's
 own CPU apart, and the jobs' CPU (reaped children of the submitter and its launcher, counted until the
 rep's jobs have all finished) apart again, so the plumbing figure does not include the pods' work.
-Goals: plumbing <= 0.5 ms at 64 in flight, <= 1.5 ms and p50 <= 3 ms at 1 in flight.
 
 The submitter's figure includes the kernel's work creating each job directory's inodes, which depends on
 the file system: on ext4 without a journal (this project's CI machines) each new inode scans the inodes
@@ -37,6 +43,8 @@ import tempfile
 import textwrap
 import time
 import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
@@ -64,7 +72,8 @@ IN_FLIGHT = 64
 IDLE_WINDOW_S = 5.0
 
 
-def pod_data(i: int, run: str) -> dict[str, object]:
+def pod_data(i: int, run: str, pool: str = "bench") -> dict[str, object]:
+    """The minimal pod: one container, one env var, no volumes."""
     return {
         "pod": {
             "apiVersion": "v1",
@@ -78,11 +87,94 @@ def pod_data(i: int, run: str) -> dict[str, object]:
                 "containers": [
                     {"name": "main", "image": "busybox", "command": ["true"], "env": [{"name": "N", "value": str(i)}]}
                 ],
-                "tolerations": [{"key": "pool.vk.io", "value": "bench", "effect": "NoSchedule"}],
+                "tolerations": [{"key": "pool.vk.io", "value": pool, "effect": "NoSchedule"}],
             },
         },
         "container": [{"name": "main", "configMaps": None, "secrets": None, "projectedvolumemaps": None}],
     }
+
+
+def interlink_pod_data(i: int, run: str, pool: str = "bench") -> dict[str, object]:
+    """A pod as interLink sends them: two containers with 15 env vars each, an emptyDir both mount, a configMap
+    volume with ``items`` (its data in the ``container`` list, as interLink's ``ExportPodData`` fills it)."""
+    uid = str(uuid.uuid5(uuid.NAMESPACE_URL, f"{run}/{i}"))
+
+    def container(name: str, command: list[str]) -> dict[str, object]:
+        env = [{"name": f"{name.upper()}_SETTING_{k}", "value": f"value-{k}-{i}"} for k in range(14)]
+        env.append({"name": "POD_INDEX", "value": str(i)})
+        return {
+            "name": name,
+            "image": "docker.io/library/busybox:1.36",
+            "command": command,
+            "env": env,
+            "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"memory": "128Mi"}},
+            "volumeMounts": [
+                {"name": "scratch", "mountPath": "/scratch"},
+                {"name": "app-config", "mountPath": "/etc/app", "readOnly": True},
+            ],
+        }
+
+    config_map = {
+        "metadata": {"name": "app-config", "namespace": "bench"},
+        "data": {"app.conf": "threads=4\nmode=batch\n", "logging.conf": "level=info\n", "unused": "x"},
+    }
+    return {
+        "pod": {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {
+                "name": f"bench-{run}-{i}",
+                "namespace": "bench",
+                "uid": uid,
+                "labels": {"app": "bench", "kueue.x-k8s.io/queue-name": "user-queue"},
+            },
+            "spec": {
+                "containers": [container("main", ["true"]), container("sidecar", ["true"])],
+                "volumes": [
+                    {"name": "scratch", "emptyDir": {}},
+                    {
+                        "name": "app-config",
+                        "configMap": {
+                            "name": "app-config",
+                            "items": [
+                                {"key": "app.conf", "path": "app.conf"},
+                                {"key": "logging.conf", "path": "conf.d/logging.conf"},
+                            ],
+                        },
+                    },
+                ],
+                "restartPolicy": "Never",
+                "tolerations": [{"key": "pool.vk.io", "value": pool, "effect": "NoSchedule"}],
+            },
+        },
+        "container": [
+            {"name": name, "configMaps": [config_map], "secrets": None, "projectedvolumemaps": None, "emptyDirs": None}
+            for name in ("main", "sidecar")
+        ],
+    }
+
+
+@dataclass(frozen=True)
+class Shape:
+    """A pod shape the bench measures, and the pool (its own submitter, its own runtime) it goes to."""
+
+    name: str
+    make: Callable[[int, str, str], dict[str, object]]
+    runtime: pb.ContainerRuntime
+
+    @property
+    def pool(self) -> str:
+        return f"bench-{self.runtime.name.lower()}"
+
+
+SHAPES = {
+    shape.name: shape
+    for shape in (
+        Shape("minimal", pod_data, pb.ContainerRuntime.NONE),
+        Shape("interlink", interlink_pod_data, pb.ContainerRuntime.NONE),
+        Shape("interlink-apptainer", interlink_pod_data, pb.ContainerRuntime.APPTAINER),
+    )
+}
 
 
 async def closed_loop(port: int, requests: list[bytes], in_flight: int = IN_FLIGHT) -> tuple[list[float], float, int]:
@@ -184,28 +276,57 @@ async def raw_ceiling(url: str, payload: bytes, count: int) -> tuple[list[float]
         await nc.close()
 
 
+@dataclass
+class Figures:
+    """One shape's measurements over the reps."""
+
+    creates: list[tuple[float, list[float]]] = field(default_factory=list)  # 64 in flight: (rate, latencies)
+    serial: list[tuple[float, list[float]]] = field(default_factory=list)  # 1 in flight
+    cpus: dict[int, list[dict[str, float]]] = field(default_factory=lambda: {IN_FLIGHT: [], 1: []})
+
+
+def start_submitter(shape: Shape, nats_url: str, tmp: Path) -> subprocess.Popen[bytes]:
+    config = tmp / f"{shape.pool}.json"
+    config.write_text(
+        json.dumps(
+            {
+                "pool": shape.pool,
+                "backend": "shell",
+                "nats": {"url": [nats_url]},
+                "state_dir": str(tmp / shape.pool),
+                "build_config": {"runtime": f"CONTAINER_RUNTIME_{shape.runtime.name}"},
+            }
+        )
+    )
+    return start_cli(["submitter", "shell", "--config", str(config)], log=tmp / f"{shape.pool}.log")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--pods", type=int, default=2000, help="creates per rep")
-    parser.add_argument("--serial-pods", type=int, default=300, help="creates per rep at 1 in flight")
+    parser.add_argument("--pods", type=int, default=2000, help="creates per rep and pod shape")
+    parser.add_argument("--serial-pods", type=int, default=300, help="creates per rep and pod shape at 1 in flight")
     parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument(
+        "--shape",
+        action="append",
+        choices=sorted(SHAPES),
+        help="a pod shape to measure (repeat for several; default: all, interleaved within each rep)",
+    )
     parser.add_argument(
         "--state-root",
         type=Path,
         default=None,
-        help="where the submitter's state and job directories go (default: the temp dir); e.g. /dev/shm to "
+        help="where the submitters' state and job directories go (default: the temp dir); e.g. /dev/shm to "
         "take the file system's inode costs out of the submitter's figure",
     )
     args = parser.parse_args()
+    shapes = [SHAPES[name] for name in args.shape or SHAPES]
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-create-", dir=args.state_root))
     state_fs = file_system_of(tmp)
     nats_server = NatsServerProcess().start_blocking()
     port = free_port()
-    submitter = start_cli(
-        ["submitter", "shell", "--pool", "bench", "--nats-url", nats_server.url, "--state-dir", str(tmp / "submitter")],
-        log=tmp / "submitter.log",
-    )
+    submitters = {shape.pool: start_submitter(shape, nats_server.url, tmp) for shape in shapes}
     gateway = start_cli(
         ["gateway", "--nats-url", nats_server.url, "--port", str(port), "--log-level", "warning"],
         log=tmp / "gateway.log",
@@ -214,75 +335,91 @@ def main() -> None:
     try:
         assert responder.stdout is not None and responder.stdout.readline().strip() == b"ready"
         wait_http(f"http://127.0.0.1:{port}/healthz")
-        job = render_job(pod_data(0, "size"), pb.BuildConfig(runtime=pb.ContainerRuntime.NONE))
-        submit_bytes = bytes(pb.SubmitRequest(job=job))
-        warm = [http_request("POST", "/create", json.dumps(pod_data(i, "warm")).encode()) for i in range(100)]
-        asyncio.run(closed_loop(port, warm))
-        asyncio.run(wait_finished(port, [pod_data(i, "warm") for i in range(100)]))
-        meter = CpuMeter(gateway.pid, submitter.pid)
+        submit_bytes = {
+            shape.name: len(
+                bytes(
+                    pb.SubmitRequest(
+                        job=render_job(shape.make(0, "size", shape.pool), pb.BuildConfig(runtime=shape.runtime))
+                    )
+                )
+            )
+            for shape in shapes
+        }
+        raw_payload = bytes(
+            pb.SubmitRequest(job=render_job(pod_data(0, "size"), pb.BuildConfig(runtime=pb.ContainerRuntime.NONE)))
+        )
+        meters = {shape.pool: CpuMeter(gateway.pid, submitters[shape.pool].pid) for shape in shapes}
+        for shape in shapes:  # every pool announced, its code paths warm
+            warm = [shape.make(i, f"warm-{shape.name}", shape.pool) for i in range(100)]
+            asyncio.run(closed_loop(port, [http_request("POST", "/create", json.dumps(p).encode()) for p in warm]))
+            asyncio.run(wait_finished(port, warm))
+        meter = meters[shapes[0].pool]
         idle_before = meter.read()
-        time.sleep(IDLE_WINDOW_S)  # what the two processes spend with nothing to do (timers, polls)
+        time.sleep(IDLE_WINDOW_S)  # what the gateway and one submitter spend with nothing to do (timers, polls)
         idle_ms = CpuMeter.per_request_ms(idle_before, meter.read(), 1)  # one "request": the whole window
         idle_ms_per_s = (idle_ms["gateway"] + idle_ms["submitter"]) / IDLE_WINDOW_S
-        rows, creates, raws, serial = [], [], [], []
+        rows: list[list[object]] = []
+        raws: list[tuple[float, list[float]]] = []
         raw_cpus: list[float] = []  # ms of CPU per raw request-reply, client + responder
-        cpus: dict[int, list[dict[str, float]]] = {IN_FLIGHT: [], 1: []}
+        figures = {shape.name: Figures() for shape in shapes}
         for rep in range(args.reps):
-            for in_flight in (IN_FLIGHT, 1):
-                count = args.pods if in_flight > 1 else args.serial_pods
-                run = f"r{rep}-{in_flight}-{uuid.uuid4().hex[:6]}"
-                pods = [pod_data(i, run) for i in range(count)]
-                requests = [http_request("POST", "/create", json.dumps(p).encode()) for p in pods]
-                before = meter.read()
-                latencies, elapsed, errors = asyncio.run(closed_loop(port, requests, in_flight))
-                after_creates = meter.read()
-                drained = asyncio.run(wait_finished(port, pods))
-                cpu = CpuMeter.per_request_ms(before, after_creates, count)
-                cpu["jobs"] = CpuMeter.per_request_ms(before, meter.read(), count)["jobs"]
-                cpu["plumbing"] = cpu["gateway"] + cpu["submitter"]
-                cpus[in_flight].append(cpu)
-                create_rate = len(latencies) / elapsed
-                raw_rate, raw_p99 = float("nan"), float("nan")
-                if in_flight == IN_FLIGHT:
-                    raw_count = args.pods * 4
-                    raw_before = time.process_time(), cpu_seconds(responder.pid)[0]
-                    raw_lat, raw_elapsed = asyncio.run(raw_ceiling(nats_server.url, submit_bytes, raw_count))
-                    raw_cpus.append(
-                        (time.process_time() - raw_before[0] + cpu_seconds(responder.pid)[0] - raw_before[1])
-                        * 1e3
-                        / raw_count
+            raw_count = args.pods * 4
+            raw_before = time.process_time(), cpu_seconds(responder.pid)[0]
+            raw_lat, raw_elapsed = asyncio.run(raw_ceiling(nats_server.url, raw_payload, raw_count))
+            raw_cpus.append(
+                (time.process_time() - raw_before[0] + cpu_seconds(responder.pid)[0] - raw_before[1]) * 1e3 / raw_count
+            )
+            raws.append((len(raw_lat) / raw_elapsed, raw_lat))
+            for shape in shapes:
+                for in_flight in (IN_FLIGHT, 1):
+                    count = args.pods if in_flight > 1 else args.serial_pods
+                    run = f"r{rep}-{in_flight}-{uuid.uuid4().hex[:6]}"
+                    pods = [shape.make(i, run, shape.pool) for i in range(count)]
+                    requests = [http_request("POST", "/create", json.dumps(p).encode()) for p in pods]
+                    meter = meters[shape.pool]
+                    before = meter.read()
+                    latencies, elapsed, errors = asyncio.run(closed_loop(port, requests, in_flight))
+                    after_creates = meter.read()
+                    drained = asyncio.run(wait_finished(port, pods))
+                    cpu = CpuMeter.per_request_ms(before, after_creates, count)
+                    cpu["jobs"] = CpuMeter.per_request_ms(before, meter.read(), count)["jobs"]
+                    cpu["plumbing"] = cpu["gateway"] + cpu["submitter"]
+                    shape_figures = figures[shape.name]
+                    shape_figures.cpus[in_flight].append(cpu)
+                    create_rate = len(latencies) / elapsed
+                    (shape_figures.creates if in_flight > 1 else shape_figures.serial).append((create_rate, latencies))
+                    rows.append(
+                        [
+                            rep + 1,
+                            shape.name,
+                            in_flight,
+                            f"{create_rate:.0f}",
+                            f"{percentile(latencies, 50) * 1e3:.1f}",
+                            f"{percentile(latencies, 99) * 1e3:.1f}",
+                            f"{cpu['gateway']:.2f}",
+                            f"{cpu['submitter']:.2f}",
+                            f"{cpu['plumbing']:.2f}",
+                            f"{cpu['launcher']:.2f}",
+                            f"{cpu['jobs']:.2f}",
+                            f"{cpu['plumbing'] / raw_cpus[-1]:.1f}",
+                            errors,
+                            f"{drained:.1f}",
+                        ]
                     )
-                    raw_rate, raw_p99 = len(raw_lat) / raw_elapsed, percentile(raw_lat, 99)
-                    creates.append((create_rate, latencies))
-                    raws.append((raw_rate, raw_lat))
-                else:
-                    serial.append((create_rate, latencies))
-                rows.append(
-                    [
-                        rep + 1,
-                        in_flight,
-                        f"{create_rate:.0f}",
-                        f"{percentile(latencies, 50) * 1e3:.1f}",
-                        f"{percentile(latencies, 99) * 1e3:.1f}",
-                        f"{cpu['gateway']:.2f}",
-                        f"{cpu['submitter']:.2f}",
-                        f"{cpu['plumbing']:.2f}",
-                        f"{cpu['launcher']:.2f}",
-                        f"{cpu['jobs']:.2f}",
-                        f"{raw_rate:.0f}",
-                        f"{raw_p99 * 1e3:.1f}",
-                        f"{raw_cpus[-1]:.3f}" if in_flight == IN_FLIGHT else "nan",
-                        f"{create_rate / raw_rate:.3f}",
-                        errors,
-                        f"{drained:.1f}",
-                    ]
-                )
+        raw_rate = median([r[0] for r in raws])
+        raw_cpu = median(raw_cpus)
         print(f"idle, gateway + submitter: {idle_ms_per_s:.2f} ms of CPU per second over {IDLE_WINDOW_S:g} s")
+        print(
+            f"raw NATS request-reply at {IN_FLIGHT} in flight ({len(raw_payload)} B, the minimal pod's Submit): "
+            f"{raw_rate:.0f}/s, p99 {median([percentile(r[1], 99) for r in raws]) * 1e3:.1f} ms, "
+            f"{raw_cpu:.3f} ms of CPU per request-reply (client + responder), medians of {args.reps} reps"
+        )
         print_table(
-            f"/create → PodJID, {args.pods} pods per rep at {IN_FLIGHT} in flight, {args.serial_pods} at 1 "
-            f"(Submit request {len(submit_bytes)} B on the wire; job directories on {state_fs}); CPU in ms per create",
+            f"/create → PodJID, {args.pods} pods per rep and shape at {IN_FLIGHT} in flight, {args.serial_pods} at 1 "
+            f"(job directories on {state_fs}); CPU in ms per create; 'vs raw' = plumbing CPU in raw request-replies",
             [
                 "rep",
+                "pod",
                 "in flight",
                 "creates/s",
                 "p50 ms",
@@ -292,52 +429,58 @@ def main() -> None:
                 "plumbing",
                 "launcher",
                 "jobs",
-                "raw NATS req/s",
-                "raw p99 ms",
-                "raw CPU ms",
-                "ratio",
+                "vs raw",
                 "errors",
                 "jobs done after s",
             ],
             rows,
         )
-        create_rate = median([c[0] for c in creates])
-        raw_rate = median([r[0] for r in raws])
-
-        def cpu_median(in_flight: int, key: str) -> float:
-            return round(median([c[key] for c in cpus[in_flight]]), 3)
-
-        figures = {
-            "creates_per_s": round(create_rate, 1),
-            "create_p50_ms": round(median([percentile(c[1], 50) for c in creates]) * 1e3, 2),
-            "create_p99_ms": round(median([percentile(c[1], 99) for c in creates]) * 1e3, 2),
+        result: dict[str, object] = {
             "raw_nats_per_s": round(raw_rate, 1),
-            "ratio": round(create_rate / raw_rate, 3),
-            "raw_cpu_ms_per_req": round(median(raw_cpus), 4),
-            "create_cpu_vs_raw": round(cpu_median(IN_FLIGHT, "plumbing") / median(raw_cpus), 2),
-            "create_cpu_ms_per_req": cpu_median(IN_FLIGHT, "plumbing"),
-            "gateway_cpu_ms_per_req": cpu_median(IN_FLIGHT, "gateway"),
-            "submitter_cpu_ms_per_req": cpu_median(IN_FLIGHT, "submitter"),
-            "launcher_cpu_ms_per_req": cpu_median(IN_FLIGHT, "launcher"),
-            "jobs_cpu_ms_per_req": cpu_median(IN_FLIGHT, "jobs"),
-            "creates_per_s_1": round(median([c[0] for c in serial]), 1),
-            "create_p50_ms_1": round(median([percentile(c[1], 50) for c in serial]) * 1e3, 2),
-            "create_cpu_ms_per_req_1": cpu_median(1, "plumbing"),
-            "gateway_cpu_ms_per_req_1": cpu_median(1, "gateway"),
-            "submitter_cpu_ms_per_req_1": cpu_median(1, "submitter"),
-            "launcher_cpu_ms_per_req_1": cpu_median(1, "launcher"),
-            "jobs_cpu_ms_per_req_1": cpu_median(1, "jobs"),
+            "raw_cpu_ms_per_req": round(raw_cpu, 4),
             "idle_cpu_ms_per_s": round(idle_ms_per_s, 2),
-            "submit_request_bytes": len(submit_bytes),
             "in_flight": IN_FLIGHT,
             "state_fs": state_fs,
+            "pods": {
+                shape.name: shape_result(figures[shape.name], raw_rate, raw_cpu, submit_bytes[shape.name])
+                for shape in shapes
+            },
         }
-        print(json.dumps(figures))
+        print(json.dumps(result))
     finally:
         responder.kill()
         stop_process(gateway)
-        stop_process(submitter)
+        for submitter in submitters.values():
+            stop_process(submitter)
         nats_server.stop_blocking()
+
+
+def shape_result(figures: Figures, raw_rate: float, raw_cpu: float, submit_bytes: int) -> dict[str, object]:
+    """One pod shape's medians over the reps, CPU also as raw request-replies (the figure that compares machines)."""
+
+    def cpu_median(in_flight: int, key: str) -> float:
+        return round(median([c[key] for c in figures.cpus[in_flight]]), 3)
+
+    create_rate = median([c[0] for c in figures.creates])
+    return {
+        "creates_per_s": round(create_rate, 1),
+        "ratio": round(create_rate / raw_rate, 3),
+        "create_p50_ms": round(median([percentile(c[1], 50) for c in figures.creates]) * 1e3, 2),
+        "create_p99_ms": round(median([percentile(c[1], 99) for c in figures.creates]) * 1e3, 2),
+        "create_cpu_vs_raw": round(cpu_median(IN_FLIGHT, "plumbing") / raw_cpu, 2),
+        "create_cpu_ms_per_req": cpu_median(IN_FLIGHT, "plumbing"),
+        "gateway_cpu_ms_per_req": cpu_median(IN_FLIGHT, "gateway"),
+        "submitter_cpu_ms_per_req": cpu_median(IN_FLIGHT, "submitter"),
+        "launcher_cpu_ms_per_req": cpu_median(IN_FLIGHT, "launcher"),
+        "jobs_cpu_ms_per_req": cpu_median(IN_FLIGHT, "jobs"),
+        "creates_per_s_1": round(median([c[0] for c in figures.serial]), 1),
+        "create_p50_ms_1": round(median([percentile(c[1], 50) for c in figures.serial]) * 1e3, 2),
+        "create_cpu_vs_raw_1": round(cpu_median(1, "plumbing") / raw_cpu, 2),
+        "create_cpu_ms_per_req_1": cpu_median(1, "plumbing"),
+        "gateway_cpu_ms_per_req_1": cpu_median(1, "gateway"),
+        "submitter_cpu_ms_per_req_1": cpu_median(1, "submitter"),
+        "submit_request_bytes": submit_bytes,
+    }
 
 
 if __name__ == "__main__":
