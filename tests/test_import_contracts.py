@@ -43,7 +43,6 @@ PURE_MODULES = (
     "interlink_nats.services.gateway.submit_wire",
     "interlink_nats.services.gateway.event_wire",
     "interlink_nats.services.gateway.routing",
-    "interlink_nats.services.gateway.exec_limits",
     "interlink_nats.services.security.config",
     "interlink_nats.services.security.permissions",
     "interlink_nats.services.security.bundle",

@@ -194,3 +194,37 @@ def test_a_typo_is_an_unknown_field_and_a_real_field_is_not_supported(pod_data: 
     assert err.field == field
     assert says in err.message
     assert ("unknown" in err.message) != ("not supported" in err.message)
+
+
+# --- what a job's exec can take ------------------------------------------------------------------
+
+
+def big_env(kib: int) -> list[dict[str, str]]:
+    return [{"name": f"V{i}", "value": "x" * 1000} for i in range(kib)]
+
+
+def test_an_environment_no_exec_can_take_is_rejected_naming_the_container() -> None:
+    """200 KiB of env was accepted, then the job died with "Argument list too long" at run time."""
+    d = data([ctr("small"), ctr("big", env=big_env(200))])
+    error = rejected(d, NONE)
+    assert error.field == "spec.containers[1].env"
+    assert "'big'" in str(error) and "KiB" in str(error)
+    render_job(data([ctr("small"), ctr("big", env=big_env(64))]), NONE)  # well inside the limit
+
+
+def test_the_exec_limit_counts_the_resolved_environment_and_bytes_not_characters() -> None:
+    """envFrom and $(VAR) expansions reach the exec too; a 4-byte character is 4 bytes of it."""
+    config = {"metadata": {"name": "big"}, "data": {f"K{i}": "y" * 1000 for i in range(130)}}
+    from_config = ctr(envFrom=[{"configMapRef": {"name": "big"}}], env=[{"name": "A", "value": "x" * 1000}])
+    doubled = ctr("echo", env=[*big_env(40), {"name": "ALL", "value": "$(V0)" * 100}])
+    wide = ctr("wide", env=[{"name": "W", "value": "\U0001f600" * 32_000}])  # 32,000 chars, 128,000 bytes
+    entries = [{"name": "main", "configMaps": [config]}]
+    assert rejected(data([from_config], entries=entries), NONE).field == "spec.containers[0].env"
+    assert rejected(data([doubled]), NONE).field == "spec.containers[0].env"
+    render_job(data([ctr("wide", env=[{"name": "W", "value": "\U0001f600" * 25_000}])]), NONE)  # 100,000 bytes
+    assert rejected(data([wide]), NONE).field == "spec.containers[0].env"
+
+
+def test_the_exec_limit_holds_for_init_containers_too() -> None:
+    d = data([ctr()], init=[ctr("setup", env=big_env(200))])
+    assert rejected(d, NONE).field == "spec.initContainers[0].env"

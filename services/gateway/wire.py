@@ -20,7 +20,6 @@ from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.gen.interlink_nats.v1 import fastwire
 from interlink_nats.kernel import quantities
 from interlink_nats.kernel.names import is_pod_uid
-from interlink_nats.services.gateway.exec_limits import EXEC_ENV_LIMIT, oversized_env
 
 GO_ZERO_TIME_PREFIX = "0001-01-01"
 
@@ -127,14 +126,6 @@ def read_create(body: bytes) -> tuple[dict[str, Any], PodIdentity]:
         raise BadRequest("pod.spec.containers", "required, must be a non-empty list")
     if data.get("container") is not None:
         _expect(data["container"], list, "container", "a list")
-    too_big = oversized_env(spec)
-    if too_big is not None:  # else the job starts, then dies with "Argument list too long"
-        field, name, size = too_big
-        raise BadRequest(
-            field,
-            f"container {name!r} has {size // 1024} KiB of environment; a job's exec takes at most "
-            f"{EXEC_ENV_LIMIT // 1024} KiB (move large values into a ConfigMap or Secret volume)",
-        )
     return data, identity
 
 

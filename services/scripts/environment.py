@@ -1,4 +1,5 @@
-"""A container's environment (envFrom, env, valueFrom) and Kubernetes ``$(VAR)`` expansion."""
+"""A container's environment (envFrom, env, valueFrom) and Kubernetes ``$(VAR)`` expansion, and what of it
+a job's ``exec`` can take."""
 
 from __future__ import annotations
 
@@ -43,6 +44,30 @@ def expand(text: str, env: Mapping[str, str]) -> str:
             i += 1
     out.append(text[start:])
     return "".join(out)
+
+
+EXEC_ENV_LIMIT = 128 * 1024 - 4096
+"""Bytes of ``NAME=value`` strings one container may carry (Linux's MAX_ARG_STRLEN less room for the command).
+
+A container's environment reaches its process through an ``exec`` (``env -- NAME=value …`` or a runtime's
+command line), so it meets the kernel's limits: ``E2BIG`` ("Argument list too long") after the pod was
+accepted, queued and started. One argument string is capped at 128 KiB and a whole exec at about 2 MiB by
+default; a runtime may pass the environment as one string, so the per-container total is held to the smaller
+cap. Checked on the resolved environment (envFrom, valueFrom and ``$(VAR)`` expansions included)."""
+
+
+def check_exec_size(c: Container, env: list[EnvVar]) -> None:
+    """Reject an environment no ``exec`` can take, naming the container (at ``/create``, not at run time)."""
+    chars = sum(len(var.name) + len(var.value) for var in env) + 2 * len(env)
+    if chars * 4 <= EXEC_ENV_LIMIT:  # UTF-8 takes at most 4 bytes a character: no need to encode
+        return
+    size = sum(len(f"{var.name}={var.value}".encode(errors="surrogatepass")) + 1 for var in env)
+    if size > EXEC_ENV_LIMIT:
+        raise PodRejected(
+            f"{c.where}.env",
+            f"container {c.name!r} has {size // 1024} KiB of environment; a job's exec takes at most "
+            f"{EXEC_ENV_LIMIT // 1024} KiB (move large values into a ConfigMap or Secret volume)",
+        )
 
 
 def container_env(ctx: RenderContext, c: Container) -> tuple[list[EnvVar], dict[str, str]]:

@@ -24,7 +24,7 @@ from interlink_nats.kernel import layout
 
 from . import pod_annotations
 from .context import RenderContext
-from .environment import container_env, expanded_words
+from .environment import check_exec_size, container_env, expanded_words
 from .errors import PodRejected, checked
 from .fields import member
 from .launch import HostLink, Launch, PodOptions, SetupEntry
@@ -68,6 +68,8 @@ class PodPlan:
 def _container(plan: PodPlan, c: Container, index: int, init: bool) -> ContainerPlan:
     ctx, where = plan.ctx, c.where
     env, env_values = container_env(ctx, c)
+    if not ctx.mask:  # a masked preview holds '***' for secrets: the gateway's render checks the real values
+        check_exec_size(c, env)
     command, command_words = expanded_words(c.command, "command", where, env_values)
     _, args_words = expanded_words(c.args, "args", where, env_values)
     mounts = container_mounts(ctx, c, plan.volumes, env_values, plan.used, plan.host_setup)
