@@ -32,6 +32,15 @@ def test_exit_codes_and_first_failure(job_dir: Path) -> None:
     assert [exit_code(job_dir, n) for n in ("ok", "bad", "worse", "signal")] == [0, 3, 4, 137]
 
 
+def test_the_job_exits_with_the_first_failure_in_container_order_not_in_time(job_dir: Path) -> None:
+    """Containers are collected as they end (one fork each, `wait -n`); the job's code keeps to container order."""
+    late = "import os, sys, time; p = os.environ['INTERLINK_JOB_DIR'] + '/containers/early.exit'\n" + (
+        "end = time.time() + 20\nwhile not os.path.exists(p) and time.time() < end: time.sleep(0.02)\nsys.exit(5)"
+    )
+    assert run(job_dir, pod([py("late", late), py("early", "import sys; sys.exit(6)")])) == 5
+    assert [exit_code(job_dir, n) for n in ("late", "early")] == [5, 6]
+
+
 def test_every_container_file_written_is_noted_in_the_change_journal(job_dir: Path) -> None:
     """Started and exit files each add the job directory's name to the journal next to it (the poll's hint)."""
     data = pod([py("ok", "pass"), py("bad", "import sys; sys.exit(3)")], init=[py("first", "pass")])

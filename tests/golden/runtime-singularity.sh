@@ -1,8 +1,12 @@
 #!/bin/bash
 # interlink-nats job script (runtime singularity). Self-contained; run with cwd = job directory.
-# Needs bash >= 4.2 and coreutils (base64, chmod, mkdir, ln, rm, sleep).
+# Needs bash >= 4.3 (wait -n) and coreutils (base64, chmod, mkdir, ln, rm, sleep).
 # Every pod-derived value below is a single-quoted shell word; only the pre-exec sections are raw shell.
 set -u
+if ((BASH_VERSINFO[0] * 100 + BASH_VERSINFO[1] < 403)); then
+  printf '%s\n' "interlink-nats: this job script needs bash >= 4.3 (wait -n); this host's is $BASH_VERSION" >&2
+  exit 125
+fi
 umask 077
 __job_dir=${INTERLINK_JOB_DIR:-$PWD}
 cd -- "$__job_dir" || exit 125
@@ -118,11 +122,37 @@ __c1() {
 __c2() {
   exec mpirun -np 2 singularity --quiet run --cleanenv --contain --bind /cvmfs:/cvmfs:ro --bind "$__job_dir"/volumes/scratch:/scratch /cvmfs/images/sidecar.sif --serve 8080
 }
-# Run container $1 (function index) named $2 in its own process group; its wrapper writes the exit file.
+# Run container $1 (function index) named $2 in its own process group (set -m), in one fork: the function
+# execs the container's process where the runtime allows it. This script writes the exit file when it ends.
 __launch() {
   __started "$2"
-  ( trap : TERM INT; ( "__c$1" ) > "containers/$2.log" 2>&1 < /dev/null; rc=$?; __exited "$2" "$rc"; exit "$rc" ) &
+  "__c$1" > "containers/$2.log" 2>&1 < /dev/null &
   __pgids+=($!)
+}
+# Wait for the main containers in whatever order they end, writing each exit file as it ends. `wait -n`
+# wakes on any child's end (bash >= 4.3 also reports one that ended before it was called); a container found
+# gone is collected with `wait PID` (bash keeps its status), and the scan repeats until it collects none, so
+# an end cannot slip in between the last scan and `wait -n` (a foreground wait may mark other jobs reported).
+__reap() {
+  local i found left
+  while :; do
+    found=0
+    left=0
+    for i in ${__main_pids[@]+"${!__main_pids[@]}"}; do
+      if kill -0 "${__main_pids[$i]}" 2>/dev/null; then
+        left=1
+        continue
+      fi
+      __wait "${__main_pids[$i]}"
+      __main_rcs[$i]=$__wait_status
+      [ -s "containers/${__main_names[$i]}.exit" ] || __exited "${__main_names[$i]}" "$__wait_status"
+      unset "__main_pids[$i]"
+      found=1
+    done
+    [ "$found" = 0 ] || continue
+    [ "$left" = 1 ] || return 0
+    wait -n 2>/dev/null
+  done
 }
 __record() {
   [ -s "containers/$1.exit" ] || __exited "$1" "$2"
@@ -141,14 +171,15 @@ if [ "$__rc" = 0 ] && [ "$__cancelled" = 0 ]; then
   fi
 fi
 if [ "$__rc" = 0 ] && [ "$__cancelled" = 0 ]; then
+  __main_pids=()
+  __main_names=(train sidecar)
+  __main_rcs=()
   __launch 1 train
+  __main_pids+=($!)
   __launch 2 sidecar
-  __first=${#__pgids[@]}
-  __first=$((__first - 2))
-  __wait "${__pgids[$((__first + 0))]}"
-  __record train "$__wait_status"
-  __wait "${__pgids[$((__first + 1))]}"
-  __record sidecar "$__wait_status"
+  __main_pids+=($!)
+  __reap
+  for __i in "${!__main_names[@]}"; do __record "${__main_names[$__i]}" "${__main_rcs[$__i]}"; done
 fi
 if [ "$__cancelled" = 1 ]; then
   __terminate_rest 143 "interlink-nats: cancelled before this container started"
