@@ -109,9 +109,32 @@ def test_singularity_annotations_are_quoted_words() -> None:
 
 def test_mpi_flags_true_is_ignored_and_init_not_prefixed() -> None:
     s = render_job(data(annotations={"slurm-job.vk.io/mpi-flags": "true"}), NONE).script
-    assert "exec env --" in s
+    assert "\n  exec true\n" in s  # no prefix: the script's own export, then exec
     s = render_job(data(init=[ctr("i")], annotations={"slurm-job.vk.io/mpi-flags": "srun -n 2"}), NONE).script
     assert s.count("exec srun -n 2 env --") == 1
+
+
+@pytest.mark.parametrize(
+    ("name", "through_env"),
+    [
+        ("PLAIN_NAME", False),
+        ("dotted.name", True),
+        ("with-dash", True),
+        ("SHLVL", True),
+        ("BASH_ENV", True),
+        ("UID", True),
+        ("_", True),
+        ("COMP_LINE", True),
+        ("BASHFUL", True),
+        ("HOME", False),
+    ],
+)
+def test_runtime_none_exports_plain_names_and_passes_bash_s_own_through_env(name: str, through_env: bool) -> None:
+    """`export` then `exec` saves an exec per container, but bash keeps some names for itself (readonly, dynamic,
+    SHLVL decremented by exec) and refuses others: those go through env(1), which passes any name as it is."""
+    s = render_job(data([ctr(env=[{"name": name, "value": "v"}])]), NONE).script
+    assert ("exec env -- " in s) is through_env
+    assert (f"export {name}=v " in s) is not through_env
 
 
 def test_envfrom_resolved_from_interlink_data() -> None:
@@ -240,7 +263,7 @@ def test_cli_render_masks_secrets(tmp_path: Path) -> None:
     assert "hunter2" not in result.output
     assert "masked secret" in result.output
     result = CliRunner().invoke(_app(), [str(pod_file), "--build-config", str(bc_file), "--runtime", "none"])
-    assert "exec env --" in result.output
+    assert "\n  exec true\n" in result.output and "podman" not in result.output
 
 
 def test_cli_reports_rejection(tmp_path: Path) -> None:

@@ -121,7 +121,8 @@ umask 022
 # --- containers ---
 __c0() {
   cd -- "$__job_dir"/rootfs/fetch || exit 126
-  exec env -- "INTERLINK_ROOTFS=$__job_dir/"rootfs/fetch sh -c 'echo '"'"'ready'"'"' > /scratch/ready'
+  export "INTERLINK_ROOTFS=$__job_dir/"rootfs/fetch
+  exec sh -c 'echo '"'"'ready'"'"' > /scratch/ready'
 }
 __c1() {
   cd -- "$__job_dir"/rootfs/train/scratch || exit 126

@@ -111,7 +111,8 @@ umask 022
 # --- containers ---
 __c0() {
   cd -- "$__job_dir"/rootfs/c || exit 126
-  exec env -- "INTERLINK_ROOTFS=$__job_dir/"rootfs/c ls -lR /mnt/vol
+  export "INTERLINK_ROOTFS=$__job_dir/"rootfs/c
+  exec ls -lR /mnt/vol
 }
 # Run container $1 (function index) named $2 in its own process group (set -m), in one fork: the function
 # execs the container's process where the runtime allows it. This script writes the exit file when it ends.
