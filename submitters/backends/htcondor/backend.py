@@ -290,7 +290,7 @@ class HTCondorBackend:
     async def _with_deadline_file(self, handle: JobHandle, obs: Observation) -> Observation:
         """A job whose script stopped it at activeDeadlineSeconds ended by its deadline, whatever its exit code."""
         if obs.state in (BackendState.COMPLETED, BackendState.FAILED) and await asyncio.to_thread(
-            (handle.job_dir / layout.DEADLINE_FILE).exists
+            _deadline_marked, handle.job_dir
         ):
             return dataclasses.replace(
                 obs,
@@ -371,3 +371,8 @@ def _ran(job_dir: Path) -> bool:
         return True
     cdir = job_dir / layout.CONTAINERS_DIR
     return cdir.is_dir() and any(cdir.iterdir())
+
+
+def _deadline_marked(job_dir: Path) -> bool:
+    """The script's deadline marker: in ``containers/`` (it comes back from a CE), or where older scripts wrote it."""
+    return layout.deadline_path(job_dir).exists() or (job_dir / layout.DEADLINE_FILE).exists()
