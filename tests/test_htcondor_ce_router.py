@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import htcondor_standin as standin
 import pytest
 from htcondor_harness import (  # noqa: F401 (client_fixture, pool_fixture: the fixtures client and pool)
     Condor,
@@ -28,7 +29,13 @@ from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel import layout
 from interlink_nats.submitters.backends.htcondor import parse as hp
 from interlink_nats.submitters.backends.htcondor.backend import ORPHAN_FILE, HTCondorBackend, HTCondorConfig
-from interlink_nats.submitters.core.backend import BackendUnavailable, JobHandle, JobSpec, SubmitRejected
+from interlink_nats.submitters.core.backend import (
+    BackendState,
+    BackendUnavailable,
+    JobHandle,
+    JobSpec,
+    SubmitRejected,
+)
 from interlink_nats.submitters.jobdirs import files as jobfiles
 from interlink_nats.submitters.runtime import Submitter
 from jobs import pod_job
@@ -150,3 +157,47 @@ async def test_queries_follow_the_pool_not_the_tokens_identity_and_rm_tells_deni
     assert not ce.queue()
     # condor_history -json prints [] for nothing: a job neither queued nor in the history is simply gone.
     assert await backend.poll([JobHandle("c", tmp_path, "424242.0")]) == {}
+
+
+def _finished(cluster: int, uid: str, pool: str) -> dict[str, Any]:
+    return {
+        "ClusterId": cluster,
+        "ProcId": 0,
+        "JobStatus": 4,
+        "ExitCode": 0,
+        "ExitBySignal": False,
+        "CompletionDate": 1_700_000_000,
+        hp.POOL_ATTR: pool,
+        hp.POD_UID_ATTR: uid,
+        "Owner": "nobody",
+    }
+
+
+@pytest.mark.timeout(600)
+async def test_twenty_thousand_jobs_are_polled_and_fetched_in_chunks_none_over_the_argument_limit(
+    ce: Condor, tmp_path: Path
+) -> None:
+    """A CE's cluster ids run to eight digits: 20,000 of them do not fit one 128 KiB argument."""
+    n, first = 20_000, 10_000_000
+    uids = [f"pod-{i:05d}" for i in range(n)]
+    standin.seed(ce.root, queued=[], finished=[_finished(first + i, u, "big") for i, u in enumerate(uids)])
+    backend = HTCondorBackend(HTCondorConfig(**CE, command_timeout_s=300), pool="big")
+    handles = [JobHandle(u, tmp_path / "jobs" / u, f"{first + i}.0") for i, u in enumerate(uids)]
+    seen = await backend.poll(handles)
+    assert len(seen) == n and all(o.state is BackendState.COMPLETED for o in seen.values())
+    sizes = standin.arg_sizes(ce.root)
+    assert [t for t, _, _ in sizes] == ["condor_q", "condor_history", "condor_history"], "member(...) in 2 chunks"
+    assert all(longest <= hp.ARG_MAX_BYTES + 1 for _, longest, _ in sizes)
+
+    # The same jobs finished in the CE's queue, their output still to fetch: transfer batches.
+    for path in (ce.root / "history").glob("*.json"):
+        path.rename(ce.root / "queue" / path.name)
+    for h in handles:
+        h.job_dir.mkdir(parents=True)
+    backend = HTCondorBackend(HTCondorConfig(**CE, command_timeout_s=300, transfer_batch=n), pool="big")
+    before = len(sizes)
+    seen = await backend.poll(handles)
+    assert all(o.state is BackendState.COMPLETED for o in seen.values()), "every output fetched in this poll"
+    transfers = [row for row in standin.arg_sizes(ce.root)[before:] if row[0] == "condor_transfer_data"]
+    assert len(transfers) == 2, "20,000 ids do not fit one argument's size"
+    assert all(total <= hp.ARG_MAX_BYTES + 64 for _, _, total in transfers)  # + the -pool/-name words

@@ -16,7 +16,7 @@ from command_failures import failure_rows
 from htcondor_bindings import classad2_fixture  # noqa: F401 (the fixture classad2)
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.submitters.backends.htcondor import parse as hp
-from interlink_nats.submitters.core.backend import BackendState
+from interlink_nats.submitters.core.backend import BackendState, BackendUnavailable
 from interlink_nats.submitters.core.status import JobMeta, map_status
 
 pytestmark = pytest.mark.htcondor
@@ -39,6 +39,42 @@ def test_constraints_select_exactly_the_pools_jobs(classad2: ModuleType) -> None
     assert select(hp.pool_constraint("grid")) == [0, 1]
     assert [select(c) for c in hp.clusters_constraints("grid", ["7", "x", "9"])] == [[0]]
     assert [select(c) for c in hp.uids_constraints("grid", ["b", 'q"uote'])] == [[1]]
+
+
+def test_twenty_thousand_ids_split_into_constraints_that_each_fit_one_argument(classad2: ModuleType) -> None:
+    clusters = [str(10_000_000 + i) for i in range(20_000)]
+    chunks = hp.clusters_constraints("grid", clusters)
+    assert len(chunks) == 2
+    assert all(len(c.encode()) <= hp.ARG_MAX_BYTES for c in chunks)
+    members = [classad2.ExprTree(c.split("&& ", 1)[1][len("member(ClusterId, ") : -1]).eval() for c in chunks]
+    assert [str(x) for m in members for x in m] == clusters, "every id once, in order"
+    uids = [f"{i:08d}-5d7a-4a7e-9a51-3f0f7f0c2d11" for i in range(20_000)]
+    assert all(len(c.encode()) <= hp.ARG_MAX_BYTES for c in hp.uids_constraints("grid", uids))
+    batches = hp.id_batches([f"{c}.0" for c in clusters])
+    assert len(batches) == 2 and sum(map(len, batches)) == 20_000
+    assert all(sum(len(i) + 1 for i in b) <= hp.ARG_MAX_BYTES for b in batches)
+    assert [len(b) for b in hp.id_batches([f"{c}.0" for c in clusters[:250]], max_jobs=100)] == [100, 100, 50]
+    with pytest.raises(ValueError, match="longer than one command-line argument"):
+        hp.pack(["x" * 10], budget=5)
+
+
+def test_condor_rm_totals_tell_gone_from_permission_denied() -> None:
+    line = "0 Succeeded, 0 Failed, 1 Not Found, 0 Bad Status, 0 Already Done, 0 Permission Denied\n"
+    gone = hp.parse_remove_totals("Couldn't find/remove all jobs matching 42.0\n" + line)
+    assert gone is not None and gone.not_found == 1
+    assert hp.remove_outcome(gone) is None
+    denied = hp.parse_remove_totals(line.replace("1 Not Found", "0 Not Found").replace("0 Permission", "1 Permission"))
+    assert denied is not None and hp.remove_outcome(denied) is BackendUnavailable
+    assert hp.parse_remove_totals("Failed to connect to <10.0.0.5:9618>") is None
+
+
+def test_a_ces_walltime_removal_is_a_time_limit() -> None:
+    reason = "CE job removed by SYSTEM_PERIODIC_REMOVE due to job exceeded allowed walltime: 120 minutes."
+    ad = {"JobStatus": 3, "RemoveReason": reason, hp.TIME_LIMIT_ATTR: 61}
+    obs = hp.observe(ad, now=0)
+    assert obs is not None and obs.state is BackendState.TIMEOUT
+    other = hp.observe({"JobStatus": 3, "RemoveReason": "via condor_rm (by user a)", hp.TIME_LIMIT_ATTR: 61}, now=0)
+    assert other is not None and other.state is BackendState.CANCELLED
 
 
 def test_empty_and_real_json_outputs_parse(classad2: ModuleType) -> None:
