@@ -38,6 +38,7 @@ from interlink_nats.submitters.core.backend import (
 )
 from interlink_nats.submitters.jobdirs import files as jobfiles
 from interlink_nats.submitters.runtime import Submitter
+from interlink_nats.submitters.testing import wait_for
 from jobs import pod_job
 
 pytestmark = pytest.mark.htcondor
@@ -99,6 +100,24 @@ async def test_a_deadline_pod_ends_deadline_exceeded_in_time_through_a_ce(
     site = routed(ce, u)
     assert site["BatchRuntime"] == 2 * 60, "maxWallTime: 1 s + 60 s margin, in minutes rounded up"
     assert "PeriodicRemove" not in site
+
+
+async def test_the_ces_wall_time_removes_a_job_that_outruns_it(ce: Condor, tmp_path: Path) -> None:
+    """A site default of maxWallTime = 0 minutes (a submit command): the routed job is removed at once, and the
+    CE's reason reaches the pod (01-ce-router-defaults.conf, REMOVE_REASON_4)."""
+    backend = HTCondorBackend(HTCondorConfig(**CE, submit_commands={"+maxWallTime": "0"}), pool="p")
+    job_dir = tmp_path / "jobs" / "w"
+    jobfiles.prepare_job_dir(job_dir, "sleep 300\n")
+    handle = JobHandle("w", job_dir, await backend.submit(JobSpec("w", job_dir, job_dir / "job.sh")))
+
+    async def ended() -> Any:
+        obs = (await backend.poll([handle])).get("w")
+        return obs if obs is not None and obs.state.terminal else None
+
+    obs = await wait_for(ended, timeout=60, interval=0.2, what="the CE to remove the job")
+    assert obs.state is BackendState.CANCELLED
+    assert "exceeded allowed walltime" in obs.reason
+    assert routed(ce, "w")["BatchRuntime"] == 0
 
 
 async def test_a_spool_failure_leaves_no_job_behind(
