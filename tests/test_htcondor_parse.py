@@ -16,7 +16,7 @@ from command_failures import failure_rows
 from htcondor_bindings import classad2_fixture  # noqa: F401 (the fixture classad2)
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.submitters.backends.htcondor import parse as hp
-from interlink_nats.submitters.core.backend import BackendState, BackendUnavailable
+from interlink_nats.submitters.core.backend import BackendState
 from interlink_nats.submitters.core.status import JobMeta, map_status
 
 pytestmark = pytest.mark.htcondor
@@ -62,9 +62,9 @@ def test_condor_rm_totals_tell_gone_from_permission_denied() -> None:
     line = "0 Succeeded, 0 Failed, 1 Not Found, 0 Bad Status, 0 Already Done, 0 Permission Denied\n"
     gone = hp.parse_remove_totals("Couldn't find/remove all jobs matching 42.0\n" + line)
     assert gone is not None and gone.not_found == 1
-    assert hp.remove_outcome(gone) is None
+    assert hp.removal_problem(gone) is None
     denied = hp.parse_remove_totals(line.replace("1 Not Found", "0 Not Found").replace("0 Permission", "1 Permission"))
-    assert denied is not None and hp.remove_outcome(denied) is BackendUnavailable
+    assert denied is not None and "1 permission denied" in str(hp.removal_problem(denied))
     assert hp.parse_remove_totals("Failed to connect to <10.0.0.5:9618>") is None
 
 

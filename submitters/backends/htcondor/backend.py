@@ -18,7 +18,8 @@ Every job carries ``+InterlinkPodUID`` and ``+InterlinkPool``; so
   timeout, within one command timeout per poll (the rest next poll): 20,000 jobs never livelock a poll;
 - reconcile after a crash between ``condor_submit`` and the registry write: the job is found by its
   pod-UID attribute (queue, then history), never submitted twice;
-- cancel: ``condor_rm <id>`` (or by pod-UID constraint when the id was never recorded), idempotent.
+- cancel: ``condor_rm -totals <id>`` (or by pod-UID constraint when the id was never recorded), idempotent;
+  the totals tell a job already gone (quiet) from one the token's identity may not remove (an error).
 """
 
 from __future__ import annotations
@@ -400,18 +401,14 @@ class HTCondorBackend:
         for argv in calls:
             done = await self._exec(hp.Command.REMOVE, argv)
             totals = hp.parse_remove_totals(done.stdout)
-            if totals is None:
-                if done.returncode == 0:
-                    continue
-                try:
-                    raise self._failure(hp.Command.REMOVE, done)
-                except JobAlreadyEnded:
-                    continue
-            if hp.remove_outcome(totals) is not None:
-                raise BackendUnavailable(
-                    f"condor_rm could not remove every job: {totals.permission_denied} permission denied, "
-                    f"{totals.failed} failed ({(done.stderr or done.stdout).strip()[:200]})"
-                )
+            if totals is None:  # no answer from the schedd: the text alone decides
+                error = self._failure(hp.Command.REMOVE, done) if done.returncode != 0 else None
+                if error is not None and not isinstance(error, JobAlreadyEnded):
+                    raise error
+                continue
+            problem = hp.removal_problem(totals)
+            if problem is not None:
+                raise BackendUnavailable(f"{problem} ({(done.stderr or done.stdout).strip()[:200]})")
 
     async def _remove_quietly(self, job_ids: list[str]) -> None:
         try:

@@ -337,11 +337,14 @@ def parse_remove_totals(stdout: str) -> RemoveTotals | None:
     return RemoveTotals(*(int(g) for g in m.groups())) if m else None
 
 
-def remove_outcome(totals: RemoveTotals) -> type[BackendError] | None:
-    """None: every job is removed or was already gone; else the error the caller raises. Permission denied is
-    not "gone": the job still runs (the token maps to another identity) — the caller retries and says why."""
+def removal_problem(totals: RemoveTotals) -> str | None:
+    """None: every job is removed or was already gone. Else why not: permission denied is not "gone" (the job
+    still runs; the token maps to another identity), so the caller raises and retries."""
     if totals.permission_denied or totals.failed:
-        return BackendUnavailable
+        return (
+            f"condor_rm could not remove every job: {totals.permission_denied} permission denied, "
+            f"{totals.failed} failed"
+        )
     return None
 
 
