@@ -201,7 +201,8 @@ def submit(args: list[str], root: Path) -> None:
     spool_fails = spool and os.environ.get("STANDIN_SPOOL_FAIL") == "1"
     if spool_fails:
         # condor_submit queues the job on hold (HoldReasonCode 16, SpoolingInput) and prints its id before it
-        # spools the input (htcondor src/condor_submit.V6/submit.cpp); a failed spool leaves it so.
+        # spools the input (htcondor src/condor_utils/submit_utils.cpp sets the hold, src/condor_submit.V6/submit.cpp
+        # spools after queueing and prints "Failed to spool job files."); a failed spool leaves it so.
         ad.update(JobStatus=5, HoldReason="Spooling input data files", HoldReasonCode=16)
     _write(root / "queue" / f"{cluster}.json", ad)
     _event(ad, 0, "Job submitted from host: <127.0.0.1:9618>")
