@@ -82,8 +82,17 @@ ROOTFS_DIR = "rootfs"
 """Runtime ``none`` only: ``rootfs/<container>/<mountPath>`` are symlinks to the volumes, and the
 container runs with ``INTERLINK_ROOTFS`` pointing at ``rootfs/<container>``. Removed at exit."""
 DEADLINE_FILE = "deadline-exceeded"
-"""Created when the script stops the pod because ``activeDeadlineSeconds`` passed."""
+"""Created in ``containers/`` when the script stops the pod because ``activeDeadlineSeconds`` passed: inside
+``containers/`` so that it travels back with the container files where only they come back (an HTCondor-CE's
+``transfer_output_files = containers``; listing the marker itself would hold every job that has none)."""
+
 ROOTFS_ENV = "INTERLINK_ROOTFS"
+
+
+def deadline_path(job_dir: Path) -> Path:
+    """The marker's path (scripts rendered before issue 25 wrote ``<job_dir>/deadline-exceeded`` instead)."""
+    return Path(containers_dir(job_dir), DEADLINE_FILE)
+
 
 # Container labels (runtime podman): how a container is found again from outside the script, by the
 # submitter's cancel and by its start-up sweep for containers whose job script is gone.

@@ -158,7 +158,20 @@ def run(cluster: int, root: Path) -> None:
         current = _read(root / "queue" / f"{cluster}.json")
         if current is None or current.get("JobStatus") == 3:
             return  # condor_rm killed it and recorded the removal
-        if _periodic_remove(current):
+        routed = current.get("_routed")
+        if routed and time.time() - now > int(routed["BatchRuntime"]):
+            # The routed job outran its wall time: removed, with the CE's reason text (htcondor-ce
+            # config/01-ce-router-defaults.conf, REMOVE_CLAUSE_4 / REMOVE_REASON_4, which prints the
+            # seconds followed by "minutes.").
+            _kill(proc.pid)
+            proc.wait()
+            reason = (
+                "CE job removed by SYSTEM_PERIODIC_REMOVE due to job exceeded allowed walltime: "
+                f"{routed['BatchRuntime']} minutes."
+            )
+            _finish_removed(root, cluster, reason)
+            return
+        if not current.get("_no_periodic") and _periodic_remove(current):
             _kill(proc.pid)
             proc.wait()
             expr = current["PeriodicRemove"]["_expr"]

@@ -13,13 +13,20 @@ State lives in ``$HTCONDOR_STANDIN_DIR``: ``queue/<cluster>.json`` (job ads stil
 ``history/<cluster>.json`` (ads that left it), ``spool/<cluster>/`` (spooled sandboxes) and
 ``calls.log`` (one line per command: tool and its -pool/-name, so tests count calls per poll).
 
+CE mode (``install(..., ce=True)``, env ``STANDIN_CE=1``): the schedd is an HTCondor-CE's, and its job router
+runs each job as a routed copy made by the router's documented transforms, each rule below commented with the
+source file it comes from (``_route``). Both modes: ``condor_q`` shows the current user's jobs
+(``$STANDIN_USER``, else ``$USER``: the identity the token maps to) unless ``-allusers``; ``condor_rm``
+answers "permission denied" for another user's job, and ``-totals`` prints the schedd's counts.
+
 Stand-in knobs (submit commands a test can add through the site config):
 ``+StandinHoldReason = "..."`` (and ``+StandinHoldCode = N``): the job is held instead of run.
 Environment: ``STANDIN_KILL_CALLER_AFTER_SUBMIT=<file>`` makes the first condor_submit kill its caller
 with SIGKILL right after queueing the job (and note the job id in <file>); ``STANDIN_REQUIRE_TOKEN=1``
 makes every command fail unless ``_CONDOR_SCITOKENS_FILE`` names a non-empty file (what a CE with
 SCITOKENS authentication needs); ``STANDIN_PERIODIC_INTERVAL`` is the seconds between periodic
-expression evaluations (default 0.2; a schedd's default is 60).
+expression evaluations (default 0.2; a schedd's default is 60); ``STANDIN_SPOOL_FAIL=1`` makes
+``condor_submit -spool`` fail after queueing the job, as a broken spool transfer does.
 
 This module holds the command-line tools; the queue they share (state, event log, the job itself) is the
 schedd stand-in in ``htcondor_schedd.py``.
@@ -55,7 +62,7 @@ from htcondor_schedd import (
 TOOLS = ("condor_submit", "condor_q", "condor_history", "condor_rm", "condor_transfer_data", "condor_status")
 
 
-def install(bin_dir: Path, state_dir: Path) -> dict[str, str]:
+def install(bin_dir: Path, state_dir: Path, *, ce: bool = False) -> dict[str, str]:
     """Write ``condor_*`` wrappers into ``bin_dir``; returns the environment that activates them."""
     bin_dir.mkdir(parents=True, exist_ok=True)
     state_dir.mkdir(parents=True, exist_ok=True)
@@ -63,7 +70,8 @@ def install(bin_dir: Path, state_dir: Path) -> dict[str, str]:
         path = bin_dir / tool
         path.write_text(f'#!/bin/sh\nexec {shlex.quote(sys.executable)} {shlex.quote(__file__)} {tool} "$@"\n')
         path.chmod(0o755)
-    return {"PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", "HTCONDOR_STANDIN_DIR": str(state_dir)}
+    env = {"PATH": f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}", "HTCONDOR_STANDIN_DIR": str(state_dir)}
+    return {**env, "STANDIN_CE": "1" if ce else "0"}
 
 
 def seed(state_dir: Path, queued: list[dict[str, Any]], finished: list[dict[str, Any]]) -> None:
@@ -74,6 +82,15 @@ def seed(state_dir: Path, queued: list[dict[str, Any]], finished: list[dict[str,
             _write(state_dir / folder / f"{ad['ClusterId']}.json", ad)
     top = max((int(ad["ClusterId"]) for ad in [*queued, *finished]), default=0)
     (state_dir / "next_cluster").write_text(str(top + 1))
+
+
+def arg_sizes(state_dir: Path) -> list[tuple[str, int, int]]:
+    """Every command run so far: its tool, its longest argument and all its arguments, in bytes (NULs included)."""
+    try:
+        rows = (state_dir / "args.log").read_text().split("\n")
+    except FileNotFoundError:
+        return []
+    return [(t, int(a), int(b)) for t, a, b in (r.split() for r in rows if r)]
 
 
 def calls(state_dir: Path) -> list[str]:
@@ -146,7 +163,7 @@ def submit(args: list[str], root: Path) -> None:
         "Iwd": str(iwd),
         "Cmd": cmds["executable"],
         "JobUniverse": 5,
-        "Owner": os.environ.get("USER", "nobody"),
+        "Owner": _user(),
     }
     for key, raw in desc.items():
         if key.upper().startswith("MY."):
@@ -161,6 +178,8 @@ def submit(args: list[str], root: Path) -> None:
             ad[attr] = _value(cmds[key])
     if "periodic_remove" in cmds:
         ad["PeriodicRemove"] = {"_expr": cmds["periodic_remove"]}
+    if _ce():
+        _route(ad)
     run_dir = root / "spool" / str(cluster) if spool else iwd
     ad["_spool"] = spool
     ad["_run_dir"] = str(run_dir)
@@ -179,8 +198,17 @@ def submit(args: list[str], root: Path) -> None:
         shutil.copy2(exe if exe.is_absolute() else iwd / exe, run_dir / exe.name)
         ad["_exe"] = exe.name
         ad["LeaveJobInQueue"] = True
+    spool_fails = spool and os.environ.get("STANDIN_SPOOL_FAIL") == "1"
+    if spool_fails:
+        # condor_submit queues the job on hold (HoldReasonCode 16, SpoolingInput) and prints its id before it
+        # spools the input (htcondor src/condor_utils/submit_utils.cpp sets the hold, src/condor_submit.V6/submit.cpp
+        # spools after queueing and prints "Failed to spool job files."); a failed spool leaves it so.
+        ad.update(JobStatus=5, HoldReason="Spooling input data files", HoldReasonCode=16)
     _write(root / "queue" / f"{cluster}.json", ad)
     _event(ad, 0, "Job submitted from host: <127.0.0.1:9618>")
+    if spool_fails:
+        print(f"{cluster}.0 - {cluster}.0")
+        _die("ERROR: Failed to spool job files.")
     subprocess.Popen(
         [sys.executable, __file__, "__run", str(cluster)],
         stdin=subprocess.DEVNULL,
@@ -199,6 +227,41 @@ def submit(args: list[str], root: Path) -> None:
         Path(crash_once).write_text(f"{cluster}.0\n")
         sys.stdout.flush()
         os.kill(os.getppid(), signal.SIGKILL)
+
+
+def _ce() -> bool:
+    return os.environ.get("STANDIN_CE") == "1"
+
+
+def _user() -> str:
+    return os.environ.get("STANDIN_USER") or os.environ.get("USER", "nobody")
+
+
+def _route(ad: dict[str, Any]) -> None:
+    """What an HTCondor-CE's job router does to a job, kept in ``_routed`` (the routed copy lives in the site's
+    batch schedd, not in the CE's queue that condor_q -name <ce> shows)."""
+    routed = {k: v for k, v in ad.items() if not k.startswith("_")}
+    # The router claims the source job: Managed = External (htcondor src/condor_job_router/submit_job.cpp), so
+    # the CE's schedd does not evaluate its periodic expressions (src/condor_schedd.V6/schedd.cpp,
+    # ResponsibleForPeriodicExprs returns 0 for an externally managed job).
+    ad["Managed"] = "External"
+    ad["_no_periodic"] = True
+    # Cleanup transform: DELETE PeriodicRemove (htcondor-ce config/01-ce-router-defaults.conf).
+    routed.pop("PeriodicRemove", None)
+    # Cpus transform: RequestCpus = xcount if defined, else the source's RequestCpus when > 1, else
+    # default_xcount (1) (01-ce-router-defaults.conf).
+    cpus = ad.get("RequestCpus")
+    if "xcount" in ad:
+        routed["RequestCpus"] = ad["xcount"]
+    else:
+        routed["RequestCpus"] = cpus if isinstance(cpus, int) and cpus > 1 else 1
+    # Memory transform: EVALSET RequestMemory maxMemory ?: default_maxMemory (2000) — request_memory alone is
+    # overwritten (01-ce-router-defaults.conf).
+    routed["RequestMemory"] = ad.get("maxMemory", 2000)
+    routed["JobMemory"] = routed["RequestMemory"]
+    # BatchRuntime transform: 60*maxWallTime, else 60*ROUTED_JOB_MAX_TIME (4320 minutes) (01-ce-router-defaults.conf).
+    routed["BatchRuntime"] = 60 * int(ad.get("maxWallTime", 4320))
+    ad["_routed"] = routed
 
 
 # Queries -----------------------------------------------------------------------------------------
@@ -234,9 +297,13 @@ def _matching(folder: Path, opts: dict[str, str], ids: list[str]) -> list[dict[s
     return out
 
 
-def _print_json(ads: list[dict[str, Any]], attributes: str) -> None:
-    """Like condor_q -json: one JSON array of ads, nothing at all when no job matched."""
+def _print_json(ads: list[dict[str, Any]], attributes: str, *, brackets: bool = False) -> None:
+    """Like condor_q -json: one JSON array of ads, nothing at all when no job matched. condor_history -json
+    (``brackets``) prints ``[`` and ``]`` around whatever it found, so ``[]`` for nothing (htcondor
+    src/condor_tools/history.cpp, printHeader/printFooter)."""
     if not ads:
+        if brackets:
+            print("[\n]")
         return
     keep = [a for a in attributes.split(",") if a] if attributes else None
     texts = []
@@ -249,9 +316,12 @@ def _print_json(ads: list[dict[str, Any]], attributes: str) -> None:
 def query(args: list[str], root: Path, folder: str) -> None:
     opts, ids = _options(args)
     ads = sorted(_matching(root / folder, opts, ids), key=lambda a: a["ClusterId"], reverse=folder == "history")
+    if folder == "queue" and "-allusers" not in opts:
+        # condor_q shows only the current user's jobs unless -allusers (docs/man-pages/condor_q.rst).
+        ads = [a for a in ads if a.get("Owner") == _user()]
     if folder == "history" and opts.get("-limit"):
         ads = ads[: int(opts["-limit"])]
-    _print_json(ads, opts.get("-attributes", ""))
+    _print_json(ads, opts.get("-attributes", ""), brackets=folder == "history")
 
 
 # condor_rm and condor_transfer_data -------------------------------------------------------------
@@ -262,17 +332,27 @@ def remove(args: list[str], root: Path) -> None:
     if not ids and not opts.get("-constraint"):
         _die("condor_rm: no job ids or -constraint given")
     ads = _matching(root / "queue", opts, ids)
-    user = os.environ.get("USER", "nobody")
-    for ad in ads:  # like the schedd: the job is Removed at once, then its processes are killed
+    user = _user()
+    # A schedd lets a user remove only their own jobs (no queue superuser here): the rest is permission denied.
+    denied = [a for a in ads if a.get("Owner") != user]
+    mine = [a for a in ads if a.get("Owner") == user]
+    for ad in mine:  # like the schedd: the job is Removed at once, then its processes are killed
         _finish_removed(root, ad["ClusterId"], f"via condor_rm (by user {user})")
         if ad.get("_pid"):
             _kill(int(ad["_pid"]))
     found = {str(a["ClusterId"]) for a in ads}
     missing = [i for i in ids if i.split(".", 1)[0] not in found]
-    for ad in ads:
+    for ad in mine:
         print(f"Job {ad['ClusterId']}.0 marked for removal")
-    if missing or (not ads and opts.get("-constraint")):
-        what = ", ".join(missing) if missing else "constraint"
+    if "-totals" in opts:
+        # The counts line of src/condor_rm.V6/rm.cpp (doWorkByList / doWorkByConstraint with -totals).
+        print(
+            f"{len(mine)} Succeeded, 0 Failed, {len(missing)} Not Found, 0 Bad Status, 0 Already Done, "
+            f"{len(denied)} Permission Denied"
+        )
+    if missing or denied or (not ads and opts.get("-constraint")):
+        # The same text whether the jobs are gone or not the caller's to remove (rm.cpp).
+        what = ", ".join(missing + [f"{a['ClusterId']}.0" for a in denied]) if ids else "constraint"
         _die(f"Couldn't find/remove all jobs matching {what}")
 
 
@@ -310,8 +390,10 @@ def main(argv: list[str]) -> None:
         run(int(args[0]), root)
         return
     target = " ".join(f"{a} {args[i + 1]}" for i, a in enumerate(args[:-1]) if a in ("-pool", "-name"))
-    with _locked(root), open(root / "calls.log", "a") as fh:
+    with _locked(root), open(root / "calls.log", "a") as fh, open(root / "args.log", "a") as sizes:
         fh.write(f"{tool} {target}".rstrip() + "\n")
+        lengths = [len(a.encode()) + 1 for a in args] or [0]  # what exec counts: each argument and its NUL
+        sizes.write(f"{tool} {max(lengths)} {sum(lengths)}\n")
     if os.environ.get("STANDIN_REQUIRE_TOKEN") == "1":
         token = os.environ.get("_CONDOR_SCITOKENS_FILE", "")
         if not token or not Path(token).is_file() or not Path(token).read_text().strip():

@@ -296,6 +296,6 @@ def test_active_deadline(runtime: Runtime, start_job: Callable[[Runtime, dict[st
     )
     job = start_job(runtime, data)
     assert job.wait(timeout=120) != 0
-    assert (job.job_dir / layout.DEADLINE_FILE).exists()
+    assert layout.deadline_path(job.job_dir).exists()
     assert job.exit_code("sleeper") in (137, 143)
     assert runtime.leftovers(job.uid) == []

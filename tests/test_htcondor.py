@@ -9,13 +9,12 @@ script are all real.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import datetime as dt
 import os
 import signal
 import sys
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -23,13 +22,21 @@ import htcondor_standin as standin
 import nats
 import pytest
 import yaml
-from conftest import missing_service
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
+from htcondor_harness import (  # noqa: F401 (client_fixture, pool_fixture: the fixtures client and pool)
+    Condor,
+    client_fixture,
+    htc_settings,
+    logs_of,
+    pool_fixture,
+    start_condor,
+    until,
+    until_terminal,
+)
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel.subjects import events_subject
 from interlink_nats.services.bus.events_stream import ensure_events_stream
-from interlink_nats.services.bus.rpc import submitter_client
 from interlink_nats.submitters.backends.htcondor import parse as hp
 from interlink_nats.submitters.backends.htcondor.backend import (
     FETCHED_MARK,
@@ -45,84 +52,11 @@ from jobs import pod_job
 pytestmark = pytest.mark.htcondor
 
 Phase = pb.ContainerPhase
-TERMINAL = {pb.JobState.SUCCEEDED, pb.JobState.FAILED, pb.JobState.CANCELLED, pb.JobState.LOST}
-
-
-class Condor:
-    """The stand-ins on PATH, and what they were asked."""
-
-    def __init__(self, root: Path) -> None:
-        self.root = root
-
-    def calls(self, tool: str | None = None) -> list[str]:
-        return [c for c in standin.calls(self.root) if tool is None or c.split()[0] == tool]
-
-    def history(self) -> list[dict[str, Any]]:
-        import json
-
-        return [json.loads(p.read_text()) for p in (self.root / "history").glob("*.json")]
-
-    def queue(self) -> list[dict[str, Any]]:
-        import json
-
-        return [json.loads(p.read_text()) for p in (self.root / "queue").glob("*.json")]
 
 
 @pytest.fixture
 def condor(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Condor]:
-    try:
-        import classad2  # noqa: F401
-        import htcondor2  # noqa: F401
-    except ImportError:
-        missing_service("the HTCondor Python bindings the stand-ins use (pip install htcondor)")
-    env = standin.install(tmp_path / "bin", tmp_path / "condor")
-    for key, value in env.items():
-        monkeypatch.setenv(key, value)
-    monkeypatch.setenv("STANDIN_PERIODIC_INTERVAL", "0.1")
-    yield Condor(tmp_path / "condor")
-    for ad in Condor(tmp_path / "condor").queue():  # leave no job process behind
-        if ad.get("_pid"):
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(int(ad["_pid"]), signal.SIGKILL)
-
-
-@pytest.fixture
-def pool() -> str:
-    return f"htc{uuid.uuid4().hex[:8]}"
-
-
-def htc_settings(tmp_path: Path, nats_url: str, pool: str, **htcondor: Any) -> Any:
-    return settings_for(
-        tmp_path / "state", nats_url, pool=pool, backend="htcondor", poll_interval=0.3, htcondor=htcondor
-    )
-
-
-@pytest.fixture
-async def client(nats_url: str, pool: str) -> AsyncIterator[pb.SubmitterServiceStub]:
-    nc = await nats.connect(nats_url)
-    yield submitter_client(nc, pool, timeout=30)
-    await nc.close()
-
-
-async def status_of(client: pb.SubmitterServiceStub, u: str) -> pb.JobStatus:
-    return (await client.get_status(pb.GetStatusRequest(pod_uids=[u]))).statuses[0]
-
-
-async def until(client: pb.SubmitterServiceStub, u: str, ok: Any, what: str, within: float = 60) -> pb.JobStatus:
-    async def check() -> pb.JobStatus | None:
-        resp = await client.get_status(pb.GetStatusRequest(pod_uids=[u]))
-        st = resp.statuses[0] if resp.statuses else None
-        return st if st is not None and ok(st) else None
-
-    return await wait_for(check, timeout=within, interval=0.2, what=what)
-
-
-async def until_terminal(client: pb.SubmitterServiceStub, u: str, within: float = 60) -> pb.JobStatus:
-    return await until(client, u, lambda st: st.state in TERMINAL, f"pod {u} to end", within)
-
-
-async def logs_of(client: pb.SubmitterServiceStub, u: str, container: str) -> bytes:
-    return b"".join([c.data async for c in client.get_logs(pb.GetLogsRequest(pod_uid=u, container=container))])
+    yield from start_condor(tmp_path, monkeypatch)
 
 
 async def test_a_job_runs_through_a_local_schedd_with_exact_exit_codes_live_logs_and_events(

@@ -7,14 +7,13 @@ parser reads are written by ``classad2``'s own JSON writer (what ``condor_q -jso
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 from types import ModuleType
 from typing import Any
 
 import pytest
 from command_failures import failure_rows
-from conftest import missing_service
+from htcondor_bindings import classad2_fixture  # noqa: F401 (the fixture classad2)
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.submitters.backends.htcondor import parse as hp
 from interlink_nats.submitters.core.backend import BackendState
@@ -23,115 +22,6 @@ from interlink_nats.submitters.core.status import JobMeta, map_status
 pytestmark = pytest.mark.htcondor
 
 UID = "0b8f2c1e-5d7a-4a7e-9a51-3f0f7f0c2d11"
-
-
-@pytest.fixture(scope="module")
-def htcondor2() -> ModuleType:
-    try:
-        import htcondor2
-    except ImportError:
-        missing_service("the HTCondor Python bindings (pip install htcondor)")
-    return htcondor2
-
-
-@pytest.fixture(scope="module")
-def classad2() -> ModuleType:
-    try:
-        import classad2
-    except ImportError:
-        missing_service("the HTCondor Python bindings (pip install htcondor)")
-    return classad2
-
-
-def job(**kw: Any) -> hp.SubmitJob:
-    base: dict[str, Any] = {"uid": UID, "pool": "grid", "job_dir": "/state/jobs/" + UID, "namespace": "ns", "name": "p"}
-    base.update(kw)
-    return hp.SubmitJob(**base)
-
-
-def parsed(htcondor2: ModuleType, text: str) -> dict[str, str]:
-    return {k: v for k, v in htcondor2.Submit(text).items()}
-
-
-def test_resources_become_request_commands_in_htcondor_units(htcondor2: ModuleType) -> None:
-    req = pb.ResourceRequest(cpu_millis=2500, memory_bytes=100 * 2**20 + 1, gpus=2)
-    cmds = parsed(htcondor2, hp.submit_description(job(resources=req, request_disk="2GB")))
-    assert cmds["universe"] == "vanilla"
-    assert cmds["request_cpus"] == "3"  # rounded up
-    assert cmds["request_memory"] == "101"  # MB (HTCondor's unit), rounded up: never bytes
-    assert cmds["request_gpus"] == "2"
-    assert cmds["request_disk"] == "2GB"
-    assert cmds["MY.InterlinkPodUID"] == f'"{UID}"'
-    assert cmds["MY.InterlinkPool"] == '"grid"'
-    assert cmds["MY.JobBatchName"] == '"ns/p"'
-    assert cmds["executable"] == "job.sh"
-    assert cmds["initialdir"] == "/state/jobs/" + UID
-
-
-def test_64_mebibytes_are_sent_as_64_not_as_bytes(htcondor2: ModuleType) -> None:
-    cmds = parsed(htcondor2, hp.submit_description(job(resources=pb.ResourceRequest(memory_bytes=64 * 2**20))))
-    assert cmds["request_memory"] == "64"
-
-
-def test_local_mode_runs_in_place_and_remote_mode_spools_the_sandbox(htcondor2: ModuleType) -> None:
-    local = parsed(htcondor2, hp.submit_description(job()))
-    assert local["should_transfer_files"] == "NO"
-    assert local["environment"] == f"\"INTERLINK_JOB_DIR='/state/jobs/{UID}'\""
-    assert "transfer_output_files" not in local
-    remote = parsed(htcondor2, hp.submit_description(job(spool=True)))
-    assert remote["should_transfer_files"] == "YES"
-    assert remote["transfer_output_files"] == "containers"
-    assert remote["when_to_transfer_output"] == "ON_EXIT_OR_EVICT"
-    assert "environment" not in remote
-
-
-def test_time_limit_is_a_periodic_remove_that_classad_evaluates(htcondor2: ModuleType, classad2: ModuleType) -> None:
-    req = pb.ResourceRequest(wall_time=dt.timedelta(seconds=30))
-    cmds = parsed(htcondor2, hp.submit_description(job(resources=req, time_limit_margin=15)))
-    assert cmds[f"MY.{hp.TIME_LIMIT_ATTR}"] == "45"
-    expr = classad2.ExprTree(cmds["periodic_remove"])
-    now = int(__import__("time").time())
-
-    def ad(status: int, ran: int) -> Any:
-        return classad2.ClassAd({"JobStatus": status, "JobCurrentStartDate": now - ran, hp.TIME_LIMIT_ATTR: 45})
-
-    assert expr.eval(ad(2, 100)) is True
-    assert expr.eval(ad(2, 10)) is False
-    assert expr.eval(ad(1, 100)) is False
-    assert "periodic_remove" not in parsed(htcondor2, hp.submit_description(job()))
-
-
-def test_site_commands_are_added_and_reserved_ones_refused_by_name(htcondor2: ModuleType) -> None:
-    site = {"+ProjectName": '"atlas"', "requirements": '(OpSysAndVer == "AlmaLinux9")', "accounting_group": "grid"}
-    cmds = parsed(htcondor2, hp.submit_description(job(site_commands=site)))
-    assert cmds["MY.ProjectName"] == '"atlas"'
-    assert cmds["requirements"] == '(OpSysAndVer == "AlmaLinux9")'
-    for bad in ("executable", "+InterlinkPodUID", "MY.InterlinkPool", "transfer_output_files", "queue"):
-        with pytest.raises(hp.SubmitCommandError, match=bad.replace("+", r"\+")):
-            hp.submit_description(job(site_commands={bad: "x"}))
-    with pytest.raises(hp.SubmitCommandError, match="control character"):
-        hp.submit_description(job(site_commands={"requirements": "true\nexecutable = /bin/evil"}))
-
-
-def test_pod_commands_are_limited_to_placement_and_resources(htcondor2: ModuleType) -> None:
-    cmds = parsed(htcondor2, hp.submit_description(job(pod_commands=['requirements=(Arch == "X86_64")'])))
-    assert cmds["requirements"] == '(Arch == "X86_64")'
-    with pytest.raises(hp.SubmitCommandError, match="'environment' is not allowed"):
-        hp.submit_description(job(pod_commands=["environment=A=1"]))
-    with pytest.raises(hp.SubmitCommandError, match="AccountingGroup' is not allowed"):
-        hp.submit_description(job(pod_commands=['+AccountingGroup="admin"']))
-    with pytest.raises(hp.SubmitCommandError, match=r"\$ macros"):
-        hp.submit_description(job(pod_commands=["requirements=$ENV(HOME)"]))
-    with pytest.raises(hp.SubmitCommandError, match="name=value"):
-        hp.submit_description(job(pod_commands=["--mem"]))
-
-
-def test_strange_names_are_quoted_and_round_trip(htcondor2: ModuleType, classad2: ModuleType) -> None:
-    text = hp.submit_description(job(namespace='we"ird\\ns', name="p"))
-    value = parsed(htcondor2, text)["MY.JobBatchName"]
-    assert classad2.ExprTree(value).eval() == 'we"ird\\ns/p'
-    with pytest.raises(hp.SubmitCommandError):
-        hp.quote("a\nb")
 
 
 def test_constraints_select_exactly_the_pools_jobs(classad2: ModuleType) -> None:
@@ -147,8 +37,44 @@ def test_constraints_select_exactly_the_pools_jobs(classad2: ModuleType) -> None
         return [i for i, ad in enumerate(ads) if expr.eval(ad) is True]
 
     assert select(hp.pool_constraint("grid")) == [0, 1]
-    assert select(hp.clusters_constraint("grid", ["7", "x", "9"])) == [0]
-    assert select(hp.uids_constraint("grid", ["b", 'q"uote'])) == [1]
+    assert [select(c) for c in hp.clusters_constraints("grid", ["7", "x", "9"])] == [[0]]
+    assert [select(c) for c in hp.uids_constraints("grid", ["b", 'q"uote'])] == [[1]]
+
+
+def test_twenty_thousand_ids_split_into_constraints_that_each_fit_one_argument(classad2: ModuleType) -> None:
+    clusters = [str(10_000_000 + i) for i in range(20_000)]
+    chunks = hp.clusters_constraints("grid", clusters)
+    assert len(chunks) == 2
+    assert all(len(c.encode()) <= hp.ARG_MAX_BYTES for c in chunks)
+    members = [classad2.ExprTree(c.split("&& ", 1)[1][len("member(ClusterId, ") : -1]).eval() for c in chunks]
+    assert [str(x) for m in members for x in m] == clusters, "every id once, in order"
+    uids = [f"{i:08d}-5d7a-4a7e-9a51-3f0f7f0c2d11" for i in range(20_000)]
+    assert all(len(c.encode()) <= hp.ARG_MAX_BYTES for c in hp.uids_constraints("grid", uids))
+    batches = hp.id_batches([f"{c}.0" for c in clusters])
+    assert len(batches) == 2 and sum(map(len, batches)) == 20_000
+    assert all(sum(len(i) + 1 for i in b) <= hp.ARG_MAX_BYTES for b in batches)
+    assert [len(b) for b in hp.id_batches([f"{c}.0" for c in clusters[:250]], max_jobs=100)] == [100, 100, 50]
+    with pytest.raises(ValueError, match="longer than one command-line argument"):
+        hp.pack(["x" * 10], budget=5)
+
+
+def test_condor_rm_totals_tell_gone_from_permission_denied() -> None:
+    line = "0 Succeeded, 0 Failed, 1 Not Found, 0 Bad Status, 0 Already Done, 0 Permission Denied\n"
+    gone = hp.parse_remove_totals("Couldn't find/remove all jobs matching 42.0\n" + line)
+    assert gone is not None and gone.not_found == 1
+    assert hp.removal_problem(gone) is None
+    denied = hp.parse_remove_totals(line.replace("1 Not Found", "0 Not Found").replace("0 Permission", "1 Permission"))
+    assert denied is not None and "1 permission denied" in str(hp.removal_problem(denied))
+    assert hp.parse_remove_totals("Failed to connect to <10.0.0.5:9618>") is None
+
+
+def test_a_ces_walltime_removal_is_a_time_limit() -> None:
+    reason = "CE job removed by SYSTEM_PERIODIC_REMOVE due to job exceeded allowed walltime: 120 minutes."
+    ad = {"JobStatus": 3, "RemoveReason": reason, hp.TIME_LIMIT_ATTR: 61}
+    obs = hp.observe(ad, now=0)
+    assert obs is not None and obs.state is BackendState.TIMEOUT
+    other = hp.observe({"JobStatus": 3, "RemoveReason": "via condor_rm (by user a)", hp.TIME_LIMIT_ATTR: 61}, now=0)
+    assert other is not None and other.state is BackendState.CANCELLED
 
 
 def test_empty_and_real_json_outputs_parse(classad2: ModuleType) -> None:
@@ -278,7 +204,7 @@ condor_submit        | 1 | SubmitRejected     | ERROR: Invalid log file: "/nope/
 condor_q             | 1 | BackendUnavailable | -- Failed to fetch ads from: <10.0.0.5:9618> : ce.example.org
 condor_q             | 1 | BackendUnavailable | Error: Collector has no record of schedd/submitter
 condor_history       | 1 | BackendUnavailable | Error: Can't open history file
-condor_rm            | 1 | JobAlreadyEnded    | Couldn't find/remove all jobs in cluster 42
+condor_rm            | 1 | BackendUnavailable | Couldn't find/remove all jobs in cluster 42
 condor_rm            | 1 | JobAlreadyEnded    | Job 42.0 not found
 condor_rm            | 1 | JobAlreadyEnded    | Job 42.0 already marked for removal
 condor_rm            | 1 | JobAlreadyEnded    | There are no jobs matched by constraint

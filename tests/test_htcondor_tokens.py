@@ -111,6 +111,22 @@ async def test_the_token_is_refreshed_before_it_expires_with_the_rotated_refresh
     assert iss.token_requests == 3
 
 
+async def test_a_rotated_refresh_token_is_kept_when_the_access_token_file_is_missing(
+    issuer_factory: Any, tmp_path: Path
+) -> None:
+    """The first refresh rotated the configured refresh token (the issuer revoked it); losing the access-token
+    file (a cleaned tmpfs, an operator) must not send the stale configured one again (invalid_grant)."""
+    iss = issuer_factory()
+    settings = with_refresh_token(iss, tmp_path)
+    first = OidcTokenSource(settings, tmp_path / "state")
+    await first.ensure_fresh()
+    first.token_file.unlink()
+    again = OidcTokenSource(settings, tmp_path / "state")  # a restart: only the files are left
+    await again.ensure_fresh()
+    assert iss.valid(again.token_file.read_text().strip())
+    assert iss.token_requests == 2
+
+
 async def test_a_revoked_refresh_token_gives_a_clear_error_without_secrets(
     issuer_factory: Any, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

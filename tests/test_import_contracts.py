@@ -51,6 +51,7 @@ PURE_MODULES = (
     "interlink_nats.submitters.core",  # the whole package: the submitter's decisions and the backend contract
     "interlink_nats.submitters.backends.slurm.parse",
     "interlink_nats.submitters.backends.htcondor.parse",
+    "interlink_nats.submitters.backends.htcondor.submit",
 )
 IO_LIBRARIES = frozenset({"nats", "sqlite3", "aiosqlite", "redis", "lightkube", "starlette", "subprocess"})
 

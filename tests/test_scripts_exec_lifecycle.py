@@ -200,4 +200,4 @@ def test_active_deadline_stops_the_pod(job_dir: Path) -> None:
     assert run(job_dir, pod([py("main", "import time; time.sleep(60)")], activeDeadlineSeconds=1)) == 143
     assert time.monotonic() - t0 < 20
     assert exit_code(job_dir, "main") == 143
-    assert (job_dir / layout.DEADLINE_FILE).exists()
+    assert layout.deadline_path(job_dir).exists()

@@ -94,7 +94,7 @@ __setup_failed() { [ -n "$__setup_error" ] || __setup_error=$1; }
 __t() { printf '%s' "$2" > "$1" || __setup_failed "cannot write $1"; }
 __b() { printf '%s' "$2" | base64 -d > "$1" || __setup_failed "cannot write $1"; }
 __need() { test "-$1" "$2" || __setup_failed "hostPath $2 is not of type $3"; }
-( sleep 3600; : > deadline-exceeded; kill -TERM -- "$$" 2>/dev/null ) &
+( sleep 3600; : > containers/deadline-exceeded; kill -TERM -- "$$" 2>/dev/null ) &
 __timers+=($!)
 
 # --- volumes ---

@@ -10,11 +10,16 @@ Two modes (``HTCondorConfig.mode``):
 
 Every job carries ``+InterlinkPodUID`` and ``+InterlinkPool``; so
 
-- poll: ONE ``condor_q -json`` for all the pool's jobs, plus ONE ``condor_history -json`` for the
-  tracked jobs the queue no longer lists (only when there are some) — never a call per pod;
+- poll: ONE ``condor_q -allusers -json`` for all the pool's jobs (``-allusers``: the pool constraint already
+  limits the answer, and the identity a CE maps the token to may change), plus ``condor_history -json`` for
+  the tracked jobs the queue no longer lists, its ``member(...)`` constraint split into chunks that each fit
+  one argument, each with its own timeout — never a call per pod;
+- remote mode: finished jobs' output comes back with ``condor_transfer_data`` in batches, each with its own
+  timeout, within one command timeout per poll (the rest next poll): 20,000 jobs never livelock a poll;
 - reconcile after a crash between ``condor_submit`` and the registry write: the job is found by its
   pod-UID attribute (queue, then history), never submitted twice;
-- cancel: ``condor_rm <id>`` (or by pod-UID constraint when the id was never recorded), idempotent.
+- cancel: ``condor_rm -totals <id>`` (or by pod-UID constraint when the id was never recorded), idempotent;
+  the totals tell a job already gone (quiet) from one the token's identity may not remove (an error).
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ import asyncio
 import dataclasses
 import logging
 import os
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
@@ -32,8 +38,9 @@ from interlink_nats.kernel import layout
 from interlink_nats.kernel.clock import SYSTEM_CLOCK, Clock
 from interlink_nats.kernel.config_files import renamed
 from interlink_nats.submitters.backends.htcondor import parse as hp
+from interlink_nats.submitters.backends.htcondor import submit as hs
 from interlink_nats.submitters.backends.htcondor.tokens import OidcTokenSource, TokenConfig, TokenError
-from interlink_nats.submitters.backends.proc import run_command
+from interlink_nats.submitters.backends.proc import Completed, run_command
 from interlink_nats.submitters.core.backend import (
     BackendContext,
     BackendState,
@@ -48,11 +55,14 @@ from interlink_nats.submitters.core.backend import (
     SubmitRejected,
     error_for,
 )
-from pydantic import BaseModel, ConfigDict, Field
+from interlink_nats.submitters.core.site_policy import AccountingPolicy
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 log = logging.getLogger(__name__)
 
 SUBMIT_FILE = "condor.sub"
+ORPHAN_FILE = ".condor-failed-submission"
+"""The id a failed ``condor_submit -spool`` queued but could not be removed: removed before the next attempt."""
 FETCHED_MARK = ".condor-output-fetched"
 """Written once ``condor_transfer_data`` brought a spooled job's output back (remote mode)."""
 REMOTE_LOGS_HINT = (
@@ -83,6 +93,9 @@ class HTCondorConfig(BaseModel):
     """Extra submit commands for every job, e.g. {"+WantWholeNode": "false", "requirements": "..."}."""
     request_disk: str = ""
     """``request_disk`` of every job (KiB unless a unit is given), e.g. "2GB"; empty: the site's default."""
+    accounting: AccountingPolicy | None = None
+    """Who pays, by pod namespace (``accounting_group``/``accounting_group_user``; exact names, patterns and a
+    default); a pod may set them only where a row allows it. None: pods may not set them at all."""
     time_limit_margin_s: float = Field(60.0, ge=0, validation_alias=renamed("time_limit_margin_s", "time_limit_margin"))
     """activeDeadlineSeconds plus this is HTCondor's own limit (the job script enforces the deadline itself)."""
     hold_timeout_s: float = Field(0.0, ge=0, validation_alias=renamed("hold_timeout_s", "hold_timeout"))
@@ -91,11 +104,18 @@ class HTCondorConfig(BaseModel):
     """Announce capacity from condor_status totals (a local pool); otherwise from ``capacity``."""
     history_limit: int = Field(20000, ge=1)
     """condor_history -limit: how many finished jobs one poll may read back at most."""
+    transfer_batch: int = Field(100, ge=1)
+    """Jobs per condor_transfer_data call (remote mode): each call has its own timeout."""
     environment: dict[str, str] = Field(default_factory=dict)
     """Extra environment of the condor commands (e.g. _CONDOR_SEC_CLIENT_AUTHENTICATION_METHODS)."""
     token: TokenConfig | None = None
     """Where the bearer token comes from (an OIDC issuer); None: the condor commands bring their own."""
     command_timeout_s: float = Field(60.0, gt=0, validation_alias=renamed("command_timeout_s", "command_timeout"))
+
+    @field_validator("request_disk")
+    @classmethod
+    def _disk(cls, value: str) -> str:
+        return hs.check_quantity(value, what="request_disk") if value else value
 
 
 class HTCondorBackend:
@@ -176,6 +196,18 @@ class HTCondorBackend:
 
     async def _run(self, command: hp.Command, argv: list[str], *, cwd: str | None = None) -> str:
         """The command's stdout; a failure raises the error ``htcondor_parse.classify_failure`` names."""
+        done = await self._exec(command, argv, cwd=cwd)
+        if done.returncode != 0:
+            raise self._failure(command, done)
+        return done.stdout
+
+    @staticmethod
+    def _failure(command: hp.Command, done: Completed) -> Exception:
+        failed = CommandFailed(done.argv, done.returncode, done.stderr or done.stdout)
+        return error_for(hp.classify_failure(command, failed.returncode, failed.stderr), failed)
+
+    async def _exec(self, command: hp.Command, argv: list[str], *, cwd: str | None = None) -> Completed:
+        """Run one condor command with its own timeout; a non-zero exit is the caller's to read."""
         if self.token is not None:
             try:
                 await self.token.ensure_fresh()
@@ -185,10 +217,11 @@ class HTCondorBackend:
         tool = Path(argv[0]).name
         self.calls_by_command[tool] = self.calls_by_command.get(tool, 0) + 1
         try:
-            done = await run_command(argv, time_limit=self.settings.command_timeout_s, env=self._env(), cwd=cwd)
-        except CommandFailed as failed:
+            return await run_command(
+                argv, time_limit=self.settings.command_timeout_s, env=self._env(), cwd=cwd, check=False
+            )
+        except CommandFailed as failed:  # timed out
             raise error_for(hp.classify_failure(command, failed.returncode, failed.stderr), failed) from failed
-        return done.stdout
 
     async def _query(self, command: hp.Command, tool: str, constraint: str, *extra: str) -> list[dict[str, object]]:
         argv = [tool, *self._target(), "-json", "-attributes", ",".join(hp.QUERY_ATTRS), "-constraint", constraint]
@@ -199,20 +232,25 @@ class HTCondorBackend:
             raise BackendUnavailable(str(exc)) from None
 
     async def _queue(self) -> dict[str, hp.CondorJob]:
-        ads = await self._query(hp.Command.QUEUE, self.settings.condor_q, hp.pool_constraint(self.pool))
+        constraint = hp.pool_constraint(self.pool)
+        ads = await self._query(hp.Command.QUEUE, self.settings.condor_q, constraint, "-allusers")
         return hp.parse_jobs(ads, pool=self.pool, now=self.clock.time(), hold_timeout=self.settings.hold_timeout_s)
 
-    async def _history(self, constraint: str) -> dict[str, hp.CondorJob]:
+    async def _history(self, constraints: list[str]) -> dict[str, hp.CondorJob]:
+        """One ``condor_history`` per constraint chunk (each fits one argument, each has its own timeout)."""
         limit = str(self.settings.history_limit)
-        ads = await self._query(hp.Command.HISTORY, self.settings.condor_history, constraint, "-limit", limit)
-        return hp.parse_jobs(ads, pool=self.pool, now=self.clock.time())
+        out: dict[str, hp.CondorJob] = {}
+        for constraint in constraints:
+            ads = await self._query(hp.Command.HISTORY, self.settings.condor_history, constraint, "-limit", limit)
+            out.update(hp.parse_jobs(ads, pool=self.pool, now=self.clock.time()))
+        return out
 
     # Submit -----------------------------------------------------------------------------------
 
     async def submit(self, spec: JobSpec) -> str:
         try:
-            text = hp.submit_description(
-                hp.SubmitJob(
+            text = hs.submit_description(
+                hs.SubmitJob(
                     uid=spec.uid,
                     pool=self.pool,
                     job_dir=str(spec.job_dir),
@@ -224,18 +262,41 @@ class HTCondorBackend:
                     pod_commands=spec.backend_flags,
                     request_disk=self.settings.request_disk,
                     time_limit_margin=self.settings.time_limit_margin_s,
+                    accounting=self.settings.accounting,
                 )
             )
-        except hp.SubmitCommandError as exc:
+        except hs.SubmitCommandError as exc:
             raise SubmitRejected(str(exc)) from exc
         path = spec.job_dir / SUBMIT_FILE
+        orphan = await asyncio.to_thread(_read_text, spec.job_dir / ORPHAN_FILE)
+        if orphan:  # an earlier attempt's held job: never two jobs for one pod
+            await self._remove([orphan])
+            await asyncio.to_thread((spec.job_dir / ORPHAN_FILE).unlink, missing_ok=True)
         await asyncio.to_thread(_write_file, path, text)
         argv = [self.settings.condor_submit, "-terse", *(["-spool"] if self.spool else []), *self._target(), str(path)]
-        out = await self._run(hp.Command.SUBMIT, argv, cwd=str(spec.job_dir))
+        done = await self._exec(hp.Command.SUBMIT, argv, cwd=str(spec.job_dir))
+        if done.returncode != 0:
+            await self._remove_failed_submission(done, spec.job_dir)
+            raise self._failure(hp.Command.SUBMIT, done)
         try:
-            return hp.parse_submit_id(out)
+            return hp.parse_submit_id(done.stdout)
         except ValueError as exc:
             raise BackendUnavailable(str(exc)) from None
+
+    async def _remove_failed_submission(self, done: Completed, job_dir: Path) -> None:
+        """With ``-spool`` the id is printed before the input is spooled: a spool failure leaves that job held
+        (HoldReasonCode 16, which periodic expressions skip) for good unless it is removed here."""
+        try:
+            job_id = hp.parse_submit_id(done.stdout)
+        except ValueError:
+            return  # nothing was queued
+        try:
+            await self._remove([job_id])
+        except BackendUnavailable as exc:
+            await asyncio.to_thread(_write_file, job_dir / ORPHAN_FILE, job_id + "\n")
+            raise BackendUnavailable(
+                f"condor_submit failed after queueing {job_id}, which could not be removed: {exc}"
+            ) from None
 
     # Poll -------------------------------------------------------------------------------------
 
@@ -247,7 +308,7 @@ class HTCondorBackend:
         seen: dict[str, hp.CondorJob] = {i: job for i, job in queue.items() if i in by_id}
         missing = [i for i in by_id if i not in seen]
         if missing:
-            history = await self._history(hp.clusters_constraint(self.pool, (i.split(".", 1)[0] for i in missing)))
+            history = await self._history(hp.clusters_constraints(self.pool, (i.split(".", 1)[0] for i in missing)))
             seen.update({i: job for i, job in history.items() if i in by_id and i not in seen})
         out: dict[str, Observation] = {}
         fetch: list[hp.CondorJob] = []
@@ -276,21 +337,28 @@ class HTCondorBackend:
         return out
 
     async def _transfer(self, jobs: list[hp.CondorJob], by_id: dict[str, JobHandle]) -> set[str]:
-        """One ``condor_transfer_data`` for every finished spooled job; returns the ids now fetched."""
-        argv = [self.settings.condor_transfer_data, *self._target(), *sorted({j.job_id for j in jobs})]
-        try:
-            await self._run(hp.Command.TRANSFER_DATA, argv)
-        except BackendUnavailable as exc:
-            log.warning("condor_transfer_data failed (%s); retrying next poll", exc)
-            return set()
-        for job in jobs:
-            await asyncio.to_thread(_write_file, by_id[job.job_id].job_dir / FETCHED_MARK, job.job_id + "\n")
-        return {j.job_id for j in jobs}
+        """``condor_transfer_data`` in batches (each fits one argument and has its own timeout), for at most one
+        command timeout per poll: what is left is fetched at the next poll. Returns the ids now fetched."""
+        fetched: set[str] = set()
+        started = time.monotonic()
+        batches = hp.id_batches((j.job_id for j in jobs), max_jobs=self.settings.transfer_batch)
+        for batch in batches:
+            if time.monotonic() - started > self.settings.command_timeout_s:
+                break
+            try:
+                await self._run(hp.Command.TRANSFER_DATA, [self.settings.condor_transfer_data, *self._target(), *batch])
+            except BackendUnavailable as exc:
+                log.warning("condor_transfer_data of %d jobs failed (%s); retrying next poll", len(batch), exc)
+                continue
+            for job_id in batch:
+                await asyncio.to_thread(_write_file, by_id[job_id].job_dir / FETCHED_MARK, job_id + "\n")
+            fetched.update(batch)
+        return fetched
 
     async def _with_deadline_file(self, handle: JobHandle, obs: Observation) -> Observation:
         """A job whose script stopped it at activeDeadlineSeconds ended by its deadline, whatever its exit code."""
         if obs.state in (BackendState.COMPLETED, BackendState.FAILED) and await asyncio.to_thread(
-            (handle.job_dir / layout.DEADLINE_FILE).exists
+            _deadline_marked, handle.job_dir
         ):
             return dataclasses.replace(
                 obs,
@@ -309,7 +377,7 @@ class HTCondorBackend:
         found = hp.uids_to_ids(await self._queue())
         rest = [j.uid for j in unknown if j.uid not in found]
         if rest:
-            found = {**hp.uids_to_ids(await self._history(hp.uids_constraint(self.pool, rest))), **found}
+            found = {**hp.uids_to_ids(await self._history(hp.uids_constraints(self.pool, rest))), **found}
         for job in unknown:
             if job.uid in found:
                 out[job.uid] = Reconciled(found[job.uid])
@@ -321,22 +389,32 @@ class HTCondorBackend:
 
     async def cancel(self, job: JobHandle) -> None:
         if job.job_id:
-            argv = [self.settings.condor_rm, *self._target(), job.job_id]
+            await self._remove([job.job_id])
         else:
-            constraint = hp.uids_constraint(self.pool, [job.uid])
-            argv = [self.settings.condor_rm, *self._target(), "-constraint", constraint]
-        try:
-            await self._run(hp.Command.REMOVE, argv)
-        except JobAlreadyEnded:
-            return
+            await self._remove([], constraints=hp.uids_constraints(self.pool, [job.uid]))
+
+    async def _remove(self, job_ids: list[str], *, constraints: Sequence[str] = ()) -> None:
+        """``condor_rm -totals`` in batches: quiet when the jobs are removed or already gone; "permission denied"
+        (the same "Couldn't find/remove all jobs" text as gone) raises BackendUnavailable, so it is retried."""
+        base = [self.settings.condor_rm, *self._target(), "-totals"]
+        calls = [[*base, *batch] for batch in hp.id_batches(job_ids)] + [[*base, "-constraint", c] for c in constraints]
+        for argv in calls:
+            done = await self._exec(hp.Command.REMOVE, argv)
+            totals = hp.parse_remove_totals(done.stdout)
+            if totals is None:  # no answer from the schedd: the text alone decides
+                error = self._failure(hp.Command.REMOVE, done) if done.returncode != 0 else None
+                if error is not None and not isinstance(error, JobAlreadyEnded):
+                    raise error
+                continue
+            problem = hp.removal_problem(totals)
+            if problem is not None:
+                raise BackendUnavailable(f"{problem} ({(done.stderr or done.stdout).strip()[:200]})")
 
     async def _remove_quietly(self, job_ids: list[str]) -> None:
         try:
-            await self._run(hp.Command.REMOVE, [self.settings.condor_rm, *self._target(), *job_ids])
-        except JobAlreadyEnded:
-            return  # a poll found them held; they may have been removed since
+            await self._remove(job_ids)
         except BackendUnavailable as exc:
-            log.warning("could not remove finished held jobs %s: %s", ", ".join(job_ids), exc)
+            log.warning("could not remove finished held jobs %s: %s", ", ".join(job_ids[:20]), exc)
 
     async def capacity(self) -> Capacity:
         if not self.settings.use_condor_status:
@@ -365,9 +443,21 @@ def _write_file(path: Path, text: str) -> None:
         fh.write(text)
 
 
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text().strip()
+    except FileNotFoundError:
+        return ""
+
+
 def _ran(job_dir: Path) -> bool:
     """Evidence that a job started: HTCondor wrote its output, or a container wrote a file."""
     if (job_dir / layout.JOB_STDOUT).exists():
         return True
     cdir = job_dir / layout.CONTAINERS_DIR
     return cdir.is_dir() and any(cdir.iterdir())
+
+
+def _deadline_marked(job_dir: Path) -> bool:
+    """The script's deadline marker: in ``containers/`` (it comes back from a CE), or where older scripts wrote it."""
+    return layout.deadline_path(job_dir).exists() or (job_dir / layout.DEADLINE_FILE).exists()

@@ -1,11 +1,14 @@
-"""Pure HTCondor text handling: submit descriptions, ``condor_q``/``condor_history -json`` parsing, state mapping.
+"""Pure HTCondor text handling: ``condor_q``/``condor_history -json`` parsing, state mapping, constraints.
 
-No I/O: tested directly (tests/test_htcondor_parse.py), and every description it writes is parsed
-by the real ``htcondor2.Submit`` in the tests; the backend (``htcondor``) only runs the commands.
+No I/O: tested directly (tests/test_htcondor_parse.py); the backend (``htcondor``) only runs the commands.
+Submit descriptions are written by ``submit.py``.
 
-Facts relied on (HTCondor manual): ``request_memory`` is in MB (MiB) without a unit, ``request_disk``
-in KiB without a unit; ``condor_submit -terse`` prints ``<cluster>.<proc> - <cluster>.<proc>``;
-``condor_q -json`` prints one JSON array of job ads, or nothing at all when no job matches;
+Facts relied on (HTCondor manual and sources): ``condor_submit -terse`` prints
+``<cluster>.<proc> - <cluster>.<proc>``, with ``-spool`` before it spools the input (so a spool failure
+still prints the id); ``condor_q -json`` prints one JSON array of job ads, or nothing at all when no job
+matches, ``condor_history -json`` prints ``[`` ``]`` then; ``condor_rm -totals`` prints one line of counts
+(htcondor ``src/condor_rm.V6/rm.cpp``), the only way to tell "not found" from "permission denied", which
+share the "Couldn't find/remove all jobs" text; Linux limits one argument to 128 KiB (MAX_ARG_STRLEN);
 ``JobStatus`` 1 Idle, 2 Running, 3 Removed, 4 Completed, 5 Held, 6 Transferring Output, 7 Suspended;
 ``HoldReasonCode`` 46/47: the job ran longer than ``allowed_job_duration``/``allowed_execute_duration``.
 """
@@ -16,21 +19,25 @@ import enum
 import json
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.submitters.core import backend as base
 from interlink_nats.submitters.core.backend import (
     BackendError,
     BackendState,
+    BackendUnavailable,
     Capacity,
     FailureRules,
     JobAlreadyEnded,
     Observation,
     SubmitRejected,
 )
+
+ARG_MAX_BYTES = 128 * 1024 - 1
+"""Linux's limit on ONE argument (MAX_ARG_STRLEN, 32 pages, its NUL included): a longer argv entry makes
+exec fail with E2BIG, so every constraint and every batch of job ids is split to fit."""
 
 POD_UID_ATTR = "InterlinkPodUID"
 """Custom job attribute naming the pod: how a job submitted just before a crash is found again."""
@@ -63,54 +70,6 @@ QUERY_ATTRS = (
 DURATION_HOLD_CODES = frozenset({46, 47})
 """JobDurationExceeded / JobExecuteExceeded: a site's own time limit, reported as DeadlineExceeded."""
 
-# Submit commands the submitter writes itself: a site or a pod may not change them, or the job
-# would run something else, write elsewhere, or hide from the submitter's queries.
-RESERVED_COMMANDS = frozenset(
-    {
-        "universe",
-        "executable",
-        "arguments",
-        "args",
-        "initialdir",
-        "initial_dir",
-        "output",
-        "error",
-        "log",
-        "input",
-        "queue",
-        "transfer_executable",
-        "transfer_input_files",
-        "transfer_output_files",
-        "transfer_output_remaps",
-        "should_transfer_files",
-        "when_to_transfer_output",
-        "leave_in_queue",
-        "periodic_remove",
-        "on_exit_remove",
-        "environment",
-        "env",
-        "getenv",
-        "batch_name",
-        "+jobbatchname",
-        "my.jobbatchname",
-    }
-)
-# A pod (annotation) may only ask for placement and resources, never for site policy.
-POD_COMMANDS = frozenset(
-    {
-        "requirements",
-        "rank",
-        "request_cpus",
-        "request_memory",
-        "request_disk",
-        "request_gpus",
-        "require_gpus",
-        "gpus_minimum_capability",
-        "gpus_minimum_memory",
-        "accounting_group_user",
-    }
-)
-_COMMAND_NAME = re.compile(r"^(?:\+|[Mm][Yy]\.)?[A-Za-z_][A-Za-z0-9_.]*$")
 _TERSE_ID = re.compile(r"^(\d+)\.(\d+)\s*-\s*(\d+)\.(\d+)\s*$")
 # condor_* stderr that means "try again later", not "this is wrong".
 _TRANSIENT = re.compile(
@@ -134,8 +93,11 @@ class Command(enum.Enum):
 
 _FAILURES: Mapping[Command, FailureRules] = {
     Command.SUBMIT: [(re.compile(""), SubmitRejected)],  # only condor_submit refuses a job for good
+    # Without a -totals line the schedd gave no answer: "Couldn't find/remove all jobs" alone is then a failure
+    # to reach it (rm.cpp prints it for a missing answer too), not a job already gone.
     Command.REMOVE: [
-        (re.compile(r"not found|does not exist|couldn't find|no jobs matched|already", re.IGNORECASE), JobAlreadyEnded)
+        (re.compile(r"couldn't find/remove", re.IGNORECASE), BackendUnavailable),
+        (re.compile(r"not found|does not exist|no jobs matched|already", re.IGNORECASE), JobAlreadyEnded),
     ],
 }
 
@@ -145,148 +107,11 @@ def classify_failure(command: Command, returncode: int | None, stderr: str) -> t
     return base.classify_failure(returncode, stderr, transient=_TRANSIENT, rules=_FAILURES.get(command, ()))
 
 
-class SubmitCommandError(ValueError):
-    """A submit command the submitter may not pass on (the message names it and where it came from)."""
-
-
-@dataclass(frozen=True, slots=True)
-class SubmitJob:
-    """Everything one submit description is made of (the backend fills it from a JobSpec)."""
-
-    uid: str
-    pool: str
-    job_dir: str
-    namespace: str = ""
-    name: str = ""
-    resources: pb.ResourceRequest | None = None
-    spool: bool = False
-    """Remote CE: sandboxes travel with the job (``-spool``); else the job runs in ``job_dir`` itself."""
-    site_commands: Mapping[str, str] | None = None
-    pod_commands: Sequence[str] = ()
-    request_disk: str = ""
-    time_limit_margin: float = 60.0
-
-
 def quote(value: str) -> str:
-    """A ClassAd string literal. Control characters are refused: a submit line ends at a newline."""
+    """A ClassAd string literal (constraints, job attributes). Control characters are refused."""
     if any(ord(c) < 32 or ord(c) == 127 for c in value):
-        raise SubmitCommandError(f"value {value!r} contains a control character")
+        raise ValueError(f"value {value!r} contains a control character")
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
-def check_command(name: str, value: str, *, source: str, allowed: frozenset[str] | None = None) -> tuple[str, str]:
-    """Validate one ``name = value`` submit command from the site config or a pod."""
-    key = name.strip()
-    if not _COMMAND_NAME.match(key):
-        raise SubmitCommandError(f"{source} submit command {name!r} is not a valid command name")
-    low = key.lower()
-    attr = low[1:] if low.startswith("+") else low[3:] if low.startswith("my.") else ""
-    if low in RESERVED_COMMANDS or attr.startswith("interlink"):
-        raise SubmitCommandError(f"{source} submit command {key!r} is not allowed (the submitter sets it itself)")
-    if allowed is not None and low not in allowed:  # a pod sets no custom attribute (accounting, owner…)
-        raise SubmitCommandError(
-            f"{source} submit command {key!r} is not allowed (allowed: {', '.join(sorted(allowed))})"
-        )
-    text = str(value)
-    if any(ord(c) < 32 and c != "\t" for c in text):
-        raise SubmitCommandError(f"{source} submit command {key!r} has a control character in its value")
-    if allowed is not None and "$" in text:
-        raise SubmitCommandError(f"{source} submit command {key!r} may not use $ macros")
-    return key, text
-
-
-def pod_commands(flags: Iterable[str]) -> list[tuple[str, str]]:
-    """The pod's backend flags as ``name=value`` submit commands (placement and resources only)."""
-    out = []
-    for flag in flags:
-        if "=" not in flag:
-            raise SubmitCommandError(f"pod submit command {flag!r} must look like name=value")
-        name, value = flag.split("=", 1)
-        out.append(check_command(name, value.strip(), source="pod", allowed=POD_COMMANDS))
-    return out
-
-
-def resource_commands(req: pb.ResourceRequest | None) -> list[tuple[str, str]]:
-    """Pod resources → request_* (cpus rounded up; memory in MB — HTCondor's unit — rounded up)."""
-    if req is None:
-        return []
-    out: list[tuple[str, str]] = []
-    if req.cpu_millis > 0:
-        out.append(("request_cpus", str(max(1, math.ceil(req.cpu_millis / 1000)))))
-    if req.memory_bytes > 0:
-        out.append(("request_memory", str(max(1, math.ceil(req.memory_bytes / 2**20)))))
-    if req.gpus > 0:
-        out.append(("request_gpus", str(req.gpus)))
-    return out
-
-
-def time_limit(req: pb.ResourceRequest | None, margin: float) -> int | None:
-    """Whole seconds HTCondor lets the job run: the pod's deadline plus a margin, so that the
-    script's own deadline (which writes every container's exit file) normally ends it first."""
-    if req is None or req.wall_time is None or req.wall_time.total_seconds() <= 0:
-        return None
-    return max(1, math.ceil(req.wall_time.total_seconds() + max(0.0, margin)))
-
-
-def submit_description(job: SubmitJob) -> str:
-    """The whole submit description. Later commands win, so the order is the precedence:
-    site commands < pod commands < pod resources < what the submitter must control."""
-    lines = ["# interlink-nats: one pod, one job (generated; do not edit)", "universe = vanilla"]
-    body: list[tuple[str, str]] = []
-    if job.request_disk:
-        body.append(("request_disk", job.request_disk))
-    for name, value in (job.site_commands or {}).items():
-        body.append(check_command(name, value, source="site"))
-    body.extend(pod_commands(job.pod_commands))
-    body.extend(resource_commands(job.resources))
-    lines += [f"{k} = {v}" for k, v in body]
-    lines += [
-        "executable = job.sh",
-        f"initialdir = {_path_value(job.job_dir)}",
-        "output = job.out",
-        "error = job.err",
-        "log = job.log",
-    ]
-    if job.spool:
-        # The sandbox travels: job.sh in, the container files out (when the job ends or is evicted).
-        lines += [
-            "should_transfer_files = YES",
-            "when_to_transfer_output = ON_EXIT_OR_EVICT",
-            "transfer_executable = true",
-            "transfer_output_files = containers",
-        ]
-    else:
-        # Shared filesystem: the job writes its container files in place, so logs are live.
-        lines += ["should_transfer_files = NO", f"environment = {_environment({'INTERLINK_JOB_DIR': job.job_dir})}"]
-    lines += [
-        f"+{POD_UID_ATTR} = {quote(job.uid)}",
-        f"+{POOL_ATTR} = {quote(job.pool)}",
-        f"+JobBatchName = {quote(f'{job.namespace}/{job.name}' if job.name else job.uid)}",
-    ]
-    limit = time_limit(job.resources, job.time_limit_margin)
-    if limit is not None:
-        lines += [
-            f"+{TIME_LIMIT_ATTR} = {limit}",
-            f"periodic_remove = (JobStatus == 2) && (time() - JobCurrentStartDate > {TIME_LIMIT_ATTR})",
-        ]
-    lines.append("queue 1")
-    return "\n".join(lines) + "\n"
-
-
-def _path_value(path: str) -> str:
-    if any(ord(c) < 32 for c in path) or path != path.strip():
-        raise SubmitCommandError(f"job directory {path!r} cannot be written in a submit description")
-    return path
-
-
-def _environment(env: Mapping[str, str]) -> str:
-    """The new (quoted) ``environment`` syntax: values single-quoted, quotes doubled."""
-    parts = []
-    for key, value in env.items():
-        if any(ord(c) < 32 for c in value):
-            raise SubmitCommandError(f"environment value of {key} has a control character")
-        parts.append(f"{key}='{value.replace(chr(39), chr(39) * 2).replace(chr(34), chr(34) * 2)}'")
-    return '"' + " ".join(parts) + '"'
 
 
 def parse_submit_id(stdout: str) -> str:
@@ -378,7 +203,10 @@ def observe(ad: Mapping[str, Any], *, now: float, hold_timeout: float = 0.0) -> 
     if status == 3:
         reason = str(ad.get("RemoveReason") or "removed")
         limit = _int(ad.get(TIME_LIMIT_ATTR))
-        if limit is not None and "periodicremove" in reason.replace(" ", "").lower():
+        squeezed = reason.replace(" ", "").replace("_", "").lower()
+        # Our periodic_remove (local), or a CE's SYSTEM_PERIODIC_REMOVE for wall time (htcondor-ce
+        # config/01-ce-router-defaults.conf, REMOVE_REASON_4: "job exceeded allowed walltime").
+        if limit is not None and ("periodicremove" in squeezed or "exceededallowedwalltime" in squeezed):
             return Observation(
                 BackendState.TIMEOUT,
                 reason=f"time limit of {limit}s exceeded (activeDeadlineSeconds): {reason}",
@@ -437,14 +265,87 @@ def pool_constraint(pool: str) -> str:
     return f"{POOL_ATTR} == {quote(pool)}"
 
 
-def clusters_constraint(pool: str, clusters: Iterable[str]) -> str:
-    """The pool's jobs among these clusters (``member`` keeps 10,000 ids in one short argument)."""
-    ids = ",".join(sorted({c for c in clusters if c.isdigit()}, key=int))
-    return f"{pool_constraint(pool)} && member(ClusterId, {{{ids}}})"
+def pack(items: Iterable[str], *, budget: int, max_items: int | None = None) -> list[list[str]]:
+    """Items in order, in groups whose texts joined by one separator take at most ``budget`` bytes (and at
+    most ``max_items`` each). An item longer than the budget alone is refused: it could never be sent."""
+    groups: list[list[str]] = []
+    current: list[str] = []
+    used = 0
+    for item in items:
+        size = len(item.encode())
+        if size > budget:
+            raise ValueError(f"{item[:40]!r}... is longer than one command-line argument may be")
+        extra = size + (1 if current else 0)
+        if current and (used + extra > budget or (max_items is not None and len(current) >= max_items)):
+            groups.append(current)
+            current, used, extra = [], 0, size
+        current.append(item)
+        used += extra
+    if current:
+        groups.append(current)
+    return groups
 
 
-def uids_constraint(pool: str, uids: Iterable[str]) -> str:
-    return f"{pool_constraint(pool)} && member({POD_UID_ATTR}, {{{','.join(quote(u) for u in uids)}}})"
+def _member_constraints(pool: str, attr: str, values: list[str], limit: int) -> list[str]:
+    head = f"{pool_constraint(pool)} && member({attr}, {{"
+    tail = "})"
+    budget = limit - len(head.encode()) - len(tail.encode())
+    return [head + ",".join(group) + tail for group in pack(values, budget=budget)]
+
+
+def clusters_constraints(pool: str, clusters: Iterable[str], *, limit: int = ARG_MAX_BYTES) -> list[str]:
+    """The pool's jobs among these clusters, as ``member`` constraints that each fit one argument."""
+    ids = sorted({c for c in clusters if c.isdigit()}, key=int)
+    return _member_constraints(pool, "ClusterId", ids, limit)
+
+
+def uids_constraints(pool: str, uids: Iterable[str], *, limit: int = ARG_MAX_BYTES) -> list[str]:
+    """The pool's jobs of these pod UIDs, as ``member`` constraints that each fit one argument."""
+    return _member_constraints(pool, POD_UID_ATTR, [quote(u) for u in dict.fromkeys(uids)], limit)
+
+
+def id_batches(job_ids: Iterable[str], *, limit: int = ARG_MAX_BYTES, max_jobs: int | None = None) -> list[list[str]]:
+    """Job ids (one argument each) in batches of at most ``max_jobs`` whose ids together fit one argument's
+    size, so that no command line grows with the number of jobs tracked."""
+    return pack(sorted(set(job_ids), key=_id_key), budget=limit, max_items=max_jobs)
+
+
+def _id_key(job_id: str) -> tuple[int, ...]:
+    return tuple(int(p) if p.isdigit() else -1 for p in job_id.split("."))
+
+
+@dataclass(frozen=True, slots=True)
+class RemoveTotals:
+    """``condor_rm -totals``: what the schedd did with each job it was asked to remove (rm.cpp)."""
+
+    succeeded: int
+    failed: int
+    not_found: int
+    bad_status: int
+    already_done: int
+    permission_denied: int
+
+
+_TOTALS = re.compile(
+    r"(\d+) Succeeded, (\d+) Failed, (\d+) Not Found, (\d+) Bad Status, (\d+) Already Done, (\d+) Permission Denied"
+)
+
+
+def parse_remove_totals(stdout: str) -> RemoveTotals | None:
+    """The totals line of ``condor_rm -totals`` (None: the schedd gave no answer)."""
+    m = _TOTALS.search(stdout)
+    return RemoveTotals(*(int(g) for g in m.groups())) if m else None
+
+
+def removal_problem(totals: RemoveTotals) -> str | None:
+    """None: every job is removed or was already gone. Else why not: permission denied is not "gone" (the job
+    still runs; the token maps to another identity), so the caller raises and retries."""
+    if totals.permission_denied or totals.failed:
+        return (
+            f"condor_rm could not remove every job: {totals.permission_denied} permission denied, "
+            f"{totals.failed} failed"
+        )
+    return None
 
 
 def parse_status_totals(ads: Iterable[Mapping[str, Any]]) -> Capacity:

@@ -210,12 +210,16 @@ class OidcTokenSource:
                 raw = json.loads(self._state_file.read_text())
             except (OSError, ValueError):
                 return None
+            rotated = raw.get("refresh_token") if isinstance(raw, dict) else None
+            rotated = rotated if isinstance(rotated, str) and rotated else None
             if not self.token_file.exists():
-                return None
+                # No access token to use, but the issuer may have rotated the refresh token: the configured
+                # one is then stale (invalid_grant). A state that is due at once keeps the rotated one.
+                return TokenState(0.0, 0.0, rotated) if rotated else None
             try:
-                return TokenState(float(raw["expires_at"]), float(raw["obtained_at"]), raw.get("refresh_token"))
+                return TokenState(float(raw["expires_at"]), float(raw["obtained_at"]), rotated)
             except (KeyError, TypeError, ValueError):
-                return None
+                return TokenState(0.0, 0.0, rotated) if rotated else None
 
         return await asyncio.to_thread(read)
 
