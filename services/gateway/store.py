@@ -75,9 +75,11 @@ class PodRecord:
         self.name = name
         self.pool = _intern(pool)
         self.job_id = job_id
-        self.init_containers: tuple[str, ...] = tuple(map(_intern, init_containers))
-        self.containers: tuple[str, ...] = tuple(map(_intern, containers))
-        self._images: tuple[str, ...] = tuple(map(_intern, chain.from_iterable(images.items()))) if images else ()
+        self.init_containers: tuple[str, ...] = _share(tuple(map(_intern, init_containers)))
+        self.containers: tuple[str, ...] = _share(tuple(map(_intern, containers)))
+        self._images: tuple[str, ...] = (
+            _share(tuple(map(_intern, chain.from_iterable(images.items())))) if images else ()
+        )
         if status is None:
             self._status: bytes | None = None
             self._state: int | None = None
@@ -97,7 +99,7 @@ class PodRecord:
 
     @images.setter
     def images(self, images: dict[str, str]) -> None:
-        self._images = tuple(map(_intern, chain.from_iterable(images.items())))
+        self._images = _share(tuple(map(_intern, chain.from_iterable(images.items()))))
 
     @property
     def status(self) -> pb.JobStatus | None:
@@ -208,6 +210,22 @@ class PodRecord:
 
 
 _intern = sys.intern
+_SHARED: dict[tuple[str, ...], tuple[str, ...]] = {}
+SHARED_MAX = 4096
+"""Distinct name/image lists kept for sharing; past it the table starts over (records keep theirs)."""
+
+
+def _share(names: tuple[str, ...]) -> tuple[str, ...]:
+    """One tuple object per distinct list: pods of one template repeat them, 190 B a pod (issue 30, P6)."""
+    shared = _SHARED.get(names)
+    if shared is not None:
+        return shared
+    if len(_SHARED) >= SHARED_MAX:
+        _SHARED.clear()
+    _SHARED[names] = names
+    return names
+
+
 _decode_json = json.JSONDecoder().decode
 
 FINAL_STATES = frozenset(
