@@ -72,17 +72,19 @@ IN_FLIGHT = 64
 IDLE_WINDOW_S = 5.0
 
 
+def metadata(i: int, run: str, **extra: object) -> dict[str, object]:
+    """Pod ``i`` of a run: a stable UID, so a rep's pods can be found again."""
+    uid = str(uuid.uuid5(uuid.NAMESPACE_URL, f"{run}/{i}"))
+    return {"name": f"bench-{run}-{i}", "namespace": "bench", "uid": uid, **extra}
+
+
 def pod_data(i: int, run: str, pool: str = "bench") -> dict[str, object]:
     """The minimal pod: one container, one env var, no volumes."""
     return {
         "pod": {
             "apiVersion": "v1",
             "kind": "Pod",
-            "metadata": {
-                "name": f"bench-{run}-{i}",
-                "namespace": "bench",
-                "uid": str(uuid.uuid5(uuid.NAMESPACE_URL, f"{run}/{i}")),
-            },
+            "metadata": metadata(i, run),
             "spec": {
                 "containers": [
                     {"name": "main", "image": "busybox", "command": ["true"], "env": [{"name": "N", "value": str(i)}]}
@@ -97,7 +99,6 @@ def pod_data(i: int, run: str, pool: str = "bench") -> dict[str, object]:
 def interlink_pod_data(i: int, run: str, pool: str = "bench") -> dict[str, object]:
     """A pod as interLink sends them: two containers with 15 env vars each, an emptyDir both mount, a configMap
     volume with ``items`` (its data in the ``container`` list, as interLink's ``ExportPodData`` fills it)."""
-    uid = str(uuid.uuid5(uuid.NAMESPACE_URL, f"{run}/{i}"))
 
     def container(name: str, command: list[str]) -> dict[str, object]:
         env = [{"name": f"{name.upper()}_SETTING_{k}", "value": f"value-{k}-{i}"} for k in range(14)]
@@ -122,12 +123,7 @@ def interlink_pod_data(i: int, run: str, pool: str = "bench") -> dict[str, objec
         "pod": {
             "apiVersion": "v1",
             "kind": "Pod",
-            "metadata": {
-                "name": f"bench-{run}-{i}",
-                "namespace": "bench",
-                "uid": uid,
-                "labels": {"app": "bench", "kueue.x-k8s.io/queue-name": "user-queue"},
-            },
+            "metadata": metadata(i, run, labels={"app": "bench", "kueue.x-k8s.io/queue-name": "user-queue"}),
             "spec": {
                 "containers": [container("main", ["true"]), container("sidecar", ["true"])],
                 "volumes": [
