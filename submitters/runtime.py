@@ -122,6 +122,8 @@ class Submitter:
             outbox=self.outbox,
             clock=self.clock,
         )
+        self.submissions.on_submit = self.poller.on_start = self.announcer.record_outcome
+        self.announcer.queue_load = self.poller.queue_load
         self.recovery = Recovery(
             lock=self.instance_lock, registry=self._reg, backend=self.backend, poller=self.poller, outbox=self.outbox
         )
