@@ -1,0 +1,220 @@
+"""Quota from live capacity (issue 27): a pool's report and what Kueue says it uses → its quota and state.
+
+Pure: the inputs of one pass plus the pool's ``Memory`` of the previous pass give a ``Decision`` and
+the next memory; the runner keeps the memory between passes, so hysteresis, smoothing and back-off
+are table-tested without a clock or an API server (tests/test_controller_capacity.py).
+
+- ``capacity: Total`` (default): quota = min(total, nominalQuota), as before.
+- ``capacity: Free``: quota = min(used + free, total, nominalQuota), where ``used`` is what this
+  pool's admitted workloads hold (Kueue's reservation of the pool's flavor) and ``free`` what the
+  site has idle now; changed only when the change exceeds ``minChangeFraction`` and at most every
+  ``minIntervalSeconds`` (Kueue sees few writes, quotas do not flap).
+- Whatever the policy, a pool held as ``Saturated`` (too many of its jobs wait at the site, or for too
+  long; until its queue drains) or ``Failing`` (most recent submits/starts failed; back-off doubling
+  on each relapse) gets quota = used: Kueue admits nothing new there. ``Stale`` (``Free`` only): the
+  report is older than a few of its own intervals, so its "free" cannot be trusted.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from enum import StrEnum
+from fractions import Fraction
+
+from interlink_nats.kernel import quantities
+
+
+class Policy(StrEnum):
+    TOTAL = "Total"
+    FREE = "Free"
+
+
+class Admission(StrEnum):
+    """Whether Kueue may send a pool new work, and why not (``status.pools[].admission``)."""
+
+    OPEN = "Open"
+    SATURATED = "Saturated"
+    FAILING = "Failing"
+    STALE = "Stale"
+
+
+@dataclass(frozen=True)
+class CapacityPolicy:
+    """A flavor group's ``capacity`` and ``capacityPolicy`` (docs/controller.md, "Quota from live capacity")."""
+
+    policy: Policy = Policy.TOTAL
+    min_change_fraction: float = 0.1
+    min_interval_s: float = 10.0
+    max_queued_jobs: int = 0
+    """More of the pool's jobs than this waiting at the site: Saturated (0: no limit)."""
+    max_pending_s: float = 600.0
+    """The oldest waiting longer than this: Saturated (0: no limit)."""
+    failure_fraction: float = 0.5
+    min_attempts: int = 3
+    """Failing needs at least this many recent submits/starts, ``failure_fraction`` of them failed."""
+    backoff_s: float = 30.0
+    max_backoff_s: float = 960.0
+    stale_after_intervals: float = 3.0
+
+
+@dataclass(frozen=True)
+class PoolLoad:
+    """One pool's figures in one pass: its report's, and Kueue's reservation of its flavor."""
+
+    total: Mapping[str, str]
+    free: Mapping[str, str] | None = None
+    """None (or empty): the site cannot tell; the total stands in for it."""
+    used: Mapping[str, str] | None = None
+    queued_jobs: int = 0
+    oldest_pending_s: float = 0.0
+    attempts: int = 0
+    failures: int = 0
+    age_s: float = 0.0
+    """Since the report arrived."""
+    interval_s: float = 0.0
+    """The interval the pool announced (0: unknown, never stale)."""
+
+
+@dataclass(frozen=True)
+class Memory:
+    """What a pool's decision needs of the previous passes."""
+
+    admission: Admission = Admission.OPEN
+    reason: str = ""
+    quota: Mapping[str, str] | None = None
+    """The quota last decided (what Kueue holds); None before the first decision."""
+    applied_at: float = -math.inf
+    failing_until: float = 0.0
+    backoff_s: float = 0.0
+    """The next back-off (0: the policy's first); doubles at each relapse, resets once the pool is healthy."""
+    probing: bool = False
+    """Released from Failing while its window still shows the old failures: only a new failure holds it again."""
+    last_failures: int = 0
+
+
+@dataclass(frozen=True)
+class Decision:
+    quota: dict[str, str]
+    admission: Admission
+    reason: str
+    memory: Memory
+
+
+def _q(value: str | None) -> Fraction:
+    """A quantity that may be missing or malformed (a pool's report): 0 then, never an exception."""
+    if value is None or not quantities.is_valid(value):
+        return Fraction(0)
+    return max(Fraction(0), quantities.parse(value))
+
+
+def capped(total: Mapping[str, str], nominal: Mapping[str, str], covered: Sequence[str]) -> dict[str, str]:
+    """min(total, nominalQuota) per covered resource; unreported → 0; no nominal → the total."""
+    out: dict[str, str] = {}
+    for resource in covered:
+        reported = total.get(resource, "0")
+        if not quantities.is_valid(reported) or quantities.parse(reported) < 0:
+            reported = "0"
+        bound = nominal.get(resource)
+        out[resource] = quantities.minimum(reported, bound) if bound is not None else quantities.normalize(reported)
+    return out
+
+
+def _within(values: Mapping[str, Fraction], cap: Mapping[str, str]) -> dict[str, str]:
+    """Each value capped, spelled as the cap when it reaches it (no churn), else compactly (``10Gi``)."""
+    return {r: cap[r] if v >= _q(cap[r]) else quantities.format_quantity(v, r) for r, v in values.items()}
+
+
+def _held(load: PoolLoad, cap: Mapping[str, str]) -> dict[str, str]:
+    """Quota = what the pool's admitted workloads use: Kueue admits nothing more there."""
+    used = load.used or {}
+    return _within({r: _q(used.get(r)) for r in cap}, cap)
+
+
+def _open(policy: CapacityPolicy, load: PoolLoad, cap: Mapping[str, str]) -> dict[str, str]:
+    if policy.policy is Policy.TOTAL or not load.free:
+        return dict(cap)
+    used, free = load.used or {}, load.free
+    return _within({r: _q(used.get(r)) + _q(free.get(r, load.total.get(r))) for r in cap}, cap)
+
+
+def _changed_enough(old: Mapping[str, str], new: Mapping[str, str], fraction: float) -> bool:
+    for resource in set(old) | set(new):
+        a, b = _q(old.get(resource)), _q(new.get(resource))
+        if a != b and (a == 0 or abs(b - a) > Fraction(fraction) * a):
+            return True
+    return False
+
+
+def _failing(policy: CapacityPolicy, load: PoolLoad) -> bool:
+    return load.attempts >= max(1, policy.min_attempts) and load.failures >= policy.failure_fraction * load.attempts
+
+
+def admission(policy: CapacityPolicy, load: PoolLoad, memory: Memory, now: float) -> tuple[Admission, str, Memory]:
+    """The pool's state: Failing before Saturated before Stale before Open (with the memory to keep)."""
+    failing = _failing(policy, load)
+    new_failure = load.failures > memory.last_failures
+    memory = replace(memory, last_failures=load.failures)
+    if memory.admission is Admission.FAILING and now < memory.failing_until:
+        return Admission.FAILING, memory.reason, memory
+    if memory.admission is Admission.FAILING:  # back-off over: let it try again
+        memory = replace(memory, probing=True)
+    elif failing and (not memory.probing or new_failure):
+        backoff = memory.backoff_s or policy.backoff_s
+        reason = f"{load.failures} of its last {load.attempts} submissions/starts failed; no new work for {backoff:g}s"
+        memory = replace(
+            memory,
+            failing_until=now + backoff,
+            backoff_s=min(policy.max_backoff_s, backoff * 2),
+            probing=False,
+        )
+        return Admission.FAILING, reason, memory
+    if not failing:
+        memory = replace(memory, probing=False, backoff_s=0.0)
+    too_many = policy.max_queued_jobs > 0 and load.queued_jobs > policy.max_queued_jobs
+    too_old = policy.max_pending_s > 0 and load.oldest_pending_s > policy.max_pending_s
+    if too_many or too_old or (memory.admission is Admission.SATURATED and load.queued_jobs > 0):
+        reason = (
+            f"{load.queued_jobs} of its jobs wait at the site, the oldest for {load.oldest_pending_s:.0f}s; "
+            "no new work until they start"
+        )
+        return Admission.SATURATED, reason, memory
+    if (
+        policy.policy is Policy.FREE
+        and load.interval_s > 0
+        and load.age_s > policy.stale_after_intervals * load.interval_s
+    ):
+        return Admission.STALE, f"its last report is {load.age_s:.0f}s old; its free capacity is unknown", memory
+    return Admission.OPEN, "", memory
+
+
+def decide(
+    policy: CapacityPolicy,
+    load: PoolLoad,
+    nominal: Mapping[str, str],
+    covered: Sequence[str],
+    memory: Memory,
+    now: float,
+) -> Decision:
+    """One pool's quota and state for this pass, and what to remember for the next."""
+    cap = capped(load.total, nominal, covered)
+    state, reason, memory = admission(policy, load, memory, now)
+    target = _open(policy, load, cap) if state is Admission.OPEN else _held(load, cap)
+    previous = memory.quota
+    hold_back = (
+        policy.policy is Policy.FREE
+        and previous is not None
+        and state is memory.admission
+        and set(previous) == set(target)
+        and (
+            now - memory.applied_at < policy.min_interval_s
+            or not _changed_enough(previous, target, policy.min_change_fraction)
+        )
+    )
+    if hold_back and previous is not None:
+        target = dict(previous)
+    elif target != previous:
+        memory = replace(memory, quota=dict(target), applied_at=now)
+    memory = replace(memory, admission=state, reason=reason)
+    return Decision(target, state, reason, memory)
