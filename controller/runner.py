@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from interlink_nats.controller import model, reconcile
+from interlink_nats.controller.capacity import Admission, Memory, Policy
 from interlink_nats.controller.kube import KubeApi, KubeError
 from interlink_nats.controller.listening import NatsHub, ReportStore, default_nats_settings
 from interlink_nats.controller.reconcile import (
@@ -67,6 +68,14 @@ class _MQ:
     pool_states: dict[str, str] = field(default_factory=dict)
     seen_warnings: set[tuple[str, str]] = field(default_factory=set)
     ready_after: float = 0.0
+    capacity: dict[str, Memory] = field(default_factory=dict)
+    """Each live pool's capacity-policy memory (smoothing, hysteresis, back-off), by flavor name."""
+    admissions: dict[str, str] = field(default_factory=dict)
+    """Each pool's last admission state (Open, Saturated…): a change is a Kubernetes Event."""
+
+
+_VOLATILE = frozenset({"lastReport", "free", "used", "queuedJobs", "reason"})
+"""Status fields that move with every report: written at most every ``status_refresh_s`` (state and quota at once)."""
 
 
 def covers(desired: Any, live: Any) -> bool:
@@ -306,7 +315,9 @@ class Controller:
         sources = mq.sources()
         if not all(self.hub.primed(s) for s in sources) and now < state.ready_after:
             return  # the first Describe round is still running: do not judge pools yet
-        desired = reconcile.reconcile(mq, self.store.view(), self.version, now=now)
+        usage = await self._usage(mq) if self._needs_usage(mq) else {}
+        desired = reconcile.reconcile(mq, self.store.view(), self.version, now=now, usage=usage, memory=state.capacity)
+        state.capacity = desired.memory
         for warning in desired.warnings:
             await self._event_once(state, "Warning", "Reconcile", warning)
         wanted: set[Key] = set()
@@ -319,6 +330,29 @@ class Controller:
         await self._delete_owned(name, keep=wanted)
         await self._pool_events(state, mq, desired)
         await self._write_status(state, name, desired, now)
+
+    def _needs_usage(self, mq: model.MasterQueue) -> bool:
+        """Kueue's reservation matters under ``capacity: Free``, and when a pool may be held at what it uses."""
+        for group in mq.flavors:
+            if group.nats is None:
+                continue
+            if group.nats.capacity.policy is Policy.FREE:
+                return True
+            reports = self.store.view().get(group.nats.source, {})
+            if any(r.queued_jobs or r.failures for r in reports.values() if group.nats.selects(r.pool)):
+                return True
+        return False
+
+    async def _usage(self, mq: model.MasterQueue) -> dict[str, dict[str, str]]:
+        """What admitted workloads hold per flavor, read from Kueue's status of this MasterQueue's queues."""
+        assert self.version is not None
+        queues = []
+        for name in reconcile.queue_names(mq):
+            if ("ClusterQueue", name) in self.live:
+                found = await self.api.get_object("ClusterQueue", self.version, name)
+                if found is not None:
+                    queues.append(found)
+        return reconcile.kueue_usage(queues)
 
     async def _conflict(self, state: _MQ, mq: model.MasterQueue, key: Key) -> bool:
         """A ClusterQueue of that name that someone else (or another MasterQueue) owns is left alone."""
@@ -384,6 +418,17 @@ class Controller:
                 "lastReport": _rfc3339(p.last_report),
                 "capacity": dict(p.capacity),
             }
+            if p.state is PoolState.LIVE:
+                row["admission"] = str(p.admission)
+                row["quota"] = dict(p.quota)
+                row["used"] = dict(p.used)
+                row["queuedJobs"] = p.queued_jobs
+                if p.free:
+                    row["free"] = dict(p.free)
+                if p.reason:
+                    row["reason"] = p.reason
+            else:
+                row["admission"] = str(Admission.STALE)
             if p.labels:
                 row["labels"] = dict(p.labels)
             if p.taints:
@@ -410,7 +455,7 @@ class Controller:
         if status is None:
             return None
         out = {k: v for k, v in status.items() if k != "conditions"}
-        out["pools"] = [{k: v for k, v in p.items() if k != "lastReport"} for p in status.get("pools") or []]
+        out["pools"] = [{k: v for k, v in p.items() if k not in _VOLATILE} for p in status.get("pools") or []]
         out["conditions"] = [
             {k: v for k, v in c.items() if k != "lastTransitionTime"} for c in status.get("conditions") or []
         ]
@@ -444,6 +489,16 @@ class Controller:
                 kind = "Normal" if now_state == PoolState.LIVE else "Warning"
                 await self._event(mq, kind, reason, f"pool {pool}: {now_state}")
         state.pool_states = current
+        admissions = {p.pool: p for p in desired.pools if p.state is PoolState.LIVE}
+        for pool, p in admissions.items():
+            before = state.admissions.get(pool, str(Admission.OPEN))
+            if before == p.admission:
+                continue
+            if p.admission is Admission.OPEN:
+                await self._event(mq, "Normal", "PoolOpen", f"pool {pool}: Open again (was {before})")
+            else:
+                await self._event(mq, "Warning", f"Pool{p.admission}", f"pool {pool}: {p.admission}: {p.reason}")
+        state.admissions = {pool: str(p.admission) for pool, p in admissions.items()}
 
     async def _event_once(self, state: _MQ, kind: str, reason: str, message: str) -> None:
         if (reason, message) in state.seen_warnings:

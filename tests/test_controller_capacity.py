@@ -181,3 +181,36 @@ def test_memory_survives_a_state_round_trip_unchanged() -> None:
     again = decide(FREE, load(free={"cpu": "8"}), {}, COVERED, decision.memory, now=6.0)
     assert again.memory == replace(decision.memory)
     assert again.quota == decision.quota
+
+
+def test_the_masterqueue_sets_the_policy_per_flavor_group() -> None:
+    from interlink_nats.controller import model
+    from test_masterqueue_safety import flavor_body
+
+    body = flavor_body(pools=["a"], capacity="Free", capacityPolicy={"minIntervalSeconds": 5, "maxQueuedJobs": 3})
+    group = model.parse_masterqueue(body).flavors[0]
+    assert group.nats is not None
+    assert group.nats.capacity == CapacityPolicy(policy=Policy.FREE, min_interval_s=5.0, max_queued_jobs=3)
+    default = model.parse_masterqueue(flavor_body(pools=["a"])).flavors[0]
+    assert default.nats is not None and default.nats.capacity == CapacityPolicy()
+
+
+@pytest.mark.parametrize(
+    ("nats", "problem"),
+    [
+        ({"capacity": "free"}, "natsFlavor.capacity: must be one of Total, Free"),
+        ({"capacityPolicy": {"minChangeFraction": 2}}, "capacityPolicy.minChangeFraction: must be between 0 and 1"),
+        ({"capacityPolicy": {"maxQueuedJobs": 1.5}}, "capacityPolicy.maxQueuedJobs: must be a whole number"),
+        ({"capacityPolicy": {"backoffSeconds": "10"}}, "capacityPolicy.backoffSeconds: must be a number"),
+        ({"capacityPolicy": {"backoffSeconds": True}}, "capacityPolicy.backoffSeconds: must be a number"),
+        ({"capacityPolicy": {"backof": 1}}, "capacityPolicy.backof: unknown field"),
+        ({"capacityPolicy": []}, "natsFlavor.capacityPolicy: must be a mapping"),
+    ],
+)
+def test_a_bad_policy_is_one_clear_line_naming_the_field(nats: dict[str, object], problem: str) -> None:
+    from interlink_nats.controller import model
+    from test_masterqueue_safety import flavor_body
+
+    with pytest.raises(model.MasterQueueError) as caught:
+        model.parse_masterqueue(flavor_body(pools=["a"], **nats))
+    assert any(problem in p for p in caught.value.problems), caught.value.problems
