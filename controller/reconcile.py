@@ -336,9 +336,10 @@ def reconcile(
                 )
             used = dict((usage or {}).get(name) or {})
             decision = None
+            previous = (memory or {}).get(name) or Memory()
+            desired.memory[name] = previous  # kept while it is timed out: a flapping pool keeps its back-off
             if state is PoolState.LIVE:
                 at = now if now is not None else report.received_at
-                previous = (memory or {}).get(name) or Memory()
                 decision = capacity.decide(
                     group.nats.capacity, pool_load(report, used, now), group.nominal_quota, covered, previous, at
                 )
