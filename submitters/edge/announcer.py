@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 from collections.abc import Callable
 
 import nats.errors
@@ -126,7 +127,8 @@ class Announcer:
             taints=self.settings.report_taints(),
             reported_at=self.clock.utcnow(),
             backend=self.backend.name,
-            interval_seconds=int(self.settings.announce_interval_s),
+            # what the loop below really does: it looks every CONFIG_CHECK_INTERVAL at best
+            interval_seconds=math.ceil(max(self.settings.announce_interval_s, CONFIG_CHECK_INTERVAL)),
             free=self.free_report(capacity),
             queued_jobs=waiting.queued,
             oldest_pending_seconds=int(waiting.oldest_pending_s),
