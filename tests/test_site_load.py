@@ -3,10 +3,17 @@ waiting jobs and its recent failures (recorded output; the real-Slurm test is te
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.kernel.clock import ManualClock
 from interlink_nats.submitters.backends.htcondor.free import parse_unclaimed
 from interlink_nats.submitters.backends.slurm.parse import parse_sinfo_free
 from interlink_nats.submitters.core.backend import Capacity
 from interlink_nats.submitters.core.load import FailureWindow, QueueLoad, queue_load
+from interlink_nats.submitters.edge.announcer import Announcer
+from interlink_nats.submitters.testing import FakeBackend, settings_for
 
 
 def test_sinfo_free_counts_idle_cpus_unallocated_memory_and_gpus_of_usable_nodes() -> None:
@@ -50,3 +57,51 @@ def test_failure_window_forgets_old_outcomes() -> None:
     assert window.counts(30.0) == (4, 3)
     assert window.counts(75.0) == (2, 1)  # the failures at 0 and 10 are older than 60 s
     assert window.counts(200.0) == (0, 0)
+
+
+class _FreeBackend(FakeBackend):
+    """The fake batch system, also saying what is free (``ReportsFree``)."""
+
+    def __init__(self, free: Capacity) -> None:
+        super().__init__(Capacity(cpu_millis=8000, memory_bytes=16 * 2**30))
+        self.free_now = free
+
+    async def free(self) -> Capacity | None:
+        return self.free_now
+
+
+async def test_the_report_carries_free_held_queue_and_failures(tmp_path: Path) -> None:
+    settings = settings_for(tmp_path, "nats://127.0.0.1:1", pool="p", failure_window_s=60)
+    clock = ManualClock()
+    backend = _FreeBackend(Capacity(cpu_millis=3000, memory_bytes=2**30))
+    announcer = Announcer(settings, backend, clock)
+    job = pb.JobScript(resources=pb.ResourceRequest(cpu_millis=1500, memory_bytes=2**20))
+    announcer.held_specs = _specs([bytes(job), bytes(job), b"\xff\xff"])
+    announcer.queue_load = lambda now: QueueLoad(2, 42.9)
+    announcer.record_outcome(False)
+    announcer.record_outcome(True)
+    await announcer.discover_capacity()
+    report = announcer.resource_report()
+    assert report.capacity == {"cpu": "8", "memory": "16384Mi", "pods": "1000"}
+    assert report.free == {"cpu": "3", "memory": "1024Mi", "pods": "1000"}  # pods: not measured, free as announced
+    assert report.held == {"cpu": "3", "memory": "2Mi"}
+    assert (report.queued_jobs, report.oldest_pending_seconds) == (2, 42)
+    assert (report.recent_attempts, report.recent_failures, report.failure_window_seconds) == (2, 1, 60)
+
+    backend.free_now = Capacity(cpu_millis=64_000)  # more free than the pool's total: capped
+    await announcer.discover_capacity()
+    assert announcer.resource_report().free["cpu"] == "8"
+
+
+async def test_a_backend_that_cannot_tell_reports_no_free_figures(tmp_path: Path) -> None:
+    announcer = Announcer(settings_for(tmp_path, "nats://127.0.0.1:1", pool="p"), FakeBackend(), ManualClock())
+    await announcer.discover_capacity()
+    report = announcer.resource_report()
+    assert report.free == {} and report.held == {}
+
+
+def _specs(specs: list[bytes]) -> Callable[[], Awaitable[list[bytes]]]:
+    async def read() -> list[bytes]:
+        return specs
+
+    return read

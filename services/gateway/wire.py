@@ -317,8 +317,22 @@ def containers_status_json(
     }
 
 
+def _node_share(report: pb.ResourceReport, resource: str, total: str) -> Fraction:
+    """A pool's part of the virtual node's capacity: what its jobs hold plus what is free at its site now
+    (capped by its total), the figures kueue-nats gives Kueue under ``capacity: Free``; its total when the
+    site cannot tell what is free."""
+    cap = quantities.parse(total)
+    free = report.free.get(resource)
+    if free is None or not quantities.is_valid(free):
+        return cap
+    held = report.held.get(resource, "0")
+    held_value = quantities.parse(held) if quantities.is_valid(held) else Fraction(0)
+    return max(Fraction(0), min(cap, quantities.parse(free) + held_value))
+
+
 def ping_response(reports: list[pb.ResourceReport]) -> dict[str, Any]:
-    """A ``PingResponse`` aggregating live pools' total capacity and taints.
+    """A ``PingResponse`` aggregating live pools' capacity (held + free where the pool reports what is free,
+    else its total) and taints.
 
     Resources that no pool reports are left out rather than sent as "0", which would drain the
     virtual node (interLink #558).
@@ -328,7 +342,7 @@ def ping_response(reports: list[pb.ResourceReport]) -> dict[str, Any]:
     for report in reports:
         for resource, quantity in report.capacity.items():
             try:
-                totals[resource] = totals.get(resource, Fraction(0)) + quantities.parse(quantity)
+                totals[resource] = totals.get(resource, Fraction(0)) + _node_share(report, resource, quantity)
             except quantities.InvalidQuantityError:
                 continue  # a pool's malformed figure must not break the ping
         for taint in report.taints:

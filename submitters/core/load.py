@@ -11,6 +11,9 @@ from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.submitters.core.backend import Capacity
+
 
 @dataclass(frozen=True, slots=True)
 class QueueLoad:
@@ -49,3 +52,19 @@ class FailureWindow:
             self._events.popleft()
         failures = sum(1 for _, ok in self._events if not ok)
         return len(self._events), failures
+
+
+def held_by(specs: Iterable[bytes]) -> Capacity:
+    """What unfinished jobs asked of the site: the resource requests of their stored JobScripts, summed
+    (a spec that does not parse counts as nothing)."""
+    cpu = mem = gpus = 0
+    for raw in specs:
+        try:
+            resources = pb.JobScript.parse(raw).resources
+        except Exception:  # betterproto2 raises several kinds for bad bytes
+            continue
+        if resources is not None:
+            cpu += max(0, resources.cpu_millis)
+            mem += max(0, resources.memory_bytes)
+            gpus += max(0, resources.gpus)
+    return Capacity(cpu_millis=cpu, memory_bytes=mem, gpus=gpus)

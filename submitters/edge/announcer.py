@@ -9,7 +9,7 @@ import asyncio
 import contextlib
 import logging
 import math
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import nats.errors
 from interlink_nats.gen.interlink_nats import v1 as pb
@@ -18,7 +18,7 @@ from interlink_nats.kernel.clock import Clock
 from interlink_nats.kernel.subjects import config_subject, resources_subject
 from interlink_nats.submitters.core.backend import Backend, BackendError, Capacity, ReportsFree
 from interlink_nats.submitters.core.errors import SubmitterError
-from interlink_nats.submitters.core.load import FailureWindow, QueueLoad
+from interlink_nats.submitters.core.load import FailureWindow, QueueLoad, held_by
 from interlink_nats.submitters.settings import SubmitterSettings
 from nats.aio.client import Client as NATS
 
@@ -49,6 +49,9 @@ class Announcer:
         """What the site had free at the last discovery; None: the backend cannot tell (or failed to)."""
         self.failures = FailureWindow(settings.failure_window_s)
         """Fed by the submission path and the poller (``runtime``); read into every report."""
+        self.held = Capacity()
+        self.held_specs: Callable[[], Awaitable[list[bytes]]] | None = None
+        """The stored JobScripts of the pool's unfinished jobs (the runtime reads them from the registry)."""
         self.queue_load: Callable[[float], QueueLoad] = _no_queue
         """The pool's jobs waiting at the site (the runtime sets the poller's)."""
         self._config_mtime: float | None = None
@@ -96,6 +99,11 @@ class Announcer:
             except BackendError as exc:
                 self.free = None
                 log.warning("cannot discover free capacity (%s); reporting none", exc)
+        if self.free is not None and self.held_specs is not None:
+            try:
+                self.held = held_by(await self.held_specs())
+            except Exception as exc:  # the registry closed under us (stopping): keep the last figure
+                log.debug("cannot count what the pool's jobs hold: %s", exc)
         return self.capacity
 
     def free_report(self, capacity: dict[str, str]) -> dict[str, str]:
@@ -130,6 +138,7 @@ class Announcer:
             # what the loop below really does: it looks every CONFIG_CHECK_INTERVAL at best
             interval_seconds=math.ceil(max(self.settings.announce_interval_s, CONFIG_CHECK_INTERVAL)),
             free=self.free_report(capacity),
+            held=self.held.quantities() if self.free is not None else {},
             queued_jobs=waiting.queued,
             oldest_pending_seconds=int(waiting.oldest_pending_s),
             recent_attempts=attempts,

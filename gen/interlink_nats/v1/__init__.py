@@ -974,6 +974,18 @@ class ResourceReport(betterproto2.Message):
 
     failure_window_seconds: "int" = betterproto2.field(13, betterproto2.TYPE_UINT32)
 
+    held: "dict[str, str]" = betterproto2.field(
+        14,
+        betterproto2.TYPE_MAP,
+        map_meta=betterproto2.map_meta(
+            betterproto2.TYPE_STRING, betterproto2.TYPE_STRING
+        ),
+    )
+    """
+    What this pool's unfinished jobs asked of the site (requests summed), set with `free`: the gateway's
+    node capacity is held + free (capped by `capacity`), so the scheduler sees only what could start now.
+    """
+
 
 default_message_pool.register_message(
     "interlink_nats.v1", "ResourceReport", ResourceReport
