@@ -49,8 +49,9 @@ class CapacityPolicy:
     min_interval_s: float = 10.0
     max_queued_jobs: int = 0
     """More of the pool's jobs than this waiting at the site: Saturated (0: no limit)."""
-    max_pending_s: float = 600.0
-    """The oldest waiting longer than this: Saturated (0: no limit)."""
+    max_pending_s: float = 0.0
+    """The oldest waiting longer than this: Saturated (0: no limit). Both limits are off by default: on a
+    batch site waiting is normal, and only the operator knows how long is too long."""
     failure_fraction: float = 0.5
     min_attempts: int = 3
     """Failing needs at least this many recent submits/starts, ``failure_fraction`` of them failed."""
