@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+from interlink_nats.controller import model
 from interlink_nats.controller.capacity import (
     Admission,
     CapacityPolicy,
@@ -15,6 +16,8 @@ from interlink_nats.controller.capacity import (
     PoolLoad,
     decide,
 )
+from interlink_nats.controller.reconcile import kueue_usage
+from test_masterqueue_safety import flavor_body
 
 COVERED = ("cpu", "memory")
 TOTAL = {"cpu": "64", "memory": "256Gi"}
@@ -184,9 +187,6 @@ def test_memory_survives_a_state_round_trip_unchanged() -> None:
 
 
 def test_the_masterqueue_sets_the_policy_per_flavor_group() -> None:
-    from interlink_nats.controller import model
-    from test_masterqueue_safety import flavor_body
-
     body = flavor_body(pools=["a"], capacity="Free", capacityPolicy={"minIntervalSeconds": 5, "maxQueuedJobs": 3})
     group = model.parse_masterqueue(body).flavors[0]
     assert group.nats is not None
@@ -208,9 +208,22 @@ def test_the_masterqueue_sets_the_policy_per_flavor_group() -> None:
     ],
 )
 def test_a_bad_policy_is_one_clear_line_naming_the_field(nats: dict[str, object], problem: str) -> None:
-    from interlink_nats.controller import model
-    from test_masterqueue_safety import flavor_body
-
     with pytest.raises(model.MasterQueueError) as caught:
         model.parse_masterqueue(flavor_body(pools=["a"], **nats))
     assert any(problem in p for p in caught.value.problems), caught.value.problems
+
+
+def test_kueue_usage_sums_the_reservation_of_every_queue_and_ignores_garbage() -> None:
+    master = {"status": {"flavorsReservation": [{"name": "f", "resources": [{"name": "cpu", "total": "3"}]}]}}
+    borrower = {"status": {"flavorsUsage": [{"name": "f", "resources": [{"name": "cpu", "total": "500m"}]}]}}
+    garbage: list[dict[str, object]] = [
+        {},
+        {"status": None},
+        {"status": {"flavorsReservation": "x"}},
+        {
+            "status": {
+                "flavorsReservation": [None, {"name": 3}, {"name": "f", "resources": [{"name": "cpu", "total": "?"}]}]
+            }
+        },
+    ]
+    assert kueue_usage([master, borrower, *garbage]) == {"f": {"cpu": "3500m"}}
