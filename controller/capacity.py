@@ -7,8 +7,9 @@ are table-tested without a clock or an API server (tests/test_controller_capacit
 - ``capacity: Total`` (default): quota = min(total, nominalQuota), as before.
 - ``capacity: Free``: quota = min(used + free, total, nominalQuota), where ``used`` is what this
   pool's admitted workloads hold (Kueue's reservation of the pool's flavor) and ``free`` what the
-  site has idle now; changed only when the change exceeds ``minChangeFraction`` and at most every
-  ``minIntervalSeconds`` (Kueue sees few writes, quotas do not flap).
+  site has idle now; changed only when the change exceeds ``minChangeFraction`` and at most once per
+  ``minIntervalSeconds`` window (windows aligned for all pools, so a queue's pools change together in one
+  write; Kueue sees few writes, quotas do not flap).
 - Whatever the policy, a pool held as ``Saturated`` (too many of its jobs wait at the site, or for too
   long; until its queue drains) or ``Failing`` (most recent submits/starts failed; back-off doubling
   on each relapse) gets quota = used: Kueue admits nothing new there. ``Stale`` (``Free`` only): the
@@ -148,6 +149,15 @@ def _changed_enough(old: Mapping[str, str], new: Mapping[str, str], fraction: fl
     return False
 
 
+def _same_window(applied_at: float, now: float, interval_s: float) -> bool:
+    """Whether ``now`` is in the interval window of the last change. Windows are aligned to multiples of the
+    interval (not to each pool's last change), so every pool of a queue that waits for its window changes in the
+    same pass: one ClusterQueue write per window instead of one per pool."""
+    if interval_s <= 0 or not math.isfinite(applied_at):
+        return False
+    return math.floor(now / interval_s) == math.floor(applied_at / interval_s)
+
+
 def _failing(policy: CapacityPolicy, load: PoolLoad) -> bool:
     return load.attempts >= max(1, policy.min_attempts) and load.failures >= policy.failure_fraction * load.attempts
 
@@ -209,7 +219,7 @@ def decide(
         and state is memory.admission
         and set(previous) == set(target)
         and (
-            now - memory.applied_at < policy.min_interval_s
+            _same_window(memory.applied_at, now, policy.min_interval_s)
             or not _changed_enough(previous, target, policy.min_change_fraction)
         )
     )

@@ -227,3 +227,15 @@ def test_kueue_usage_sums_the_reservation_of_every_queue_and_ignores_garbage() -
         },
     ]
     assert kueue_usage([master, borrower, *garbage]) == {"f": {"cpu": "3500m"}}
+
+
+def test_smoothing_windows_are_aligned_so_pools_change_together() -> None:
+    """Pool a last changed at t=1, pool b at t=7: both wait for the window starting at t=10, not a at 11, b at 17."""
+
+    def at(now: float, memory: Memory, cpu: str) -> Decision:
+        return decide(FREE, load(free={"cpu": cpu, "memory": "1Gi"}), {}, COVERED, memory, now)
+
+    a = at(1.0, Memory(), "40")
+    b = at(7.0, Memory(), "40")
+    assert at(9.9, a.memory, "10").quota["cpu"] == at(9.9, b.memory, "10").quota["cpu"] == "40"
+    assert at(10.0, a.memory, "10").quota["cpu"] == at(10.0, b.memory, "10").quota["cpu"] == "10"
