@@ -269,29 +269,32 @@ async def churn(
         walker = asyncio.ensure_future(walk([p for p in pools if p not in probed]))
         await asyncio.sleep(5.0)  # the walk under way, smoothing intervals started
 
-        per_minute: list[float] = []
-        latencies: list[float] = []
-        last_probe = dict.fromkeys(probed, listed_at)  # their first quota was applied then
-        interval = float(policy.get("minIntervalSeconds", 0))
+        per_minute: list[float] = []  # the churn alone: what the API server sees
         for _ in range(windows):
             before, start = len(emu.writes), time.perf_counter()
-            while time.perf_counter() - start < window_s:
-                # a big change of a probe pool whose quota has not moved for longer than the smoothing interval
-                ready = [(mq, p) for mq, p in probes if time.perf_counter() - last_probe.get(p, -1e9) > interval + 0.5]
-                if not ready:
-                    await asyncio.sleep(0.1)
-                    continue
-                mq, pool = rng.choice(ready)
-                free[pool] = 8 if free[pool] > 32 else 56
-                future: asyncio.Future[float] = asyncio.get_running_loop().create_future()
-                api.waiters[(mq, f"{mq}-hpc-{pool}", str(free[pool]))] = future
-                sent = time.perf_counter()
-                await nc.publish(resources_subject(pool), report(pool, 64, free[pool]))
-                await nc.flush()
-                latencies.append(await asyncio.wait_for(future, 30) - sent)
-                last_probe[pool] = time.perf_counter()
-                await asyncio.sleep(rng.uniform(0, 0.3))
+            await asyncio.sleep(window_s)
             per_minute.append((len(emu.writes) - before) / (time.perf_counter() - start) * 60)
+
+        latencies: list[float] = []  # then big changes of probe pools, the churn going on
+        last_probe = dict.fromkeys(probed, listed_at)  # their first quota was applied then
+        interval = float(policy.get("minIntervalSeconds", 0))
+        start = time.perf_counter()
+        while time.perf_counter() - start < window_s * windows / 2:
+            # a probe pool whose quota has not moved for longer than the smoothing interval
+            ready = [(mq, p) for mq, p in probes if time.perf_counter() - last_probe[p] > interval + 0.5]
+            if not ready:
+                await asyncio.sleep(0.1)
+                continue
+            mq, pool = rng.choice(ready)
+            free[pool] = 8 if free[pool] > 32 else 56
+            future: asyncio.Future[float] = asyncio.get_running_loop().create_future()
+            api.waiters[(mq, f"{mq}-hpc-{pool}", str(free[pool]))] = future
+            sent = time.perf_counter()
+            await nc.publish(resources_subject(pool), report(pool, 64, free[pool]))
+            await nc.flush()
+            latencies.append(await asyncio.wait_for(future, 30) - sent)
+            last_probe[pool] = time.perf_counter()
+            await asyncio.sleep(rng.uniform(0, 0.3))
         stop.set()
         await walker
         task.cancel()

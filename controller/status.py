@@ -14,8 +14,9 @@ from typing import Any
 from interlink_nats.controller.capacity import Admission
 from interlink_nats.controller.reconcile import Desired, PoolState
 
-VOLATILE = frozenset({"lastReport", "free", "used", "queuedJobs", "reason"})
-"""Pool fields that move with every report: written at most every ``status_refresh_s`` (state and quota at once)."""
+VOLATILE = frozenset({"lastReport", "free", "used", "quota", "queuedJobs", "reason"})
+"""Pool fields that move with every report: written at most every ``status_refresh_s`` (states at once; the
+quota Kueue uses is in the ClusterQueue, written at once)."""
 
 
 def rfc3339(ts: float | None) -> str | None:
