@@ -54,7 +54,7 @@ def pool_rows(desired: Desired | None) -> list[dict[str, Any]]:
                 row["free"] = dict(p.free)
             if p.reason:
                 row["reason"] = p.reason
-        else:
+        elif p.state is PoolState.TIMED_OUT:
             row["admission"] = str(Admission.STALE)
         if p.labels:
             row["labels"] = dict(p.labels)
