@@ -7,9 +7,9 @@ are table-tested without a clock or an API server (tests/test_controller_capacit
 - ``capacity: Total`` (default): quota = min(total, nominalQuota), as before.
 - ``capacity: Free``: quota = min(used + free, total, nominalQuota), where ``used`` is what this
   pool's admitted workloads hold (Kueue's reservation of the pool's flavor) and ``free`` what the
-  site has idle now; changed only when the change exceeds ``minChangeFraction`` and at most once per
-  ``minIntervalSeconds`` window (windows aligned for all pools, so a queue's pools change together in one
-  write; Kueue sees few writes, quotas do not flap).
+  site has idle now; changed only when the change exceeds ``minChangeFraction``, at the start of the
+  ``minIntervalSeconds`` window after it was first seen (windows aligned for all pools, so a queue's pools
+  change together in one write; Kueue sees few writes, quotas do not flap).
 - Whatever the policy, a pool held as ``Saturated`` (too many of its jobs wait at the site, or for too
   long; until its queue drains) or ``Failing`` (most recent submits/starts failed; back-off doubling
   on each relapse) gets quota = used: Kueue admits nothing new there. ``Stale`` (``Free`` only): the
@@ -88,6 +88,8 @@ class Memory:
     quota: Mapping[str, str] | None = None
     """The quota last decided (what Kueue holds); None before the first decision."""
     applied_at: float = -math.inf
+    pending_since: float | None = None
+    """When a change large enough was first seen and held back: it is applied in the next window."""
     failing_until: float = 0.0
     backoff_s: float = 0.0
     """The next back-off (0: the policy's first); doubles at each relapse, resets once the pool is healthy."""
@@ -149,13 +151,13 @@ def _changed_enough(old: Mapping[str, str], new: Mapping[str, str], fraction: fl
     return False
 
 
-def _same_window(applied_at: float, now: float, interval_s: float) -> bool:
-    """Whether ``now`` is in the interval window of the last change. Windows are aligned to multiples of the
-    interval (not to each pool's last change), so every pool of a queue that waits for its window changes in the
-    same pass: one ClusterQueue write per window instead of one per pool."""
-    if interval_s <= 0 or not math.isfinite(applied_at):
+def _same_window(since: float, now: float, interval_s: float) -> bool:
+    """Whether ``now`` is in the same interval window as ``since`` (when a change was first seen). Windows are
+    aligned to multiples of the interval for every pool, so the changes of all of a queue's pools seen in one
+    window are applied together in the first pass of the next: one ClusterQueue write per window, not per pool."""
+    if interval_s <= 0:
         return False
-    return math.floor(now / interval_s) == math.floor(applied_at / interval_s)
+    return math.floor(now / interval_s) == math.floor(since / interval_s)
 
 
 def _failing(policy: CapacityPolicy, load: PoolLoad) -> bool:
@@ -213,19 +215,25 @@ def decide(
     state, reason, memory = admission(policy, load, memory, now)
     target = _open(policy, load, cap) if state is Admission.OPEN else _held(load, cap)
     previous = memory.quota
-    hold_back = (
+    smoothed = (
         policy.policy is Policy.FREE
         and previous is not None
         and state is memory.admission
         and set(previous) == set(target)
-        and (
-            _same_window(memory.applied_at, now, policy.min_interval_s)
-            or not _changed_enough(previous, target, policy.min_change_fraction)
-        )
+        and target != previous
     )
-    if hold_back and previous is not None:
-        target = dict(previous)
+    if smoothed and previous is not None:
+        if not _changed_enough(previous, target, policy.min_change_fraction):
+            target, memory = dict(previous), replace(memory, pending_since=None)
+        else:
+            since = memory.pending_since if memory.pending_since is not None else now
+            if _same_window(since, now, policy.min_interval_s):
+                target, memory = dict(previous), replace(memory, pending_since=since)
+            else:
+                memory = replace(memory, quota=dict(target), applied_at=now, pending_since=None)
     elif target != previous:
-        memory = replace(memory, quota=dict(target), applied_at=now)
+        memory = replace(memory, quota=dict(target), applied_at=now, pending_since=None)
+    else:
+        memory = replace(memory, pending_since=None)  # a change that went back before its window: forgotten
     memory = replace(memory, admission=state, reason=reason)
     return Decision(target, state, reason, memory)

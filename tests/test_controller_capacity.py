@@ -230,12 +230,17 @@ def test_kueue_usage_sums_the_reservation_of_every_queue_and_ignores_garbage() -
 
 
 def test_smoothing_windows_are_aligned_so_pools_change_together() -> None:
-    """Pool a last changed at t=1, pool b at t=7: both wait for the window starting at t=10, not a at 11, b at 17."""
+    """Changes first seen in one window (of 10 s) are applied together at the start of the next, whichever pool."""
 
     def at(now: float, memory: Memory, cpu: str) -> Decision:
         return decide(FREE, load(free={"cpu": cpu, "memory": "1Gi"}), {}, COVERED, memory, now)
 
-    a = at(1.0, Memory(), "40")
-    b = at(7.0, Memory(), "40")
-    assert at(9.9, a.memory, "10").quota["cpu"] == at(9.9, b.memory, "10").quota["cpu"] == "40"
-    assert at(10.0, a.memory, "10").quota["cpu"] == at(10.0, b.memory, "10").quota["cpu"] == "10"
+    a, b = at(1.0, Memory(), "40"), at(7.0, Memory(), "40")
+    a, b = at(3.0, a.memory, "10"), at(9.9, b.memory, "10")  # seen in window 0: held back
+    assert a.quota["cpu"] == b.quota["cpu"] == "40"
+    a, b = at(10.0, a.memory, "10"), at(10.0, b.memory, "10")  # window 1 begins: both applied in this pass
+    assert a.quota["cpu"] == b.quota["cpu"] == "10"
+    late = at(10.1, at(10.0, Memory(), "40").memory, "10")  # first seen in window 1: waits for window 2
+    assert late.quota["cpu"] == "40"
+    assert at(19.9, late.memory, "10").quota["cpu"] == "40"
+    assert at(20.0, late.memory, "10").quota["cpu"] == "10"
