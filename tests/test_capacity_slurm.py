@@ -45,7 +45,19 @@ async def pool(slurm: SlurmCluster, tmp_path: Path, nats_url: str) -> AsyncItera
 
 def other_user_job(slurm: SlurmCluster, cpus: int) -> str:
     """A job submitted straight to the partition, not through the pool: someone else's."""
-    done = slurm.run("sbatch", "--parsable", "-J", "other-user", "-c", str(cpus), "--mem=64", "--wrap", "sleep 600")
+    done = slurm.run(
+        "sbatch",
+        "--parsable",
+        "-J",
+        "other-user",
+        "-o",
+        "/dev/null",
+        "-c",
+        str(cpus),
+        "--mem=64",
+        "--wrap",
+        "sleep 600",
+    )
     assert done.returncode == 0, done.stderr
     return done.stdout.strip().split(";")[0]
 
