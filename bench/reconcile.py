@@ -263,7 +263,6 @@ async def churn(
                 groups = ((emu.get("ClusterQueue", f"mq{i}") or {}).get("spec") or {}).get("resourceGroups") or []
                 listed += [(f"mq{i}", f["name"].removeprefix(f"mq{i}-hpc-")) for g in groups for f in g["flavors"]]
             await asyncio.sleep(0.05)
-        listed_at = time.perf_counter()
         probes = rng.sample(listed, min(30, len(listed)))
         probed = {pool for _, pool in probes}
         walker = asyncio.ensure_future(walk([p for p in pools if p not in probed]))
@@ -275,26 +274,22 @@ async def churn(
             await asyncio.sleep(window_s)
             per_minute.append((len(emu.writes) - before) / (time.perf_counter() - start) * 60)
 
-        latencies: list[float] = []  # then big changes of probe pools, the churn going on
-        last_probe = dict.fromkeys(probed, listed_at)  # their first quota was applied then
+        latencies: list[float] = []  # then big changes of probe pools at random moments, the churn going on
         interval = float(policy.get("minIntervalSeconds", 0))
-        start = time.perf_counter()
-        while time.perf_counter() - start < window_s * windows / 2:
-            # a probe pool whose quota has not moved for longer than the smoothing interval
-            ready = [(mq, p) for mq, p in probes if time.perf_counter() - last_probe[p] > interval + 0.5]
-            if not ready:
-                await asyncio.sleep(0.1)
-                continue
-            mq, pool = rng.choice(ready)
-            free[pool] = 8 if free[pool] > 32 else 56
-            future: asyncio.Future[float] = asyncio.get_running_loop().create_future()
-            api.waiters[(mq, f"{mq}-hpc-{pool}", str(free[pool]))] = future
-            sent = time.perf_counter()
-            await nc.publish(resources_subject(pool), report(pool, 64, free[pool]))
-            await nc.flush()
-            latencies.append(await asyncio.wait_for(future, 30) - sent)
-            last_probe[pool] = time.perf_counter()
-            await asyncio.sleep(rng.uniform(0, 0.3))
+        phase_end = time.perf_counter() + window_s * windows / 2
+
+        async def probe(mq: str, pool: str) -> None:
+            await asyncio.sleep(rng.uniform(0, interval + 1))  # their first quota was applied at listing
+            while time.perf_counter() < phase_end:
+                free[pool] = 8 if free[pool] > 32 else 56
+                future: asyncio.Future[float] = asyncio.get_running_loop().create_future()
+                api.waiters[(mq, f"{mq}-hpc-{pool}", str(free[pool]))] = future
+                sent = time.perf_counter()
+                await nc.publish(resources_subject(pool), report(pool, 64, free[pool]))
+                latencies.append(await asyncio.wait_for(future, 30) - sent)
+                await asyncio.sleep(rng.uniform(interval, 2 * interval + 1))  # a later window, at a random moment in it
+
+        await asyncio.gather(*(probe(mq, pool) for mq, pool in probes))
         stop.set()
         await walker
         task.cancel()
