@@ -18,7 +18,7 @@ Mapping (see docs/controller.md):
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -269,7 +269,7 @@ def queue_names(mq: MasterQueue) -> list[str]:
     return names
 
 
-def kueue_usage(queues: list[Mapping[str, Any]]) -> dict[str, dict[str, str]]:
+def kueue_usage(queues: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, str]]:
     """What admitted workloads hold per flavor, summed over these ClusterQueues (``status.flavorsReservation``,
     else ``flavorsUsage``): a pool's flavor is lent to the borrowers, whose use counts too. Bad entries count 0."""
     totals: dict[str, dict[str, Any]] = {}
