@@ -9,8 +9,9 @@ from pathlib import Path
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel.clock import ManualClock
 from interlink_nats.submitters.backends.htcondor.free import parse_unclaimed
+from interlink_nats.submitters.backends.shell.backend import ShellBackend
 from interlink_nats.submitters.backends.slurm.parse import parse_sinfo_free
-from interlink_nats.submitters.core.backend import Capacity
+from interlink_nats.submitters.core.backend import Capacity, JobSpec
 from interlink_nats.submitters.core.load import FailureWindow, QueueLoad, queue_load
 from interlink_nats.submitters.edge.announcer import Announcer
 from interlink_nats.submitters.testing import FakeBackend, settings_for
@@ -105,3 +106,13 @@ def _specs(specs: list[bytes]) -> Callable[[], Awaitable[list[bytes]]]:
         return specs
 
     return read
+
+
+async def test_the_shell_host_reports_its_idle_share_minus_the_slots_its_jobs_hold(tmp_path: Path) -> None:
+    backend = ShellBackend(max_concurrent=2)
+    free = await backend.free()
+    assert free is not None and 0 <= free.cpu_millis <= 2000 and free.memory_bytes > 0
+    for uid in ("a", "b"):  # two queued jobs hold both slots (the launcher is not started: they stay queued)
+        await backend.submit(JobSpec(uid, tmp_path / uid, tmp_path / uid / "job.sh"))
+    held = await backend.free()
+    assert held is not None and held.cpu_millis == 0
