@@ -11,10 +11,10 @@ from interlink_nats.kernel.clock import ManualClock
 from interlink_nats.submitters.backends.htcondor.free import parse_unclaimed
 from interlink_nats.submitters.backends.shell.backend import ShellBackend
 from interlink_nats.submitters.backends.slurm.parse import parse_sinfo_free
-from interlink_nats.submitters.core.backend import Capacity, JobSpec
+from interlink_nats.submitters.core.backend import BackendState, Capacity, JobSpec
 from interlink_nats.submitters.core.load import FailureWindow, QueueLoad, queue_load
 from interlink_nats.submitters.edge.announcer import Announcer
-from interlink_nats.submitters.testing import FakeBackend, settings_for
+from interlink_nats.submitters.testing import FakeBackend, offline_submitter, settings_for
 
 
 def test_sinfo_free_counts_idle_cpus_unallocated_memory_and_gpus_of_usable_nodes() -> None:
@@ -116,3 +116,23 @@ async def test_the_shell_host_reports_its_idle_share_minus_the_slots_its_jobs_ho
         await backend.submit(JobSpec(uid, tmp_path / uid, tmp_path / uid / "job.sh"))
     held = await backend.free()
     assert held is not None and held.cpu_millis == 0
+
+
+async def test_the_pools_queue_and_start_outcomes_come_from_its_tracked_jobs(tmp_path: Path) -> None:
+    backend = FakeBackend()
+    async with offline_submitter(tmp_path, backend, instance_id="a") as sub:
+        jobs = [
+            pb.JobScript(pod=pb.PodRef(uid=u, namespace="ns", name=u), containers=["main"], script="true\n")
+            for u in ("ok", "lost", "waits")
+        ]
+        for job in jobs:
+            await sub.submissions.submit(job)
+        report = sub.announcer.resource_report()
+        assert report.queued_jobs == 3  # submitted, not yet seen out of the site's queue
+        assert (report.recent_attempts, report.recent_failures) == (3, 0)
+        backend.start_running("ok")
+        backend.finish("lost", BackendState.NODE_FAIL, exit_code=None)  # ended without ever starting
+        await sub.poll_once()
+        report = sub.announcer.resource_report()
+        assert report.queued_jobs == 1
+        assert (report.recent_attempts, report.recent_failures) == (5, 1)
