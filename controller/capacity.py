@@ -237,3 +237,21 @@ def decide(
         memory = replace(memory, pending_since=None)  # a change that went back before its window: forgotten
     memory = replace(memory, admission=state, reason=reason)
     return Decision(target, state, reason, memory)
+
+
+def remembered(row: Mapping[str, object], policy: CapacityPolicy, now: float) -> Memory | None:
+    """A pool's memory from its ``status.pools`` row after a controller restart: a pool held as ``Failing``
+    stays held for a fresh back-off, a ``Saturated`` one until its queue drains (else a restart would open
+    every held pool at once). Anything unexpected in the row gives no memory, never an error."""
+    admission = row.get("admission")
+    reason = row.get("reason")
+    quota = row.get("quota")
+    if admission not in (Admission.FAILING, Admission.SATURATED):
+        return None
+    kept = {str(k): str(v) for k, v in quota.items() if quantities.is_valid(v)} if isinstance(quota, Mapping) else None
+    memory = Memory(admission=Admission(str(admission)), reason=str(reason or ""), quota=kept or None, applied_at=now)
+    if memory.admission is Admission.FAILING:
+        memory = replace(
+            memory, failing_until=now + policy.backoff_s, backoff_s=min(policy.max_backoff_s, policy.backoff_s * 2)
+        )
+    return memory

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from interlink_nats.controller import model, reconcile
+from interlink_nats.controller import capacity, model, reconcile
 from interlink_nats.controller.capacity import Admission, Memory, Policy
 from interlink_nats.controller.kube import KubeApi, KubeError
 from interlink_nats.controller.listening import NatsHub, ReportStore, default_nats_settings
@@ -211,7 +211,7 @@ class Controller:
         self._wake.set()
 
     def _seed_from_status(self, body: Mapping[str, Any], state: _MQ) -> None:
-        """Pools live before a restart stay live until their recorded lastReport + poolTimeout."""
+        """Pools live before a restart stay live until their recorded lastReport + poolTimeout; held ones stay held."""
         status = body.get("status") or {}
         state.status_written = dict(status) if status else None
         try:
@@ -225,6 +225,10 @@ class Controller:
             if group is None or group.nats is None or received is None or not row.get("name"):
                 continue
             state.pool_states[row["name"]] = row.get("state", "")
+            memory = capacity.remembered(row, group.nats.capacity, self.settings.clock.time())
+            if memory is not None and isinstance(row.get("resourceFlavor"), str):
+                state.capacity[row["resourceFlavor"]] = memory
+                state.admissions[row["name"]] = str(memory.admission)
             taints = tuple(
                 model.Taint(t.get("key", ""), t.get("value", ""), t.get("effect", "")) for t in row.get("taints") or []
             )

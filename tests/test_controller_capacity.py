@@ -15,6 +15,7 @@ from interlink_nats.controller.capacity import (
     Policy,
     PoolLoad,
     decide,
+    remembered,
 )
 from interlink_nats.controller.reconcile import kueue_usage
 from test_masterqueue_safety import flavor_body
@@ -244,3 +245,28 @@ def test_smoothing_windows_are_aligned_so_pools_change_together() -> None:
     assert late.quota["cpu"] == "40"
     assert at(19.9, late.memory, "10").quota["cpu"] == "40"
     assert at(20.0, late.memory, "10").quota["cpu"] == "10"
+
+
+@pytest.mark.parametrize(
+    ("row", "state"),
+    [
+        ({"admission": "Failing", "reason": "3 of its last 3", "quota": {"cpu": "2"}}, F),
+        ({"admission": "Saturated"}, S),
+        ({"admission": "Open"}, None),
+        ({"admission": ["Failing"], "quota": "x"}, None),
+        ({}, None),
+    ],
+)
+def test_a_restart_keeps_a_held_pool_held(row: dict[str, object], state: Admission | None) -> None:
+    policy = CapacityPolicy(backoff_s=30.0)
+    memory = remembered(row, policy, now=100.0)
+    assert (memory.admission if memory else None) == state
+    if state is F:
+        assert memory is not None and memory.quota == {"cpu": "2"}
+        held = decide(policy, load(), {}, COVERED, memory, now=129.0)  # the report says nothing failed lately
+        assert held.admission is F and held.quota == {"cpu": "0", "memory": "0"}
+        assert decide(policy, load(), {}, COVERED, memory, now=130.0).admission is A
+    if state is S:
+        assert memory is not None
+        assert decide(FREE, load(queued_jobs=1), {}, COVERED, memory, now=101.0).admission is S
+        assert decide(FREE, load(queued_jobs=0), {}, COVERED, memory, now=101.0).admission is A

@@ -124,3 +124,33 @@ async def test_a_pool_whose_backend_refuses_every_submit_goes_failing_and_recove
         await eventually(lambda: quotas(emu).get(flavor) not in (None, "0"), within=30, what="quota back")
         assert "PoolOpen" in event_reasons(emu)
         assert pool_row(emu, "site-f")["admission"] == "Open"
+
+
+async def test_a_restarted_controller_keeps_a_failing_pool_held_for_its_back_off(
+    emu: KubeEmulator, nats_url: str, publisher: Publish
+) -> None:
+    body = free_masterqueue(nats_url, backoffSeconds=8)  # long enough for a loaded machine to see the hold
+    body["spec"]["flavors"][0]["natsFlavor"]["poolTimeout"] = 30
+    body["status"] = {  # what the previous controller wrote
+        "pools": [
+            {
+                "name": "site-a",
+                "flavorGroup": "hpc",
+                "resourceFlavor": "mq-hpc-site-a",
+                "state": "Live",
+                "lastReport": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                "capacity": {"cpu": "64"},
+                "admission": "Failing",
+                "reason": "3 of its last 3 submissions/starts failed; no new work for 30s",
+                "quota": {"cpu": "0", "memory": "0"},
+            }
+        ]
+    }
+    emu.put_object("vk.io", "masterqueues", body)
+    async with running_controller(emu) as controller:
+        await listening(controller, "mq")
+        await publisher(report("site-a", free="10"))  # nothing failed lately: no reason of its own to hold it
+        await eventually(lambda: quotas(emu).get("mq-hpc-site-a") is not None, what="the pool's flavor")
+        assert quotas(emu)["mq-hpc-site-a"] == "0"
+        assert pool_row(emu, "site-a").get("admission") == "Failing"
+        await eventually(lambda: quotas(emu).get("mq-hpc-site-a") == "10", within=30, what="open after the back-off")
