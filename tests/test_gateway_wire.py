@@ -285,7 +285,8 @@ def test_ping_follows_what_is_free_plus_what_the_pools_jobs_hold() -> None:
     )
     full = pb.ResourceReport(pool="full", capacity={"cpu": "8"}, free={"cpu": "60"}, held={"cpu": "4"})
     unknown = pb.ResourceReport(pool="old", capacity={"cpu": "16"})  # a pool that cannot tell: its total
-    out = wire.ping_response([busy, full, unknown])
+    assert wire.ping_response([busy, full, unknown])["resources"]["cpu"] == str(64 + 8 + 16)  # default: totals
+    out = wire.ping_response([busy, full, unknown], free=True)
     assert out["resources"]["cpu"] == str(2 + 6 + 8 + 16)
     assert out["resources"]["memory"] == "128Gi"
     assert out["resources"]["pods"] == "100"

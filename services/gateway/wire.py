@@ -330,9 +330,9 @@ def _node_share(report: pb.ResourceReport, resource: str, total: str) -> Fractio
     return max(Fraction(0), min(cap, quantities.parse(free) + held_value))
 
 
-def ping_response(reports: list[pb.ResourceReport]) -> dict[str, Any]:
-    """A ``PingResponse`` aggregating live pools' capacity (held + free where the pool reports what is free,
-    else its total) and taints.
+def ping_response(reports: list[pb.ResourceReport], *, free: bool = False) -> dict[str, Any]:
+    """A ``PingResponse`` aggregating live pools' capacity and taints: their totals, or with ``free``
+    (``ping_free_capacity``, to go with kueue-nats ``capacity: Free``) held + free where a pool says what is free.
 
     Resources that no pool reports are left out rather than sent as "0", which would drain the
     virtual node (interLink #558).
@@ -342,7 +342,8 @@ def ping_response(reports: list[pb.ResourceReport]) -> dict[str, Any]:
     for report in reports:
         for resource, quantity in report.capacity.items():
             try:
-                totals[resource] = totals.get(resource, Fraction(0)) + _node_share(report, resource, quantity)
+                share = _node_share(report, resource, quantity) if free else quantities.parse(quantity)
+                totals[resource] = totals.get(resource, Fraction(0)) + share
             except quantities.InvalidQuantityError:
                 continue  # a pool's malformed figure must not break the ping
         for taint in report.taints:
