@@ -4,7 +4,11 @@ Measures
 - report → applied quota latency (p50/p99): a pool publishes a new capacity; the clock stops when the
   server-side apply of the ClusterQueue holding the new quota returns;
 - API writes per tick while every pool keeps announcing the same capacity (goal: 0);
-- the cost of one reconcile pass over all MasterQueues (pure reconcile + diff, no writes).
+- the cost of one reconcile pass over all MasterQueues (pure reconcile + diff, no writes);
+- live capacity (issue 27, ``capacity: Free``): every pool's free capacity changes every few seconds (a random
+  walk, now and then a jump); API writes per minute (Kueue objects + MasterQueue status) without smoothing
+  (the baseline, same run) and with it (``minChangeFraction`` 0.1, ``minIntervalSeconds`` 10), medians over
+  windows, and report → applied quota (p50/p99) for big changes of pools kept out of the churn.
 
 Kueue caps a ClusterQueue at 64 flavors per resource group, so each MasterQueue lists 64 of its
 ~167 pools (the rest are reported as Excluded in its status); all 500 reports are still received
@@ -59,8 +63,8 @@ class TimedApi(kube.LightkubeApi):
         return result
 
 
-def masterqueue(index: int, nats_url: str) -> dict[str, Any]:
-    return {
+def masterqueue(index: int, nats_url: str, policy: dict[str, Any] | None = None) -> dict[str, Any]:
+    body: dict[str, Any] = {
         "apiVersion": "vk.io/v1",
         "kind": "MasterQueue",
         "metadata": {"name": f"mq{index}"},
@@ -82,13 +86,19 @@ def masterqueue(index: int, nats_url: str) -> dict[str, Any]:
             ],
         },
     }
+    if policy is not None:
+        body["spec"]["flavors"][0]["natsFlavor"].update(capacity="Free", capacityPolicy=policy)
+    return body
 
 
-def report(pool: str, cpu: int) -> bytes:
+def report(pool: str, cpu: int, free_cpu: int | None = None) -> bytes:
     return bytes(
         pb.ResourceReport(
             pool=pool,
             capacity={"cpu": str(cpu), "memory": "512Gi", "pods": "1000", "nvidia.com/gpu": "4"},
+            free={"cpu": str(free_cpu), "memory": "256Gi", "pods": "1000", "nvidia.com/gpu": "2"}
+            if free_cpu is not None
+            else {},
             backend="slurm",
             interval_seconds=30,
         )
@@ -205,14 +215,126 @@ async def bench(pools_total: int, mq_count: int, rounds: int, tick: float) -> di
     }
 
 
+SMOOTHED = {"minChangeFraction": 0.1, "minIntervalSeconds": 10}
+UNSMOOTHED = {"minChangeFraction": 0, "minIntervalSeconds": 0}
+
+
+async def churn(
+    pools_total: int, mq_count: int, tick: float, policy: dict[str, Any], windows: int, window_s: float
+) -> dict[str, Any]:
+    """``capacity: Free`` pools whose free CPUs change every ~3 s: writes per minute, report → quota latency."""
+    server = await NatsServerProcess(jetstream=False).start()
+    emu = await KubeEmulator(validate=False).start()
+    nc = await nats.connect(server.url)
+    api = TimedApi.from_server(emu.url)
+    settings = runner.Settings(tick_s=tick, describe_timeout_s=0.5, status_refresh_s=30.0)
+    controller = runner.Controller(api, settings=settings)
+    pools = [f"m{i % mq_count}-pool-{i:04}" for i in range(pools_total)]
+    rng = random.Random(11)
+    free = {pool: rng.randint(0, 64) for pool in pools}
+    stop = asyncio.Event()
+
+    async def walk(members: list[str]) -> None:
+        """Each pool re-reports every 3 s ± 1 s: mostly a step of a few CPUs, sometimes a jump."""
+        due = {pool: time.perf_counter() + rng.uniform(0, 3) for pool in members}
+        while not stop.is_set():
+            now = time.perf_counter()
+            for pool, at in due.items():
+                if at <= now:
+                    step = rng.randint(-3, 3) if rng.random() < 0.8 else rng.randint(-64, 64)
+                    free[pool] = min(64, max(0, free[pool] + step))
+                    await nc.publish(resources_subject(pool), report(pool, 64, free[pool]))
+                    due[pool] = now + rng.uniform(2, 4)
+            await asyncio.sleep(0.05)
+
+    try:
+        for i in range(mq_count):
+            emu.put_object("vk.io", "masterqueues", masterqueue(i, server.url, policy))
+        task = asyncio.ensure_future(controller.run())
+        await asyncio.sleep(1.5)
+        for pool in pools:
+            await nc.publish(resources_subject(pool), report(pool, 64, free[pool]))
+        await nc.flush()
+        deadline = time.perf_counter() + 60
+        listed: list[tuple[str, str]] = []
+        while time.perf_counter() < deadline and len(listed) < min(pools_total, 64 * mq_count):
+            listed = []
+            for i in range(mq_count):
+                groups = ((emu.get("ClusterQueue", f"mq{i}") or {}).get("spec") or {}).get("resourceGroups") or []
+                listed += [(f"mq{i}", f["name"].removeprefix(f"mq{i}-hpc-")) for g in groups for f in g["flavors"]]
+            await asyncio.sleep(0.05)
+        probes = rng.sample(listed, min(30, len(listed)))
+        probed = {pool for _, pool in probes}
+        walker = asyncio.ensure_future(walk([p for p in pools if p not in probed]))
+        await asyncio.sleep(5.0)  # the walk under way, smoothing intervals started
+
+        per_minute: list[float] = []  # the churn alone: what the API server sees
+        for _ in range(windows):
+            before, start = len(emu.writes), time.perf_counter()
+            await asyncio.sleep(window_s)
+            per_minute.append((len(emu.writes) - before) / (time.perf_counter() - start) * 60)
+
+        latencies: list[float] = []  # then big changes of probe pools at random moments, the churn going on
+        interval = float(policy.get("minIntervalSeconds", 0))
+        phase_end = time.perf_counter() + window_s * windows / 2
+
+        async def probe(mq: str, pool: str) -> None:
+            await asyncio.sleep(rng.uniform(0, interval + 1))  # their first quota was applied at listing
+            while time.perf_counter() < phase_end:
+                free[pool] = 8 if free[pool] > 32 else 56
+                future: asyncio.Future[float] = asyncio.get_running_loop().create_future()
+                api.waiters[(mq, f"{mq}-hpc-{pool}", str(free[pool]))] = future
+                sent = time.perf_counter()
+                await nc.publish(resources_subject(pool), report(pool, 64, free[pool]))
+                latencies.append(await asyncio.wait_for(future, 30) - sent)
+                await asyncio.sleep(rng.uniform(interval, 2 * interval + 1))  # a later window, at a random moment in it
+
+        await asyncio.gather(*(probe(mq, pool) for mq, pool in probes))
+        stop.set()
+        await walker
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+    finally:
+        await nc.close()
+        await api.close()
+        await emu.stop()
+        await server.stop()
+    return {
+        "writes_per_min": round(statistics.median(per_minute), 1),
+        "latency_p50_ms": round(statistics.median(latencies) * 1000, 1),
+        "latency_p99_ms": round(percentile(latencies, 0.99) * 1000, 1),
+        "probes": len(latencies),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--pools", type=int, default=500)
     parser.add_argument("--masterqueues", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=40)
     parser.add_argument("--tick", type=float, default=0.5)
+    parser.add_argument("--windows", type=int, default=3, help="live-capacity phase: windows per variant")
+    parser.add_argument("--window-s", type=float, default=20.0)
     args = parser.parse_args()
     result = asyncio.run(bench(args.pools, args.masterqueues, args.rounds, args.tick))
+    base = asyncio.run(churn(args.pools, args.masterqueues, args.tick, UNSMOOTHED, args.windows, args.window_s))
+    smooth = asyncio.run(churn(args.pools, args.masterqueues, args.tick, SMOOTHED, args.windows, args.window_s))
+    result.update(
+        {
+            "free_churn_writes_per_min_unsmoothed": base["writes_per_min"],
+            "free_churn_writes_per_min_smoothed": smooth["writes_per_min"],
+            "free_churn_writes_ratio_smoothed_vs_unsmoothed": round(
+                smooth["writes_per_min"] / base["writes_per_min"], 3
+            )
+            if base["writes_per_min"]
+            else None,
+            "free_report_to_quota_p50_ms_unsmoothed": base["latency_p50_ms"],
+            "free_report_to_quota_p99_ms_unsmoothed": base["latency_p99_ms"],
+            "free_report_to_quota_p50_ms_smoothed": smooth["latency_p50_ms"],
+            "free_report_to_quota_p99_ms_smoothed": smooth["latency_p99_ms"],
+            "free_latency_probes": base["probes"] + smooth["probes"],
+        }
+    )
     width = max(map(len, result))
     print(f"{'figure':<{width}}  value")
     for key, value in result.items():

@@ -7,11 +7,13 @@ path, so a bad object shows one clear message in its status and events instead o
 from __future__ import annotations
 
 import datetime as dt
+import math
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from interlink_nats.controller.capacity import CapacityPolicy, Policy
 from interlink_nats.kernel import quantities
 
 GROUP = "vk.io"
@@ -89,6 +91,7 @@ class NatsFlavor:
     pool_regexp: re.Pattern[str] | None
     pool_timeout: float
     flavor_retention: float
+    capacity: CapacityPolicy = field(default_factory=CapacityPolicy)
 
     def selects(self, pool: str) -> bool:
         """Whether a pool belongs to this group: listed in ``pools``, or ``re.search(poolRegExp, pool)``."""
@@ -155,6 +158,13 @@ class PoolReport:
     reported_at: float | None = None
     unparsable: Mapping[str, str] = field(default_factory=dict)
     """Capacity entries that are not Kubernetes quantities: counted as 0, and warned about by name."""
+    free: Mapping[str, str] = field(default_factory=dict)
+    """Free at the site now (valid quantities only); empty: the site cannot tell."""
+    queued_jobs: int = 0
+    oldest_pending_s: float = 0.0
+    attempts: int = 0
+    failures: int = 0
+    interval_s: float = 0.0
 
 
 def report_from_proto(report: Any, received_at: float) -> PoolReport:
@@ -170,6 +180,12 @@ def report_from_proto(report: Any, received_at: float) -> PoolReport:
         labels=dict(report.labels),
         taints=tuple(Taint(t.key, t.value, t.effect) for t in report.taints),
         reported_at=reported.timestamp() if isinstance(reported, dt.datetime) else None,
+        free={k: v for k, v in dict(report.free).items() if quantities.is_valid(v)},
+        queued_jobs=int(report.queued_jobs),
+        oldest_pending_s=float(report.oldest_pending_seconds),
+        attempts=int(report.recent_attempts),
+        failures=min(int(report.recent_failures), int(report.recent_attempts)),
+        interval_s=float(report.interval_seconds),
     )
 
 
@@ -212,8 +228,22 @@ NATS_FLAVOR_FIELDS = frozenset(
         "poolRegExp",
         "poolTimeout",
         "flavorRetention",
+        "capacity",
+        "capacityPolicy",
     }
 )
+CAPACITY_POLICY_FIELDS: Mapping[str, tuple[str, type[int] | type[float]]] = {
+    "minChangeFraction": ("min_change_fraction", float),
+    "minIntervalSeconds": ("min_interval_s", float),
+    "maxQueuedJobs": ("max_queued_jobs", int),
+    "maxPendingSeconds": ("max_pending_s", float),
+    "failureFraction": ("failure_fraction", float),
+    "minAttempts": ("min_attempts", int),
+    "backoffSeconds": ("backoff_s", float),
+    "maxBackoffSeconds": ("max_backoff_s", float),
+    "staleAfterIntervals": ("stale_after_intervals", float),
+}
+"""``natsFlavor.capacityPolicy`` field → ``CapacityPolicy`` attribute and kind (all ≥ 0; fractions ≤ 1)."""
 SECRET_REF_FIELDS = frozenset({"name", "namespace"})
 """The fields the CRD schema declares at each level (a test keeps them equal): anything else is a typo."""
 
@@ -280,7 +310,35 @@ def _nats_flavor(raw: Mapping[str, Any], path: str, problems: list[str]) -> Nats
         flavor_retention=_seconds(
             raw.get("flavorRetention"), f"{path}.flavorRetention", DEFAULT_FLAVOR_RETENTION, problems
         ),
+        capacity=_capacity(raw, path, problems),
     )
+
+
+def _capacity(raw: Mapping[str, Any], path: str, problems: list[str]) -> CapacityPolicy:
+    """``capacity`` (Total | Free) and ``capacityPolicy`` of a NATS flavor group."""
+    values: dict[str, Any] = {}
+    policy = raw.get("capacity")
+    if policy is not None:
+        if policy not in tuple(Policy):
+            problems.append(f"{path}.capacity: must be one of {', '.join(Policy)}, not {str(policy)[:40]!r}")
+        else:
+            values["policy"] = Policy(policy)
+    settings = _mapping(raw.get("capacityPolicy"), f"{path}.capacityPolicy", problems)
+    _unknown(settings, frozenset(CAPACITY_POLICY_FIELDS), f"{path}.capacityPolicy", problems)
+    for key, (attribute, kind) in CAPACITY_POLICY_FIELDS.items():
+        value = settings.get(key)
+        if value is None:
+            continue
+        whole = kind is int and isinstance(value, int)
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if not number or (kind is int and not whole) or value < 0 or not math.isfinite(value):
+            what = "a whole number" if kind is int else "a number"
+            problems.append(f"{path}.capacityPolicy.{key}: must be {what} ≥ 0")
+        elif key.endswith("Fraction") and value > 1:
+            problems.append(f"{path}.capacityPolicy.{key}: must be between 0 and 1")
+        else:
+            values[attribute] = kind(value)
+    return CapacityPolicy(**values)
 
 
 def parse_masterqueue(body: Mapping[str, Any]) -> MasterQueue:

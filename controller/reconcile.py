@@ -18,11 +18,13 @@ Mapping (see docs/controller.md):
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from interlink_nats.controller import capacity
+from interlink_nats.controller.capacity import Admission, Memory, PoolLoad
 from interlink_nats.controller.model import (
     GROUP,
     KIND,
@@ -77,6 +79,13 @@ class PoolStatus:
     capacity: Mapping[str, str]
     labels: Mapping[str, str] = field(default_factory=dict)
     taints: tuple[Taint, ...] = ()
+    free: Mapping[str, str] = field(default_factory=dict)
+    used: Mapping[str, str] = field(default_factory=dict)
+    """What this pool's admitted workloads hold (Kueue's reservation of its flavor)."""
+    quota: Mapping[str, str] = field(default_factory=dict)
+    queued_jobs: int = 0
+    admission: Admission = Admission.OPEN
+    reason: str = ""
 
 
 @dataclass
@@ -87,6 +96,8 @@ class Desired:
     cluster_queues: list[dict[str, Any]] = field(default_factory=list)
     pools: list[PoolStatus] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    memory: dict[str, Memory] = field(default_factory=dict)
+    """Each live pool's capacity memory by flavor name, for the next pass (``capacity.decide``)."""
 
     @property
     def pools_live(self) -> int:
@@ -129,16 +140,19 @@ def pool_state(report: PoolReport, group: FlavorGroup, now: float | None) -> Poo
     return None
 
 
-def pool_quota(report: PoolReport, group: FlavorGroup, covered: tuple[str, ...]) -> dict[str, str]:
-    """min(reported, nominalQuota) per covered resource; unreported → 0; no nominal → the reported value."""
-    out: dict[str, str] = {}
-    for resource in covered:
-        reported = report.capacity.get(resource, "0")
-        if quantities.parse(reported) < 0:
-            reported = "0"
-        nominal = group.nominal_quota.get(resource)
-        out[resource] = quantities.minimum(reported, nominal) if nominal is not None else quantities.normalize(reported)
-    return out
+def pool_load(report: PoolReport, used: Mapping[str, str] | None, now: float | None) -> PoolLoad:
+    """The capacity policy's inputs for one pool: its report's figures and Kueue's reservation."""
+    return PoolLoad(
+        total=report.capacity,
+        free=report.free,
+        used=used,
+        queued_jobs=report.queued_jobs,
+        oldest_pending_s=report.oldest_pending_s,
+        attempts=report.attempts,
+        failures=report.failures,
+        age_s=0.0 if now is None else max(0.0, now - report.received_at),
+        interval_s=report.interval_s,
+    )
 
 
 def _owner(mq: MasterQueue) -> list[dict[str, Any]]:
@@ -247,13 +261,50 @@ def _lend_limit(limit: Mapping[str, str], resource: str, quota: str) -> str:
     return quantities.minimum(limit[resource], quota) if resource in limit else quota
 
 
+def queue_names(mq: MasterQueue) -> list[str]:
+    """The ClusterQueues a MasterQueue makes: its own, then each ``canLendTo`` queue once."""
+    names = [mq.name]
+    for group in mq.flavors:
+        names.extend(t.queue for t in group.can_lend_to if t.queue not in names)
+    return names
+
+
+def kueue_usage(queues: Sequence[Mapping[str, Any]]) -> dict[str, dict[str, str]]:
+    """What admitted workloads hold per flavor, summed over these ClusterQueues (``status.flavorsReservation``,
+    else ``flavorsUsage``): a pool's flavor is lent to the borrowers, whose use counts too. Bad entries count 0."""
+    totals: dict[str, dict[str, Any]] = {}
+    for queue in queues:
+        status = queue.get("status") if isinstance(queue, Mapping) else None
+        if not isinstance(status, Mapping):
+            continue
+        rows = status.get("flavorsReservation") or status.get("flavorsUsage") or []
+        for row in rows if isinstance(rows, list) else []:
+            if not isinstance(row, Mapping) or not isinstance(row.get("name"), str):
+                continue
+            flavor = totals.setdefault(row["name"], {})
+            for res in row.get("resources") or []:
+                if (
+                    isinstance(res, Mapping)
+                    and isinstance(res.get("name"), str)
+                    and quantities.is_valid(res.get("total"))
+                ):
+                    flavor[res["name"]] = flavor.get(res["name"], 0) + quantities.parse(res["total"])
+    return {f: {r: quantities.format_quantity(v, r) for r, v in res.items()} for f, res in totals.items()}
+
+
 def reconcile(
     mq: MasterQueue,
     reports: Mapping[NatsSource, Mapping[str, PoolReport]],
     api_version: str = DEFAULT_KUEUE_VERSION,
     now: float | None = None,
+    usage: Mapping[str, Mapping[str, str]] | None = None,
+    memory: Mapping[str, Memory] | None = None,
 ) -> Desired:
-    """Desired ResourceFlavors and ClusterQueues of one MasterQueue; ``now=None`` treats every report as live."""
+    """Desired ResourceFlavors and ClusterQueues of one MasterQueue; ``now=None`` treats every report as live.
+
+    ``usage``: Kueue's reservation per flavor name (what each pool's admitted workloads hold);
+    ``memory``: each pool's ``capacity.Memory`` from the previous pass (``Desired.memory`` is the next).
+    """
     if api_version not in KUEUE_VERSIONS:
         raise ValueError(f"unsupported Kueue API version {api_version!r} (one of {KUEUE_VERSIONS})")
     desired = Desired()
@@ -283,6 +334,16 @@ def reconcile(
                 desired.warnings.append(
                     f"pool {pool}: left out, a ClusterQueue holds at most {MAX_FLAVORS_PER_GROUP} flavors"
                 )
+            used = dict((usage or {}).get(name) or {})
+            decision = None
+            previous = (memory or {}).get(name) or Memory()
+            desired.memory[name] = previous  # kept while it is timed out: a flapping pool keeps its back-off
+            if state is PoolState.LIVE:
+                at = now if now is not None else report.received_at
+                decision = capacity.decide(
+                    group.nats.capacity, pool_load(report, used, now), group.nominal_quota, covered, previous, at
+                )
+                desired.memory[name] = decision.memory
             desired.pools.append(
                 PoolStatus(
                     pool,
@@ -293,6 +354,12 @@ def reconcile(
                     dict(report.capacity),
                     dict(report.labels),
                     report.taints,
+                    free=dict(report.free),
+                    used=used,
+                    quota=decision.quota if decision else {},
+                    queued_jobs=report.queued_jobs,
+                    admission=decision.admission if decision else Admission.STALE,
+                    reason=decision.reason if decision else "",
                 )
             )
             if state is PoolState.EXCLUDED:
@@ -302,8 +369,8 @@ def reconcile(
                     f"pool {pool}: reported {resource}={value[:40]!r} is not a Kubernetes quantity; counted as 0"
                 )
             desired.flavors.append(resource_flavor(mq, group, report, api_version, desired.warnings))
-            if state is PoolState.LIVE:
-                entries.append(_Entry(group, name, pool_quota(report, group, covered)))
+            if decision is not None and state is PoolState.LIVE:
+                entries.append(_Entry(group, name, decision.quota))
     if len(entries) > MAX_FLAVORS_PER_GROUP:  # only local flavors can get here
         desired.warnings.append(f"more than {MAX_FLAVORS_PER_GROUP} local flavors; kept the first ones")
         entries = entries[:MAX_FLAVORS_PER_GROUP]

@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime as dt
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from interlink_nats.controller import model, reconcile
+from interlink_nats.controller import capacity, model, reconcile
+from interlink_nats.controller.capacity import Admission, Memory, Policy
 from interlink_nats.controller.kube import KubeApi, KubeError
 from interlink_nats.controller.listening import NatsHub, ReportStore, default_nats_settings
 from interlink_nats.controller.reconcile import (
@@ -27,6 +27,7 @@ from interlink_nats.controller.reconcile import (
     MASTERQUEUE_LABEL,
     PoolState,
 )
+from interlink_nats.controller.status import parse_time, rfc3339, status_of, without_volatile
 from interlink_nats.kernel.clock import SYSTEM_CLOCK, Clock
 from interlink_nats.kernel.nats_connection import NatsConnectionSettings
 
@@ -52,6 +53,8 @@ class Settings:
     """Coalesce bursts of reports into one reconcile."""
     status_refresh_s: float = 30.0
     """Refresh ``lastReport`` times in status at most this often (state changes are written at once)."""
+    usage_refresh_s: float = 1.0
+    """Read Kueue's reservation of a MasterQueue's queues (``capacity: Free``, holds) at most this often."""
     resync_s: float = 300.0
     """Re-read the owned objects this often, so edits by others are corrected."""
     clock: Clock = SYSTEM_CLOCK
@@ -67,6 +70,12 @@ class _MQ:
     pool_states: dict[str, str] = field(default_factory=dict)
     seen_warnings: set[tuple[str, str]] = field(default_factory=set)
     ready_after: float = 0.0
+    capacity: dict[str, Memory] = field(default_factory=dict)
+    """Each live pool's capacity-policy memory (smoothing, hysteresis, back-off), by flavor name."""
+    usage: dict[str, dict[str, str]] = field(default_factory=dict)
+    usage_at: float = -1e18
+    admissions: dict[str, str] = field(default_factory=dict)
+    """Each pool's last admission state (Open, Saturated…): a change is a Kubernetes Event."""
 
 
 def covers(desired: Any, live: Any) -> bool:
@@ -76,20 +85,6 @@ def covers(desired: Any, live: Any) -> bool:
     if isinstance(desired, list):
         return isinstance(live, list) and len(desired) == len(live) and all(map(covers, desired, live))
     return bool(desired == live)
-
-
-def _rfc3339(ts: float | None) -> str | None:
-    if ts is None:
-        return None
-    return dt.datetime.fromtimestamp(ts, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _parse_time(value: Any) -> float | None:
-    if not isinstance(value, str):
-        return None
-    with contextlib.suppress(ValueError):
-        return dt.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
-    return None
 
 
 class Controller:
@@ -216,7 +211,7 @@ class Controller:
         self._wake.set()
 
     def _seed_from_status(self, body: Mapping[str, Any], state: _MQ) -> None:
-        """Pools live before a restart stay live until their recorded lastReport + poolTimeout."""
+        """Pools live before a restart stay live until their recorded lastReport + poolTimeout; held ones stay held."""
         status = body.get("status") or {}
         state.status_written = dict(status) if status else None
         try:
@@ -226,10 +221,14 @@ class Controller:
         groups = {g.name: g for g in mq.flavors if g.nats is not None}
         for row in status.get("pools") or []:
             group = groups.get(row.get("flavorGroup", ""))
-            received = _parse_time(row.get("lastReport"))
+            received = parse_time(row.get("lastReport"))
             if group is None or group.nats is None or received is None or not row.get("name"):
                 continue
             state.pool_states[row["name"]] = row.get("state", "")
+            memory = capacity.remembered(row, group.nats.capacity, self.settings.clock.time())
+            if memory is not None and isinstance(row.get("resourceFlavor"), str):
+                state.capacity[row["resourceFlavor"]] = memory
+                state.admissions[row["name"]] = str(memory.admission)
             taints = tuple(
                 model.Taint(t.get("key", ""), t.get("value", ""), t.get("effect", "")) for t in row.get("taints") or []
             )
@@ -306,7 +305,13 @@ class Controller:
         sources = mq.sources()
         if not all(self.hub.primed(s) for s in sources) and now < state.ready_after:
             return  # the first Describe round is still running: do not judge pools yet
-        desired = reconcile.reconcile(mq, self.store.view(), self.version, now=now)
+        if not self._needs_usage(mq):
+            state.usage = {}
+        elif now - state.usage_at >= self.settings.usage_refresh_s:
+            state.usage, state.usage_at = await self._usage(mq), now
+        usage = state.usage
+        desired = reconcile.reconcile(mq, self.store.view(), self.version, now=now, usage=usage, memory=state.capacity)
+        state.capacity = desired.memory
         for warning in desired.warnings:
             await self._event_once(state, "Warning", "Reconcile", warning)
         wanted: set[Key] = set()
@@ -319,6 +324,29 @@ class Controller:
         await self._delete_owned(name, keep=wanted)
         await self._pool_events(state, mq, desired)
         await self._write_status(state, name, desired, now)
+
+    def _needs_usage(self, mq: model.MasterQueue) -> bool:
+        """Kueue's reservation matters under ``capacity: Free``, and when a pool may be held at what it uses."""
+        for group in mq.flavors:
+            if group.nats is None:
+                continue
+            if group.nats.capacity.policy is Policy.FREE:
+                return True
+            reports = self.store.view().get(group.nats.source, {})
+            if any(r.queued_jobs or r.failures for r in reports.values() if group.nats.selects(r.pool)):
+                return True
+        return False
+
+    async def _usage(self, mq: model.MasterQueue) -> dict[str, dict[str, str]]:
+        """What admitted workloads hold per flavor, read from Kueue's status of this MasterQueue's queues."""
+        assert self.version is not None
+        queues = []
+        for name in reconcile.queue_names(mq):
+            if ("ClusterQueue", name) in self.live:
+                found = await self.api.get_object("ClusterQueue", self.version, name)
+                if found is not None:
+                    queues.append(found)
+        return reconcile.kueue_usage(queues)
 
     async def _conflict(self, state: _MQ, mq: model.MasterQueue, key: Key) -> bool:
         """A ClusterQueue of that name that someone else (or another MasterQueue) owns is left alone."""
@@ -371,61 +399,18 @@ class Controller:
 
     # -- status and events ------------------------------------------------------------------------
 
-    def _status(self, state: _MQ, desired: reconcile.Desired | None) -> dict[str, Any]:
-        assert self.version is not None
-        mq = state.parsed
-        pools = []
-        for p in desired.pools if desired else []:
-            row: dict[str, Any] = {
-                "name": p.pool,
-                "flavorGroup": p.group,
-                "resourceFlavor": p.flavor,
-                "state": str(p.state),
-                "lastReport": _rfc3339(p.last_report),
-                "capacity": dict(p.capacity),
-            }
-            if p.labels:
-                row["labels"] = dict(p.labels)
-            if p.taints:
-                row["taints"] = [{"key": t.key, "value": t.value, "effect": t.effect} for t in p.taints]
-            pools.append(row)
-        if state.error:
-            condition = {"type": "Ready", "status": "False", "reason": "InvalidSpec", "message": state.error[:1024]}
-        else:
-            live = desired.pools_live if desired else 0
-            condition = {"type": "Ready", "status": "True", "reason": "Reconciled", "message": f"{live} pool(s) live"}
-        status: dict[str, Any] = {
-            "observedGeneration": int(state.body.get("metadata", {}).get("generation") or 0),
-            "kueueAPIVersion": self.version,
-            "poolsLive": desired.pools_live if desired else 0,
-            "pools": pools,
-            "conditions": [condition],
-        }
-        if mq is None:
-            status.pop("pools")
-        return status
-
-    @staticmethod
-    def _without_times(status: Mapping[str, Any] | None) -> Any:
-        if status is None:
-            return None
-        out = {k: v for k, v in status.items() if k != "conditions"}
-        out["pools"] = [{k: v for k, v in p.items() if k != "lastReport"} for p in status.get("pools") or []]
-        out["conditions"] = [
-            {k: v for k, v in c.items() if k != "lastTransitionTime"} for c in status.get("conditions") or []
-        ]
-        return out
-
     async def _write_status(self, state: _MQ, name: str, desired: reconcile.Desired | None, now: float) -> None:
-        status = self._status(state, desired)
+        status = status_of(
+            state.body, self.version or reconcile.DEFAULT_KUEUE_VERSION, state.error, state.parsed is not None, desired
+        )
         previous = state.status_written
-        same_shape = self._without_times(status) == self._without_times(previous)
+        same_shape = without_volatile(status) == without_volatile(previous)
         if same_shape and (status == previous or now - state.status_at < self.settings.status_refresh_s):
             return
         old_condition = ((previous or {}).get("conditions") or [{}])[0]
         new_condition = status["conditions"][0]
         keep_time = old_condition.get("status") == new_condition["status"] and old_condition.get("lastTransitionTime")
-        new_condition["lastTransitionTime"] = keep_time or _rfc3339(now)
+        new_condition["lastTransitionTime"] = keep_time or rfc3339(now)
         if status == previous:
             return
         self.writes += 1
@@ -444,6 +429,16 @@ class Controller:
                 kind = "Normal" if now_state == PoolState.LIVE else "Warning"
                 await self._event(mq, kind, reason, f"pool {pool}: {now_state}")
         state.pool_states = current
+        admissions = {p.pool: p for p in desired.pools if p.state is PoolState.LIVE}
+        for pool, p in admissions.items():
+            before = state.admissions.get(pool, str(Admission.OPEN))
+            if before == p.admission:
+                continue
+            if p.admission is Admission.OPEN:
+                await self._event(mq, "Normal", "PoolOpen", f"pool {pool}: Open again (was {before})")
+            else:
+                await self._event(mq, "Warning", f"Pool{p.admission}", f"pool {pool}: {p.admission}: {p.reason}")
+        state.admissions = {pool: str(p.admission) for pool, p in admissions.items()}
 
     async def _event_once(self, state: _MQ, kind: str, reason: str, message: str) -> None:
         if (reason, message) in state.seen_warnings:

@@ -114,6 +114,9 @@ def gateway(
     ] = None,
     redis_url: Annotated[str | None, typer.Option(help=_described("gateway", "redis_url"))] = None,
     default_pool: Annotated[str | None, typer.Option(help=_described("gateway", "default_pool"))] = None,
+    ping_free_capacity: Annotated[
+        bool | None, typer.Option("--ping-free-capacity", help=_described("gateway", "ping_free_capacity"))
+    ] = None,
     prefix: Annotated[str | None, typer.Option(help=_described("gateway", "prefix"))] = None,
     submit_timeout_s: Annotated[float | None, typer.Option(help=_described("gateway", "submit_timeout_s"))] = None,
     pool_wait_s: Annotated[float | None, typer.Option(help=_described("gateway", "pool_wait_s"))] = None,

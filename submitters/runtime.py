@@ -122,6 +122,9 @@ class Submitter:
             outbox=self.outbox,
             clock=self.clock,
         )
+        self.submissions.on_submit = self.poller.on_start = self.announcer.record_outcome
+        self.announcer.queue_load = self.poller.queue_load
+        self.announcer.held_specs = self._held_specs
         self.recovery = Recovery(
             lock=self.instance_lock, registry=self._reg, backend=self.backend, poller=self.poller, outbox=self.outbox
         )
@@ -291,6 +294,10 @@ class Submitter:
         if self.registry is None:
             raise Unavailable("submitter is not running")
         return self.registry
+
+    async def _held_specs(self) -> list[bytes]:
+        """The stored JobScripts of this instance's unfinished jobs (what they hold, for the ResourceReport)."""
+        return [row.spec for row in await self._reg().live(self.instance_id)]
 
     # Recovery and polling ---------------------------------------------------------------------
 

@@ -101,6 +101,8 @@ class SubmitterSettingsBase(LayeredSettings):
 
     poll_interval_s: float = Field(5.0, gt=0)
     announce_interval_s: float = Field(30.0, gt=0)
+    failure_window_s: float = Field(300.0, gt=0)
+    """The ResourceReport's recent submit/start failures count this far back (the controller holds a failing pool)."""
     max_concurrency: int = Field(64, ge=1)
     """RPC handlers running at once."""
     kill_grace_s: float = Field(5.0, ge=0)

@@ -257,3 +257,19 @@ def test_create_leaves_malformed_container_shapes_to_the_pod_parser(spec: dict[s
     what it needs and the renderer's parser names the field (test_scripts_render_rejects)."""
     pod = {"metadata": {"name": "p", "namespace": "d", "uid": UID}, "spec": spec}
     wire.parse_create(body({"pod": pod, "container": []}))  # shape errors are named later, by the pod parser
+
+
+def test_ping_follows_what_is_free_plus_what_the_pools_jobs_hold() -> None:
+    busy = pb.ResourceReport(
+        pool="busy",
+        capacity={"cpu": "64", "memory": "128Gi", "pods": "100"},
+        free={"cpu": "2", "memory": "bad", "pods": "100"},  # an unparsable free figure: the total stands
+        held={"cpu": "6"},
+    )
+    full = pb.ResourceReport(pool="full", capacity={"cpu": "8"}, free={"cpu": "60"}, held={"cpu": "4"})
+    unknown = pb.ResourceReport(pool="old", capacity={"cpu": "16"})  # a pool that cannot tell: its total
+    assert wire.ping_response([busy, full, unknown])["resources"]["cpu"] == str(64 + 8 + 16)  # default: totals
+    out = wire.ping_response([busy, full, unknown], free=True)
+    assert out["resources"]["cpu"] == str(2 + 6 + 8 + 16)
+    assert out["resources"]["memory"] == "128Gi"
+    assert out["resources"]["pods"] == "100"

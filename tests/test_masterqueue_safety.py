@@ -70,6 +70,7 @@ def test_the_parser_knows_exactly_the_fields_the_crd_declares() -> None:
     assert _crd_properties("flavors", "[]", "canLendTo", "[]") == model.LENDING_FIELDS
     assert _crd_properties("flavors", "[]", "natsFlavor") == model.NATS_FLAVOR_FIELDS
     assert _crd_properties("flavors", "[]", "natsFlavor", "natsSecretRef") == model.SECRET_REF_FIELDS
+    assert _crd_properties("flavors", "[]", "natsFlavor", "capacityPolicy") == set(model.CAPACITY_POLICY_FIELDS)
 
 
 def test_the_crd_requires_exactly_one_selector() -> None:

@@ -37,6 +37,10 @@ class GatewaySettings(LayeredSettings):
     )
     redis_url: str | None = Field(None, description="redis for state that survives restarts; memory only if unset")
     default_pool: str | None = Field(None, description="pool for pods that name none")
+    ping_free_capacity: bool = Field(
+        False,
+        description="the ping's node capacity is each pool's held + free (kueue-nats capacity: Free), not its total",
+    )
     prefix: str = Field(DEFAULT_PREFIX, description="prefix of announcement and event subjects")
     submit_timeout_s: float = Field(30.0, description="deadline of one Submit call to a pool")
     pool_wait_s: float = Field(5.0, description="how long to wait for a pool with no live submitter before a 503")

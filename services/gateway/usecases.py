@@ -125,7 +125,8 @@ class PodUseCases:
         """
         pods = wire.parse_status(body)
         if not pods:
-            return wire.dumps(wire.ping_response(self.pools.live_reports()))
+            reports = self.pools.live_reports()
+            return wire.dumps(wire.ping_response(reports, free=self.settings.ping_free_capacity))
         # Memory only: a pod no event has reached yet is reported waiting; lost events are made up
         # for by recovery.StaleStatusRefresher, never by a NATS round trip on this path.
         parts = []

@@ -310,8 +310,22 @@ def containers_status_json(
     }
 
 
-def ping_response(reports: list[pb.ResourceReport]) -> dict[str, Any]:
-    """A ``PingResponse`` aggregating live pools' total capacity and taints.
+def _node_share(report: pb.ResourceReport, resource: str, total: str) -> Fraction:
+    """A pool's part of the virtual node's capacity: what its jobs hold plus what is free at its site now
+    (capped by its total), the figures kueue-nats gives Kueue under ``capacity: Free``; its total when the
+    site cannot tell what is free."""
+    cap = quantities.parse(total)
+    free = report.free.get(resource)
+    if free is None or not quantities.is_valid(free):
+        return cap
+    held = report.held.get(resource, "0")
+    held_value = quantities.parse(held) if quantities.is_valid(held) else Fraction(0)
+    return max(Fraction(0), min(cap, quantities.parse(free) + held_value))
+
+
+def ping_response(reports: list[pb.ResourceReport], *, free: bool = False) -> dict[str, Any]:
+    """A ``PingResponse`` aggregating live pools' capacity and taints: their totals, or with ``free``
+    (``ping_free_capacity``, to go with kueue-nats ``capacity: Free``) held + free where a pool says what is free.
 
     Resources that no pool reports are left out rather than sent as "0", which would drain the
     virtual node (interLink #558).
@@ -321,7 +335,8 @@ def ping_response(reports: list[pb.ResourceReport]) -> dict[str, Any]:
     for report in reports:
         for resource, quantity in report.capacity.items():
             try:
-                totals[resource] = totals.get(resource, Fraction(0)) + quantities.parse(quantity)
+                share = _node_share(report, resource, quantity) if free else quantities.parse(quantity)
+                totals[resource] = totals.get(resource, Fraction(0)) + share
             except quantities.InvalidQuantityError:
                 continue  # a pool's malformed figure must not break the ping
         for taint in report.taints:

@@ -260,3 +260,16 @@ class ReportsChanges(Protocol):
         and ``added`` is every tracked job: the answer is complete, as :meth:`Backend.poll`'s. The
         caller restarts after any call that raised, or whose answer it could not finish mapping.
         """
+
+
+@runtime_checkable
+class ReportsFree(Protocol):
+    """A backend that can say what the site has free now, for the ResourceReport's ``free`` (issue 27).
+
+    Optional (the announcer checks with ``isinstance``): without it the report leaves ``free`` empty
+    and the controller treats the pool's whole capacity as available (``capacity: Total``).
+    """
+
+    async def free(self) -> Capacity | None:
+        """Capacity that could start a job now, in one batch call (free, not total: others' jobs count);
+        None when this site cannot tell."""

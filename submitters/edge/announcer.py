@@ -8,17 +8,29 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
+from collections.abc import Awaitable, Callable
 
 import nats.errors
 from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.kernel import quantities
 from interlink_nats.kernel.clock import Clock
 from interlink_nats.kernel.subjects import config_subject, resources_subject
-from interlink_nats.submitters.core.backend import Backend, BackendError, Capacity
+from interlink_nats.submitters.core.backend import Backend, BackendError, Capacity, ReportsFree
 from interlink_nats.submitters.core.errors import SubmitterError
+from interlink_nats.submitters.core.load import FailureWindow, QueueLoad, held_by
 from interlink_nats.submitters.settings import SubmitterSettings
 from nats.aio.client import Client as NATS
 
 log = logging.getLogger(__name__)
+
+_MEASURED = frozenset({"cpu", "memory", "nvidia.com/gpu"})
+"""What ``Backend.free`` measures: absent from its answer means none free."""
+
+
+def _no_queue(now: float) -> QueueLoad:
+    return QueueLoad()
+
 
 CONFIG_CHECK_INTERVAL = 2.0
 
@@ -33,6 +45,15 @@ class Announcer:
         self.clock = clock
         self.build_config = pb.BuildConfig()
         self.capacity = Capacity()
+        self.free: Capacity | None = None
+        """What the site had free at the last discovery; None: the backend cannot tell (or failed to)."""
+        self.failures = FailureWindow(settings.failure_window_s)
+        """Fed by the submission path and the poller (``runtime``); read into every report."""
+        self.held = Capacity()
+        self.held_specs: Callable[[], Awaitable[list[bytes]]] | None = None
+        """The stored JobScripts of the pool's unfinished jobs (the runtime reads them from the registry)."""
+        self.queue_load: Callable[[float], QueueLoad] = _no_queue
+        """The pool's jobs waiting at the site (the runtime sets the poller's)."""
         self._config_mtime: float | None = None
         self.nc: NATS | None = None
 
@@ -63,17 +84,50 @@ class Announcer:
         self.build_config = config
         return True
 
+    def record_outcome(self, ok: bool) -> None:
+        """One submission or job start, as the report's recent failures count it."""
+        self.failures.record(ok, self.clock.monotonic())
+
     async def discover_capacity(self) -> Capacity:
         try:
             self.capacity = await self.backend.capacity()
         except BackendError as exc:
             log.warning("cannot discover capacity (%s); announcing the configured one", exc)
+        if isinstance(self.backend, ReportsFree):
+            try:
+                self.free = await self.backend.free()
+            except BackendError as exc:
+                self.free = None
+                log.warning("cannot discover free capacity (%s); reporting none", exc)
+        if self.free is not None and self.held_specs is not None:
+            try:
+                self.held = held_by(await self.held_specs())
+            except Exception as exc:  # the registry closed under us (stopping): keep the last figure
+                log.debug("cannot count what the pool's jobs hold: %s", exc)
         return self.capacity
+
+    def free_report(self, capacity: dict[str, str]) -> dict[str, str]:
+        """The free quantities, capped by (and keyed as) the announced capacity; empty when unknown.
+
+        A resource the backend does not measure (``pods``, an override) is free as announced: the
+        controller must not read its absence as "nothing free".
+        """
+        if self.free is None:
+            return {}
+        measured = self.free.quantities()
+        out: dict[str, str] = {}
+        for resource, total in capacity.items():
+            value = measured.get(resource, "0" if resource in _MEASURED else total)
+            out[resource] = quantities.minimum(value, total) if quantities.is_valid(total) else value
+        return out
 
     def resource_report(self) -> pb.ResourceReport:
         capacity = self.capacity.quantities()
         capacity.setdefault("pods", "1000")
         capacity.update(self.settings.capacity)
+        now = self.clock.time()
+        waiting = self.queue_load(now)
+        attempts, failures = self.failures.counts(self.clock.monotonic())
         return pb.ResourceReport(
             pool=self.pool,
             capacity=capacity,
@@ -81,7 +135,15 @@ class Announcer:
             taints=self.settings.report_taints(),
             reported_at=self.clock.utcnow(),
             backend=self.backend.name,
-            interval_seconds=int(self.settings.announce_interval_s),
+            # what the loop below really does: it looks every CONFIG_CHECK_INTERVAL at best
+            interval_seconds=math.ceil(max(self.settings.announce_interval_s, CONFIG_CHECK_INTERVAL)),
+            free=self.free_report(capacity),
+            held=self.held.quantities() if self.free is not None else {},
+            queued_jobs=waiting.queued,
+            oldest_pending_seconds=int(waiting.oldest_pending_s),
+            recent_attempts=attempts,
+            recent_failures=failures,
+            failure_window_seconds=int(self.settings.failure_window_s),
         )
 
     async def announce(self) -> None:

@@ -37,6 +37,7 @@ from interlink_nats.submitters.core.backend import (
     ReportsChanges,
 )
 from interlink_nats.submitters.core.lifecycle import plan_poll
+from interlink_nats.submitters.core.load import QueueLoad, queue_load
 from interlink_nats.submitters.core.status import ContainerFiles, JobMeta
 from interlink_nats.submitters.jobdirs import files as jobfiles
 from interlink_nats.submitters.jobdirs import logindex
@@ -50,6 +51,17 @@ SWEEP_MAX = 250
 """...but at most this many per poll, so its cost stays bounded: 10,000 jobs take 40 polls (about 3 minutes)."""
 HOT_POLLS = 2
 """After its job changed, or while a log grows, a job's logs are checkpointed at this many more polls."""
+
+
+def _ignore_start(ok: bool) -> None:
+    return None
+
+
+def _never_started(obs: Observation) -> bool:
+    """Ended without ever running: the node failed, or the job failed before the site started it."""
+    if obs.state is BackendState.NODE_FAIL:
+        return True
+    return obs.state is BackendState.FAILED and obs.started_at is None and obs.exit_code is None
 
 
 def meta_from_row(row: JobRow, pool: str, backend: str) -> JobMeta:
@@ -80,6 +92,10 @@ class Tracked:
     strings: a poll stats them for every job it looks at)."""
     seq: int = 0
     """Its place in the tracking order: the jobs an incremental poll looks at are mapped in that order."""
+    submitted_at: float = 0.0
+    """When its registry row was created (epoch seconds): the age of a job still waiting at the site."""
+    left_queue: bool = False
+    """The backend has seen it leave its queue (its start counted once, ok or not, for ``on_start``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +134,9 @@ class Poller:
         self._hot: set[str] = set()
         """The jobs whose ``hot`` is set: an incremental poll looks at them without looking at the others."""
         self._changes = backend if isinstance(backend, ReportsChanges) else None
+        self.on_start: Callable[[bool], None] = _ignore_start
+        """Called once per job when the backend first sees it out of its queue: False when it ended without
+        starting (the pool's recent failures, ``core.load``)."""
         """The backend, when it can tell which jobs changed (``ReportsChanges``)."""
         self._added: dict[str, Tracked] = {}
         self._removed: list[JobHandle] = []
@@ -134,6 +153,7 @@ class Poller:
             (*row.init_containers, *row.containers),
             row.status,
             row.revision,
+            submitted_at=row.created_at,
         )
         old = self.tracked.get(row.uid)
         if old is not None:
@@ -147,6 +167,10 @@ class Poller:
         journal = self._journal_for(row.job_dir)
         self._journals[journal] = self._journals.get(journal, 0) + 1
         return t
+
+    def queue_load(self, now: float) -> QueueLoad:
+        """The tracked jobs the backend has not started yet (not yet polled counts as waiting)."""
+        return queue_load((t.submitted_at for t in self.tracked.values() if not t.left_queue), now)
 
     def untrack(self, uid: str) -> None:
         """Stop polling a job (call with ``lock`` held, so a poll in flight cannot store it again)."""
@@ -305,6 +329,9 @@ class Poller:
         hot = self._hot
         for t, obs, due in self._candidates(tracked, observed, hinted, seen):
             t.obs = obs
+            if not t.left_queue and obs.state is not BackendState.QUEUED:
+                t.left_queue = True
+                self.on_start(not _never_started(obs))
             if t.paths is None:  # string joins, not pathlib: every new job comes here once
                 job_dir = t.handle.job_dir
                 cdir = layout.containers_dir(job_dir)

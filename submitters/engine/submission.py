@@ -42,6 +42,10 @@ from interlink_nats.submitters.state.registry import Registry
 from interlink_nats.submitters.state.schema import JobRow, StatusUpdate
 
 
+def _no_outcome(ok: bool) -> None:
+    return None
+
+
 def _no_step(step: str) -> None:
     return None
 
@@ -100,6 +104,8 @@ class Submissions:
         self.stopping = False
         self.recover_needed = False
         """Set when a Submit adopted a stopped replica's jobs: the rest are tracked on the next poll."""
+        self.on_submit: Callable[[bool], None] = _no_outcome
+        """Called after each backend submit: False when it raised (the pool's recent failures, ``core.load``)."""
         self.on_step: Callable[[str], None] = _no_step
         """Called after each durable step of a Submit (``claimed``, ``job_dir``, ``submitted``, ``marked``):
         the seam crash tests use to stop a submitter between any two steps. A new claim's ``claimed``
@@ -206,7 +212,9 @@ class Submissions:
             outcome = await self._backend.submit(row.backend_spec(job))
         except BackendError as exc:
             outcome = exc
+            self.on_submit(False)
         else:
+            self.on_submit(True)
             self.on_step("submitted")
         return await self._execute(plan_submit(self._backend.name, outcome, created=created), row, meta)
 

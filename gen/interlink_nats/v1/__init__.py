@@ -944,6 +944,48 @@ class ResourceReport(betterproto2.Message):
     Seconds until the next report; lets listeners judge liveness.
     """
 
+    free: "dict[str, str]" = betterproto2.field(
+        8,
+        betterproto2.TYPE_MAP,
+        map_meta=betterproto2.map_meta(
+            betterproto2.TYPE_STRING, betterproto2.TYPE_STRING
+        ),
+    )
+    """
+    Capacity free at the site now, as Kubernetes quantities with the keys of `capacity` (Slurm: idle
+    CPUs/memory/GPUs of the partition; HTCondor: unclaimed slots; shell: the host's free share minus what
+    its jobs hold). Empty: the backend cannot tell, and `capacity: Free` falls back to the total.
+    """
+
+    queued_jobs: "int" = betterproto2.field(9, betterproto2.TYPE_UINT32)
+    """
+    This pool's jobs waiting in the site's queue (submitted, not started), and how long the oldest has waited.
+    """
+
+    oldest_pending_seconds: "int" = betterproto2.field(10, betterproto2.TYPE_UINT32)
+
+    recent_attempts: "int" = betterproto2.field(11, betterproto2.TYPE_UINT32)
+    """
+    The pool's submissions and job starts within the last `failure_window_seconds`, and how many failed
+    (refused or unavailable submits; jobs that ended without starting).
+    """
+
+    recent_failures: "int" = betterproto2.field(12, betterproto2.TYPE_UINT32)
+
+    failure_window_seconds: "int" = betterproto2.field(13, betterproto2.TYPE_UINT32)
+
+    held: "dict[str, str]" = betterproto2.field(
+        14,
+        betterproto2.TYPE_MAP,
+        map_meta=betterproto2.map_meta(
+            betterproto2.TYPE_STRING, betterproto2.TYPE_STRING
+        ),
+    )
+    """
+    What this pool's unfinished jobs asked of the site (requests summed), set with `free`: the gateway's
+    node capacity is held + free (capped by `capacity`), so the scheduler sees only what could start now.
+    """
+
 
 default_message_pool.register_message(
     "interlink_nats.v1", "ResourceReport", ResourceReport

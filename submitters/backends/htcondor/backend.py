@@ -37,6 +37,7 @@ from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel import layout
 from interlink_nats.kernel.clock import SYSTEM_CLOCK, Clock
 from interlink_nats.kernel.config_files import renamed
+from interlink_nats.submitters.backends.htcondor import free
 from interlink_nats.submitters.backends.htcondor import parse as hp
 from interlink_nats.submitters.backends.htcondor import submit as hs
 from interlink_nats.submitters.backends.htcondor.tokens import OidcTokenSource, TokenConfig, TokenError
@@ -423,6 +424,17 @@ class HTCondorBackend:
         out = await self._run(hp.Command.STATUS, argv)
         try:
             return hp.parse_status_totals(hp.parse_ads(out, what="condor_status"))
+        except ValueError as exc:
+            raise BackendUnavailable(str(exc)) from exc
+
+    async def free(self) -> Capacity | None:
+        """The unclaimed slots now (``ReportsFree``, issue 27; ``htcondor.free``): one condor_status call."""
+        if not self.settings.use_condor_status:
+            return None  # capacity comes from the site config: what is free is unknown
+        argv = [self.settings.condor_status, *self._target(), "-constraint", free.UNCLAIMED, "-json"]
+        out = await self._run(hp.Command.STATUS, [*argv, "-attributes", free.ATTRS])
+        try:
+            return free.parse_unclaimed(hp.parse_ads(out, what="condor_status"))
         except ValueError as exc:
             raise BackendUnavailable(str(exc)) from exc
 

@@ -34,6 +34,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import os
 import signal
 from collections import deque
@@ -55,6 +56,7 @@ from interlink_nats.submitters.backends.shell.processes import (
     Launcher,
     is_our_runner,
     may_still_start,
+    mem_available,
     mem_total,
     mtime,
     proc_start_ticks,
@@ -495,3 +497,12 @@ class ShellBackend:
             done = await run_command(["nvidia-smi", "-L"], time_limit=10)
             gpus = sum(1 for ln in done.stdout.splitlines() if ln.startswith("GPU "))
         return Capacity(cpu_millis=cpus * 1000, memory_bytes=mem, gpus=gpus, nodes=1)
+
+    async def free(self) -> Capacity | None:
+        """What this host has free now (``ReportsFree``): idle CPUs by the load average, available memory,
+        less the slots its own jobs hold (a slot is a CPU: a job that sleeps still holds its slot)."""
+        cpus = len(os.sched_getaffinity(0)) or (os.cpu_count() or 1)
+        busy = len(self._running) + len(self._starting) + len(self._queue)
+        idle_by_load = cpus - math.ceil(os.getloadavg()[0])
+        idle_by_slots = min(cpus, self._limit) - busy
+        return Capacity(cpu_millis=max(0, min(idle_by_load, idle_by_slots)) * 1000, memory_bytes=mem_available())

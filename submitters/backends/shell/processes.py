@@ -143,9 +143,18 @@ def mtime(path: Path | str) -> float | None:
 
 
 def mem_total() -> int:
+    return _meminfo("MemTotal:")
+
+
+def mem_available() -> int:
+    """Memory a new job could take now without swapping (the kernel's estimate)."""
+    return _meminfo("MemAvailable:")
+
+
+def _meminfo(key: str) -> int:
     with contextlib.suppress(OSError, ValueError, IndexError):
         for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
+            if line.startswith(key):
                 return int(line.split()[1]) * 1024
     return 0
 

@@ -256,6 +256,13 @@ class SlurmBackend:
             argv += ["-p", self.settings.partition]
         return sp.parse_sinfo(await self._run(sp.Command.SINFO, argv))
 
+    async def free(self) -> Capacity | None:
+        """What the pool's partition has idle now (``ReportsFree``): one ``sinfo`` call."""
+        argv = [self.settings.sinfo, "-h", "-N", "-O", sp.SINFO_FREE_FORMAT]
+        if self.settings.partition:
+            argv += ["-p", self.settings.partition]
+        return sp.parse_sinfo_free(await self._run(sp.Command.SINFO, argv))
+
 
 def _ran(job_dir: Path) -> bool:
     """Evidence that a job started: Slurm created its output file, or a container wrote a file."""

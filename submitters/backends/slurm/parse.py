@@ -376,6 +376,40 @@ def parse_sinfo(text: str) -> Capacity:
     )
 
 
+SINFO_FREE_FORMAT = "NodeList:|,CPUsState:|,Memory:|,AllocMem:|,Gres:|,GresUsed:|,StateCompact:|"
+"""``sinfo -h -N -O``: what is idle on each node, in one call (CPUs as allocated/idle/other/total)."""
+_UNAVAILABLE_NODE = re.compile(
+    r"down|drain|drng|fail|maint|resv|reserved|unk|power|boot|futr|inval|no_respond", re.IGNORECASE
+)
+
+
+def parse_sinfo_free(text: str) -> Capacity:
+    """``sinfo -h -N -O SINFO_FREE_FORMAT`` → what is free now: idle CPUs, unallocated memory and GPUs of the
+    nodes that can take a job (drained, down and reserved nodes give nothing; a node counts once)."""
+    seen: dict[str, tuple[int, int, int]] = {}
+    for line in text.splitlines():
+        parts = [p.strip() for p in line.split("|")]
+        if len(parts) < 7 or not parts[0]:
+            continue
+        name, cpus, mem, alloc, gres, used, state = parts[:7]
+        if _UNAVAILABLE_NODE.search(state) or state.endswith(("*", "~", "#", "!", "%", "$", "@")):
+            seen[name] = (0, 0, 0)
+            continue
+        try:
+            idle = int(cpus.split("/")[1])
+            free_mem = max(0, int(mem.rstrip("+")) - int(alloc or 0))
+        except (ValueError, IndexError):
+            continue
+        gpus = sum(int(m) for m in _GPU.findall(gres)) - sum(int(m) for m in _GPU.findall(used.split("(IDX")[0]))
+        seen[name] = (idle, free_mem if idle else 0, max(0, gpus) if idle else 0)
+    return Capacity(
+        cpu_millis=sum(c for c, _, _ in seen.values()) * 1000,
+        memory_bytes=sum(m for _, m, _ in seen.values()) * 2**20,
+        gpus=sum(g for _, _, g in seen.values()),
+        nodes=sum(1 for c, _, _ in seen.values() if c),
+    )
+
+
 def names_to_ids(jobs: Mapping[str, SlurmJob]) -> dict[str, str]:
     """Job name (pod UID) → newest job id with that name."""
     out: dict[str, str] = {}

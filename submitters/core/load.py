@@ -1,0 +1,70 @@
+"""How the pool fares at its site, for the ResourceReport (issue 27): its jobs waiting in the site's
+queue and its recent submit/start failures.
+
+Pure (the caller passes the time), so the counting rules are tested directly; the runtime feeds
+``FailureWindow`` from the submission path and the poller, and the announcer reads both.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.submitters.core.backend import Capacity
+
+
+@dataclass(frozen=True, slots=True)
+class QueueLoad:
+    """This pool's jobs the site has not started yet."""
+
+    queued: int = 0
+    oldest_pending_s: float = 0.0
+
+
+def queue_load(submitted_at: Iterable[float], now: float) -> QueueLoad:
+    """From the submission times (epoch seconds) of the pool's jobs still waiting at the site."""
+    times = list(submitted_at)
+    if not times:
+        return QueueLoad()
+    return QueueLoad(len(times), max(0.0, now - min(times)))
+
+
+class FailureWindow:
+    """Outcomes (ok / failed) of the pool's recent submissions and job starts, kept for ``window_s``.
+
+    Why a time window, not a count: a pool that stopped receiving work (held as ``Failing``) must
+    forget its failures after a while, or the controller would never let it try again.
+    """
+
+    def __init__(self, window_s: float, max_entries: int = 10_000) -> None:
+        self.window_s = window_s
+        self._events: deque[tuple[float, bool]] = deque(maxlen=max_entries)
+
+    def record(self, ok: bool, now: float) -> None:
+        self._events.append((now, ok))
+
+    def counts(self, now: float) -> tuple[int, int]:
+        """(attempts, failures) within the window ending at ``now``."""
+        horizon = now - self.window_s
+        while self._events and self._events[0][0] < horizon:
+            self._events.popleft()
+        failures = sum(1 for _, ok in self._events if not ok)
+        return len(self._events), failures
+
+
+def held_by(specs: Iterable[bytes]) -> Capacity:
+    """What unfinished jobs asked of the site: the resource requests of their stored JobScripts, summed
+    (a spec that does not parse counts as nothing)."""
+    cpu = mem = gpus = 0
+    for raw in specs:
+        try:
+            resources = pb.JobScript.parse(raw).resources
+        except Exception:  # betterproto2 raises several kinds for bad bytes
+            continue
+        if resources is not None:
+            cpu += max(0, resources.cpu_millis)
+            mem += max(0, resources.memory_bytes)
+            gpus += max(0, resources.gpus)
+    return Capacity(cpu_millis=cpu, memory_bytes=mem, gpus=gpus)
