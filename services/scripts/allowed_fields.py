@@ -13,7 +13,10 @@ from .errors import PodRejected
 from .fields import get_bool, get_list
 
 SPEC_SUPPORTED = frozenset(
-    {"containers", "initContainers", "volumes", "activeDeadlineSeconds", "terminationGracePeriodSeconds", "resources"}
+    {
+        *("containers", "initContainers", "volumes", "activeDeadlineSeconds", "terminationGracePeriodSeconds"),
+        *("resources", "securityContext"),
+    }
 )
 SPEC_IGNORED = frozenset(
     {
@@ -31,7 +34,6 @@ SPEC_IGNORED = frozenset(
         "priority",
         "priorityClassName",
         "preemptionPolicy",
-        "securityContext",
         "enableServiceLinks",
         "imagePullSecrets",
         "hostname",
@@ -53,7 +55,7 @@ SPEC_FALSE_ONLY = frozenset({"hostNetwork", "hostPID", "hostIPC"})
 SPEC_EMPTY_ONLY = frozenset({"ephemeralContainers", "resourceClaims"})
 """Accepted when empty."""
 CONTAINER_SUPPORTED = frozenset(
-    {"name", "image", "command", "args", "workingDir", "env", "envFrom", "volumeMounts", "resources"}
+    {"name", "image", "command", "args", "workingDir", "env", "envFrom", "volumeMounts", "resources", "securityContext"}
 )
 CONTAINER_IGNORED = frozenset(
     {
@@ -64,7 +66,6 @@ CONTAINER_IGNORED = frozenset(
         "startupProbe",
         "terminationMessagePath",
         "terminationMessagePolicy",
-        "securityContext",
         "stdin",
         "stdinOnce",
         "tty",

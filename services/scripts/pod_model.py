@@ -269,6 +269,7 @@ class PodSpec:
     termination_grace_period_seconds: Checked[int | None]  # read once the containers are rendered
     node_name: Checked[str]
     service_account_name: Checked[str]
+    run_as: tuple[int | None, int | None]  # securityContext (runAsUser, runAsGroup): the submitter decides
 
 
 @model

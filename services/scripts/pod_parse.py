@@ -65,6 +65,7 @@ from .pod_resources import (
     parse_quantity,
     pod_resources_from,
 )
+from .run_as import run_as_request
 from .volume_parse import parse_volume
 
 __all__ = ["parse_pod", "pod_resources"]
@@ -168,6 +169,7 @@ def _pod_spec(spec: dict[str, Any], data: PodData) -> PodSpec:
             raise PodRejected(f"{where}.restartPolicy", "sidecar containers are not supported")
         init.append(_container(c, where, names, volume_names))
     main = [_container(c, f"spec.containers[{i}]", names, volume_names) for i, c in enumerate(raw_main)]
+    raw_all = [(c.where, raw) for c, raw in zip((*init, *main), (*raw_init, *raw_main), strict=True)]
     return PodSpec(
         tuple(init),
         tuple(main),
@@ -177,6 +179,7 @@ def _pod_spec(spec: dict[str, Any], data: PodData) -> PodSpec:
         _int_on_demand(spec, "terminationGracePeriodSeconds", "spec"),
         _str_on_demand(spec, "nodeName", "spec"),
         _str_on_demand(spec, "serviceAccountName", "spec"),
+        run_as_request(spec, raw_all),
     )
 
 

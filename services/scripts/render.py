@@ -298,4 +298,6 @@ def render_job(
         resources=resources,
         backend_flags=backend_flags,
         layout=[_layout_entry(e) for e in prepared],
+        run_as_user=spec.run_as[0],
+        run_as_group=spec.run_as[1],
     )

@@ -212,6 +212,8 @@ class JobScriptView(NamedTuple):
     resources: ResourceRequestView | None
     backend_flags: list[str]
     layout: list[LayoutEntryView]
+    run_as_user: int | None
+    run_as_group: int | None
     encoded: bytes
 
 
@@ -1161,6 +1163,24 @@ def _encode_job_script(msg: pb.JobScript) -> bytearray:
         else:
             _varint(out, n)
         out += b
+    # run_as_user = 8
+    v = msg.run_as_user
+    if v is not None:
+        v = int(v)
+        out += b"\x40"
+        if 0 <= v < 0x80:
+            out.append(v)
+        else:
+            _varint(out, v)
+    # run_as_group = 9
+    v = msg.run_as_group
+    if v is not None:
+        v = int(v)
+        out += b"\x48"
+        if 0 <= v < 0x80:
+            out.append(v)
+        else:
+            _varint(out, v)
     out += msg._unknown_fields
     return out
 
@@ -1222,6 +1242,36 @@ def job_script_resources_once(data: bytes) -> bytes | None:
     return _field_once(data, 42)
 
 
+def job_script_run_as_user_field(value: int | None) -> bytes:
+    """``JobScript.run_as_user`` as ``bytes(msg)`` writes it, from the value."""
+    out = bytearray()
+    # run_as_user = 8
+    v = value
+    if v is not None:
+        v = int(v)
+        out += b"\x40"
+        if 0 <= v < 0x80:
+            out.append(v)
+        else:
+            _varint(out, v)
+    return bytes(out)
+
+
+def job_script_run_as_group_field(value: int | None) -> bytes:
+    """``JobScript.run_as_group`` as ``bytes(msg)`` writes it, from the value."""
+    out = bytearray()
+    # run_as_group = 9
+    v = value
+    if v is not None:
+        v = int(v)
+        out += b"\x48"
+        if 0 <= v < 0x80:
+            out.append(v)
+        else:
+            _varint(out, v)
+    return bytes(out)
+
+
 def _decode_job_script(data: bytes, pos: int, end: int) -> pb.JobScript:
     pod: pb.PodRef | None = None
     script: str = ""
@@ -1230,6 +1280,8 @@ def _decode_job_script(data: bytes, pos: int, end: int) -> pb.JobScript:
     resources: pb.ResourceRequest | None = None
     backend_flags: list[str] = []
     layout: list[pb.LayoutEntry] = []
+    run_as_user: int | None = None
+    run_as_group: int | None = None
     seen = 0
     while pos < end:
         key = data[pos]
@@ -1334,11 +1386,37 @@ def _decode_job_script(data: bytes, pos: int, end: int) -> pb.JobScript:
             item = _decode_layout_entry(data, pos, stop)
             pos = stop
             layout.append(item)
+        elif key == 64:
+            # run_as_user = 8
+            if seen & 128:
+                raise Unusual
+            seen |= 128
+            value = data[pos]
+            if value < 0x80:
+                pos += 1
+            else:
+                value, pos = _read_varint(data, pos)
+            if value >> 63:
+                value -= 1 << 64
+            run_as_user = value
+        elif key == 72:
+            # run_as_group = 9
+            if seen & 256:
+                raise Unusual
+            seen |= 256
+            value = data[pos]
+            if value < 0x80:
+                pos += 1
+            else:
+                value, pos = _read_varint(data, pos)
+            if value >> 63:
+                value -= 1 << 64
+            run_as_group = value
         else:
             raise Unusual
     if pos != end:
         raise Unusual
-    return pb.JobScript(pod=pod, script=script, init_containers=init_containers, containers=containers, resources=resources, backend_flags=backend_flags, layout=layout)
+    return pb.JobScript(pod=pod, script=script, init_containers=init_containers, containers=containers, resources=resources, backend_flags=backend_flags, layout=layout, run_as_user=run_as_user, run_as_group=run_as_group)
 
 
 def _view_job_script(data: bytes, pos: int, end: int) -> JobScriptView:
@@ -1350,6 +1428,8 @@ def _view_job_script(data: bytes, pos: int, end: int) -> JobScriptView:
     resources: ResourceRequestView | None = None
     backend_flags: list[str] = []
     layout: list[LayoutEntryView] = []
+    run_as_user: int | None = None
+    run_as_group: int | None = None
     seen = 0
     while pos < end:
         key = data[pos]
@@ -1454,11 +1534,37 @@ def _view_job_script(data: bytes, pos: int, end: int) -> JobScriptView:
             item = _view_layout_entry(data, pos, stop)
             pos = stop
             layout.append(item)
+        elif key == 64:
+            # run_as_user = 8
+            if seen & 128:
+                raise Unusual
+            seen |= 128
+            value = data[pos]
+            if value < 0x80:
+                pos += 1
+            else:
+                value, pos = _read_varint(data, pos)
+            if value >> 63:
+                value -= 1 << 64
+            run_as_user = value
+        elif key == 72:
+            # run_as_group = 9
+            if seen & 256:
+                raise Unusual
+            seen |= 256
+            value = data[pos]
+            if value < 0x80:
+                pos += 1
+            else:
+                value, pos = _read_varint(data, pos)
+            if value >> 63:
+                value -= 1 << 64
+            run_as_group = value
         else:
             raise Unusual
     if pos != end:
         raise Unusual
-    return JobScriptView(pod, script, init_containers, containers, resources, backend_flags, layout, data[start:end])
+    return JobScriptView(pod, script, init_containers, containers, resources, backend_flags, layout, run_as_user, run_as_group, data[start:end])
 
 
 def decode_job_script(data: bytes) -> pb.JobScript:
@@ -1479,7 +1585,7 @@ def read_job_script(data: bytes) -> JobScriptView | None:
 
 def check_job_script(data: bytes) -> None:
     """ValueError (or IndexError) unless the top-level fields of ``data`` are a well-formed ``JobScript``."""
-    _check_top(data, frozenset((10, 18, 26, 34, 42, 50, 58)))
+    _check_top(data, frozenset((10, 18, 26, 34, 42, 50, 58, 64, 72)))
 
 
 def encode_submit_request(msg: pb.SubmitRequest) -> bytes:
