@@ -87,6 +87,9 @@ DEADLINE_FILE = "deadline-exceeded"
 ``transfer_output_files = containers``; listing the marker itself would hold every job that has none)."""
 
 ROOTFS_ENV = "INTERLINK_ROOTFS"
+HOOK_SUFFIX = ".hook"
+"""``containers/<name>.hook``: why a lifecycle hook stopped the container (``<Reason> <message>``), written by
+the script before it kills it; the script then writes it after the code in the container's ``.exit`` file."""
 
 
 def deadline_path(job_dir: Path) -> Path:

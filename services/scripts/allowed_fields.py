@@ -55,7 +55,10 @@ SPEC_FALSE_ONLY = frozenset({"hostNetwork", "hostPID", "hostIPC"})
 SPEC_EMPTY_ONLY = frozenset({"ephemeralContainers", "resourceClaims"})
 """Accepted when empty."""
 CONTAINER_SUPPORTED = frozenset(
-    {"name", "image", "command", "args", "workingDir", "env", "envFrom", "volumeMounts", "resources", "securityContext"}
+    {
+        *("name", "image", "command", "args", "workingDir", "env", "envFrom", "volumeMounts", "resources"),
+        *("securityContext", "lifecycle"),
+    }
 )
 CONTAINER_IGNORED = frozenset(
     {

@@ -20,6 +20,7 @@ from typing import TypeVar, dataclass_transform
 
 from .errors import Checked, PodRejected
 from .fields import member
+from .hooks import Lifecycle
 from .launch import EnvVar
 from .pod_resources import ContainerResources
 
@@ -161,6 +162,7 @@ class Container:
     volume_mounts: tuple[VolumeMount, ...]
     resources: ContainerResources
     gpu_kind: str  # where the GPUs are asked (limits or requests), for a rejection
+    lifecycle: Lifecycle | None  # postStart/preStop hooks (main containers only)
 
 
 # --- volumes -------------------------------------------------------------------------------------------

@@ -27,6 +27,7 @@ from .context import RenderContext
 from .environment import check_exec_size, container_env, expanded_words
 from .errors import PodRejected, checked
 from .fields import member
+from .hooks import HOOKS, ExecHandler, HttpGetHandler, handler_body
 from .launch import HostLink, Launch, PodOptions, SetupEntry
 from .pod_model import Container
 from .pod_parse import parse_pod
@@ -51,6 +52,8 @@ class ContainerPlan:
     init: bool
     body: list[str]
     resources: ContainerResources
+    hooks: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """Lifecycle hook functions' bodies by the template's prefix (``post``, ``pre``)."""
 
 
 @dataclass(slots=True)
@@ -91,10 +94,22 @@ def _container(plan: PodPlan, c: Container, index: int, init: bool) -> Container
         mpi=() if init else plan.mpi,
         image=runtime.image(c.image, where, lambda: ctx.annotation(pod_annotations.IMAGE_ROOT), ctx.bc),
         mask=ctx.mask,
+        engine_name="" if c.lifecycle is None else quote(f"il-{ctx.pod.metadata.uid}-{c.name}"),
     )
     commands = runtime.commands(launch, plan.options)
     plan.host_setup += commands.setup
-    return ContainerPlan(index, c.name, quote(c.name), init, list(commands.body), resources)
+    out = ContainerPlan(index, c.name, quote(c.name), init, list(commands.body), resources)
+    if c.lifecycle is not None:
+        for _, prefix in HOOKS:
+            handler = c.lifecycle.get(prefix)
+            if handler is not None:
+                lines = (
+                    runtime.exec_in(launch, plan.options, list(handler.command))
+                    if isinstance(handler, ExecHandler)
+                    else ()
+                )
+                out.hooks[prefix] = handler_body(handler, lines)
+    return out
 
 
 _LAYOUT_NAMES = {
@@ -108,6 +123,7 @@ _LAYOUT_NAMES = {
     "exit_suffix": layout.EXIT_SUFFIX,
     "log_suffix": layout.LOG_SUFFIX,
     "prepared_file": layout.PREPARED_FILE,
+    "hook_suffix": layout.HOOK_SUFFIX,
 }
 """Template names whose values never change. They are written into the template's text before it is
 compiled, so a render looks up only what the pod decides (each lookup costs, per render, every time)."""
@@ -285,6 +301,15 @@ def render_job(
         leftover_lines=[f'[ "$__cancelled" = 0 ] || {line}' for line in stop.at_exit_if_cancelled],
         init_containers=init_plans,
         main_containers=main_plans,
+        hooks=any(p.hooks for p in main_plans),
+        post_start=any("post" in p.hooks for p in main_plans),
+        pre_stop=any("pre" in p.hooks for p in main_plans),
+        http_get=any(
+            isinstance(c.lifecycle.get(prefix), HttpGetHandler)
+            for c in spec.containers
+            if c.lifecycle is not None
+            for _, prefix in HOOKS
+        ),
     )
     try:
         script.encode("utf-8")
