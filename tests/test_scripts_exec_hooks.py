@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from interlink_nats.submitters.core.status import ContainerFiles
+from interlink_nats.submitters.core.backend import BackendState, Observation
+from interlink_nats.submitters.core.status import ContainerFiles, JobMeta, map_status
 from interlink_nats.submitters.jobdirs.files import read_container_files
 from script_runs import PY, exit_code, log, pod, py, run
 from script_runs import job_dir as job_dir
@@ -62,6 +63,13 @@ def test_a_failing_post_start_kills_the_container_with_reason_failed_post_start_
     assert seen.message == "PostStartHookError: the postStart hook failed with exit code 3"
     assert "hook says no" in log(job_dir, "main")
     assert exit_code(job_dir, "other") == 0 and files(job_dir, "other").reason == ""
+    meta = JobMeta("u", "ns", "p", "pool", "1", (), ("main", "other"), "shell")
+    status = map_status(
+        meta, Observation(BackendState.FAILED, 143), read_container_files(job_dir, ["main", "other"]), now=0
+    )
+    main, _ = status.containers
+    assert (main.reason, main.exit_code) == ("FailedPostStartHook", 143), "as /status shows it"
+    assert main.message.startswith("PostStartHookError")
 
 
 def test_pre_stop_runs_before_the_term_on_cancel(job_dir: Path) -> None:
