@@ -104,3 +104,11 @@ def hand_over(job_dir: Path, ident: Identity) -> None:
     for parent in jobs.parent.parents:
         if parent.stat().st_mode & 0o001 == 0:
             raise SubmitRejected(f"{parent} is not searchable by other accounts (o+x): jobs cannot run as {ident}")
+
+
+def take_over(policy: AccountingPolicy, spec: JobSpec) -> Identity | None:
+    """:func:`job_identity`, with the job directory handed over when the job runs as another account."""
+    ident = job_identity(policy, spec)
+    if ident is not None:
+        hand_over(spec.job_dir, ident)
+    return ident

@@ -44,7 +44,7 @@ from pathlib import Path
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel import layout
 from interlink_nats.kernel.clock import SYSTEM_CLOCK, Clock
-from interlink_nats.submitters.backends.accounts import hand_over, job_identity
+from interlink_nats.submitters.backends.accounts import take_over
 from interlink_nats.submitters.backends.podman_janitor import PodmanJanitor
 from interlink_nats.submitters.backends.proc import run_command
 from interlink_nats.submitters.backends.shell.processes import (
@@ -220,9 +220,8 @@ class ShellBackend:
 
     async def submit(self, spec: JobSpec) -> str:
         if spec.uid not in self._queued and spec.uid not in self._running and spec.uid not in self._starting:
-            ident = job_identity(self._accounting, spec)  # a refusal raises before anything is queued
-            if ident is not None:
-                hand_over(spec.job_dir, ident)
+            policy = self._accounting  # a refusal raises before anything is queued; NSS lookups may block
+            if policy is not None and (ident := await asyncio.to_thread(take_over, policy, spec)):
                 self._accounts[spec.uid] = str(ident)
             self._queue.append(spec)
             self._queued.add(spec.uid)

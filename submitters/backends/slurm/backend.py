@@ -22,7 +22,7 @@ from pathlib import Path
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel import layout
 from interlink_nats.kernel.config_files import renamed
-from interlink_nats.submitters.backends.accounts import hand_over, job_identity
+from interlink_nats.submitters.backends.accounts import take_over
 from interlink_nats.submitters.backends.proc import environ_with, run_command
 from interlink_nats.submitters.backends.slurm import parse as sp
 from interlink_nats.submitters.core.backend import (
@@ -138,9 +138,8 @@ class SlurmBackend:
         except PolicyError as exc:
             raise SubmitRejected(f"pod flag --account: {exc}") from exc
         site = [f"--account={account.group}"] if account.group else []
-        ident = job_identity(policy, spec)
+        ident = take_over(policy, spec)
         if ident is not None:
-            hand_over(spec.job_dir, ident)
             site += [f"--uid={ident.uid}", f"--gid={ident.gid}"]
         return pod_flags, site
 
