@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from interlink_nats.kernel import layout
 from interlink_nats.submitters.core.backend import BackendState, Observation
 from interlink_nats.submitters.core.status import ContainerFiles, JobMeta, map_status
 from interlink_nats.submitters.jobdirs.files import read_container_files
@@ -52,6 +53,25 @@ def test_post_start_runs_beside_the_container_in_its_environment(job_dir: Path) 
     assert "hook seen" in log(job_dir, "main")
     seen = files(job_dir, "main")
     assert (seen.exit_code, seen.reason, seen.message) == (0, "", "")
+
+
+def test_a_container_is_reported_running_once_its_post_start_completes(job_dir: Path) -> None:
+    """As on a node: waiting while the hook runs (no start file), then running with the launch's start time."""
+    gate = job_dir / "gate"
+    hook = shell(f"while [ ! -e {gate} ]; do sleep 0.02; done")
+    up = "import os; open(os.path.join(os.environ['INTERLINK_JOB_DIR'], 'up'), 'w').close()\n"
+    c = py("main", up + "import time\nwhile not os.path.exists('../../end'): time.sleep(0.02)")
+    c["lifecycle"] = {"postStart": hook}
+    launched = time.time()
+    proc = start(job_dir, pod([c]))
+    wait_for(job_dir / "up")
+    assert files(job_dir, "main").started_at is None
+    gate.touch()
+    wait_for(layout.started_path(job_dir, "main"))
+    started = files(job_dir, "main").started_at
+    assert started is not None and launched - 1 <= started <= launched + 5, "the launch's time, not the hook's end"
+    (job_dir / "end").touch()
+    assert proc.wait(timeout=60) == 0
 
 
 def test_a_failing_post_start_kills_the_container_with_reason_failed_post_start_hook(job_dir: Path) -> None:
