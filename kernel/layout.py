@@ -89,6 +89,9 @@ DEADLINE_FILE = "deadline-exceeded"
 ``transfer_output_files = containers``; listing the marker itself would hold every job that has none)."""
 
 ROOTFS_ENV = "INTERLINK_ROOTFS"
+READY_SUFFIX = ".ready"
+"""``containers/<name>.ready``: ``1`` or ``0``, the container's readiness probe's verdict; written only for a
+container with one, whose ``.started`` line then says ``readiness`` after the time."""
 HOOK_SUFFIX = ".hook"
 """``containers/<name>.hook``: why a lifecycle hook stopped the container (``<Reason> <message>``), written by
 the script before it kills it; the script then writes it after the code in the container's ``.exit`` file."""

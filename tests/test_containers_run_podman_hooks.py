@@ -1,11 +1,13 @@
-"""Lifecycle hooks under real podman (``pytest -m podman``): exec handlers run inside the running container
-(``podman exec``), a failing postStart stops it with reason FailedPostStartHook, a preStop runs before its TERM.
+"""Lifecycle hooks and probes under real podman (``pytest -m podman``): exec handlers run inside the running
+container (``podman exec``), a failing postStart stops it with reason FailedPostStartHook, a preStop runs before
+its TERM, readiness reaches the container files and a liveness failure stops it with reason Unhealthy.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -87,4 +89,30 @@ def test_pre_stop_runs_inside_the_container_before_its_term(
     assert (gate / "termed").read_text() == "after\n"
     assert (gate / "prestop").read_text().strip(), "ran inside the container (its own hostname)"
     assert job.exit_code("main") == 0
+    assert podman.leftovers(job.uid) == []
+
+
+def test_probes_exec_inside_the_container_readiness_then_liveness(
+    podman: Runtime, start_job: Callable[[Runtime, dict[str, Any]], Job], gate: Path
+) -> None:
+    main = sh("main", "trap 'exit 143' TERM; touch /tmp/live; while :; do sleep 0.1; done", podman.image)
+    main["readinessProbe"] = {"exec": {"command": ["test", "-e", "/gate/ready"]}, "periodSeconds": 1}
+    main["livenessProbe"] = {"exec": {"command": ["test", "-e", "/tmp/live"]}, "periodSeconds": 1}
+    job = start_job(podman, gated(gate, [main], terminationGracePeriodSeconds=5))
+
+    def ready() -> bool | None:
+        return read_container_files(job.job_dir, ["main"])["main"].ready
+
+    eventually(lambda: layout.started_path(job.job_dir, "main").exists(), "the start")
+    assert ready() is False
+    (gate / "ready").touch()  # the host's file, seen through the container's mount
+    eventually(lambda: ready() is True, "ready")
+    name = f"il-{job.uid}-main"
+    eventually(lambda: podman.leftovers(job.uid) != [], "the container")
+    subprocess.run(
+        [podman.build_config.executable or "podman", "exec", name, "rm", "/tmp/live"], check=True
+    )  # only inside the container
+    assert job.wait() == 143
+    seen = read_container_files(job.job_dir, ["main"])["main"]
+    assert (seen.reason, seen.message) == ("Unhealthy", "Liveness probe failed 3 times in a row")
     assert podman.leftovers(job.uid) == []

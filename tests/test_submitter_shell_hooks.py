@@ -64,3 +64,30 @@ async def test_a_delete_runs_pre_stop_before_the_term(
 
     await wait_for(termed, what="the TERM after the preStop hook")
     assert (marks / "termed").read_text() == "after\n"
+
+
+async def test_readiness_reaches_get_status_as_the_containers_ready(
+    submitter: Submitter, nc: nats.NATS, pool: str, tmp_path: Path
+) -> None:
+    client = submitter_client(nc, pool)
+    u = uid()
+    gate = tmp_path / "ready"
+    pod = pod_dict(u, {"main": "trap 'exit 0' TERM; while :; do sleep 0.1; done"})
+    pod["spec"]["containers"][0]["readinessProbe"] = {
+        "exec": {"command": ["test", "-e", str(gate)]},
+        "periodSeconds": 1,
+        "failureThreshold": 1,
+    }
+    await client.submit(pb.SubmitRequest(job=render_job(pod, pb.BuildConfig(runtime=pb.ContainerRuntime.NONE))))
+
+    async def main_with(ready: bool) -> pb.ContainerStatus | None:
+        st = (await client.get_status(pb.GetStatusRequest(pod_uids=[u]))).statuses[0]
+        [main] = st.containers
+        return main if main.phase == pb.ContainerPhase.RUNNING and main.ready is ready else None
+
+    await wait_for(lambda: main_with(False), what="running, not ready")
+    gate.touch()
+    await wait_for(lambda: main_with(True), timeout=30, what="ready once the probe passes")
+    gate.unlink()
+    await wait_for(lambda: main_with(False), timeout=30, what="not ready again after a failure")
+    await client.cancel(pb.CancelRequest(pod_uid=u))

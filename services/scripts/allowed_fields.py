@@ -57,16 +57,13 @@ SPEC_EMPTY_ONLY = frozenset({"ephemeralContainers", "resourceClaims"})
 CONTAINER_SUPPORTED = frozenset(
     {
         *("name", "image", "command", "args", "workingDir", "env", "envFrom", "volumeMounts", "resources"),
-        *("securityContext", "lifecycle"),
+        *("securityContext", "lifecycle", "livenessProbe", "readinessProbe", "startupProbe"),
     }
 )
 CONTAINER_IGNORED = frozenset(
     {
         "imagePullPolicy",
         "ports",
-        "livenessProbe",
-        "readinessProbe",
-        "startupProbe",
         "terminationMessagePath",
         "terminationMessagePolicy",
         "stdin",

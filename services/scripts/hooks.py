@@ -47,6 +47,14 @@ class SleepHandler:
     seconds: int
 
 
+@dataclass(frozen=True, slots=True)
+class TcpSocketHandler:
+    """Probes only: success is a TCP connection that opens."""
+
+    host: str
+    port: int
+
+
 Handler = ExecHandler | HttpGetHandler | SleepHandler
 
 
@@ -82,15 +90,38 @@ def parse_lifecycle(c: dict[str, Any], where: str, init: bool) -> Lifecycle | No
 
 def _handler(raw: Any, where: str, c: dict[str, Any], container_where: str) -> Handler:
     obj = as_obj(raw, where)
-    given = [k for k in obj if obj[k] is not None]
-    for key in given:
+    for key in obj:
         if key not in _HANDLERS:
             raise PodRejected(f"{where}.{key}", "unknown field")
+    found = handler(obj, where, c, container_where, probe=False)
+    assert not isinstance(found, TcpSocketHandler), "refused for hooks"
+    return found
+
+
+def handler(
+    obj: dict[str, Any], where: str, c: dict[str, Any], container_where: str, *, probe: bool
+) -> Handler | TcpSocketHandler:
+    """The one handler of a hook or probe ``obj`` (its other members already checked by the caller)."""
+    names = ("exec", "httpGet", "tcpSocket", "grpc") if probe else ("exec", "httpGet", "sleep")
+    given = [k for k in (*_HANDLERS, "grpc") if obj.get(k) is not None]
     if len(given) != 1:
-        raise PodRejected(where, "exactly one of exec, httpGet or sleep is required")
+        raise PodRejected(where, f"exactly one of {names[0]}, {names[1]} or {names[2]} is required")
     kind = given[0]
-    if kind == "tcpSocket":
+    if kind == "tcpSocket" and not probe:
         raise PodRejected(f"{where}.tcpSocket", "not supported in lifecycle hooks (deprecated in Kubernetes)")
+    if kind == "grpc":
+        raise PodRejected(f"{where}.grpc", "not supported off-cluster (the job script has no gRPC health client)")
+    if kind not in names:
+        raise PodRejected(f"{where}.{kind}", "not allowed here")
+    if kind == "tcpSocket":
+        sock = get_obj(obj, "tcpSocket", where)
+        for key in sock:
+            if key not in ("host", "port"):
+                raise PodRejected(f"{where}.tcpSocket.{key}", "unknown field")
+        host = get_str(sock, "host", f"{where}.tcpSocket") or DEFAULT_HOST
+        if not _HOST.match(host):
+            raise PodRejected(f"{where}.tcpSocket.host", f"not a host name or address: {host!r}")
+        return TcpSocketHandler(host, _port(sock.get("port"), f"{where}.tcpSocket.port", c, container_where))
     if kind == "exec":
         command = get_list(get_obj(obj, "exec", where), "command", f"{where}.exec")
         if not command:
@@ -156,12 +187,14 @@ def _port(raw: Any, where: str, c: dict[str, Any], container_where: str) -> int:
     raise PodRejected(where, f"no port named {raw!r} in {container_where}.ports")
 
 
-def handler_body(handler: Handler, exec_lines: tuple[str, ...]) -> tuple[str, ...]:
-    """The shell lines of a hook's function (``exec_lines``: the runtime's way to run an exec handler)."""
+def handler_body(handler: Handler | TcpSocketHandler, exec_lines: tuple[str, ...]) -> tuple[str, ...]:
+    """The shell lines of a hook's or probe's function (``exec_lines``: the runtime's way to run ``exec``)."""
     if isinstance(handler, ExecHandler):
         return exec_lines
     if isinstance(handler, SleepHandler):
         return (f"exec sleep {handler.seconds}",)
+    if isinstance(handler, TcpSocketHandler):
+        return (f"exec 3<> /dev/tcp/{quote(handler.host)}/{handler.port}",)
     words = [quote(handler.host), str(handler.port), quote(handler.path)]
     for name, value in handler.headers:
         words += [quote(name), quote(value)]

@@ -23,6 +23,7 @@ from .fields import member
 from .hooks import Lifecycle
 from .launch import EnvVar
 from .pod_resources import ContainerResources
+from .probes import Probe
 
 T = TypeVar("T")
 
@@ -163,6 +164,7 @@ class Container:
     resources: ContainerResources
     gpu_kind: str  # where the GPUs are asked (limits or requests), for a rejection
     lifecycle: Lifecycle | None  # postStart/preStop hooks (main containers only)
+    probes: tuple[Probe, ...]  # startup, readiness, liveness (main containers only)
 
 
 # --- volumes -------------------------------------------------------------------------------------------

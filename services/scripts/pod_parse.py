@@ -66,10 +66,13 @@ from .pod_resources import (
     parse_quantity,
     pod_resources_from,
 )
+from .probes import PROBES, parse_probes
 from .run_as import run_as_request
 from .volume_parse import parse_volume
 
 __all__ = ["parse_pod", "pod_resources"]
+
+_PROBE_KEYS = frozenset(name for name, _ in PROBES)
 
 
 def _str_on_demand(obj: dict[str, Any], key: str, where: str) -> Checked[str]:
@@ -292,8 +295,9 @@ def _container(raw: Any, where: str, names: set[str], volume_names: set[str], in
     if image is not None and not isinstance(image, str):
         image = NotAString(type(image).__name__)
     lifecycle = parse_lifecycle(c, where, init) if "lifecycle" in c else None
+    probes = parse_probes(c, where, init) if _PROBE_KEYS.intersection(c) else ()
     return Container(
-        where, name, image, command, args, workdir, env_from, env, tuple(mounts), resources, gpu_kind, lifecycle
+        where, name, image, command, args, workdir, env_from, env, tuple(mounts), resources, gpu_kind, lifecycle, probes
     )
 
 

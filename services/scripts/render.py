@@ -27,7 +27,7 @@ from .context import RenderContext
 from .environment import check_exec_size, container_env, expanded_words
 from .errors import PodRejected, checked
 from .fields import member
-from .hooks import HOOKS, ExecHandler, HttpGetHandler, handler_body
+from .hooks import HOOKS, ExecHandler, Handler, TcpSocketHandler, handler_body
 from .launch import HostLink, Launch, PodOptions, SetupEntry
 from .pod_model import Container
 from .pod_parse import parse_pod
@@ -53,7 +53,9 @@ class ContainerPlan:
     body: list[str]
     resources: ContainerResources
     hooks: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    """Lifecycle hook functions' bodies by the template's prefix (``post``, ``pre``)."""
+    """Hook and probe functions' bodies by the template's prefix (``post``, ``pre``, ``startup``, ...)."""
+    probe_words: str = ""
+    """The script's ``__probes`` arguments; empty: the container has no probe."""
 
 
 @dataclass(slots=True)
@@ -94,21 +96,22 @@ def _container(plan: PodPlan, c: Container, index: int, init: bool) -> Container
         mpi=() if init else plan.mpi,
         image=runtime.image(c.image, where, lambda: ctx.annotation(pod_annotations.IMAGE_ROOT), ctx.bc),
         mask=ctx.mask,
-        engine_name="" if c.lifecycle is None else quote(f"il-{ctx.pod.metadata.uid}-{c.name}"),
+        engine_name="" if c.lifecycle is None and not c.probes else quote(f"il-{ctx.pod.metadata.uid}-{c.name}"),
     )
     commands = runtime.commands(launch, plan.options)
     plan.host_setup += commands.setup
     out = ContainerPlan(index, c.name, quote(c.name), init, list(commands.body), resources)
+    handlers: list[tuple[str, Handler | TcpSocketHandler | None]] = []
     if c.lifecycle is not None:
-        for _, prefix in HOOKS:
-            handler = c.lifecycle.get(prefix)
-            if handler is not None:
-                lines = (
-                    runtime.exec_in(launch, plan.options, list(handler.command))
-                    if isinstance(handler, ExecHandler)
-                    else ()
-                )
-                out.hooks[prefix] = handler_body(handler, lines)
+        handlers += [(prefix, c.lifecycle.get(prefix)) for _, prefix in HOOKS]
+    handlers += [(p.kind, p.handler) for p in c.probes]
+    for prefix, handler in handlers:
+        if handler is not None:
+            exec_lines: tuple[str, ...] = ()
+            if isinstance(handler, ExecHandler):
+                exec_lines = runtime.exec_in(launch, plan.options, list(handler.command))
+            out.hooks[prefix] = handler_body(handler, exec_lines)
+    out.probe_words = " ".join(p.words() for p in c.probes)
     return out
 
 
@@ -124,6 +127,7 @@ _LAYOUT_NAMES = {
     "log_suffix": layout.LOG_SUFFIX,
     "prepared_file": layout.PREPARED_FILE,
     "hook_suffix": layout.HOOK_SUFFIX,
+    "ready_suffix": layout.READY_SUFFIX,
 }
 """Template names whose values never change. They are written into the template's text before it is
 compiled, so a render looks up only what the pod decides (each lookup costs, per render, every time)."""
@@ -304,12 +308,8 @@ def render_job(
         hooks=any(p.hooks for p in main_plans),
         post_start=any("post" in p.hooks for p in main_plans),
         pre_stop=any("pre" in p.hooks for p in main_plans),
-        http_get=any(
-            isinstance(c.lifecycle.get(prefix), HttpGetHandler)
-            for c in spec.containers
-            if c.lifecycle is not None
-            for _, prefix in HOOKS
-        ),
+        probes=any(p.probe_words for p in main_plans),
+        http_get=any("__http_get" in line for p in main_plans for body in p.hooks.values() for line in body),
     )
     try:
         script.encode("utf-8")

@@ -37,6 +37,8 @@ class ContainerFiles:
     exit_code: int | None = None
     finished_at: float | None = None
     """mtime of the ``.exit`` file: it is written when the container ends."""
+    ready: bool | None = None
+    """The readiness probe's verdict (``.ready``); None: the container has no readiness probe."""
     reason: str = ""
     """What the ``.exit`` file says after the code: why the script stopped the container (a lifecycle
     hook's ``FailedPostStartHook``), and its message."""
@@ -239,7 +241,9 @@ def map_status(
             )
         elif f.started_at is not None:
             statuses.append(
-                pb.ContainerStatus(name=name, init=False, phase=pb.ContainerPhase.RUNNING, started_at=_ts(f.started_at))
+                pb.ContainerStatus(
+                    name=name, init=False, phase=pb.ContainerPhase.RUNNING, started_at=_ts(f.started_at), ready=f.ready
+                )
             )
         else:
             statuses.append(_waiting(name, False, obs, running))

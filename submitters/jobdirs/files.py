@@ -278,14 +278,19 @@ def _read_files(cdir: str, names: Sequence[str]) -> tuple[dict[str, ContainerFil
     out: dict[str, ContainerFiles] = {}
     complete = True
     for name in names:
-        started, _, partial, _ = _read_number(layout.started_file(cdir, name), mtime=False)
+        started, _, partial, started_text = _read_number(layout.started_file(cdir, name), mtime=False)
         code, finished, partial_exit, text = _read_number(layout.exit_file(cdir, name))
         complete = complete and not partial and not partial_exit
         reason, message = exit_reason(text) if code is not None and code != 0 else ("", "")
+        ready = None
+        if code is None and started_text.endswith(" readiness\n"):  # a readiness probe: its verdict changes
+            got = _read_small(os.path.join(cdir, name + layout.READY_SUFFIX), False)  # in place: never cached
+            ready, complete = got is not None and got[0].startswith(b"1"), False
         out[name] = ContainerFiles(
             started_at=started,
             exit_code=int(code) if code is not None else None,
             finished_at=finished if code is not None else None,
+            ready=ready,
             reason=reason,
             message=message,
         )

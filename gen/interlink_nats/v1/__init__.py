@@ -387,6 +387,12 @@ class ContainerStatus(betterproto2.Message):
 
     message: "str" = betterproto2.field(8, betterproto2.TYPE_STRING)
 
+    ready: "bool | None" = betterproto2.field(9, betterproto2.TYPE_BOOL, optional=True)
+    """
+    The readiness probe's verdict while the container runs; unset when it has
+    no readiness probe (then it is ready while running, as on a node).
+    """
+
 
 default_message_pool.register_message(
     "interlink_nats.v1", "ContainerStatus", ContainerStatus

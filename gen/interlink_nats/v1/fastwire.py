@@ -235,6 +235,7 @@ class ContainerStatusView(NamedTuple):
     finished_at: _dt.datetime | None
     reason: str
     message: str
+    ready: bool | None
     encoded: bytes
 
 
@@ -1798,6 +1799,10 @@ def _encode_container_status(msg: pb.ContainerStatus) -> bytearray:
         else:
             _varint(out, n)
         out += b
+    # ready = 9
+    v = msg.ready
+    if v is not None:
+        out += b"\x48\x01" if v else b"\x48\x00"
     out += msg._unknown_fields
     return out
 
@@ -1927,6 +1932,16 @@ def container_status_message_field(value: str | None) -> bytes:
     return bytes(out)
 
 
+def container_status_ready_field(value: bool | None) -> bytes:
+    """``ContainerStatus.ready`` as ``bytes(msg)`` writes it, from the value."""
+    out = bytearray()
+    # ready = 9
+    v = value
+    if v is not None:
+        out += b"\x48\x01" if v else b"\x48\x00"
+    return bytes(out)
+
+
 def _decode_container_status(data: bytes, pos: int, end: int) -> pb.ContainerStatus:
     name: str = ""
     init: bool = False
@@ -1936,6 +1951,7 @@ def _decode_container_status(data: bytes, pos: int, end: int) -> pb.ContainerSta
     finished_at: _dt.datetime | None = None
     reason: str = ""
     message: str = ""
+    ready: bool | None = None
     seen = 0
     while pos < end:
         key = data[pos]
@@ -2060,11 +2076,24 @@ def _decode_container_status(data: bytes, pos: int, end: int) -> pb.ContainerSta
                 raise Unusual
             message = str(data[pos:stop], "utf-8")
             pos = stop
+        elif key == 72:
+            # ready = 9
+            if seen & 256:
+                raise Unusual
+            seen |= 256
+            value = data[pos]
+            if value < 0x80:
+                pos += 1
+            else:
+                value, pos = _read_varint(data, pos)
+            if value > 1:
+                raise Unusual
+            ready = value == 1
         else:
             raise Unusual
     if pos != end:
         raise Unusual
-    return pb.ContainerStatus(name=name, init=init, phase=phase, exit_code=exit_code, started_at=started_at, finished_at=finished_at, reason=reason, message=message)
+    return pb.ContainerStatus(name=name, init=init, phase=phase, exit_code=exit_code, started_at=started_at, finished_at=finished_at, reason=reason, message=message, ready=ready)
 
 
 def _view_container_status(data: bytes, pos: int, end: int) -> ContainerStatusView:
@@ -2077,6 +2106,7 @@ def _view_container_status(data: bytes, pos: int, end: int) -> ContainerStatusVi
     finished_at: _dt.datetime | None = None
     reason: str = ""
     message: str = ""
+    ready: bool | None = None
     seen = 0
     while pos < end:
         key = data[pos]
@@ -2200,11 +2230,24 @@ def _view_container_status(data: bytes, pos: int, end: int) -> ContainerStatusVi
                 raise Unusual
             message = str(data[pos:stop], "utf-8")
             pos = stop
+        elif key == 72:
+            # ready = 9
+            if seen & 256:
+                raise Unusual
+            seen |= 256
+            value = data[pos]
+            if value < 0x80:
+                pos += 1
+            else:
+                value, pos = _read_varint(data, pos)
+            if value > 1:
+                raise Unusual
+            ready = value == 1
         else:
             raise Unusual
     if pos != end:
         raise Unusual
-    return ContainerStatusView(name, init, phase, exit_code, started_at, finished_at, reason, message, data[start:end])
+    return ContainerStatusView(name, init, phase, exit_code, started_at, finished_at, reason, message, ready, data[start:end])
 
 
 def decode_container_status(data: bytes) -> pb.ContainerStatus:
@@ -2225,7 +2268,7 @@ def read_container_status(data: bytes) -> ContainerStatusView | None:
 
 def check_container_status(data: bytes) -> None:
     """ValueError (or IndexError) unless the top-level fields of ``data`` are a well-formed ``ContainerStatus``."""
-    _check_top(data, frozenset((10, 16, 24, 32, 42, 50, 58, 66)))
+    _check_top(data, frozenset((10, 16, 24, 32, 42, 50, 58, 66, 72)))
 
 
 def encode_job_status(msg: pb.JobStatus) -> bytes:
