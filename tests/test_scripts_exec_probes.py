@@ -6,6 +6,7 @@ Synchronised on files the containers and probes write; the probes' own periods a
 
 from __future__ import annotations
 
+import json
 import socket
 import time
 from collections.abc import Callable
@@ -19,9 +20,10 @@ from interlink_nats.submitters.core.backend import BackendState, Observation
 from interlink_nats.submitters.core.status import JobMeta, map_status
 from interlink_nats.submitters.jobdirs.files import read_container_files
 from render_cases import ctr, data, rejected
+from script_runs import PY, pod, py
 from script_runs import job_dir as job_dir
-from script_runs import pod, py
 from test_scripts_exec_lifecycle import cancel, start, wait_for
+from test_scripts_property import CANARY, INJECTIONS
 
 SERVER = """
 import http.server, os, sys, time
@@ -158,3 +160,18 @@ def test_a_probe_that_cannot_run_faithfully_is_refused_by_name(c: dict[str, Any]
 def test_init_containers_may_not_have_probes() -> None:
     err = rejected(data([ctr()], init=[ctr("i", readinessProbe={"exec": {"command": ["x"]}})]))
     assert err.field == "spec.initContainers[0].readinessProbe"
+
+
+@pytest.mark.parametrize("value", INJECTIONS)
+def test_hostile_probe_words_stay_inert(job_dir: Path, value: str) -> None:
+    """Each corpus value as an exec probe's word: passed as data (the probe passes only if it arrives intact)."""
+    CANARY.unlink(missing_ok=True)
+    expected = job_dir / "expected.json"
+    expected.write_text(json.dumps([value]))
+    check = f"import json, sys; sys.exit(0 if sys.argv[1:] == json.load(open({str(expected)!r})) else 1)"
+    probe = {"exec": {"command": [PY, "-c", check, value]}, "periodSeconds": 1}
+    proc = start(job_dir, pod([py("main", WAITER, readinessProbe=probe)]))
+    wait_for(job_dir / "up")
+    eventually(lambda: container(job_dir).ready is True, "the probe to pass with its word intact")
+    cancel(proc)
+    assert not CANARY.exists()
