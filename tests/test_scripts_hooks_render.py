@@ -63,3 +63,9 @@ def test_a_named_port_resolves_from_the_containers_ports_and_only_hook_pods_get_
         assert "__http_get 127.0.0.1 8080 /hi" in script
         plain = render_job(data([ctr()]), pb.BuildConfig(runtime=runtime)).script
         assert "__pg[" not in plain and "__http_get" not in plain and "--name" not in plain
+
+
+def test_a_hook_command_runtime_none_cannot_run_is_refused_by_its_own_path() -> None:
+    c = ctr(lifecycle={"preStop": {"exec": {"command": ["A=1", "x"]}}})
+    err = rejected(data([c]), pb.BuildConfig(runtime=pb.ContainerRuntime.NONE))
+    assert err.field == "spec.containers[0].lifecycle.preStop.exec.command[0]"

@@ -32,6 +32,7 @@ DEFAULT_HOST = "127.0.0.1"
 @dataclass(frozen=True, slots=True)
 class ExecHandler:
     command: tuple[str, ...]
+    where: str  # ``...postStart.exec``: a runtime's refusal of the command names it
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +131,7 @@ def handler(
         for k, w in enumerate(words):
             if "\x00" in w:
                 raise PodRejected(f"{where}.exec.command[{k}]", "contains a NUL character")
-        return ExecHandler(words)
+        return ExecHandler(words, f"{where}.exec")
     if kind == "sleep":
         seconds = get_int(get_obj(obj, "sleep", where), "seconds", f"{where}.sleep")
         if seconds is None or seconds < 0:

@@ -13,7 +13,7 @@ This module assembles the script; each concept has its own module: which fields 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from importlib import resources as importlib_resources
 from typing import Any
@@ -109,7 +109,7 @@ def _container(plan: PodPlan, c: Container, index: int, init: bool) -> Container
         if handler is not None:
             exec_lines: tuple[str, ...] = ()
             if isinstance(handler, ExecHandler):
-                exec_lines = runtime.exec_in(launch, plan.options, list(handler.command))
+                exec_lines = runtime.exec_in(replace(launch, where=handler.where), plan.options, list(handler.command))
             out.hooks[prefix] = handler_body(handler, exec_lines)
     out.probe_words = " ".join(p.words() for p in c.probes)
     return out
