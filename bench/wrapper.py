@@ -13,6 +13,9 @@ containers with 15 env vars each, an emptyDir and a configMap volume (the pod of
 - The submitter's side: ``prepare_job_dir`` (which makes the layout the script declares, so that the
   script does not fork for it) in this process's CPU time, per job, against the bare script's.
 
+Probes (issue 26): a container sleeping ``--probe-seconds`` with one readiness probe (period 1 s), against
+the same container without it: the probe loop's CPU per period, per handler (exec ``true``, tcpSocket).
+
 Goals (issue 30, P8): wrapper CPU <= 3 ms per job over the bare script, <= 2 spawns before the first
 container starts (issue 14's were 10 ms and 5).
 
@@ -121,10 +124,33 @@ def spawn_counts(job_dir: Path, job: pb.JobScript, tmp: Path) -> tuple[int, int]
     return before_first, total
 
 
+def probe_cpu_per_period_ms(tmp: Path, seconds: int) -> dict[str, float]:
+    """CPU ms one readiness probe costs per period (1 s), by handler: a container sleeping ``seconds`` with
+    the probe, against the same container without it (issue 26: the probe loop's cost per probe period)."""
+    sleep = shutil.which("sleep") or "/bin/sleep"
+    probes: dict[str, dict[str, Any] | None] = {
+        "none": None,
+        "exec": {"exec": {"command": [TRUE]}},
+        "tcpSocket": {"tcpSocket": {"port": 9}},
+    }
+    cpu: dict[str, float] = {}
+    for name, handler in probes.items():
+        c: dict[str, Any] = {"name": "main", "image": "busybox", "command": [sleep, str(seconds)]}
+        if handler is not None:
+            c["readinessProbe"] = {**handler, "periodSeconds": 1, "failureThreshold": 1}
+        pod = {"metadata": {"name": "probe", "namespace": "bench", "uid": f"probe-{name}"}, "spec": {"containers": [c]}}
+        job = render_job(pod, pb.BuildConfig(runtime=pb.ContainerRuntime.NONE))
+        started = children_cpu_s()
+        run_job(tmp / "jobs" / f"probe-{name}", job)
+        cpu[name] = (children_cpu_s() - started) * 1e3
+    return {name: round((cpu[name] - cpu["none"]) / seconds, 3) for name in probes if name != "none"}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--jobs", type=int, default=50, help="jobs per rep")
     parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--probe-seconds", type=int, default=10, help="how long the probe cost is measured")
     parser.add_argument(
         "--state-root", type=Path, default=None, help="where the job directory goes (default: the temp dir)"
     )
@@ -196,6 +222,12 @@ def main() -> None:
             "reps": args.reps,
             "state_fs": state_fs,
         }
+        probe_cost = probe_cpu_per_period_ms(tmp, args.probe_seconds)
+        print(
+            "one readiness probe per container, CPU ms per probe period (1 s): "
+            + ", ".join(f"{name} {ms}" for name, ms in probe_cost.items())
+        )
+        figures["probe_cpu_ms_per_period"] = probe_cost
         print(json.dumps(figures))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

@@ -7,7 +7,9 @@ so they are safe file names):
 - ``containers/<name>.log``      the container's stdout and stderr;
 - ``containers/<name>.started``  the start time, seconds since the epoch (written when it starts);
 - ``containers/<name>.exit``     the exit code and a newline, written when it ends (one ``write``, no rename:
-                                 a reader takes it only once it ends in a newline).
+                                 a reader takes it only once it ends in a newline). After the code, on the
+                                 same line, may come a reason and a message (``143 FailedPostStartHook
+                                 PostStartHookError: ...``): why the script stopped the container.
 
 The job's own exit code is 0 when every container succeeded, else the first failure's code.
 Submitters read these files to report per-container state. The directories and links to make before the
@@ -87,6 +89,12 @@ DEADLINE_FILE = "deadline-exceeded"
 ``transfer_output_files = containers``; listing the marker itself would hold every job that has none)."""
 
 ROOTFS_ENV = "INTERLINK_ROOTFS"
+READY_SUFFIX = ".ready"
+"""``containers/<name>.ready``: ``1`` or ``0``, the container's readiness probe's verdict; written only for a
+container with one, whose ``.started`` line then says ``readiness`` after the time."""
+HOOK_SUFFIX = ".hook"
+"""``containers/<name>.hook``: why a lifecycle hook stopped the container (``<Reason> <message>``), written by
+the script before it kills it; the script then writes it after the code in the container's ``.exit`` file."""
 
 
 def deadline_path(job_dir: Path) -> Path:

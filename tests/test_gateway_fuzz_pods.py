@@ -258,7 +258,7 @@ def container(draw: st.DrawFn, cname: Any, volume_names: list[str]) -> dict[str,
             draw(
                 st.dictionaries(
                     mostly(
-                        st.sampled_from(["ports", "imagePullPolicy", "stdin", "securityContext", "tty"]),
+                        st.sampled_from(["ports", "imagePullPolicy", "stdin", "terminationMessagePath", "tty"]),
                         st.sampled_from(["lifecycle", "restartPolicy", "bogus"]),
                         st.text(max_size=6),
                         odds=4,

@@ -79,7 +79,7 @@ def test_container_fields_match() -> None:
     doc = classify(rows, {"ignored": "ignored", "**rejected**": "rejected"})
     assert doc["supported"] == allowed.CONTAINER_SUPPORTED
     assert doc["ignored"] == allowed.CONTAINER_IGNORED
-    assert doc["rejected"] >= {"lifecycle", "volumeDevices", "restartPolicy"}
+    assert doc["rejected"] >= {"volumeDevices", "restartPolicy"}
     assert not doc["rejected"] & (allowed.CONTAINER_SUPPORTED | allowed.CONTAINER_IGNORED)
 
 

@@ -258,7 +258,7 @@ INVALID: list[tuple[str, Any, str]] = [
     ("no uid", {"metadata": {}, "spec": {}}, "metadata.uid: the pod UID is required (it names the job directory)"),
     ("name", pod(name=1), "metadata.name: expected a string, got a number"),
     ("no containers", pod({}), "spec.containers: a pod needs at least one container"),
-    ("lifecycle", with_containers(container(lifecycle={})), f"{C0}.lifecycle: not supported off-cluster"),
+    ("volumeDevices", with_containers(container(volumeDevices=[])), f"{C0}.volumeDevices: not supported off-cluster"),
     (
         "typo",
         with_containers(container(comand=["x"])),

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import pytest
 from interlink_nats.submitters.core.site_policy import (
+    NO_SWITCH,
     Account,
     AccountingPolicy,
     PolicyError,
+    RunAs,
     decide_account,
     match_namespace,
+    parse_ids,
 )
 from pydantic import ValidationError
 
@@ -42,3 +45,61 @@ def test_the_site_table_is_checked_when_the_config_is_read() -> None:
         AccountingPolicy.model_validate({"default": {"group": "a b"}})
     with pytest.raises(ValidationError):
         AccountingPolicy.model_validate({"default": {"pod_may_set": ["owner"]}})
+
+
+def test_run_as_ids_come_from_the_namespaces_rule_and_a_pod_asks_only_inside_it() -> None:
+    policy = AccountingPolicy.model_validate(
+        {
+            "default": {"run_as_users": [2000, "3000-3999"]},
+            "namespaces": {"team-*": {"run_as_user": "alice", "run_as_group": "lab", "run_as_groups": ["0"]}},
+        }
+    )
+    assert policy.run_as("team-a") == RunAs("alice", "lab")
+    assert policy.run_as("team-a", gid=0) == RunAs("alice", "0"), "root listed on its own is allowed"
+    assert policy.run_as("other") == NO_SWITCH
+    assert policy.run_as("other", uid=3500) == RunAs("3500", "")
+    assert policy.switches_accounts
+    for namespace, kw, words in (
+        (
+            "team-a",
+            {"uid": 2000},
+            "securityContext.runAsUser: 2000 is not allowed in namespace 'team-a' "
+            "(site rule 'team-*' allows runAsUser none)",
+        ),
+        ("other", {"uid": 0}, "(site rule 'default' allows runAsUser 2000, 3000-3999)"),
+        ("other", {"gid": 5}, "securityContext.runAsGroup: 5"),
+    ):
+        with pytest.raises(PolicyError) as err:
+            policy.run_as(namespace, **kw)
+        assert words in str(err.value)
+    assert not AccountingPolicy.model_validate({"namespaces": {"a": {"group": "g"}}}).switches_accounts
+
+
+@pytest.mark.parametrize(
+    ("ids", "words"),
+    [
+        (["0-65535"], r"includes root \(0\)"),
+        (["10-5"], "from low to high"),
+        ([2**32], "at most"),
+        (["1000;rm"], "neither an id nor a range"),
+        ([True], "neither an id nor a range"),
+    ],
+)
+def test_id_ranges_are_checked_when_the_config_is_read(ids: list[object], words: str) -> None:
+    with pytest.raises(ValidationError, match=words):
+        AccountingPolicy.model_validate({"default": {"run_as_users": ids}})
+    assert parse_ids(["7", 9, "100-200"]) == ((7, 7), (9, 9), (100, 200))
+
+
+def test_run_as_accounts_are_plain_names() -> None:
+    for bad in ("a b", "$(id)", "x;y", "-rf"):
+        with pytest.raises(ValidationError, match="not a valid account name"):
+            AccountingPolicy.model_validate({"default": {"run_as_user": bad}})
+
+
+def test_htcondor_refuses_a_policy_that_would_switch_accounts() -> None:
+    from interlink_nats.submitters.backends.htcondor.backend import HTCondorConfig
+
+    with pytest.raises(ValidationError, match="the schedd runs a job as the account that submitted it"):
+        HTCondorConfig.model_validate({"accounting": {"namespaces": {"a": {"run_as_users": [1000]}}}})
+    assert HTCondorConfig.model_validate({"accounting": {"default": {"group": "g"}}}).accounting is not None

@@ -245,3 +245,20 @@ def test_squeue_changes_updates_the_snapshot_it_is_handed_but_never_the_empty_on
     assert second is first and changed == {SQUEUE.splitlines()[0].split("|")[0].strip()}
     assert second.text == text and second.by_id == sp.parse_squeue(text)
     assert sp.squeue_changes(text, second) == (second, set())
+
+
+@pytest.mark.parametrize(
+    ("flags", "rest", "asked"),
+    [
+        (["--qos=hi"], ["--qos=hi"], None),
+        (["--account=a", "--qos=hi"], ["--qos=hi"], "a"),
+        (["--account", "b"], [], "b"),
+        (["-A", "c", "-N1"], ["-N1"], "c"),
+        (["-Ad", "--account=e"], [], "e"),
+        (["--account"], [], ""),
+    ],
+)
+def test_a_pods_account_flag_is_taken_out_for_the_site_to_decide(
+    flags: list[str], rest: list[str], asked: str | None
+) -> None:
+    assert sp.split_account(flags) == (rest, asked)

@@ -176,3 +176,17 @@ def test_fastwire_leaves_an_unusual_submit_request_to_betterproto(data: bytes) -
     got = fastwire.submit_request(data)
     assert got == expected
     assert bytes(got) == bytes(expected)
+
+
+@pytest.mark.parametrize("ready", [None, False, True])
+def test_an_optional_bool_is_encoded_as_betterproto_does_false_included(ready: bool | None) -> None:
+    """``ContainerStatus.ready`` (readiness probes): an ``optional bool`` set to false is on the wire, as false."""
+    from interlink_nats.gen.interlink_nats.v1 import fastwire as codec
+    from interlink_nats.submitters.core.status import encode_status
+
+    status = pb.JobStatus(containers=[pb.ContainerStatus(name="c", phase=pb.ContainerPhase.RUNNING, ready=ready)])
+    raw = encode_status(status)
+    assert raw == bytes(status)
+    assert pb.JobStatus.parse(raw).containers[0].ready is ready
+    view = codec.read_job_status(raw)
+    assert view is not None and view.containers[0].ready is ready

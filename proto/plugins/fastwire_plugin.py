@@ -87,6 +87,8 @@ def _emit_encode_value(w: Writer, f: Field, value: str) -> None:
         w(f"d = _wkt.Duration.from_timedelta({value})  # betterproto2's own conversion")
         w("b = _duration(d.seconds, d.nanos)")
         _emit_len(w, f.key_bytes, "b")
+    elif f.kind == "bool" and has_presence(f):  # an ``optional`` bool set to false is written too
+        w(f"out += {_literal(f.key_bytes + bytes([1]))} if {value} else {_literal(f.key_bytes + bytes([0]))}")
     elif f.kind == "bool":
         w(f"out += {_literal(f.key_bytes + bytes([1]))}")
     else:

@@ -279,7 +279,7 @@ def container_status_json(status: pb.ContainerStatus | ContainerView, image: str
     return {
         "name": status.name,
         "state": state,
-        "ready": status.phase == pb.ContainerPhase.RUNNING,
+        "ready": status.phase == pb.ContainerPhase.RUNNING and status.ready is not False,  # unset: no probe
         "restartCount": 0,
         "image": image,
         "imageID": "",

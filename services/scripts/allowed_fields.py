@@ -13,7 +13,10 @@ from .errors import PodRejected
 from .fields import get_bool, get_list
 
 SPEC_SUPPORTED = frozenset(
-    {"containers", "initContainers", "volumes", "activeDeadlineSeconds", "terminationGracePeriodSeconds", "resources"}
+    {
+        *("containers", "initContainers", "volumes", "activeDeadlineSeconds", "terminationGracePeriodSeconds"),
+        *("resources", "securityContext"),
+    }
 )
 SPEC_IGNORED = frozenset(
     {
@@ -31,7 +34,6 @@ SPEC_IGNORED = frozenset(
         "priority",
         "priorityClassName",
         "preemptionPolicy",
-        "securityContext",
         "enableServiceLinks",
         "imagePullSecrets",
         "hostname",
@@ -53,18 +55,17 @@ SPEC_FALSE_ONLY = frozenset({"hostNetwork", "hostPID", "hostIPC"})
 SPEC_EMPTY_ONLY = frozenset({"ephemeralContainers", "resourceClaims"})
 """Accepted when empty."""
 CONTAINER_SUPPORTED = frozenset(
-    {"name", "image", "command", "args", "workingDir", "env", "envFrom", "volumeMounts", "resources"}
+    {
+        *("name", "image", "command", "args", "workingDir", "env", "envFrom", "volumeMounts", "resources"),
+        *("securityContext", "lifecycle", "livenessProbe", "readinessProbe", "startupProbe"),
+    }
 )
 CONTAINER_IGNORED = frozenset(
     {
         "imagePullPolicy",
         "ports",
-        "livenessProbe",
-        "readinessProbe",
-        "startupProbe",
         "terminationMessagePath",
         "terminationMessagePolicy",
-        "securityContext",
         "stdin",
         "stdinOnce",
         "tty",

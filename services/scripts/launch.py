@@ -70,6 +70,7 @@ class Launch:
     mpi: tuple[str, ...]  # the pod's mpi-flags words (not quoted); empty for init containers
     image: Image | None  # None for a runtime without images
     mask: bool
+    engine_name: str = ""  # the container's name in the engine (quoted), when a hook must find it (podman exec)
 
 
 @dataclass(slots=True)

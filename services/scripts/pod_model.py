@@ -20,8 +20,10 @@ from typing import TypeVar, dataclass_transform
 
 from .errors import Checked, PodRejected
 from .fields import member
+from .hooks import Lifecycle
 from .launch import EnvVar
 from .pod_resources import ContainerResources
+from .probes import Probe
 
 T = TypeVar("T")
 
@@ -161,6 +163,8 @@ class Container:
     volume_mounts: tuple[VolumeMount, ...]
     resources: ContainerResources
     gpu_kind: str  # where the GPUs are asked (limits or requests), for a rejection
+    lifecycle: Lifecycle | None  # postStart/preStop hooks (main containers only)
+    probes: tuple[Probe, ...]  # startup, readiness, liveness (main containers only)
 
 
 # --- volumes -------------------------------------------------------------------------------------------
@@ -269,6 +273,7 @@ class PodSpec:
     termination_grace_period_seconds: Checked[int | None]  # read once the containers are rendered
     node_name: Checked[str]
     service_account_name: Checked[str]
+    run_as: tuple[int | None, int | None]  # securityContext (runAsUser, runAsGroup): the submitter decides
 
 
 @model

@@ -36,6 +36,7 @@ from .fields import (
     str_map,
     wrong_type,
 )
+from .hooks import parse_lifecycle
 from .launch import EnvVar
 from .pod_model import (
     Container,
@@ -65,9 +66,13 @@ from .pod_resources import (
     parse_quantity,
     pod_resources_from,
 )
+from .probes import PROBES, parse_probes
+from .run_as import run_as_request
 from .volume_parse import parse_volume
 
 __all__ = ["parse_pod", "pod_resources"]
+
+_PROBE_KEYS = frozenset(name for name, _ in PROBES)
 
 
 def _str_on_demand(obj: dict[str, Any], key: str, where: str) -> Checked[str]:
@@ -166,8 +171,9 @@ def _pod_spec(spec: dict[str, Any], data: PodData) -> PodSpec:
         where = f"spec.initContainers[{i}]"
         if isinstance(c, dict) and c.get("restartPolicy") is not None:
             raise PodRejected(f"{where}.restartPolicy", "sidecar containers are not supported")
-        init.append(_container(c, where, names, volume_names))
+        init.append(_container(c, where, names, volume_names, init=True))
     main = [_container(c, f"spec.containers[{i}]", names, volume_names) for i, c in enumerate(raw_main)]
+    raw_all = [(c.where, raw) for c, raw in zip((*init, *main), (*raw_init, *raw_main), strict=True)]
     return PodSpec(
         tuple(init),
         tuple(main),
@@ -177,6 +183,7 @@ def _pod_spec(spec: dict[str, Any], data: PodData) -> PodSpec:
         _int_on_demand(spec, "terminationGracePeriodSeconds", "spec"),
         _str_on_demand(spec, "nodeName", "spec"),
         _str_on_demand(spec, "serviceAccountName", "spec"),
+        run_as_request(spec, raw_all),
     )
 
 
@@ -259,7 +266,7 @@ def _object_files(obj: dict[str, Any], where: str, secret: bool) -> dict[str, by
 # --- containers --------------------------------------------------------------------------------------------
 
 
-def _container(raw: Any, where: str, names: set[str], volume_names: set[str]) -> Container:
+def _container(raw: Any, where: str, names: set[str], volume_names: set[str], init: bool = False) -> Container:
     c = as_obj(raw, where)
     check_keys(c, CONTAINER_SUPPORTED, CONTAINER_IGNORED, where, kubernetes_fields.CONTAINER)
     name: Any = c.get("name")
@@ -287,7 +294,11 @@ def _container(raw: Any, where: str, names: set[str], volume_names: set[str]) ->
     image = c.get("image")
     if image is not None and not isinstance(image, str):
         image = NotAString(type(image).__name__)
-    return Container(where, name, image, command, args, workdir, env_from, env, tuple(mounts), resources, gpu_kind)
+    lifecycle = parse_lifecycle(c, where, init) if "lifecycle" in c else None
+    probes = parse_probes(c, where, init) if _PROBE_KEYS.intersection(c) else ()
+    return Container(
+        where, name, image, command, args, workdir, env_from, env, tuple(mounts), resources, gpu_kind, lifecycle, probes
+    )
 
 
 def _words(c: dict[str, Any], key: str, where: str) -> tuple[str, ...]:

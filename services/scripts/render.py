@@ -13,7 +13,7 @@ This module assembles the script; each concept has its own module: which fields 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from importlib import resources as importlib_resources
 from typing import Any
@@ -27,6 +27,7 @@ from .context import RenderContext
 from .environment import check_exec_size, container_env, expanded_words
 from .errors import PodRejected, checked
 from .fields import member
+from .hooks import HOOKS, ExecHandler, Handler, TcpSocketHandler, handler_body
 from .launch import HostLink, Launch, PodOptions, SetupEntry
 from .pod_model import Container
 from .pod_parse import parse_pod
@@ -51,6 +52,10 @@ class ContainerPlan:
     init: bool
     body: list[str]
     resources: ContainerResources
+    hooks: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """Hook and probe functions' bodies by the template's prefix (``post``, ``pre``, ``startup``, ...)."""
+    probe_words: str = ""
+    """The script's ``__probes`` arguments; empty: the container has no probe."""
 
 
 @dataclass(slots=True)
@@ -91,10 +96,23 @@ def _container(plan: PodPlan, c: Container, index: int, init: bool) -> Container
         mpi=() if init else plan.mpi,
         image=runtime.image(c.image, where, lambda: ctx.annotation(pod_annotations.IMAGE_ROOT), ctx.bc),
         mask=ctx.mask,
+        engine_name="" if c.lifecycle is None and not c.probes else quote(f"il-{ctx.pod.metadata.uid}-{c.name}"),
     )
     commands = runtime.commands(launch, plan.options)
     plan.host_setup += commands.setup
-    return ContainerPlan(index, c.name, quote(c.name), init, list(commands.body), resources)
+    out = ContainerPlan(index, c.name, quote(c.name), init, list(commands.body), resources)
+    handlers: list[tuple[str, Handler | TcpSocketHandler | None]] = []
+    if c.lifecycle is not None:
+        handlers += [(prefix, c.lifecycle.get(prefix)) for _, prefix in HOOKS]
+    handlers += [(p.kind, p.handler) for p in c.probes]
+    for prefix, handler in handlers:
+        if handler is not None:
+            exec_lines: tuple[str, ...] = ()
+            if isinstance(handler, ExecHandler):
+                exec_lines = runtime.exec_in(replace(launch, where=handler.where), plan.options, list(handler.command))
+            out.hooks[prefix] = handler_body(handler, exec_lines)
+    out.probe_words = " ".join(p.words() for p in c.probes)
+    return out
 
 
 _LAYOUT_NAMES = {
@@ -108,6 +126,8 @@ _LAYOUT_NAMES = {
     "exit_suffix": layout.EXIT_SUFFIX,
     "log_suffix": layout.LOG_SUFFIX,
     "prepared_file": layout.PREPARED_FILE,
+    "hook_suffix": layout.HOOK_SUFFIX,
+    "ready_suffix": layout.READY_SUFFIX,
 }
 """Template names whose values never change. They are written into the template's text before it is
 compiled, so a render looks up only what the pod decides (each lookup costs, per render, every time)."""
@@ -285,6 +305,11 @@ def render_job(
         leftover_lines=[f'[ "$__cancelled" = 0 ] || {line}' for line in stop.at_exit_if_cancelled],
         init_containers=init_plans,
         main_containers=main_plans,
+        hooks=any(p.hooks for p in main_plans),
+        post_start=any("post" in p.hooks for p in main_plans),
+        pre_stop=any("pre" in p.hooks for p in main_plans),
+        probes=any(p.probe_words for p in main_plans),
+        http_get=any("__http_get" in line for p in main_plans for body in p.hooks.values() for line in body),
     )
     try:
         script.encode("utf-8")
@@ -298,4 +323,6 @@ def render_job(
         resources=resources,
         backend_flags=backend_flags,
         layout=[_layout_entry(e) for e in prepared],
+        run_as_user=spec.run_as[0],
+        run_as_group=spec.run_as[1],
     )

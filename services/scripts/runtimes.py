@@ -83,6 +83,9 @@ class Runtime(Protocol):
     def stop_commands(self, pod: PodOptions) -> StopCommands:
         """What a cancel or deadline must do beyond signalling the containers' process groups."""
 
+    def exec_in(self, launch: Launch, pod: PodOptions, command: list[str]) -> tuple[str, ...]:
+        """The shell lines that run ``command`` in the container's environment (a hook's exec handler)."""
+
 
 @dataclass(frozen=True, slots=True)
 class ContainerEngine:
@@ -108,6 +111,21 @@ class ContainerEngine:
     cpus_flag: str | None = None  # the container's CPUs as a decimal count
     image_check: str | None = None  # subcommand that says whether an image is present: explains a failure
     failure_code: int = 125  # the engine's exit code for its own errors
+    exec_verb: str | None = None  # runs a command in the running container (by ``--name``); None: a new one
+
+    def exec_in(self, launch: Launch, pod: PodOptions, command: list[str]) -> tuple[str, ...]:
+        words = [quote(w) for w in command]
+        if self.exec_verb is None:  # apptainer: the same image, binds, environment and directory (no PID
+            # or network namespace of its own by default, so it is the container's environment)
+            hook = replace(launch, command=command, command_words=words, args_words=[], mpi=(), engine_name="")
+            return self.commands(hook, pod).body
+        # podman: into the running container (it may not be running yet right after its client started)
+        exe = " ".join([pod.executable, *pod.global_options])
+        running = f"{exe} container inspect --format '{{{{.State.Running}}}}' {launch.engine_name} 2>/dev/null"
+        return (
+            f'until [ "$({running})" = true ]; do sleep 0.1; done',
+            f"exec {exe} {self.exec_verb} {launch.engine_name} " + " ".join(words),
+        )
 
     def image(
         self, raw: str | NotAString | None, where: str, image_root: Callable[[], str | None], bc: pb.BuildConfig
@@ -145,6 +163,8 @@ class ContainerEngine:
                 words.append(var.word(self.env_prefix, k, where, launch.mask))
         verb = self.verb_with_command if launch.command else self.verb_without_command
         words += [pod.executable, *pod.global_options, verb, *self.after_verb, *pod.runtime_flags]
+        if launch.engine_name and self.exec_verb is not None:
+            words += ["--name", launch.engine_name]
         if self.label_flag is not None:
             words += [self.label_flag, pod.pod_label, self.label_flag, quote(f"{layout.LABEL_CONTAINER}={launch.name}")]
             words += [self.label_flag, f'"{layout.LABEL_JOB_DIR}=$__job_dir"']
@@ -244,6 +264,7 @@ PODMAN = ContainerEngine(
     memory_flag="--memory",
     cpus_flag="--cpus",
     image_check="image exists",
+    exec_verb="exec",
 )
 
 
@@ -295,6 +316,12 @@ class HostRuntime:
 
     def stop_commands(self, pod: PodOptions) -> StopCommands:
         return StopCommands()  # host processes end with their process groups
+
+    def exec_in(self, launch: Launch, pod: PodOptions, command: list[str]) -> tuple[str, ...]:
+        """The container's own directory and environment, as its command gets them."""
+        words = [quote(w) for w in command]
+        hook = replace(launch, command=command, command_words=words, args_words=[], mpi=())
+        return self.commands(hook, pod).body
 
 
 HOST = HostRuntime()

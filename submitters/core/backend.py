@@ -87,6 +87,9 @@ class JobSpec:
     backend_flags: tuple[str, ...] = ()
     namespace: str = ""
     name: str = ""
+    run_as_user: int | None = None
+    """``securityContext.runAsUser`` as the pod asked (a request: the site's policy decides)."""
+    run_as_group: int | None = None
 
     @property
     def handle(self) -> JobHandle:

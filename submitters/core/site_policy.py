@@ -1,7 +1,10 @@
-"""Site policy by pod namespace: which rule of a site's table applies to a pod, and who pays for it.
+"""Site policy by pod namespace: which rule of a site's table applies to a pod, who pays for it, and whose
+account it runs as.
 
 Pure (no I/O), shared by backends: the htcondor backend maps a namespace to ``accounting_group`` /
-``accounting_group_user``; the same table shape serves a Slurm ``--account`` or a runAsUser policy.
+``accounting_group_user``, the slurm backend to ``--account`` (the rule's ``group``); every backend that can
+switch accounts reads the rule's ``run_as_*`` fields (:meth:`AccountingPolicy.run_as`): the account a
+namespace's jobs run as, and which ``securityContext.runAsUser``/``runAsGroup`` values a pod may ask for.
 
 A table maps namespace keys to rules. A key is an exact namespace name or a shell-style pattern
 (``*``, ``?``, ``[...]``, matched with :func:`fnmatch.fnmatchcase`). An exact name wins over every
@@ -42,15 +45,24 @@ def check_key(key: str) -> str:
     return key
 
 
-def match_namespace(table: Mapping[str, T], namespace: str, default: T) -> T:
-    """The rule for ``namespace``: its exact key, else the first matching pattern, else ``default``."""
+DEFAULT_KEY = "default"
+"""How a message names the table's default rule."""
+
+
+def match_namespace_key(table: Mapping[str, T], namespace: str, default: T) -> tuple[str, T]:
+    """(key, rule) for ``namespace``: its exact key, else the first matching pattern, else the default."""
     exact = table.get(namespace)
     if exact is not None and not is_pattern(namespace):
-        return exact
+        return namespace, exact
     for key, rule in table.items():
         if is_pattern(key) and fnmatch.fnmatchcase(namespace, key):
-            return rule
-    return default
+            return key, rule
+    return DEFAULT_KEY, default
+
+
+def match_namespace(table: Mapping[str, T], namespace: str, default: T) -> T:
+    """The rule for ``namespace``: its exact key, else the first matching pattern, else ``default``."""
+    return match_namespace_key(table, namespace, default)[1]
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,15 +97,98 @@ def decide_account(rule: Account, *, group: str | None = None, user: str | None 
     return Account(out_group, out_user)
 
 
+IdRanges = tuple[tuple[int, int], ...]
+"""Numeric ids a pod may ask for: inclusive (low, high) ranges."""
+_ID_RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
+ID_MAX = 2**32 - 2
+"""The largest uid/gid Linux has (2**32-1 is ``(uid_t) -1``, "no change")."""
+
+
+def parse_ids(value: object) -> IdRanges:
+    """``[1000, "2000-2999"]`` (or one such item) → ranges. Root (0) is never inside a range: a site that
+    means to let pods run as root lists ``0`` on its own, so that ``0-65535`` cannot say it by accident."""
+    items = value if isinstance(value, list | tuple) else [value]
+    out: list[tuple[int, int]] = []
+    for item in items:
+        m = _ID_RANGE.match(str(item).strip()) if isinstance(item, int | str) and not isinstance(item, bool) else None
+        if m is None:
+            raise ValueError(f"{item!r} is neither an id nor a range 'low-high'")
+        low = int(m[1])
+        high = int(m[2]) if m[2] is not None else low
+        if not low <= high <= ID_MAX:
+            raise ValueError(f"{item!r}: a range goes from low to high, at most {ID_MAX}")
+        if low == 0 and high > 0:
+            raise ValueError(f"{item!r} includes root (0): list 0 on its own if pods may run as root")
+        out.append((low, high))
+    return tuple(out)
+
+
+def describe_ids(ranges: IdRanges) -> str:
+    return ", ".join(str(lo) if lo == hi else f"{lo}-{hi}" for lo, hi in ranges) or "none"
+
+
+def ids_allow(ranges: IdRanges, value: int) -> bool:
+    return any(lo <= value <= hi for lo, hi in ranges)
+
+
+@dataclass(frozen=True, slots=True)
+class RunAs:
+    """The account a job runs as, as the site's rule decided it: a name or a number, as text each;
+    empty: the submitter's own user (and that user's primary group)."""
+
+    user: str = ""
+    group: str = ""
+
+
+NO_SWITCH = RunAs()
+
+
+def decide_run_as(
+    key: str,
+    namespace: str,
+    rule: AccountRule,
+    *,
+    uid: int | None,
+    gid: int | None,
+) -> RunAs:
+    """The account a pod in ``namespace`` runs as (``key`` names the rule that matched it): the rule's, or
+    the ``securityContext`` ids the pod asked for where the rule allows them; anything else is refused."""
+    user, group = rule.run_as_user, rule.run_as_group
+    for field, asked, allowed in (("runAsUser", uid, rule.run_as_users), ("runAsGroup", gid, rule.run_as_groups)):
+        if asked is None:
+            continue
+        if not ids_allow(allowed, asked):
+            raise PolicyError(
+                f"securityContext.{field}: {asked} is not allowed in namespace {namespace!r} "
+                f"(site rule {key!r} allows {field} {describe_ids(allowed)})"
+            )
+        if field == "runAsUser":
+            user = str(asked)
+        else:
+            group = str(asked)
+    return RunAs(user, group)
+
+
 class AccountRule(BaseModel):
-    """One row of the site's accounting table (config)."""
+    """One row of the site's accounting table (config): who pays, and whose account the jobs run as."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     group: str = ""
+    """HTCondor ``accounting_group``; Slurm ``--account``."""
     user: str = ""
+    """HTCondor ``accounting_group_user``."""
     pod_may_set: frozenset[Literal["group", "user"]] = frozenset()
-    """Which of the two a pod may choose itself (its flags ``accounting_group`` / ``accounting_group_user``)."""
+    """Which of the two a pod may choose itself (its flags ``accounting_group`` / ``accounting_group_user``,
+    Slurm ``--account``)."""
+    run_as_user: str = ""
+    """The account (name or uid) the namespace's jobs run as; empty: the submitter's own."""
+    run_as_group: str = ""
+    """Its group (name or gid); empty: the account's primary group."""
+    run_as_users: IdRanges = ()
+    """``securityContext.runAsUser`` values a pod may ask for (ids and ``low-high`` ranges); none by default."""
+    run_as_groups: IdRanges = ()
+    """``securityContext.runAsGroup`` values a pod may ask for."""
 
     def account(self) -> Account:
         return Account(self.group, self.user, "group" in self.pod_may_set, "user" in self.pod_may_set)
@@ -104,6 +199,18 @@ class AccountRule(BaseModel):
         if value and not ACCOUNT_NAME.match(value):
             raise ValueError(f"{value!r} is not a valid accounting name (letters, digits, _ . @ -)")
         return value
+
+    @field_validator("run_as_user", "run_as_group")
+    @classmethod
+    def _unix_name(cls, value: str) -> str:
+        if value and not ACCOUNT_NAME.match(value):
+            raise ValueError(f"{value!r} is not a valid account name (letters, digits, _ . @ -)")
+        return value
+
+    @field_validator("run_as_users", "run_as_groups", mode="before")
+    @classmethod
+    def _ids(cls, value: object) -> IdRanges:
+        return parse_ids(value)
 
 
 class AccountingPolicy(BaseModel):
@@ -125,3 +232,14 @@ class AccountingPolicy(BaseModel):
         """The account of a pod in ``namespace`` that asked for ``group``/``user`` (None: it did not)."""
         rule = match_namespace(self.namespaces, namespace, self.default)
         return decide_account(rule.account(), group=group, user=user)
+
+    def run_as(self, namespace: str, *, uid: int | None = None, gid: int | None = None) -> RunAs:
+        """The account a pod in ``namespace`` that asked for ``runAsUser``/``runAsGroup`` runs as."""
+        key, rule = match_namespace_key(self.namespaces, namespace, self.default)
+        return decide_run_as(key, namespace, rule, uid=uid, gid=gid)
+
+    @property
+    def switches_accounts(self) -> bool:
+        """Whether some rule runs jobs as another account, or lets pods ask for one."""
+        rules = (self.default, *self.namespaces.values())
+        return any(r.run_as_user or r.run_as_group or r.run_as_users or r.run_as_groups for r in rules)

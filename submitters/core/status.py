@@ -37,6 +37,20 @@ class ContainerFiles:
     exit_code: int | None = None
     finished_at: float | None = None
     """mtime of the ``.exit`` file: it is written when the container ends."""
+    ready: bool | None = None
+    """The readiness probe's verdict (``.ready``); None: the container has no readiness probe."""
+    reason: str = ""
+    """What the ``.exit`` file says after the code: why the script stopped the container (a lifecycle
+    hook's ``FailedPostStartHook``), and its message."""
+    message: str = ""
+
+
+def exit_reason(text: str) -> tuple[str, str]:
+    """(reason, message) after the code of a complete ``.exit`` file's text; empty when it has none."""
+    parts = text.split(None, 2)
+    if len(parts) < 2:
+        return "", ""
+    return parts[1], parts[2].strip() if len(parts) > 2 else ""
 
 
 def container_file_number(text: str) -> float | None:
@@ -208,6 +222,8 @@ def map_status(
                 )
             )
             message = _exit_message(f.exit_code, reason)
+            if f.reason:  # the script knows better: a hook stopped it
+                reason, message = f.reason, f.message
             statuses.append(_terminated(name, False, f.exit_code, f.started_at, f.finished_at, reason, message))
         elif failed_init is not None:
             statuses.append(_not_run(name, False, failed_init, finished_fallback))
@@ -225,7 +241,9 @@ def map_status(
             )
         elif f.started_at is not None:
             statuses.append(
-                pb.ContainerStatus(name=name, init=False, phase=pb.ContainerPhase.RUNNING, started_at=_ts(f.started_at))
+                pb.ContainerStatus(
+                    name=name, init=False, phase=pb.ContainerPhase.RUNNING, started_at=_ts(f.started_at), ready=f.ready
+                )
             )
         else:
             statuses.append(_waiting(name, False, obs, running))

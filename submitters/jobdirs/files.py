@@ -20,7 +20,7 @@ from pathlib import Path
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel import layout
 from interlink_nats.kernel.names import is_dns_label, is_pod_uid
-from interlink_nats.submitters.core.status import ContainerFiles, container_file_number
+from interlink_nats.submitters.core.status import ContainerFiles, container_file_number, exit_reason
 
 _SETTLE_NS = 2_000_000_000
 
@@ -261,14 +261,15 @@ def _read_small(path: str, mtime: bool) -> tuple[bytes, float | None] | None:
         os.close(fd)
 
 
-def _read_number(path: str, mtime: bool = True) -> tuple[float | None, float | None, bool]:
-    """(the number, the file's mtime (None unless asked), whether the file is there but still being written)."""
+def _read_number(path: str, mtime: bool = True) -> tuple[float | None, float | None, bool, str]:
+    """(the number, the file's mtime (None unless asked), whether the file is there but still being written,
+    its text)."""
     got = _read_small(path, mtime)
     if got is None:
-        return None, None, False
+        return None, None, False, ""
     text = got[0].decode(errors="replace")
     value = container_file_number(text)
-    return value, got[1], value is None and not text.endswith("\n")
+    return value, got[1], value is None and not text.endswith("\n"), text
 
 
 def _read_files(cdir: str, names: Sequence[str]) -> tuple[dict[str, ContainerFiles], bool]:
@@ -277,13 +278,21 @@ def _read_files(cdir: str, names: Sequence[str]) -> tuple[dict[str, ContainerFil
     out: dict[str, ContainerFiles] = {}
     complete = True
     for name in names:
-        started, _, partial = _read_number(layout.started_file(cdir, name), mtime=False)
-        code, finished, partial_exit = _read_number(layout.exit_file(cdir, name))
+        started, _, partial, started_text = _read_number(layout.started_file(cdir, name), mtime=False)
+        code, finished, partial_exit, text = _read_number(layout.exit_file(cdir, name))
         complete = complete and not partial and not partial_exit
+        reason, message = exit_reason(text) if code is not None and code != 0 else ("", "")
+        ready = None
+        if code is None and started_text.endswith(" readiness\n"):  # a readiness probe: its verdict changes
+            got = _read_small(os.path.join(cdir, name + layout.READY_SUFFIX), False)  # in place: never cached
+            ready, complete = got is not None and got[0].startswith(b"1"), False
         out[name] = ContainerFiles(
             started_at=started,
             exit_code=int(code) if code is not None else None,
             finished_at=finished if code is not None else None,
+            ready=ready,
+            reason=reason,
+            message=message,
         )
     return out, complete
 

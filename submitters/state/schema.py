@@ -141,6 +141,8 @@ class JobRow:
             backend_flags=tuple(job.backend_flags),
             namespace=self.namespace,
             name=self.name,
+            run_as_user=job.run_as_user,
+            run_as_group=job.run_as_group,
         )
 
     def job_spec(self) -> pb.JobScript:

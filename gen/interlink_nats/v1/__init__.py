@@ -387,6 +387,12 @@ class ContainerStatus(betterproto2.Message):
 
     message: "str" = betterproto2.field(8, betterproto2.TYPE_STRING)
 
+    ready: "bool | None" = betterproto2.field(9, betterproto2.TYPE_BOOL, optional=True)
+    """
+    The readiness probe's verdict while the container runs; unset when it has
+    no readiness probe (then it is ready while running, as on a node).
+    """
+
 
 default_message_pool.register_message(
     "interlink_nats.v1", "ContainerStatus", ContainerStatus
@@ -644,6 +650,20 @@ class JobScript(betterproto2.Message):
     process per directory or link saved in bash), in order. The script makes it
     itself when the submitter did not (a standalone run, a rerun).
     """
+
+    run_as_user: "int | None" = betterproto2.field(
+        8, betterproto2.TYPE_INT64, optional=True
+    )
+    """
+    securityContext.runAsUser / runAsGroup as the pod asks (a container's value
+    over the pod's; all containers agree). Only a request: the submitter
+    honours it within its site's policy for the pod's namespace, or refuses
+    the job (docs/security.md). Unset: the pod did not ask.
+    """
+
+    run_as_group: "int | None" = betterproto2.field(
+        9, betterproto2.TYPE_INT64, optional=True
+    )
 
 
 default_message_pool.register_message("interlink_nats.v1", "JobScript", JobScript)

@@ -212,6 +212,8 @@ class JobScriptView(NamedTuple):
     resources: ResourceRequestView | None
     backend_flags: list[str]
     layout: list[LayoutEntryView]
+    run_as_user: int | None
+    run_as_group: int | None
     encoded: bytes
 
 
@@ -233,6 +235,7 @@ class ContainerStatusView(NamedTuple):
     finished_at: _dt.datetime | None
     reason: str
     message: str
+    ready: bool | None
     encoded: bytes
 
 
@@ -1161,6 +1164,24 @@ def _encode_job_script(msg: pb.JobScript) -> bytearray:
         else:
             _varint(out, n)
         out += b
+    # run_as_user = 8
+    v = msg.run_as_user
+    if v is not None:
+        v = int(v)
+        out += b"\x40"
+        if 0 <= v < 0x80:
+            out.append(v)
+        else:
+            _varint(out, v)
+    # run_as_group = 9
+    v = msg.run_as_group
+    if v is not None:
+        v = int(v)
+        out += b"\x48"
+        if 0 <= v < 0x80:
+            out.append(v)
+        else:
+            _varint(out, v)
     out += msg._unknown_fields
     return out
 
@@ -1222,6 +1243,36 @@ def job_script_resources_once(data: bytes) -> bytes | None:
     return _field_once(data, 42)
 
 
+def job_script_run_as_user_field(value: int | None) -> bytes:
+    """``JobScript.run_as_user`` as ``bytes(msg)`` writes it, from the value."""
+    out = bytearray()
+    # run_as_user = 8
+    v = value
+    if v is not None:
+        v = int(v)
+        out += b"\x40"
+        if 0 <= v < 0x80:
+            out.append(v)
+        else:
+            _varint(out, v)
+    return bytes(out)
+
+
+def job_script_run_as_group_field(value: int | None) -> bytes:
+    """``JobScript.run_as_group`` as ``bytes(msg)`` writes it, from the value."""
+    out = bytearray()
+    # run_as_group = 9
+    v = value
+    if v is not None:
+        v = int(v)
+        out += b"\x48"
+        if 0 <= v < 0x80:
+            out.append(v)
+        else:
+            _varint(out, v)
+    return bytes(out)
+
+
 def _decode_job_script(data: bytes, pos: int, end: int) -> pb.JobScript:
     pod: pb.PodRef | None = None
     script: str = ""
@@ -1230,6 +1281,8 @@ def _decode_job_script(data: bytes, pos: int, end: int) -> pb.JobScript:
     resources: pb.ResourceRequest | None = None
     backend_flags: list[str] = []
     layout: list[pb.LayoutEntry] = []
+    run_as_user: int | None = None
+    run_as_group: int | None = None
     seen = 0
     while pos < end:
         key = data[pos]
@@ -1334,11 +1387,37 @@ def _decode_job_script(data: bytes, pos: int, end: int) -> pb.JobScript:
             item = _decode_layout_entry(data, pos, stop)
             pos = stop
             layout.append(item)
+        elif key == 64:
+            # run_as_user = 8
+            if seen & 128:
+                raise Unusual
+            seen |= 128
+            value = data[pos]
+            if value < 0x80:
+                pos += 1
+            else:
+                value, pos = _read_varint(data, pos)
+            if value >> 63:
+                value -= 1 << 64
+            run_as_user = value
+        elif key == 72:
+            # run_as_group = 9
+            if seen & 256:
+                raise Unusual
+            seen |= 256
+            value = data[pos]
+            if value < 0x80:
+                pos += 1
+            else:
+                value, pos = _read_varint(data, pos)
+            if value >> 63:
+                value -= 1 << 64
+            run_as_group = value
         else:
             raise Unusual
     if pos != end:
         raise Unusual
-    return pb.JobScript(pod=pod, script=script, init_containers=init_containers, containers=containers, resources=resources, backend_flags=backend_flags, layout=layout)
+    return pb.JobScript(pod=pod, script=script, init_containers=init_containers, containers=containers, resources=resources, backend_flags=backend_flags, layout=layout, run_as_user=run_as_user, run_as_group=run_as_group)
 
 
 def _view_job_script(data: bytes, pos: int, end: int) -> JobScriptView:
@@ -1350,6 +1429,8 @@ def _view_job_script(data: bytes, pos: int, end: int) -> JobScriptView:
     resources: ResourceRequestView | None = None
     backend_flags: list[str] = []
     layout: list[LayoutEntryView] = []
+    run_as_user: int | None = None
+    run_as_group: int | None = None
     seen = 0
     while pos < end:
         key = data[pos]
@@ -1454,11 +1535,37 @@ def _view_job_script(data: bytes, pos: int, end: int) -> JobScriptView:
             item = _view_layout_entry(data, pos, stop)
             pos = stop
             layout.append(item)
+        elif key == 64:
+            # run_as_user = 8
+            if seen & 128:
+                raise Unusual
+            seen |= 128
+            value = data[pos]
+            if value < 0x80:
+                pos += 1
+            else:
+                value, pos = _read_varint(data, pos)
+            if value >> 63:
+                value -= 1 << 64
+            run_as_user = value
+        elif key == 72:
+            # run_as_group = 9
+            if seen & 256:
+                raise Unusual
+            seen |= 256
+            value = data[pos]
+            if value < 0x80:
+                pos += 1
+            else:
+                value, pos = _read_varint(data, pos)
+            if value >> 63:
+                value -= 1 << 64
+            run_as_group = value
         else:
             raise Unusual
     if pos != end:
         raise Unusual
-    return JobScriptView(pod, script, init_containers, containers, resources, backend_flags, layout, data[start:end])
+    return JobScriptView(pod, script, init_containers, containers, resources, backend_flags, layout, run_as_user, run_as_group, data[start:end])
 
 
 def decode_job_script(data: bytes) -> pb.JobScript:
@@ -1479,7 +1586,7 @@ def read_job_script(data: bytes) -> JobScriptView | None:
 
 def check_job_script(data: bytes) -> None:
     """ValueError (or IndexError) unless the top-level fields of ``data`` are a well-formed ``JobScript``."""
-    _check_top(data, frozenset((10, 18, 26, 34, 42, 50, 58)))
+    _check_top(data, frozenset((10, 18, 26, 34, 42, 50, 58, 64, 72)))
 
 
 def encode_submit_request(msg: pb.SubmitRequest) -> bytes:
@@ -1692,6 +1799,10 @@ def _encode_container_status(msg: pb.ContainerStatus) -> bytearray:
         else:
             _varint(out, n)
         out += b
+    # ready = 9
+    v = msg.ready
+    if v is not None:
+        out += b"\x48\x01" if v else b"\x48\x00"
     out += msg._unknown_fields
     return out
 
@@ -1821,6 +1932,16 @@ def container_status_message_field(value: str | None) -> bytes:
     return bytes(out)
 
 
+def container_status_ready_field(value: bool | None) -> bytes:
+    """``ContainerStatus.ready`` as ``bytes(msg)`` writes it, from the value."""
+    out = bytearray()
+    # ready = 9
+    v = value
+    if v is not None:
+        out += b"\x48\x01" if v else b"\x48\x00"
+    return bytes(out)
+
+
 def _decode_container_status(data: bytes, pos: int, end: int) -> pb.ContainerStatus:
     name: str = ""
     init: bool = False
@@ -1830,6 +1951,7 @@ def _decode_container_status(data: bytes, pos: int, end: int) -> pb.ContainerSta
     finished_at: _dt.datetime | None = None
     reason: str = ""
     message: str = ""
+    ready: bool | None = None
     seen = 0
     while pos < end:
         key = data[pos]
@@ -1954,11 +2076,24 @@ def _decode_container_status(data: bytes, pos: int, end: int) -> pb.ContainerSta
                 raise Unusual
             message = str(data[pos:stop], "utf-8")
             pos = stop
+        elif key == 72:
+            # ready = 9
+            if seen & 256:
+                raise Unusual
+            seen |= 256
+            value = data[pos]
+            if value < 0x80:
+                pos += 1
+            else:
+                value, pos = _read_varint(data, pos)
+            if value > 1:
+                raise Unusual
+            ready = value == 1
         else:
             raise Unusual
     if pos != end:
         raise Unusual
-    return pb.ContainerStatus(name=name, init=init, phase=phase, exit_code=exit_code, started_at=started_at, finished_at=finished_at, reason=reason, message=message)
+    return pb.ContainerStatus(name=name, init=init, phase=phase, exit_code=exit_code, started_at=started_at, finished_at=finished_at, reason=reason, message=message, ready=ready)
 
 
 def _view_container_status(data: bytes, pos: int, end: int) -> ContainerStatusView:
@@ -1971,6 +2106,7 @@ def _view_container_status(data: bytes, pos: int, end: int) -> ContainerStatusVi
     finished_at: _dt.datetime | None = None
     reason: str = ""
     message: str = ""
+    ready: bool | None = None
     seen = 0
     while pos < end:
         key = data[pos]
@@ -2094,11 +2230,24 @@ def _view_container_status(data: bytes, pos: int, end: int) -> ContainerStatusVi
                 raise Unusual
             message = str(data[pos:stop], "utf-8")
             pos = stop
+        elif key == 72:
+            # ready = 9
+            if seen & 256:
+                raise Unusual
+            seen |= 256
+            value = data[pos]
+            if value < 0x80:
+                pos += 1
+            else:
+                value, pos = _read_varint(data, pos)
+            if value > 1:
+                raise Unusual
+            ready = value == 1
         else:
             raise Unusual
     if pos != end:
         raise Unusual
-    return ContainerStatusView(name, init, phase, exit_code, started_at, finished_at, reason, message, data[start:end])
+    return ContainerStatusView(name, init, phase, exit_code, started_at, finished_at, reason, message, ready, data[start:end])
 
 
 def decode_container_status(data: bytes) -> pb.ContainerStatus:
@@ -2119,7 +2268,7 @@ def read_container_status(data: bytes) -> ContainerStatusView | None:
 
 def check_container_status(data: bytes) -> None:
     """ValueError (or IndexError) unless the top-level fields of ``data`` are a well-formed ``ContainerStatus``."""
-    _check_top(data, frozenset((10, 16, 24, 32, 42, 50, 58, 66)))
+    _check_top(data, frozenset((10, 16, 24, 32, 42, 50, 58, 66, 72)))
 
 
 def encode_job_status(msg: pb.JobStatus) -> bytes:

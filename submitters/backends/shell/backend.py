@@ -45,6 +45,7 @@ from pathlib import Path
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel import layout
 from interlink_nats.kernel.clock import SYSTEM_CLOCK, Clock
+from interlink_nats.submitters.backends.accounts import take_over
 from interlink_nats.submitters.backends.podman_janitor import PodmanJanitor
 from interlink_nats.submitters.backends.proc import run_command
 from interlink_nats.submitters.backends.shell.processes import (
@@ -74,6 +75,7 @@ from interlink_nats.submitters.core.backend import (
     Observation,
     Reconciled,
 )
+from interlink_nats.submitters.core.site_policy import AccountingPolicy
 from pydantic import BaseModel, ConfigDict, Field
 
 log = logging.getLogger(__name__)
@@ -106,6 +108,9 @@ class ShellConfig(BaseModel):
     max_concurrent_jobs: int = Field(0, ge=0)
     """Jobs running at once; 0 means the BuildConfig's value, else the number of CPUs."""
     bash: str = "bash"
+    accounting: AccountingPolicy | None = None
+    """Whose account a namespace's jobs run as (``run_as_*`` of each rule; docs/security.md): job.sh runs
+    through ``setpriv`` as that account, which needs the submitter to be root. None: the submitter's own."""
 
 
 class ShellBackend:
@@ -121,16 +126,26 @@ class ShellBackend:
             bash=config.bash,
             kill_grace_s=context.kill_grace_s,
             clock=context.clock,
+            accounting=config.accounting,
         )
 
     def __init__(
-        self, *, max_concurrent: int = 0, bash: str = "bash", kill_grace_s: float = 5.0, clock: Clock | None = None
+        self,
+        *,
+        max_concurrent: int = 0,
+        bash: str = "bash",
+        kill_grace_s: float = 5.0,
+        clock: Clock | None = None,
+        accounting: AccountingPolicy | None = None,
     ) -> None:
         self._clock = clock or SYSTEM_CLOCK
         self._fixed_limit = max_concurrent
         self._limit = max_concurrent or (len(os.sched_getaffinity(0)) or 1)
         self._bash = bash
         self._kill_grace_s = kill_grace_s
+        self._accounting = accounting
+        self._accounts: dict[str, str] = {}
+        """Jobs that run as another account: "uid:gid", until launched."""
         self._queue: deque[JobSpec] = deque()
         self._queued: set[str] = set()
         self._running: dict[str, _Running] = {}
@@ -207,6 +222,9 @@ class ShellBackend:
 
     async def submit(self, spec: JobSpec) -> str:
         if spec.uid not in self._queued and spec.uid not in self._running and spec.uid not in self._starting:
+            policy = self._accounting  # a refusal raises before anything is queued; NSS lookups may block
+            if policy is not None and (ident := await asyncio.to_thread(take_over, policy, spec)):
+                self._accounts[spec.uid] = str(ident)
             self._queue.append(spec)
             self._queued.add(spec.uid)
             self._wake.set()
@@ -244,7 +262,7 @@ class ShellBackend:
             for attempt in range(1, LAUNCH_ATTEMPTS + 1):
                 self.calls += 1
                 try:
-                    pid = await self._launcher.launch(spec.job_dir)
+                    pid = await self._launcher.launch(spec.job_dir, self._accounts.get(spec.uid, ""))
                 except BackendUnavailable as exc:
                     if attempt == LAUNCH_ATTEMPTS:
                         log.error("launching job %s failed: %s; it will be reported as lost", spec.uid, exc)
@@ -263,6 +281,7 @@ class ShellBackend:
             log.exception("launching job %s failed; it will be reported as lost", spec.uid)
         finally:
             self._starting.discard(spec.uid)
+            self._accounts.pop(spec.uid, None)
             self._wake.set()
 
     def _watch_exit(self, uid: str, pid: int) -> None:
@@ -459,6 +478,7 @@ class ShellBackend:
         self._unstarted.pop(uid, None)
         if uid in self._queued:
             self._queued.discard(uid)
+            self._accounts.pop(uid, None)
             self._queue = deque(s for s in self._queue if s.uid != uid)
         with contextlib.suppress(OSError):
             (job.job_dir / CLAIM).mkdir()  # a launch not yet at its mkdir now loses the claim

@@ -35,16 +35,18 @@ on two polls at least this far apart, was never started: the launcher was killed
 NEVER_STARTED = "the job never started: it was claimed, but the launcher stopped before starting its runner"
 
 # Constant programs, never formatted: the only inputs are positional arguments and stdin.
-# The launcher reads NUL-terminated job directories and answers "<dir>\0<pid>\0" (or "claimed").
+# The launcher reads NUL-terminated pairs (job directory, account "uid:gid" or empty) and answers
+# "<dir>\0<pid>\0" (or "claimed"). With an account the runner (still the submitter's user: it writes the
+# pid and exit files) runs job.sh through setpriv as that account, without the submitter's groups.
 # ``set -m`` gives every runner a process group of its own (cancel signals that group only);
 # ``disown`` keeps bash's job table from growing with every job.
 _LAUNCHER = r"""
 set -m
 bash=$1 runner=$2 env_name=$3
-while IFS= read -r -d '' dir; do
+while IFS= read -r -d '' dir && IFS= read -r -d '' account; do
   if mkdir "$dir/.shell.claim" 2>/dev/null; then
     echo $$ > "$dir/.shell.claim/launcher"
-    ( export "$env_name=$dir"; exec "$bash" -c "$runner" interlink-shell-job "$dir" "$bash" ) \
+    ( export "$env_name=$dir"; exec "$bash" -c "$runner" interlink-shell-job "$dir" "$bash" "$account" ) \
       </dev/null >/dev/null 2>&1 &
     echo $! > "$dir/.shell.claim/runner"
     printf '%s\0%s\0' "$dir" "$!"
@@ -57,7 +59,11 @@ done
 _RUNNER = r"""
 cd "$1" || exit 97
 echo $$ > .shell.pid.tmp && mv -f .shell.pid.tmp .shell.pid
-"$2" ./job.sh >> job.out 2>&1 </dev/null
+if [ -n "$3" ]; then
+  setpriv --reuid="${3%%:*}" --regid="${3##*:}" --clear-groups -- "$2" ./job.sh >> job.out 2>&1 </dev/null
+else
+  "$2" ./job.sh >> job.out 2>&1 </dev/null
+fi
 rc=$?
 echo $rc > .shell.exit.tmp && mv -f .shell.exit.tmp .shell.exit
 exit $rc
@@ -198,15 +204,16 @@ class Launcher:
             self._reader = asyncio.create_task(self._read(proc), name="shell-launcher-read")
             return proc
 
-    async def launch(self, job_dir: Path) -> int | None:
-        """Claim ``job_dir`` and start its runner: the runner's pid, or None if the directory was claimed before."""
+    async def launch(self, job_dir: Path, account: str = "") -> int | None:
+        """Claim ``job_dir`` and start its runner (job.sh as ``account``, "uid:gid", when given): the runner's
+        pid, or None if the directory was claimed before."""
         proc = await self._ensure()
         key = str(job_dir).encode()
         fut: asyncio.Future[int | None] = asyncio.get_running_loop().create_future()
         self._waiting.setdefault(key, deque()).append(fut)
         assert proc.stdin is not None
         try:
-            proc.stdin.write(key + b"\0")
+            proc.stdin.write(key + b"\0" + account.encode() + b"\0")
             await proc.stdin.drain()
         except (ConnectionError, RuntimeError) as exc:
             self._forget(key, fut)

@@ -22,6 +22,7 @@ from pathlib import Path
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel import layout
 from interlink_nats.kernel.config_files import renamed
+from interlink_nats.submitters.backends.accounts import take_over
 from interlink_nats.submitters.backends.proc import environ_with, run_command
 from interlink_nats.submitters.backends.slurm import parse as sp
 from interlink_nats.submitters.core.backend import (
@@ -39,6 +40,7 @@ from interlink_nats.submitters.core.backend import (
     SubmitRejected,
     error_for,
 )
+from interlink_nats.submitters.core.site_policy import AccountingPolicy, PolicyError
 from pydantic import BaseModel, ConfigDict, Field
 
 log = logging.getLogger(__name__)
@@ -61,6 +63,10 @@ class SlurmConfig(BaseModel):
     squeue_all_users: bool = False
     """Poll every user's jobs instead of ``--me`` (when jobs are submitted as another user)."""
     command_timeout_s: float = Field(60.0, gt=0, validation_alias=renamed("command_timeout_s", "command_timeout"))
+    accounting: AccountingPolicy | None = None
+    """By pod namespace (docs/security.md): ``group`` is the job's ``--account`` (a pod's own ``--account``
+    flag only where ``pod_may_set`` has ``group``), ``run_as_*`` whom it runs as (``sbatch --uid/--gid``,
+    which needs the submitter to be root; the poll then lists every user's jobs)."""
 
 
 @dataclass(slots=True)
@@ -86,6 +92,9 @@ class SlurmBackend:
         self.settings = settings or SlurmConfig()
         self._pool_flags: list[str] = []
         self._use_sacct = bool(self.settings.use_sacct)
+        policy = self.settings.accounting
+        self._all_users = self.settings.squeue_all_users or (policy is not None and policy.switches_accounts)
+        self._me = [] if self._all_users else ["--me"]
         self._sacct_broken = False
         self._watch = _Watch()
         """``poll_changes``'s view of the tracked jobs."""
@@ -118,16 +127,34 @@ class SlurmBackend:
             raise error_for(sp.classify_failure(command, failed.returncode, failed.stderr), failed) from failed
         return done.stdout
 
+    def _site_flags(self, spec: JobSpec) -> tuple[list[str], list[str]]:
+        """(the pod's flags, the site's ``--account``/``--uid``/``--gid``) for ``spec``; a refusal raises."""
+        policy = self.settings.accounting
+        if policy is None:
+            return list(spec.backend_flags), []
+        pod_flags, asked = sp.split_account(spec.backend_flags)
+        try:
+            account = policy.decide(spec.namespace, group=asked)
+        except PolicyError as exc:
+            raise SubmitRejected(f"pod flag --account: {exc}") from exc
+        site = [f"--account={account.group}"] if account.group else []
+        ident = take_over(policy, spec)
+        if ident is not None:
+            site += [f"--uid={ident.uid}", f"--gid={ident.gid}"]
+        return pod_flags, site
+
     async def submit(self, spec: JobSpec) -> str:
         try:
+            pod_flags, site = await asyncio.to_thread(self._site_flags, spec)
             argv = sp.sbatch_argv(
                 self.settings.sbatch,
                 uid=spec.uid,
                 job_dir=str(spec.job_dir),
                 script=str(spec.script),
                 pool_flags=self._pool_flags,
-                pod_flags=spec.backend_flags,
+                pod_flags=pod_flags,
                 resources=spec.resources,
+                site=site,
             )
         except sp.FlagError as exc:
             raise SubmitRejected(str(exc)) from exc
@@ -139,15 +166,15 @@ class SlurmBackend:
             raise BackendUnavailable(str(exc)) from exc
 
     async def _squeue(self) -> str:
-        who = [] if self.settings.squeue_all_users else ["--me"]
-        argv = [self.settings.squeue, "-h", *who, "--states=all", "-O", sp.SQUEUE_FORMAT]
+        argv = [self.settings.squeue, "-h", *self._me, "--states=all", "-O", sp.SQUEUE_FORMAT]
         return await self._run(sp.Command.SQUEUE, argv)
 
     async def _sacct(self, *select: str) -> dict[str, sp.SlurmJob]:
         """sacct's jobs matching ``select``; nothing when the site has no accounting (then it is not asked again)."""
         if not self._use_sacct or self._sacct_broken:
             return {}
-        argv = [self.settings.sacct, "-X", "-n", "-P", "-o", sp.SACCT_FIELDS, *select]
+        who = ["--allusers"] if self._all_users else []
+        argv = [self.settings.sacct, "-X", "-n", "-P", *who, "-o", sp.SACCT_FIELDS, *select]
         try:
             return sp.parse_sacct(await self._run(sp.Command.SACCT, argv))
         except CommandUnusable as exc:
@@ -244,7 +271,7 @@ class SlurmBackend:
         if job.job_id:
             argv = [self.settings.scancel, job.job_id]
         else:
-            argv = [self.settings.scancel, "--me", f"--name={job.uid}"]
+            argv = [self.settings.scancel, *self._me, f"--name={job.uid}"]
         try:
             await self._run(sp.Command.SCANCEL, argv)
         except JobAlreadyEnded:

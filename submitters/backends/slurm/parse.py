@@ -140,6 +140,26 @@ def check_flags(flags: Iterable[str], *, source: str) -> list[str]:
     return out
 
 
+ACCOUNT_FLAGS = ("--account", "-A")
+
+
+def split_account(flags: Sequence[str]) -> tuple[list[str], str | None]:
+    """A pod's flags without its ``--account``/``-A`` (``=X``, ``X`` as the next word, ``-AX``), and the
+    account it asked for (the last one, as sbatch reads them); None: it asked for none."""
+    rest: list[str] = []
+    asked: str | None = None
+    words = iter(flags)
+    for word in words:
+        name, eq, value = word.partition("=")
+        if name in ACCOUNT_FLAGS:
+            asked = value if eq else next(words, "")
+        elif word.startswith("-A") and not word.startswith("--"):
+            asked = word[2:]
+        else:
+            rest.append(word)
+    return rest, asked
+
+
 def resource_flags(req: pb.ResourceRequest | None) -> list[str]:
     """Pod resources → sbatch flags (cpus rounded up, memory in MiB rounded up, time in whole minutes)."""
     if req is None:
@@ -173,14 +193,17 @@ def sbatch_argv(
     pool_flags: Sequence[str],
     pod_flags: Sequence[str],
     resources: pb.ResourceRequest | None,
+    site: Sequence[str] = (),
 ) -> list[str]:
     """The whole sbatch command. Later flags win in sbatch, so the order is the precedence:
-    pool flags < pod annotation flags < pod resources < what the submitter must control."""
+    pool flags < pod annotation flags < pod resources < site policy (``site``: ``--account``, ``--uid``,
+    ``--gid``, decided by the backend) < what the submitter must control."""
     return [
         sbatch,
         *check_flags(pool_flags, source="pool sbatch"),
         *check_flags(pod_flags, source="pod"),
         *resource_flags(resources),
+        *site,
         f"--job-name={uid}",
         f"--chdir={job_dir}",
         f"--output={job_dir}/job.out",
