@@ -6,8 +6,22 @@ container runs ``true``, created through ``Gateway.create`` at a steady rate.
 - **Event latency**: a job's state change as the submitter's poll sees it (the status's ``updated_at``)
   → the gateway has applied it (what ``/status`` answers). p50/p99 over every event of the run.
 - **Node loss → first status update**: on the cluster, the events stream's leader is killed with
-  ``kill -9`` while pods keep being created; the time until the gateway applies its next event. Repeated
-  ``--losses`` times (the lost node is restarted and catches up in between); the median is quoted.
+  ``kill -9`` while pods keep being created; the time until the gateway applies a state change seen after
+  the kill. Repeated ``--losses`` times (the lost node is restarted and catches up in between); medians.
+- **The loss's timeline** (``bench/_failover.py``): when the gateway's and the submitter's connections
+  noticed the loss and were back (if they were on the lost node), when the survivors had elected the stream's
+  and the gateway consumer's new leaders, when the submitter's first publish after the kill was sent and
+  acked, when the gateway applied it.
+
+What of the gap is nats-server's own: a follower of a raft group calls an election only when its election
+timer fires, 4-9 s (uniform) after the last append or heartbeat it got from the leader
+(nats-server ``server/raft.go``: ``minElectionTimeoutDefault``/``maxElectionTimeoutDefault`` at lines
+302-303, ``randElectionTimeout`` at 2622, ``runAsFollower`` at 2816-2851, at commit 1787eee of 2.15.0-dev;
+the same 4 s/9 s in v2.14.5), with no option to set them and no early election when a route to the leader
+closes (only a group's preferred peer campaigns at once, at creation: ``server/jetstream_cluster.go``
+3570-3573). The first of the two survivors to fire wins: median 4 + 5·(1 - 1/√2) ≈ 5.5 s after the kill.
+Everything after the election is ours: the outbox asks again every 0.05-0.25 s while the stream has no
+leader (``leader_retry_delay``), so the first ack follows the election by a few tens of ms.
 
 The single server is the baseline measured in the same run. Last line: one JSON object.
 """

@@ -160,6 +160,19 @@ def backoff_delay(attempt: int, cap: float, base: float = 0.5) -> float:
     return random.uniform(min(base / 2, ceiling), ceiling)
 
 
+LEADER_RETRY_BASE_S = 0.05
+LEADER_RETRY_CAP_S = 0.25
+"""While a JetStream stream or consumer has no leader (its node lost, the survivors not yet through their
+election), the servers answer a publish or a pull at once with "no responders": asking again every
+0.05-0.25 s costs a few tiny requests a second and finds the new leader within a quarter second of its
+election, where a poll interval (5 s by default) would add up to that much to every node loss."""
+
+
+def leader_retry_delay(attempt: int) -> float:
+    """How long to wait before the ``attempt``-th (0-based) retry of a JetStream call that found no leader."""
+    return backoff_delay(attempt, LEADER_RETRY_CAP_S, LEADER_RETRY_BASE_S)
+
+
 def client_tls_context(
     ca_file: str | Path | None = None,
     cert_file: str | Path | None = None,
