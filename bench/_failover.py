@@ -100,6 +100,11 @@ class Loss:
         out["ack_publish_sent"] = since(self.ack[0]) if self.ack else None
         out["first_ack"] = since(self.ack[1]) if self.ack else None
         out["first_apply"] = since(self.applied)
+        # Ours: from the later of the two elections the gateway needed to the first status it applied.
+        leaders = [moment for moment in (self.stream_leader, self.consumer_leader) if moment is not None]
+        out["apply_after_leaders"] = (
+            round(self.applied - max(leaders), 3) if self.applied is not None and len(leaders) == 2 else None
+        )
         return out
 
 
