@@ -21,6 +21,7 @@ from interlink_nats.services.bus.events_stream import ensure_events_stream, even
 from interlink_nats.services.ops.nats_server import NatsCluster, NatsServerProcess
 from interlink_nats.submitters.state.outbox import Outbox, message_id, publish_acked
 from nats.aio.client import Client as NATS
+from nats.aio.msg import Msg
 from nats_cluster import cluster as cluster
 from nats_cluster import stream_leader, wait_stream_current
 
@@ -88,6 +89,32 @@ async def test_a_paused_outbox_asks_again_without_waiting_for_a_poll(nc: NATS) -
         await until(lambda: not box.pending)  # within 10 s, where the next poll is an hour away
         assert box.failures == 0
         assert await stored(nc) == 20, "each event once"
+    finally:
+        stop.set()
+        box.wake()
+        await runner
+
+
+async def test_acks_slower_than_the_first_probe_still_get_through(nc: NATS) -> None:
+    """A stream that answers after 1.5 s (a loaded cluster): the probe's 1 s ack wait doubles after its timeout,
+    so the outbox does not stay paused for ever."""
+    box = Outbox(pool=POOL, subject_prefix="slow", instance_id="sub-1", clock=SYSTEM_CLOCK, registry=lambda: None)
+    box.nc, box.stream_ready = nc, True
+    box.add("u1", status("u1"), 1)
+    stop = asyncio.Event()
+    runner = asyncio.create_task(box.run(stop, NEVER_S))
+    answered = asyncio.Event()
+
+    async def slow_ack(msg: Msg) -> None:
+        await asyncio.sleep(1.5)  # the server's pace, not a wait for the test's sake
+        await msg.respond(b'{"stream":"SLOW","seq":1}')
+        answered.set()
+
+    try:
+        await until(lambda: box.failures >= 1)  # no responders yet: paused
+        await nc.subscribe(events_subject(POOL, "slow"), cb=slow_ack)
+        await until(lambda: not box.pending, within=15.0)
+        assert answered.is_set() and box.failures == 0
     finally:
         stop.set()
         box.wake()

@@ -36,8 +36,10 @@ PUBLISH_CONCURRENCY = 128
 PUBLISH_TIMEOUT_S = 5.0
 """How long one event waits for its ack before publishing pauses."""
 PROBE_TIMEOUT_S = 1.0
-"""The ack wait of the one event sent while paused: a request lost on its way to a dead leader is sent again
-within a second (safe: the message id makes a second copy of a stored event a duplicate the stream drops)."""
+"""The first ack wait of the one event sent while paused: a request lost on its way to a dead leader is sent
+again within a second (safe: the message id makes a second copy of a stored event a duplicate the stream
+drops). It doubles with each probe that times out, up to ``PUBLISH_TIMEOUT_S``, so acks slower than a second
+(a loaded cluster) still get through."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +100,7 @@ class Outbox:
         self.failures = 0
         """Publish attempts failed in a row (0: publishing normally); while > 0 one event probes at a time."""
         self._paused_at = 0.0
+        self._slow_probes = 0
         self._missing_logged = False
         self._lock = asyncio.Lock()
         self._wake = asyncio.Event()
@@ -170,15 +173,17 @@ class Outbox:
             probing = self.failures > 0
             if probing:  # one event finds out whether the stream is back before the others follow
                 batch = batch[:1]
-            ack_wait_s = PROBE_TIMEOUT_S if probing else PUBLISH_TIMEOUT_S
+            ack_wait_s = (
+                min(PUBLISH_TIMEOUT_S, PROBE_TIMEOUT_S * 2**self._slow_probes) if probing else PUBLISH_TIMEOUT_S
+            )
             todo = iter(batch)
             done: list[tuple[str, int]] = []
-            failed = False
+            failed = timed_out = False
 
             async def publisher() -> None:
                 # Each takes the next event from the shared iterator: at most PUBLISH_CONCURRENCY acks awaited
                 # at once, with a task per publisher rather than per event (and no semaphore).
-                nonlocal failed
+                nonlocal failed, timed_out
                 for uid, event in todo:
                     if failed:
                         return
@@ -191,6 +196,7 @@ class Outbox:
                             log.warning("publishing events paused: %s", exc)
                             self._paused_at = self.clock.monotonic()
                         failed = True
+                        timed_out = isinstance(exc, TimeoutError)
                         return
                     done.append((uid, event.revision))
 
@@ -204,9 +210,11 @@ class Outbox:
                 await registry.mark_published(done)
             if failed:
                 self.failures += 1
+                if probing and timed_out:
+                    self._slow_probes += 1
             elif probing:
                 log.info("publishing events resumed after %.1f s", self.clock.monotonic() - self._paused_at)
-                self.failures = 0
+                self.failures = self._slow_probes = 0
                 if self.pending:
                     self.wake()  # the rest, now that the stream answers
             return len(done)
