@@ -5,7 +5,8 @@
 - user/password, token, nkey seed file or creds file (JWT + nkey).
 - The first connection is retried forever (a site may boot before the central NATS is
   reachable); reconnects after a loss use capped, jittered exponential back-off through
-  nats-py's ``reconnect_to_server_handler``, with ``max_reconnect_attempts=-1``.
+  nats-py's ``reconnect_to_server_handler``, with ``max_reconnect_attempts=-1``, trying the
+  server just lost last.
 - The reply inbox prefix is a setting: the permissions written by ``interlink-nats nats-config``
   let each identity read replies only under its own prefix (``kernel.subjects.inbox_prefix``).
 - :func:`credential_options` turns one ``nats-config`` credential (seed file, role, CA) into the
@@ -160,6 +161,19 @@ def backoff_delay(attempt: int, cap: float, base: float = 0.5) -> float:
     return random.uniform(min(base / 2, ceiling), ceiling)
 
 
+LEADER_RETRY_BASE_S = 0.05
+LEADER_RETRY_CAP_S = 0.25
+"""While a JetStream stream or consumer has no leader (its node lost, the survivors not yet through their
+election), the servers answer a publish or a pull at once with "no responders": asking again every
+0.05-0.25 s costs a few tiny requests a second and finds the new leader within a quarter second of its
+election, where a poll interval (5 s by default) would add up to that much to every node loss."""
+
+
+def leader_retry_delay(attempt: int) -> float:
+    """How long to wait before the ``attempt``-th (0-based) retry of a JetStream call that found no leader."""
+    return backoff_delay(attempt, LEADER_RETRY_CAP_S, LEADER_RETRY_BASE_S)
+
+
 def client_tls_context(
     ca_file: str | Path | None = None,
     cert_file: str | Path | None = None,
@@ -190,6 +204,10 @@ def tls_context(settings: NatsConnectionSettings) -> ssl.SSLContext | None:
     return client_tls_context(settings.tls_ca_file, settings.tls_cert_file, settings.tls_key_file)
 
 
+_ANY = ("0.0.0.0", "::", "")
+"""The hosts a server's INFO names when it listens on every address."""
+
+
 def connect_options(
     settings: NatsConnectionSettings,
     *,
@@ -205,8 +223,13 @@ def connect_options(
     """
     cap = settings.reconnect_wait_max_s
 
-    def pick(servers: list[Any], _info: dict[str, Any]) -> tuple[Any, float]:
-        server = min(servers, key=lambda s: s.reconnects)
+    def pick(servers: list[Any], info: dict[str, Any]) -> tuple[Any, float]:
+        # Of the servers tried least, not the one just lost (``info`` is its INFO): a killed node refuses at
+        # once, but a host gone from the network holds the attempt for ``connect_timeout_s``.
+        def lost(server: Any) -> bool:
+            return bool(server.uri.port == info.get("port") and info.get("host") in (server.uri.hostname, *_ANY))
+
+        server = min(servers, key=lambda s: (s.reconnects, lost(s)))
         return server, backoff_delay(server.reconnects, cap)
 
     async def error_cb(exc: Exception) -> None:

@@ -90,3 +90,29 @@ def test_nats_warnings_drop_aiohttps_ssl_context_repr() -> None:
 
     raw = "Cannot connect to host nats.example:443 ssl:<ssl.SSLContext object at 0x7f3a> [Connection refused]"
     assert _SSL_REPR.sub("", raw) == "Cannot connect to host nats.example:443 [Connection refused]"
+
+
+def test_a_reconnect_tries_the_servers_not_just_lost_first() -> None:
+    """The lost server (named by its INFO's host and port) is tried last among those tried least: a host gone
+    from the network would hold that attempt for the connect timeout. Once the others failed too, it is next."""
+    from urllib.parse import urlparse
+
+    from interlink_nats.kernel.nats_connection import NatsConnectionSettings, connect_options
+    from nats.aio.client import Server
+
+    for urls, info in (
+        (["nats://10.0.0.1:4222", "nats://10.0.0.2:4222", "nats://10.0.0.3:4222"], {"host": "10.0.0.2", "port": 4222}),
+        (
+            ["nats://127.0.0.1:4001", "nats://127.0.0.1:4002", "nats://127.0.0.1:4003"],
+            {"host": "0.0.0.0", "port": 4002},
+        ),
+    ):
+        pick = connect_options(NatsConnectionSettings(url=",".join(urls)), name="t")["reconnect_to_server_handler"]
+        servers = [Server(urlparse(u)) for u in urls]
+        lost = servers[1]
+        for order in (servers, servers[::-1], [lost, servers[0]]):
+            chosen, delay = pick(order, info)
+            assert chosen is not lost and 0 < delay <= 0.5
+        for other in (servers[0], servers[2]):
+            other.reconnects = 1
+        assert pick(servers, info)[0] is lost

@@ -8,6 +8,7 @@ import logging
 from collections.abc import Callable
 
 from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.kernel.nats_connection import leader_retry_delay
 from interlink_nats.kernel.subjects import DEFAULT_PREFIX, EVENTS_STREAM, events_wildcard
 from interlink_nats.services.bus.events_stream import StreamState, ensure_events_stream
 from interlink_nats.services.gateway.event_wire import read_event, status_field
@@ -117,17 +118,21 @@ class EventConsumer:
             await self._sub.unsubscribe()
 
     async def _run(self) -> None:
+        failures = 0
         while not self._stopping.is_set():
             try:
                 msgs = await self._sub.fetch(self.batch, timeout=1.0)
             except (TimeoutError, NatsTimeoutError):
+                failures = 0
                 continue
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # disconnected, reconnecting: try again shortly
+            except Exception as exc:  # disconnected, or the consumer has no leader (a node lost): ask again soon
                 log.debug("event fetch failed: %s", exc)
-                await asyncio.sleep(0.5)
+                await asyncio.sleep(leader_retry_delay(failures))
+                failures += 1
                 continue
+            failures = 0
             for msg in msgs:
                 await self._apply(msg.data)
                 try:

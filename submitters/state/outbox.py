@@ -3,6 +3,12 @@
 Why an outbox: a status change is committed to the registry first and published afterwards,
 so a NATS outage (or a crash) delays events but never loses them; on restart the registry's
 unpublished rows refill the outbox.
+
+When publishing fails (the events stream lost its leader with a node, or NATS is away) the outbox
+pauses: one event at a time asks again after a short back-off (``leader_retry_delay``) rather than at
+the next poll, and the rest follow once it is acked. Every event carries ``Nats-Msg-Id: <uid>:<revision>``,
+so one that was stored but whose ack was lost lands once when it is sent again (the stream's
+``duplicate_window``).
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import nats.errors
 import nats.js.errors
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel.clock import Clock
+from interlink_nats.kernel.nats_connection import leader_retry_delay
 from interlink_nats.kernel.subjects import EVENTS_STREAM, events_subject
 from interlink_nats.submitters.core.status import encode_status, event_bytes, stamp_status
 from interlink_nats.submitters.state.registry import Registry
@@ -27,7 +34,12 @@ log = logging.getLogger(__name__)
 
 PUBLISH_CONCURRENCY = 128
 PUBLISH_TIMEOUT_S = 5.0
-"""How long one event waits for its ack before publishing pauses (retried at the next wake)."""
+"""How long one event waits for its ack before publishing pauses."""
+PROBE_TIMEOUT_S = 1.0
+"""The first ack wait of the one event sent while paused: a request lost on its way to a dead leader is sent
+again within a second (safe: the message id makes a second copy of a stored event a duplicate the stream
+drops). It doubles with each probe that times out, up to ``PUBLISH_TIMEOUT_S``, so acks slower than a second
+(a loaded cluster) still get through."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,13 +58,21 @@ _ACK_PREFIX = b'{"stream":'
 out when empty, then ``stream``); an error answer starts with ``{"error":``."""
 
 
-async def publish_acked(nc: NATS, subject: str, data: bytes, *, ack_wait_s: float = PUBLISH_TIMEOUT_S) -> None:
+def message_id(uid: str, revision: int) -> str:
+    """The ``Nats-Msg-Id`` of a pod's event: one per revision, so a resent event is a duplicate, a newer one not."""
+    return f"{uid}:{revision}"
+
+
+async def publish_acked(
+    nc: NATS, subject: str, data: bytes, *, ack_wait_s: float = PUBLISH_TIMEOUT_S, msg_id: str | None = None
+) -> None:
     """``JetStreamContext.publish`` without the ``PubAck`` it builds and we never read: the same request,
     the same errors. Why: parsing the ack's JSON and building a ``PubAck`` by reflection cost about as much
     as the rest of publishing one event; a plain ack is recognised by its first bytes, anything else is
-    parsed as ``publish`` would."""
+    parsed as ``publish`` would. A duplicate's ack (``"duplicate": true``) is an ack."""
+    headers = {"Nats-Msg-Id": msg_id} if msg_id is not None else None
     try:
-        msg = await nc.request(subject, data, timeout=ack_wait_s)
+        msg = await nc.request(subject, data, timeout=ack_wait_s, headers=headers)
     except nats.errors.NoRespondersError:
         raise nats.js.errors.NoStreamResponseError from None
     if msg.data.startswith(_ACK_PREFIX):
@@ -77,6 +97,10 @@ class Outbox:
         self.pending: dict[str, PendingEvent] = {}
         """Newest unpublished event per pod UID."""
         self.stream_ready = False
+        self.failures = 0
+        """Publish attempts failed in a row (0: publishing normally); while > 0 one event probes at a time."""
+        self._paused_at = 0.0
+        self._slow_probes = 0
         self._missing_logged = False
         self._lock = asyncio.Lock()
         self._wake = asyncio.Event()
@@ -111,7 +135,8 @@ class Outbox:
                 self.pending[row.uid] = self.event(status, row.revision)
 
     def on_reconnect(self) -> None:
-        self.stream_ready = False
+        """Publish at once. The stream is not looked up again: a reconnect does not remove it, and the lookup
+        waits for the stream's leader, which a publish finds as soon (it is retried until acked either way)."""
         self.wake()
 
     async def ensure_stream(self) -> None:
@@ -145,23 +170,33 @@ class Outbox:
             nc = self.nc
             subject = events_subject(self.pool, self.subject_prefix)
             batch = list(self.pending.items())
+            probing = self.failures > 0
+            if probing:  # one event finds out whether the stream is back before the others follow
+                batch = batch[:1]
+            ack_wait_s = (
+                min(PUBLISH_TIMEOUT_S, PROBE_TIMEOUT_S * 2**self._slow_probes) if probing else PUBLISH_TIMEOUT_S
+            )
             todo = iter(batch)
             done: list[tuple[str, int]] = []
-            failed = False
+            failed = timed_out = False
 
             async def publisher() -> None:
                 # Each takes the next event from the shared iterator: at most PUBLISH_CONCURRENCY acks awaited
                 # at once, with a task per publisher rather than per event (and no semaphore).
-                nonlocal failed
+                nonlocal failed, timed_out
                 for uid, event in todo:
                     if failed:
                         return
                     try:
-                        await publish_acked(nc, subject, event.data)
+                        await publish_acked(
+                            nc, subject, event.data, ack_wait_s=ack_wait_s, msg_id=message_id(uid, event.revision)
+                        )
                     except (nats.errors.Error, TimeoutError) as exc:
-                        if not failed:
+                        if not failed and not probing:
                             log.warning("publishing events paused: %s", exc)
+                            self._paused_at = self.clock.monotonic()
                         failed = True
+                        timed_out = isinstance(exc, TimeoutError)
                         return
                     done.append((uid, event.revision))
 
@@ -173,14 +208,26 @@ class Outbox:
             registry = self._registry()
             if done and registry is not None:
                 await registry.mark_published(done)
+            if failed:
+                self.failures += 1
+                if probing and timed_out:
+                    self._slow_probes += 1
+            elif probing:
+                log.info("publishing events resumed after %.1f s", self.clock.monotonic() - self._paused_at)
+                self.failures = self._slow_probes = 0
+                if self.pending:
+                    self.wake()  # the rest, now that the stream answers
             return len(done)
 
     async def run(self, stop: asyncio.Event, interval_s: float) -> None:
-        """Publish whenever woken (or every ``interval_s``) until ``stop`` is set."""
+        """Publish whenever woken (or every ``interval_s``) until ``stop`` is set; while paused, after each
+        back-off step instead (new events do not make it ask sooner)."""
         while not stop.is_set():
+            paused = self.failures > 0
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(interval_s):  # not wait_for: on 3.11 it can swallow a cancel
-                    await self._wake.wait()
+                # not wait_for: on 3.11 it can swallow a cancel
+                async with asyncio.timeout(leader_retry_delay(self.failures - 1) if paused else interval_s):
+                    await (stop.wait() if paused else self._wake.wait())
             self._wake.clear()
             try:
                 await self.publish_pending()
