@@ -34,7 +34,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
 import os
 import signal
 from collections import deque
@@ -47,7 +46,8 @@ from interlink_nats.kernel import layout
 from interlink_nats.kernel.clock import SYSTEM_CLOCK, Clock
 from interlink_nats.submitters.backends.accounts import take_over
 from interlink_nats.submitters.backends.podman_janitor import PodmanJanitor
-from interlink_nats.submitters.backends.proc import run_command
+from interlink_nats.submitters.backends.shell.config import ShellConfig
+from interlink_nats.submitters.backends.shell.host import host_capacity, host_free
 from interlink_nats.submitters.backends.shell.processes import (
     CLAIM,
     EXIT_FILE,
@@ -57,8 +57,6 @@ from interlink_nats.submitters.backends.shell.processes import (
     Launcher,
     is_our_runner,
     may_still_start,
-    mem_available,
-    mem_total,
     mtime,
     proc_start_ticks,
     read_int,
@@ -76,13 +74,11 @@ from interlink_nats.submitters.core.backend import (
     Reconciled,
 )
 from interlink_nats.submitters.core.site_policy import AccountingPolicy
-from pydantic import BaseModel, ConfigDict, Field
 
 log = logging.getLogger(__name__)
 
 LAUNCH_ATTEMPTS = 3
 """Tries per job when the launcher itself fails (a retry of a started job is a no-op)."""
-
 
 REAP_FALLBACK_S = 0.5
 """How often full slots are re-checked when no pidfd told us a runner ended."""
@@ -98,19 +94,6 @@ class _Running:
     ``_reap`` need not look at it either: its slot is freed by the pidfd."""
     seen: Observation | None = None
     """The RUNNING observation a poll returns, without any I/O, while ``watched``."""
-
-
-class ShellConfig(BaseModel):
-    """The ``shell`` settings section (``INTERLINK_SUBMITTER_SHELL__*``)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    max_concurrent_jobs: int = Field(0, ge=0)
-    """Jobs running at once; 0 means the BuildConfig's value, else the number of CPUs."""
-    bash: str = "bash"
-    accounting: AccountingPolicy | None = None
-    """Whose account a namespace's jobs run as (``run_as_*`` of each rule; docs/security.md): job.sh runs
-    through ``setpriv`` as that account, which needs the submitter to be root. None: the submitter's own."""
 
 
 class ShellBackend:
@@ -510,19 +493,8 @@ class ShellBackend:
                 await asyncio.sleep(0.05)
 
     async def capacity(self) -> Capacity:
-        cpus = len(os.sched_getaffinity(0)) or (os.cpu_count() or 1)
-        mem = mem_total()
-        gpus = 0
-        with contextlib.suppress(Exception):
-            done = await run_command(["nvidia-smi", "-L"], time_limit=10)
-            gpus = sum(1 for ln in done.stdout.splitlines() if ln.startswith("GPU "))
-        return Capacity(cpu_millis=cpus * 1000, memory_bytes=mem, gpus=gpus, nodes=1)
+        return await host_capacity()
 
     async def free(self) -> Capacity | None:
-        """What this host has free now (``ReportsFree``): idle CPUs by the load average, available memory,
-        less the slots its own jobs hold (a slot is a CPU: a job that sleeps still holds its slot)."""
-        cpus = len(os.sched_getaffinity(0)) or (os.cpu_count() or 1)
-        busy = len(self._running) + len(self._starting) + len(self._queue)
-        idle_by_load = cpus - math.ceil(os.getloadavg()[0])
-        idle_by_slots = min(cpus, self._limit) - busy
-        return Capacity(cpu_millis=max(0, min(idle_by_load, idle_by_slots)) * 1000, memory_bytes=mem_available())
+        """What this host has free now (``ReportsFree``), less the slots its own jobs hold."""
+        return host_free(busy=len(self._running) + len(self._starting) + len(self._queue), slots=self._limit)

@@ -1,0 +1,20 @@
+"""The ``shell`` backend's one settings model (the registry, ``backends.BACKENDS``, finds it through
+:mod:`.backend`, which builds the backend from it)."""
+
+from __future__ import annotations
+
+from interlink_nats.submitters.core.site_policy import AccountingPolicy
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class ShellConfig(BaseModel):
+    """The ``shell`` settings section (``INTERLINK_SUBMITTER_SHELL__*``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    max_concurrent_jobs: int = Field(0, ge=0)
+    """Jobs running at once; 0 means the BuildConfig's value, else the number of CPUs."""
+    bash: str = "bash"
+    accounting: AccountingPolicy | None = None
+    """Whose account a namespace's jobs run as (``run_as_*`` of each rule; docs/security.md): job.sh runs
+    through ``setpriv`` as that account, which needs the submitter to be root. None: the submitter's own."""
