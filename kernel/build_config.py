@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from .flavors import check_flavors
+
 SITE_SECTION = "build_config"
 """The key of the BuildConfig in a submitter's site file."""
 
@@ -28,7 +30,9 @@ def build_config_section(document: dict[str, Any]) -> dict[str, Any]:
 
 
 def proto_names(data: dict[str, Any]) -> dict[str, Any]:
-    """``data`` with a short runtime name (``apptainer``) spelled as its enum (``CONTAINER_RUNTIME_APPTAINER``)."""
+    """``data`` with a short runtime name (``apptainer``) spelled as its enum (``CONTAINER_RUNTIME_APPTAINER``);
+    its flavor table checked first (ValueError naming the key), as the generated parser names no flavor."""
+    check_flavors(data)
     fixed = dict(data)
     runtime = fixed.get("runtime")
     if isinstance(runtime, str) and not runtime.upper().startswith("CONTAINER_RUNTIME_"):

@@ -38,6 +38,7 @@ def files(tmp_path: Path) -> dict[str, Path]:
         "mq_int_flavor": tmp_path / "mq-int-flavor.yaml",
         "seed": tmp_path / "garbage.nk",
         "bc_typo": tmp_path / "bc-typo.yaml",
+        "bc_flavor": tmp_path / "bc-flavor.yaml",
         "pod": tmp_path / "pod.json",
         "seed_site": tmp_path / "seed-site.yaml",
     }
@@ -52,6 +53,7 @@ def files(tmp_path: Path) -> dict[str, Path]:
     made["seed"].write_text("garbage\n")
     made["seed_site"].write_text(f"nats_nkey_seed_file: {made['seed']}\nstate_dir: {tmp_path / 'state'}\n")
     made["bc_typo"].write_text("runtime: apptainer\nmemory_limitt: 3\n")
+    made["bc_flavor"].write_text("pool: a\nbuild_config:\n  flavors:\n    gpu: {cpu: '4'}\n")
     made["pod"].write_text(
         '{"metadata": {"name": "p", "namespace": "d", "uid": "u"},'
         ' "spec": {"containers": [{"name": "main", "image": "busybox", "command": ["true"]}]}}'
@@ -89,6 +91,10 @@ CASES = {
     "render --build-config with a typo": (
         ["render", "{pod}", "--build-config", "{bc_typo}"],
         "--build-config",
+    ),
+    "render --build-config, a flavor's unknown key": (
+        ["render", "{pod}", "--build-config", "{bc_flavor}"],
+        "flavors.gpu.cpu: unknown key",
     ),
     "render --runtime unknown": (["render", "{pod}", "--runtime", "docker"], "--runtime"),
     "gateway --port out of range": (["gateway", "--port", "99999"], "'--port'"),

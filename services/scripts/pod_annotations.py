@@ -14,6 +14,8 @@ SINGULARITY_MOUNTS = PREFIX + "singularity-mounts"
 SINGULARITY_OPTIONS = PREFIX + "singularity-options"
 IMAGE_ROOT = PREFIX + "image-root"
 MPI_FLAGS = PREFIX + "mpi-flags"
+FLAVOR = PREFIX + "flavor"
+"""Names one of the pool's flavors (:mod:`.flavors`)."""
 POD_IP = "interlink.eu/pod-ip"
 """Set by interLink when the pod has an IP; the downward API's ``status.podIP`` falls back to it."""
 

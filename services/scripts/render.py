@@ -27,6 +27,7 @@ from .context import RenderContext
 from .environment import check_exec_size, container_env, expanded_words
 from .errors import PodRejected, checked
 from .fields import member
+from .flavors import apply_flavor, select_flavor
 from .hooks import HOOKS, ExecHandler, Handler, TcpSocketHandler, handler_body
 from .launch import HostLink, Launch, PodOptions, SetupEntry
 from .pod_model import Container
@@ -261,6 +262,8 @@ def render_job(
         spec.resources,
         spec.active_deadline_seconds,
     )
+    flavor = select_flavor(bc, ctx.annotation(pod_annotations.FLAVOR), resources.gpus)
+    backend_flags = apply_flavor(flavor, resources, backend_flags)
     setup = volume_setup(plan.used.values(), mask_secrets)
     entries = list(dict.fromkeys(plan.host_setup))
     # The submitter makes the job-dir layout before the script runs (no process per directory or link), but

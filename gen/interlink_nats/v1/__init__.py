@@ -17,6 +17,7 @@ __all__ = (
     "DownwardApiVolumeSource",
     "EmptyDirVolumeSource",
     "EnvVar",
+    "Flavor",
     "GetLogsRequest",
     "GetLogsResponse",
     "GetStatusRequest",
@@ -274,6 +275,26 @@ class BuildConfig(betterproto2.Message):
         12, betterproto2.TYPE_MESSAGE, optional=True
     )
 
+    flavors: "dict[str, Flavor]" = betterproto2.field(
+        13,
+        betterproto2.TYPE_MAP,
+        map_meta=betterproto2.map_meta(
+            betterproto2.TYPE_STRING, betterproto2.TYPE_MESSAGE
+        ),
+    )
+    """
+    Named per-pool defaults a pod picks (the SLURM plugin's `Flavors`): by the
+    `slurm-job.vk.io/flavor` annotation, else the GPU flavor for a pod asking
+    for GPUs, else `default_flavor`. Empty: no flavor, pods render as before.
+    Added in v1 as new fields: an older gateway ignores them, an older pool
+    announces none.
+    """
+
+    default_flavor: "str" = betterproto2.field(14, betterproto2.TYPE_STRING)
+    """
+    The flavor of a pod that names none and asks for no GPUs; empty: none.
+    """
+
 
 default_message_pool.register_message("interlink_nats.v1", "BuildConfig", BuildConfig)
 
@@ -472,6 +493,44 @@ class EnvVar(betterproto2.Message):
 
 
 default_message_pool.register_message("interlink_nats.v1", "EnvVar", EnvVar)
+
+
+@dataclass(eq=False, repr=False)
+class Flavor(betterproto2.Message):
+    """
+    One flavor: what a pod gets where it asks for nothing itself.
+    """
+
+    description: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    Shown to users in rejections and docs only.
+    """
+
+    cpu_default: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    CPUs of a pod whose containers request none, as a Kubernetes quantity ("4", "500m").
+    """
+
+    memory_default: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+    """
+    Memory of a pod whose containers request none: a Kubernetes quantity ("16Gi"),
+    or the SLURM plugin's form where K, M, G, T are powers of 1024 ("16G").
+    """
+
+    backend_flags: "list[str]" = betterproto2.field(
+        4, betterproto2.TYPE_STRING, repeated=True
+    )
+    """
+    Backend flags put before the pod's own `slurm-job.vk.io/flags` (so the pod's win).
+    """
+
+    gpu: "bool" = betterproto2.field(5, betterproto2.TYPE_BOOL)
+    """
+    Chosen for a pod that asks for GPUs and names no flavor (auto-detection).
+    """
+
+
+default_message_pool.register_message("interlink_nats.v1", "Flavor", Flavor)
 
 
 @dataclass(eq=False, repr=False)
