@@ -16,11 +16,12 @@ from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel.subjects import events_subject
 from interlink_nats.services.bus.events_stream import ensure_events_stream
 from interlink_nats.services.bus.rpc import submitter_client
+from interlink_nats.services.scripts import render_job
 from interlink_nats.submitters.backends.slurm.backend import SlurmBackend
 from interlink_nats.submitters.core.backend import JobHandle
 from interlink_nats.submitters.runtime import Submitter
 from interlink_nats.submitters.testing import settings_for, wait_for
-from jobs import pod_job
+from jobs import pod_dict, pod_job
 from slurm_cluster import SlurmCluster, missing_binaries
 
 pytestmark = pytest.mark.slurm
@@ -241,3 +242,23 @@ async def test_a_job_over_its_time_limit_ends_as_deadline_exceeded(
     assert main.exit_code not in (None, 0)
     assert main.reason == "DeadlineExceeded"
     assert "time limit" in st.message
+
+
+async def test_a_flavor_of_the_site_file_reaches_sbatch_and_the_pods_own_flags_win(
+    slurm: SlurmCluster, client: pb.SubmitterServiceStub, tmp_path: Path, nats_url: str, pool: str
+) -> None:
+    """The pool announces its flavor table (Describe); the renderer picks the named flavor; sbatch gets its flags
+    first and its memory where the pod asks for none; the pod's own --nice (later) wins over the flavor's."""
+    flavors = {"tagged": {"memory_default": "64M", "backend_flags": ["--comment=from-flavor", "--nice=5"]}}
+    build_config = {"runtime": "none", "flavors": flavors}
+    settings = settings_for(tmp_path / "state", nats_url, pool=pool, backend="slurm", build_config=build_config)
+    async with Submitter(settings):
+        bc = (await client.describe(pb.DescribeRequest())).build_config
+        assert bc.flavors["tagged"].backend_flags == ["--comment=from-flavor", "--nice=5"]
+        u = str(uuid.uuid4())
+        pod = pod_dict(u, {"main": "true"}, annotations={"slurm-job.vk.io/flavor": "tagged"})
+        pod["metadata"]["annotations"]["slurm-job.vk.io/flags"] = "--nice=7"
+        resp = await client.submit(pb.SubmitRequest(job=render_job(pod, bc)))
+        shown = slurm.run("scontrol", "show", "job", resp.job_id).stdout
+        assert "Comment=from-flavor" in shown and "Nice=7" in shown and "MinMemoryNode=64M" in shown, shown
+        assert (await until_terminal(client, u)).state == pb.JobState.SUCCEEDED
