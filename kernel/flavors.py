@@ -62,8 +62,9 @@ def _check_flavor(name: str, flavor: object) -> None:
             raise ValueError(f"{where}.{key}: unknown key; a flavor has {', '.join(KEYS)}")
         if not isinstance(value, kind) or (kind is str and isinstance(value, bool)):
             raise ValueError(f"{where}.{key}: must be a {kind.__name__}")
-        if isinstance(value, list) and not all(isinstance(f, str) and f.startswith("-") for f in value):
-            raise ValueError(f"{where}.{key}: every flag must be a string starting with '-'")
+        # The backend checks each flag as it checks a pod's (sbatch options, HTCondor ``name=value``) on submit.
+        if isinstance(value, list) and not all(isinstance(f, str) and f.strip() for f in value):
+            raise ValueError(f"{where}.{key}: every flag must be a non-empty string")
     for key, read in (("cpu_default", cpu_millis), ("memory_default", memory_bytes)):
         text = flavor.get(key, flavor.get(key.replace("_d", "D")))
         if text:

@@ -10,6 +10,8 @@ from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel.flavors import check_flavors, memory_bytes
 from interlink_nats.services.scripts import PodRejected, render_job
 from interlink_nats.services.scripts.flavors import select_flavor
+from interlink_nats.submitters.backends.htcondor import submit as htcondor_submit
+from interlink_nats.submitters.backends.slurm import parse as slurm_parse
 from interlink_nats.submitters.settings import ConfigFileError, SubmitterSettings, parse_build_config
 from render_cases import NONE, ctr, data, rejected
 
@@ -34,6 +36,7 @@ NO_DEFAULT = pb.BuildConfig(runtime=pb.ContainerRuntime.NONE, flavors=TABLE)
         (POOL, None, 0, "small"),  # the pool's default
         (NO_DEFAULT, None, 0, None),  # no default: nothing filled
         (NO_DEFAULT, None, 3, "gpu-a100"),
+        (pb.BuildConfig(flavors={"small": TABLE["small"]}, default_flavor="small"), None, 2, "small"),  # no GPU one
         (NONE, "anything", 1, None),  # a pool without flavors: as before, the annotation means nothing
     ],
 )
@@ -94,7 +97,8 @@ def test_a_site_files_flavor_table_is_parsed(tmp_path: Path) -> None:
         ({"flavors": {"gpu": {"cpu": "4"}}}, "flavors.gpu.cpu: unknown key"),
         ({"flavors": {"gpu": {"cpu_default": "lots"}}}, "flavors.gpu.cpu_default: invalid quantity"),
         ({"flavors": {"gpu": {"memory_default": "-1"}}}, "flavors.gpu.memory_default: negative"),
-        ({"flavors": {"gpu": {"backend_flags": ["gres=gpu:1"]}}}, "flavors.gpu.backend_flags: every flag"),
+        ({"flavors": {"gpu": {"backend_flags": ["--qos=a", " "]}}}, "flavors.gpu.backend_flags: every flag"),
+        ({"flavors": {"gpu": {"backend_flags": "--qos=a"}}}, "flavors.gpu.backend_flags: must be a list"),
         ({"flavors": {"gpu": {"gpu": "yes"}}}, "flavors.gpu.gpu: must be a bool"),
         ({"flavors": {"gpu": ["--gres=gpu:1"]}}, "flavors.gpu: must be a mapping"),
         ({"flavors": ["gpu"]}, "flavors: must be a mapping"),
@@ -111,3 +115,14 @@ def test_memory_in_the_slurm_plugins_form_and_kubernetes_form() -> None:
     figures = [memory_bytes(t) for t in ("16G", "1.5G", "512M", "1T", "1Gi", "1000", "1k")]
     assert figures == [16 * 2**30, 3 * 2**29, 512 * 2**20, 2**40, 2**30, 1000, 1000]
     check_flavors({})  # no table: nothing to check
+
+
+def test_a_flavors_flags_meet_each_backends_check_of_pod_flags() -> None:
+    """No way round the backends' refusals: a flavor's flags reach them in ``backend_flags`` like a pod's."""
+    sneaky = pb.BuildConfig(runtime=pb.ContainerRuntime.NONE, flavors={"f": pb.Flavor(backend_flags=["--output=/x"])})
+    flags = render_job(data(annotations={FLAVOR: "f"}), sneaky).backend_flags
+    with pytest.raises(slurm_parse.FlagError, match="--output"):
+        slurm_parse.check_flags(flags, source="pod")
+    condor = pb.BuildConfig(runtime=pb.ContainerRuntime.NONE, flavors={"f": pb.Flavor(backend_flags=["executable=/x"])})
+    with pytest.raises(ValueError, match="executable"):
+        htcondor_submit.pod_commands(render_job(data(annotations={FLAVOR: "f"}), condor).backend_flags)
