@@ -83,12 +83,12 @@ async def gateway_only(
 
 
 def submitter_settings(nats_url: str, pool: str, state_dir: Path, **extra: Any) -> SubmitterSettings:
+    extra.setdefault("build_config", {"runtime": "CONTAINER_RUNTIME_NONE"})
     return SubmitterSettings.load(
         pool=pool,
         backend="shell",
         nats_url=[nats_url],
         state_dir=state_dir,
-        build_config={"runtime": "CONTAINER_RUNTIME_NONE"},
         poll_interval=0.2,
         announce_interval=5.0,
         **extra,

@@ -15,8 +15,19 @@ from interlink_nats.kernel.subjects import SUBMITTER_SERVICE
 from interlink_nats.services.gateway.server import running_gateway
 from interlink_nats.services.gateway.settings import GatewayNatsSettings, GatewaySettings
 from interlink_nats.services.ops.nats_server import NatsServerProcess
+from interlink_nats.submitters.runtime import Submitter
 from nats.aio.msg import Msg
-from stack import create_body, eventually, full_stack, gateway_only, logs_body, new_pool, pod, terminated
+from stack import (
+    create_body,
+    eventually,
+    full_stack,
+    gateway_only,
+    logs_body,
+    new_pool,
+    pod,
+    submitter_settings,
+    terminated,
+)
 
 
 async def test_follow_streams_lines_as_they_are_written_until_the_container_ends(nats_url: str, tmp_path: Path) -> None:
@@ -97,6 +108,24 @@ async def test_a_pod_the_renderer_rejects_is_a_422_naming_the_field(nats_url: st
         response = await stack.post("/create", create_body(p))
         assert response.status_code == 422
         assert "persistentVolumeClaim" in response.text
+
+
+async def test_the_pools_flavor_table_reaches_the_gateway_and_an_unknown_flavor_is_a_422(
+    nats_url: str, tmp_path: Path
+) -> None:
+    """The site file's flavors travel in the pool's announced BuildConfig; the gateway renders with them."""
+    pool = new_pool()
+    flavors = {"small": {"cpu_default": "1"}, "gpu": {"cpu_default": "8", "gpu": True}}
+    site = submitter_settings(nats_url, pool, tmp_path, build_config={"runtime": "none", "flavors": flavors})
+    async with Submitter(site), gateway_only(nats_url, default_pool=pool) as stack:
+        p = pod(containers={"main": ["true"]})
+        p["metadata"]["annotations"] = {"slurm-job.vk.io/flavor": "huge"}
+        response = await stack.post("/create", create_body(p))
+        assert response.status_code == 422, response.text
+        assert "slurm-job.vk.io/flavor" in response.text and "its flavors: gpu, small" in response.text
+        p = pod(containers={"main": ["true"]})
+        p["metadata"]["annotations"] = {"slurm-job.vk.io/flavor": "small"}
+        assert (await stack.post("/create", create_body(p))).status_code == 200
 
 
 async def test_a_pod_too_large_for_nats_is_a_413_naming_its_size_and_the_limit(nats_url: str, tmp_path: Path) -> None:
