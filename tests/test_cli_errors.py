@@ -53,7 +53,9 @@ def files(tmp_path: Path) -> dict[str, Path]:
     made["seed"].write_text("garbage\n")
     made["seed_site"].write_text(f"nats_nkey_seed_file: {made['seed']}\nstate_dir: {tmp_path / 'state'}\n")
     made["bc_typo"].write_text("runtime: apptainer\nmemory_limitt: 3\n")
-    made["bc_flavor"].write_text("pool: a\nbuild_config:\n  flavors:\n    gpu: {cpu: '4'}\n")
+    made["bc_flavor"].write_text(
+        f"pool: a\nstate_dir: {tmp_path / 'state'}\nbuild_config:\n  flavors:\n    gpu: {{cpu: '4'}}\n"
+    )
     made["pod"].write_text(
         '{"metadata": {"name": "p", "namespace": "d", "uid": "u"},'
         ' "spec": {"containers": [{"name": "main", "image": "busybox", "command": ["true"]}]}}'
@@ -94,6 +96,10 @@ CASES = {
     ),
     "render --build-config, a flavor's unknown key": (
         ["render", "{pod}", "--build-config", "{bc_flavor}"],
+        "flavors.gpu.cpu: unknown key",
+    ),
+    "submitter, a flavor's unknown key in its site file": (
+        ["submitter", "shell", "--nats-url", "nats://127.0.0.1:9", "--config", "{bc_flavor}"],
         "flavors.gpu.cpu: unknown key",
     ),
     "render --runtime unknown": (["render", "{pod}", "--runtime", "docker"], "--runtime"),
