@@ -32,8 +32,7 @@ def build_config_section(document: dict[str, Any]) -> dict[str, Any]:
 def proto_names(data: dict[str, Any]) -> dict[str, Any]:
     """``data`` with a short runtime name (``apptainer``) spelled as its enum (``CONTAINER_RUNTIME_APPTAINER``);
     its flavor table checked first (ValueError naming the key), as the generated parser names no flavor."""
-    check_flavors(data)
-    fixed = dict(data)
+    fixed = check_flavors(dict(data))
     runtime = fixed.get("runtime")
     if isinstance(runtime, str) and not runtime.upper().startswith("CONTAINER_RUNTIME_"):
         fixed["runtime"] = f"CONTAINER_RUNTIME_{runtime.upper()}"

@@ -52,37 +52,61 @@ def cpu_millis(text: str) -> int:
     return math.ceil(value * 1000)
 
 
-def _check_flavor(name: str, flavor: object) -> None:
+PLUGIN_KEYS = {
+    "CPUDefault": "is cpu_default here",
+    "MemoryDefault": "is memory_default here",
+    "SlurmFlags": "is backend_flags here",
+    "Description": "is description here",
+    "Name": "is the flavor's key here",
+    "UID": "has no place here: the site's namespace mapping says whose account a pod runs as",
+}
+"""The SLURM plugin's flavor keys, so a table copied as-is is refused with what to write instead."""
+QUANTITIES = {"cpu_default": cpu_millis, "memory_default": memory_bytes}
+
+
+def _check_flavor(name: str, flavor: object) -> dict[str, Any]:
+    """``flavor`` with snake_case keys and whole-number quantities as text (YAML reads ``cpu_default: 4`` as 4)."""
     where = f"{FLAVORS}.{name}"
     if not isinstance(flavor, dict):
         raise ValueError(f"{where}: must be a mapping of {', '.join(KEYS)}")
+    out: dict[str, Any] = {}
     for key, value in flavor.items():
-        kind = KEYS.get(_snake(str(key)))
+        field = _snake(str(key))
+        kind = KEYS.get(field)
         if kind is None:
-            raise ValueError(f"{where}.{key}: unknown key; a flavor has {', '.join(KEYS)}")
-        if not isinstance(value, kind) or (kind is str and isinstance(value, bool)):
+            why = (
+                f"the SLURM plugin's {key} {PLUGIN_KEYS[key]}"
+                if key in PLUGIN_KEYS
+                else f"a flavor has {', '.join(KEYS)}"
+            )
+            raise ValueError(f"{where}.{key}: unknown key; {why}")
+        if field in QUANTITIES and isinstance(value, int) and not isinstance(value, bool):
+            value = str(value)
+        if not isinstance(value, kind):
             raise ValueError(f"{where}.{key}: must be a {kind.__name__}")
         # The backend checks each flag as it checks a pod's (sbatch options, HTCondor ``name=value``) on submit.
         if isinstance(value, list) and not all(isinstance(f, str) and f.strip() for f in value):
             raise ValueError(f"{where}.{key}: every flag must be a non-empty string")
-    for key, read in (("cpu_default", cpu_millis), ("memory_default", memory_bytes)):
-        text = flavor.get(key, flavor.get(key.replace("_d", "D")))
-        if text:
+        if field in QUANTITIES and value:
             try:
-                read(text)
+                QUANTITIES[field](str(value))
             except ValueError as exc:
                 raise ValueError(f"{where}.{key}: {exc}") from None
+        out[field] = value
+    return out
 
 
-def check_flavors(data: dict[str, Any]) -> None:
-    """Raise ValueError naming the key (``flavors.gpu.cpu_default: …``) of a BuildConfig dict's flavor table
-    that the renderer could not use: unknown keys, bad quantities or flags, a default that names no flavor."""
-    table = data.get(FLAVORS) or {}
+def check_flavors(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` with its flavor table checked and normalized; ValueError naming the key (``flavors.gpu.cpu_default:
+    …``) the renderer could not use: unknown keys, bad quantities or flags, a default that names no flavor."""
+    table = data.get(FLAVORS)
+    if table is None:
+        table = {}
     if not isinstance(table, dict):
         raise ValueError(f"{FLAVORS}: must be a mapping of flavor names to flavors")
-    for name, flavor in table.items():
-        _check_flavor(str(name), flavor)
+    checked = {str(name): _check_flavor(str(name), flavor) for name, flavor in table.items()}
     default = data.get(DEFAULT_FLAVOR, data.get("defaultFlavor"))
-    if default and default not in table:
-        names = ", ".join(sorted(table)) or "none"
+    if default and default not in checked:
+        names = ", ".join(sorted(checked)) or "none"
         raise ValueError(f"{DEFAULT_FLAVOR}: {default!r} is not a flavor of this pool (flavors: {names})")
+    return {**data, FLAVORS: checked} if FLAVORS in data else data

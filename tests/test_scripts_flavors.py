@@ -80,6 +80,9 @@ SITE_TABLE: dict[str, Any] = {
 
 
 def test_a_site_files_flavor_table_is_parsed(tmp_path: Path) -> None:
+    assert parse_build_config({"flavors": {"f": {"cpu_default": 4, "memoryDefault": 1024}}}).flavors["f"] == pb.Flavor(
+        cpu_default="4", memory_default="1024"
+    )  # YAML's unquoted numbers, and proto3 JSON's camelCase
     bc = parse_build_config(SITE_TABLE)
     assert bc.default_flavor == "cpu" and bc.flavors["gpu"].backend_flags == ["--gres=gpu:1"]
     assert bc.flavors["gpu"].gpu and bc.flavors["cpu"].memory_default == "4G"
@@ -95,7 +98,13 @@ def test_a_site_files_flavor_table_is_parsed(tmp_path: Path) -> None:
     ("change", "named"),
     [
         ({"flavors": {"gpu": {"cpu": "4"}}}, "flavors.gpu.cpu: unknown key"),
+        (
+            {"flavors": {"gpu": {"CPUDefault": 4}}},
+            "flavors.gpu.CPUDefault: unknown key; the SLURM plugin's CPUDefault is",
+        ),
+        ({"flavors": {"gpu": {"UID": 1000}}}, "flavors.gpu.UID: unknown key; the SLURM plugin's UID has no place"),
         ({"flavors": {"gpu": {"cpu_default": "lots"}}}, "flavors.gpu.cpu_default: invalid quantity"),
+        ({"flavors": {"gpu": {"cpu_default": True}}}, "flavors.gpu.cpu_default: must be a str"),
         ({"flavors": {"gpu": {"memory_default": "-1"}}}, "flavors.gpu.memory_default: negative"),
         ({"flavors": {"gpu": {"backend_flags": ["--qos=a", " "]}}}, "flavors.gpu.backend_flags: every flag"),
         ({"flavors": {"gpu": {"backend_flags": "--qos=a"}}}, "flavors.gpu.backend_flags: must be a list"),
