@@ -9,6 +9,7 @@ import pytest
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel.flavors import check_flavors, memory_bytes
 from interlink_nats.services.scripts import PodRejected, render_job
+from interlink_nats.services.scripts.cli import load_build_config
 from interlink_nats.services.scripts.flavors import select_flavor
 from interlink_nats.submitters.backends.htcondor import submit as htcondor_submit
 from interlink_nats.submitters.backends.slurm import parse as slurm_parse
@@ -92,6 +93,8 @@ def test_a_site_files_flavor_table_is_parsed(tmp_path: Path) -> None:
         "    cpu: {cpu_default: '2', backend_flags: ['--comment=from-flavor']}\n"
     )
     assert SubmitterSettings.load(site).read_build_config().flavors["cpu"].backend_flags == ["--comment=from-flavor"]
+    previewed = load_build_config(site, "none")  # `interlink-nats render --build-config <site file>` reads the same
+    assert render_job(data(), previewed).backend_flags == ["--comment=from-flavor"]
 
 
 @pytest.mark.parametrize(
