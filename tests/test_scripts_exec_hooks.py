@@ -75,7 +75,11 @@ def test_a_container_is_reported_running_once_its_post_start_completes(job_dir: 
 
 
 def test_a_failing_post_start_kills_the_container_with_reason_failed_post_start_hook(job_dir: Path) -> None:
-    c = py("main", TERM_NOTER, lifecycle={"postStart": shell("echo hook says no", "exit 3")})
+    # The hook fails once the container is up (its TERM handler set): a TERM that reaches a container in the
+    # instant between its fork and bash resetting the traps it inherited is dropped (bash's trap_handler, then
+    # reset_signal_handlers), and it would end by the KILL after the grace period instead: seen once under load.
+    up = 'while [ ! -e "$INTERLINK_JOB_DIR/up" ]; do sleep 0.02; done'
+    c = py("main", TERM_NOTER, lifecycle={"postStart": shell(up, "echo hook says no", "exit 3")})
     other = py("other", "pass")
     assert run(job_dir, pod([c, other], terminationGracePeriodSeconds=5)) == 143
     seen = files(job_dir, "main")
@@ -125,9 +129,14 @@ def test_a_pre_stop_runs_on_the_deadline_too(job_dir: Path) -> None:
 class _Recorder(http.server.BaseHTTPRequestHandler):
     seen: list[tuple[str, dict[str, str]]] = []
     status = 200
+    answer_once: Path | None = None
+    """The answer waits until this file exists (the container is up: see the failing postStart test)."""
 
     def do_GET(self) -> None:
         type(self).seen.append((self.path, dict(self.headers.items())))
+        gate, end = type(self).answer_once, time.monotonic() + 30
+        while gate is not None and not gate.exists() and time.monotonic() < end:
+            time.sleep(0.02)
         self.send_response(type(self).status)
         self.end_headers()
 
@@ -137,7 +146,7 @@ class _Recorder(http.server.BaseHTTPRequestHandler):
 
 @pytest.fixture
 def server() -> Iterator[tuple[int, type[_Recorder]]]:
-    handler = type("Recorder", (_Recorder,), {"seen": [], "status": 200})
+    handler = type("Recorder", (_Recorder,), {"seen": [], "status": 200, "answer_once": None})
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
     thread = threading.Thread(target=srv.serve_forever, daemon=True)
     thread.start()
@@ -176,6 +185,7 @@ def test_http_get_hooks_reach_a_named_port_with_their_path_and_headers(
 def test_an_http_get_post_start_answered_500_fails(job_dir: Path, server: tuple[int, type[_Recorder]]) -> None:
     port, recorder = server
     recorder.status = 500
+    recorder.answer_once = job_dir / "up"  # the failure reaches a container that is up (see the exec test above)
     c = py("main", TERM_NOTER, lifecycle={"postStart": {"httpGet": {"port": port}}})
     assert run(job_dir, pod([c], terminationGracePeriodSeconds=5)) == 143
     assert files(job_dir, "main").reason == "FailedPostStartHook"
