@@ -179,3 +179,12 @@ def test_empty_dir_sub_path_is_created_and_pre_exec_cd_is_harmless(job_dir: Path
     data["pod"]["metadata"]["annotations"] = {"slurm-job.vk.io/pre-exec": "cd /"}
     assert run(job_dir, data, prepared=prepared) == 0
     assert log(job_dir, "main").strip() == str(job_dir / layout.VOLUMES_DIR / "scratch" / "a" / "b")
+
+
+def test_a_locale_the_host_lacks_reaches_the_container_without_a_shell_warning(job_dir: Path) -> None:
+    """bash warns ("setlocale: LC_ALL: cannot change locale") when it is assigned one: locale names go
+    through env(1), and the container's log holds only what the container printed."""
+    env = [{"name": "LC_ALL", "value": "xx_YY.UTF-8"}, {"name": "PLAIN", "value": "p"}]
+    c = py("main", "import os; print(os.environ['LC_ALL'], os.environ['PLAIN'])", env=env)
+    assert run(job_dir, pod([c])) == 0
+    assert log(job_dir, "main") == "xx_YY.UTF-8 p\n"

@@ -127,6 +127,8 @@ def test_mpi_flags_true_is_ignored_and_init_not_prefixed() -> None:
         ("COMP_LINE", True),
         ("BASHFUL", True),
         ("HOME", False),
+        ("LC_ALL", True),
+        ("LANG", True),
     ],
 )
 def test_runtime_none_exports_plain_names_and_passes_bash_s_own_through_env(name: str, through_env: bool) -> None:

@@ -34,10 +34,12 @@ BASH_OWN_VARIABLES = frozenset(
         *("EPOCHSECONDS", "EPOCHREALTIME", "PIPESTATUS", "POSIXLY_CORRECT", "EXECIGNORE", "OPTIND", "OPTERR"),
         # bash's `exec` decrements SHLVL; bash sets `_` to the program's path in the program's environment
         *("SHLVL", "_"),
+        # bash calls setlocale() on assignment and warns into the container's log when the host lacks the locale
+        "LANG",
     }
 )
-"""Variables bash treats as its own (bash(1), "Shell Variables"), besides every ``BASH*`` and ``COMP_*`` name:
-a container's environment that names one goes through env(1), which passes any name as it is."""
+"""Variables bash treats as its own (bash(1), "Shell Variables"), besides every ``BASH*``, ``COMP_*`` and
+``LC_*`` name: a container's environment that names one goes through env(1), which passes any name as it is."""
 
 
 def bash_can_export(name: str) -> bool:
@@ -45,7 +47,7 @@ def bash_can_export(name: str) -> bool:
     return (
         _IDENTIFIER.match(name) is not None
         and name not in BASH_OWN_VARIABLES
-        and not name.startswith(("BASH", "COMP_"))
+        and not name.startswith(("BASH", "COMP_", "LC_"))
     )
 
 
