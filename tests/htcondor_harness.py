@@ -92,5 +92,20 @@ async def until_terminal(client: pb.SubmitterServiceStub, u: str, within: float 
     return await until(client, u, lambda st: st.state in TERMINAL, f"pod {u} to end", within)
 
 
+async def deadline_pod_ends_deadline_exceeded(client: pb.SubmitterServiceStub) -> str:
+    """Submit a pod of ``activeDeadlineSeconds: 1`` that would sleep 300 s; it must end DeadlineExceeded
+    (143, the reason naming the field). Returns its UID, for what a test checks beyond."""
+    from jobs import pod_job
+
+    u = str(uuid.uuid4())
+    await client.submit(pb.SubmitRequest(job=pod_job(u, {"main": "sleep 300"}, active_deadline_seconds=1)))
+    st = await until_terminal(client, u, within=60)
+    assert st.state == pb.JobState.FAILED
+    assert st.reason == "DeadlineExceeded"
+    assert "activeDeadlineSeconds" in st.message
+    assert st.containers[0].exit_code == 143
+    return u
+
+
 async def logs_of(client: pb.SubmitterServiceStub, u: str, container: str) -> bytes:
     return b"".join([c.data async for c in client.get_logs(pb.GetLogsRequest(pod_uid=u, container=container))])

@@ -27,6 +27,7 @@ from grpclib.exceptions import GRPCError
 from htcondor_harness import (  # noqa: F401 (client_fixture, pool_fixture: the fixtures client and pool)
     Condor,
     client_fixture,
+    deadline_pod_ends_deadline_exceeded,
     htc_settings,
     logs_of,
     pool_fixture,
@@ -187,13 +188,7 @@ async def test_active_deadline_seconds_stops_the_pod_with_a_clear_reason(
     condor: Condor, tmp_path: Path, nats_url: str, pool: str, client: pb.SubmitterServiceStub
 ) -> None:
     async with Submitter(htc_settings(tmp_path, nats_url, pool)):
-        u = str(uuid.uuid4())
-        await client.submit(pb.SubmitRequest(job=pod_job(u, {"main": "sleep 300"}, active_deadline_seconds=1)))
-        st = await until_terminal(client, u, within=60)
-        assert st.state == pb.JobState.FAILED
-        assert st.reason == "DeadlineExceeded"
-        assert "activeDeadlineSeconds" in st.message
-        assert st.containers[0].exit_code == 143
+        await deadline_pod_ends_deadline_exceeded(client)
 
 
 async def test_cancel_removes_the_job_and_its_files_and_is_idempotent(

@@ -19,6 +19,7 @@ import pytest
 from htcondor_harness import (  # noqa: F401 (client_fixture, pool_fixture: the fixtures client and pool)
     Condor,
     client_fixture,
+    deadline_pod_ends_deadline_exceeded,
     htc_settings,
     pool_fixture,
     start_condor,
@@ -89,13 +90,7 @@ async def test_a_deadline_pod_ends_deadline_exceeded_in_time_through_a_ce(
     ce: Condor, tmp_path: Path, nats_url: str, pool: str, client: pb.SubmitterServiceStub
 ) -> None:
     async with Submitter(htc_settings(tmp_path, nats_url, pool, **CE)) as sub:
-        u = str(uuid.uuid4())
-        await client.submit(pb.SubmitRequest(job=pod_job(u, {"main": "sleep 300"}, active_deadline_seconds=1)))
-        st = await until_terminal(client, u, within=60)
-        assert st.state == pb.JobState.FAILED
-        assert st.reason == "DeadlineExceeded"
-        assert "activeDeadlineSeconds" in st.message
-        assert st.containers[0].exit_code == 143
+        u = await deadline_pod_ends_deadline_exceeded(client)
         assert layout.deadline_path(sub.state_dir / "jobs" / u).exists(), "the marker came back in containers/"
     site = routed(ce, u)
     assert site["BatchRuntime"] == 2 * 60, "maxWallTime: 1 s + 60 s margin, in minutes rounded up"
