@@ -23,15 +23,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import random
 import statistics
 import sys
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import nats
+from nats.aio.client import Client as NATS
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
@@ -110,16 +113,29 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))]
 
 
-async def bench(pools_total: int, mq_count: int, rounds: int, tick: float) -> dict[str, Any]:
+@contextlib.asynccontextmanager
+async def controller_stack(
+    tick: float,
+) -> AsyncIterator[tuple[NatsServerProcess, KubeEmulator, NATS, TimedApi, runner.Controller]]:
+    """A nats-server, the Kubernetes API emulator and the controller against them; all stopped after."""
     server = await NatsServerProcess(jetstream=False).start()
     emu = await KubeEmulator(validate=False).start()  # validated once at the end: it shares our CPU
     nc = await nats.connect(server.url)
     api = TimedApi.from_server(emu.url)
     settings = runner.Settings(tick_s=tick, describe_timeout_s=0.5, status_refresh_s=30.0)
-    controller = runner.Controller(api, settings=settings)
+    try:
+        yield server, emu, nc, api, runner.Controller(api, settings=settings)
+    finally:
+        await nc.close()
+        await api.close()
+        await emu.stop()
+        await server.stop()
+
+
+async def bench(pools_total: int, mq_count: int, rounds: int, tick: float) -> dict[str, Any]:
     pools = [f"m{i % mq_count}-pool-{i:04}" for i in range(pools_total)]
     cpu = dict.fromkeys(pools, 64)
-    try:
+    async with controller_stack(tick) as (server, emu, nc, api, controller):
         for i in range(mq_count):
             emu.put_object("vk.io", "masterqueues", masterqueue(i, server.url))
         task = asyncio.ensure_future(controller.run())
@@ -193,11 +209,6 @@ async def bench(pools_total: int, mq_count: int, rounds: int, tick: float) -> di
         invalid = sum(
             1 for (group, _, _, _), obj in emu.objects.items() if group == "kueue.x-k8s.io" and validation_errors(obj)
         )
-    finally:
-        await nc.close()
-        await api.close()
-        await emu.stop()
-        await server.stop()
     return {
         "pools": pools_total,
         "masterqueues": mq_count,
@@ -223,12 +234,6 @@ async def churn(
     pools_total: int, mq_count: int, tick: float, policy: dict[str, Any], windows: int, window_s: float
 ) -> dict[str, Any]:
     """``capacity: Free`` pools whose free CPUs change every ~3 s: writes per minute, report → quota latency."""
-    server = await NatsServerProcess(jetstream=False).start()
-    emu = await KubeEmulator(validate=False).start()
-    nc = await nats.connect(server.url)
-    api = TimedApi.from_server(emu.url)
-    settings = runner.Settings(tick_s=tick, describe_timeout_s=0.5, status_refresh_s=30.0)
-    controller = runner.Controller(api, settings=settings)
     pools = [f"m{i % mq_count}-pool-{i:04}" for i in range(pools_total)]
     rng = random.Random(11)
     free = {pool: rng.randint(0, 64) for pool in pools}
@@ -247,7 +252,7 @@ async def churn(
                     due[pool] = now + rng.uniform(2, 4)
             await asyncio.sleep(0.05)
 
-    try:
+    async with controller_stack(tick) as (server, emu, nc, api, controller):
         for i in range(mq_count):
             emu.put_object("vk.io", "masterqueues", masterqueue(i, server.url, policy))
         task = asyncio.ensure_future(controller.run())
@@ -294,11 +299,6 @@ async def churn(
         await walker
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
-    finally:
-        await nc.close()
-        await api.close()
-        await emu.stop()
-        await server.stop()
     return {
         "writes_per_min": round(statistics.median(per_minute), 1),
         "latency_p50_ms": round(statistics.median(latencies) * 1000, 1),
