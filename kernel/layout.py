@@ -41,6 +41,20 @@ until the poller's sweep reads that job anyway."""
 JOB_DIR_ENV = "INTERLINK_JOB_DIR"
 """Env var set by the submitter to the job directory; the script also defaults to its cwd."""
 
+GANG_DIR = "gangs"
+"""Beside the job directories: ``gangs/<group uid>/`` holds what a backend writes for a whole pod group (its
+launcher script, the job's own output); each member keeps its own job directory as a single pod does."""
+GROUP_NAME_ENV = "INTERLINK_GROUP_NAME"
+GROUP_SIZE_ENV = "INTERLINK_GROUP_SIZE"
+GROUP_RANK_ENV = "INTERLINK_GROUP_RANK"
+GROUP_HOSTS_ENV = "INTERLINK_GROUP_HOSTS"
+GROUP_LEADER_ENV = "INTERLINK_GROUP_LEADER"
+GROUP_ENV = (GROUP_NAME_ENV, GROUP_SIZE_ENV, GROUP_RANK_ENV, GROUP_HOSTS_ENV, GROUP_LEADER_ENV)
+"""What a gang's launcher exports to each member's script, and the script passes on into every container of a
+pod-group member (docs/pod-support.md, "Pod groups"): the group's name; how many members; this member's rank
+(0-based); every member's host, comma-separated in rank order; rank 0's host. The launcher is the backend's
+(one ``srun`` step per member on Slurm, one process per member on a host); the renderer only reads them."""
+
 
 def changes_path(job_dir: Path) -> Path:
     return job_dir.parent / CHANGES_FILE

@@ -97,6 +97,22 @@ class JobSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class GangSpec:
+    """A pod group ready to hand to the backend as ONE job (``SubmitGroup``): every member's script already
+    sits in its own job directory, as a single pod's does; ``job_dir`` (``<state>/gangs/<uid>``) is the
+    gang's own directory for what the backend writes for the whole group (its launcher, the job's output)."""
+
+    uid: str
+    """The gang's ``group_uid``: the backend names its job by it, so ``find_gang`` finds it after a crash."""
+    name: str
+    job_dir: Path
+    members: tuple[JobSpec, ...]
+    """In rank order (rank = index)."""
+    failure_policy: pb.GangFailurePolicy = pb.GangFailurePolicy.FAIL_GANG
+    namespace: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class Capacity:
     """What the backend can run in total (not what is free: Kueue does the accounting)."""
 
@@ -241,6 +257,24 @@ class Backend(Protocol):
 
     def output_path(self, job_dir: Path) -> Path:
         """Where the batch system writes the job's own stdout/stderr."""
+
+
+@runtime_checkable
+class RunsGangs(Protocol):
+    """A backend that can start a pod group as one job (issue 28). Optional (the submitter checks with
+    ``isinstance``): ``SubmitGroup`` on a backend without it is refused, naming the backend.
+
+    The gang's one job runs a launcher that starts each member's script (``bash <member dir>/job.sh`` with
+    ``INTERLINK_JOB_DIR`` set, as a single job runs) with ``layout.GROUP_ENV`` exported, all members at once, and
+    applies ``failure_policy``. Every member's job id is the gang's: polls and cancels name that one job.
+    """
+
+    async def submit_gang(self, gang: GangSpec) -> str:
+        """Hand the gang to the batch system as one job named by ``gang.uid``; returns its id."""
+
+    async def find_gang(self, gang: GangSpec) -> Reconciled:
+        """After a crash mid-submit: the gang's job when a submission reached the batch system (found by its
+        name), ``Reconciled(None)`` when none did."""
 
 
 @runtime_checkable

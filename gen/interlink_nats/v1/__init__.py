@@ -18,6 +18,8 @@ __all__ = (
     "EmptyDirVolumeSource",
     "EnvVar",
     "Flavor",
+    "GangFailurePolicy",
+    "GangMember",
     "GetLogsRequest",
     "GetLogsResponse",
     "GetStatusRequest",
@@ -43,6 +45,8 @@ __all__ = (
     "SecretVolumeSource",
     "ShellOptions",
     "SlurmOptions",
+    "SubmitGroupRequest",
+    "SubmitGroupResponse",
     "SubmitRequest",
     "SubmitResponse",
     "SubmitterServiceBase",
@@ -138,6 +142,44 @@ class ContainerRuntime(betterproto2.Enum):
             "CONTAINER_RUNTIME_SINGULARITY": 2,
             "CONTAINER_RUNTIME_PODMAN": 3,
             "CONTAINER_RUNTIME_NONE": 4,
+        }
+
+
+class GangFailurePolicy(betterproto2.Enum):
+    """
+    What to do with the rest of a gang when one member fails.
+    """
+
+    UNSPECIFIED = 0
+    """
+    The default: as FAIL_GANG.
+    """
+
+    FAIL_GANG = 1
+    """
+    One member ending non-zero stops every other member (as MPI needs): the
+    gang's job fails, the members still running end as terminated by SIGTERM.
+    """
+
+    CONTINUE = 2
+    """
+    The other members run on; the job ends when the last member ends.
+    """
+
+    @classmethod
+    def betterproto_value_to_renamed_proto_names(cls) -> dict[int, str]:
+        return {
+            0: "GANG_FAILURE_POLICY_UNSPECIFIED",
+            1: "GANG_FAILURE_POLICY_FAIL_GANG",
+            2: "GANG_FAILURE_POLICY_CONTINUE",
+        }
+
+    @classmethod
+    def betterproto_renamed_proto_names_to_value(cls) -> dict[str, int]:
+        return {
+            "GANG_FAILURE_POLICY_UNSPECIFIED": 0,
+            "GANG_FAILURE_POLICY_FAIL_GANG": 1,
+            "GANG_FAILURE_POLICY_CONTINUE": 2,
         }
 
 
@@ -534,6 +576,44 @@ default_message_pool.register_message("interlink_nats.v1", "Flavor", Flavor)
 
 
 @dataclass(eq=False, repr=False)
+class GangMember(betterproto2.Message):
+    """
+    One pod's place in its gang.
+    """
+
+    group_uid: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    The gang's id, the same for every member: chosen by the gateway, unique
+    per group of pods (not only per group name), and a valid job-directory
+    name like a pod UID. The backend names its one job by it, so a
+    submission is found again after a crash.
+    """
+
+    group_name: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    The group's name as the pods carry it (kueue.x-k8s.io/pod-group-name).
+    """
+
+    rank: "int" = betterproto2.field(3, betterproto2.TYPE_UINT32)
+    """
+    0 .. size-1, distinct within the gang: the member's place in the peer
+    list (INTERLINK_GROUP_RANK).
+    """
+
+    size: "int" = betterproto2.field(4, betterproto2.TYPE_UINT32)
+    """
+    How many members the gang has (INTERLINK_GROUP_SIZE).
+    """
+
+    failure_policy: "GangFailurePolicy" = betterproto2.field(
+        5, betterproto2.TYPE_ENUM, default_factory=lambda: GangFailurePolicy(0)
+    )
+
+
+default_message_pool.register_message("interlink_nats.v1", "GangMember", GangMember)
+
+
+@dataclass(eq=False, repr=False)
 class GetLogsRequest(betterproto2.Message):
     pod_uid: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
 
@@ -723,6 +803,15 @@ class JobScript(betterproto2.Message):
     run_as_group: "int | None" = betterproto2.field(
         9, betterproto2.TYPE_INT64, optional=True
     )
+
+    gang: "GangMember | None" = betterproto2.field(
+        10, betterproto2.TYPE_MESSAGE, optional=True
+    )
+    """
+    Set only on the members of a pod group sent with SubmitGroup: the pod is
+    one member of a gang that starts as one backend job (docs/pod-support.md,
+    "Pod groups"). A plain Submit of a job with it set is refused.
+    """
 
 
 default_message_pool.register_message("interlink_nats.v1", "JobScript", JobScript)
@@ -1177,6 +1266,47 @@ default_message_pool.register_message("interlink_nats.v1", "SlurmOptions", Slurm
 
 
 @dataclass(eq=False, repr=False)
+class SubmitGroupRequest(betterproto2.Message):
+    members: "list[JobScript]" = betterproto2.field(
+        1, betterproto2.TYPE_MESSAGE, repeated=True
+    )
+    """
+    Every member of the gang, in rank order; each carries `gang` with the
+    same group_uid, size = the number of members and rank = its index here.
+    """
+
+
+default_message_pool.register_message(
+    "interlink_nats.v1", "SubmitGroupRequest", SubmitGroupRequest
+)
+
+
+@dataclass(eq=False, repr=False)
+class SubmitGroupResponse(betterproto2.Message):
+    job_id: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    The backend's id of the gang's one job; every member's job id.
+    """
+
+    created: "bool" = betterproto2.field(2, betterproto2.TYPE_BOOL)
+    """
+    False when the gang was already submitted (an idempotent retry).
+    """
+
+    statuses: "list[JobStatus]" = betterproto2.field(
+        3, betterproto2.TYPE_MESSAGE, repeated=True
+    )
+    """
+    Every member's last status, in rank order, set only when created is false.
+    """
+
+
+default_message_pool.register_message(
+    "interlink_nats.v1", "SubmitGroupResponse", SubmitGroupResponse
+)
+
+
+@dataclass(eq=False, repr=False)
 class SubmitRequest(betterproto2.Message):
     job: "JobScript | None" = betterproto2.field(
         1, betterproto2.TYPE_MESSAGE, optional=True
@@ -1426,6 +1556,30 @@ class SubmitterServiceStub(betterproto2_grpclib.ServiceStub):
             metadata=metadata,
         )
 
+    async def submit_group(
+        self,
+        message: "SubmitGroupRequest",
+        *,
+        timeout: "float | None" = None,
+        deadline: "Deadline | None" = None,
+        metadata: "MetadataLike | None" = None,
+    ) -> "SubmitGroupResponse":
+        """
+        Submit a gang: every member of a pod group as ONE backend job (one Slurm
+        allocation, one step per member). Idempotent by the gang's group_uid and
+        by each member's pod UID. Refused (FAILED_PRECONDITION) by a backend that
+        cannot run gangs, naming the backend.
+        """
+
+        return await self._unary_unary(
+            "/interlink_nats.v1.SubmitterService/SubmitGroup",
+            message,
+            SubmitGroupResponse,
+            timeout=timeout,
+            deadline=deadline,
+            metadata=metadata,
+        )
+
 
 from ...google import protobuf as __google__protobuf__
 
@@ -1481,6 +1635,18 @@ class SubmitterServiceBase(betterproto2_grpclib.ServiceBase):
 
         raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
 
+    async def submit_group(
+        self, message: "SubmitGroupRequest"
+    ) -> "SubmitGroupResponse":
+        """
+        Submit a gang: every member of a pod group as ONE backend job (one Slurm
+        allocation, one step per member). Idempotent by the gang's group_uid and
+        by each member's pod UID. Refused (FAILED_PRECONDITION) by a backend that
+        cannot run gangs, naming the backend.
+        """
+
+        raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)
+
     async def __rpc_submit(
         self, stream: "grpclib.server.Stream[SubmitRequest, SubmitResponse]"
     ) -> None:
@@ -1532,6 +1698,14 @@ class SubmitterServiceBase(betterproto2_grpclib.ServiceBase):
         response = await self.describe(request)
         await stream.send_message(response)
 
+    async def __rpc_submit_group(
+        self, stream: "grpclib.server.Stream[SubmitGroupRequest, SubmitGroupResponse]"
+    ) -> None:
+        request = await stream.recv_message()
+        assert request is not None
+        response = await self.submit_group(request)
+        await stream.send_message(response)
+
     def __mapping__(self) -> "dict[str, grpclib.const.Handler]":
         return {
             "/interlink_nats.v1.SubmitterService/Submit": grpclib.const.Handler(
@@ -1569,5 +1743,11 @@ class SubmitterServiceBase(betterproto2_grpclib.ServiceBase):
                 grpclib.const.Cardinality.UNARY_UNARY,
                 DescribeRequest,
                 DescribeResponse,
+            ),
+            "/interlink_nats.v1.SubmitterService/SubmitGroup": grpclib.const.Handler(
+                self.__rpc_submit_group,
+                grpclib.const.Cardinality.UNARY_UNARY,
+                SubmitGroupRequest,
+                SubmitGroupResponse,
             ),
         }

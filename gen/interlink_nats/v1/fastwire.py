@@ -167,6 +167,8 @@ def _read_duration(data: bytes, pos: int, end: int) -> _dt.timedelta:
 
 _CONTAINER_PHASE = {v: pb.ContainerPhase(v) for v in (0, 1, 2, 3,)}
 _CONTAINER_PHASE_VALUES = frozenset(_CONTAINER_PHASE)
+_GANG_FAILURE_POLICY = {v: pb.GangFailurePolicy(v) for v in (0, 1, 2,)}
+_GANG_FAILURE_POLICY_VALUES = frozenset(_GANG_FAILURE_POLICY)
 _JOB_STATE = {v: pb.JobState(v) for v in (0, 1, 2, 3, 4, 5, 6,)}
 _JOB_STATE_VALUES = frozenset(_JOB_STATE)
 _LAYOUT_ENTRY_KIND = {v: pb.LayoutEntryKind(v) for v in (0, 1, 2,)}
@@ -202,6 +204,17 @@ class LayoutEntryView(NamedTuple):
     encoded: bytes
 
 
+class GangMemberView(NamedTuple):
+    """A plain ``GangMember`` as read: enums as ints, sub-messages as views, ``encoded`` its bytes."""
+
+    group_uid: str
+    group_name: str
+    rank: int
+    size: int
+    failure_policy: int
+    encoded: bytes
+
+
 class JobScriptView(NamedTuple):
     """A plain ``JobScript`` as read: enums as ints, sub-messages as views, ``encoded`` its bytes."""
 
@@ -214,6 +227,7 @@ class JobScriptView(NamedTuple):
     layout: list[LayoutEntryView]
     run_as_user: int | None
     run_as_group: int | None
+    gang: GangMemberView | None
     encoded: bytes
 
 
@@ -1084,6 +1098,346 @@ def check_layout_entry(data: bytes) -> None:
     _check_top(data, frozenset((8, 18, 24, 34)))
 
 
+def encode_gang_member(msg: pb.GangMember) -> bytes:
+    """``bytes(msg)``, byte for byte, without betterproto2's reflection."""
+    return bytes(_encode_gang_member(msg))
+
+
+def _encode_gang_member(msg: pb.GangMember) -> bytearray:
+    out = bytearray()
+    # group_uid = 1
+    v = msg.group_uid
+    if v:
+        b = v.encode()
+        n = len(b)
+        out += b"\x0a"
+        if n < 0x80:
+            out.append(n)
+        else:
+            _varint(out, n)
+        out += b
+    # group_name = 2
+    v = msg.group_name
+    if v:
+        b = v.encode()
+        n = len(b)
+        out += b"\x12"
+        if n < 0x80:
+            out.append(n)
+        else:
+            _varint(out, n)
+        out += b
+    # rank = 3
+    v = msg.rank
+    if v:
+        v = int(v)
+        out += b"\x18"
+        if 0 <= v < 0x80:
+            out.append(v)
+        else:
+            _varint(out, v)
+    # size = 4
+    v = msg.size
+    if v:
+        v = int(v)
+        out += b"\x20"
+        if 0 <= v < 0x80:
+            out.append(v)
+        else:
+            _varint(out, v)
+    # failure_policy = 5
+    v = msg.failure_policy
+    if v:
+        v = int(v)
+        out += b"\x28"
+        if 0 <= v < 0x80:
+            out.append(v)
+        else:
+            _varint(out, v)
+    out += msg._unknown_fields
+    return out
+
+
+def gang_member_group_uid_field(value: str | None) -> bytes:
+    """``GangMember.group_uid`` as ``bytes(msg)`` writes it, from the value."""
+    out = bytearray()
+    # group_uid = 1
+    v = value
+    if v:
+        b = v.encode()
+        n = len(b)
+        out += b"\x0a"
+        if n < 0x80:
+            out.append(n)
+        else:
+            _varint(out, n)
+        out += b
+    return bytes(out)
+
+
+def gang_member_group_name_field(value: str | None) -> bytes:
+    """``GangMember.group_name`` as ``bytes(msg)`` writes it, from the value."""
+    out = bytearray()
+    # group_name = 2
+    v = value
+    if v:
+        b = v.encode()
+        n = len(b)
+        out += b"\x12"
+        if n < 0x80:
+            out.append(n)
+        else:
+            _varint(out, n)
+        out += b
+    return bytes(out)
+
+
+def gang_member_rank_field(value: int | None) -> bytes:
+    """``GangMember.rank`` as ``bytes(msg)`` writes it, from the value."""
+    out = bytearray()
+    # rank = 3
+    v = value
+    if v:
+        v = int(v)
+        out += b"\x18"
+        if 0 <= v < 0x80:
+            out.append(v)
+        else:
+            _varint(out, v)
+    return bytes(out)
+
+
+def gang_member_size_field(value: int | None) -> bytes:
+    """``GangMember.size`` as ``bytes(msg)`` writes it, from the value."""
+    out = bytearray()
+    # size = 4
+    v = value
+    if v:
+        v = int(v)
+        out += b"\x20"
+        if 0 <= v < 0x80:
+            out.append(v)
+        else:
+            _varint(out, v)
+    return bytes(out)
+
+
+def gang_member_failure_policy_field(value: pb.GangFailurePolicy | None) -> bytes:
+    """``GangMember.failure_policy`` as ``bytes(msg)`` writes it, from the value."""
+    out = bytearray()
+    # failure_policy = 5
+    v = value
+    if v:
+        v = int(v)
+        out += b"\x28"
+        if 0 <= v < 0x80:
+            out.append(v)
+        else:
+            _varint(out, v)
+    return bytes(out)
+
+
+def _decode_gang_member(data: bytes, pos: int, end: int) -> pb.GangMember:
+    group_uid: str = ""
+    group_name: str = ""
+    rank: int = 0
+    size: int = 0
+    failure_policy: pb.GangFailurePolicy = _GANG_FAILURE_POLICY[0]
+    seen = 0
+    while pos < end:
+        key = data[pos]
+        if key < 0x80:
+            pos += 1
+        else:
+            key, pos = _read_varint(data, pos)
+        if key == 10:
+            # group_uid = 1
+            if seen & 1:
+                raise Unusual
+            seen |= 1
+            value = data[pos]
+            if value < 0x80:
+                pos += 1
+            else:
+                value, pos = _read_varint(data, pos)
+            stop = pos + value
+            if stop > end:
+                raise Unusual
+            group_uid = str(data[pos:stop], "utf-8")
+            pos = stop
+        elif key == 18:
+            # group_name = 2
+            if seen & 2:
+                raise Unusual
+            seen |= 2
+            value = data[pos]
+            if value < 0x80:
+                pos += 1
+            else:
+                value, pos = _read_varint(data, pos)
+            stop = pos + value
+            if stop > end:
+                raise Unusual
+            group_name = str(data[pos:stop], "utf-8")
+            pos = stop
+        elif key == 24:
+            # rank = 3
+            if seen & 4:
+                raise Unusual
+            seen |= 4
+            value = data[pos]
+            if value < 0x80:
+                pos += 1
+            else:
+                value, pos = _read_varint(data, pos)
+            if value >> 32:
+                raise Unusual
+            rank = value
+        elif key == 32:
+            # size = 4
+            if seen & 8:
+                raise Unusual
+            seen |= 8
+            value = data[pos]
+            if value < 0x80:
+                pos += 1
+            else:
+                value, pos = _read_varint(data, pos)
+            if value >> 32:
+                raise Unusual
+            size = value
+        elif key == 40:
+            # failure_policy = 5
+            if seen & 16:
+                raise Unusual
+            seen |= 16
+            value = data[pos]
+            if value < 0x80:
+                pos += 1
+            else:
+                value, pos = _read_varint(data, pos)
+            member = _GANG_FAILURE_POLICY.get(value)
+            if member is None:
+                raise Unusual
+            failure_policy = member
+        else:
+            raise Unusual
+    if pos != end:
+        raise Unusual
+    return pb.GangMember(group_uid=group_uid, group_name=group_name, rank=rank, size=size, failure_policy=failure_policy)
+
+
+def _view_gang_member(data: bytes, pos: int, end: int) -> GangMemberView:
+    start = pos
+    group_uid: str = ""
+    group_name: str = ""
+    rank: int = 0
+    size: int = 0
+    failure_policy: int = 0
+    seen = 0
+    while pos < end:
+        key = data[pos]
+        if key < 0x80:
+            pos += 1
+        else:
+            key, pos = _read_varint(data, pos)
+        if key == 10:
+            # group_uid = 1
+            if seen & 1:
+                raise Unusual
+            seen |= 1
+            value = data[pos]
+            if value < 0x80:
+                pos += 1
+            else:
+                value, pos = _read_varint(data, pos)
+            stop = pos + value
+            if stop > end:
+                raise Unusual
+            group_uid = str(data[pos:stop], "utf-8")
+            pos = stop
+        elif key == 18:
+            # group_name = 2
+            if seen & 2:
+                raise Unusual
+            seen |= 2
+            value = data[pos]
+            if value < 0x80:
+                pos += 1
+            else:
+                value, pos = _read_varint(data, pos)
+            stop = pos + value
+            if stop > end:
+                raise Unusual
+            group_name = str(data[pos:stop], "utf-8")
+            pos = stop
+        elif key == 24:
+            # rank = 3
+            if seen & 4:
+                raise Unusual
+            seen |= 4
+            value = data[pos]
+            if value < 0x80:
+                pos += 1
+            else:
+                value, pos = _read_varint(data, pos)
+            if value >> 32:
+                raise Unusual
+            rank = value
+        elif key == 32:
+            # size = 4
+            if seen & 8:
+                raise Unusual
+            seen |= 8
+            value = data[pos]
+            if value < 0x80:
+                pos += 1
+            else:
+                value, pos = _read_varint(data, pos)
+            if value >> 32:
+                raise Unusual
+            size = value
+        elif key == 40:
+            # failure_policy = 5
+            if seen & 16:
+                raise Unusual
+            seen |= 16
+            value = data[pos]
+            if value < 0x80:
+                pos += 1
+            else:
+                value, pos = _read_varint(data, pos)
+            if value not in _GANG_FAILURE_POLICY_VALUES:
+                raise Unusual
+            failure_policy = value
+        else:
+            raise Unusual
+    if pos != end:
+        raise Unusual
+    return GangMemberView(group_uid, group_name, rank, size, failure_policy, data[start:end])
+
+
+def decode_gang_member(data: bytes) -> pb.GangMember:
+    """``pb.GangMember.parse(data)``: read straight when plain, else by betterproto2 (its result and errors)."""
+    try:
+        return _decode_gang_member(data, 0, len(data))
+    except (Unusual, IndexError, ValueError, OverflowError):
+        return pb.GangMember.parse(data)
+
+
+def read_gang_member(data: bytes) -> GangMemberView | None:
+    """The fields of a plain ``GangMember``; None when ``data`` is not one (ask betterproto2 then)."""
+    try:
+        return _view_gang_member(data, 0, len(data))
+    except (Unusual, IndexError, ValueError, OverflowError):
+        return None
+
+
+def check_gang_member(data: bytes) -> None:
+    """ValueError (or IndexError) unless the top-level fields of ``data`` are a well-formed ``GangMember``."""
+    _check_top(data, frozenset((10, 18, 24, 32, 40)))
+
+
 def encode_job_script(msg: pb.JobScript) -> bytes:
     """``bytes(msg)``, byte for byte, without betterproto2's reflection."""
     return bytes(_encode_job_script(msg))
@@ -1182,6 +1536,17 @@ def _encode_job_script(msg: pb.JobScript) -> bytearray:
             out.append(v)
         else:
             _varint(out, v)
+    # gang = 10
+    v = msg.gang
+    if v is not None:
+        b = _encode_gang_member(v)
+        n = len(b)
+        out += b"\x52"
+        if n < 0x80:
+            out.append(n)
+        else:
+            _varint(out, n)
+        out += b
     out += msg._unknown_fields
     return out
 
@@ -1273,6 +1638,26 @@ def job_script_run_as_group_field(value: int | None) -> bytes:
     return bytes(out)
 
 
+def job_script_gang_field(value: bytes | None) -> bytes:
+    """``JobScript.gang`` as ``bytes(msg)`` writes it, from the encoded sub-message."""
+    out = bytearray()
+    v = value
+    if v is not None:
+        n = len(v)
+        out += b"\x52"
+        if n < 0x80:
+            out.append(n)
+        else:
+            _varint(out, n)
+        out += v
+    return bytes(out)
+
+
+def job_script_gang_once(data: bytes) -> bytes | None:
+    """``JobScript.gang``'s bytes as they came in ``data``, when it occurs exactly once."""
+    return _field_once(data, 82)
+
+
 def _decode_job_script(data: bytes, pos: int, end: int) -> pb.JobScript:
     pod: pb.PodRef | None = None
     script: str = ""
@@ -1283,6 +1668,7 @@ def _decode_job_script(data: bytes, pos: int, end: int) -> pb.JobScript:
     layout: list[pb.LayoutEntry] = []
     run_as_user: int | None = None
     run_as_group: int | None = None
+    gang: pb.GangMember | None = None
     seen = 0
     while pos < end:
         key = data[pos]
@@ -1413,11 +1799,26 @@ def _decode_job_script(data: bytes, pos: int, end: int) -> pb.JobScript:
             if value >> 63:
                 value -= 1 << 64
             run_as_group = value
+        elif key == 82:
+            # gang = 10
+            if seen & 512:
+                raise Unusual
+            seen |= 512
+            value = data[pos]
+            if value < 0x80:
+                pos += 1
+            else:
+                value, pos = _read_varint(data, pos)
+            stop = pos + value
+            if stop > end:
+                raise Unusual
+            gang = _decode_gang_member(data, pos, stop)
+            pos = stop
         else:
             raise Unusual
     if pos != end:
         raise Unusual
-    return pb.JobScript(pod=pod, script=script, init_containers=init_containers, containers=containers, resources=resources, backend_flags=backend_flags, layout=layout, run_as_user=run_as_user, run_as_group=run_as_group)
+    return pb.JobScript(pod=pod, script=script, init_containers=init_containers, containers=containers, resources=resources, backend_flags=backend_flags, layout=layout, run_as_user=run_as_user, run_as_group=run_as_group, gang=gang)
 
 
 def _view_job_script(data: bytes, pos: int, end: int) -> JobScriptView:
@@ -1431,6 +1832,7 @@ def _view_job_script(data: bytes, pos: int, end: int) -> JobScriptView:
     layout: list[LayoutEntryView] = []
     run_as_user: int | None = None
     run_as_group: int | None = None
+    gang: GangMemberView | None = None
     seen = 0
     while pos < end:
         key = data[pos]
@@ -1561,11 +1963,26 @@ def _view_job_script(data: bytes, pos: int, end: int) -> JobScriptView:
             if value >> 63:
                 value -= 1 << 64
             run_as_group = value
+        elif key == 82:
+            # gang = 10
+            if seen & 512:
+                raise Unusual
+            seen |= 512
+            value = data[pos]
+            if value < 0x80:
+                pos += 1
+            else:
+                value, pos = _read_varint(data, pos)
+            stop = pos + value
+            if stop > end:
+                raise Unusual
+            gang = _view_gang_member(data, pos, stop)
+            pos = stop
         else:
             raise Unusual
     if pos != end:
         raise Unusual
-    return JobScriptView(pod, script, init_containers, containers, resources, backend_flags, layout, run_as_user, run_as_group, data[start:end])
+    return JobScriptView(pod, script, init_containers, containers, resources, backend_flags, layout, run_as_user, run_as_group, gang, data[start:end])
 
 
 def decode_job_script(data: bytes) -> pb.JobScript:
@@ -1586,7 +2003,7 @@ def read_job_script(data: bytes) -> JobScriptView | None:
 
 def check_job_script(data: bytes) -> None:
     """ValueError (or IndexError) unless the top-level fields of ``data`` are a well-formed ``JobScript``."""
-    _check_top(data, frozenset((10, 18, 26, 34, 42, 50, 58, 64, 72)))
+    _check_top(data, frozenset((10, 18, 26, 34, 42, 50, 58, 64, 72, 82)))
 
 
 def encode_submit_request(msg: pb.SubmitRequest) -> bytes:
