@@ -50,7 +50,8 @@ async def test_a_group_runs_as_one_gang_with_ranks_peers_and_size(nats_url: str,
     barrier = tmp_path / "barrier"
     barrier.mkdir()
     group = f"g{uuid.uuid4().hex[:8]}"
-    report = "echo $INTERLINK_GROUP_RANK $INTERLINK_GROUP_SIZE $INTERLINK_GROUP_NAME $INTERLINK_GROUP_LEADER $INTERLINK_GROUP_HOSTS"
+    names = ("RANK", "SIZE", "NAME", "LEADER", "HOSTS")
+    report = "echo " + " ".join(f"$INTERLINK_GROUP_{n}" for n in names)
     pods = [member(group, 3, i, barrier_then(barrier, 3, report)) for i in range(3)]
     async with full_stack(nats_url, tmp_path / "state") as stack:
         await create_all(stack, [pods[2], pods[0]])  # out of order; the group is not complete yet
