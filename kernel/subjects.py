@@ -75,6 +75,17 @@ def events_wildcard(prefix: str = DEFAULT_PREFIX) -> str:
     return f"{prefix}.events.*"
 
 
+def live_subject(pool: str, prefix: str = DEFAULT_PREFIX) -> str:
+    """Where a pool also sends a JobEvent, unacknowledged, while the events stream cannot store it (no leader
+    after a node loss): core NATS, outside the stream, so the gateway applies it at once. Durability stays the
+    stream's: the outbox keeps the event until the stream acks it."""
+    return f"{prefix}.live.{validate_pool(pool)}"
+
+
+def live_wildcard(prefix: str = DEFAULT_PREFIX) -> str:
+    return f"{prefix}.live.*"
+
+
 def pool_from_subject(subject: str) -> str:
     """The pool is always the last token of our subjects."""
     return subject.rsplit(".", 1)[-1]

@@ -16,7 +16,7 @@ import nats
 import pytest
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel.clock import SYSTEM_CLOCK
-from interlink_nats.kernel.subjects import DEFAULT_PREFIX, EVENTS_STREAM, events_subject
+from interlink_nats.kernel.subjects import DEFAULT_PREFIX, EVENTS_STREAM, events_subject, live_subject
 from interlink_nats.services.bus.events_stream import ensure_events_stream, events_stream_config
 from interlink_nats.services.ops.nats_server import NatsCluster, NatsServerProcess
 from interlink_nats.submitters.state.outbox import Outbox, message_id, publish_acked
@@ -165,3 +165,94 @@ async def test_an_event_sent_again_after_the_stream_leader_is_lost_lands_once(cl
     finally:
         stop.set()
         await nc.close()
+
+
+async def live_events(nc: NATS) -> tuple[list[pb.JobEvent], asyncio.Event]:
+    """Every event on the pool's live subject, and an event set at each arrival."""
+    heard: list[pb.JobEvent] = []
+    arrived = asyncio.Event()
+
+    async def on_live(msg: Msg) -> None:
+        heard.append(pb.JobEvent.parse(msg.data))
+        arrived.set()
+
+    await nc.subscribe(live_subject(POOL, DEFAULT_PREFIX), cb=on_live)
+    await nc.flush()
+    return heard, arrived
+
+
+async def test_while_the_stream_cannot_store_every_event_goes_live_once_and_stays_pending(nc: NATS) -> None:
+    """Issue 30, P9: during a leader election the stream stores nothing for seconds; the gateway hears of each
+    change at once on the live subject, and the outbox still keeps every event until the stream acks it."""
+    heard, _ = await live_events(nc)
+    box = outbox_on(nc)
+    await box.ensure_stream()
+    await nc.jetstream().delete_stream(EVENTS_STREAM)  # every publish fails as a leaderless stream's do
+    for i in range(5):
+        box.add(f"u{i}", status(f"u{i}"), 1)
+    stop = asyncio.Event()
+    runner = asyncio.create_task(box.run(stop, NEVER_S))
+    try:
+        await until(lambda: len(heard) == 5)
+        box.add("u0", status("u0"), 2)  # a change while paused goes live at once, not at the next probe
+        await until(lambda: len(heard) == 6)
+        assert sorted((e.status.pod.uid, e.revision) for e in heard) == sorted(
+            [(f"u{i}", 1) for i in range(5)] + [("u0", 2)]
+        )
+        await until(lambda: box.failures >= 3)  # the outbox asked the stream again meanwhile...
+        assert len(heard) == 6, "...without sending any event live twice"
+        assert {uid: e.revision for uid, e in box.pending.items()} == {"u0": 2, "u1": 1, "u2": 1, "u3": 1, "u4": 1}
+        await nc.jetstream().add_stream(events_stream_config(DEFAULT_PREFIX))
+        await until(lambda: not box.pending)
+        assert await stored(nc) == 5 and not box.live_sent
+    finally:
+        stop.set()
+        box.wake()
+        await runner
+
+
+async def test_an_event_whose_ack_is_late_goes_live(nc: NATS) -> None:
+    """The stream is there but its ack does not come (the leader died with the request): after ``LIVE_AFTER_S``
+    the event goes live, and so does one queued while the ack is overdue."""
+    heard, _ = await live_events(nc)
+    box = Outbox(pool=POOL, subject_prefix=DEFAULT_PREFIX, instance_id="s", clock=SYSTEM_CLOCK, registry=lambda: None)
+    box.nc, box.stream_ready = nc, True
+    await nc.jetstream().delete_stream(EVENTS_STREAM)
+    swallowed = asyncio.Event()
+
+    async def swallow(msg: Msg) -> None:  # a responder that never answers: the request waits for its timeout
+        swallowed.set()
+
+    await nc.subscribe(events_subject(POOL, DEFAULT_PREFIX), cb=swallow)
+    box.add("u1", status("u1"), 1)
+    publishing = asyncio.create_task(box.publish_pending())
+    await swallowed.wait()
+    await until(lambda: len(heard) == 1)
+    assert box.acks_late
+    box.add("u2", status("u2"), 1)
+    await until(lambda: len(heard) == 2)
+    assert [e.status.pod.uid for e in heard] == ["u1", "u2"]
+    assert await publishing == 0 and set(box.pending) == {"u1", "u2"}, "still pending until the stream acks them"
+
+
+async def test_acked_events_never_go_live(nc: NATS) -> None:
+    """50 events acked at once, then one whose ack never comes: only that one goes live. Its live copy is sent
+    ``LIVE_AFTER_S`` after it was published, later than any of the 50 acked ones would have been."""
+    heard, _ = await live_events(nc)
+    box = outbox_on(nc)
+    for i in range(50):
+        box.add(f"u{i}", status(f"u{i}"), 1)
+    assert await box.publish_pending() == 50
+    assert not box.acks_late
+    await nc.jetstream().delete_stream(EVENTS_STREAM)
+
+    async def swallow(msg: Msg) -> None:
+        return None
+
+    await nc.subscribe(events_subject(POOL, DEFAULT_PREFIX), cb=swallow)
+    box.add("late", status("late"), 1)
+    publishing = asyncio.create_task(box.publish_pending())
+    await until(lambda: len(heard) >= 1)
+    assert await publishing == 0
+    await nc.flush()
+    assert [e.status.pod.uid for e in heard] == ["late"]

@@ -65,6 +65,7 @@ def test_permission_model() -> None:
     assert pool_a.subscribe[0] == f"{rpc}.*.a"
     assert set(pool_a.publish) == {
         "interlink.events.a",
+        "interlink.live.a",
         "interlink.config.a",
         "interlink.resources.a",
         "$JS.API.STREAM.INFO.INTERLINK_EVENTS",
@@ -75,6 +76,7 @@ def test_permission_model() -> None:
     # private inboxes: nobody but its owner can read replies
     assert "_INBOX.pool.a.>" in pool_a.subscribe
     assert "_INBOX.>" not in pool_a.subscribe
+    assert "interlink.live.*" in gw.subscribe and "interlink.live.*" not in ctl.subscribe
     assert "_INBOX.gateway.>" in gw.subscribe
     assert "_INBOX.>" not in gw.subscribe
     assert "_INBOX.>" in pool_permissions("a", shared_inboxes=True).subscribe

@@ -1,4 +1,11 @@
-"""The gateway's durable consumer of pools' JobEvents: what keeps ``/status`` current with no polling."""
+"""The gateway's durable consumer of pools' JobEvents: what keeps ``/status`` current with no polling.
+
+Events come from the events stream (durable, acked after the store holds them) and, while the stream cannot
+store them (no leader after a node loss), also from the pools' live subjects (``kernel.subjects.live_subject``;
+core NATS, best effort). Both are applied alike: the newest revision per pod wins, so an event heard twice
+changes the store once. An event is applied only when it comes from the pool its pod was sent to (the last
+token of its subject): one pool's credential cannot change another pool's pods.
+"""
 
 from __future__ import annotations
 
@@ -9,11 +16,19 @@ from collections.abc import Callable
 
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel.nats_connection import leader_retry_delay
-from interlink_nats.kernel.subjects import DEFAULT_PREFIX, EVENTS_STREAM, events_wildcard
+from interlink_nats.kernel.subjects import (
+    DEFAULT_PREFIX,
+    EVENTS_STREAM,
+    events_wildcard,
+    live_wildcard,
+    pool_from_subject,
+)
 from interlink_nats.services.bus.events_stream import StreamState, ensure_events_stream
 from interlink_nats.services.gateway.event_wire import read_event, status_field
 from interlink_nats.services.gateway.store import PodRecord, PodStore
 from nats.aio.client import Client as NatsClient
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription
 from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js import JetStreamContext
 from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
@@ -53,7 +68,10 @@ class EventConsumer:
         self.stream: StreamState | None = None
         self.on_applied = on_applied
         self.applied = 0
+        self.foreign = 0
+        """Events dropped because they came from another pool than their pod's."""
         self._task: asyncio.Task[None] | None = None
+        self._live: Subscription | None = None
         self._stopping = asyncio.Event()
 
     async def start(self) -> None:
@@ -71,6 +89,7 @@ class EventConsumer:
             num_replicas=self.stream.replicas,
         )
         await self._ensure_consumer(js, config)
+        self._live = await self.nc.subscribe(live_wildcard(self.prefix), cb=self._on_live)
         self._sub = await js.pull_subscribe(
             events_wildcard(self.prefix), durable=self.durable, stream=EVENTS_STREAM, config=config
         )
@@ -116,6 +135,17 @@ class EventConsumer:
         # An open pull subscription keeps a later drain() of the connection waiting for its timeout.
         with contextlib.suppress(Exception):
             await self._sub.unsubscribe()
+        if self._live is not None:
+            with contextlib.suppress(Exception):
+                await self._live.unsubscribe()
+            self._live = None
+
+    async def _on_live(self, msg: Msg) -> None:
+        """An event sent on a pool's live subject (no ack: the stream's copy is the durable one)."""
+        try:
+            await self._apply(msg.data, pool_from_subject(msg.subject))
+        except Exception:  # a subscription callback must not die on one event
+            log.exception("applying a live event failed")
 
     async def _run(self) -> None:
         failures = 0
@@ -134,15 +164,26 @@ class EventConsumer:
                 continue
             failures = 0
             for msg in msgs:
-                await self._apply(msg.data)
+                await self._apply(msg.data, pool_from_subject(msg.subject))
                 try:
                     await msg.ack()
                 except Exception as exc:  # redelivery is harmless: revisions make apply idempotent
                     log.debug("event ack failed: %s", exc)
 
-    async def _apply(self, data: bytes) -> None:
+    def _from_elsewhere(self, uid: str, pool: str) -> bool:
+        """True (and counted, logged) when ``uid``'s pod was sent to another pool than the event's."""
+        known = self.store.pods.get(uid)
+        if known is None or known.pool == pool:
+            return False
+        self.foreign += 1
+        log.warning("dropping an event for pod %s of pool %s sent by pool %s", uid, known.pool, pool)
+        return True
+
+    async def _apply(self, data: bytes, pool: str) -> None:
         view = read_event(data)  # the few fields it needs, without betterproto2 (~10x cheaper)
         if view is not None:
+            if self._from_elsewhere(view.uid, pool):
+                return
             record = self.store.apply_encoded(view.uid, view.status, view.state, view.job_id, view.revision)
         else:  # an event of an unusual shape, or malformed: betterproto2 decides, as it always did
             try:
@@ -153,6 +194,8 @@ class EventConsumer:
             status = event.status
             if status is None or status.pod is None or not status.pod.uid:
                 log.warning("dropping JobEvent without a pod")
+                return
+            if self._from_elsewhere(status.pod.uid, pool):
                 return
             record = self.store.apply_status(status.pod.uid, status, event.revision, encoded=status_field(data))
         if record is not None:

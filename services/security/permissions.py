@@ -123,6 +123,7 @@ def gateway_permissions(
             f"{prefix}.config.*",
             f"{prefix}.resources.*",
             subjects.events_wildcard(prefix),
+            subjects.live_wildcard(prefix),
         ),
         # The gateway answers no requests; responses stay closed.
         allow_responses=None,
@@ -163,6 +164,7 @@ def pool_permissions(
     return Permissions(
         publish=(
             subjects.events_subject(pool, prefix),
+            subjects.live_subject(pool, prefix),
             subjects.config_subject(pool, prefix),
             subjects.resources_subject(pool, prefix),
             f"$JS.API.STREAM.INFO.{stream}",

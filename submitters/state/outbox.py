@@ -9,6 +9,13 @@ pauses: one event at a time asks again after a short back-off (``leader_retry_de
 the next poll, and the rest follow once it is acked. Every event carries ``Nats-Msg-Id: <uid>:<revision>``,
 so one that was stored but whose ack was lost lands once when it is sent again (the stream's
 ``duplicate_window``).
+
+The live path (issue 30, P9): a stream that lost its leader stores nothing until its survivors elect
+another, 4-9 s after the loss by nats-server's raft timers. Meanwhile every event whose ack is late
+(``LIVE_AFTER_S``) or that waits while publishing is paused is also sent once, unacknowledged, on
+``<prefix>.live.<pool>`` (core NATS, no stream), and the gateway applies it at once; the stored copy that
+follows later changes nothing there (the newest revision wins). In normal operation acks come in
+milliseconds and nothing is sent twice.
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ import nats.js.errors
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel.clock import Clock
 from interlink_nats.kernel.nats_connection import leader_retry_delay
-from interlink_nats.kernel.subjects import EVENTS_STREAM, events_subject
+from interlink_nats.kernel.subjects import EVENTS_STREAM, events_subject, live_subject
 from interlink_nats.submitters.core.status import encode_status, event_bytes, stamp_status
 from interlink_nats.submitters.state.registry import Registry
 from nats.aio.client import Client as NATS
@@ -40,6 +47,9 @@ PROBE_TIMEOUT_S = 1.0
 again within a second (safe: the message id makes a second copy of a stored event a duplicate the stream
 drops). It doubles with each probe that times out, up to ``PUBLISH_TIMEOUT_S``, so acks slower than a second
 (a loaded cluster) still get through."""
+LIVE_AFTER_S = 0.5
+"""An event not acked within this is also sent on the live subject (see the module docstring): far above an
+ack's milliseconds on a loaded machine, far below the seconds a leader election takes."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,6 +114,11 @@ class Outbox:
         self._missing_logged = False
         self._lock = asyncio.Lock()
         self._wake = asyncio.Event()
+        self.live_sent: dict[str, int] = {}
+        """Per pod, the revision last sent on the live subject and not acked yet (each is sent live once)."""
+        self.acks_late = False
+        """An ack is overdue (``LIVE_AFTER_S``) and none has come since: new events go live at once too."""
+        self._live_tasks: set[asyncio.Task[None]] = set()
 
     def event(self, status: pb.JobStatus, revision: int, *, unstamped: bytes | None = None) -> PendingEvent:
         """The event of ``status`` (stamped now unless it has ``updated_at``). ``unstamped``: ``status`` already
@@ -118,10 +133,12 @@ class Outbox:
 
     def put(self, uid: str, event: PendingEvent) -> None:
         self.pending[uid] = event
+        if self.acks_late or self.failures:
+            self._live_soon(uid, event)
 
     def add(self, uid: str, status: pb.JobStatus, revision: int) -> None:
         """Queue a status change and wake the publisher."""
-        self.pending[uid] = self.event(status, revision)
+        self.put(uid, self.event(status, revision))
         self.wake()
 
     def wake(self) -> None:
@@ -166,13 +183,18 @@ class Outbox:
             if not self.stream_ready:
                 await self.ensure_stream()
                 if not self.stream_ready:
+                    for uid, event in list(self.pending.items()):  # the gateway may be listening all the same
+                        await self._send_live(uid, event)
                     return 0
             nc = self.nc
             subject = events_subject(self.pool, self.subject_prefix)
             batch = list(self.pending.items())
             probing = self.failures > 0
             if probing:  # one event finds out whether the stream is back before the others follow
+                for uid, event in batch:  # meanwhile the gateway hears of every change on the live path
+                    await self._send_live(uid, event)
                 batch = batch[:1]
+            loop = asyncio.get_running_loop()
             ack_wait_s = (
                 min(PUBLISH_TIMEOUT_S, PROBE_TIMEOUT_S * 2**self._slow_probes) if probing else PUBLISH_TIMEOUT_S
             )
@@ -187,6 +209,7 @@ class Outbox:
                 for uid, event in todo:
                     if failed:
                         return
+                    late = loop.call_later(LIVE_AFTER_S, self._ack_overdue, uid, event)
                     try:
                         await publish_acked(
                             nc, subject, event.data, ack_wait_s=ack_wait_s, msg_id=message_id(uid, event.revision)
@@ -198,6 +221,9 @@ class Outbox:
                         failed = True
                         timed_out = isinstance(exc, TimeoutError)
                         return
+                    finally:
+                        late.cancel()
+                    self.acks_late = False
                     done.append((uid, event.revision))
 
             await asyncio.gather(*(publisher() for _ in range(min(PUBLISH_CONCURRENCY, len(batch)))))
@@ -205,6 +231,8 @@ class Outbox:
                 current = self.pending.get(uid)
                 if current is not None and current.revision == rev:
                     del self.pending[uid]
+                if self.live_sent and self.live_sent.get(uid, 0) <= rev:
+                    self.live_sent.pop(uid, None)
             registry = self._registry()
             if done and registry is not None:
                 await registry.mark_published(done)
@@ -218,6 +246,32 @@ class Outbox:
                 if self.pending:
                     self.wake()  # the rest, now that the stream answers
             return len(done)
+
+    def _ack_overdue(self, uid: str, event: PendingEvent) -> None:
+        """The stream has not acked ``event`` within ``LIVE_AFTER_S``: the gateway hears of it, and of every
+        event waiting or still to come, on the live path until an ack comes again."""
+        self.acks_late = True
+        self._live_soon(uid, event)
+        for other, waiting in list(self.pending.items()):
+            self._live_soon(other, waiting)
+
+    def _live_soon(self, uid: str, event: PendingEvent) -> None:
+        """Send the event on the live path now, from a task (the callers cannot await)."""
+        if self.live_sent.get(uid, 0) >= event.revision:
+            return
+        task = asyncio.ensure_future(self._send_live(uid, event))
+        self._live_tasks.add(task)
+        task.add_done_callback(self._live_tasks.discard)
+
+    async def _send_live(self, uid: str, event: PendingEvent) -> None:
+        """Send ``event`` once on the live subject; best effort (the stream's copy is the durable one)."""
+        if self.live_sent.get(uid, 0) >= event.revision or self.nc is None or not self.nc.is_connected:
+            return
+        self.live_sent[uid] = event.revision
+        try:
+            await self.nc.publish(live_subject(self.pool, self.subject_prefix), event.data)
+        except nats.errors.Error as exc:
+            log.debug("live event for %s not sent: %s", uid, exc)
 
     async def run(self, stop: asyncio.Event, interval_s: float) -> None:
         """Publish whenever woken (or every ``interval_s``) until ``stop`` is set; while paused, after each
