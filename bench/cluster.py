@@ -319,7 +319,7 @@ async def main() -> None:
         what = "with the live path" if live else "without it (baseline, the stream's copy only)"
         print_table(
             f"kill -9 of the events stream's leader, {what} → each phase, seconds after the kill "
-            "(-: not on the lost node)",
+            "(-: not on the lost node, or not by the first apply)",
             ["phase", *(f"loss {i + 1}" for i in range(len(timeline))), "median"],
             [[name, *(_s(t[name]) for t in timeline), _s(phase_median(timeline, name))] for name in names],
         )
