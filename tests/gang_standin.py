@@ -47,10 +47,10 @@ class GangStandIn(pb.SubmitterServiceBase):
         self.cancels.append(message.pod_uid)
         return pb.CancelResponse()
 
-    async def next_request(self, after: int | None = None, timeout: float = 20.0) -> pb.SubmitGroupRequest:
+    async def next_request(self, after: int | None = None, within_s: float = 20.0) -> pb.SubmitGroupRequest:
         """Waits for the SubmitGroup after the first ``after`` (default: after those already received)."""
         seen = len(self.requests) if after is None else after
-        async with asyncio.timeout(timeout):
+        async with asyncio.timeout(within_s):
             while len(self.requests) <= seen:
                 self.arrived.clear()
                 await self.arrived.wait()

@@ -17,6 +17,9 @@ from typing import Any
 
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.services.gateway.errors import GatewayError
+from interlink_nats.services.scripts.pod_group import FAILURE_POLICY_ANNOTATION as POLICY_ANNOTATION
+from interlink_nats.services.scripts.pod_group import GROUP_NAME_LABEL as NAME_LABEL
+from interlink_nats.services.scripts.pod_group import GROUP_TOTAL_ANNOTATION as TOTAL_ANNOTATION
 
 WAITING_REASON = "PodGroupWaiting"
 INCOMPLETE_REASON = "PodGroupIncomplete"
@@ -148,23 +151,26 @@ def admit(group: HeldGroup | None, arrival: Arrival, now: float) -> HeldGroup:
     if arrival.pool != group.pool:
         raise GatewayError(
             422,
-            f"{where}: pod {arrival.name} is for pool {arrival.pool!r} but pod {other} of the same group is for "
-            f"pool {group.pool!r}; a pod group runs in one pool",
+            f"spec.tolerations: {where}: pod {arrival.name} is for pool {arrival.pool!r} but pod {other} of the "
+            f"same group is for pool {group.pool!r}; a pod group runs in one pool",
         )
     if arrival.total != group.total:
         raise GatewayError(
             422,
-            f"{where}: pod {arrival.name} has kueue.x-k8s.io/pod-group-total-count {arrival.total} but pod {other} "
-            f"of the same group has {group.total}",
+            f'metadata.annotations["{TOTAL_ANNOTATION}"]: {where}: pod {arrival.name} says {arrival.total} members '
+            f"but pod {other} of the same group says {group.total}",
         )
     if arrival.failure_policy != group.failure_policy:
         raise GatewayError(
             422,
-            f"{where}: pod {arrival.name}'s interlink-nats.io/gang-failure-policy differs from pod {other}'s",
+            f'metadata.annotations["{POLICY_ANNOTATION}"]: {where}: pod {arrival.name}\'s policy differs from pod '
+            f"{other}'s",
         )
     if group.complete:
         raise GatewayError(
-            409, f"{where}: all {group.total} members have arrived already; pod {arrival.name} is one more"
+            409,
+            f'metadata.labels["{NAME_LABEL}"]: {where}: all {group.total} members have arrived already; '
+            f"pod {arrival.name} is one more",
         )
     return group
 
