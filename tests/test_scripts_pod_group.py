@@ -10,6 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel import layout
 from interlink_nats.services.scripts import PodRejected, render_job, render_pod
@@ -148,3 +150,29 @@ def test_apptainer_gets_the_group_variables_through_its_env_prefix(job_dir: Path
     seen = dict(line.split("=", 1) for line in log(job_dir, "main").splitlines() if "=" in line)
     assert seen["APPTAINERENV_" + layout.GROUP_RANK_ENV] == "1"
     assert "APPTAINERENV_" + layout.GROUP_HOSTS_ENV not in seen  # unset in the script: not passed
+
+
+json_values = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8) | st.sampled_from(["1", "0", "4", "FailGang"]),
+    lambda inner: st.lists(inner, max_size=2) | st.dictionaries(st.text(max_size=4), inner, max_size=2),
+    max_leaves=4,
+)
+group_keys = st.sampled_from([GROUP_NAME_LABEL, GROUP_TOTAL_ANNOTATION, FAILURE_POLICY_ANNOTATION, COMPLETION_INDEX])
+
+
+@given(
+    labels=st.dictionaries(group_keys, json_values, max_size=4), annotations=st.dictionaries(group_keys, json_values)
+)
+@settings(max_examples=300, deadline=None)
+def test_any_group_labels_and_annotations_render_or_are_rejected_naming_a_field(
+    labels: dict[str, Any], annotations: dict[str, Any]
+) -> None:
+    data = pod([py("main", "")])
+    data["pod"]["metadata"]["labels"] = labels
+    data["pod"]["metadata"]["annotations"] = annotations
+    field = ""
+    try:
+        render_pod(data, NONE)
+    except PodRejected as rejected:
+        field = rejected.field or "?"
+    assert field in ("",) or field.startswith("metadata."), field

@@ -100,7 +100,11 @@ class PodGroups:
                 log.info("holding pod %s/%s: %s", record.namespace, record.name, decide.waiting_message(held))
             if held.complete:
                 self._submit_later(key)
-        return decide.held_jid(key)
+        return self.jid(record.namespace, group)
+
+    def jid(self, namespace: str, group: PodGroup) -> str:
+        """A member's ``PodJID`` before its group is sent."""
+        return decide.held_jid(decide.group_key(namespace, group.name))
 
     def holds(self, uid: str) -> bool:
         return self.held.group_of(uid) is not None

@@ -61,8 +61,6 @@ class PodUseCases:
         existing = self.store.get(identity.uid)
         if existing is not None and existing.job_id:
             return {"PodUID": identity.uid, "PodJID": existing.job_id}  # interLink retried a create
-        if existing is not None and existing.is_final():
-            return {"PodUID": identity.uid, "PodJID": ""}  # a pod-group member failed before its group was sent
         pool = pool_for_pod(pod, self.settings.default_pool)
         self.client.require_nats()
         build_config = await self.pools.build_config(pool, self.settings.pool_wait_s)
@@ -86,6 +84,8 @@ class PodUseCases:
             },
         )
         if rendered.group is not None:  # held until its whole group has arrived (docs/gateway.md, "Pod groups")
+            if existing is not None and existing.is_final():  # its group failed before it was sent: it stays so
+                return {"PodUID": identity.uid, "PodJID": self.groups.jid(identity.namespace, rendered.group)}
             return {"PodUID": identity.uid, "PodJID": await self.groups.hold(record, job, rendered.group)}
         # Record the pod before submitting: if we crash after the pool accepted it, the events
         # stream and ListJobs still find a record to attach to.
