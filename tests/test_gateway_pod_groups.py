@@ -5,9 +5,11 @@ refusals and malformed groups."""
 from __future__ import annotations
 
 import uuid
+from pathlib import Path
 from typing import Any
 
-from conftest import RedisServer
+import httpx
+from conftest import RedisServer, free_port
 from gang_standin import UNAVAILABLE, serving_standins
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
@@ -19,6 +21,7 @@ from interlink_nats.services.scripts.pod_group import (
     GROUP_NAME_LABEL,
     GROUP_TOTAL_ANNOTATION,
 )
+from processes import Proc, wait_healthy
 from stack import Stack, create_body, eventually, gateway_only, logs_body, new_pool, pod
 
 
@@ -238,3 +241,35 @@ async def test_a_deleted_held_member_leaves_the_group_which_waits_for_a_replacem
         await create(stack, pods[2])
         request = await standin.next_request()
         assert uids(request) == [pods[1]["metadata"]["uid"], pods[2]["metadata"]["uid"]]
+
+
+async def test_held_members_survive_a_kill_9_of_the_gateway(
+    nats_url: str, redis_server: RedisServer, tmp_path: Path
+) -> None:
+    """The gateway process killed with two of four members held: the next one still holds them and sends all four."""
+    pool, group = new_pool(), new_group()
+    pods = [member(group, f"w-{i}", index=i) for i in range(4)]
+    port = free_port()
+    args = ["gateway", "--nats-url", nats_url, "--port", str(port), "--redis-url", redis_server.url]
+    args += ["--default-pool", pool]
+    gateway = Proc(args, {"INTERLINK_GATEWAY_EVENTS_DURABLE": f"gw-{uuid.uuid4().hex[:8]}"}, tmp_path / "gw.log")
+    async with (
+        serving_standins(nats_url, pool) as [standin],
+        httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30) as http,
+    ):
+        try:
+            gateway.start()
+            await wait_healthy(http)
+            for p in (pods[1], pods[2]):
+                assert (await http.post("/create", json=create_body(p))).status_code == 200
+            gateway.kill()
+            gateway.start()
+            await wait_healthy(http)
+            [held] = (await http.request("GET", "/status", json=[pods[2]])).json()
+            assert held["containers"][0]["state"]["waiting"]["message"].endswith("2 of 4 members have arrived")
+            for p in (pods[3], pods[0]):
+                assert (await http.post("/create", json=create_body(p))).status_code == 200
+            request = await standin.next_request()
+            assert uids(request) == [p["metadata"]["uid"] for p in pods]
+        finally:
+            gateway.stop()

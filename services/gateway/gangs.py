@@ -54,6 +54,10 @@ class PodGroups:
         ``group_uid``), and the wait of incomplete ones goes on from their first member's arrival."""
         loaded = await self.held.load()
         for group in list(self.held.groups.values()):
+            records = [self.store.get(uid) for uid in group.members]
+            if all(r is not None and r.job_id for r in records):
+                await self.held.drop(group.key)  # sent and recorded; the gateway stopped before forgetting it
+                continue
             for member in group.members.values():
                 if self.store.get(member.uid) is None:
                     await self.store.put(self._record(group, member))
@@ -90,6 +94,10 @@ class PodGroups:
         )
         key = decide.group_key(record.namespace, group.name)
         async with self._lock:
+            known = self.store.get(record.uid)
+            if known is not None and not self.holds(record.uid) and (known.job_id or known.is_final()):
+                # a retried create that raced its group's outcome (sent, or failed): that answer stands
+                return known.job_id or self.jid(record.namespace, group)
             held = decide.admit(self.held.get(key), arrival, self.clock.time())
             if record.uid not in held.members:
                 held.members[record.uid] = HeldMember(record.uid, record.name, group.index, bytes(job), record.images)
@@ -223,7 +231,7 @@ class PodGroups:
         message = decide.waiting_message(group)
         for uid in group.members:
             record = self.store.get(uid)
-            if record is None or record.is_final():
+            if record is None or record.is_final() or record.job_id:
                 continue
             record.status = decide.member_status(
                 record.init_containers, record.containers, final=False, reason=decide.WAITING_REASON, message=message
