@@ -100,7 +100,7 @@ def _container(plan: PodPlan, c: Container, index: int, init: bool) -> Container
         image=runtime.image(c.image, where, lambda: ctx.annotation(pod_annotations.IMAGE_ROOT), ctx.bc),
         mask=ctx.mask,
         engine_name="" if c.lifecycle is None and not c.probes else quote(f"il-{ctx.pod.metadata.uid}-{c.name}"),
-        passthrough=tuple(name for name in plan.group_env if name not in env_values),  # the pod's own entry wins
+        passthrough=tuple(n for n in plan.group_env if n not in env_values) if plan.group_env else (),  # own wins
     )
     commands = runtime.commands(launch, plan.options)
     plan.host_setup += commands.setup
