@@ -124,6 +124,7 @@ def gateway(
         float | None, typer.Option(help=_described("gateway", "status_fallback_timeout_s"))
     ] = None,
     stale_after_s: Annotated[float | None, typer.Option(help=_described("gateway", "stale_after_s"))] = None,
+    group_wait_s: Annotated[float | None, typer.Option(help=_described("gateway", "group_wait_s"))] = None,
     max_body_bytes: Annotated[int | None, typer.Option(help=_described("gateway", "max_body_bytes"))] = None,
     events_durable: Annotated[str | None, typer.Option(help=_described("gateway", "events_durable"))] = None,
     shutdown_grace_s: Annotated[int | None, typer.Option(help=_described("gateway", "shutdown_grace_s"))] = None,

@@ -29,6 +29,12 @@ from gateway_fuzz import (
 from gateway_fuzz import live as live
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from interlink_nats.services.scripts.pod_group import (
+    COMPLETION_INDEX,
+    FAILURE_POLICY_ANNOTATION,
+    GROUP_NAME_LABEL,
+    GROUP_TOTAL_ANNOTATION,
+)
 
 quantity = mostly(
     st.sampled_from(["100m", "1", "1Gi", "2.5", "500Mi", "1e3", "0", "1.5Ki", "2"]),
@@ -287,7 +293,11 @@ def pod_bodies(draw: st.DrawFn, pool: str) -> Any:
         "uid": uid,
     }
     if draw(st.booleans()):
-        meta["labels"] = draw(st.dictionaries(dns, text, max_size=3))
+        meta["labels"] = draw(
+            st.dictionaries(
+                mostly(dns, st.sampled_from([GROUP_NAME_LABEL, COMPLETION_INDEX]), odds=3), text, max_size=3
+            )
+        )
     if draw(st.booleans()):
         meta["annotations"] = draw(
             st.dictionaries(
@@ -300,6 +310,9 @@ def pod_bodies(draw: st.DrawFn, pool: str) -> Any:
                             "slurm-job.vk.io/mpi-flags",
                             "slurm-job.vk.io/image-root",
                             "interlink.eu/pod-ip",
+                            GROUP_TOTAL_ANNOTATION,
+                            FAILURE_POLICY_ANNOTATION,
+                            COMPLETION_INDEX,
                         ]
                     ),
                     odds=3,

@@ -177,6 +177,14 @@ def volume_pod(kind: str) -> dict[str, Any]:
     }
 
 
+def group_member(data: dict[str, Any]) -> dict[str, Any]:
+    """``data`` as a pod-group member: its containers also get the gang's INTERLINK_GROUP_* variables."""
+    meta = data["pod"]["metadata"]
+    meta["labels"] = {**meta.get("labels", {}), "kueue.x-k8s.io/pod-group-name": "train"}
+    meta["annotations"] = {**meta.get("annotations", {}), "kueue.x-k8s.io/pod-group-total-count": "4"}
+    return data
+
+
 CASES: dict[str, tuple[dict[str, Any], pb.BuildConfig]] = {
     **{f"runtime-{rt}": (none_pod() if rt == "none" else full_pod(), bc) for rt, bc in BUILD.items()},
     **{
@@ -184,6 +192,9 @@ CASES: dict[str, tuple[dict[str, Any], pb.BuildConfig]] = {
         for kind in ("configmap", "secret", "projected", "downwardapi", "emptydir", "hostpath", "subpath")
     },
     **{f"volume-{kind}-none": (volume_pod(kind), BUILD["none"]) for kind in ("configmap", "subpath", "hostpath")},
+    **{
+        f"group-member-{rt}": (group_member(none_pod() if rt == "none" else full_pod()), bc) for rt, bc in BUILD.items()
+    },
 }
 
 

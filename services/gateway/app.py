@@ -16,6 +16,8 @@ from interlink_nats.kernel.gc_tuning import collect_rarely, freeze_long_lived
 from interlink_nats.kernel.nats_connection import connected_server
 from interlink_nats.services.bus.rpc import SERVICE_NAME
 from interlink_nats.services.gateway.events import EventConsumer
+from interlink_nats.services.gateway.gangs import PodGroups
+from interlink_nats.services.gateway.held import HeldGroups
 from interlink_nats.services.gateway.metrics import GatewayMetrics
 from interlink_nats.services.gateway.pool_client import PoolClient
 from interlink_nats.services.gateway.pools import PoolDirectory, discover_pools
@@ -46,6 +48,7 @@ class Gateway:
     pools: PoolDirectory = field(init=False)
     events: EventConsumer = field(init=False)
     refresher: StaleStatusRefresher = field(init=False)
+    groups: PodGroups = field(init=False)
     calls: PodUseCases = field(init=False)
 
     def __post_init__(self) -> None:
@@ -70,7 +73,9 @@ class Gateway:
             stale_after_s=self.settings.stale_after_s,
             timeout_s=self.settings.status_fallback_timeout_s,
         )
-        self.calls = PodUseCases(self.settings, self.store, self.pools, self.client)
+        self.groups = PodGroups(self.store, HeldGroups(self.redis), self.client, wait_s=self.settings.group_wait_s)
+        self.metrics.watch_groups(lambda: len(self.groups.held.groups), self.groups.held.members)
+        self.calls = PodUseCases(self.settings, self.store, self.pools, self.client, self.groups)
 
     async def start(self) -> None:
         collect_rarely()  # before the table is restored (kernel/gc_tuning.py)
@@ -89,6 +94,8 @@ class Gateway:
         # Events only after the table is complete: an event for a pod not in the table is dropped.
         await self.events.start()
         self.refresher.start()
+        # After the events: a restored complete group is sent again, and its members' events must land.
+        await self.groups.start()
         # The restored table is long-lived: keep it out of the cyclic GC's full scans, whose pauses
         # would otherwise show up as /status tail latency at thousands of calls per second; and collect
         # young objects less often (kernel/gc_tuning.py).
@@ -99,6 +106,7 @@ class Gateway:
             log.info("gateway started: %d pods restored from redis, %d from the pools' ListJobs", loaded, rebuilt)
 
     async def close(self) -> None:
+        await self.groups.stop()
         await self.refresher.stop()
         await self.events.stop()
         await self.pools.stop()

@@ -53,6 +53,15 @@ class GatewayMetrics:
         self._pods = pods
         self._counts_by_state = counts_by_state
 
+    def watch_groups(self, groups: Callable[[], int], members: Callable[[], int]) -> None:
+        """Pod groups held until all their members arrive, and those members (computed when scraped)."""
+        held = Gauge("interlink_gateway_pod_groups_held", "Pod groups waiting for members", registry=self.registry)
+        held.set_function(lambda: float(groups()))
+        waiting = Gauge(
+            "interlink_gateway_pod_group_members_held", "Pods held for their pod group", registry=self.registry
+        )
+        waiting.set_function(lambda: float(members()))
+
     def pool_label(self, pool: str) -> str:
         """``pool`` if it announced itself, else OTHER_POOL: user input never mints new series."""
         return pool if pool in self._known_pools() else OTHER_POOL

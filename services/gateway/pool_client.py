@@ -83,6 +83,14 @@ class PoolClient:
             invalid = GRPCError(Status.INTERNAL, "RPC protocol error: reply is not a valid SubmitResponse")
             raise self._failed(pool, "Submit", invalid) from None
 
+    async def submit_group(self, pool: str, members: list[pb.JobScript]) -> pb.SubmitGroupResponse:
+        """``SubmitGroup``, through the generated stub (rare: once per gang). Not retried here: the caller
+        retries what is transient until the group's own deadline."""
+        request = pb.SubmitGroupRequest(members=members)
+        return await self._call(
+            pool, "SubmitGroup", lambda: self.stub(pool).submit_group(request, timeout=self.call_timeout_s)
+        )
+
     async def cancel(self, pool: str, pod_uid: str) -> pb.CancelResponse:
         request = pb.CancelRequest(pod_uid=pod_uid)
         return await self._call(pool, "Cancel", lambda: self.stub(pool).cancel(request, timeout=self.call_timeout_s))

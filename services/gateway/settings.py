@@ -51,6 +51,12 @@ class GatewaySettings(LayeredSettings):
         description="pull the status of a live pod no event mentioned for this long (safety net; a long-running "
         "pod is pulled once per period, in one batch per pool)",
     )
+    group_wait_s: float = Field(
+        600.0,
+        gt=0,
+        description="a pod group not complete this long after its first member arrived fails its members "
+        "(PodGroupIncomplete); a complete group's submission is retried this long",
+    )
     max_body_bytes: int = Field(32 * 1024 * 1024, description="larger request bodies get a 413")
     shutdown_grace_s: int = Field(
         10, ge=0, description="on SIGTERM/SIGINT, in-flight requests get this long to finish (a log follow is then cut)"

@@ -17,13 +17,14 @@ from grpclib.const import Status
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.services.gateway import wire
 from interlink_nats.services.gateway.errors import GatewayError, PoolError, pool_error
+from interlink_nats.services.gateway.gangs import PodGroups
 from interlink_nats.services.gateway.pool_client import PoolClient
 from interlink_nats.services.gateway.pools import PoolDirectory
 from interlink_nats.services.gateway.routing import pool_for_pod
 from interlink_nats.services.gateway.settings import GatewaySettings
 from interlink_nats.services.gateway.store import PodRecord, PodStore
 from interlink_nats.services.gateway.submit_wire import encode_submit_request
-from interlink_nats.services.scripts import PodRejected, render_job
+from interlink_nats.services.scripts import PodRejected, render_pod
 
 log = logging.getLogger("interlink_nats.gateway")
 
@@ -39,12 +40,20 @@ class LogStream:
     rest: AsyncGenerator[bytes, None]
 
 
+async def _no_more() -> AsyncGenerator[bytes, None]:
+    return
+    yield b""  # pragma: no cover  (makes this an async generator)
+
+
 class PodUseCases:
-    def __init__(self, settings: GatewaySettings, store: PodStore, pools: PoolDirectory, client: PoolClient) -> None:
+    def __init__(
+        self, settings: GatewaySettings, store: PodStore, pools: PoolDirectory, client: PoolClient, groups: PodGroups
+    ) -> None:
         self.settings = settings
         self.store = store
         self.pools = pools
         self.client = client
+        self.groups = groups
 
     async def create(self, body: bytes) -> dict[str, str]:
         data, identity = wire.read_create(body)
@@ -56,9 +65,10 @@ class PodUseCases:
         self.client.require_nats()
         build_config = await self.pools.build_config(pool, self.settings.pool_wait_s)
         try:
-            job = render_job(data, build_config)
+            rendered = render_pod(data, build_config)
         except PodRejected as exc:
             raise GatewayError(422, f"pod rejected: {exc}") from None
+        job = rendered.job
         spec = pod["spec"]
         record = PodRecord(
             uid=identity.uid,
@@ -73,6 +83,10 @@ class PodUseCases:
                 if isinstance(c, dict)
             },
         )
+        if rendered.group is not None:  # held until its whole group has arrived (docs/gateway.md, "Pod groups")
+            if existing is not None and existing.is_final():  # its group failed before it was sent: it stays so
+                return {"PodUID": identity.uid, "PodJID": self.groups.jid(identity.namespace, rendered.group)}
+            return {"PodUID": identity.uid, "PodJID": await self.groups.hold(record, job, rendered.group)}
         # Record the pod before submitting: if we crash after the pool accepted it, the events
         # stream and ListJobs still find a record to attach to.
         await self.store.put(record)
@@ -138,9 +152,14 @@ class PodUseCases:
 
     async def delete(self, body: bytes) -> str:
         identity = wire.parse_delete(body)
+        if await self.groups.release(identity.uid):
+            return f"pod {identity.uid} deleted; its pod group waits for a replacement"
         record = self.store.get(identity.uid)
         if record is None:
             return f"pod {identity.uid} is not known; nothing to delete"
+        if not record.job_id and record.is_final():  # a member whose group failed before it was sent
+            await self.store.delete(identity.uid)
+            return f"pod {identity.uid} deleted"
         self.client.require_nats()
         try:
             await self.client.cancel(record.pool, identity.uid)
@@ -159,6 +178,11 @@ class PodUseCases:
             raise GatewayError(404, f"pod {request.pod_uid} is not known to this gateway")
         if request.container not in (*record.init_containers, *record.containers):
             raise GatewayError(404, f"pod {request.pod_uid} has no container {request.container!r}")
+        waiting = self.groups.waiting_message(record.uid)
+        if waiting is not None:
+            raise GatewayError(409, f"pod {record.namespace}/{record.name} has no log yet: {waiting}")
+        if not record.job_id and record.is_final():  # its group failed before it was sent: it never ran
+            return LogStream(record, request, b"", _no_more())
         self.client.require_nats()
         message = pb.GetLogsRequest(
             pod_uid=record.uid,

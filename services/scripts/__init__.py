@@ -7,8 +7,18 @@ from __future__ import annotations
 
 from .environment import expand
 from .errors import PodRejected
+from .pod_group import PodGroup
 from .pod_parse import pod_resources
 from .pod_resources import parse_quantity
-from .render import render_job
+from .render import RenderedPod, render_job, render_pod
 
-__all__ = ["PodRejected", "expand", "parse_quantity", "pod_resources", "render_job"]
+__all__ = [
+    "PodGroup",
+    "PodRejected",
+    "RenderedPod",
+    "expand",
+    "parse_quantity",
+    "pod_resources",
+    "render_job",
+    "render_pod",
+]

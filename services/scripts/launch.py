@@ -31,6 +31,13 @@ class EnvVar:
         return quote(word) if "\x00" not in word else quote_field(word, f"{where}.env[{index}]")  # path: on error only
 
 
+def passthrough_word(name: str, prefix: str) -> str:
+    """``PREFIX+NAME=$NAME`` as one shell word when ``NAME`` is set in the script, no word at all when it is not.
+
+    ``name`` is one of the fixed ``layout.GROUP_ENV`` names (never pod input), so it needs no quoting."""
+    return f'${{{name}+"{prefix}{name}=${name}"}}'
+
+
 @dataclass(slots=True)
 class MountPoint:
     """A volume as a container sees it: ``source`` (below the job dir, or a host path) at ``target``."""
@@ -71,6 +78,9 @@ class Launch:
     image: Image | None  # None for a runtime without images
     mask: bool
     engine_name: str = ""  # the container's name in the engine (quoted), when a hook must find it (podman exec)
+    passthrough: tuple[str, ...] = ()
+    """Names passed from the job script's own environment at run time, when set there (a pod-group member's
+    ``layout.GROUP_ENV``, which the gang's launcher exports); never one the container's ``env`` sets itself."""
 
 
 @dataclass(slots=True)

@@ -1,4 +1,7 @@
-"""The pod annotations the renderer reads (the SLURM plugin's ``slurm-job.vk.io/*``, kept compatible)."""
+"""The pod annotations the renderer reads (the SLURM plugin's ``slurm-job.vk.io/*``, kept compatible).
+
+A pod group's label and annotations (Kueue's ``kueue.x-k8s.io/pod-group-*``, ``interlink-nats.io/gang-failure-policy``,
+``batch.kubernetes.io/job-completion-index``) are read in :mod:`.pod_group`."""
 
 from __future__ import annotations
 

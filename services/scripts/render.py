@@ -30,6 +30,7 @@ from .fields import member
 from .flavors import apply_flavor, select_flavor
 from .hooks import HOOKS, ExecHandler, Handler, TcpSocketHandler, handler_body
 from .launch import HostLink, Launch, PodOptions, SetupEntry
+from .pod_group import PodGroup, pod_group
 from .pod_model import Container
 from .pod_parse import parse_pod
 from .pod_resources import GPU_RESOURCE, ContainerResources, pod_resources_from
@@ -37,7 +38,7 @@ from .quoting import quote, quote_field
 from .runtimes import RUNTIMES
 from .volumes import Volume, build_volume, container_mounts, volume_setup
 
-__all__ = ["render_job"]
+__all__ = ["RenderedPod", "render_job", "render_pod"]
 
 RT = pb.ContainerRuntime
 DEFAULT_GRACE_SECONDS = 30
@@ -67,6 +68,7 @@ class PodPlan:
     volumes: dict[str, Volume]
     options: PodOptions
     mpi: tuple[str, ...]  # main containers only
+    group_env: tuple[str, ...] = ()  # a pod-group member's: passed from the script's environment into each container
     used: dict[str, Volume] = field(default_factory=dict)  # volumes some container mounts
     host_setup: list[SetupEntry] = field(default_factory=list)
 
@@ -98,6 +100,7 @@ def _container(plan: PodPlan, c: Container, index: int, init: bool) -> Container
         image=runtime.image(c.image, where, lambda: ctx.annotation(pod_annotations.IMAGE_ROOT), ctx.bc),
         mask=ctx.mask,
         engine_name="" if c.lifecycle is None and not c.probes else quote(f"il-{ctx.pod.metadata.uid}-{c.name}"),
+        passthrough=tuple(n for n in plan.group_env if n not in env_values) if plan.group_env else (),  # own wins
     )
     commands = runtime.commands(launch, plan.options)
     plan.host_setup += commands.setup
@@ -229,12 +232,28 @@ def _setup_line(entry: SetupEntry) -> str:
     return f"mkdir -p -- {parent} && ln -sfn -- {source} {quote(entry.path)}"
 
 
+@dataclass(frozen=True, slots=True)
+class RenderedPod:
+    """A rendered pod and the pod group it belongs to (``None``: a pod on its own)."""
+
+    job: pb.JobScript
+    group: PodGroup | None
+
+
 def render_job(
     pod_data: dict[str, Any], build_config: pb.BuildConfig | None = None, *, mask_secrets: bool = False
 ) -> pb.JobScript:
     """Render interLink's RetrievedPodData (or a bare pod) for a pool; raise PodRejected for what
     cannot run faithfully. ``mask_secrets`` replaces secret contents for display (the script is then not runnable)."""
+    return render_pod(pod_data, build_config, mask_secrets=mask_secrets).job
+
+
+def render_pod(
+    pod_data: dict[str, Any], build_config: pb.BuildConfig | None = None, *, mask_secrets: bool = False
+) -> RenderedPod:
+    """:func:`render_job`, and the pod's group read from the same parse (the gateway holds members by it)."""
     pod = parse_pod(pod_data)
+    group = pod_group(pod.metadata)
     bc = build_config if build_config is not None else pb.BuildConfig()
     runtime_kind = bc.runtime if bc.runtime != RT.UNSPECIFIED else RT.APPTAINER
     runtime = RUNTIMES[runtime_kind]
@@ -248,7 +267,7 @@ def render_job(
         volumes[vol.name] = vol
 
     options, mpi, backend_flags = _pod_options(ctx, uid)
-    plan = PodPlan(ctx, volumes, options, mpi)
+    plan = PodPlan(ctx, volumes, options, mpi, layout.GROUP_ENV if group is not None else ())
     plans: list[ContainerPlan] = []
     for init, containers in ((True, spec.init_containers), (False, spec.containers)):
         for c in containers:
@@ -318,7 +337,7 @@ def render_job(
         script.encode("utf-8")
     except UnicodeEncodeError:
         raise PodRejected("pod", "contains text that is not valid Unicode (lone surrogates)") from None
-    return pb.JobScript(
+    job = pb.JobScript(
         pod=pb.PodRef(uid=uid, namespace=meta.namespace, name=meta.name),
         script=script,
         init_containers=[p.name for p in init_plans],
@@ -329,3 +348,4 @@ def render_job(
         run_as_user=spec.run_as[0],
         run_as_group=spec.run_as[1],
     )
+    return RenderedPod(job, group)

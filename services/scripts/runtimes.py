@@ -18,7 +18,16 @@ from interlink_nats.kernel import layout
 from interlink_nats.kernel.layout import LayoutDir, LayoutLink
 
 from .errors import PodRejected
-from .launch import ContainerCommands, HostLink, Image, Launch, PodOptions, SetupEntry, StopCommands
+from .launch import (
+    ContainerCommands,
+    HostLink,
+    Image,
+    Launch,
+    PodOptions,
+    SetupEntry,
+    StopCommands,
+    passthrough_word,
+)
 from .pod_model import NotAString
 from .quoting import quote, quote_field
 
@@ -157,8 +166,9 @@ class ContainerEngine:
             body.append(f"if [ -e {local} ]; then __img={local}; else __img={image}; fi")
             image = '"$__img"'
         words = [quote(w) for w in launch.mpi]
-        if self.env_flag is None and launch.env:
+        if self.env_flag is None and (launch.env or launch.passthrough):
             words += ["env", "--"]
+            words += [passthrough_word(name, self.env_prefix) for name in launch.passthrough]
             for k, var in enumerate(launch.env):
                 if not _IDENTIFIER.match(var.name):
                     raise PodRejected(f"{where}.env[{k}].name", f"{self.name} needs identifier names: {var.name!r}")
@@ -178,6 +188,8 @@ class ContainerEngine:
             words += self.gpu_flags
         words += pod.options
         if self.env_flag is not None:
+            for name in launch.passthrough:  # `--env NAME`: the engine copies NAME from its own environment if set
+                words += [self.env_flag, name]
             for k, var in enumerate(launch.env):
                 words += [self.env_flag, var.word(self.env_prefix, k, where, launch.mask)]
         for bind in pod.binds:
@@ -304,7 +316,8 @@ class HostRuntime:
             else:
                 setup.append(HostLink(target, mount.source, where))
         setup.append(LayoutDir(cwd))  # after the links: may be inside
-        variables = [var.word("", k, where, launch.mask) for k, var in enumerate(launch.env)]
+        variables = [passthrough_word(name, "") for name in launch.passthrough]
+        variables += [var.word("", k, where, launch.mask) for k, var in enumerate(launch.env)]
         variables.append(f'"{layout.ROOTFS_ENV}=$__job_dir/"{quote(root)}')
         program = [*launch.command_words, *launch.args_words]
         cd = f'cd -- "$__job_dir"/{quote_field(cwd, where)} || exit 126'

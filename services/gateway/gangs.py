@@ -1,0 +1,251 @@
+"""Pod groups (gangs): members held until the whole group has arrived, then ONE ``SubmitGroup`` to the pool.
+
+Decisions are in ``groups`` (pure); this module does the I/O around them: the pod table (each member is an
+ordinary pod record, so ``/status`` answers it as any pod), the held groups (``held``, mirrored to redis),
+the pool's ``SubmitGroup`` with back-off, and one background task that fails groups which waited too long.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.kernel.clock import SYSTEM_CLOCK, Clock
+from interlink_nats.services.gateway import groups as decide
+from interlink_nats.services.gateway.errors import GatewayError, PoolError
+from interlink_nats.services.gateway.groups import Arrival, HeldGroup, HeldMember
+from interlink_nats.services.gateway.held import HeldGroups
+from interlink_nats.services.gateway.pool_client import PoolClient
+from interlink_nats.services.gateway.store import PodRecord, PodStore
+from interlink_nats.services.scripts import PodGroup
+
+log = logging.getLogger("interlink_nats.gateway")
+
+RETRY_FIRST_S = 0.2
+RETRY_MAX_S = 5.0
+
+
+class PodGroups:
+    def __init__(
+        self,
+        store: PodStore,
+        held: HeldGroups,
+        client: PoolClient,
+        *,
+        wait_s: float,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
+        self.store = store
+        self.held = held
+        self.client = client
+        self.wait_s = wait_s
+        self.clock = clock
+        self._submitting: dict[str, asyncio.Task[None]] = {}
+        self._sweeper: asyncio.Task[None] | None = None
+        self._lock = asyncio.Lock()
+        """Arrivals, departures and outcomes of groups one at a time: each reads a group and writes it back."""
+
+    # --- life cycle ----------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Restore held groups: every member gets its pod record back if redis lost it, complete groups (the
+        gateway died before recording their submission) are sent again (``SubmitGroup`` is idempotent by
+        ``group_uid``), and the wait of incomplete ones goes on from their first member's arrival."""
+        loaded = await self.held.load()
+        for group in list(self.held.groups.values()):
+            records = [self.store.get(uid) for uid in group.members]
+            if all(r is not None and r.job_id for r in records):
+                await self.held.drop(group.key)  # sent and recorded; the gateway stopped before forgetting it
+                continue
+            for member in group.members.values():
+                if self.store.get(member.uid) is None:
+                    await self.store.put(self._record(group, member))
+            await self._show_waiting(group)
+            if group.complete:
+                self._submit_later(group.key)
+        self._sweeper = asyncio.create_task(self._sweep_forever(), name="gateway-pod-groups")
+        if loaded:
+            log.info("restored %d held pod groups (%d members)", loaded, self.held.members())
+
+    async def stop(self) -> None:
+        tasks = [*self._submitting.values(), *([self._sweeper] if self._sweeper else [])]
+        for task in tasks:
+            task.cancel()
+        for task in tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._submitting.clear()
+        self._sweeper = None
+
+    # --- calls ---------------------------------------------------------------------------------
+    async def hold(self, record: PodRecord, job: pb.JobScript, group: PodGroup) -> str:
+        """Hold a member (its ``/create``); returns its ``PodJID``. Raises a 4xx GatewayError when it does not
+        fit its group (another pool, another count)."""
+        arrival = Arrival(
+            uid=record.uid,
+            namespace=record.namespace,
+            name=record.name,
+            pool=record.pool,
+            group_name=group.name,
+            total=group.total,
+            failure_policy=int(group.failure_policy),
+            index=group.index,
+        )
+        key = decide.group_key(record.namespace, group.name)
+        async with self._lock:
+            known = self.store.get(record.uid)
+            if known is not None and not self.holds(record.uid) and (known.job_id or known.is_final()):
+                # a retried create that raced its group's outcome (sent, or failed): that answer stands
+                return known.job_id or self.jid(record.namespace, group)
+            held = decide.admit(self.held.get(key), arrival, self.clock.time())
+            if record.uid not in held.members:
+                held.members[record.uid] = HeldMember(record.uid, record.name, group.index, bytes(job), record.images)
+                # redis first: once the member is answered it must survive a restart
+                await self.held.put(held)
+                await self.store.put(record)
+                await self._show_waiting(held)
+                log.info("holding pod %s/%s: %s", record.namespace, record.name, decide.waiting_message(held))
+            if held.complete:
+                self._submit_later(key)
+        return self.jid(record.namespace, group)
+
+    def jid(self, namespace: str, group: PodGroup) -> str:
+        """A member's ``PodJID`` before its group is sent."""
+        return decide.held_jid(decide.group_key(namespace, group.name))
+
+    def holds(self, uid: str) -> bool:
+        return self.held.group_of(uid) is not None
+
+    def waiting_message(self, uid: str) -> str | None:
+        group = self.held.group_of(uid)
+        return None if group is None else decide.waiting_message(group)
+
+    async def release(self, uid: str) -> bool:
+        """A held member's pod was deleted: it leaves the group, which then waits for a replacement (as the Job
+        controller makes one); True if ``uid`` was held."""
+        async with self._lock:
+            if not self.holds(uid):
+                return False
+            group = await self.held.release(uid)
+            await self.store.delete(uid)
+            if group is not None:
+                await self._show_waiting(group)
+        return True
+
+    # --- submission ----------------------------------------------------------------------------
+    def _submit_later(self, key: str) -> None:
+        task = self._submitting.get(key)
+        if task is None or task.done():
+            self._submitting[key] = asyncio.create_task(self._submit(key), name=f"gateway-submit-group-{key}")
+
+    async def _submit(self, key: str) -> None:
+        """Send the complete group until the pool answers; transient failures are retried with back-off for
+        ``wait_s``, a refusal fails every member with the pool's message."""
+        deadline = self.clock.monotonic() + self.wait_s
+        attempt = 0
+        try:
+            while True:
+                group = self.held.get(key)
+                if group is None or not group.complete:
+                    return  # a member was deleted meanwhile: the group waits for its replacement again
+                jobs = decide.gang_jobs(group)
+                try:
+                    reply = await self.client.submit_group(group.pool, jobs)
+                except GatewayError as exc:
+                    rpc = exc.rpc_status.name if isinstance(exc, PoolError) else "UNAVAILABLE"  # our NATS is down
+                    if rpc in decide.TRANSIENT and self.clock.monotonic() < deadline:
+                        attempt += 1
+                        pause = min(RETRY_FIRST_S * 2 ** (attempt - 1), RETRY_MAX_S)
+                        log.warning("pod group %s: SubmitGroup failed (%s), retrying in %gs", key, exc.message, pause)
+                        await asyncio.sleep(pause)
+                        continue
+                    reason = decide.UNAVAILABLE_REASON if rpc in decide.TRANSIENT else decide.REJECTED_REASON
+                    async with self._lock:
+                        await self._fail(group, reason, f"pod group {key}: {exc.message}")
+                    return
+                async with self._lock:
+                    await self._submitted(group, jobs, reply)
+                return
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # never lose the task silently: the group stays held and is sent again at start-up
+            log.exception("submitting pod group %s failed", key)
+        finally:
+            if self._submitting.get(key) is asyncio.current_task():
+                del self._submitting[key]
+
+    async def _submitted(self, group: HeldGroup, jobs: list[pb.JobScript], reply: pb.SubmitGroupResponse) -> None:
+        """Every member's record gets the gang's job id; from here statuses flow per member as for any pod."""
+        gone: list[str] = []
+        for rank, job in enumerate(jobs):
+            uid = job.pod.uid if job.pod else ""
+            record = self.store.get(uid)
+            if record is None:
+                gone.append(uid)  # deleted while the group was in flight
+                continue
+            record.job_id = reply.job_id
+            if not reply.created and rank < len(reply.statuses):
+                self.store.apply_status(uid, reply.statuses[rank], 0)
+            elif not record.revision:  # no event came first: the pod now waits as any submitted pod
+                record.status = None
+            await self.store.save(record)
+        await self.held.drop(group.key)
+        log.info(
+            "submitted pod group %s (%d members) to pool %s: job %s", group.key, len(jobs), group.pool, reply.job_id
+        )
+        for uid in gone:  # the gang cannot run without it: its cancel stops the whole gang
+            with contextlib.suppress(GatewayError):
+                await self.client.cancel(group.pool, uid)
+
+    async def _fail(self, group: HeldGroup, reason: str, message: str) -> None:
+        for uid in group.members:
+            record = self.store.get(uid)
+            if record is not None:
+                status = decide.member_status(
+                    record.init_containers, record.containers, final=True, reason=reason, message=message
+                )
+                self.store.apply_status(uid, status, 0)
+                await self.store.save(record)
+        await self.held.drop(group.key)
+        log.warning("%s: failing its %d members (%s)", message, len(group.members), reason)
+
+    # --- waiting -------------------------------------------------------------------------------
+    async def _sweep_forever(self) -> None:
+        tick = min(1.0, max(0.05, self.wait_s / 20))
+        while True:
+            await asyncio.sleep(tick)
+            try:
+                await self.sweep()
+            except Exception:  # never let the timeout die
+                log.exception("checking held pod groups failed")
+
+    async def sweep(self) -> None:
+        """Fail the members of every group that waited ``wait_s`` for the rest."""
+        async with self._lock:
+            for group in decide.expired(list(self.held.groups.values()), self.clock.time(), self.wait_s):
+                await self._fail(group, decide.INCOMPLETE_REASON, decide.incomplete_message(group, self.wait_s))
+
+    async def _show_waiting(self, group: HeldGroup) -> None:
+        """Every member's status says how many of the group have arrived (it changes with each arrival)."""
+        message = decide.waiting_message(group)
+        for uid in group.members:
+            record = self.store.get(uid)
+            if record is None or record.is_final() or record.job_id:
+                continue
+            record.status = decide.member_status(
+                record.init_containers, record.containers, final=False, reason=decide.WAITING_REASON, message=message
+            )
+            await self.store.save(record)
+
+    def _record(self, group: HeldGroup, member: HeldMember) -> PodRecord:
+        job = pb.JobScript.parse(member.job)
+        return PodRecord(
+            uid=member.uid,
+            namespace=group.namespace,
+            name=member.name,
+            pool=group.pool,
+            init_containers=job.init_containers,
+            containers=job.containers,
+            images=member.images,
+        )

@@ -1,0 +1,94 @@
+"""The pod groups the gateway holds, in memory and mirrored to redis, so held members survive a restart.
+
+One redis hash (``REDIS_GROUPS_KEY``), one field per group (``<namespace>/<name>``) holding the whole group as
+JSON, rendered jobs included: a group changes as one value, so a restart never finds half of an arrival.
+Like the pod table, memory is authoritative while the gateway runs: a redis failure is logged, not raised
+(the member was answered already); the next change of that group writes it whole again.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from interlink_nats.services.gateway.groups import HeldGroup
+from interlink_nats.services.gateway.store import RedisLike
+
+log = logging.getLogger(__name__)
+
+REDIS_GROUPS_KEY = "interlink-nats:pod-groups"
+
+
+class HeldGroups:
+    def __init__(self, redis: RedisLike | None = None, *, key: str = REDIS_GROUPS_KEY) -> None:
+        self.redis = redis
+        self.key = key
+        self.groups: dict[str, HeldGroup] = {}
+        self.by_member: dict[str, str] = {}
+        """Pod uid -> its group's key."""
+
+    async def load(self) -> int:
+        """The groups redis holds; returns how many."""
+        if self.redis is None:
+            return 0
+        for key, text in (await self.redis.hgetall(self.key)).items():
+            try:
+                group = HeldGroup.from_json(text)
+            except (ValueError, KeyError, TypeError) as exc:
+                log.warning("skipping unreadable pod group %s in redis: %s", key.decode(errors="replace"), exc)
+                continue
+            self._remember(group)
+        return len(self.groups)
+
+    def get(self, key: str) -> HeldGroup | None:
+        return self.groups.get(key)
+
+    def group_of(self, uid: str) -> HeldGroup | None:
+        key = self.by_member.get(uid)
+        return None if key is None else self.groups.get(key)
+
+    def members(self) -> int:
+        return len(self.by_member)
+
+    async def put(self, group: HeldGroup) -> None:
+        """Keep ``group`` as it is now (after a member arrived or left)."""
+        old = self.groups.get(group.key)
+        if old is not None:
+            for uid in old.members:
+                self.by_member.pop(uid, None)
+        self._remember(group)
+        if self.redis is not None:
+            try:
+                await self.redis.hset(self.key, group.key, group.to_json())
+            except Exception as exc:  # memory stays right; the group's next change rewrites it
+                log.warning("could not save pod group %s to redis: %s", group.key, exc)
+
+    async def release(self, uid: str) -> HeldGroup | None:
+        """Take member ``uid`` out of its group (its pod was deleted); the group as it is left, ``None`` when
+        it is left empty and so forgotten."""
+        key = self.by_member.pop(uid, None)
+        group = None if key is None else self.groups.get(key)
+        if group is None:
+            return None
+        group.members.pop(uid, None)
+        if not group.members:
+            await self.drop(group.key)
+            return None
+        await self.put(group)
+        return group
+
+    async def drop(self, key: str) -> None:
+        """Forget a group: submitted, or failed."""
+        group = self.groups.pop(key, None)
+        if group is not None:
+            for uid in group.members:
+                self.by_member.pop(uid, None)
+        if self.redis is not None:
+            try:
+                await self.redis.hdel(self.key, key)
+            except Exception as exc:
+                log.warning("could not remove pod group %s from redis: %s", key, exc)
+
+    def _remember(self, group: HeldGroup) -> None:
+        self.groups[group.key] = group
+        for uid in group.members:
+            self.by_member[uid] = group.key

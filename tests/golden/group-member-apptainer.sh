@@ -1,0 +1,193 @@
+#!/bin/bash
+# interlink-nats job script (runtime apptainer). Self-contained; run with cwd = job directory.
+# Needs bash >= 4.3 (wait -n) and coreutils (base64, chmod, mkdir, ln, rm, sleep).
+# Every pod-derived value below is a single-quoted shell word; only the pre-exec sections are raw shell.
+set -u
+if ((BASH_VERSINFO[0] * 100 + BASH_VERSINFO[1] < 403)); then
+  printf '%s\n' "interlink-nats: this job script needs bash >= 4.3 (wait -n); this host's is $BASH_VERSION" >&2
+  exit 125
+fi
+umask 077
+__job_dir=${INTERLINK_JOB_DIR:-$PWD}
+cd -- "$__job_dir" || exit 125
+__job_dir=$PWD
+export INTERLINK_JOB_DIR="$__job_dir"
+# The submitter made the job dir 0700, containers/ and the layout (JobScript.layout) when this test holds.
+__prepared=0
+[ -d containers ] && [ -d volumes/cfg ] && [ -d volumes/scratch ] && __prepared=1
+if [ "$__prepared" = 0 ]; then
+  chmod 0700 -- "$__job_dir"
+  mkdir -p -- containers
+fi
+__names=(fetch train sidecar)
+__cancelled=0
+__trapped=0
+__setup_error=
+__rc=0
+__pgids=()
+__timers=()
+__wait_status=0
+
+# Start time and exit code of one container: one write each, taken by readers once it ends in a newline.
+# Each then notes the job in the pool's change journal (a hint: the submitter's poll reads only jobs that changed).
+__changed() { printf '%s\n' "${__job_dir##*/}" 2>/dev/null >> "$__job_dir/../.changes"; }
+__started() { printf '%(%s)T\n' -1 > "containers/$1.started"; __changed; }
+__exited() { printf '%s\n' "$2" > "containers/$1.exit"; __changed; }
+# Report every container without an exit file as terminated with code $1, the reason in its log.
+__terminate_rest() {
+  local n
+  for n in ${__names[@]+"${__names[@]}"}; do
+    if [ ! -s "containers/$n.exit" ]; then
+      printf '%s\n' "$2" >> "containers/$n.log"
+      __exited "$n" "$1"
+    fi
+  done
+}
+__signal_all() {
+  local g
+  for g in ${__pgids[@]+"${__pgids[@]}"}; do kill "-$1" -- "-$g" 2>/dev/null; done
+}
+# TERM/INT (cancel, deadline): forward to every container's process group, then KILL after the grace period.
+__on_signal() {
+  __trapped=1
+  if [ "$__cancelled" = 0 ]; then
+    __cancelled=1
+    __signal_all TERM
+    ( sleep 15; __signal_all KILL ) &
+    __timers+=($!)
+  fi
+}
+__cleanup() {
+  local t
+  # A repeated cancel must not cut the clean-up short: catch (not ignore, which children would inherit) TERM/INT.
+  trap : TERM INT
+  for t in ${__timers[@]+"${__timers[@]}"}; do kill -- "-$t" 2>/dev/null; done
+  __terminate_rest 143 "interlink-nats: the job script ended before this container ended"
+  rm -rf -- "$__job_dir"/.prepared "$__job_dir"/volumes "$__job_dir"/rootfs
+}
+trap __on_signal TERM INT
+trap __cleanup EXIT
+set -m
+# Wait for one container's process group; a trapped signal interrupts `wait`, so wait again.
+__wait() {
+  local rc
+  while :; do
+    __trapped=0
+    wait "$1"
+    rc=$?
+    if [ "$__trapped" = 1 ] && [ "$rc" -gt 128 ]; then
+      if kill -0 "$1" 2>/dev/null; then continue; fi
+      wait "$1" 2>/dev/null
+      local again=$?
+      [ "$again" = 127 ] || rc=$again
+    fi
+    __wait_status=$rc
+    return 0
+  done
+}
+__setup_failed() { [ -n "$__setup_error" ] || __setup_error=$1; }
+# File writers (the umask set before them gives the mode; execute bits are chmod'ed below): text as a quoted
+# word, binary as base64 (through a pipe: bash < 5.1 keeps a here-string in a temporary file, and it may be a secret).
+__t() { printf '%s' "$2" > "$1" || __setup_failed "cannot write $1"; }
+__b() { printf '%s' "$2" | base64 -d > "$1" || __setup_failed "cannot write $1"; }
+__need() { test "-$1" "$2" || __setup_failed "hostPath $2 is not of type $3"; }
+( sleep 3600; : > containers/deadline-exceeded; kill -TERM -- "$$" 2>/dev/null ) &
+__timers+=($!)
+export APPTAINER_CACHEDIR=/scratch/cache
+
+# --- volumes ---
+if [ "$__prepared" = 0 ]; then
+  mkdir -p -- volumes/cfg volumes/scratch || __setup_failed "cannot create volume directories"
+  chmod 0755 -- volumes/cfg
+  chmod 0777 -- volumes/scratch
+fi
+umask 0133
+__t volumes/cfg/app.yaml 'lr: 0.1
+'
+umask 0077
+
+# --- pre-exec (pool BuildConfig.pre_exec; trusted admin shell) ---
+source /etc/profile.d/site.sh
+
+# --- pre-exec (annotation slurm-job.vk.io/pre-exec; raw shell by design, runs as the pool account) ---
+module load cuda
+export OMP_NUM_THREADS=4
+cd -- "$__job_dir" || exit 125
+umask 022
+
+# --- containers ---
+__c0() {
+  if [ -e /images/busybox_1.36 ]; then __img=/images/busybox_1.36; else __img=docker://busybox:1.36; fi
+  exec env -- ${INTERLINK_GROUP_NAME+"APPTAINERENV_INTERLINK_GROUP_NAME=$INTERLINK_GROUP_NAME"} ${INTERLINK_GROUP_SIZE+"APPTAINERENV_INTERLINK_GROUP_SIZE=$INTERLINK_GROUP_SIZE"} ${INTERLINK_GROUP_RANK+"APPTAINERENV_INTERLINK_GROUP_RANK=$INTERLINK_GROUP_RANK"} ${INTERLINK_GROUP_HOSTS+"APPTAINERENV_INTERLINK_GROUP_HOSTS=$INTERLINK_GROUP_HOSTS"} ${INTERLINK_GROUP_LEADER+"APPTAINERENV_INTERLINK_GROUP_LEADER=$INTERLINK_GROUP_LEADER"} /opt/apptainer/bin/apptainer --quiet exec --no-home --writable-tmpfs --cleanenv --contain --bind /cvmfs:/cvmfs:ro --bind /etc/grid-security --bind "$__job_dir"/volumes/scratch:/scratch "$__img" sh -c 'echo '"'"'ready'"'"' > /scratch/ready'
+}
+__c1() {
+  if [ -e /images/ghcr.io_example_train_1.0 ]; then __img=/images/ghcr.io_example_train_1.0; else __img=docker://ghcr.io/example/train:1.0; fi
+  exec mpirun -np 2 env -- ${INTERLINK_GROUP_NAME+"APPTAINERENV_INTERLINK_GROUP_NAME=$INTERLINK_GROUP_NAME"} ${INTERLINK_GROUP_SIZE+"APPTAINERENV_INTERLINK_GROUP_SIZE=$INTERLINK_GROUP_SIZE"} ${INTERLINK_GROUP_RANK+"APPTAINERENV_INTERLINK_GROUP_RANK=$INTERLINK_GROUP_RANK"} ${INTERLINK_GROUP_HOSTS+"APPTAINERENV_INTERLINK_GROUP_HOSTS=$INTERLINK_GROUP_HOSTS"} ${INTERLINK_GROUP_LEADER+"APPTAINERENV_INTERLINK_GROUP_LEADER=$INTERLINK_GROUP_LEADER"} APPTAINERENV_EPOCHS=3 APPTAINERENV_POD=golden /opt/apptainer/bin/apptainer --quiet exec --no-home --writable-tmpfs --nv --cleanenv --contain --bind /cvmfs:/cvmfs:ro --bind /etc/grid-security --bind "$__job_dir"/volumes/scratch:/scratch --bind "$__job_dir"/volumes/cfg:/etc/app:ro --pwd /scratch "$__img" python3 train.py --epochs 3 --name 'it'"'"'s golden'
+}
+__c2() {
+  exec mpirun -np 2 env -- ${INTERLINK_GROUP_NAME+"APPTAINERENV_INTERLINK_GROUP_NAME=$INTERLINK_GROUP_NAME"} ${INTERLINK_GROUP_SIZE+"APPTAINERENV_INTERLINK_GROUP_SIZE=$INTERLINK_GROUP_SIZE"} ${INTERLINK_GROUP_RANK+"APPTAINERENV_INTERLINK_GROUP_RANK=$INTERLINK_GROUP_RANK"} ${INTERLINK_GROUP_HOSTS+"APPTAINERENV_INTERLINK_GROUP_HOSTS=$INTERLINK_GROUP_HOSTS"} ${INTERLINK_GROUP_LEADER+"APPTAINERENV_INTERLINK_GROUP_LEADER=$INTERLINK_GROUP_LEADER"} /opt/apptainer/bin/apptainer --quiet run --no-home --writable-tmpfs --cleanenv --contain --bind /cvmfs:/cvmfs:ro --bind /etc/grid-security --bind "$__job_dir"/volumes/scratch:/scratch /cvmfs/images/sidecar.sif --serve 8080
+}
+# Run container $1 (function index) named $2 in its own process group (set -m), in one fork: the function
+# execs the container's process where the runtime allows it. This script writes the exit file when it ends.
+__launch() {
+  __started "$2"
+  "__c$1" > "containers/$2.log" 2>&1 < /dev/null &
+  __pgids+=($!)
+}
+# Wait for the main containers in whatever order they end, writing each exit file as it ends. `wait -n`
+# wakes on any child's end (bash >= 4.3 also reports one that ended before it was called); a container found
+# gone is collected with `wait PID` (bash keeps its status), and the scan repeats until it collects none, so
+# an end cannot slip in between the last scan and `wait -n` (a foreground wait may mark other jobs reported).
+__reap() {
+  local i found left
+  while :; do
+    found=0
+    left=0
+    for i in ${__main_pids[@]+"${!__main_pids[@]}"}; do
+      if kill -0 "${__main_pids[$i]}" 2>/dev/null; then
+        left=1
+        continue
+      fi
+      __wait "${__main_pids[$i]}"
+      __main_rcs[$i]=$__wait_status
+      [ -s "containers/${__main_names[$i]}.exit" ] || __exited "${__main_names[$i]}" "$__wait_status"
+      unset "__main_pids[$i]"
+      found=1
+    done
+    [ "$found" = 0 ] || continue
+    [ "$left" = 1 ] || return 0
+    wait -n 2>/dev/null
+  done
+}
+__record() {
+  [ -s "containers/$1.exit" ] || __exited "$1" "$2"
+  if [ "$2" != 0 ] && [ "$__rc" = 0 ]; then __rc=$2; fi
+}
+if [ -n "$__setup_error" ]; then
+  __rc=125
+  __terminate_rest 125 "interlink-nats: pod setup failed: $__setup_error"
+fi
+if [ "$__rc" = 0 ] && [ "$__cancelled" = 0 ]; then
+  __launch 0 fetch
+  __wait "$!"
+  __record fetch "$__wait_status"
+  if [ "$__rc" != 0 ] && [ "$__cancelled" = 0 ]; then
+    __terminate_rest "$__rc" "interlink-nats: not started: init container fetch failed with exit code $__rc"
+  fi
+fi
+if [ "$__rc" = 0 ] && [ "$__cancelled" = 0 ]; then
+  __main_pids=()
+  __main_names=(train sidecar)
+  __main_rcs=()
+  __launch 1 train
+  __main_pids+=($!)
+  __launch 2 sidecar
+  __main_pids+=($!)
+  __reap
+  for __i in "${!__main_names[@]}"; do __record "${__main_names[$__i]}" "${__main_rcs[$__i]}"; done
+fi
+if [ "$__cancelled" = 1 ]; then
+  __terminate_rest 143 "interlink-nats: cancelled before this container started"
+  [ "$__rc" != 0 ] || __rc=143
+fi
+exit "$__rc"

@@ -1,0 +1,121 @@
+"""The gateway's pod-group decisions (services/gateway/groups.py), pure; and the wait's timeout driven by a
+ManualClock through PodGroups with memory-only stores (no pool is called: the group never completes)."""
+
+from __future__ import annotations
+
+from typing import cast
+
+import pytest
+from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.kernel.clock import ManualClock
+from interlink_nats.kernel.names import is_pod_uid
+from interlink_nats.services.gateway import groups
+from interlink_nats.services.gateway.errors import GatewayError
+from interlink_nats.services.gateway.gangs import PodGroups
+from interlink_nats.services.gateway.groups import Arrival, HeldGroup, HeldMember
+from interlink_nats.services.gateway.held import HeldGroups
+from interlink_nats.services.gateway.pool_client import PoolClient
+from interlink_nats.services.gateway.store import PodRecord, PodStore
+from interlink_nats.services.scripts import PodGroup
+
+FAIL_GANG = int(pb.GangFailurePolicy.FAIL_GANG)
+
+
+def arrival(uid: str, *, pool: str = "a", total: int = 3, index: int | None = None, name: str = "") -> Arrival:
+    return Arrival(uid, "ns", name or f"pod-{uid}", pool, "train", total, FAIL_GANG, index)
+
+
+def held(*members: tuple[str, int | None, str], total: int = 3) -> HeldGroup:
+    group = HeldGroup("ns", "train", "a", total, FAIL_GANG, first_at=100.0)
+    for uid, index, name in members:
+        job = pb.JobScript(pod=pb.PodRef(uid=uid, namespace="ns", name=name), script="true", containers=["main"])
+        group.members[uid] = HeldMember(uid, name, index, bytes(job))
+    return group
+
+
+def test_the_first_member_makes_the_group_and_a_second_arrival_of_it_is_the_same_member() -> None:
+    group = groups.admit(None, arrival("u1"), now=5.0)
+    assert (group.key, group.pool, group.total, group.first_at) == ("ns/train", "a", 3, 5.0)
+    group.members["u1"] = HeldMember("u1", "pod-u1", None, b"")
+    assert groups.admit(group, arrival("u1", pool="b", total=9), now=6.0) is group  # a retry: not checked again
+
+
+@pytest.mark.parametrize(
+    ("other", "code", "words"),
+    [
+        (arrival("u2", pool="b"), 422, ["spec.tolerations", "'a'", "'b'", "pod-u1", "pod-u2"]),
+        (arrival("u2", total=4), 422, ["pod-group-total-count", "4", "3"]),
+    ],
+)
+def test_a_member_that_does_not_fit_is_refused_naming_both_pods(other: Arrival, code: int, words: list[str]) -> None:
+    group = held(("u1", None, "pod-u1"))
+    with pytest.raises(GatewayError) as refused:
+        groups.admit(group, other, now=0)
+    assert refused.value.status_code == code
+    assert all(word in refused.value.message for word in words), refused.value.message
+
+
+def test_one_more_member_than_the_count_is_a_409() -> None:
+    group = held(("u1", None, "a"), ("u2", None, "b"), total=2)
+    with pytest.raises(GatewayError) as refused:
+        groups.admit(group, arrival("u3", total=2), now=0)
+    assert refused.value.status_code == 409
+
+
+def test_ranks_follow_the_completion_index_then_the_pod_name() -> None:
+    group = held(("u1", None, "b"), ("u2", 1, "z"), ("u3", None, "a"), ("u4", 0, "y"), total=4)
+    assert [m.uid for m in group.ranked()] == ["u4", "u2", "u3", "u1"]
+    jobs = groups.gang_jobs(group)
+    assert [j.pod.uid for j in jobs if j.pod] == ["u4", "u2", "u3", "u1"]
+    assert [(j.gang.rank, j.gang.size) for j in jobs if j.gang] == [(0, 4), (1, 4), (2, 4), (3, 4)]
+    assert {j.gang.group_uid for j in jobs if j.gang} == {groups.group_uid(group)}
+
+
+def test_the_group_uid_is_a_pod_uid_the_same_for_the_same_pods_and_another_for_new_ones() -> None:
+    first = held(("u1", None, "a"), ("u2", None, "b"))
+    again = held(("u2", None, "b"), ("u1", None, "a"))
+    remade = held(("u3", None, "a"), ("u4", None, "b"))
+    assert is_pod_uid(groups.group_uid(first))
+    assert groups.group_uid(first) == groups.group_uid(again) != groups.group_uid(remade)
+
+
+def test_a_held_group_reads_back_from_its_json() -> None:
+    group = held(("u1", 2, "a"), ("u2", None, "b"))
+    group.members["u1"].images = {"main": "busybox"}
+    back = HeldGroup.from_json(group.to_json())
+    assert back == group
+
+
+def test_only_incomplete_groups_past_the_wait_expire() -> None:
+    waiting = held(("u1", None, "a"))
+    complete = held(("u1", None, "a"), ("u2", None, "b"), total=2)
+    assert groups.expired([waiting, complete], now=100.0 + 59.9, wait_s=60) == []
+    assert groups.expired([waiting, complete], now=100.0 + 60, wait_s=60) == [waiting]
+
+
+def test_a_failed_member_shows_every_container_terminated_with_the_reason() -> None:
+    status = groups.member_status(("setup",), ("main",), final=True, reason="PodGroupIncomplete", message="m")
+    assert status.state == pb.JobState.FAILED
+    assert [(c.name, c.init, c.phase, c.exit_code, c.reason) for c in status.containers] == [
+        ("setup", True, pb.ContainerPhase.TERMINATED, 1, "PodGroupIncomplete"),
+        ("main", False, pb.ContainerPhase.TERMINATED, 1, "PodGroupIncomplete"),
+    ]
+
+
+async def test_the_wait_runs_on_the_injected_clock() -> None:
+    clock = ManualClock()
+    store = PodStore()
+    hold = PodGroups(store, HeldGroups(), cast(PoolClient, None), wait_s=60, clock=clock)
+    record = PodRecord("u1", "ns", "w-0", "a", containers=["main"])
+    job = pb.JobScript(pod=pb.PodRef(uid="u1", namespace="ns", name="w-0"), containers=["main"])
+    assert await hold.hold(record, job, PodGroup("train", 2, pb.GangFailurePolicy.FAIL_GANG, None)) == "held:ns/train"
+    clock.advance(59)
+    await hold.sweep()
+    assert store.pods["u1"].state == pb.JobState.PENDING
+    assert hold.waiting_message("u1") == "waiting for pod group ns/train: 1 of 2 members have arrived"
+    clock.advance(1)
+    await hold.sweep()
+    status = store.pods["u1"].status
+    assert status is not None and status.state == pb.JobState.FAILED
+    assert status.containers[0].message == "pod group ns/train: only 1 of 2 members arrived within 60 s"
+    assert not hold.holds("u1")
