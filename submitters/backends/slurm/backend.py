@@ -217,6 +217,7 @@ class SlurmBackend:
         if not gang.members:
             raise SubmitRejected(f"pod group {gang.name!r} has no members")
         try:
+            sg.agreed_flags(gang.members)  # refused before anything is written
             script = await asyncio.to_thread(self._write_launcher, gang)
             pod_flags, site = await asyncio.to_thread(self._gang_site_flags, gang)
             argv = sg.gang_sbatch_argv(
