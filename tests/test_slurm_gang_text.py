@@ -67,6 +67,10 @@ def test_the_allocation_is_sized_so_every_member_fits_one_task() -> None:
         "sbatch", uid="g", job_dir="/d", script="/d/job.sh", pool_flags=[], pod_flags=[], resources=[None] * 3
     )
     assert bare[1:2] == ["--ntasks=3"] and not any(a.startswith(("--mem", "--cpus")) for a in bare)
+    per_node = gang_sbatch_argv(
+        "sbatch", uid="g", job_dir="/d", script="/d/j", pool_flags=["--mem=8G"], pod_flags=[], resources=resources
+    )
+    assert "--mem=8G" in per_node and not [a for a in per_node if a.startswith("--mem-per-cpu")]  # sbatch: exclusive
     with pytest.raises(FlagError, match="--output"):
         gang_sbatch_argv(
             "sbatch", uid="g", job_dir="/d", script="/d/j", pool_flags=[], pod_flags=["--output=/x"], resources=[None]

@@ -89,12 +89,16 @@ def gang_sbatch_argv(
 ) -> list[str]:
     """The gang's one sbatch, with the single job's precedence (pool < pod < resources < site < the
     submitter's own): named by the group uid, output in the gang's directory, so the single-job poll,
-    cancel and reconcile work on it unchanged."""
+    cancel and reconcile work on it unchanged. Where the flags set memory per node or per GPU, the members'
+    memory per CPU is left out: sbatch refuses two of those at once (the launcher splits a node's memory)."""
+    flags = [*check_flags(pool_flags, source="pool sbatch"), *check_flags(pod_flags, source="pod")]
+    sized = gang_resource_flags(resources)
+    if any(f.split("=", 1)[0] in _OTHER_MEMORY for f in flags):
+        sized = [f for f in sized if not f.startswith("--mem-per-cpu=")]
     return [
         sbatch,
-        *check_flags(pool_flags, source="pool sbatch"),
-        *check_flags(pod_flags, source="pod"),
-        *gang_resource_flags(resources),
+        *flags,
+        *sized,
         *site,
         f"--job-name={uid}",
         f"--chdir={job_dir}",
@@ -104,6 +108,7 @@ def gang_sbatch_argv(
     ]
 
 
+_OTHER_MEMORY = ("--mem", "--mem-per-gpu")
 _FAIL_GANG = (pb.GangFailurePolicy.UNSPECIFIED, pb.GangFailurePolicy.FAIL_GANG)
 
 # The launcher's fixed part. Values come before it as single-quoted assignments; nothing here is interpolated.
