@@ -32,11 +32,11 @@ CredType=cred/munge
 SlurmctldPort={port1}
 SlurmdPort={port2}
 StateSaveLocation={d}/state
-SlurmdSpoolDir={d}/spool
+SlurmdSpoolDir={d}/spool{per_node}
 SlurmctldPidFile={d}/slurmctld.pid
-SlurmdPidFile={d}/slurmd.pid
+SlurmdPidFile={d}/slurmd{per_node}.pid
 SlurmctldLogFile={d}/log/slurmctld.log
-SlurmdLogFile={d}/log/slurmd.log
+SlurmdLogFile={d}/log/slurmd{per_node}.log
 ProctrackType=proctrack/linuxproc
 TaskPlugin=task/none
 SelectType=select/cons_tres
@@ -55,9 +55,14 @@ MinJobAge=300
 KillWait=2
 OverTimeLimit=0
 SchedulerParameters=batch_sched_delay=0,sched_min_interval=0
-NodeName=localnode NodeAddr=127.0.0.1 NodeHostname=localhost CPUs={cpus} RealMemory={mem_mb}
-PartitionName=debug Nodes=localnode Default=YES MaxTime=INFINITE State=UP
+{node_lines}
+PartitionName=debug Nodes={node_names} Default=YES MaxTime=INFINITE State=UP
 """
+_MULTI = """\
+SlurmdParameters=config_overrides
+"""
+"""Several slurmds on this one host (``nodes`` > 1), each its own node on its own port: the CPUs and memory
+are the configuration's (``config_overrides``), not what slurmd finds, so they may add up to more than the host."""
 
 
 def missing_binaries() -> list[str]:
@@ -71,12 +76,14 @@ def _port() -> int:
 
 
 class SlurmCluster:
-    def __init__(self) -> None:
+    def __init__(self, nodes: int = 1, cpus: int | None = None) -> None:
+        """One node ``localnode`` with this host's CPUs (the default), or ``nodes`` nodes ``node1``... of ``cpus``."""
         self.dir = Path(tempfile.mkdtemp(prefix="slurm-", dir="/tmp"))
         self.conf = self.dir / "slurm.conf"
         self.env = dict(os.environ, SLURM_CONF=str(self.conf))
-        self.cpus = os.cpu_count() or 1
-        self.mem_mb = int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**20 * 0.8)
+        self.cpus = cpus or os.cpu_count() or 1
+        self.mem_mb = int(os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**20 * 0.8) // nodes
+        self.nodes = ["localnode"] if nodes == 1 else [f"node{i}" for i in range(1, nodes + 1)]
         self._procs: list[subprocess.Popen[bytes]] = []
 
     def run(self, *argv: str) -> subprocess.CompletedProcess[str]:
@@ -91,9 +98,24 @@ class SlurmCluster:
         key.write_bytes(os.urandom(1024))
         key.chmod(0o400)
         user = pwd.getpwuid(os.getuid()).pw_name
-        self.conf.write_text(
-            _CONF.format(d=d, user=user, port1=_port(), port2=_port(), cpus=self.cpus, mem_mb=self.mem_mb)
+        multi = len(self.nodes) > 1
+        node_lines = "\n".join(
+            f"NodeName={n} NodeAddr=127.0.0.1 NodeHostname=localhost CPUs={self.cpus} RealMemory={self.mem_mb}"
+            + (f" Port={_port()}" if multi else "")
+            for n in self.nodes
         )
+        conf = _CONF.format(
+            d=d,
+            user=user,
+            port1=_port(),
+            port2=_port(),
+            per_node="-%n" if multi else "",
+            node_lines=node_lines,
+            node_names=",".join(self.nodes),
+        )
+        self.conf.write_text(conf + (_MULTI if multi else ""))
+        for n in self.nodes if multi else ():
+            (d / f"spool-{n}").mkdir(mode=0o755)
         m = d / "munge"
         subprocess.run(
             [
@@ -107,8 +129,9 @@ class SlurmCluster:
             check=True,
             timeout=30,
         )
-        for cmd in (["slurmctld", "-D", "-c"], ["slurmd", "-D", "-N", "localnode"]):
-            with (d / "log" / f"{cmd[0]}.out").open("wb") as out:
+        daemons = [["slurmctld", "-D", "-c"], *(["slurmd", "-D", "-N", n] for n in self.nodes)]
+        for cmd in daemons:
+            with (d / "log" / f"{'-'.join(c for c in cmd if not c.startswith('-'))}.out").open("wb") as out:
                 self._procs.append(
                     subprocess.Popen(
                         [*cmd, "-f", str(self.conf)],
@@ -121,7 +144,7 @@ class SlurmCluster:
                 )
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
-            if self.run("sinfo", "-h", "-n", "localnode", "-o", "%t").stdout.strip() == "idle":
+            if self.run("sinfo", "-h", "-N", "-o", "%t").stdout.split() == ["idle"] * len(self.nodes):
                 return self
             time.sleep(0.2)
         tail = (d / "log" / "slurmctld.out").read_text()[-3000:]

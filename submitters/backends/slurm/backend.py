@@ -8,7 +8,9 @@
   accounting; the job's own container files give the exact per-container exit codes;
 - reconcile after a crash: jobs are named by pod UID, so ``squeue --name`` (and sacct) finds a
   submission whose id was never recorded; a job directory with output proves it ran;
-- cancel: ``scancel <id>`` (or ``scancel --name=<uid>`` when the id was never recorded).
+- cancel: ``scancel <id>`` (or ``scancel --name=<uid>`` when the id was never recorded);
+- pod groups (``RunsGangs``): one sbatch for the whole group, named by the group uid, whose launcher runs one
+  ``srun`` step per member (``gang``); poll, cancel and reconcile then treat it as one job.
 """
 
 from __future__ import annotations
@@ -22,8 +24,9 @@ from pathlib import Path
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel import layout
 from interlink_nats.kernel.config_files import renamed
-from interlink_nats.submitters.backends.accounts import take_over
+from interlink_nats.submitters.backends.accounts import hand_over, job_identity, take_over
 from interlink_nats.submitters.backends.proc import environ_with, run_command
+from interlink_nats.submitters.backends.slurm import gang as sg
 from interlink_nats.submitters.backends.slurm import parse as sp
 from interlink_nats.submitters.core.backend import (
     GONE,
@@ -32,6 +35,7 @@ from interlink_nats.submitters.core.backend import (
     Capacity,
     CommandFailed,
     CommandUnusable,
+    GangSpec,
     JobAlreadyEnded,
     JobHandle,
     JobSpec,
@@ -56,6 +60,9 @@ class SlurmConfig(BaseModel):
     scancel: str = "scancel"
     sacct: str = "sacct"
     sinfo: str = "sinfo"
+    srun: str = "srun"
+    """Run by a pod group's launcher on the compute node (not by the submitter), as is ``scontrol``."""
+    scontrol: str = "scontrol"
     partition: str | None = None
     """Limit capacity discovery (sinfo) to this partition; jobs pick theirs with sbatch flags."""
     use_sacct: bool | None = None
@@ -164,6 +171,76 @@ class SlurmBackend:
             return sp.parse_sbatch_id(out)
         except ValueError as exc:
             raise BackendUnavailable(str(exc)) from exc
+
+    def _gang_site_flags(self, gang: GangSpec) -> tuple[list[str], list[str]]:
+        """:meth:`_site_flags` for a gang: one set of pod flags, one account and one identity for every member
+        (else SubmitRejected naming two pods); the identity gets every member's directory and the gang's."""
+        members = gang.members
+        flags = list(sg.agreed_flags(members))
+        policy = self.settings.accounting
+        if policy is None:
+            return flags, []
+        pod_flags, asked = sp.split_account(flags)
+        try:
+            accounts = [policy.decide(m.namespace, group=asked).group for m in members]
+        except PolicyError as exc:
+            raise SubmitRejected(f"pod flag --account: {exc}") from exc
+        account = sg.same_for_all(members, accounts, "accounts")
+        site = [f"--account={account}"] if account else []
+        ident = sg.same_for_all(members, [job_identity(policy, m) for m in members], "site accounts to run as")
+        if ident is not None:
+            for directory in (*(m.job_dir for m in members), gang.job_dir):
+                hand_over(directory, ident)
+            site += [f"--uid={ident.uid}", f"--gid={ident.gid}"]
+        return pod_flags, site
+
+    def _write_launcher(self, gang: GangSpec) -> Path:
+        """``<gang dir>/job.sh``, written atomically (a retried submission rewrites the same text)."""
+        text = sg.launcher_script(
+            group_name=gang.name,
+            members=gang.members,
+            failure_policy=gang.failure_policy,
+            srun=self.settings.srun,
+            scontrol=self.settings.scontrol,
+            scancel=self.settings.scancel,
+        )
+        gang.job_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+        path = gang.job_dir / layout.SCRIPT_NAME
+        tmp = path.with_name(f".{layout.SCRIPT_NAME}.tmp")
+        tmp.write_text(text)
+        tmp.chmod(0o700)
+        tmp.replace(path)
+        return path
+
+    async def submit_gang(self, gang: GangSpec) -> str:
+        """``RunsGangs``: the group as one allocation, one task per member (``gang`` says how and why)."""
+        if not gang.members:
+            raise SubmitRejected(f"pod group {gang.name!r} has no members")
+        try:
+            sg.agreed_flags(gang.members)  # refused before anything is written
+            script = await asyncio.to_thread(self._write_launcher, gang)
+            pod_flags, site = await asyncio.to_thread(self._gang_site_flags, gang)
+            argv = sg.gang_sbatch_argv(
+                self.settings.sbatch,
+                uid=gang.uid,
+                job_dir=str(gang.job_dir),
+                script=str(script),
+                pool_flags=self._pool_flags,
+                pod_flags=pod_flags,
+                resources=[m.resources for m in gang.members],
+                site=site,
+            )
+        except sp.FlagError as exc:
+            raise SubmitRejected(str(exc)) from exc
+        out = await self._run(sp.Command.SBATCH, argv)
+        try:
+            return sp.parse_sbatch_id(out)
+        except ValueError as exc:
+            raise BackendUnavailable(str(exc)) from exc
+
+    async def find_gang(self, gang: GangSpec) -> Reconciled:
+        """``RunsGangs``: the gang's job is named by the group uid, as a single job by its pod uid."""
+        return (await self.reconcile([JobHandle(gang.uid, gang.job_dir)]))[gang.uid]
 
     async def _squeue(self) -> str:
         argv = [self.settings.squeue, "-h", *self._me, "--states=all", "-O", sp.SQUEUE_FORMAT]
