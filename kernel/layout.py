@@ -133,6 +133,9 @@ as the submitter names it, like the links' targets). The script skips its own se
 ``containers/``, the layout) when ``[ .prepared -ef . ]`` (the name leads to the directory it runs in), and
 removes it first at exit. A layout of directories only needs no marker: the script tests each directory
 (``containers/`` too), so a rerun after its clean-up removed them, or a half-made layout, fails the test."""
+JOBS_FILE = ".jobs"
+"""Written by the script only after a cancel, when a container it waits for is gone: ``jobs -rp``'s answer, read
+back with builtins, to tell whether bash lost that container's status (see the template's ``__lost``)."""
 LAYOUT_PREFIX = "# interlink-nats layout: "
 """The layout line (JSON, one line) among the first lines of a script rendered before ``JobScript.layout``
 existed: read by :func:`parse_layout` so such scripts, still queued or retried, keep their prepared layout."""

@@ -184,6 +184,48 @@ def test_cancel_during_init_reports_every_container(job_dir: Path) -> None:
     assert "cancelled" in log(job_dir, "main")
 
 
+def wait_for_sleep(session: int, timeout: float = 20) -> None:
+    """Until the container's ``sleep`` runs in the job's session (its shell has forked it): then bash is in
+    its ``wait`` for the container, where the race is."""
+    end = time.monotonic() + timeout
+    while True:
+        for pid in filter(str.isdigit, os.listdir("/proc")):
+            try:
+                stat = Path(f"/proc/{pid}/stat").read_text()
+                comm = Path(f"/proc/{pid}/comm").read_text().strip()
+            except OSError:
+                continue
+            if comm == "sleep" and int(stat[stat.rindex(")") + 2 :].split()[3]) == session:
+                return
+        assert time.monotonic() < end, "the container's sleep never started"
+        time.sleep(0.02)
+
+
+def test_a_term_to_every_process_at_once_reports_143_every_time(tmp_path: Path) -> None:
+    """Slurm's cancel (slurmstepd) sends TERM to every process of the job at once: the script's trap and the
+    container's own end race inside bash's ``wait``, where bash 5.2 can reap the container and lose its status.
+    Every run must still record the TERM's 143 (never bash's -1) and end at once, not after the grace period's
+    KILL (30 s by default)."""
+    up = {"name": "main", "image": "unused", "command": ["sh", "-c", 'touch "$INTERLINK_JOB_DIR/up"; sleep 300']}
+    for attempt in range(10):  # the race went the wrong way in about half the runs before the fix
+        job_dir = tmp_path / f"job{attempt}"
+        job_dir.mkdir()
+        (job_dir / layout.SCRIPT_NAME).write_text(render_job(pod([up]), NONE).script)
+        proc = subprocess.Popen(
+            ["bash", layout.SCRIPT_NAME],
+            cwd=job_dir,
+            env={**os.environ, layout.JOB_DIR_ENV: str(job_dir)},
+            start_new_session=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        wait_for(job_dir / "up")
+        wait_for_sleep(proc.pid)
+        subprocess.run(["pkill", "-TERM", "-s", str(proc.pid)], check=True)
+        assert proc.wait(timeout=60) == 143, f"run {attempt}"
+        assert exit_code(job_dir, "main") == 143, f"run {attempt}"
+
+
 def test_term_ignoring_container_is_killed_after_grace(job_dir: Path) -> None:
     stubborn = (
         "import signal, time, os, sys; signal.signal(signal.SIGTERM, signal.SIG_IGN); "

@@ -130,6 +130,7 @@ _LAYOUT_NAMES = {
     "exit_suffix": layout.EXIT_SUFFIX,
     "log_suffix": layout.LOG_SUFFIX,
     "prepared_file": layout.PREPARED_FILE,
+    "jobs_file": layout.JOBS_FILE,
     "hook_suffix": layout.HOOK_SUFFIX,
     "ready_suffix": layout.READY_SUFFIX,
 }

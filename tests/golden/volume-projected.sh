@@ -68,15 +68,34 @@ __cleanup() {
 trap __on_signal TERM INT
 trap __cleanup EXIT
 set -m
-# Wait for one container's process group; a trapped signal interrupts `wait`, so wait again.
+# bash (seen in 5.2) can reap a child inside a `wait` that a trapped signal interrupts and lose its status: the
+# job stays "Running" in its table although the process is gone, and `wait PID` would block until some other
+# child ends (the grace timer) and answer -1. Only after a cancel (the trap); builtins only (no fork).
+__lost() {
+  local p
+  [ "$__cancelled" = 1 ] && ! kill -0 "$1" 2>/dev/null || return 1
+  jobs -rp > "$__job_dir"/.jobs 2>/dev/null || return 1
+  while read -r p; do [ "$p" = "$1" ] && return 0; done < "$__job_dir"/.jobs
+  return 1
+}
+# Wait for one container's process group; a trapped signal interrupts `wait`, so wait again. A container whose
+# status bash lost ended by the TERM of the cancel: 128+15, as a node reports it.
 __wait() {
   local rc
   while :; do
+    if __lost "$1"; then
+      __wait_status=143
+      return 0
+    fi
     __trapped=0
     wait "$1"
     rc=$?
     if [ "$__trapped" = 1 ] && [ "$rc" -gt 128 ]; then
       if kill -0 "$1" 2>/dev/null; then continue; fi
+      if __lost "$1"; then
+        __wait_status=143
+        return 0
+      fi
       wait "$1" 2>/dev/null
       local again=$?
       [ "$again" = 127 ] || rc=$again
