@@ -54,6 +54,13 @@ GROUP_ENV = (GROUP_NAME_ENV, GROUP_SIZE_ENV, GROUP_RANK_ENV, GROUP_HOSTS_ENV, GR
 pod-group member (docs/pod-support.md, "Pod groups"): the group's name; how many members; this member's rank
 (0-based); every member's host, comma-separated in rank order; rank 0's host. The launcher is the backend's
 (one ``srun`` step per member on Slurm, one process per member on a host); the renderer only reads them."""
+GANG_MEMBER_EXIT = ".gang.exit"
+"""In a member's job directory: its script's exit code, written by the gang's launcher when the member ends.
+Why: the gang's one job has one exit code; a member that succeeded in a failed gang (``CONTINUE``) must
+still read as succeeded, so the submitter maps each member from its own code."""
+GANG_MEMBER_STOPPED = ".gang.stopped"
+"""In a member's job directory: written by the launcher before it stops a still-running member because
+another one failed (``FAIL_GANG``), so the member's status names that reason instead of a bare SIGTERM."""
 
 
 def changes_path(job_dir: Path) -> Path:

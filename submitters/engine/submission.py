@@ -98,6 +98,8 @@ class Submissions:
         self._outbox = outbox
         self._clock = clock
         self.inflight: dict[str, asyncio.Task[pb.SubmitResponse]] = {}
+        self.group_inflight: dict[str, asyncio.Task[pb.SubmitGroupResponse]] = {}
+        """By member uid: the SubmitGroup submitting that pod's gang (``engine.gangs``)."""
         self.job_dirs: BatchRunner[jobfiles.JobDirItem, Path] = BatchRunner(
             jobfiles.prepare_job_dirs, name="submitter-job-dirs"
         )
@@ -111,6 +113,34 @@ class Submissions:
         the seam crash tests use to stop a submitter between any two steps. A new claim's ``claimed``
         is called on the registry's writer thread (between the commit and the job directory)."""
 
+    # What ``engine.gangs`` shares with Submit (a gang's members are claimed, recorded and tracked as pods are).
+    @property
+    def pool(self) -> str:
+        return self._pool
+
+    @property
+    def state_dir(self) -> Path:
+        return self._state_dir
+
+    @property
+    def lock(self) -> InstanceLock:
+        return self._lock
+
+    @property
+    def backend(self) -> Backend:
+        return self._backend
+
+    @property
+    def poller(self) -> Poller:
+        return self._poller
+
+    @property
+    def clock(self) -> Clock:
+        return self._clock
+
+    def registry(self) -> Registry:
+        return self._registry()
+
     def reopen(self) -> None:
         """Fresh job-directory writer (after a stop closed the previous one)."""
         self.stopping = False
@@ -119,6 +149,8 @@ class Submissions:
     async def submit(self, job: pb.JobScript) -> pb.SubmitResponse:
         """Idempotent by pod UID; the work is shielded so a caller's deadline cannot interrupt it."""
         validate_job(job)
+        if job.gang is not None:
+            raise InvalidRequest("job.gang is set: a member of a pod group is submitted with SubmitGroup")
         pod = job.pod if job.pod is not None else _NO_POD
         if self.stopping:
             raise Unavailable("submitter is stopping")
@@ -223,7 +255,7 @@ class Submissions:
         if isinstance(action, RetryLater):
             raise Unavailable(action.message)
         if isinstance(action, FailPod):
-            await self._record_final(row, submit_failed_status(meta, action.reason, now=self._clock.time()))
+            await self.record_final(row, submit_failed_status(meta, action.reason, now=self._clock.time()))
             raise Refused(action.message)
         job_id = action.job_id
         await self._registry().mark_submitted(row.uid, job_id)
@@ -239,7 +271,7 @@ class Submissions:
         pending = map_status(dataclasses.replace(meta, job_id=job_id), None, {}, now=self._clock.time())
         return pb.SubmitResponse(job_id=job_id, created=False, status=pending)
 
-    async def _record_final(self, row: JobRow, status: pb.JobStatus) -> None:
+    async def record_final(self, row: JobRow, status: pb.JobStatus) -> None:
         revision = row.revision + 1
         stored = await self._registry().save_statuses(
             [StatusUpdate(row.uid, Phase.DONE, int(status.state), bytes(status), revision, self._clock.time())]
@@ -250,10 +282,10 @@ class Submissions:
     async def cancel(self, uid: str) -> pb.CancelResponse:
         """Stop the job, remove its files, keep a tombstone (so it never runs again). Idempotent."""
         reg = self._registry()
-        running = self.inflight.get(uid)
-        if running is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.shield(running)
+        for running in (self.inflight.get(uid), self.group_inflight.get(uid)):
+            if running is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(running)
         row = await reg.get(uid)
         plan = plan_cancel(row.phase if row is not None else None)
         if row is None or not plan.found:
@@ -263,9 +295,10 @@ class Submissions:
         if plan.untrack:
             async with self._poller.lock:
                 self._poller.untrack(uid)
-        if plan.stop_backend:
+        target = await self._cancel_target(reg, row) if plan.stop_backend else None
+        if target is not None:
             try:
-                await self._backend.cancel(JobHandle(row.uid, row.job_dir, row.job_id))
+                await self._backend.cancel(target)
             except BackendError as exc:
                 raise Unavailable(f"cannot cancel job {row.job_id or uid}: {exc}") from None
         status = cancelled_status(
@@ -276,3 +309,15 @@ class Submissions:
         await asyncio.to_thread(jobfiles.remove_job_dir, row.job_dir)
         self._outbox.add(uid, status, revision)
         return pb.CancelResponse(found=True, status=status)
+
+    async def _cancel_target(self, reg: Registry, row: JobRow) -> JobHandle | None:
+        """The job a cancel stops: the pod's own, or its gang's one job (cancelling it stops every member). A
+        gang's job is cancelled once: not again when another member is already cancelled or ended (its
+        tombstone, or the job's end, came first); the other members then end as the backend reports."""
+        if not row.gang:
+            return JobHandle(row.uid, row.job_dir, row.job_id)
+        others = [r for r in await reg.gang_rows(row.gang) if r.uid != row.uid]
+        if any(not r.phase.live for r in others):
+            return None
+        job_id = row.job_id or next((r.job_id for r in others if r.job_id), "")
+        return JobHandle(row.gang, jobfiles.gang_dir_of(row.job_dir, row.gang), job_id)
