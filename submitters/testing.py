@@ -271,7 +271,7 @@ async def offline_submitter(
 
 async def crash(sub: Submitter) -> None:
     """Leave ``sub`` as kill -9 would: committed rows stay, in-memory state and the instance lock go."""
-    for task in list(sub.submissions.inflight.values()):
+    for task in [*sub.submissions.inflight.values(), *sub.gangs.inflight.values()]:
         task.cancel()
         with contextlib.suppress(BaseException):
             await task
