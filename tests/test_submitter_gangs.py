@@ -7,6 +7,7 @@ What is counted: the backend's submissions (``CountingShell``) and what each mem
 from __future__ import annotations
 
 import asyncio
+import copy
 import socket
 import subprocess
 import uuid
@@ -18,13 +19,17 @@ import pytest
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.kernel import layout
 from interlink_nats.services.bus.events_stream import ensure_events_stream
 from interlink_nats.services.bus.rpc import submitter_client
+from interlink_nats.services.scripts import render_job
 from interlink_nats.submitters.backends.shell.backend import ShellBackend
-from interlink_nats.submitters.core.backend import GangSpec, JobHandle, JobSpec
+from interlink_nats.submitters.core.backend import BackendState, GangSpec, JobHandle, JobSpec, Observation
+from interlink_nats.submitters.jobdirs.files import prepare_job_dir
 from interlink_nats.submitters.runtime import Submitter
 from interlink_nats.submitters.testing import SimulatedCrash, crash, settings_for, wait_for
 from jobs import pod_job
+from podman_host import IMAGE, PodmanHost
 from shell_submitter import Phase, final_status, uid
 from shell_submitter import nc as nc
 from shell_submitter import pool as pool
@@ -187,6 +192,11 @@ async def test_a_retry_answers_without_a_second_launch_and_cancel_stops_the_gang
         return not leftovers(marker)
 
     await wait_for(nothing_left, timeout=20, what="no member process left")
+    gang_dir = submitter.state_dir / "gangs" / members[0].gang.group_uid
+    assert gang_dir.is_dir()
+    await client.cancel(pb.CancelRequest(pod_uid=third))  # the pod of the last member is deleted too
+    assert not gang_dir.exists(), "the gang's directory goes with its last member"
+    assert len(backend.cancels) == 1
 
 
 async def test_a_crash_between_claim_and_submit_runs_the_gang_exactly_once(
@@ -223,6 +233,44 @@ async def test_a_crash_between_claim_and_submit_runs_the_gang_exactly_once(
         assert b.tracked == 0
     assert sorted(p.name for p in runs.iterdir()) == ["0", "1", "2"]
     assert {p.read_text() for p in runs.iterdir()} == {"run\n"}, "each member ran exactly once"
+
+
+async def test_a_crash_mid_claims_waits_for_the_retry_and_never_runs_a_member_alone(
+    tmp_path: Path, nats_url: str, pool: str, nc: nats.NATS
+) -> None:
+    await ensure_events_stream(nc.jetstream())
+    members = gang(["echo ran"] * 3)
+    settings = settings_for(tmp_path / "state", nats_url, pool=pool)
+    first = CountingShell()
+    a = Submitter(settings, backend=first)
+    await a.start()
+
+    def die(step: str) -> None:
+        if step == "claimed":  # the first member's claim is durable; the others may or may not be
+            raise SimulatedCrash(step)
+
+    a.submissions.on_step = die
+    with pytest.raises(SimulatedCrash):
+        await a.gangs.submit_group(pb.SubmitGroupRequest(members=members))
+    await crash(a)
+    await first.close()
+    await a.stop()
+    second = CountingShell()
+    async with Submitter(settings, backend=second) as b:
+        assert b.tracked == 0 and second.gang_submits == [], "no script stored for some member: wait for the retry"
+        client = submitter_client(nc, pool, timeout=30)
+        claimed = [u for u in uids(members) if (await b.queries.job_phase(u)) is not None]
+        assert claimed, "the first claim was committed before the crash"
+        job = copy.copy(members[uids(members).index(claimed[0])])
+        job.gang = None
+        with pytest.raises(GRPCError) as err:  # a member alone is never resumed by a plain Submit
+            await client.submit(pb.SubmitRequest(job=job))
+        assert err.value.status == Status.INVALID_ARGUMENT and "SubmitGroup" in (err.value.message or "")
+        again = await client.submit_group(pb.SubmitGroupRequest(members=members))  # the gateway's retry
+        assert again.job_id
+        final = await statuses(client, uids(members))
+        assert [s.state for s in final] == [pb.JobState.SUCCEEDED] * 3
+        assert second.gang_submits == [members[0].gang.group_uid] and second.single_submits == []
 
 
 async def test_a_crash_after_the_backend_took_the_gang_finds_it_again(
@@ -313,3 +361,42 @@ async def test_htcondor_refuses_pod_groups_by_name_recording_nothing(
         assert "parallel-universe" in (err.value.message or "")
         listed = await client.list_jobs(pb.ListJobsRequest(include_finished=True))
         assert listed.jobs == [], "the members are not recorded"
+
+
+@pytest.mark.podman
+async def test_a_gang_runs_its_members_through_podman(podman_host: PodmanHost, tmp_path: Path) -> None:
+    """The pool's runtime podman: the same member scripts, each member's container in podman, one gang job."""
+    podman = pb.BuildConfig(runtime=pb.ContainerRuntime.PODMAN)
+    shell = ShellBackend(max_concurrent=2, kill_grace_s=3.0)
+    shell.configure(podman)
+    await shell.start()
+    try:
+        members = []
+        for rank in range(2):
+            pod_uid = uid()
+            pod = {
+                "metadata": {"name": f"m{rank}", "namespace": "default", "uid": pod_uid},
+                "spec": {
+                    "containers": [{"name": "main", "image": IMAGE, "command": ["sh", "-c", f"echo member{rank}"]}]
+                },
+            }
+            job_dir = tmp_path / "jobs" / pod_uid
+            prepare_job_dir(job_dir, render_job({"pod": pod}, podman).script)
+            members.append(JobSpec(pod_uid, job_dir, job_dir / "job.sh", namespace="default", name=f"m{rank}"))
+        group = f"g-{uuid.uuid4()}"
+        spec = GangSpec(group, "pg", tmp_path / "gangs" / group, tuple(members))
+        job_id = await shell.submit_gang(spec)
+        handle = JobHandle(group, spec.job_dir, job_id)
+
+        async def ended() -> Observation | None:
+            obs = (await shell.poll([handle])).get(group)
+            return obs if obs is not None and obs.state.terminal else None
+
+        obs = await wait_for(ended, timeout=90, what="the gang to end")
+        assert obs.state is BackendState.COMPLETED, obs
+        for rank, m in enumerate(members):
+            assert (m.job_dir / "containers" / "main.log").read_text() == f"member{rank}\n"
+            assert (m.job_dir / layout.GANG_MEMBER_EXIT).read_text().strip() == "0"
+        assert (await shell.find_gang(spec)).job_id == group
+    finally:
+        await shell.close()

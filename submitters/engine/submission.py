@@ -213,6 +213,10 @@ class Submissions:
             raise Unavailable(f"cannot write the job directory: {exc}") from None
         if not created:
             self.on_step("claimed")
+            if row.gang and row.phase is Phase.SUBMITTING:  # never resumed alone: its group is one job
+                raise InvalidRequest(
+                    f"pod {pod.uid} is a member of pod group {row.gang}: it is submitted with SubmitGroup"
+                )
         owner_dead = needs_owner_check(row.phase, row.owner, self._lock.instance_id) and await asyncio.to_thread(
             self._lock.owner_is_dead, row.owner
         )
@@ -295,7 +299,8 @@ class Submissions:
         if plan.untrack:
             async with self._poller.lock:
                 self._poller.untrack(uid)
-        target = await self._cancel_target(reg, row) if plan.stop_backend else None
+        gang_rows = await reg.gang_rows(row.gang) if row.gang else []
+        target = self._cancel_target(row, gang_rows) if plan.stop_backend else None
         if target is not None:
             try:
                 await self._backend.cancel(target)
@@ -307,16 +312,20 @@ class Submissions:
         revision = await reg.mark_deleted(uid, bytes(status), int(status.state), row.revision + 1)
         self._poller.files.forget(row.job_dir)
         await asyncio.to_thread(jobfiles.remove_job_dir, row.job_dir)
+        if row.gang and all(r.phase is Phase.DELETED for r in gang_rows if r.uid != uid):
+            # The last member gone: nothing reads the gang's directory any more (its job has ended or been cancelled).
+            await asyncio.to_thread(jobfiles.remove_job_dir, jobfiles.gang_dir_of(row.job_dir, row.gang))
         self._outbox.add(uid, status, revision)
         return pb.CancelResponse(found=True, status=status)
 
-    async def _cancel_target(self, reg: Registry, row: JobRow) -> JobHandle | None:
+    @staticmethod
+    def _cancel_target(row: JobRow, gang_rows: list[JobRow]) -> JobHandle | None:
         """The job a cancel stops: the pod's own, or its gang's one job (cancelling it stops every member). A
         gang's job is cancelled once: not again when another member is already cancelled or ended (its
         tombstone, or the job's end, came first); the other members then end as the backend reports."""
         if not row.gang:
             return JobHandle(row.uid, row.job_dir, row.job_id)
-        others = [r for r in await reg.gang_rows(row.gang) if r.uid != row.uid]
+        others = [r for r in gang_rows if r.uid != row.uid]
         if any(not r.phase.live for r in others):
             return None
         job_id = row.job_id or next((r.job_id for r in others if r.job_id), "")
