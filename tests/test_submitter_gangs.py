@@ -181,9 +181,10 @@ async def test_a_retry_answers_without_a_second_launch_and_cancel_stops_the_gang
 
     await wait_for(running, timeout=20, what="every member running")
     first, second, third = uids(members)
-    cancelled = await client.cancel(pb.CancelRequest(pod_uid=first))
+    cancelled, _ = await asyncio.gather(  # two members' pods deleted at once
+        client.cancel(pb.CancelRequest(pod_uid=first)), client.cancel(pb.CancelRequest(pod_uid=second))
+    )
     assert cancelled.found and cancelled.status.state == pb.JobState.CANCELLED
-    await client.cancel(pb.CancelRequest(pod_uid=second))
     assert backend.cancels == [members[0].gang.group_uid], "the gang's job is cancelled once, by its own handle"
     st = await final_status(client, third, 20)
     assert st.state == pb.JobState.CANCELLED, st

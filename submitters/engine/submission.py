@@ -21,6 +21,7 @@ from interlink_nats.submitters.core.backend import Backend, BackendError, JobHan
 from interlink_nats.submitters.core.errors import InvalidRequest, Refused, Unavailable
 from interlink_nats.submitters.core.lifecycle import (
     Answer,
+    CancelPlan,
     ClaimPlan,
     FailPod,
     Phase,
@@ -99,6 +100,8 @@ class Submissions:
         self._clock = clock
         self.inflight: dict[str, asyncio.Task[pb.SubmitResponse]] = {}
         self.group_inflight: dict[str, asyncio.Task[pb.SubmitGroupResponse]] = {}
+        self._gang_cancels: dict[str, tuple[asyncio.Lock, int]] = {}
+        """By group uid: the lock that orders its members' cancels, and how many cancels use it."""
         """By member uid: the SubmitGroup submitting that pod's gang (``engine.gangs``)."""
         self.job_dirs: BatchRunner[jobfiles.JobDirItem, Path] = BatchRunner(
             jobfiles.prepare_job_dirs, name="submitter-job-dirs"
@@ -296,10 +299,29 @@ class Submissions:
             return pb.CancelResponse(found=False)
         if not plan.tombstone:
             return pb.CancelResponse(found=True, status=row.job_status())
+        if not row.gang:
+            return await self._tombstone(reg, row, plan, [])
+        # One member's cancel at a time per gang: the next one sees the first's tombstone and stops nothing again.
+        lock, users = self._gang_cancels.get(row.gang, (asyncio.Lock(), 0))
+        self._gang_cancels[row.gang] = (lock, users + 1)
+        try:
+            async with lock:
+                return await self._tombstone(reg, row, plan, await reg.gang_rows(row.gang))
+        finally:
+            lock, users = self._gang_cancels[row.gang]
+            if users > 1:
+                self._gang_cancels[row.gang] = (lock, users - 1)
+            else:
+                del self._gang_cancels[row.gang]
+
+    async def _tombstone(
+        self, reg: Registry, row: JobRow, plan: CancelPlan, gang_rows: list[JobRow]
+    ) -> pb.CancelResponse:
+        """Cancel's work once it is to be a tombstone: untrack, stop the job, store and publish, remove the files."""
+        uid = row.uid
         if plan.untrack:
             async with self._poller.lock:
                 self._poller.untrack(uid)
-        gang_rows = await reg.gang_rows(row.gang) if row.gang else []
         target = self._cancel_target(row, gang_rows) if plan.stop_backend else None
         if target is not None:
             try:
