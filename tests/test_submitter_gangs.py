@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import os
+import signal
 import socket
 import subprocess
 import uuid
@@ -364,40 +366,82 @@ async def test_htcondor_refuses_pod_groups_by_name_recording_nothing(
         assert listed.jobs == [], "the members are not recorded"
 
 
-@pytest.mark.podman
-async def test_a_gang_runs_its_members_through_podman(podman_host: PodmanHost, tmp_path: Path) -> None:
-    """The pool's runtime podman: the same member scripts, each member's container in podman, one gang job."""
-    podman = pb.BuildConfig(runtime=pb.ContainerRuntime.PODMAN)
-    shell = ShellBackend(max_concurrent=2, kill_grace_s=3.0)
-    shell.configure(podman)
+PODMAN = pb.BuildConfig(runtime=pb.ContainerRuntime.PODMAN)
+
+
+def podman_gang(tmp_path: Path, commands: Sequence[str], **spec: object) -> GangSpec:
+    """A gang whose member ``rank`` runs ``commands[rank]`` in a busybox container under podman."""
+    members = []
+    for rank, cmd in enumerate(commands):
+        pod_uid = uid()
+        pod = {
+            "metadata": {"name": f"m{rank}", "namespace": "default", "uid": pod_uid},
+            "spec": {"containers": [{"name": "main", "image": IMAGE, "command": ["sh", "-c", cmd]}], **spec},
+        }
+        job_dir = tmp_path / "jobs" / pod_uid
+        prepare_job_dir(job_dir, render_job({"pod": pod}, PODMAN).script)
+        members.append(JobSpec(pod_uid, job_dir, job_dir / "job.sh", namespace="default", name=f"m{rank}"))
+    group = f"g-{uuid.uuid4()}"
+    return GangSpec(group, "pg", tmp_path / "gangs" / group, tuple(members))
+
+
+@pytest.fixture
+async def podman_shell(podman_host: PodmanHost) -> AsyncIterator[ShellBackend]:
+    # A kill grace far shorter than the pods' grace: the scripts are killed before they can clean up themselves.
+    shell = ShellBackend(max_concurrent=2, kill_grace_s=0.5)
+    shell.configure(PODMAN)
     await shell.start()
+    yield shell
+    await shell.close()
+
+
+def containers_of(host: PodmanHost, spec: GangSpec) -> list[object]:
+    return [c for m in spec.members for c in host.containers(f"{layout.LABEL_POD_UID}={m.uid}")]
+
+
+@pytest.mark.podman
+async def test_a_gang_runs_its_members_through_podman(podman_shell: ShellBackend, tmp_path: Path) -> None:
+    """The pool's runtime podman: the same member scripts, each member's container in podman, one gang job."""
+    spec = podman_gang(tmp_path, ["echo member0", "echo member1"])
+    job_id = await podman_shell.submit_gang(spec)
+    handle = JobHandle(spec.uid, spec.job_dir, job_id)
+
+    async def ended() -> Observation | None:
+        obs = (await podman_shell.poll([handle])).get(spec.uid)
+        return obs if obs is not None and obs.state.terminal else None
+
+    obs = await wait_for(ended, timeout=90, what="the gang to end")
+    assert obs.state is BackendState.COMPLETED, obs
+    for rank, m in enumerate(spec.members):
+        assert (m.job_dir / "containers" / "main.log").read_text() == f"member{rank}\n"
+        assert (m.job_dir / layout.GANG_MEMBER_EXIT).read_text().strip() == "0"
+    assert (await podman_shell.find_gang(spec)).job_id == spec.uid
+
+
+@pytest.mark.podman
+async def test_cancel_and_the_start_up_sweep_remove_every_members_containers(
+    podman_host: PodmanHost, podman_shell: ShellBackend, tmp_path: Path
+) -> None:
+    cancelled = podman_gang(tmp_path, ["sleep 600"] * 2, terminationGracePeriodSeconds=300)
+    killed = podman_gang(tmp_path, ["sleep 600"] * 2)
+    for spec in (cancelled, killed):
+        await podman_shell.submit_gang(spec)
+    for spec in (cancelled, killed):
+        await wait_for(
+            lambda s=spec: asyncio.to_thread(lambda: len(containers_of(podman_host, s)) == 2),  # type: ignore[misc]
+            timeout=90,
+            what="both members' containers running",
+        )
+    await podman_shell.cancel(JobHandle(cancelled.uid, cancelled.job_dir, cancelled.uid))
+    assert containers_of(podman_host, cancelled) == [], "the janitor removes every member's containers"
+    # The gang's job dies at once (a crash, a reboot of the runner): its members' containers run on.
+    os.killpg(int((killed.job_dir / ".shell.pid").read_text()), signal.SIGKILL)
+    await podman_shell.close()
+    assert len(containers_of(podman_host, killed)) == 2, "left running by the killed job"
+    restarted = ShellBackend(max_concurrent=2, kill_grace_s=0.5)
+    restarted.configure(PODMAN)
+    await restarted.start()
     try:
-        members = []
-        for rank in range(2):
-            pod_uid = uid()
-            pod = {
-                "metadata": {"name": f"m{rank}", "namespace": "default", "uid": pod_uid},
-                "spec": {
-                    "containers": [{"name": "main", "image": IMAGE, "command": ["sh", "-c", f"echo member{rank}"]}]
-                },
-            }
-            job_dir = tmp_path / "jobs" / pod_uid
-            prepare_job_dir(job_dir, render_job({"pod": pod}, podman).script)
-            members.append(JobSpec(pod_uid, job_dir, job_dir / "job.sh", namespace="default", name=f"m{rank}"))
-        group = f"g-{uuid.uuid4()}"
-        spec = GangSpec(group, "pg", tmp_path / "gangs" / group, tuple(members))
-        job_id = await shell.submit_gang(spec)
-        handle = JobHandle(group, spec.job_dir, job_id)
-
-        async def ended() -> Observation | None:
-            obs = (await shell.poll([handle])).get(group)
-            return obs if obs is not None and obs.state.terminal else None
-
-        obs = await wait_for(ended, timeout=90, what="the gang to end")
-        assert obs.state is BackendState.COMPLETED, obs
-        for rank, m in enumerate(members):
-            assert (m.job_dir / "containers" / "main.log").read_text() == f"member{rank}\n"
-            assert (m.job_dir / layout.GANG_MEMBER_EXIT).read_text().strip() == "0"
-        assert (await shell.find_gang(spec)).job_id == group
+        assert containers_of(podman_host, killed) == [], "the start-up sweep knows a member by its gang"
     finally:
-        await shell.close()
+        await restarted.close()

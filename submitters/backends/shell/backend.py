@@ -42,7 +42,7 @@ from interlink_nats.kernel.clock import SYSTEM_CLOCK, Clock
 from interlink_nats.submitters.backends.accounts import take_over
 from interlink_nats.submitters.backends.podman_janitor import PodmanJanitor
 from interlink_nats.submitters.backends.shell.config import ShellConfig
-from interlink_nats.submitters.backends.shell.gang import ShellGangs
+from interlink_nats.submitters.backends.shell.gang import ShellGangs, member_alive, pods_of
 from interlink_nats.submitters.backends.shell.host import host_capacity, host_free
 from interlink_nats.submitters.backends.shell.processes import (
     CLAIM,
@@ -171,7 +171,7 @@ class ShellBackend(ShellGangs):
         if not job_dir.is_dir():
             return False  # removed: cancelled or cleaned up
         if not (job_dir / CLAIM).exists():
-            return None
+            return member_alive(job_dir, self._job_alive)  # a pod-group member runs inside its gang's job
         if (job_dir / EXIT_FILE).exists():
             return False
         pid = read_int(job_dir / PID_FILE)
@@ -474,7 +474,8 @@ class ShellBackend(ShellGangs):
             self._running.pop(uid, None)
             self._wake.set()
         if self._janitor is not None:  # a script killed after the grace period leaves its containers running
-            await self._janitor.remove_pod(uid)
+            for pod in pods_of(job):  # (a gang's: every member's)
+                await self._janitor.remove_pod(pod)
 
     async def _terminate(self, run: _Running) -> None:
         try:
