@@ -54,6 +54,13 @@ GROUP_ENV = (GROUP_NAME_ENV, GROUP_SIZE_ENV, GROUP_RANK_ENV, GROUP_HOSTS_ENV, GR
 pod-group member (docs/pod-support.md, "Pod groups"): the group's name; how many members; this member's rank
 (0-based); every member's host, comma-separated in rank order; rank 0's host. The launcher is the backend's
 (one ``srun`` step per member on Slurm, one process per member on a host); the renderer only reads them."""
+GANG_MEMBER_EXIT = ".gang.exit"
+"""In a member's job directory: its script's exit code, written by the gang's launcher when the member ends.
+Why: the gang's one job has one exit code; a member that succeeded in a failed gang (``CONTINUE``) must
+still read as succeeded, so the submitter maps each member from its own code."""
+GANG_MEMBER_STOPPED = ".gang.stopped"
+"""In a member's job directory: written by the launcher before it stops a still-running member because
+another one failed (``FAIL_GANG``), so the member's status names that reason instead of a bare SIGTERM."""
 
 
 def changes_path(job_dir: Path) -> Path:
@@ -136,6 +143,9 @@ removes it first at exit. A layout of directories only needs no marker: the scri
 JOBS_FILE = ".jobs"
 """Written by the script only after a cancel, when a container it waits for is gone: ``jobs -rp``'s answer, read
 back with builtins, to tell whether bash lost that container's status (see the template's ``__lost``)."""
+GANG_MEMBER_JOBS = ".gang.jobs"
+"""The same check by the shell gang launcher's per-member wrapper, in the member's directory (its own file: the
+member's script may write ``JOBS_FILE`` at the same moment)."""
 LAYOUT_PREFIX = "# interlink-nats layout: "
 """The layout line (JSON, one line) among the first lines of a script rendered before ``JobScript.layout``
 existed: read by :func:`parse_layout` so such scripts, still queued or retried, keep their prepared layout."""

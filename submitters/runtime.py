@@ -47,6 +47,7 @@ from interlink_nats.submitters.core.backend import Backend, BackendContext, Back
 from interlink_nats.submitters.core.errors import SubmitterError, Unavailable
 from interlink_nats.submitters.edge.announcer import Announcer
 from interlink_nats.submitters.edge.service import SubmitterServiceImpl
+from interlink_nats.submitters.engine.gangs import Gangs
 from interlink_nats.submitters.engine.polling import Poller, PollStats
 from interlink_nats.submitters.engine.queries import Queries
 from interlink_nats.submitters.engine.recovery import Recovery
@@ -125,8 +126,14 @@ class Submitter:
         self.submissions.on_submit = self.poller.on_start = self.announcer.record_outcome
         self.announcer.queue_load = self.poller.queue_load
         self.announcer.held_specs = self._held_specs
+        self.gangs = Gangs(self.submissions)
         self.recovery = Recovery(
-            lock=self.instance_lock, registry=self._reg, backend=self.backend, poller=self.poller, outbox=self.outbox
+            lock=self.instance_lock,
+            registry=self._reg,
+            backend=self.backend,
+            poller=self.poller,
+            outbox=self.outbox,
+            state_dir=self.state_dir,
         )
         self.queries = Queries(registry=self._reg, backend=self.backend)
         self._stop = asyncio.Event()
@@ -199,7 +206,11 @@ class Submitter:
 
         self._rpc = RpcServer(
             self.nc,
-            [SubmitterServiceImpl(self.submissions, self.queries, describe=self.describe, clock=self.clock)],
+            [
+                SubmitterServiceImpl(
+                    self.submissions, self.queries, describe=self.describe, clock=self.clock, gangs=self.gangs
+                )
+            ],
             pool=self.pool,
             max_concurrency=self.settings.max_concurrency,
             metadata={"backend": self.backend.name, "instance": self.instance_id},
@@ -264,8 +275,9 @@ class Submitter:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._tasks = []
-        if self.submissions.inflight:
-            await asyncio.wait(list(self.submissions.inflight.values()), timeout=self.settings.nats.drain_timeout_s / 2)
+        inflight = [*self.submissions.inflight.values(), *self.gangs.inflight.values()]
+        if inflight:
+            await asyncio.wait(inflight, timeout=self.settings.nats.drain_timeout_s / 2)
         if drain and self.nc is not None and self.nc.is_connected and self.registry is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.publish_pending(), timeout=5)
@@ -303,7 +315,7 @@ class Submitter:
 
     async def recover(self) -> None:
         """Track every live job this instance owns that is neither tracked nor being submitted."""
-        await self.recovery.recover(busy=set(self.submissions.inflight))
+        await self.recovery.recover(busy=set(self.submissions.inflight) | set(self.submissions.group_inflight))
 
     def track(self, row: JobRow) -> None:
         """Poll ``row``'s job from now on (benchmarks seed a registry and track its rows)."""

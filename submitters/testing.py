@@ -28,6 +28,7 @@ from interlink_nats.submitters.core.backend import (
     BackendError,
     BackendState,
     Capacity,
+    GangSpec,
     JobHandle,
     JobSpec,
     Observation,
@@ -100,8 +101,8 @@ class Hold:
 class FakeBackend:
     """An in-memory batch system; it outlives the submitters that use it, as a real one does.
 
-    Every backend call first obeys its script (``op`` is ``submit``, ``reconcile``, ``poll``,
-    ``cancel`` or ``capacity``): wait ``slow`` seconds, raise a queued failure, or crash
+    Every backend call first obeys its script (``op`` is ``submit``, ``submit_gang``, ``find_gang``,
+    ``reconcile``, ``poll``, ``cancel`` or ``capacity``): wait ``slow`` seconds, raise a queued failure, or crash
     before/after doing the work. ``after`` a submit means the batch system has the job but the
     submitter never heard its id: the hard case for recovery.
     """
@@ -204,6 +205,20 @@ class FakeBackend:
         self._maybe_crash_after("submit", script)
         return job_id
 
+    async def submit_gang(self, gang: GangSpec) -> str:
+        """``RunsGangs``: a gang is ONE job held under its group uid (``submissions(gang.uid)``)."""
+        script = await self._obey("submit_gang")
+        job_id = f"fake-{next(self._ids)}"
+        self.jobs[job_id] = FakeJob(gang.uid, job_id, gang.job_dir)
+        self._maybe_crash_after("submit_gang", script)
+        return job_id
+
+    async def find_gang(self, gang: GangSpec) -> Reconciled:
+        script = await self._obey("find_gang")
+        held = self.submissions(gang.uid)
+        self._maybe_crash_after("find_gang", script)
+        return Reconciled(held[-1].job_id if held else None)
+
     async def reconcile(self, jobs: Sequence[JobHandle]) -> dict[str, Reconciled]:
         script = await self._obey("reconcile")
         out: dict[str, Reconciled] = {}
@@ -271,7 +286,7 @@ async def offline_submitter(
 
 async def crash(sub: Submitter) -> None:
     """Leave ``sub`` as kill -9 would: committed rows stay, in-memory state and the instance lock go."""
-    for task in list(sub.submissions.inflight.values()):
+    for task in [*sub.submissions.inflight.values(), *sub.gangs.inflight.values()]:
         task.cancel()
         with contextlib.suppress(BaseException):
             await task

@@ -147,3 +147,37 @@ async def test_cancel_stops_a_job_running_as_another_account(
         return not processes_of(account.uid)
 
     await wait_for(gone, what="the account's processes to end")
+
+
+def member(job: pb.JobScript, group: str, rank: int, size: int) -> pb.JobScript:
+    job.gang = pb.GangMember(group_uid=group, group_name="pg", rank=rank, size=size)
+    return job
+
+
+async def test_each_member_of_a_pod_group_runs_as_its_own_account_and_a_refused_member_refuses_the_group(
+    submitter: Submitter, nc: nats.NATS, pool: str, account: ThrowAway
+) -> None:
+    client = submitter_client(nc, pool, timeout=30)
+    mapped, unmapped, group = uid(), uid(), uid()
+    members = [member(job(mapped, "team-a"), group, 0, 2), member(job(unmapped, "elsewhere"), group, 1, 2)]
+    await client.submit_group(pb.SubmitGroupRequest(members=members))
+    for u in (mapped, unmapped):
+        assert (await final_status(client, u)).state == pb.JobState.SUCCEEDED
+    assert ran_as(submitter, mapped) == (
+        [str(account.uid), str(account.gid), str(account.gid)],
+        account.uid,
+        account.gid,
+    )
+    assert ran_as(submitter, unmapped)[0][0] == "0"
+
+    ok, bad, group = uid(), uid(), uid()
+    members = [member(job(ok, "team-a"), group, 0, 2), member(job(bad, "lab", {"runAsUser": 0}), group, 1, 2)]
+    with pytest.raises(GRPCError) as err:
+        await client.submit_group(pb.SubmitGroupRequest(members=members))
+    assert err.value.status == Status.FAILED_PRECONDITION
+    assert "pod group member 1" in (err.value.message or "") and "securityContext.runAsUser" in (
+        err.value.message or ""
+    )
+    for st in (await client.get_status(pb.GetStatusRequest(pod_uids=[ok, bad]))).statuses:
+        assert st.state == pb.JobState.FAILED and st.reason == "SubmitFailed"
+    assert not (submitter.settings.state_dir / "gangs" / group / CLAIM).exists(), "nothing ran"

@@ -53,6 +53,7 @@ PURE_MODULES = (
     "interlink_nats.submitters.backends.slurm.parse",
     "interlink_nats.submitters.backends.htcondor.parse",
     "interlink_nats.submitters.backends.htcondor.submit",
+    "interlink_nats.submitters.backends.shell.gang_script",
 )
 IO_LIBRARIES = frozenset({"nats", "sqlite3", "aiosqlite", "redis", "lightkube", "starlette", "subprocess"})
 

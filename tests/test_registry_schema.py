@@ -89,10 +89,11 @@ async def test_a_0_1_0_registry_is_migrated_in_place_keeping_its_jobs(tmp_path: 
             ("main",),
             3,
         )
+        assert row.gang == "", "a job from before pod groups is a single pod"
         assert [r.uid for r in await registry.live("old-host-1")] == ["u-1"]
     finally:
         await registry.close()
-    assert user_version(path) == SCHEMA_VERSION == 1
+    assert user_version(path) == SCHEMA_VERSION == 2
     again = await Registry.open(path)  # a second start finds nothing to migrate
     await again.close()
     assert user_version(path) == SCHEMA_VERSION
@@ -110,6 +111,36 @@ async def test_a_registry_from_a_newer_release_is_refused_naming_both_versions(t
     make_0_1_0_registry(path)
     with sqlite3.connect(path) as conn:
         conn.execute("PRAGMA user_version = 99")
-    with pytest.raises(RegistryError, match=r"schema version 99, newer than this release's 1"):
+    with pytest.raises(RegistryError, match=r"schema version 99, newer than this release's 2"):
         await Registry.open(path)
     assert user_version(path) == 99, "a refused registry is left as it was"
+
+
+async def test_a_version_1_registry_gains_the_gang_column_and_keeps_its_jobs(tmp_path: Path) -> None:
+    """1 → 2 (pod groups): every existing job reads as a single pod; a new member row records its gang."""
+    path = tmp_path / "registry.sqlite3"
+    make_0_1_0_registry(path)
+    with sqlite3.connect(path) as conn:
+        conn.execute("PRAGMA user_version = 1")
+    registry = await Registry.open(path)
+    try:
+        old = await registry.get("u-1")
+        assert old is not None and old.gang == "" and old.job_id == "4242"
+        created, row = await registry.claim(
+            uid="m-0",
+            namespace="ns",
+            name="member-0",
+            owner="me",
+            job_dir=tmp_path / "jobs" / "m-0",
+            init_containers=(),
+            containers=("main",),
+            spec=b"",
+            status=b"",
+            gang="g-1",
+        )
+        assert created and row.gang == "g-1"
+        assert [(r.uid, r.gang) for r in await registry.gang_rows("g-1")] == [("m-0", "g-1")]
+        assert await registry.gang_rows("") == [], "single pods are no gang"
+    finally:
+        await registry.close()
+    assert user_version(path) == 2

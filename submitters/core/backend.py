@@ -61,6 +61,9 @@ class Observation:
     raw_state: str = ""
     started_at: float | None = None
     finished_at: float | None = None
+    gang_stopped: bool = False
+    """A pod-group member the gang's launcher stopped because another member failed (``FAIL_GANG``): its
+    status names that, not a bare SIGTERM (``reason`` says which member)."""
 
 
 GONE = Observation(BackendState.GONE)

@@ -106,6 +106,8 @@ def job_outcome(obs: Observation, meta: JobMeta) -> _Outcome | None:
     where = f"{meta.backend} job {meta.job_id}".strip() if meta.job_id else f"{meta.backend} job".strip()
     if state is BackendState.COMPLETED:
         return _Outcome("Completed", code or 0, "")
+    if state is BackendState.FAILED and obs.gang_stopped:
+        return _Outcome("PodGroupFailed", code or SIGTERM_EXIT, f"{where}: {obs.reason}")
     if state is BackendState.FAILED:
         exit_code = code if code else (128 + sig if sig else 1)
         msg = f"{where} failed{detail}" + (f", killed by signal {sig}" if sig else f" with exit code {exit_code}")

@@ -67,6 +67,12 @@ class Submitting(Protocol):
     async def cancel(self, uid: str) -> pb.CancelResponse: ...
 
 
+class SubmittingGroups(Protocol):
+    """SubmitGroup (``gangs.Gangs``)."""
+
+    async def submit_group(self, req: pb.SubmitGroupRequest) -> pb.SubmitGroupResponse: ...
+
+
 class Querying(Protocol):
     """The reads (``queries.Queries``)."""
 
@@ -89,8 +95,10 @@ class SubmitterServiceImpl(pb.SubmitterServiceBase):
         *,
         describe: Callable[[], pb.DescribeResponse],
         clock: Clock,
+        gangs: SubmittingGroups | None = None,
     ) -> None:
         self.submissions = submissions
+        self.gangs = gangs
         self.queries = queries
         self._describe = describe
         self.clock = clock
@@ -103,6 +111,14 @@ class SubmitterServiceImpl(pb.SubmitterServiceBase):
             fields = {"pod_uid": pod.uid, "namespace": pod.namespace, "pod": pod.name} if pod is not None else {}
             with log_fields(**fields):
                 return await self.submissions.submit(message.job)
+        except SubmitterFault as exc:
+            _raise(exc)
+
+    async def submit_group(self, message: pb.SubmitGroupRequest) -> pb.SubmitGroupResponse:
+        try:
+            if self.gangs is None:
+                raise Refused("this submitter does not run pod groups (SubmitGroup)")
+            return await self.gangs.submit_group(message)
         except SubmitterFault as exc:
             _raise(exc)
 

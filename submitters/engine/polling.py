@@ -36,6 +36,7 @@ from interlink_nats.submitters.core.backend import (
     Observation,
     ReportsChanges,
 )
+from interlink_nats.submitters.core.gangs import member_observation
 from interlink_nats.submitters.core.lifecycle import plan_poll
 from interlink_nats.submitters.core.load import QueueLoad, queue_load
 from interlink_nats.submitters.core.status import ContainerFiles, JobMeta
@@ -96,6 +97,16 @@ class Tracked:
     """When its registry row was created (epoch seconds): the age of a job still waiting at the site."""
     left_queue: bool = False
     """The backend has seen it leave its queue (its start counted once, ok or not, for ``on_start``)."""
+    gang: str = ""
+    """The group uid of a pod-group member: the backend is polled for its gang's one job, not for it."""
+
+
+@dataclass(slots=True)
+class _Gang:
+    """A gang with tracked members: the one handle the backend polls, and the members its answer fans out to."""
+
+    handle: JobHandle
+    members: dict[str, Tracked]
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +156,11 @@ class Poller:
         """The next incremental poll starts over: the first, and any after a poll that failed midway."""
         self._polling = asyncio.Lock()
         """Incremental polls run one at a time: each builds on what the previous one told the backend."""
+        self._gangs: dict[str, _Gang] = {}
+        self._gangs_added: dict[str, JobHandle] = {}
+        """Gangs (by group uid) with tracked members, and those whose handle the backend has not been told of
+        (``ReportsChanges``); a gang leaving goes to ``_removed`` like a job. Empty without gangs, so a pool of
+        single pods polls exactly as before."""
 
     def track(self, row: JobRow) -> Tracked:
         t = Tracked(
@@ -158,12 +174,14 @@ class Poller:
         old = self.tracked.get(row.uid)
         if old is not None:
             self._drop_journal(old)
-            self._removed.append(old.handle)
+            self._forget_handle(old)
             t.seq = old.seq  # it keeps its place in ``tracked``
         else:
             t.seq = next(self._seq)
         self.tracked[row.uid] = t
         self._added[row.uid] = t
+        if row.gang:
+            self._join_gang(t, row.gang)
         journal = self._journal_for(row.job_dir)
         self._journals[journal] = self._journals.get(journal, 0) + 1
         return t
@@ -179,7 +197,56 @@ class Poller:
             self._drop_journal(t)
             if self._added.get(uid) is t:
                 del self._added[uid]
+            self._forget_handle(t)
+
+    def _forget_handle(self, t: Tracked) -> None:
+        """Tell the backend to stop polling ``t``: its own handle, or its gang's once no member is left."""
+        if not t.gang:
             self._removed.append(t.handle)
+            return
+        g = self._gangs.get(t.gang)
+        if g is None or g.members.get(t.meta.uid) is not t:
+            return
+        del g.members[t.meta.uid]
+        if not g.members:
+            del self._gangs[t.gang]
+            if self._gangs_added.pop(t.gang, None) is None:
+                self._removed.append(g.handle)
+
+    def _join_gang(self, t: Tracked, gang: str) -> None:
+        """Poll ``t`` through its gang's one handle (uid = group uid, the gang's directory, the gang's job id)."""
+        t.gang = gang
+        g = self._gangs.get(gang)
+        handle = JobHandle(gang, jobfiles.gang_dir_of(t.handle.job_dir, gang), t.handle.job_id)
+        if g is None:
+            g = self._gangs[gang] = _Gang(handle, {})
+        elif gang not in self._gangs_added:
+            self._removed.append(g.handle)  # told again, so the backend answers it at the next poll
+            g.handle = handle
+        g.members[t.meta.uid] = t
+        self._gangs_added[gang] = g.handle
+
+    def _handles(self, jobs: list[Tracked], gangs: list[JobHandle]) -> list[JobHandle]:
+        """What the backend polls for ``jobs``: each single job's handle, and ``gangs`` (one per gang)."""
+        if not gangs and not self._gangs:
+            return [t.handle for t in jobs]
+        return [t.handle for t in jobs if not t.gang] + gangs
+
+    def _fan_out(self, observed: dict[str, Observation], gangs: dict[str, _Gang], complete: bool) -> None:
+        """Each member of a polled gang gets the gang's observation (refined by its own exit once it ended)."""
+        for uid, g in gangs.items():
+            obs = observed.pop(uid, None)
+            if obs is None:
+                if not complete:
+                    continue  # not answered: as the previous answer said
+                obs = GONE
+            ended = obs.state in (BackendState.COMPLETED, BackendState.FAILED)
+            for member, t in g.members.items():
+                if ended:
+                    code, stopped = jobfiles.read_member_exit(t.handle.job_dir)
+                    observed[member] = member_observation(obs, code, stopped, uid)
+                else:
+                    observed[member] = obs
 
     def _journal_for(self, job_dir: Path) -> Path:
         """``layout.changes_path(job_dir)``, one Path per parent directory (every Submit tracks a job: the
@@ -223,15 +290,20 @@ class Poller:
             restart = self._restart or not tracked
             added, removed = list(self._added.values()), self._removed
             self._added, self._removed = {}, []
+            gangs = {uid: _Gang(g.handle, dict(g.members)) for uid, g in self._gangs.items()} if self._gangs else {}
+            gangs_added, self._gangs_added = list(self._gangs_added.values()), {}
             self._restart = True  # until this poll is mapped: a poll that fails leaves the next one to start over
         if not tracked:
             observed: dict[str, Observation] = {}
         elif changes is None:
-            observed = await self.backend.poll([t.handle for t in tracked])
+            observed = await self.backend.poll(self._handles(tracked, [g.handle for g in gangs.values()]))
         elif restart:
-            observed = await changes.poll_changes([t.handle for t in tracked], [], restart=True)
+            all_gangs = [g.handle for g in gangs.values()]
+            observed = await changes.poll_changes(self._handles(tracked, all_gangs), [], restart=True)
         else:
-            observed = await changes.poll_changes([t.handle for t in added], removed, restart=False)
+            observed = await changes.poll_changes(self._handles(added, gangs_added), removed, restart=False)
+        if gangs:
+            self._fan_out(observed, gangs, complete=changes is None or restart)
         now = self.clock.time()
         # Only what may have changed is looked at: every job after a full answer, else the jobs answered,
         # added, hinted, hot or swept (see the module's docstring).

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from pathlib import Path
 
 from interlink_nats.kernel import layout
 from interlink_nats.submitters.core.backend import Backend, BackendError, JobHandle
@@ -22,6 +23,7 @@ from interlink_nats.submitters.core.lifecycle import (
     owners_to_adopt,
     plan_recovery,
 )
+from interlink_nats.submitters.engine.gangs import recover_gangs
 from interlink_nats.submitters.engine.polling import Poller
 from interlink_nats.submitters.state.outbox import Outbox
 from interlink_nats.submitters.state.ownership import InstanceLock
@@ -32,8 +34,16 @@ log = logging.getLogger(__name__)
 
 class Recovery:
     def __init__(
-        self, *, lock: InstanceLock, registry: Callable[[], Registry], backend: Backend, poller: Poller, outbox: Outbox
+        self,
+        *,
+        lock: InstanceLock,
+        registry: Callable[[], Registry],
+        backend: Backend,
+        poller: Poller,
+        outbox: Outbox,
+        state_dir: Path,
     ) -> None:
+        self._state_dir = state_dir
         self._lock = lock
         self._registry = registry
         self._backend = backend
@@ -62,6 +72,18 @@ class Recovery:
         skip = self._poller.tracked.keys() | busy
         rows = {r.uid: r for r in await reg.live(self._lock.instance_id) if r.uid not in skip}
         await self._outbox.restore(reg)
+        members = [r for r in rows.values() if r.gang]
+        if members:  # a gang's members are never reconciled or resubmitted alone
+            for row in members:
+                del rows[row.uid]
+            await recover_gangs(
+                members,
+                state_dir=self._state_dir,
+                backend=self._backend,
+                registry=reg,
+                poller=self._poller,
+                warned=self._waiting_retry,
+            )
         if not rows:
             return
         found = await self._backend.reconcile([JobHandle(r.uid, r.job_dir, r.job_id) for r in rows.values()])

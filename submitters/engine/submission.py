@@ -21,6 +21,7 @@ from interlink_nats.submitters.core.backend import Backend, BackendError, JobHan
 from interlink_nats.submitters.core.errors import InvalidRequest, Refused, Unavailable
 from interlink_nats.submitters.core.lifecycle import (
     Answer,
+    CancelPlan,
     ClaimPlan,
     FailPod,
     Phase,
@@ -98,6 +99,10 @@ class Submissions:
         self._outbox = outbox
         self._clock = clock
         self.inflight: dict[str, asyncio.Task[pb.SubmitResponse]] = {}
+        self.group_inflight: dict[str, asyncio.Task[pb.SubmitGroupResponse]] = {}
+        self._gang_cancels: dict[str, tuple[asyncio.Lock, int]] = {}
+        """By group uid: the lock that orders its members' cancels, and how many cancels use it."""
+        """By member uid: the SubmitGroup submitting that pod's gang (``engine.gangs``)."""
         self.job_dirs: BatchRunner[jobfiles.JobDirItem, Path] = BatchRunner(
             jobfiles.prepare_job_dirs, name="submitter-job-dirs"
         )
@@ -111,6 +116,34 @@ class Submissions:
         the seam crash tests use to stop a submitter between any two steps. A new claim's ``claimed``
         is called on the registry's writer thread (between the commit and the job directory)."""
 
+    # What ``engine.gangs`` shares with Submit (a gang's members are claimed, recorded and tracked as pods are).
+    @property
+    def pool(self) -> str:
+        return self._pool
+
+    @property
+    def state_dir(self) -> Path:
+        return self._state_dir
+
+    @property
+    def lock(self) -> InstanceLock:
+        return self._lock
+
+    @property
+    def backend(self) -> Backend:
+        return self._backend
+
+    @property
+    def poller(self) -> Poller:
+        return self._poller
+
+    @property
+    def clock(self) -> Clock:
+        return self._clock
+
+    def registry(self) -> Registry:
+        return self._registry()
+
     def reopen(self) -> None:
         """Fresh job-directory writer (after a stop closed the previous one)."""
         self.stopping = False
@@ -119,6 +152,8 @@ class Submissions:
     async def submit(self, job: pb.JobScript) -> pb.SubmitResponse:
         """Idempotent by pod UID; the work is shielded so a caller's deadline cannot interrupt it."""
         validate_job(job)
+        if job.gang is not None:
+            raise InvalidRequest("job.gang is set: a member of a pod group is submitted with SubmitGroup")
         pod = job.pod if job.pod is not None else _NO_POD
         if self.stopping:
             raise Unavailable("submitter is stopping")
@@ -181,6 +216,10 @@ class Submissions:
             raise Unavailable(f"cannot write the job directory: {exc}") from None
         if not created:
             self.on_step("claimed")
+            if row.gang and row.phase is Phase.SUBMITTING:  # never resumed alone: its group is one job
+                raise InvalidRequest(
+                    f"pod {pod.uid} is a member of pod group {row.gang}: it is submitted with SubmitGroup"
+                )
         owner_dead = needs_owner_check(row.phase, row.owner, self._lock.instance_id) and await asyncio.to_thread(
             self._lock.owner_is_dead, row.owner
         )
@@ -223,7 +262,7 @@ class Submissions:
         if isinstance(action, RetryLater):
             raise Unavailable(action.message)
         if isinstance(action, FailPod):
-            await self._record_final(row, submit_failed_status(meta, action.reason, now=self._clock.time()))
+            await self.record_final(row, submit_failed_status(meta, action.reason, now=self._clock.time()))
             raise Refused(action.message)
         job_id = action.job_id
         await self._registry().mark_submitted(row.uid, job_id)
@@ -239,7 +278,7 @@ class Submissions:
         pending = map_status(dataclasses.replace(meta, job_id=job_id), None, {}, now=self._clock.time())
         return pb.SubmitResponse(job_id=job_id, created=False, status=pending)
 
-    async def _record_final(self, row: JobRow, status: pb.JobStatus) -> None:
+    async def record_final(self, row: JobRow, status: pb.JobStatus) -> None:
         revision = row.revision + 1
         stored = await self._registry().save_statuses(
             [StatusUpdate(row.uid, Phase.DONE, int(status.state), bytes(status), revision, self._clock.time())]
@@ -250,22 +289,43 @@ class Submissions:
     async def cancel(self, uid: str) -> pb.CancelResponse:
         """Stop the job, remove its files, keep a tombstone (so it never runs again). Idempotent."""
         reg = self._registry()
-        running = self.inflight.get(uid)
-        if running is not None:
-            with contextlib.suppress(Exception):
-                await asyncio.shield(running)
+        for running in (self.inflight.get(uid), self.group_inflight.get(uid)):
+            if running is not None:
+                with contextlib.suppress(Exception):
+                    await asyncio.shield(running)
         row = await reg.get(uid)
         plan = plan_cancel(row.phase if row is not None else None)
         if row is None or not plan.found:
             return pb.CancelResponse(found=False)
         if not plan.tombstone:
             return pb.CancelResponse(found=True, status=row.job_status())
+        if not row.gang:
+            return await self._tombstone(reg, row, plan, [])
+        # One member's cancel at a time per gang: the next one sees the first's tombstone and stops nothing again.
+        lock, users = self._gang_cancels.get(row.gang, (asyncio.Lock(), 0))
+        self._gang_cancels[row.gang] = (lock, users + 1)
+        try:
+            async with lock:
+                return await self._tombstone(reg, row, plan, await reg.gang_rows(row.gang))
+        finally:
+            lock, users = self._gang_cancels[row.gang]
+            if users > 1:
+                self._gang_cancels[row.gang] = (lock, users - 1)
+            else:
+                del self._gang_cancels[row.gang]
+
+    async def _tombstone(
+        self, reg: Registry, row: JobRow, plan: CancelPlan, gang_rows: list[JobRow]
+    ) -> pb.CancelResponse:
+        """Cancel's work once it is to be a tombstone: untrack, stop the job, store and publish, remove the files."""
+        uid = row.uid
         if plan.untrack:
             async with self._poller.lock:
                 self._poller.untrack(uid)
-        if plan.stop_backend:
+        target = self._cancel_target(row, gang_rows) if plan.stop_backend else None
+        if target is not None:
             try:
-                await self._backend.cancel(JobHandle(row.uid, row.job_dir, row.job_id))
+                await self._backend.cancel(target)
             except BackendError as exc:
                 raise Unavailable(f"cannot cancel job {row.job_id or uid}: {exc}") from None
         status = cancelled_status(
@@ -274,5 +334,21 @@ class Submissions:
         revision = await reg.mark_deleted(uid, bytes(status), int(status.state), row.revision + 1)
         self._poller.files.forget(row.job_dir)
         await asyncio.to_thread(jobfiles.remove_job_dir, row.job_dir)
+        if row.gang and all(r.phase is Phase.DELETED for r in gang_rows if r.uid != uid):
+            # The last member gone: nothing reads the gang's directory any more (its job has ended or been cancelled).
+            await asyncio.to_thread(jobfiles.remove_job_dir, jobfiles.gang_dir_of(row.job_dir, row.gang))
         self._outbox.add(uid, status, revision)
         return pb.CancelResponse(found=True, status=status)
+
+    @staticmethod
+    def _cancel_target(row: JobRow, gang_rows: list[JobRow]) -> JobHandle | None:
+        """The job a cancel stops: the pod's own, or its gang's one job (cancelling it stops every member). A
+        gang's job is cancelled once: not again when another member is already cancelled or ended (its
+        tombstone, or the job's end, came first); the other members then end as the backend reports."""
+        if not row.gang:
+            return JobHandle(row.uid, row.job_dir, row.job_id)
+        others = [r for r in gang_rows if r.uid != row.uid]
+        if any(not r.phase.live for r in others):
+            return None
+        job_id = row.job_id or next((r.job_id for r in others if r.job_id), "")
+        return JobHandle(row.gang, jobfiles.gang_dir_of(row.job_dir, row.gang), job_id)

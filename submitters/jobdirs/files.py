@@ -57,6 +57,16 @@ def job_dir_for(state_dir: Path, uid: str) -> Path:
     return state_dir.joinpath(JOBS_DIR, validate_uid(uid))
 
 
+def gang_dir_for(state_dir: Path, group_uid: str) -> Path:
+    """A pod group's own directory (``layout.GANG_DIR``), beside the members' job directories."""
+    return state_dir.joinpath(layout.GANG_DIR, validate_uid(group_uid))
+
+
+def gang_dir_of(member_dir: Path, group_uid: str) -> Path:
+    """:func:`gang_dir_for` from one member's job directory (``<state>/jobs/<uid>``), where no state dir is at hand."""
+    return member_dir.parent.parent.joinpath(layout.GANG_DIR, group_uid)
+
+
 @functools.cache
 def _umask_keeps_owner_bits() -> bool:
     """Whether this process's umask leaves the owner's bits alone (022 and 077 do): then a 0700 ``mkdir`` or
@@ -391,3 +401,14 @@ class ChangeJournal:
             if line:
                 names.add(line.decode(errors="replace"))
         return st.st_ino, offset + end
+
+
+def read_member_exit(member_dir: Path) -> tuple[int | None, bool]:
+    """A gang member's own exit code as its launcher recorded it (None: not yet, or none), and whether the
+    launcher stopped it for another member's failure (``layout.GANG_MEMBER_EXIT``, ``GANG_MEMBER_STOPPED``)."""
+    try:
+        with open(os.path.join(member_dir, layout.GANG_MEMBER_EXIT), encoding="ascii") as f:
+            code: int | None = int(f.read().strip())
+    except (OSError, ValueError):
+        code = None
+    return code, os.path.exists(os.path.join(member_dir, layout.GANG_MEMBER_STOPPED))

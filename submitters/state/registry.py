@@ -78,7 +78,7 @@ def _names_json(names: tuple[str, ...]) -> str:
     return json.dumps(list(names))
 
 
-_INSERT = f"INSERT OR IGNORE INTO jobs ({COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+_INSERT = f"INSERT OR IGNORE INTO jobs ({COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
 _SELECT_ONE = f"SELECT {COLUMNS} FROM jobs WHERE uid = ?"
 
 
@@ -211,6 +211,7 @@ class Registry:
         spec: bytes,
         status: bytes,
         then: Callable[[], object] | None = None,
+        gang: str = "",
     ) -> tuple[bool, JobRow]:
         """Record the intent to submit, atomically: (True, row) if this call created it, else (False, existing).
 
@@ -239,6 +240,7 @@ class Registry:
             now,
             now,
             None,
+            gang,
         )
 
         def op(conn: sqlite3.Connection) -> object:
@@ -274,6 +276,7 @@ class Registry:
                 created_at=now,
                 updated_at=now,
                 finished_at=None,
+                gang=gang,
             )
         assert existing is not None
         return False, row_from(existing)
@@ -281,6 +284,10 @@ class Registry:
     async def get(self, uid: str) -> JobRow | None:
         rows = await self._fetch(_SELECT_ONE, (uid,))
         return rows[0] if rows else None
+
+    async def gang_rows(self, gang: str) -> list[JobRow]:
+        """Every row of one gang (its members, whatever their phase), for a cancel and a gang's recovery."""
+        return await self._fetch(f"SELECT {COLUMNS} FROM jobs WHERE gang = ? AND gang != ''", (gang,))
 
     async def get_many(self, uids: Sequence[str]) -> dict[str, JobRow]:
         out: dict[str, JobRow] = {}

@@ -37,10 +37,12 @@ CREATE TABLE IF NOT EXISTS jobs (
     published INTEGER NOT NULL DEFAULT 0,
     created_at REAL NOT NULL,
     updated_at REAL NOT NULL,
-    finished_at REAL
+    finished_at REAL,
+    gang TEXT NOT NULL DEFAULT ''
 );
 CREATE INDEX IF NOT EXISTS jobs_by_owner ON jobs (owner, phase);
 CREATE INDEX IF NOT EXISTS jobs_by_phase ON jobs (phase);
+CREATE INDEX IF NOT EXISTS jobs_by_gang ON jobs (gang) WHERE gang != '';
 """
 
 
@@ -48,7 +50,7 @@ class RegistryError(Exception):
     """The registry could not be read or written (translated from sqlite errors)."""
 
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 """The registry's layout, kept in SQLite's ``user_version``. A release that changes ``SCHEMA`` adds a step to
 ``_MIGRATIONS`` and bumps this; 0 is a registry written before versioning (release 0.1.0), same tables as 1."""
 
@@ -57,7 +59,13 @@ def _stamp_unversioned(conn: sqlite3.Connection) -> None:
     """0 → 1: the 0.1.0 tables are version 1's; ``CREATE ... IF NOT EXISTS`` already added any missing index."""
 
 
-_MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {1: _stamp_unversioned}
+def _add_gang(conn: sqlite3.Connection) -> None:
+    """1 → 2 (issue 28): ``gang``, the group uid of a pod-group member ('' for a single pod), so recovery never
+    submits a member alone and the poller knows which rows share one backend job."""
+    conn.execute("ALTER TABLE jobs ADD COLUMN gang TEXT NOT NULL DEFAULT ''")
+
+
+_MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {1: _stamp_unversioned, 2: _add_gang}
 """Step to version N from N-1; each runs inside the one transaction that also sets the new version."""
 
 
@@ -94,7 +102,7 @@ def migrate(conn: sqlite3.Connection, path: Path) -> tuple[int, int]:
 
 COLUMNS = (
     "uid, namespace, name, phase, job_id, owner, job_dir, init_containers, containers, spec, state, status, "
-    "revision, published, created_at, updated_at, finished_at"
+    "revision, published, created_at, updated_at, finished_at, gang"
 )
 
 
@@ -118,6 +126,8 @@ class JobRow:
     created_at: float
     updated_at: float
     finished_at: float | None
+    gang: str = ""
+    """The group uid when this pod is a member of a gang (``SubmitGroup``): its job is the gang's one job."""
 
     def job_status(self) -> pb.JobStatus | None:
         if not self.status:
@@ -173,6 +183,7 @@ def row_from(r: Sequence[Any]) -> JobRow:
         created_at=float(r[14]),
         updated_at=float(r[15]),
         finished_at=float(r[16]) if r[16] is not None else None,
+        gang=str(r[17]),
     )
 
 

@@ -6,12 +6,7 @@ for each it claims the directory and starts the runner in the background, in a p
 of its own, then answers with the runner's pid. The runner keeps going when the submitter (and
 then the launcher, at end of input) goes away. The job is found again by its pid file, checked
 against ``/proc/<pid>/cmdline`` (and its start time once seen), so a recycled pid is never
-mistaken for the job.
-
-Why one launcher instead of a process per job: forking the submitter (a large Python process)
-for every job cost about a quarter of its event loop under load (fork/exec, a child-watcher
-thread, pipe transports). Now a launch is one line written to a pipe and one read back, and the
-fork happens in a small bash.
+mistaken for the job. Why one launcher, not a process per job: :mod:`.processes`. A pod group is one job (:mod:`.gang`).
 
 Why "run at most once" holds: each launch starts with ``mkdir .shell.claim``, atomic on every
 POSIX filesystem; a second launch of the same directory (a retry after a crash, or a second
@@ -47,6 +42,7 @@ from interlink_nats.kernel.clock import SYSTEM_CLOCK, Clock
 from interlink_nats.submitters.backends.accounts import take_over
 from interlink_nats.submitters.backends.podman_janitor import PodmanJanitor
 from interlink_nats.submitters.backends.shell.config import ShellConfig
+from interlink_nats.submitters.backends.shell.gang import ShellGangs, member_alive, pods_of
 from interlink_nats.submitters.backends.shell.host import host_capacity, host_free
 from interlink_nats.submitters.backends.shell.processes import (
     CLAIM,
@@ -79,7 +75,6 @@ log = logging.getLogger(__name__)
 
 LAUNCH_ATTEMPTS = 3
 """Tries per job when the launcher itself fails (a retry of a started job is a no-op)."""
-
 REAP_FALLBACK_S = 0.5
 """How often full slots are re-checked when no pidfd told us a runner ended."""
 
@@ -96,8 +91,8 @@ class _Running:
     """The RUNNING observation a poll returns, without any I/O, while ``watched``."""
 
 
-class ShellBackend:
-    """Local processes, at most ``max_concurrent`` at once (others wait in a FIFO)."""
+class ShellBackend(ShellGangs):
+    """Local processes, at most ``max_concurrent`` at once (others wait in a FIFO); a pod group is one job."""
 
     name = "shell"
 
@@ -176,7 +171,7 @@ class ShellBackend:
         if not job_dir.is_dir():
             return False  # removed: cancelled or cleaned up
         if not (job_dir / CLAIM).exists():
-            return None
+            return member_alive(job_dir, self._job_alive)  # a pod-group member runs inside its gang's job
         if (job_dir / EXIT_FILE).exists():
             return False
         pid = read_int(job_dir / PID_FILE)
@@ -208,10 +203,14 @@ class ShellBackend:
             policy = self._accounting  # a refusal raises before anything is queued; NSS lookups may block
             if policy is not None and (ident := await asyncio.to_thread(take_over, policy, spec)):
                 self._accounts[spec.uid] = str(ident)
-            self._queue.append(spec)
-            self._queued.add(spec.uid)
-            self._wake.set()
+            self._enqueue(spec)
         return spec.uid
+
+    def _enqueue(self, spec: JobSpec) -> None:
+        """Queue a new job, as the submitter's account (a gang's launcher switches each member itself)."""
+        self._queue.append(spec)
+        self._queued.add(spec.uid)
+        self._wake.set()
 
     async def _launch_loop(self) -> None:
         """Start queued jobs while slots are free; launches overlap (each is a pipe round trip)."""
@@ -475,7 +474,8 @@ class ShellBackend:
             self._running.pop(uid, None)
             self._wake.set()
         if self._janitor is not None:  # a script killed after the grace period leaves its containers running
-            await self._janitor.remove_pod(uid)
+            for pod in pods_of(job):  # (a gang's: every member's)
+                await self._janitor.remove_pod(pod)
 
     async def _terminate(self, run: _Running) -> None:
         try:

@@ -2,7 +2,12 @@
 
 Apart from :mod:`.shell` (the backend's bookkeeping) because this is the part that talks to the
 kernel: ``/proc`` reads, the launcher's pipe, the files a runner leaves in its job directory. The
-module docstring of :mod:`.shell` says why there is one launcher and why a job runs at most once.
+module docstring of :mod:`.shell` says why a job runs at most once.
+
+Why one launcher instead of a process per job: forking the submitter (a large Python process)
+for every job cost about a quarter of its event loop under load (fork/exec, a child-watcher
+thread, pipe transports). Now a launch is one line written to a pipe and one read back, and the
+fork happens in a small bash.
 """
 
 from __future__ import annotations

@@ -155,6 +155,9 @@ all_hosts=$(IFS=,; printf '%s' "${hosts[*]}")
 # Each member's step gets its task's share: the job's CPUs per task and memory per CPU (inherited from the
 # environment); where the site gave memory per node instead, that node's memory split among its tasks (a step
 # left to default would take all of it and hold back the next member's step).
+# A requeued job starts over: no member's outcome from the previous run may stand.
+for ((r = 0; r < size; r++)); do rm -f -- "${dirs[r]}/$exit_name" "${dirs[r]}/$stopped_name"; done
+pids=()
 for ((r = 0; r < size; r++)); do
   mem=()
   if [[ -z ${SLURM_MEM_PER_CPU-} && -n ${SLURM_MEM_PER_NODE-} ]]; then
@@ -165,26 +168,41 @@ for ((r = 0; r < size; r++)); do
     "$srun" --ntasks=1 --nodes=1 --nodelist="${hosts[r]}" --exact --cpus-per-task="${SLURM_CPUS_PER_TASK:-1}" \
     ${mem[@]+"${mem[@]}"} --job-name="${uids[r]}" --chdir="${dirs[r]}" --output="${outputs[r]}" --input=none \
     bash "${scripts[r]}" < /dev/null &
+  pids[r]=$!
 done
 say "started $size members of pod group on $all_hosts"
 
-# Every srun is a child; nothing else is: each wait -n is one member's end (the TERM trap exits instead).
+# Collect each member's step as it ends, in whatever order (as the job script collects its containers: a scan,
+# then `wait -n` only to sleep until the next end), and record its code in the member's directory
+# (layout.GANG_MEMBER_EXIT), so the submitter maps every member from its own outcome. The TERM trap exits.
 first=0
 left=$size
+ended=()
 while ((left > 0)); do
-  wait -n
-  rc=$?
-  left=$((left - 1))
-  if ((rc != 0 && first == 0)); then
-    first=$rc
-    if ((fail_gang && left > 0)); then
-      say "a member ended with $rc: stopping the other $left (TERM to their steps)"
-      # Without --full/--batch, scancel signals the steps only, not this script: each member's job.sh gets TERM.
-      "$scancel" --signal=TERM "$SLURM_JOB_ID" || say "scancel --signal=TERM failed"
-    else
-      say "a member ended with $rc"
+  found=0
+  for ((r = 0; r < size; r++)); do
+    [[ -n ${ended[r]-} ]] && continue
+    kill -0 "${pids[r]}" 2>/dev/null && continue
+    wait "${pids[r]}"
+    rc=$?
+    ended[r]=1
+    printf '%s\n' "$rc" > "${dirs[r]}/$exit_name"
+    left=$((left - 1))
+    found=1
+    if ((rc != 0 && first == 0)); then
+      first=$rc
+      if ((fail_gang && left > 0)); then
+        say "a member ended with $rc: stopping the other $left (TERM to their steps)"
+        # Marked first (layout.GANG_MEMBER_STOPPED): they end for another member's failure, not their own.
+        for ((o = 0; o < size; o++)); do [[ -n ${ended[o]-} ]] || : > "${dirs[o]}/$stopped_name"; done
+        # Without --full/--batch, scancel signals the steps only, not this script: each member's job.sh gets TERM.
+        "$scancel" --signal=TERM "$SLURM_JOB_ID" || say "scancel --signal=TERM failed"
+      else
+        say "a member ended with $rc"
+      fi
     fi
-  fi
+  done
+  ((found || left == 0)) || wait -n
 done
 exit "$first"
 """
@@ -214,6 +232,8 @@ def launcher_script(
         f"dirs=({words([str(m.job_dir) for m in members])})",
         f"scripts=({words([str(m.script) for m in members])})",
         f"outputs=({words([str(m.job_dir / layout.JOB_STDOUT) for m in members])})",
+        f"exit_name={shlex.quote(layout.GANG_MEMBER_EXIT)}",
+        f"stopped_name={shlex.quote(layout.GANG_MEMBER_STOPPED)}",
     ]
     head = "#!/bin/bash\n# interlink-nats gang launcher: one srun step per pod-group member (docs/submitters.md).\n"
     return head + "\n".join(values) + "\n" + _LAUNCHER_BODY.lstrip("\n")

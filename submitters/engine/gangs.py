@@ -1,0 +1,287 @@
+"""SubmitGroup and a gang's recovery: every member claimed durably, the gang handed to the backend ONCE.
+
+A gang is several ordinary registry rows (one per member pod: GetStatus, GetLogs, Cancel and events work
+on each as on a single pod) whose ``gang`` column names the group; all share the gang's one backend job
+id. Order of the durable steps, as for a single pod: claim every member (row + job directory) → the gang's
+directory → ``find_gang`` when resuming, else ``submit_gang`` → mark every member submitted → track. The
+decisions are :mod:`submitters.core.gangs`'; this module does the I/O.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections.abc import Sequence
+from pathlib import Path
+
+from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.kernel import layout
+from interlink_nats.submitters.core import fastwire
+from interlink_nats.submitters.core.backend import Backend, BackendError, GangSpec, Reconciled, RunsGangs
+from interlink_nats.submitters.core.errors import InvalidRequest, Refused, Unavailable
+from interlink_nats.submitters.core.gangs import (
+    GroupPlan,
+    MemberRow,
+    failure_policy,
+    known_job_id,
+    plan_gang_recovery,
+    plan_group,
+    refusal,
+    validate_group,
+)
+from interlink_nats.submitters.core.lifecycle import FailPod, Phase, RetryLater, needs_owner_check, plan_submit
+from interlink_nats.submitters.core.status import submit_failed_status
+from interlink_nats.submitters.engine.polling import Poller, meta_from_row
+from interlink_nats.submitters.engine.submission import Submissions, validate_job
+from interlink_nats.submitters.jobdirs import files as jobfiles
+from interlink_nats.submitters.state.registry import Registry
+from interlink_nats.submitters.state.schema import JobRow
+
+log = logging.getLogger(__name__)
+
+
+def _member_row(row: JobRow) -> MemberRow:
+    return MemberRow(row.uid, row.phase, row.job_id, row.gang)
+
+
+def gang_spec(state_dir: Path, rows: Sequence[JobRow], jobs: Sequence[pb.JobScript] | None = None) -> GangSpec:
+    """The backend's view of a gang from its members' rows in rank order (``jobs``: the request's, when at hand)."""
+    first = jobs[0] if jobs else rows[0].job_spec()
+    gang = first.gang
+    return GangSpec(
+        uid=rows[0].gang,
+        name=gang.group_name if gang is not None else "",
+        job_dir=jobfiles.gang_dir_for(state_dir, rows[0].gang),
+        members=tuple(row.backend_spec(jobs[i] if jobs else None) for i, row in enumerate(rows)),
+        failure_policy=failure_policy(gang),
+        namespace=rows[0].namespace,
+    )
+
+
+def _scripts_stored(rows: Sequence[JobRow]) -> bool:
+    return all((r.job_dir / layout.SCRIPT_NAME).exists() for r in rows)
+
+
+def _make_gang_dir(path: Path) -> None:
+    os.makedirs(path, mode=0o700, exist_ok=True)
+
+
+class Gangs:
+    """SubmitGroup for one instance, beside (and through) :class:`Submissions`."""
+
+    def __init__(self, submissions: Submissions) -> None:
+        self._subs = submissions
+        self.inflight: dict[str, asyncio.Task[pb.SubmitGroupResponse]] = {}
+        """By group uid: concurrent identical SubmitGroups share one task (each member's uid is also in
+        ``Submissions.group_inflight``, so a Cancel and recovery wait for it)."""
+
+    async def submit_group(self, req: pb.SubmitGroupRequest) -> pb.SubmitGroupResponse:
+        """Idempotent by group uid and by member uid; shielded like Submit."""
+        members = list(req.members)
+        try:
+            group = validate_group(members)
+        except ValueError as exc:
+            raise InvalidRequest(str(exc)) from None
+        for i, job in enumerate(members):
+            try:
+                validate_job(job)
+            except InvalidRequest as exc:
+                raise InvalidRequest(f"members[{i}]: {exc}") from None
+        subs = self._subs
+        if not isinstance(subs.backend, RunsGangs):
+            raise Refused(refusal(subs.backend.name))
+        if subs.stopping:
+            raise Unavailable("submitter is stopping")
+        running = self.inflight.get(group)
+        if running is not None:
+            resp = await asyncio.shield(running)
+            return await self._answer([m.pod.uid for m in members if m.pod is not None], resp.job_id)
+        task = asyncio.ensure_future(self._submit_group(group, members))
+        uids = [m.pod.uid for m in members if m.pod is not None]
+        self.inflight[group] = task
+        for uid in uids:
+            subs.group_inflight[uid] = task
+
+        def done(_t: object) -> None:
+            self.inflight.pop(group, None)
+            for uid in uids:
+                if subs.group_inflight.get(uid) is task:
+                    del subs.group_inflight[uid]
+
+        task.add_done_callback(done)
+        return await asyncio.shield(task)
+
+    async def _answer(self, uids: Sequence[str], job_id: str) -> pb.SubmitGroupResponse:
+        rows = await self._subs.registry().get_many(list(uids))
+        statuses = [st for uid in uids if (row := rows.get(uid)) is not None and (st := row.job_status()) is not None]
+        return pb.SubmitGroupResponse(job_id=job_id, created=False, statuses=statuses)
+
+    async def _claim(self, job: pb.JobScript, group: str) -> tuple[bool, JobRow]:
+        """One member's claim and job directory, exactly as a single pod's (``Submissions._submit``)."""
+        subs = self._subs
+        pod = job.pod if job.pod is not None else pb.PodRef()
+        job_dir = jobfiles.job_dir_for(subs.state_dir, pod.uid)
+        script, entries = job.script, job.layout
+
+        def write_job_dir() -> None:
+            subs.on_step("claimed")
+            jobfiles.prepare_job_dir(job_dir, script, entries)
+
+        try:
+            created, row = await subs.registry().claim(
+                uid=pod.uid,
+                namespace=pod.namespace,
+                name=pod.name,
+                owner=subs.lock.instance_id,
+                job_dir=job_dir,
+                init_containers=job.init_containers,
+                containers=job.containers,
+                spec=fastwire.job_spec(job),
+                status=fastwire.pending_status(
+                    pod.uid, pod.namespace, pod.name, subs.pool, job.init_containers, job.containers
+                ),
+                then=write_job_dir,
+                gang=group,
+            )
+        except OSError as exc:
+            raise Unavailable(f"cannot write the job directory: {exc}") from None
+        return created, row
+
+    async def _submit_group(self, group: str, jobs: list[pb.JobScript]) -> pb.SubmitGroupResponse:
+        subs = self._subs
+        reg = subs.registry()
+        claims = await asyncio.gather(*(self._claim(job, group) for job in jobs))
+        created = [c for c, _ in claims]
+        rows = [r for _, r in claims]
+        uids = [r.uid for r in rows]
+        for i, row in enumerate(rows):
+            if row.gang != group:
+                what = f"in pod group {row.gang}" if row.gang else "as a single pod"
+                raise Refused(f"members[{i}].pod.uid {row.uid} was already submitted {what}")
+        me = subs.lock.instance_id
+        for owner in {r.owner for r in rows if needs_owner_check(r.phase, r.owner, me)}:
+            if not await asyncio.to_thread(subs.lock.owner_is_dead, owner):
+                return await self._answer(uids, known_job_id([_member_row(r) for r in rows]))
+            await reg.adopt(owner, me)
+            subs.recover_needed = True
+        plan = plan_group([_member_row(r) for r in rows], created)
+        if plan is GroupPlan.ANSWER:
+            return await self._answer(uids, known_job_id([_member_row(r) for r in rows]))
+        if plan is GroupPlan.RECORD:
+            await record_gang(subs, rows, known_job_id([_member_row(r) for r in rows]))
+            return await self._answer(uids, rows[0].job_id)
+        backend = subs.backend
+        assert isinstance(backend, RunsGangs)
+        spec = gang_spec(subs.state_dir, rows, jobs)
+        if plan is GroupPlan.FIND_THEN_SUBMIT:
+            if any(r.phase is not Phase.SUBMITTING for r in rows):
+                await self._fail(rows, "a member of the pod group was cancelled before the group started")
+            try:
+                found = await backend.find_gang(spec)
+            except BackendError as exc:
+                raise Unavailable(f"{backend.name} is unavailable: {exc}") from None
+            if found.job_id is not None:
+                await record_gang(subs, rows, found.job_id)
+                return await self._answer(uids, found.job_id)
+            for i, row in enumerate(rows):  # resuming: a member's directory may be missing or partial
+                if not created[i]:
+                    try:
+                        await subs.job_dirs.run((row.job_dir, jobs[i].script, jobs[i].layout))
+                    except OSError as exc:
+                        raise Unavailable(f"cannot write the job directory: {exc}") from None
+        job_id = await submit_gang(subs, spec, rows, created=all(created))
+        if all(created):
+            return pb.SubmitGroupResponse(job_id=job_id, created=True)  # pending; the caller knows the containers
+        return await self._answer(uids, job_id)
+
+    async def _fail(self, rows: Sequence[JobRow], reason: str) -> None:
+        subs = self._subs
+        for row in rows:
+            if row.phase is Phase.SUBMITTING:
+                meta = meta_from_row(row, subs.pool, subs.backend.name)
+                await subs.record_final(row, submit_failed_status(meta, reason, now=subs.clock.time()))
+        raise Refused(reason)
+
+
+async def submit_gang(subs: Submissions, spec: GangSpec, rows: Sequence[JobRow], *, created: bool) -> str:
+    """The gang's directory, then ONE backend submission, then every member recorded and tracked."""
+    backend = subs.backend
+    assert isinstance(backend, RunsGangs)
+    try:
+        await asyncio.to_thread(_make_gang_dir, spec.job_dir)
+    except OSError as exc:
+        raise Unavailable(f"cannot write the pod group's directory: {exc}") from None
+    subs.on_step("job_dir")
+    outcome: str | BackendError
+    try:
+        outcome = await backend.submit_gang(spec)
+    except BackendError as exc:
+        outcome = exc
+        subs.on_submit(False)
+    else:
+        subs.on_submit(True)
+        subs.on_step("submitted")
+    action = plan_submit(backend.name, outcome, created=created)
+    if isinstance(action, RetryLater):
+        raise Unavailable(action.message)
+    if isinstance(action, FailPod):
+        for row in rows:
+            meta = meta_from_row(row, subs.pool, backend.name)
+            await subs.record_final(row, submit_failed_status(meta, action.reason, now=subs.clock.time()))
+        raise Refused(action.message)
+    await record_gang(subs, rows, action.job_id)
+    return action.job_id
+
+
+async def record_gang(subs: Submissions, rows: Sequence[JobRow], job_id: str) -> None:
+    """Every member waiting for its id gets the gang's; every live member is tracked (SUBMITTING → ACTIVE)."""
+    reg = subs.registry()
+    waiting = [r for r in rows if r.phase is Phase.SUBMITTING]
+    await asyncio.gather(*(reg.mark_submitted(r.uid, job_id) for r in waiting))
+    subs.on_step("marked")
+    async with subs.poller.lock:
+        for row in rows:
+            if row.phase in (Phase.SUBMITTING, Phase.ACTIVE):
+                row.job_id = job_id
+                row.phase = Phase.ACTIVE
+                subs.poller.track(row)
+
+
+async def recover_gangs(
+    rows: Sequence[JobRow], *, state_dir: Path, backend: Backend, registry: Registry, poller: Poller, warned: set[str]
+) -> None:
+    """After a restart: the live rows of gangs (never submitted alone) → track, find, submit once, or wait."""
+    by_gang: dict[str, list[JobRow]] = {}
+    for row in rows:
+        by_gang.setdefault(row.gang, []).append(row)
+    for group, live in by_gang.items():
+        every = {r.uid: r for r in await registry.gang_rows(group)}
+        specs = [(r, r.job_spec()) for r in every.values()]
+        members = [r for r, _ in sorted(specs, key=lambda rs: rs[1].gang.rank if rs[1].gang is not None else 0)]
+        first = specs[0][1].gang
+        size = first.size if first is not None else len(members)
+        stored = await asyncio.to_thread(_scripts_stored, members)
+        plan = plan_gang_recovery([_member_row(r) for r in members], size=size, scripts_stored=stored)
+        job_id = plan.job_id
+        if not job_id and isinstance(backend, RunsGangs):
+            spec = gang_spec(state_dir, members)
+            try:
+                found: Reconciled = await backend.find_gang(spec)
+                if found.job_id is None and plan.may_submit:
+                    found = Reconciled(await backend.submit_gang(spec))
+            except BackendError as exc:
+                log.warning("recovering pod group %s failed: %s", group, exc)
+                continue
+            job_id = found.job_id or ""
+        if not job_id:
+            if group not in warned:
+                warned.add(group)
+                log.warning("pod group %s was interrupted before every member was stored; waiting for a retry", group)
+            continue
+        waiting = [r for r in live if r.phase is Phase.SUBMITTING]
+        await asyncio.gather(*(registry.mark_submitted(r.uid, job_id) for r in waiting))
+        for row in live:
+            row.job_id = job_id
+            row.phase = Phase.ACTIVE
+            poller.track(row)
