@@ -61,7 +61,7 @@ async def test_a_group_runs_as_one_gang_with_ranks_peers_and_size(nats_url: str,
         await create_all(stack, [pods[0], pods[1]])  # a retried create, then the last member
 
         async def all_done() -> bool:
-            return all(terminated(await stack.status_of(p)) for p in pods)
+            return all([terminated(await stack.status_of(p)) for p in pods])
 
         await eventually(all_done, within=60, what="every member terminated")
         host = os.uname().nodename
@@ -83,7 +83,7 @@ async def test_one_member_failing_stops_the_gang(nats_url: str, tmp_path: Path) 
         await create_all(stack, pods)
 
         async def all_done() -> bool:
-            return all(terminated(await stack.status_of(p)) for p in pods)
+            return all([terminated(await stack.status_of(p)) for p in pods])
 
         await eventually(all_done, within=90, what="the whole gang ended after one member failed")
         codes = [exit_code(await stack.status_of(p)) for p in pods]

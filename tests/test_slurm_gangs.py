@@ -22,7 +22,7 @@ from interlink_nats.kernel import layout
 from interlink_nats.services.scripts import render_job
 from interlink_nats.submitters.backends.slurm.backend import SlurmBackend
 from interlink_nats.submitters.core.backend import BackendState, GangSpec, JobHandle, JobSpec, Observation
-from interlink_nats.submitters.jobdirs.files import job_dir_for, prepare_job_dir
+from interlink_nats.submitters.jobdirs.files import job_dir_for, prepare_job_dir, read_member_exit
 from interlink_nats.submitters.testing import wait_for
 from jobs import pod_dict
 from slurm_cluster import SlurmCluster, missing_binaries
@@ -158,9 +158,12 @@ async def test_a_failing_member_fails_the_gang_and_the_policy_decides_the_others
     seen = await until_ended(backend, gang, job_id)
     assert (seen.state, seen.exit_code) == (BackendState.FAILED, 3), seen
     codes = [exit_code(m) for m in gang.members]
+    recorded = [read_member_exit(m.job_dir) for m in gang.members]  # what the launcher says of each, for the poll
     if policy == Policy.CONTINUE:
         assert codes == ["0", "3", "0"]
+        assert recorded == [(0, False), (3, False), (0, False)]
         return
+    assert recorded == [(143, True), (3, False), (143, True)], "the others marked as stopped for member 1"
     assert codes[1] == "3"
     # The launcher's TERM reached both others' steps (slurmstepd says so in their output), and each step's
     # processes got it at once (as a batch step's do on scancel): their scripts record the TERM's 143.
