@@ -138,6 +138,14 @@ def start_cli(args: list[str], env: dict[str, str] | None = None, log: Path | No
     )
 
 
+def start_gateway(nats_url: str, port: int, log: Path, redis_url: str | None = None) -> subprocess.Popen[bytes]:
+    """``interlink-nats gateway`` on ``port`` (warnings only in its log), with redis when ``redis_url`` is set."""
+    redis = ["--redis-url", redis_url] if redis_url else []
+    return start_cli(
+        ["gateway", "--nats-url", nats_url, *redis, "--port", str(port), "--log-level", "warning"], log=log
+    )
+
+
 _TICKS = os.sysconf("SC_CLK_TCK")
 
 

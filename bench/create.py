@@ -61,6 +61,7 @@ from _harness import (
     percentile,
     print_table,
     start_cli,
+    start_gateway,
     stop_process,
     wait_http,
 )
@@ -323,10 +324,7 @@ def main() -> None:
     nats_server = NatsServerProcess().start_blocking()
     port = free_port()
     submitters = {shape.pool: start_submitter(shape, nats_server.url, tmp) for shape in shapes}
-    gateway = start_cli(
-        ["gateway", "--nats-url", nats_server.url, "--port", str(port), "--log-level", "warning"],
-        log=tmp / "gateway.log",
-    )
+    gateway = start_gateway(nats_server.url, port, tmp / "gateway.log")
     responder = subprocess.Popen([sys.executable, "-c", RAW_RESPONDER, nats_server.url], stdout=subprocess.PIPE)
     try:
         assert responder.stdout is not None and responder.stdout.readline().strip() == b"ready"

@@ -40,6 +40,7 @@ from _harness import (
     median,
     print_table,
     start_cli,
+    start_gateway,
     stop_process,
     wait_http,
 )
@@ -133,20 +134,7 @@ def main() -> None:
     )
     submitter = start_cli(["submitter", "shell", "--config", str(config)], log=tmp / "submitter.log")
     port = free_port()
-    gateway = start_cli(
-        [
-            "gateway",
-            "--nats-url",
-            nats_server.url,
-            "--redis-url",
-            redis.url,
-            "--port",
-            str(port),
-            "--log-level",
-            "warning",
-        ],
-        log=tmp / "gateway.log",
-    )
+    gateway = start_gateway(nats_server.url, port, tmp / "gateway.log", redis.url)
     try:
         wait_http(f"http://127.0.0.1:{port}/healthz")
         asyncio.run(measure(port, "warm-g", 2, grouped=True))  # the pool announced, both paths warm

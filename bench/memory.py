@@ -25,7 +25,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from _harness import RedisProcess, free_port, median, print_table, start_cli, stop_process
+from _harness import RedisProcess, free_port, median, print_table, start_gateway, stop_process
 from interlink_nats.services.gateway.store import REDIS_PODS_KEY
 from interlink_nats.services.ops.nats_server import NatsServerProcess
 from status import make_records, status_body
@@ -68,10 +68,7 @@ def run_gateway(
     """Start a gateway, wait until it serves (``probe``: a /status body that must find its pod), measure, stop it."""
     port = free_port()
     started = time.monotonic()
-    proc = start_cli(
-        ["gateway", "--nats-url", nats_url, "--redis-url", redis_url, "--port", str(port), "--log-level", "warning"],
-        log=log,
-    )
+    proc = start_gateway(nats_url, port, log, redis_url)
     try:
         body = probe if probe is not None else b"[]"
         while True:

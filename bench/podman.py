@@ -28,7 +28,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 sys.path.insert(0, str(Path(__file__).parent.parent / "tests"))
 
-from _harness import free_port, median, percentile, print_table, start_cli, stop_process, wait_http
+from _harness import free_port, median, percentile, print_table, start_cli, start_gateway, stop_process, wait_http
 from interlink_nats.kernel import layout
 from interlink_nats.services.ops.nats_server import NatsServerProcess
 from interlink_nats.submitters.core.status import container_file_number
@@ -127,12 +127,7 @@ def main() -> None:
                 )
             )
             processes.append(start_cli(["submitter", "shell", "--config", str(config)], log=tmp / f"{pool}.log"))
-        processes.append(
-            start_cli(
-                ["gateway", "--nats-url", nats_server.url, "--port", str(port), "--log-level", "warning"],
-                log=tmp / "gateway.log",
-            )
-        )
+        processes.append(start_gateway(nats_server.url, port, tmp / "gateway.log"))
         wait_http(f"http://127.0.0.1:{port}/healthz")
 
         running: dict[str, list[float]] = {r: [] for r in RUNTIMES}

@@ -40,7 +40,7 @@ from _harness import (
     nats_message_count,
     percentile,
     print_table,
-    start_cli,
+    start_gateway,
     stop_process,
     wait_http,
 )
@@ -257,20 +257,7 @@ def main() -> None:
         pipe.hset(REDIS_PODS_KEY, record.uid, record.to_json())
     pipe.execute()
     port = free_port()
-    gateway = start_cli(
-        [
-            "gateway",
-            "--nats-url",
-            nats.url,
-            "--redis-url",
-            redis_server.url,
-            "--port",
-            str(port),
-            "--log-level",
-            "warning",
-        ],
-        log=tmp / "gateway.log",
-    )
+    gateway = start_gateway(nats.url, port, tmp / "gateway.log", redis_server.url)
     try:
         wait_http(f"http://127.0.0.1:{port}/healthz")
         calls = int(args.rate * args.seconds)

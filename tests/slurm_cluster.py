@@ -17,6 +17,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 BINARIES = ("munged", "slurmctld", "slurmd", "sbatch", "squeue", "scancel", "sinfo")
@@ -177,3 +178,25 @@ class SlurmCluster:
         with contextlib.suppress(OSError, ValueError):
             os.kill(int(pidfile.read_text().strip()), signal.SIGTERM)
         shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def slurm_for_tests(nodes: int = 1, cpus: int | None = None) -> Iterator[SlurmCluster]:
+    """A started cluster whose ``SLURM_CONF`` this process's commands inherit (the backend's sbatch, squeue...),
+    put back as it was afterwards. Without Slurm the run fails (``missing_service``), never skips silently."""
+    from conftest import missing_service
+
+    missing = missing_binaries()
+    if missing:
+        missing_service(f"Slurm ({', '.join(missing)}; apt-get install -y slurm-wlm munge)")
+    cluster = SlurmCluster(nodes=nodes, cpus=cpus).start()
+    old = os.environ.get("SLURM_CONF")
+    os.environ["SLURM_CONF"] = str(cluster.conf)
+    try:
+        yield cluster
+    finally:
+        if old is None:
+            os.environ.pop("SLURM_CONF", None)
+        else:
+            os.environ["SLURM_CONF"] = old
+        cluster.stop()

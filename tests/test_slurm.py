@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import os
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
 import nats
 import pytest
-from conftest import missing_service
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 from interlink_nats.gen.interlink_nats import v1 as pb
@@ -22,7 +20,7 @@ from interlink_nats.submitters.core.backend import JobHandle
 from interlink_nats.submitters.runtime import Submitter
 from interlink_nats.submitters.testing import settings_for, wait_for
 from jobs import pod_dict, pod_job
-from slurm_cluster import SlurmCluster, missing_binaries
+from slurm_cluster import SlurmCluster, slurm_for_tests
 
 pytestmark = pytest.mark.slurm
 
@@ -32,20 +30,8 @@ TERMINAL = {pb.JobState.SUCCEEDED, pb.JobState.FAILED, pb.JobState.CANCELLED, pb
 
 @pytest.fixture(scope="module")
 def slurm() -> Iterator[SlurmCluster]:
-    missing = missing_binaries()
-    if missing:
-        missing_service(f"Slurm ({', '.join(missing)}; apt-get install -y slurm-wlm munge)")
-    cluster = SlurmCluster().start()
-    old = os.environ.get("SLURM_CONF")
-    os.environ["SLURM_CONF"] = str(cluster.conf)  # the submitter's sbatch/squeue inherit it
-    try:
+    with slurm_for_tests() as cluster:
         yield cluster
-    finally:
-        if old is None:
-            os.environ.pop("SLURM_CONF", None)
-        else:
-            os.environ["SLURM_CONF"] = old
-        cluster.stop()
 
 
 @pytest.fixture

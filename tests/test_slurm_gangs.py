@@ -8,7 +8,6 @@ the submitter prepares a job directory; one line added after the shebang records
 
 from __future__ import annotations
 
-import os
 import shlex
 import subprocess
 import uuid
@@ -16,7 +15,6 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
-from conftest import missing_service
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel import layout
 from interlink_nats.services.scripts import render_job
@@ -25,7 +23,7 @@ from interlink_nats.submitters.core.backend import BackendState, GangSpec, JobHa
 from interlink_nats.submitters.jobdirs.files import job_dir_for, prepare_job_dir, read_member_exit
 from interlink_nats.submitters.testing import wait_for
 from jobs import pod_dict
-from slurm_cluster import SlurmCluster, missing_binaries
+from slurm_cluster import SlurmCluster, slurm_for_tests
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(300)]
 
@@ -38,20 +36,8 @@ RECORD = (
 
 @pytest.fixture(scope="module")
 def slurm() -> Iterator[SlurmCluster]:
-    missing = missing_binaries()
-    if missing:
-        missing_service(f"Slurm ({', '.join(missing)}; apt-get install -y slurm-wlm munge)")
-    cluster = SlurmCluster(nodes=2, cpus=2).start()
-    old = os.environ.get("SLURM_CONF")
-    os.environ["SLURM_CONF"] = str(cluster.conf)  # the backend's sbatch/squeue inherit it
-    try:
+    with slurm_for_tests(nodes=2, cpus=2) as cluster:
         yield cluster
-    finally:
-        if old is None:
-            os.environ.pop("SLURM_CONF", None)
-        else:
-            os.environ["SLURM_CONF"] = old
-        cluster.stop()
 
 
 def make_gang(

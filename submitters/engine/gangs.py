@@ -17,7 +17,6 @@ from pathlib import Path
 
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel import layout
-from interlink_nats.submitters.core import fastwire
 from interlink_nats.submitters.core.backend import Backend, BackendError, GangSpec, Reconciled, RunsGangs
 from interlink_nats.submitters.core.errors import InvalidRequest, Refused, Unavailable
 from interlink_nats.submitters.core.gangs import (
@@ -118,35 +117,10 @@ class Gangs:
         return pb.SubmitGroupResponse(job_id=job_id, created=False, statuses=statuses)
 
     async def _claim(self, job: pb.JobScript, group: str) -> tuple[bool, JobRow]:
-        """One member's claim and job directory, exactly as a single pod's (``Submissions._submit``)."""
+        """One member's claim and job directory, exactly as a single pod's (``Submissions.claim``)."""
         subs = self._subs
         pod = job.pod if job.pod is not None else pb.PodRef()
-        job_dir = jobfiles.job_dir_for(subs.state_dir, pod.uid)
-        script, entries = job.script, job.layout
-
-        def write_job_dir() -> None:
-            subs.on_step("claimed")
-            jobfiles.prepare_job_dir(job_dir, script, entries)
-
-        try:
-            created, row = await subs.registry().claim(
-                uid=pod.uid,
-                namespace=pod.namespace,
-                name=pod.name,
-                owner=subs.lock.instance_id,
-                job_dir=job_dir,
-                init_containers=job.init_containers,
-                containers=job.containers,
-                spec=fastwire.job_spec(job),
-                status=fastwire.pending_status(
-                    pod.uid, pod.namespace, pod.name, subs.pool, job.init_containers, job.containers
-                ),
-                then=write_job_dir,
-                gang=group,
-            )
-        except OSError as exc:
-            raise Unavailable(f"cannot write the job directory: {exc}") from None
-        return created, row
+        return await subs.claim(job, jobfiles.job_dir_for(subs.state_dir, pod.uid), gang=group)
 
     async def _submit_group(self, group: str, jobs: list[pb.JobScript]) -> pb.SubmitGroupResponse:
         subs = self._subs

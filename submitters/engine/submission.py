@@ -166,6 +166,36 @@ class Submissions:
         task.add_done_callback(lambda _t: self.inflight.pop(pod.uid, None))
         return await asyncio.shield(task)
 
+    async def claim(self, job: pb.JobScript, job_dir: Path, *, gang: str = "") -> tuple[bool, JobRow]:
+        """The durable intent (the registry row) and, for a new one, the job directory, written on the
+        registry's writer thread right after the claim's commit: (created, row). A gang's members are claimed
+        alike (``gang``: their group uid)."""
+        pod = job.pod if job.pod is not None else _NO_POD
+        script, entries = job.script, job.layout
+
+        def write_job_dir() -> None:
+            self.on_step("claimed")
+            jobfiles.prepare_job_dir(job_dir, script, entries)
+
+        try:
+            return await self._registry().claim(
+                uid=pod.uid,
+                namespace=pod.namespace,
+                name=pod.name,
+                owner=self._lock.instance_id,
+                job_dir=job_dir,
+                init_containers=job.init_containers,
+                containers=job.containers,
+                spec=fastwire.job_spec(job),
+                status=fastwire.pending_status(
+                    pod.uid, pod.namespace, pod.name, self._pool, job.init_containers, job.containers
+                ),
+                then=write_job_dir,
+                gang=gang,
+            )
+        except OSError as exc:
+            raise Unavailable(f"cannot write the job directory: {exc}") from None
+
     async def _submit(self, job: pb.JobScript) -> pb.SubmitResponse:
         """Claim → job directory → backend → mark submitted; see the module docstring.
 
@@ -191,29 +221,7 @@ class Submissions:
         )
         script = job.script
         entries = job.layout
-
-        def write_job_dir() -> None:
-            # On the registry's writer thread, right after the claim's commit (see the docstring).
-            self.on_step("claimed")
-            jobfiles.prepare_job_dir(job_dir, script, entries)
-
-        try:
-            created, row = await reg.claim(
-                uid=pod.uid,
-                namespace=pod.namespace,
-                name=pod.name,
-                owner=self._lock.instance_id,
-                job_dir=job_dir,
-                init_containers=job.init_containers,
-                containers=job.containers,
-                spec=fastwire.job_spec(job),
-                status=fastwire.pending_status(
-                    pod.uid, pod.namespace, pod.name, self._pool, job.init_containers, job.containers
-                ),
-                then=write_job_dir,
-            )
-        except OSError as exc:
-            raise Unavailable(f"cannot write the job directory: {exc}") from None
+        created, row = await self.claim(job, job_dir)
         if not created:
             self.on_step("claimed")
             if row.gang and row.phase is Phase.SUBMITTING:  # never resumed alone: its group is one job
