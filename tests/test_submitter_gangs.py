@@ -29,6 +29,7 @@ from interlink_nats.submitters.backends.shell.backend import ShellBackend
 from interlink_nats.submitters.core.backend import BackendState, GangSpec, JobHandle, JobSpec, Observation
 from interlink_nats.submitters.jobdirs.files import prepare_job_dir
 from interlink_nats.submitters.runtime import Submitter
+from interlink_nats.submitters.settings import SubmitterSettings
 from interlink_nats.submitters.testing import SimulatedCrash, crash, settings_for, wait_for
 from jobs import pod_job
 from podman_host import IMAGE, PodmanHost
@@ -99,6 +100,24 @@ async def statuses(client: pb.SubmitterServiceStub, members: Sequence[str], with
 
 def member_log(sub: Submitter, pod_uid: str) -> str:
     return (sub.state_dir / "jobs" / pod_uid / "containers" / "main.log").read_text()
+
+
+async def submit_until_crash(
+    settings: SubmitterSettings, members: list[pb.JobScript], step: str
+) -> tuple[Submitter, CountingShell]:
+    """A submitter (and its backend) whose SubmitGroup of ``members`` dies at ``step`` (the ``on_step`` seam)."""
+    backend = CountingShell()
+    submitter = Submitter(settings, backend=backend)
+    await submitter.start()
+
+    def die(at: str) -> None:
+        if at == step:
+            raise SimulatedCrash(at)
+
+    submitter.submissions.on_step = die
+    with pytest.raises(SimulatedCrash):
+        await submitter.gangs.submit_group(pb.SubmitGroupRequest(members=members))
+    return submitter, backend
 
 
 async def test_a_gang_of_four_is_one_job_whose_members_run_at_once_with_their_group_env(
@@ -210,17 +229,8 @@ async def test_a_crash_between_claim_and_submit_runs_the_gang_exactly_once(
     runs.mkdir()
     members = gang([f"echo run >> {runs}/$INTERLINK_GROUP_RANK"] * 3)
     settings = settings_for(tmp_path / "state", nats_url, pool=pool)
-    first = CountingShell()
-    a = Submitter(settings, backend=first)
-    await a.start()
-
-    def die(step: str) -> None:
-        if step == "job_dir":  # every member claimed with its script stored, the gang not submitted
-            raise SimulatedCrash(step)
-
-    a.submissions.on_step = die
-    with pytest.raises(SimulatedCrash):
-        await a.gangs.submit_group(pb.SubmitGroupRequest(members=members))
+    # every member claimed with its script stored, the gang not submitted
+    a, first = await submit_until_crash(settings, members, "job_dir")
     await crash(a)
     await first.close()
     await a.stop()
@@ -244,17 +254,8 @@ async def test_a_crash_mid_claims_waits_for_the_retry_and_never_runs_a_member_al
     await ensure_events_stream(nc.jetstream())
     members = gang(["echo ran"] * 3)
     settings = settings_for(tmp_path / "state", nats_url, pool=pool)
-    first = CountingShell()
-    a = Submitter(settings, backend=first)
-    await a.start()
-
-    def die(step: str) -> None:
-        if step == "claimed":  # the first member's claim is durable; the others may or may not be
-            raise SimulatedCrash(step)
-
-    a.submissions.on_step = die
-    with pytest.raises(SimulatedCrash):
-        await a.gangs.submit_group(pb.SubmitGroupRequest(members=members))
+    # the first member's claim is durable; the others may or may not be
+    a, first = await submit_until_crash(settings, members, "claimed")
     await crash(a)
     await first.close()
     await a.stop()
@@ -285,17 +286,7 @@ async def test_a_crash_after_the_backend_took_the_gang_finds_it_again(
     gate = tmp_path / "gate"
     members = gang([f"echo run >> {runs}/$INTERLINK_GROUP_RANK; while [ ! -e {gate} ]; do sleep 0.05; done"] * 2)
     settings = settings_for(tmp_path / "state", nats_url, pool=pool)
-    first = CountingShell()
-    a = Submitter(settings, backend=first)
-    await a.start()
-
-    def die(step: str) -> None:
-        if step == "submitted":
-            raise SimulatedCrash(step)
-
-    a.submissions.on_step = die
-    with pytest.raises(SimulatedCrash):
-        await a.gangs.submit_group(pb.SubmitGroupRequest(members=members))
+    a, first = await submit_until_crash(settings, members, "submitted")
 
     async def launched() -> bool:
         return len(list(runs.iterdir())) == 2
