@@ -1,5 +1,6 @@
-"""Pod groups (gangs, issue 28) through a real two-node Slurm, driving the backend directly: one allocation, one
-``srun`` step per member, the failure policy, one scancel, and finding a gang by name after a crash.
+"""Pod groups (gangs, issue 28) through a real two-node Slurm: driving the backend directly (one allocation, one
+``srun`` step per member, the failure policy, one scancel, finding a gang by name after a crash), and through a
+submitter over RPC (killed right after its sbatch: found again, not resubmitted; a delete cancels it once).
 
 Two slurmds on this host (``SlurmCluster(nodes=2)``), 2 CPUs each: a gang of 4 one-CPU members fills both, so
 ranks 0-1 land on node1 and 2-3 on node2. Members are real rendered pod scripts (runtime ``none``), prepared as
@@ -14,15 +15,19 @@ import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+import nats
 import pytest
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel import layout
+from interlink_nats.services.bus.events_stream import ensure_events_stream
+from interlink_nats.services.bus.rpc import submitter_client
 from interlink_nats.services.scripts import render_job
 from interlink_nats.submitters.backends.slurm.backend import SlurmBackend
 from interlink_nats.submitters.core.backend import BackendState, GangSpec, JobHandle, JobSpec, Observation
 from interlink_nats.submitters.jobdirs.files import job_dir_for, prepare_job_dir, read_member_exit
-from interlink_nats.submitters.testing import wait_for
-from jobs import pod_dict
+from interlink_nats.submitters.runtime import Submitter
+from interlink_nats.submitters.testing import SimulatedCrash, crash, settings_for, wait_for
+from jobs import pod_dict, pod_job
 from slurm_cluster import SlurmCluster, slurm_for_tests
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(300)]
@@ -195,3 +200,95 @@ async def test_cancel_is_one_scancel_that_ends_every_step_and_find_gang_finds_it
         return not steps and not running_members(token)
 
     await wait_for(no_member_left, timeout=60, what="every step and member process to end")
+
+
+class CountingSlurm(SlurmBackend):
+    """The real Slurm backend, counting what the submitter asked of it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.gang_submits: list[str] = []
+        self.single_submits: list[str] = []
+        self.cancels: list[str] = []
+
+    async def submit(self, spec: JobSpec) -> str:
+        self.single_submits.append(spec.uid)
+        return await super().submit(spec)
+
+    async def submit_gang(self, gang: GangSpec) -> str:
+        self.gang_submits.append(gang.uid)
+        return await super().submit_gang(gang)
+
+    async def cancel(self, job: JobHandle) -> None:
+        self.cancels.append(job.uid)
+        await super().cancel(job)
+
+
+async def test_through_the_submitter_a_killed_submitter_finds_its_gang_again_and_a_delete_cancels_it_once(
+    slurm: SlurmCluster, tmp_path: Path, nats_url: str
+) -> None:
+    """SubmitGroup over RPC to a Slurm pool; the submitter dies (as kill -9 leaves it) right after its sbatch,
+    before it recorded the id. The restarted one finds the allocation by the gang's name and resubmits nothing;
+    the gateway's retry is answered from it. All four run in it; deleting one member cancels the allocation once,
+    deleting another calls Slurm no more, and every member ends."""
+    pool = f"slurm{uuid.uuid4().hex[:8]}"
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    members = gang_jobs([f"touch {shlex.quote(str(marks))}/$INTERLINK_GROUP_RANK; sleep 300"] * 4)
+    uids = [m.pod.uid for m in members if m.pod is not None]
+    group = members[0].gang.group_uid if members[0].gang is not None else ""
+    settings = settings_for(tmp_path / "state", nats_url, pool=pool, backend="slurm", poll_interval=0.5)
+    nc = await nats.connect(nats_url)
+    await ensure_events_stream(nc.jetstream(timeout=5))
+    first = CountingSlurm()
+    dead = Submitter(settings, backend=first)
+    await dead.start()
+
+    def die(step: str) -> None:
+        if step == "submitted":
+            raise SimulatedCrash(step)
+
+    dead.submissions.on_step = die
+    with pytest.raises(SimulatedCrash):
+        await dead.gangs.submit_group(pb.SubmitGroupRequest(members=members))
+    await crash(dead)
+    await dead.stop()
+    assert first.gang_submits == [group]
+    [job_id] = slurm.run("squeue", "-h", f"--name={group}", "-o", "%i").stdout.split()
+    second = CountingSlurm()
+    try:
+        async with Submitter(settings, backend=second):
+            client = submitter_client(nc, pool, timeout=30)
+            again = await client.submit_group(pb.SubmitGroupRequest(members=members))  # the gateway's retry
+            assert not again.created and again.job_id == job_id
+            assert second.gang_submits == [] and second.single_submits == []
+            assert slurm.run("squeue", "-h", f"--name={group}", "-o", "%i").stdout.split() == [job_id]
+
+            async def all_running() -> bool:
+                states = (await client.get_status(pb.GetStatusRequest(pod_uids=uids))).statuses
+                return len(list(marks.iterdir())) == 4 and all(s.state == pb.JobState.RUNNING for s in states)
+
+            await wait_for(all_running, timeout=60, what="all four members running in the one allocation")
+            await client.cancel(pb.CancelRequest(pod_uid=uids[0]))
+            await client.cancel(pb.CancelRequest(pod_uid=uids[1]))
+            assert second.cancels == [group], "one scancel for the gang, not one per member"
+
+            async def all_ended() -> bool:
+                states = (await client.get_status(pb.GetStatusRequest(pod_uids=uids))).statuses
+                return all(s.state in (pb.JobState.CANCELLED, pb.JobState.FAILED) for s in states)
+
+            await wait_for(all_ended, timeout=60, what="every member to end with its allocation")
+            assert not slurm.run("squeue", "-h", f"--name={group}", "-o", "%i").stdout.split()
+    finally:
+        await nc.close()
+
+
+def gang_jobs(commands: Sequence[str]) -> list[pb.JobScript]:
+    """One gang of rendered pod jobs (runtime none): member ``rank`` runs ``commands[rank]``."""
+    group = f"g-{uuid.uuid4()}"
+    jobs = []
+    for rank, command in enumerate(commands):
+        job = pod_job(str(uuid.uuid4()), {"main": command}, name=f"trainer-{rank}")
+        job.gang = pb.GangMember(group_uid=group, group_name="trainer", rank=rank, size=len(commands))
+        jobs.append(job)
+    return jobs
