@@ -116,6 +116,7 @@ def test_logs_since_seconds_becomes_an_absolute_time() -> None:
         ({"SinceSeconds": 5, "SinceTime": "2026-01-01T00:00:00Z"}, "Opts"),
         ({"LimitBytes": 100}, "Opts.LimitBytes"),  # unknown keys are refused by name, as unknown pod fields are
         ({"tail": 5}, "Opts.tail"),
+        ({"a\nb": 5}, 'Opts."a\\nb"'),  # a name that is no identifier is quoted: the message stays one line
     ],
 )
 def test_logs_reject_bad_options_naming_them(opts: dict[str, object], field: str) -> None:

@@ -87,7 +87,7 @@ async def test_info_lists_every_endpoint_with_its_subject_and_queue_group(
     assert info["metadata"]["pool"] == "gpu-a"
     assert isinstance(info["description"], str)
     endpoints = {e["name"]: e for e in info["endpoints"]}
-    assert set(endpoints) == {"Submit", "GetStatus", "GetLogs", "Cancel", "ListJobs", "Describe"}
+    assert set(endpoints) == {"Submit", "SubmitGroup", "GetStatus", "GetLogs", "Cancel", "ListJobs", "Describe"}
     assert endpoints["Submit"]["subject"] == rpc_subject("Submit", "gpu-a")
     assert all(e["queue_group"] == "gpu-a" for e in endpoints.values())
     assert endpoints["GetLogs"]["metadata"]["cardinality"] == "UNARY_STREAM"

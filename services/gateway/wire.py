@@ -191,7 +191,8 @@ def parse_logs(body: bytes, now: datetime | None = None) -> LogRequest:
     _expect(opts, dict, "Opts", "an object")
     unknown = sorted(set(opts) - LOG_OPTS)
     if unknown:  # as for pod fields: a misspelt option must not silently mean "unset"
-        raise BadRequest(f"Opts.{unknown[0]}", f"unknown option (known: {', '.join(sorted(LOG_OPTS))})")
+        name = unknown[0] if unknown[0].isidentifier() else json.dumps(unknown[0])  # one line, whatever was sent
+        raise BadRequest(f"Opts.{name}", f"unknown option (known: {', '.join(sorted(LOG_OPTS))})")
 
     def int_opt(key: str) -> int:
         value = opts.get(key, 0)
