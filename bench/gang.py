@@ -10,10 +10,13 @@ same rep and alternating which goes first:
   launcher starts all N members at once.
 - **singles**: N pods without the label, created one by one: N ``Submit`` calls, N jobs.
 
-Each pod's one container sleeps until deleted. The clock runs from the moment the last /create is sent to
-the first /status answer in which every container of every pod is running (``last → all running``), and,
-apart, from the first /create (``first → all running``). /status is asked every 20 ms, which bounds the
-resolution. After each measurement every pod is deleted (its job cancelled) before the next starts.
+The shell pool gets as many job slots as the largest N plus one, so N singles can all run at once too (with the
+default, one slot per CPU, singles beyond the slots wait for a slot and 8 of them never all run on a 2-core host,
+while a gang takes one slot). Each pod's one container sleeps until deleted. The clock runs from the moment the
+last /create is sent to the first /status answer in which every container of every pod is running (``last → all
+running``), and, apart, from the first /create (``first → all running``). /status is asked every 20 ms, which
+bounds the resolution; the submitter polls its jobs as often (its default, 5 s, would be all the figures showed).
+After each measurement every pod is deleted (its job cancelled) before the next starts.
 
 Figures are medians over the reps; ``ratio`` is gang ÷ singles of ``last → all running`` (below 1: the
 gang is running sooner after its last member arrived than N singles after theirs).
@@ -129,6 +132,8 @@ def main() -> None:
                 "nats": {"url": [nats_server.url]},
                 "state_dir": str(tmp / POOL),
                 "build_config": {"runtime": "CONTAINER_RUNTIME_NONE"},
+                "shell": {"max_concurrent_jobs": max(args.sizes) + 1},
+                "poll_interval_s": POLL_S,
             }
         )
     )
