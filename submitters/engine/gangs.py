@@ -187,15 +187,7 @@ async def submit_gang(subs: Submissions, spec: GangSpec, rows: Sequence[JobRow],
     except OSError as exc:
         raise Unavailable(f"cannot write the pod group's directory: {exc}") from None
     subs.on_step("job_dir")
-    outcome: str | BackendError
-    try:
-        outcome = await backend.submit_gang(spec)
-    except BackendError as exc:
-        outcome = exc
-        subs.on_submit(False)
-    else:
-        subs.on_submit(True)
-        subs.on_step("submitted")
+    outcome = await subs.attempt(backend.submit_gang(spec))
     action = plan_submit(backend.name, outcome, created=created)
     if isinstance(action, RetryLater):
         raise Unavailable(action.message)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from interlink_nats.gen.interlink_nats import v1 as pb
@@ -254,16 +254,20 @@ class Submissions:
             except OSError as exc:
                 raise Unavailable(f"cannot write the job directory: {exc}") from None
         self.on_step("job_dir")
-        outcome: str | BackendError
-        try:
-            outcome = await self._backend.submit(row.backend_spec(job))
-        except BackendError as exc:
-            outcome = exc
-            self.on_submit(False)
-        else:
-            self.on_submit(True)
-            self.on_step("submitted")
+        outcome = await self.attempt(self._backend.submit(row.backend_spec(job)))
         return await self._execute(plan_submit(self._backend.name, outcome, created=created), row, meta)
+
+    async def attempt(self, submission: Awaitable[str]) -> str | BackendError:
+        """One backend submission (a job's or a gang's): its id, or the error as data for ``plan_submit`` to
+        decide on; counted for the pool's recent failures and marked on the step seam once it succeeded."""
+        try:
+            job_id = await submission
+        except BackendError as exc:
+            self.on_submit(False)
+            return exc
+        self.on_submit(True)
+        self.on_step("submitted")
+        return job_id
 
     async def _execute(self, action: SubmitAction, row: JobRow, meta: JobMeta) -> pb.SubmitResponse:
         """Carry out what ``plan_submit``/``plan_resume`` decided; the answer, or the domain error to raise."""
