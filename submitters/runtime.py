@@ -38,6 +38,7 @@ import logging
 from typing import Any
 
 from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.kernel import layout
 from interlink_nats.kernel.clock import SYSTEM_CLOCK, Clock
 from interlink_nats.kernel.log_context import bind as bind_log_fields
 from interlink_nats.kernel.version import __version__
@@ -181,9 +182,11 @@ class Submitter:
             await self.backend.start()
             await self.recovery.adopt_dead_owners()
             await self.recover()
-            left = await asyncio.to_thread(jobfiles.sweep_removals, jobfiles.jobs_root(self.state_dir))
+            left = 0
+            for root in (jobfiles.jobs_root(self.state_dir), self.state_dir / layout.GANG_DIR):
+                left += await asyncio.to_thread(jobfiles.sweep_removals, root)
             if left:
-                log.info("removed %d job directories an earlier run left half-removed", left)
+                log.info("removed %d job or pod-group directories an earlier run left half-removed", left)
         except BaseException:
             await self._shutdown(drain=False)
             raise

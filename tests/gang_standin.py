@@ -23,6 +23,8 @@ class GangStandIn(pb.SubmitterServiceBase):
         self.cancels: list[str] = []
         self.refuse: GRPCError | None = None
         """Set: every SubmitGroup is answered with this error (counted in ``requests`` all the same)."""
+        self.without_job_id = False
+        """Set: every SubmitGroup is answered as created but with no job id (a pool breaking the contract)."""
         self.arrived = asyncio.Event()
         self._ids = itertools.count(1)
 
@@ -35,7 +37,8 @@ class GangStandIn(pb.SubmitterServiceBase):
         self.arrived.set()
         if self.refuse is not None:
             raise self.refuse
-        return pb.SubmitGroupResponse(job_id=f"gang-{next(self._ids)}", created=True)
+        job_id = "" if self.without_job_id else f"gang-{next(self._ids)}"
+        return pb.SubmitGroupResponse(job_id=job_id, created=True)
 
     async def list_jobs(self, message: pb.ListJobsRequest) -> pb.ListJobsResponse:
         return pb.ListJobsResponse()

@@ -198,6 +198,30 @@ async def test_a_pool_refusing_the_group_fails_every_member_with_its_message(nat
         assert len(standin.requests) == 1  # a refusal is not retried
 
 
+async def test_a_reply_without_a_job_id_is_not_taken_for_a_submission(nats_url: str) -> None:
+    """A pool answering SubmitGroup with no job id breaks the contract: the group is sent again until its wait
+    ends, then its members fail as unavailable, never left recorded as sent with no job to follow."""
+    pool, group = new_pool(), new_group()
+    pods = [member(group, f"w-{i}", total=2) for i in range(2)]
+    async with (
+        serving_standins(nats_url, pool) as [standin],
+        gateway_only(nats_url, default_pool=pool, group_wait_s=1.5) as stack,
+    ):
+        standin.without_job_id = True
+        for p in pods:
+            await create(stack, p)
+
+        async def failed() -> bool:
+            return all("terminated" in s["containers"][0]["state"] for s in await statuses(stack, pods))
+
+        await eventually(failed, what="the members to fail")
+        for p in pods:
+            terminated = (await stack.status_of(p))["containers"][0]["state"]["terminated"]
+            assert terminated["reason"] == "PodGroupUnavailable", terminated
+            assert "without a job_id" in terminated["message"]
+        assert len(standin.requests) >= 2, "retried as transient"
+
+
 async def test_members_of_one_group_in_two_pools_are_refused_naming_both(nats_url: str) -> None:
     first, second, group = new_pool(), new_pool(), new_group()
     async with serving_standins(nats_url, first, second), gateway_only(nats_url, default_pool=None) as stack:

@@ -142,8 +142,12 @@ async def test_a_restart_sweeps_job_directories_a_crash_left_half_removed(tmp_pa
     half_removed = jobs / f"{jobfiles.REMOVING_PREFIX}{new_uid()}-0a1b2c3d"
     (half_removed / layout.CONTAINERS_DIR).mkdir(parents=True)
     (half_removed / layout.CONTAINERS_DIR / "main.exit").write_text("143\n")
+    gang_removed = tmp_path / layout.GANG_DIR / f"{jobfiles.REMOVING_PREFIX}g-{new_uid()}-0a1b2c3d"  # a pod group's
+    gang_removed.mkdir(parents=True)
+    (gang_removed / layout.SCRIPT_NAME).write_text("#!/bin/bash\n")
     async with offline_submitter(tmp_path, backend, instance_id="a") as a:
         assert not half_removed.exists()
+        assert not gang_removed.exists()
         assert sorted(p.name for p in jobs.iterdir()) == [uid], "the live job's directory stays"
         assert (jobs / uid / layout.SCRIPT_NAME).is_file()
         assert a.tracked == 1

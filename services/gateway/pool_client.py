@@ -87,9 +87,13 @@ class PoolClient:
         """``SubmitGroup``, through the generated stub (rare: once per gang). Not retried here: the caller
         retries what is transient until the group's own deadline."""
         request = pb.SubmitGroupRequest(members=members)
-        return await self._call(
+        reply = await self._call(
             pool, "SubmitGroup", lambda: self.stub(pool).submit_group(request, timeout=self.call_timeout_s)
         )
+        if not reply.job_id:  # every member would be recorded as sent with no job to follow
+            invalid = GRPCError(Status.INTERNAL, "RPC protocol error: SubmitGroupResponse without a job_id")
+            raise self._failed(pool, "SubmitGroup", invalid)
+        return reply
 
     async def cancel(self, pool: str, pod_uid: str) -> pb.CancelResponse:
         request = pb.CancelRequest(pod_uid=pod_uid)
