@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import shutil
 import sys
 import tempfile
 import time
@@ -89,9 +90,11 @@ async def all_running(conn: HttpConnection, pods: list[dict[str, object]]) -> bo
 
 
 async def measure(port: int, run: str, size: int, *, grouped: bool) -> tuple[float, float]:
-    """(last /create → all running, first /create → all running) in seconds; every pod deleted afterwards."""
+    """(last /create → all running, first /create → all running) in seconds. Every pod created is deleted
+    afterwards, also when the measurement fails: a pod's job outlives the submitter at a site, by design."""
     pods = [pod(run, i, size, grouped=grouped) for i in range(size)]
     conn = await HttpConnection.open("127.0.0.1", port)
+    created: list[dict[str, object]] = []
     try:
         first = time.perf_counter()
         last = first
@@ -100,17 +103,17 @@ async def measure(port: int, run: str, size: int, *, grouped: bool) -> tuple[flo
             status, body = await conn.call(http_request("POST", "/create", json.dumps(p).encode()))
             if status != 200:
                 raise RuntimeError(f"/create answered {status}: {body[:300]!r}")
+            created.append(p)
         while not await all_running(conn, pods):
             if time.perf_counter() - first > LIMIT_S:
                 raise RuntimeError(f"{'gang' if grouped else 'singles'} of {size}: not all running in {LIMIT_S:g} s")
             await asyncio.sleep(POLL_S)
-        done = time.perf_counter()
-        for p in pods:
+        return time.perf_counter() - last, time.perf_counter() - first
+    finally:
+        for p in created:
             status, body = await conn.call(http_request("POST", "/delete", json.dumps(p["pod"]).encode()))
             if status != 200:
-                raise RuntimeError(f"/delete answered {status}: {body[:300]!r}")
-        return done - last, done - first
-    finally:
+                print(f"/delete of {p['pod']} answered {status}: {body[:300]!r}", file=sys.stderr)
         conn.close()
 
 
@@ -140,6 +143,7 @@ def main() -> None:
     submitter = start_cli(["submitter", "shell", "--config", str(config)], log=tmp / "submitter.log")
     port = free_port()
     gateway = start_gateway(nats_server.url, port, tmp / "gateway.log", redis.url)
+    measured = False
     try:
         wait_http(f"http://127.0.0.1:{port}/healthz")
         asyncio.run(measure(port, "warm-g", 2, grouped=True))  # the pool announced, both paths warm
@@ -183,11 +187,16 @@ def main() -> None:
             summary,
         )
         print(json.dumps({"reps": args.reps, "poll_s": POLL_S, "sizes": by_size}))
+        measured = True
     finally:
         stop_process(gateway)
         stop_process(submitter)
         redis.stop()
         nats_server.stop_blocking()
+        if measured:
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            print(f"the bench failed; its processes' logs stay in {tmp}", file=sys.stderr)
 
 
 if __name__ == "__main__":
