@@ -61,7 +61,7 @@ class PodGroups:
             for member in group.members.values():
                 if self.store.get(member.uid) is None:
                     await self.store.put(self._record(group, member))
-            await self._show_waiting(group)
+            self._show_waiting(group)
             if group.complete:
                 self._submit_later(group.key)
         self._sweeper = asyncio.create_task(self._sweep_forever(), name="gateway-pod-groups")
@@ -104,7 +104,7 @@ class PodGroups:
                 # redis first: once the member is answered it must survive a restart
                 await self.held.put(held)
                 await self.store.put(record)
-                await self._show_waiting(held)
+                self._show_waiting(held)
                 log.info("holding pod %s/%s: %s", record.namespace, record.name, decide.waiting_message(held))
             if held.complete:
                 self._submit_later(key)
@@ -130,7 +130,7 @@ class PodGroups:
             group = await self.held.release(uid)
             await self.store.delete(uid)
             if group is not None:
-                await self._show_waiting(group)
+                self._show_waiting(group)
         return True
 
     # --- submission ----------------------------------------------------------------------------
@@ -226,8 +226,10 @@ class PodGroups:
             for group in decide.expired(list(self.held.groups.values()), self.clock.time(), self.wait_s):
                 await self._fail(group, decide.INCOMPLETE_REASON, decide.incomplete_message(group, self.wait_s))
 
-    async def _show_waiting(self, group: HeldGroup) -> None:
-        """Every member's status says how many of the group have arrived (it changes with each arrival)."""
+    def _show_waiting(self, group: HeldGroup) -> None:
+        """Every member's status says how many of the group have arrived (it changes with each arrival). In
+        memory only: the count is derived from the held group (redis has it), and ``start`` shows it again after
+        a restart, so an arrival costs no redis write per member already there."""
         message = decide.waiting_message(group)
         for uid in group.members:
             record = self.store.get(uid)
@@ -236,7 +238,6 @@ class PodGroups:
             record.status = decide.member_status(
                 record.init_containers, record.containers, final=False, reason=decide.WAITING_REASON, message=message
             )
-            await self.store.save(record)
 
     def _record(self, group: HeldGroup, member: HeldMember) -> PodRecord:
         job = pb.JobScript.parse(member.job)

@@ -250,8 +250,10 @@ class Outbox:
     def _ack_overdue(self, uid: str, event: PendingEvent) -> None:
         """The stream has not acked ``event`` within ``LIVE_AFTER_S``: the gateway hears of it, and of every
         event waiting or still to come, on the live path until an ack comes again."""
-        self.acks_late = True
         self._live_soon(uid, event)
+        if self.acks_late:
+            return  # the first overdue ack sent what was waiting; ``put`` sends what came since
+        self.acks_late = True
         for other, waiting in list(self.pending.items()):
             self._live_soon(other, waiting)
 
