@@ -10,6 +10,10 @@ same rep and alternating which goes first:
   launcher starts all N members at once.
 - **singles**: N pods without the label, created one by one: N ``Submit`` calls, N jobs.
 
+Two pod shapes, interleaved within each rep (``--shape`` picks one): ``minimal`` (one container) and
+``interlink`` (what interLink sends, from ``bench/create.py``: two containers with 15 env vars each, an emptyDir
+and a configMap with items), so the group's one ``SubmitGroup`` carries N jobs of about 8 KB each.
+
 The shell pool gets as many job slots as the largest N plus one, so N singles can all run at once too (with the
 default, one slot per CPU, singles beyond the slots wait for a slot and 8 of them never all run on a 2-core host,
 while a gang takes one slot). Each pod's one container sleeps until deleted. The clock runs from the moment the
@@ -33,6 +37,7 @@ import tempfile
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 
@@ -48,6 +53,7 @@ from _harness import (
     stop_process,
     wait_http,
 )
+from create import interlink_pod_data
 from interlink_nats.services.ops.nats_server import NatsServerProcess
 
 POOL = "gang"
@@ -55,10 +61,24 @@ POLL_S = 0.02
 LIMIT_S = 300.0
 
 
-def pod(run: str, i: int, size: int, *, grouped: bool) -> dict[str, object]:
-    """Member ``i`` of a run: one container that sleeps until its pod is deleted."""
+SHAPES = ("minimal", "interlink")
+"""``minimal``: one container and nothing else. ``interlink``: the pod interLink sends (``bench/create.py``: two
+containers with 15 env vars each, an emptyDir and a configMap with items), so a group's ``SubmitGroup`` carries N
+jobs of about 8 KB each."""
+
+
+def pod(run: str, i: int, size: int, *, grouped: bool, shape: str = "minimal") -> dict[str, object]:
+    """Member ``i`` of a run: its containers sleep until its pod is deleted."""
     labels = {"kueue.x-k8s.io/pod-group-name": f"g-{run}"} if grouped else {}
     annotations = {"kueue.x-k8s.io/pod-group-total-count": str(size)} if grouped else {}
+    if shape == "interlink":
+        data: dict[str, Any] = interlink_pod_data(i, run, POOL)
+        meta = data["pod"]["metadata"]
+        meta["labels"] = {**meta.get("labels", {}), **labels}
+        meta["annotations"] = annotations
+        for container in data["pod"]["spec"]["containers"]:
+            container["command"] = ["sleep", "3600"]
+        return data
     return {
         "pod": {
             "apiVersion": "v1",
@@ -89,10 +109,10 @@ async def all_running(conn: HttpConnection, pods: list[dict[str, object]]) -> bo
     )
 
 
-async def measure(port: int, run: str, size: int, *, grouped: bool) -> tuple[float, float]:
+async def measure(port: int, run: str, size: int, *, grouped: bool, shape: str) -> tuple[float, float]:
     """(last /create → all running, first /create → all running) in seconds. Every pod created is deleted
     afterwards, also when the measurement fails: a pod's job outlives the submitter at a site, by design."""
-    pods = [pod(run, i, size, grouped=grouped) for i in range(size)]
+    pods = [pod(run, i, size, grouped=grouped, shape=shape) for i in range(size)]
     conn = await HttpConnection.open("127.0.0.1", port)
     created: list[dict[str, object]] = []
     try:
@@ -121,7 +141,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--sizes", type=int, nargs="+", default=[2, 8, 32], help="group sizes N")
     parser.add_argument("--reps", type=int, default=5)
+    parser.add_argument("--shape", choices=SHAPES, action="append", help="pod shapes (default: both, interleaved)")
     args = parser.parse_args()
+    shapes = args.shape or list(SHAPES)
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-gang-"))
     nats_server = NatsServerProcess().start_blocking()
@@ -146,47 +168,51 @@ def main() -> None:
     measured = False
     try:
         wait_http(f"http://127.0.0.1:{port}/healthz")
-        asyncio.run(measure(port, "warm-g", 2, grouped=True))  # the pool announced, both paths warm
-        asyncio.run(measure(port, "warm-s", 2, grouped=False))
-        figures: dict[tuple[int, bool], list[tuple[float, float]]] = {}
+        for shape in shapes:  # the pool announced, every path warm
+            asyncio.run(measure(port, f"warm-g-{shape}", 2, grouped=True, shape=shape))
+            asyncio.run(measure(port, f"warm-s-{shape}", 2, grouped=False, shape=shape))
+        figures: dict[tuple[str, int, bool], list[tuple[float, float]]] = {}
         rows: list[list[object]] = []
         for rep in range(args.reps):
-            for size in args.sizes:
-                order = (True, False) if rep % 2 == 0 else (False, True)
-                for grouped in order:
-                    run = f"r{rep}-{size}-{'g' if grouped else 's'}-{uuid.uuid4().hex[:6]}"
-                    after_last, after_first = asyncio.run(measure(port, run, size, grouped=grouped))
-                    figures.setdefault((size, grouped), []).append((after_last, after_first))
-                    rows.append(
-                        [rep + 1, size, "gang" if grouped else "singles", f"{after_last:.3f}", f"{after_first:.3f}"]
-                    )
+            for shape in shapes:
+                for size in args.sizes:
+                    order = (True, False) if rep % 2 == 0 else (False, True)
+                    for grouped in order:
+                        run = f"r{rep}-{size}-{'g' if grouped else 's'}-{uuid.uuid4().hex[:6]}"
+                        after_last, after_first = asyncio.run(measure(port, run, size, grouped=grouped, shape=shape))
+                        figures.setdefault((shape, size, grouped), []).append((after_last, after_first))
+                        kind = "gang" if grouped else "singles"
+                        rows.append([rep + 1, shape, size, kind, f"{after_last:.3f}", f"{after_first:.3f}"])
         print_table(
             "pods created one by one; seconds until every container of every pod is running (/status every 20 ms)",
-            ["rep", "N", "as", "last → all running", "first → all running"],
+            ["rep", "pod", "N", "as", "last → all running", "first → all running"],
             rows,
         )
-        by_size: dict[str, dict[str, float]] = {}
+        by_shape: dict[str, dict[str, dict[str, float]]] = {}
         summary: list[list[object]] = []
-        for size in args.sizes:
-            gang_last = median([f[0] for f in figures[(size, True)]])
-            gang_first = median([f[1] for f in figures[(size, True)]])
-            single_last = median([f[0] for f in figures[(size, False)]])
-            single_first = median([f[1] for f in figures[(size, False)]])
-            ratio = gang_last / single_last if single_last else float("inf")
-            summary.append([size, f"{gang_last:.3f}", f"{single_last:.3f}", f"{ratio:.2f}", f"{gang_first:.3f}"])
-            by_size[str(size)] = {
-                "gang_last_to_running_s": round(gang_last, 4),
-                "singles_last_to_running_s": round(single_last, 4),
-                "ratio": round(ratio, 3),
-                "gang_first_to_running_s": round(gang_first, 4),
-                "singles_first_to_running_s": round(single_first, 4),
-            }
+        for shape in shapes:
+            for size in args.sizes:
+                gang_last = median([f[0] for f in figures[(shape, size, True)]])
+                gang_first = median([f[1] for f in figures[(shape, size, True)]])
+                single_last = median([f[0] for f in figures[(shape, size, False)]])
+                single_first = median([f[1] for f in figures[(shape, size, False)]])
+                ratio = gang_last / single_last if single_last else float("inf")
+                summary.append(
+                    [shape, size, f"{gang_last:.3f}", f"{single_last:.3f}", f"{ratio:.2f}", f"{gang_first:.3f}"]
+                )
+                by_shape.setdefault(shape, {})[str(size)] = {
+                    "gang_last_to_running_s": round(gang_last, 4),
+                    "singles_last_to_running_s": round(single_last, 4),
+                    "ratio": round(ratio, 3),
+                    "gang_first_to_running_s": round(gang_first, 4),
+                    "singles_first_to_running_s": round(single_first, 4),
+                }
         print_table(
             f"medians of {args.reps} reps",
-            ["N", "gang: last → running s", "singles: last → running s", "ratio", "gang: first → running s"],
+            ["pod", "N", "gang: last → running s", "singles: last → running s", "ratio", "gang: first → running s"],
             summary,
         )
-        print(json.dumps({"reps": args.reps, "poll_s": POLL_S, "sizes": by_size}))
+        print(json.dumps({"reps": args.reps, "poll_s": POLL_S, "pods": by_shape}))
         measured = True
     finally:
         stop_process(gateway)
