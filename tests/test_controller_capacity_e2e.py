@@ -87,8 +87,9 @@ async def test_free_policy_gives_used_plus_free_and_holds_a_saturated_pool(
         assert "PoolSaturated" in event_reasons(emu)
         await publisher(report("site-a", free="20", queued=0))  # drained: open again
         await eventually(lambda: quotas(emu).get(flavor) == "26", what="open again: used 6 + free 20")
-        row = pool_row(emu, "site-a")
-        assert row["admission"] == "Open" and row["used"] == {"cpu": "6"}
+        # the ClusterQueue's quota and the MasterQueue's status are two writes: wait for the status too
+        await eventually(lambda: pool_row(emu, "site-a").get("admission") == "Open", what="status says Open")
+        assert pool_row(emu, "site-a")["used"] == {"cpu": "6"}
 
 
 async def test_a_pool_whose_backend_refuses_every_submit_goes_failing_and_recovers(
