@@ -19,6 +19,7 @@ UID = "4f9e2c1a-0000-4000-8000-000000000001"
 def running_status() -> pb.JobStatus:
     return pb.JobStatus(
         pod=pb.PodRef(uid=UID, namespace="default", name="hello"),
+        pool="hpc",
         job_id="42",
         state=pb.JobState.RUNNING,
         containers=[
@@ -40,14 +41,13 @@ def record(status: pb.JobStatus | None = None) -> PodRecord:
         images={"init": "busybox", "main": "alpine:3"},
         status=status,
         revision=3,
-        created_at=1700000000.5,
     )
 
 
 def test_a_record_survives_its_redis_encoding() -> None:
     original = record(running_status())
     restored = PodRecord.from_json(original.to_json())
-    for attr in ("uid", "namespace", "name", "pool", "job_id", "revision", "created_at"):
+    for attr in ("uid", "namespace", "name", "pool", "job_id", "revision"):
         assert getattr(restored, attr) == getattr(original, attr)
     assert list(restored.init_containers) == ["init"]
     assert list(restored.containers) == ["main"]
@@ -65,6 +65,26 @@ def test_a_record_written_before_the_state_was_stored_beside_the_status_reads_it
     restored = PodRecord.from_json(json.dumps(data))
     assert restored.state is pb.JobState.SUCCEEDED
     assert restored.is_final()
+
+
+def test_a_status_is_kept_without_what_the_record_holds_and_read_back_whole() -> None:
+    status = running_status()
+    pod = record(status)
+    kept = pod._status or b""
+    assert UID.encode() not in kept and b"hpc" not in kept and b"42" not in kept
+    assert len(kept) < len(bytes(status)) - len(UID)
+    assert pod.status == status
+    assert PodRecord.from_json(pod.to_json()).status == status
+
+
+def test_a_record_written_with_the_whole_status_is_read_and_kept_without_the_identity() -> None:
+    data = json.loads(record().to_json())
+    data["status"] = base64.b64encode(bytes(running_status())).decode()  # as gateways wrote it before
+    del data["status_body"]
+    restored = PodRecord.from_json(json.dumps(data))
+    assert restored.status == running_status()
+    assert UID.encode() not in (restored._status or b"")
+    assert json.loads(restored.to_json())["status_body"]
 
 
 def test_a_new_status_replaces_the_cached_pod_status() -> None:

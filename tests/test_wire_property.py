@@ -262,6 +262,24 @@ def test_each_field_alone_is_what_betterproto2_writes_for_it(cls: type, data: st
             assert once(alone + alone) is None if value is not None else once(alone) is None
 
 
+@pytest.mark.parametrize("cls", CLASSES, ids=lambda c: c.__name__)
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_without_drops_the_named_fields_as_betterproto2_would_clear_them(cls: type, data: st.DataObject) -> None:
+    """``<message>_without(*names)``: the bytes of the message with those fields unset, the rest as they were."""
+    message = data.draw(ANY[cls])
+    names = list(cls._betterproto.meta_by_field_name)  # type: ignore[attr-defined]
+    dropped = data.draw(st.lists(st.sampled_from(names), unique=True))
+    kept = {name: getattr(message, name) for name in names if name not in dropped}
+    encoded = bytes(message)
+    without = getattr(fastwire, f"{snake(cls)}_without")(*dropped)
+    assert without(encoded) == bytes(cls(**kept))
+    if without(encoded) == encoded:
+        assert without(encoded) is encoded  # nothing dropped: no copy
+    with pytest.raises(KeyError):
+        getattr(fastwire, f"{snake(cls)}_without")("no_such_field")
+
+
 @given(INT64, st.integers(min_value=0, max_value=2**64 - 1))
 def test_varints_read_back_as_written(signed: int, unsigned: int) -> None:
     for value in (signed, unsigned):

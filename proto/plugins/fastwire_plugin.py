@@ -20,6 +20,8 @@ For every message reachable from the ``roots=`` option (``+``-separated full nam
 - ``<message>_<field>_field(value) -> bytes``: one singular field as ``bytes(msg)`` writes it (a message
   field takes the sub-message already encoded), to build a message from parts already encoded;
 - ``<message>_<field>_once(data) -> bytes | None``: a message field's bytes as they came, when it occurs once;
+- ``<message>_without(*fields) -> (data -> bytes)``: a function that drops the named top-level fields from
+  encoded messages (every occurrence; the rest byte for byte), for a holder that keeps those fields elsewhere;
 - ``check_<message>(data)``: ValueError unless the top-level fields are well-formed (known fields of their
   wire type, lengths within the data), which betterproto2 does not check.
 
@@ -300,6 +302,19 @@ def emit_check(w: Writer, m: Message) -> None:
     w()
 
 
+def emit_without(w: Writer, m: Message) -> None:
+    numbers = ", ".join(f'"{f.name}": {f.number}' for f in m.fields)
+    w(f"_{m.snake.upper()}_NUMBERS = {{{numbers}}}")
+    w()
+    w()
+    w(f"def {m.snake}_without(*fields: str) -> Callable[[bytes], bytes]:")
+    w(f'    """A function that returns an encoded ``{m.name}`` less the named top-level fields (KeyError: no such')
+    w('    field); ValueError from it unless the top-level fields are well-formed."""')
+    w(f"    return partial(_without, numbers=frozenset(_{m.snake.upper()}_NUMBERS[name] for name in fields))")
+    w()
+    w()
+
+
 def emit_view_class(w: Writer, m: Message) -> None:
     w(f"class {m.name}View(NamedTuple):")
     w(f'    """A plain ``{m.name}`` as read: enums as ints, sub-messages as views, ``encoded`` its bytes."""')
@@ -332,6 +347,8 @@ def generate(request: plugin_pb2.CodeGeneratorRequest) -> plugin_pb2.CodeGenerat
     w("from __future__ import annotations")
     w()
     w("import datetime as _dt")
+    w("from collections.abc import Callable")
+    w("from functools import partial")
     w("from typing import NamedTuple")
     w()
     w(f"from {'.' * (depth + 1)}google import protobuf as _wkt")
@@ -354,6 +371,7 @@ def generate(request: plugin_pb2.CodeGeneratorRequest) -> plugin_pb2.CodeGenerat
         emit_readers(w, m, view=True)
         emit_public_readers(w, m)
         emit_check(w, m)
+        emit_without(w, m)
     text = "\n".join(w.lines).rstrip("\n") + "\n"
     text = re.sub(r"\n{4,}", "\n\n\n", text)
     response = plugin_pb2.CodeGeneratorResponse()

@@ -19,6 +19,7 @@ from itertools import chain
 from typing import Any, Protocol
 
 from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.gen.interlink_nats.v1 import fastwire
 from interlink_nats.services.gateway.wire import PodIdentity, container_views, containers_status_json, pod_status_json
 from interlink_nats.services.gateway.wire import dumps as wire_dumps
 
@@ -33,9 +34,11 @@ LOAD_PAGE = 2000
 class PodRecord:
     """What the gateway knows about one pod; enough to answer interLink with no NATS round trip.
 
-    A gateway tracks up to ~100,000 of these, so the record is compact (issue 14, P6): slots, shared
+    A gateway tracks up to ~100,000 of these, so the record is compact (issues 14 and 30, P6): slots, shared
     strings for values many pods repeat (namespace, pool, container names, images), the images as a
-    flat tuple, and the last status kept as its protobuf encoding with only its state decoded.
+    flat tuple, the last status kept as its protobuf encoding with only its state decoded, and less
+    what the record holds already (the pod, the pool, the job id: 70 to 150 bytes a pod), and when it
+    was last heard of as a time shared by the pods heard of in the same second.
     The encoding is what redis stores too, so a restart restores pods without parsing a status.
     """
 
@@ -45,7 +48,6 @@ class PodRecord:
         "_status",
         "_status_json",
         "containers",
-        "created_at",
         "heard_at",
         "init_containers",
         "job_id",
@@ -68,7 +70,6 @@ class PodRecord:
         images: dict[str, str] | None = None,
         status: pb.JobStatus | None = None,
         revision: int = 0,
-        created_at: float | None = None,
     ) -> None:
         self.uid = uid
         self.namespace = _intern(namespace)
@@ -86,9 +87,8 @@ class PodRecord:
         else:
             self.status = status
         self.revision = revision
-        self.created_at = time.time() if created_at is None else created_at
-        self.heard_at = time.monotonic()
-        """When the pool last told us about this pod (event, pull or create); not persisted."""
+        self.heard_at = heard_now()
+        """When the pool last told us about this pod (event, pull or create), to the second; not persisted."""
         self._status_json: bytes | None = None
 
     @property
@@ -104,14 +104,21 @@ class PodRecord:
     @property
     def status(self) -> pb.JobStatus | None:
         """The last status a pool reported (decoded on each read: keep the result, not the record)."""
-        return None if self._status is None else pb.JobStatus.parse(self._status)
+        if self._status is None:
+            return None
+        status = pb.JobStatus.parse(self._status)
+        status.pod = pb.PodRef(uid=self.uid, namespace=self.namespace, name=self.name)
+        status.pool = self.pool
+        status.job_id = self.job_id
+        return status
 
     @status.setter
     def status(self, status: pb.JobStatus | None) -> None:
         self._set_status(None if status is None else bytes(status), None if status is None else status.state)
 
     def _set_status(self, encoded: bytes | None, state: int | None) -> None:
-        self._status = encoded
+        """Keep a status encoded, less the fields the record holds itself (:meth:`status` puts them back)."""
+        self._status = None if encoded is None else _status_body(encoded)
         self._state = state
         self._status_json = None
 
@@ -179,8 +186,7 @@ class PodRecord:
                 "containers": self.containers,
                 "images": self.images,
                 "revision": self.revision,
-                "created_at": self.created_at,
-                "status": base64.b64encode(self._status).decode() if self._status is not None else None,
+                "status_body": base64.b64encode(self._status).decode() if self._status is not None else None,
                 "state": self._state,
             }
         )
@@ -198,15 +204,42 @@ class PodRecord:
             containers=data.get("containers", ()),
             images=data.get("images"),
             revision=int(data.get("revision", 0)),
-            created_at=float(data.get("created_at", 0)),
         )
-        if data.get("status"):
-            encoded = base64.b64decode(data["status"])
+        # "status_body": the status less what the record holds; "status": the whole status (written before)
+        written = data.get("status_body") or data.get("status")
+        if written:
+            encoded = base64.b64decode(written)
             state = data.get("state")
             if not isinstance(state, int):  # written before the state was stored beside it
                 state = pb.JobStatus.parse(encoded).state
             record._set_status(encoded, state)
         return record
+
+
+_without_identity = fastwire.job_status_without("pod", "pool", "job_id")
+
+
+def _status_body(encoded: bytes) -> bytes:
+    """A status less what its record holds: the pod, the pool, the job id (the one the record keeps, see
+    ``_apply``). Bytes not well-formed are kept as they came: betterproto2 judges them when read."""
+    try:
+        return _without_identity(encoded)
+    except (ValueError, IndexError):
+        return encoded
+
+
+_heard_tick = 0.0
+
+
+def heard_now() -> float:
+    """``time.monotonic()`` to the second, the same float object within it: the pods heard of together (an
+    events batch, a restart's restore) share one instead of 24 bytes each (issue 30, P6). A pod may so look
+    up to a second older than it is to :meth:`PodStore.stale`, whose periods are minutes."""
+    global _heard_tick
+    now = time.monotonic()
+    if now - _heard_tick >= 1.0:
+        _heard_tick = now
+    return _heard_tick
 
 
 _intern = sys.intern
@@ -335,7 +368,7 @@ class PodStore:
         record = self.pods.get(uid)
         if record is None:
             return None
-        record.heard_at = time.monotonic()
+        record.heard_at = heard_now()
         if revision and revision <= record.revision:
             return None
         if not revision and record.is_final():

@@ -8,6 +8,8 @@ docstring for what each function promises; tests/test_wire_property.py checks th
 from __future__ import annotations
 
 import datetime as _dt
+from collections.abc import Callable
+from functools import partial
 from typing import NamedTuple
 
 from ...google import protobuf as _wkt
@@ -163,6 +165,34 @@ def _read_duration(data: bytes, pos: int, end: int) -> _dt.timedelta:
     if pos != end:
         raise Unusual
     return _dt.timedelta(0, seconds, nanos / 1e3)
+
+
+def _without(data: bytes, numbers: frozenset[int]) -> bytes:
+    """``data`` less every top-level field whose number is in ``numbers`` (the rest byte for byte, in order);
+    ``data`` itself when none occurs. ValueError (or IndexError) unless the top-level fields are well-formed."""
+    kept: list[bytes] = []
+    start = pos = 0
+    end = len(data)
+    while pos < end:
+        field_start = pos
+        key = data[pos]  # one-byte keys and lengths read inline: a third of the time
+        if key < 0x80:
+            pos += 1
+        else:
+            key, pos = _read_varint(data, pos)
+        if key & 7 == 2 and data[pos] < 0x80:
+            pos += 1 + data[pos]
+        else:
+            pos = _skip(data, pos, key & 7)
+        if key >> 3 in numbers:
+            kept.append(data[start:field_start])
+            start = pos
+    if pos != end:
+        raise ValueError("the last field runs past the end")
+    if not kept:
+        return data
+    kept.append(data[start:])
+    return b"".join(kept)
 
 
 _CONTAINER_PHASE = {v: pb.ContainerPhase(v) for v in (0, 1, 2, 3,)}
@@ -529,6 +559,15 @@ def check_pod_ref(data: bytes) -> None:
     _check_top(data, frozenset((10, 18, 26)))
 
 
+_POD_REF_NUMBERS = {"uid": 1, "namespace": 2, "name": 3}
+
+
+def pod_ref_without(*fields: str) -> Callable[[bytes], bytes]:
+    """A function that returns an encoded ``PodRef`` less the named top-level fields (KeyError: no such
+    field); ValueError from it unless the top-level fields are well-formed."""
+    return partial(_without, numbers=frozenset(_POD_REF_NUMBERS[name] for name in fields))
+
+
 def encode_resource_request(msg: pb.ResourceRequest) -> bytes:
     """``bytes(msg)``, byte for byte, without betterproto2's reflection."""
     return bytes(_encode_resource_request(msg))
@@ -808,6 +847,15 @@ def read_resource_request(data: bytes) -> ResourceRequestView | None:
 def check_resource_request(data: bytes) -> None:
     """ValueError (or IndexError) unless the top-level fields of ``data`` are a well-formed ``ResourceRequest``."""
     _check_top(data, frozenset((8, 16, 24, 34)))
+
+
+_RESOURCE_REQUEST_NUMBERS = {"cpu_millis": 1, "memory_bytes": 2, "gpus": 3, "wall_time": 4}
+
+
+def resource_request_without(*fields: str) -> Callable[[bytes], bytes]:
+    """A function that returns an encoded ``ResourceRequest`` less the named top-level fields (KeyError: no such
+    field); ValueError from it unless the top-level fields are well-formed."""
+    return partial(_without, numbers=frozenset(_RESOURCE_REQUEST_NUMBERS[name] for name in fields))
 
 
 def encode_layout_entry(msg: pb.LayoutEntry) -> bytes:
@@ -1096,6 +1144,15 @@ def read_layout_entry(data: bytes) -> LayoutEntryView | None:
 def check_layout_entry(data: bytes) -> None:
     """ValueError (or IndexError) unless the top-level fields of ``data`` are a well-formed ``LayoutEntry``."""
     _check_top(data, frozenset((8, 18, 24, 34)))
+
+
+_LAYOUT_ENTRY_NUMBERS = {"kind": 1, "path": 2, "mode": 3, "target": 4}
+
+
+def layout_entry_without(*fields: str) -> Callable[[bytes], bytes]:
+    """A function that returns an encoded ``LayoutEntry`` less the named top-level fields (KeyError: no such
+    field); ValueError from it unless the top-level fields are well-formed."""
+    return partial(_without, numbers=frozenset(_LAYOUT_ENTRY_NUMBERS[name] for name in fields))
 
 
 def encode_gang_member(msg: pb.GangMember) -> bytes:
@@ -1436,6 +1493,15 @@ def read_gang_member(data: bytes) -> GangMemberView | None:
 def check_gang_member(data: bytes) -> None:
     """ValueError (or IndexError) unless the top-level fields of ``data`` are a well-formed ``GangMember``."""
     _check_top(data, frozenset((10, 18, 24, 32, 40)))
+
+
+_GANG_MEMBER_NUMBERS = {"group_uid": 1, "group_name": 2, "rank": 3, "size": 4, "failure_policy": 5}
+
+
+def gang_member_without(*fields: str) -> Callable[[bytes], bytes]:
+    """A function that returns an encoded ``GangMember`` less the named top-level fields (KeyError: no such
+    field); ValueError from it unless the top-level fields are well-formed."""
+    return partial(_without, numbers=frozenset(_GANG_MEMBER_NUMBERS[name] for name in fields))
 
 
 def encode_job_script(msg: pb.JobScript) -> bytes:
@@ -2006,6 +2072,15 @@ def check_job_script(data: bytes) -> None:
     _check_top(data, frozenset((10, 18, 26, 34, 42, 50, 58, 64, 72, 82)))
 
 
+_JOB_SCRIPT_NUMBERS = {"pod": 1, "script": 2, "init_containers": 3, "containers": 4, "resources": 5, "backend_flags": 6, "layout": 7, "run_as_user": 8, "run_as_group": 9, "gang": 10}
+
+
+def job_script_without(*fields: str) -> Callable[[bytes], bytes]:
+    """A function that returns an encoded ``JobScript`` less the named top-level fields (KeyError: no such
+    field); ValueError from it unless the top-level fields are well-formed."""
+    return partial(_without, numbers=frozenset(_JOB_SCRIPT_NUMBERS[name] for name in fields))
+
+
 def encode_submit_request(msg: pb.SubmitRequest) -> bytes:
     """``bytes(msg)``, byte for byte, without betterproto2's reflection."""
     return bytes(_encode_submit_request(msg))
@@ -2130,6 +2205,15 @@ def read_submit_request(data: bytes) -> SubmitRequestView | None:
 def check_submit_request(data: bytes) -> None:
     """ValueError (or IndexError) unless the top-level fields of ``data`` are a well-formed ``SubmitRequest``."""
     _check_top(data, frozenset((10,)))
+
+
+_SUBMIT_REQUEST_NUMBERS = {"job": 1}
+
+
+def submit_request_without(*fields: str) -> Callable[[bytes], bytes]:
+    """A function that returns an encoded ``SubmitRequest`` less the named top-level fields (KeyError: no such
+    field); ValueError from it unless the top-level fields are well-formed."""
+    return partial(_without, numbers=frozenset(_SUBMIT_REQUEST_NUMBERS[name] for name in fields))
 
 
 def encode_container_status(msg: pb.ContainerStatus) -> bytes:
@@ -2686,6 +2770,15 @@ def read_container_status(data: bytes) -> ContainerStatusView | None:
 def check_container_status(data: bytes) -> None:
     """ValueError (or IndexError) unless the top-level fields of ``data`` are a well-formed ``ContainerStatus``."""
     _check_top(data, frozenset((10, 16, 24, 32, 42, 50, 58, 66, 72)))
+
+
+_CONTAINER_STATUS_NUMBERS = {"name": 1, "init": 2, "phase": 3, "exit_code": 4, "started_at": 5, "finished_at": 6, "reason": 7, "message": 8, "ready": 9}
+
+
+def container_status_without(*fields: str) -> Callable[[bytes], bytes]:
+    """A function that returns an encoded ``ContainerStatus`` less the named top-level fields (KeyError: no such
+    field); ValueError from it unless the top-level fields are well-formed."""
+    return partial(_without, numbers=frozenset(_CONTAINER_STATUS_NUMBERS[name] for name in fields))
 
 
 def encode_job_status(msg: pb.JobStatus) -> bytes:
@@ -3247,6 +3340,15 @@ def check_job_status(data: bytes) -> None:
     _check_top(data, frozenset((10, 18, 26, 32, 42, 50, 58, 66, 72)))
 
 
+_JOB_STATUS_NUMBERS = {"pod": 1, "pool": 2, "job_id": 3, "state": 4, "containers": 5, "reason": 6, "message": 7, "updated_at": 8, "deleted": 9}
+
+
+def job_status_without(*fields: str) -> Callable[[bytes], bytes]:
+    """A function that returns an encoded ``JobStatus`` less the named top-level fields (KeyError: no such
+    field); ValueError from it unless the top-level fields are well-formed."""
+    return partial(_without, numbers=frozenset(_JOB_STATUS_NUMBERS[name] for name in fields))
+
+
 def encode_submit_response(msg: pb.SubmitResponse) -> bytes:
     """``bytes(msg)``, byte for byte, without betterproto2's reflection."""
     return bytes(_encode_submit_response(msg))
@@ -3473,6 +3575,15 @@ def read_submit_response(data: bytes) -> SubmitResponseView | None:
 def check_submit_response(data: bytes) -> None:
     """ValueError (or IndexError) unless the top-level fields of ``data`` are a well-formed ``SubmitResponse``."""
     _check_top(data, frozenset((10, 16, 26)))
+
+
+_SUBMIT_RESPONSE_NUMBERS = {"job_id": 1, "created": 2, "status": 3}
+
+
+def submit_response_without(*fields: str) -> Callable[[bytes], bytes]:
+    """A function that returns an encoded ``SubmitResponse`` less the named top-level fields (KeyError: no such
+    field); ValueError from it unless the top-level fields are well-formed."""
+    return partial(_without, numbers=frozenset(_SUBMIT_RESPONSE_NUMBERS[name] for name in fields))
 
 
 def encode_job_event(msg: pb.JobEvent) -> bytes:
@@ -3707,3 +3818,12 @@ def read_job_event(data: bytes) -> JobEventView | None:
 def check_job_event(data: bytes) -> None:
     """ValueError (or IndexError) unless the top-level fields of ``data`` are a well-formed ``JobEvent``."""
     _check_top(data, frozenset((10, 16, 26)))
+
+
+_JOB_EVENT_NUMBERS = {"status": 1, "revision": 2, "instance_id": 3}
+
+
+def job_event_without(*fields: str) -> Callable[[bytes], bytes]:
+    """A function that returns an encoded ``JobEvent`` less the named top-level fields (KeyError: no such
+    field); ValueError from it unless the top-level fields are well-formed."""
+    return partial(_without, numbers=frozenset(_JOB_EVENT_NUMBERS[name] for name in fields))
