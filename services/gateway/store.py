@@ -35,21 +35,20 @@ class PodRecord:
     """What the gateway knows about one pod; enough to answer interLink with no NATS round trip.
 
     A gateway tracks up to ~100,000 of these, so the record is compact (issues 14 and 30, P6): slots, shared
-    strings for values many pods repeat (namespace, pool, container names, images), the images as a
-    flat tuple, the last status kept as its protobuf encoding with only its state decoded, and less
-    what the record holds already (the pod, the pool, the job id: 70 to 150 bytes a pod), and when it
-    was last heard of as a time shared by the pods heard of in the same second.
+    strings for values many pods repeat (namespace, pool), one shared shape per distinct list of
+    containers and images (pods of one template repeat it), the last status kept as its protobuf
+    encoding with only its state decoded, less what the record holds already (the pod, the pool, the
+    job id: 70 to 150 bytes a pod), and when it was last heard of as a time shared by the pods heard
+    of in the same second.
     The encoding is what redis stores too, so a restart restores pods without parsing a status.
     """
 
     __slots__ = (
-        "_images",
+        "_shape",
         "_state",
         "_status",
         "_status_json",
-        "containers",
         "heard_at",
-        "init_containers",
         "job_id",
         "name",
         "namespace",
@@ -76,11 +75,7 @@ class PodRecord:
         self.name = name
         self.pool = _intern(pool)
         self.job_id = job_id
-        self.init_containers: tuple[str, ...] = _share(tuple(map(_intern, init_containers)))
-        self.containers: tuple[str, ...] = _share(tuple(map(_intern, containers)))
-        self._images: tuple[str, ...] = (
-            _share(tuple(map(_intern, chain.from_iterable(images.items())))) if images else ()
-        )
+        self._shape = _shape(init_containers, containers, images or {})
         if status is None:
             self._status: bytes | None = None
             self._state: int | None = None
@@ -92,14 +87,22 @@ class PodRecord:
         self._status_json: bytes | None = None
 
     @property
+    def init_containers(self) -> tuple[str, ...]:
+        return self._shape[0]
+
+    @property
+    def containers(self) -> tuple[str, ...]:
+        return self._shape[1]
+
+    @property
     def images(self) -> dict[str, str]:
         """Container name -> image, as the pod spec gave them (interLink echoes them in statuses)."""
-        flat = self._images
+        flat = self._shape[2]
         return dict(zip(flat[::2], flat[1::2], strict=True))
 
     @images.setter
     def images(self, images: dict[str, str]) -> None:
-        self._images = _share(tuple(map(_intern, chain.from_iterable(images.items()))))
+        self._shape = _shape(self._shape[0], self._shape[1], images)
 
     @property
     def status(self) -> pb.JobStatus | None:
@@ -243,20 +246,28 @@ def heard_now() -> float:
 
 
 _intern = sys.intern
-_SHARED: dict[tuple[str, ...], tuple[str, ...]] = {}
+Shape = tuple[tuple[str, ...], tuple[str, ...], tuple[str, ...]]
+"""A pod's init containers, containers, and images flattened (name, image, name, image...)."""
+
+_SHARED: dict[Shape, Shape] = {}
 SHARED_MAX = 4096
-"""Distinct name/image lists kept for sharing; past it the table starts over (records keep theirs)."""
+"""Distinct shapes kept for sharing; past it the table starts over (records keep theirs)."""
 
 
-def _share(names: tuple[str, ...]) -> tuple[str, ...]:
-    """One tuple object per distinct list: pods of one template repeat them, 190 B a pod (issue 30, P6)."""
-    shared = _SHARED.get(names)
+def _shape(init_containers: Iterable[str], containers: Iterable[str], images: dict[str, str]) -> Shape:
+    """One object per distinct shape: pods of one template repeat it, ~200 B a pod (issue 30, P6)."""
+    shape = (
+        tuple(map(_intern, init_containers)),
+        tuple(map(_intern, containers)),
+        tuple(map(_intern, chain.from_iterable(images.items()))),
+    )
+    shared = _SHARED.get(shape)
     if shared is not None:
         return shared
     if len(_SHARED) >= SHARED_MAX:
         _SHARED.clear()
-    _SHARED[names] = names
-    return names
+    _SHARED[shape] = shape
+    return shape
 
 
 _decode_json = json.JSONDecoder().decode
