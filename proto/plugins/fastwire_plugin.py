@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import re
 import sys
-from pathlib import Path
 
 from fastwire_model import (
     VARINT_KINDS,
@@ -51,7 +50,20 @@ from fastwire_model import (
 )
 from google.protobuf.compiler import plugin_pb2  # type: ignore[import-untyped]
 
-_RUNTIME = Path(__file__).with_name("fastwire_runtime.py")
+RUNTIME = "interlink_nats.kernel.fastwire_runtime"
+"""The hand-written wire primitives the generated codecs call, imported rather than copied into each module."""
+_RUNTIME_NAMES = {
+    "Unusual": "Unusual",
+    "check_top": "_check_top",
+    "encode_duration": "_duration",
+    "encode_timestamp": "_timestamp",
+    "field_once": "_field_once",
+    "read_duration": "_read_duration",
+    "read_timestamp": "_read_timestamp",
+    "read_varint": "_read_varint",
+    "write_varint": "_varint",
+}
+"""Runtime name → the module-level name the generated code calls it by (private there: not its API)."""
 
 
 def _literal(data: bytes) -> str:
@@ -327,16 +339,18 @@ def generate(request: plugin_pb2.CodeGeneratorRequest) -> plugin_pb2.CodeGenerat
     w('"""')
     w()
     w("# ruff: noqa")
-    runtime = _RUNTIME.read_text()
-    body = runtime.split("import datetime as _dt\n", 1)[1]
     w("from __future__ import annotations")
     w()
     w("import datetime as _dt")
     w("from typing import NamedTuple")
     w()
+    w(f"from {RUNTIME} import (")
+    for name, local in _RUNTIME_NAMES.items():
+        w(f"    {name}," if name == local else f"    {name} as {local},")
+    w(")")
+    w()
     w(f"from {'.' * (depth + 1)}google import protobuf as _wkt")
     w(f"from .. import {package.rsplit('.', 1)[1]} as pb")
-    w.lines.extend(body.rstrip("\n").split("\n"))
     w()
     w()
     for name in used_enums:
