@@ -12,7 +12,7 @@ import contextlib
 import json
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass, field
 
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel.clock import SYSTEM_CLOCK, Clock
@@ -35,25 +35,22 @@ class PoolInfo:
     last_seen: float = 0.0
 
 
+@dataclass(eq=False, repr=False, slots=True)
 class PoolDirectory:
-    def __init__(
-        self,
-        nc: NatsClient,
-        describe: DescribeFn,
-        *,
-        prefix: str = DEFAULT_PREFIX,
-        redis: RedisLike | None = None,
-        liveness_factor: float = 3.0,
-        clock: Clock = SYSTEM_CLOCK,
-    ) -> None:
-        self.nc = nc
-        self.describe = describe
-        self.prefix = prefix
-        self.redis = redis
-        self.liveness_factor = liveness_factor
-        self.clock = clock
-        self.pools: dict[str, PoolInfo] = {}
-        self._subs: list[Subscription] = []
+    """The pools' BuildConfigs and reports, from their announcements, redis and ``Describe``.
+
+    A dataclass for its fields alone: compared, hashed and shown by identity, as before.
+    """
+
+    nc: NatsClient
+    describe: DescribeFn
+    _: KW_ONLY
+    prefix: str = DEFAULT_PREFIX
+    redis: RedisLike | None = None
+    liveness_factor: float = 3.0
+    clock: Clock = SYSTEM_CLOCK
+    pools: dict[str, PoolInfo] = field(default_factory=dict, init=False)
+    _subs: list[Subscription] = field(default_factory=list, init=False)
 
     async def start(self) -> None:
         await self._load_from_redis()
