@@ -66,6 +66,20 @@ _RUNTIME_NAMES = {
 """Runtime name → the module-level name the generated code calls it by (private there: not its API)."""
 
 
+_VARINT_READS: dict[str, tuple[tuple[str, ...], str]] = {
+    "bool": (("if value > 1:", "    raise Unusual"), "value == 1"),
+    "int32": (
+        ("if value >> 31:", "    if value < 0xFFFFFFFF80000000:", "        raise Unusual", "    value -= 1 << 64"),
+        "value",
+    ),
+    "int64": (("if value >> 63:", "    value -= 1 << 64"), "value"),
+    "uint32": (("if value >> 32:", "    raise Unusual"), "value"),
+    "uint64": ((), "value"),
+}
+"""A varint kind (enums aside: theirs name the enum) → the lines that check and convert the ``value`` read,
+and the expression the field keeps. One table, so each kind's rule is read in one place."""
+
+
 def _literal(data: bytes) -> str:
     """``data`` as a bytes literal of hex escapes: keys read as numbers, not as stray characters."""
     return 'b"' + "".join(f"\\x{byte:02x}" for byte in data) + '"'
@@ -185,37 +199,20 @@ def _emit_read_field(w: Writer, f: Field, view: bool, bit: int) -> None:
     w("else:")
     w("    value, pos = _read_varint(data, pos)")
     target = f"{f.name}.append" if f.repeated else None
-    if f.kind in VARINT_KINDS.values():
-        if f.kind == "bool":
-            w("if value > 1:")
-            w("    raise Unusual")
-            result = "value == 1"
-        elif f.kind == "enum":
-            if view:
-                w(f"if value not in _{Message(f.type_name, ()).snake.upper()}_VALUES:")
-                w("    raise Unusual")
-                result = "value"
-            else:
-                w(f"member = _{Message(f.type_name, ()).snake.upper()}.get(value)")
-                w("if member is None:")
-                w("    raise Unusual")
-                result = "member"
-        elif f.kind == "int32":
-            w("if value >> 31:")
-            w("    if value < 0xFFFFFFFF80000000:")
-            w("        raise Unusual")
-            w("    value -= 1 << 64")
-            result = "value"
-        elif f.kind == "int64":
-            w("if value >> 63:")
-            w("    value -= 1 << 64")
-            result = "value"
-        elif f.kind == "uint32":
-            w("if value >> 32:")
+    if f.kind == "enum":
+        if view:
+            w(f"if value not in _{Message(f.type_name, ()).snake.upper()}_VALUES:")
             w("    raise Unusual")
             result = "value"
         else:
-            result = "value"
+            w(f"member = _{Message(f.type_name, ()).snake.upper()}.get(value)")
+            w("if member is None:")
+            w("    raise Unusual")
+            result = "member"
+    elif f.kind in VARINT_KINDS.values():
+        checks, result = _VARINT_READS[f.kind]
+        for line in checks:
+            w(line)
     else:
         w("stop = pos + value")
         w("if stop > end:")
