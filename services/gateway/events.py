@@ -46,8 +46,7 @@ class EventConsumer:
     """Pulls JobEvents in batches, applies the newest per pod, mirrors to redis, then acks.
 
     A durable consumer means a restarted gateway resumes where it stopped: no event is lost
-    while it was down, and an event is acked only after the store holds it. A dataclass for its fields
-    alone: compared, hashed and shown by identity, as before.
+    while it was down, and an event is acked only after the store holds it.
     """
 
     nc: NatsClient

@@ -30,10 +30,7 @@ RETRY_MAX_S = 5.0
 
 @dataclass(eq=False, repr=False, slots=True)
 class PodGroups:
-    """The gang use cases: hold members, submit a complete group once, fail those that waited too long.
-
-    A dataclass for its fields alone: compared, hashed and shown by identity, as before.
-    """
+    """The gang use cases: hold members, submit a complete group once, fail those that waited too long."""
 
     store: PodStore
     held: HeldGroups

@@ -40,10 +40,7 @@ class PoolInfo:
 
 @dataclass(eq=False, repr=False, slots=True)
 class PoolDirectory:
-    """The pools' BuildConfigs and reports, from their announcements, redis and ``Describe``.
-
-    A dataclass for its fields alone: compared, hashed and shown by identity, as before.
-    """
+    """The pools' BuildConfigs and reports, from their announcements, redis and ``Describe``."""
 
     nc: NatsClient
     describe: DescribeFn
