@@ -21,6 +21,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.gen.interlink_nats.v1 import fastwire
+from interlink_nats.kernel import fastwire_runtime as runtime
 
 TEXT = st.text(alphabet=st.characters(blacklist_categories=("Cs",)), max_size=12)
 INT64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
@@ -284,20 +285,20 @@ def test_without_drops_the_named_fields_as_betterproto2_would_clear_them(cls: ty
 def test_varints_read_back_as_written(signed: int, unsigned: int) -> None:
     for value in (signed, unsigned):
         out = bytearray()
-        fastwire._varint(out, value)
-        read, pos = fastwire._read_varint(bytes(out) + b"\x01", 0)
+        runtime.write_varint(out, value)
+        read, pos = runtime.read_varint(bytes(out) + b"\x01", 0)
         assert (read, pos) == (value % 2**64, len(out))
-        assert fastwire._skip(bytes(out), 0, 0) == len(out)
+        assert runtime.skip(bytes(out), 0, 0) == len(out)
 
 
 def test_what_no_int64_is_is_refused() -> None:
     with pytest.raises(ValueError, match="ten bytes"):
-        fastwire._read_varint(b"\xff" * 11, 0)
+        runtime.read_varint(b"\xff" * 11, 0)
     with pytest.raises(ValueError, match="64 bits"):
-        fastwire._read_varint(b"\xff" * 9 + b"\x7f", 0)
+        runtime.read_varint(b"\xff" * 9 + b"\x7f", 0)
     with pytest.raises(IndexError):
-        fastwire._read_varint(b"\x80", 0)
+        runtime.read_varint(b"\x80", 0)
     with pytest.raises(ValueError, match="64-bit"):
         fastwire.encode_resource_request(pb.ResourceRequest(gpus=-(2**63) - 1))
     with pytest.raises(ValueError, match="wire type 3"):
-        fastwire._skip(b"", 0, 3)
+        runtime.skip(b"", 0, 3)

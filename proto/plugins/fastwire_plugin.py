@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import re
 import sys
-from pathlib import Path
 
 from fastwire_model import (
     VARINT_KINDS,
@@ -53,7 +52,34 @@ from fastwire_model import (
 )
 from google.protobuf.compiler import plugin_pb2  # type: ignore[import-untyped]
 
-_RUNTIME = Path(__file__).with_name("fastwire_runtime.py")
+RUNTIME = "interlink_nats.kernel.fastwire_runtime"
+"""The hand-written wire primitives the generated codecs call, imported rather than copied into each module."""
+_RUNTIME_NAMES = {
+    "Unusual": "Unusual",
+    "check_top": "_check_top",
+    "encode_duration": "_duration",
+    "encode_timestamp": "_timestamp",
+    "field_once": "_field_once",
+    "read_duration": "_read_duration",
+    "read_timestamp": "_read_timestamp",
+    "read_varint": "_read_varint",
+    "write_varint": "_varint",
+}
+"""Runtime name → the module-level name the generated code calls it by (private there: not its API)."""
+
+
+_VARINT_READS: dict[str, tuple[tuple[str, ...], str]] = {
+    "bool": (("if value > 1:", "    raise Unusual"), "value == 1"),
+    "int32": (
+        ("if value >> 31:", "    if value < 0xFFFFFFFF80000000:", "        raise Unusual", "    value -= 1 << 64"),
+        "value",
+    ),
+    "int64": (("if value >> 63:", "    value -= 1 << 64"), "value"),
+    "uint32": (("if value >> 32:", "    raise Unusual"), "value"),
+    "uint64": ((), "value"),
+}
+"""A varint kind (enums aside: theirs name the enum) → the lines that check and convert the ``value`` read,
+and the expression the field keeps. One table, so each kind's rule is read in one place."""
 
 
 def _literal(data: bytes) -> str:
@@ -175,37 +201,20 @@ def _emit_read_field(w: Writer, f: Field, view: bool, bit: int) -> None:
     w("else:")
     w("    value, pos = _read_varint(data, pos)")
     target = f"{f.name}.append" if f.repeated else None
-    if f.kind in VARINT_KINDS.values():
-        if f.kind == "bool":
-            w("if value > 1:")
-            w("    raise Unusual")
-            result = "value == 1"
-        elif f.kind == "enum":
-            if view:
-                w(f"if value not in _{Message(f.type_name, ()).snake.upper()}_VALUES:")
-                w("    raise Unusual")
-                result = "value"
-            else:
-                w(f"member = _{Message(f.type_name, ()).snake.upper()}.get(value)")
-                w("if member is None:")
-                w("    raise Unusual")
-                result = "member"
-        elif f.kind == "int32":
-            w("if value >> 31:")
-            w("    if value < 0xFFFFFFFF80000000:")
-            w("        raise Unusual")
-            w("    value -= 1 << 64")
-            result = "value"
-        elif f.kind == "int64":
-            w("if value >> 63:")
-            w("    value -= 1 << 64")
-            result = "value"
-        elif f.kind == "uint32":
-            w("if value >> 32:")
+    if f.kind == "enum":
+        if view:
+            w(f"if value not in _{Message(f.type_name, ()).snake.upper()}_VALUES:")
             w("    raise Unusual")
             result = "value"
         else:
-            result = "value"
+            w(f"member = _{Message(f.type_name, ()).snake.upper()}.get(value)")
+            w("if member is None:")
+            w("    raise Unusual")
+            result = "member"
+    elif f.kind in VARINT_KINDS.values():
+        checks, result = _VARINT_READS[f.kind]
+        for line in checks:
+            w(line)
     else:
         w("stop = pos + value")
         w("if stop > end:")
@@ -342,8 +351,6 @@ def generate(request: plugin_pb2.CodeGeneratorRequest) -> plugin_pb2.CodeGenerat
     w('"""')
     w()
     w("# ruff: noqa")
-    runtime = _RUNTIME.read_text()
-    body = runtime.split("import datetime as _dt\n", 1)[1]
     w("from __future__ import annotations")
     w()
     w("import datetime as _dt")
@@ -351,9 +358,13 @@ def generate(request: plugin_pb2.CodeGeneratorRequest) -> plugin_pb2.CodeGenerat
     w("from functools import partial")
     w("from typing import NamedTuple")
     w()
+    w(f"from {RUNTIME} import (")
+    for name, local in _RUNTIME_NAMES.items():
+        w(f"    {name}," if name == local else f"    {name} as {local},")
+    w(")")
+    w()
     w(f"from {'.' * (depth + 1)}google import protobuf as _wkt")
     w(f"from .. import {package.rsplit('.', 1)[1]} as pb")
-    w.lines.extend(body.rstrip("\n").split("\n"))
     w()
     w()
     for name in used_enums:

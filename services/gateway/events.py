@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Callable
+from dataclasses import KW_ONLY, dataclass, field
 
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel.nats_connection import leader_retry_delay
@@ -40,6 +41,7 @@ CONSUMER_RETRIES = 30
 """Half-second tries while a just-scaled stream gets its new peers (seconds, on a loaded machine)."""
 
 
+@dataclass(eq=False, repr=False, slots=True)
 class EventConsumer:
     """Pulls JobEvents in batches, applies the newest per pod, mirrors to redis, then acks.
 
@@ -47,32 +49,23 @@ class EventConsumer:
     while it was down, and an event is acked only after the store holds it.
     """
 
-    def __init__(
-        self,
-        nc: NatsClient,
-        store: PodStore,
-        *,
-        prefix: str = DEFAULT_PREFIX,
-        durable: str = "interlink-gateway",
-        batch: int = 256,
-        replicas: int | None = None,
-        on_applied: Callable[[PodRecord], None] | None = None,
-    ) -> None:
-        self.nc = nc
-        self.store = store
-        self.prefix = prefix
-        self.durable = durable
-        self.batch = batch
-        self.replicas = replicas
-        """Stream (and consumer) replicas; None: by the cluster size (see ``services.bus.events_stream``)."""
-        self.stream: StreamState | None = None
-        self.on_applied = on_applied
-        self.applied = 0
-        self.foreign = 0
-        """Events dropped because they came from another pool than their pod's."""
-        self._task: asyncio.Task[None] | None = None
-        self._live: Subscription | None = None
-        self._stopping = asyncio.Event()
+    nc: NatsClient
+    store: PodStore
+    _: KW_ONLY
+    prefix: str = DEFAULT_PREFIX
+    durable: str = "interlink-gateway"
+    batch: int = 256
+    replicas: int | None = None
+    """Stream (and consumer) replicas; None: by the cluster size (see ``services.bus.events_stream``)."""
+    on_applied: Callable[[PodRecord], None] | None = None
+    stream: StreamState | None = field(default=None, init=False)
+    applied: int = field(default=0, init=False)
+    foreign: int = field(default=0, init=False)
+    """Events dropped because they came from another pool than their pod's."""
+    _task: asyncio.Task[None] | None = field(default=None, init=False)
+    _live: Subscription | None = field(default=None, init=False)
+    _sub: JetStreamContext.PullSubscription = field(init=False)
+    _stopping: asyncio.Event = field(default_factory=asyncio.Event, init=False)
 
     async def start(self) -> None:
         js = self.nc.jetstream()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from dataclasses import KW_ONLY, dataclass, field
 
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel.clock import SYSTEM_CLOCK, Clock
@@ -27,25 +28,20 @@ RETRY_FIRST_S = 0.2
 RETRY_MAX_S = 5.0
 
 
+@dataclass(eq=False, repr=False, slots=True)
 class PodGroups:
-    def __init__(
-        self,
-        store: PodStore,
-        held: HeldGroups,
-        client: PoolClient,
-        *,
-        wait_s: float,
-        clock: Clock = SYSTEM_CLOCK,
-    ) -> None:
-        self.store = store
-        self.held = held
-        self.client = client
-        self.wait_s = wait_s
-        self.clock = clock
-        self._submitting: dict[str, asyncio.Task[None]] = {}
-        self._sweeper: asyncio.Task[None] | None = None
-        self._lock = asyncio.Lock()
-        """Arrivals, departures and outcomes of groups one at a time: each reads a group and writes it back."""
+    """The gang use cases: hold members, submit a complete group once, fail those that waited too long."""
+
+    store: PodStore
+    held: HeldGroups
+    client: PoolClient
+    _: KW_ONLY
+    wait_s: float
+    clock: Clock = SYSTEM_CLOCK
+    _submitting: dict[str, asyncio.Task[None]] = field(default_factory=dict, init=False)
+    _sweeper: asyncio.Task[None] | None = field(default=None, init=False)
+    _lock: asyncio.Lock = field(default_factory=asyncio.Lock, init=False)
+    """Arrivals, departures and outcomes of groups one at a time: each reads a group and writes it back."""
 
     # --- life cycle ----------------------------------------------------------------------------
     async def start(self) -> None:

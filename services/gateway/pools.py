@@ -12,7 +12,8 @@ import contextlib
 import json
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import KW_ONLY, dataclass, field
+from typing import TypeVar
 
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel.clock import SYSTEM_CLOCK, Clock
@@ -23,6 +24,8 @@ from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription
 
 log = logging.getLogger(__name__)
+
+_Announcement = TypeVar("_Announcement", pb.BuildConfig, pb.ResourceReport)
 
 DescribeFn = Callable[[str, float], Awaitable[pb.DescribeResponse]]
 """(pool, timeout seconds) → the pool's Describe answer; raises GRPCError when it cannot."""
@@ -35,25 +38,19 @@ class PoolInfo:
     last_seen: float = 0.0
 
 
+@dataclass(eq=False, repr=False, slots=True)
 class PoolDirectory:
-    def __init__(
-        self,
-        nc: NatsClient,
-        describe: DescribeFn,
-        *,
-        prefix: str = DEFAULT_PREFIX,
-        redis: RedisLike | None = None,
-        liveness_factor: float = 3.0,
-        clock: Clock = SYSTEM_CLOCK,
-    ) -> None:
-        self.nc = nc
-        self.describe = describe
-        self.prefix = prefix
-        self.redis = redis
-        self.liveness_factor = liveness_factor
-        self.clock = clock
-        self.pools: dict[str, PoolInfo] = {}
-        self._subs: list[Subscription] = []
+    """The pools' BuildConfigs and reports, from their announcements, redis and ``Describe``."""
+
+    nc: NatsClient
+    describe: DescribeFn
+    _: KW_ONLY
+    prefix: str = DEFAULT_PREFIX
+    redis: RedisLike | None = None
+    liveness_factor: float = 3.0
+    clock: Clock = SYSTEM_CLOCK
+    pools: dict[str, PoolInfo] = field(default_factory=dict, init=False)
+    _subs: list[Subscription] = field(default_factory=list, init=False)
 
     async def start(self) -> None:
         await self._load_from_redis()
@@ -71,34 +68,29 @@ class PoolDirectory:
         return self.pools.setdefault(pool, PoolInfo())
 
     async def _on_config(self, msg: Msg) -> None:
-        pool = self._pool_of(msg)
-        if pool is None:
-            return
-        try:
-            config = pb.BuildConfig.parse(msg.data)
-        except Exception as exc:  # a malformed announcement must not stop the subscription
-            log.warning("ignoring malformed BuildConfig from pool %s: %s", pool, exc)
-            return
-        await self.remember_build_config(pool, config)
+        announced = self._announced(msg, pb.BuildConfig)
+        if announced is not None:
+            await self.remember_build_config(*announced)
 
     async def _on_resources(self, msg: Msg) -> None:
-        pool = self._pool_of(msg)
-        if pool is None:
-            return
-        try:
-            report = pb.ResourceReport.parse(msg.data)
-        except Exception as exc:
-            log.warning("ignoring malformed ResourceReport from pool %s: %s", pool, exc)
-            return
-        info = self._info(pool)
-        info.report = report
-        info.last_seen = self.clock.time()
+        announced = self._announced(msg, pb.ResourceReport)
+        if announced is not None:
+            pool, report = announced
+            info = self._info(pool)
+            info.report = report
+            info.last_seen = self.clock.time()
 
-    def _pool_of(self, msg: Msg) -> str | None:
+    def _announced(self, msg: Msg, kind: type[_Announcement]) -> tuple[str, _Announcement] | None:
+        """The announcing pool and its message; None (logged) when the subject or the bytes are not valid."""
         try:
-            return validate_pool(pool_from_subject(msg.subject))
+            pool = validate_pool(pool_from_subject(msg.subject))
         except InvalidPoolNameError:
             log.warning("ignoring announcement on %s: not a valid pool subject", msg.subject)
+            return None
+        try:
+            return pool, kind.parse(msg.data)
+        except Exception as exc:  # a malformed announcement must not stop the subscription
+            log.warning("ignoring malformed %s from pool %s: %s", kind.__name__, pool, exc)
             return None
 
     async def remember_build_config(self, pool: str, config: pb.BuildConfig) -> None:

@@ -45,15 +45,13 @@ async def _no_more() -> AsyncGenerator[bytes, None]:
     yield b""  # pragma: no cover  (makes this an async generator)
 
 
+@dataclass(eq=False, repr=False, slots=True)
 class PodUseCases:
-    def __init__(
-        self, settings: GatewaySettings, store: PodStore, pools: PoolDirectory, client: PoolClient, groups: PodGroups
-    ) -> None:
-        self.settings = settings
-        self.store = store
-        self.pools = pools
-        self.client = client
-        self.groups = groups
+    settings: GatewaySettings
+    store: PodStore
+    pools: PoolDirectory
+    client: PoolClient
+    groups: PodGroups
 
     async def create(self, body: bytes) -> dict[str, str]:
         data, identity = wire.read_create(body)
