@@ -164,7 +164,7 @@ def read_duration(data: bytes, pos: int, end: int) -> _dt.timedelta:
     return _dt.timedelta(0, seconds, nanos / 1e3)
 
 
-def _without(data: bytes, numbers: frozenset[int]) -> bytes:
+def without(data: bytes, numbers: frozenset[int]) -> bytes:
     """``data`` less every top-level field whose number is in ``numbers`` (the rest byte for byte, in order);
     ``data`` itself when none occurs. ValueError (or IndexError) unless the top-level fields are well-formed."""
     kept: list[bytes] = []
@@ -176,11 +176,11 @@ def _without(data: bytes, numbers: frozenset[int]) -> bytes:
         if key < 0x80:
             pos += 1
         else:
-            key, pos = _read_varint(data, pos)
+            key, pos = read_varint(data, pos)
         if key & 7 == 2 and data[pos] < 0x80:
             pos += 1 + data[pos]
         else:
-            pos = _skip(data, pos, key & 7)
+            pos = skip(data, pos, key & 7)
         if key >> 3 in numbers:
             kept.append(data[start:field_start])
             start = pos

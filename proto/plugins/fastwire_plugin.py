@@ -63,6 +63,7 @@ _RUNTIME_NAMES = {
     "read_duration": "_read_duration",
     "read_timestamp": "_read_timestamp",
     "read_varint": "_read_varint",
+    "without": "_without",
     "write_varint": "_varint",
 }
 """Runtime name → the module-level name the generated code calls it by (private there: not its API)."""

@@ -21,39 +21,12 @@ from interlink_nats.kernel.fastwire_runtime import (
     read_duration as _read_duration,
     read_timestamp as _read_timestamp,
     read_varint as _read_varint,
+    without as _without,
     write_varint as _varint,
 )
 
 from ...google import protobuf as _wkt
 from .. import v1 as pb
-
-
-def _without(data: bytes, numbers: frozenset[int]) -> bytes:
-    """``data`` less every top-level field whose number is in ``numbers`` (the rest byte for byte, in order);
-    ``data`` itself when none occurs. ValueError (or IndexError) unless the top-level fields are well-formed."""
-    kept: list[bytes] = []
-    start = pos = 0
-    end = len(data)
-    while pos < end:
-        field_start = pos
-        key = data[pos]  # one-byte keys and lengths read inline: a third of the time
-        if key < 0x80:
-            pos += 1
-        else:
-            key, pos = _read_varint(data, pos)
-        if key & 7 == 2 and data[pos] < 0x80:
-            pos += 1 + data[pos]
-        else:
-            pos = _skip(data, pos, key & 7)
-        if key >> 3 in numbers:
-            kept.append(data[start:field_start])
-            start = pos
-    if pos != end:
-        raise ValueError("the last field runs past the end")
-    if not kept:
-        return data
-    kept.append(data[start:])
-    return b"".join(kept)
 
 
 _CONTAINER_PHASE = {v: pb.ContainerPhase(v) for v in (0, 1, 2, 3,)}
