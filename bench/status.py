@@ -45,7 +45,8 @@ from _harness import (
     wait_http,
 )
 from interlink_nats.gen.interlink_nats import v1 as pb
-from interlink_nats.services.gateway.store import REDIS_PODS_KEY, PodRecord
+from interlink_nats.services.gateway.record import PodRecord
+from interlink_nats.services.gateway.store import REDIS_PODS_KEY
 from interlink_nats.services.ops.nats_server import NatsServerProcess
 
 

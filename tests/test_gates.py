@@ -114,3 +114,16 @@ def test_import_linter_keeps_every_contract(tmp_path: Path) -> None:
     assert result.returncode == 0, f"import-linter found broken contracts:\n{result.stdout}\n{result.stderr}"
     kept = re.search(r"Contracts: (\d+) kept, 0 broken", result.stdout)
     assert kept and int(kept.group(1)) >= 5, f"import-linter checked too few contracts:\n{result.stdout}"
+
+
+MAX_MODULE_LINES = 500
+"""A hand-written module past this many lines holds more than one room's worth (issue 24): split it."""
+
+
+def test_no_hand_written_module_is_over_500_lines() -> None:
+    folders = ("interlink_nats", "kernel", "services", "submitters", "controller", "proto")
+    hand_written = [p for folder in folders for p in (ROOT / folder).rglob("*.py")]
+    assert len(hand_written) > 50, f"too few modules found below {ROOT}"
+    lengths = {p.relative_to(ROOT): len(p.read_text().splitlines()) for p in hand_written}
+    too_long = {str(p): n for p, n in lengths.items() if n > MAX_MODULE_LINES}
+    assert not too_long, f"over {MAX_MODULE_LINES} lines: {too_long}"

@@ -15,7 +15,8 @@ from interlink_nats.services.gateway.gangs import PodGroups
 from interlink_nats.services.gateway.groups import Arrival, HeldGroup, HeldMember
 from interlink_nats.services.gateway.held import HeldGroups
 from interlink_nats.services.gateway.pool_client import PoolClient
-from interlink_nats.services.gateway.store import PodRecord, PodStore
+from interlink_nats.services.gateway.record import PodRecord
+from interlink_nats.services.gateway.store import PodStore
 from interlink_nats.services.scripts import PodGroup
 
 FAIL_GANG = int(pb.GangFailurePolicy.FAIL_GANG)

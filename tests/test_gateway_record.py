@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.services.gateway.event_wire import status_field
-from interlink_nats.services.gateway.store import PodRecord
+from interlink_nats.services.gateway.record import PodRecord
 
 UID = "4f9e2c1a-0000-4000-8000-000000000001"
 

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from interlink_nats.gen.interlink_nats import v1 as pb
-from interlink_nats.services.gateway.store import PodRecord, PodStore
+from interlink_nats.services.gateway.record import PodRecord
+from interlink_nats.services.gateway.store import PodStore
 
 
 def status(state: pb.JobState) -> pb.JobStatus:

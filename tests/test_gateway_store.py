@@ -8,7 +8,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 import redis.asyncio as aioredis
-from interlink_nats.services.gateway.store import PodRecord, PodStore
+from interlink_nats.services.gateway.record import PodRecord
+from interlink_nats.services.gateway.store import PodStore
 
 
 @pytest.fixture

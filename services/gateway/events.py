@@ -26,7 +26,8 @@ from interlink_nats.kernel.subjects import (
 )
 from interlink_nats.services.bus.events_stream import StreamState, ensure_events_stream
 from interlink_nats.services.gateway.event_wire import read_event, status_field
-from interlink_nats.services.gateway.store import PodRecord, PodStore
+from interlink_nats.services.gateway.record import PodRecord
+from interlink_nats.services.gateway.store import PodStore
 from nats.aio.client import Client as NatsClient
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription

@@ -19,7 +19,8 @@ from interlink_nats.services.gateway.errors import GatewayError, PoolError
 from interlink_nats.services.gateway.groups import Arrival, HeldGroup, HeldMember
 from interlink_nats.services.gateway.held import HeldGroups
 from interlink_nats.services.gateway.pool_client import PoolClient
-from interlink_nats.services.gateway.store import PodRecord, PodStore
+from interlink_nats.services.gateway.record import PodRecord
+from interlink_nats.services.gateway.store import PodStore
 from interlink_nats.services.scripts import PodGroup
 
 log = logging.getLogger("interlink_nats.gateway")

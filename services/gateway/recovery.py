@@ -16,7 +16,8 @@ from collections.abc import Iterable
 
 from interlink_nats.services.gateway.errors import PoolError
 from interlink_nats.services.gateway.pool_client import PoolClient
-from interlink_nats.services.gateway.store import PodRecord, PodStore
+from interlink_nats.services.gateway.record import PodRecord
+from interlink_nats.services.gateway.store import PodStore
 
 log = logging.getLogger("interlink_nats.gateway")
 

@@ -20,9 +20,10 @@ from interlink_nats.services.gateway.errors import GatewayError, PoolError, pool
 from interlink_nats.services.gateway.gangs import PodGroups
 from interlink_nats.services.gateway.pool_client import PoolClient
 from interlink_nats.services.gateway.pools import PoolDirectory
+from interlink_nats.services.gateway.record import PodRecord
 from interlink_nats.services.gateway.routing import pool_for_pod
 from interlink_nats.services.gateway.settings import GatewaySettings
-from interlink_nats.services.gateway.store import PodRecord, PodStore
+from interlink_nats.services.gateway.store import PodStore
 from interlink_nats.services.gateway.submit_wire import encode_submit_request
 from interlink_nats.services.scripts import PodRejected, render_pod
 
