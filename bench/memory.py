@@ -10,7 +10,7 @@ restart path, with a status per pod (init + two containers, as in bench/status.p
 - RSS once every pod's status has been asked for (``/status`` in batches of 500 pods, as the VK polls):
   whatever the gateway keeps per pod to answer fast counts too.
 
-Goals (issue 14, P6): RSS <= 250 MB at 100,000 pods, <= 1 KB per pod as the stretch, restart <= 5 s.
+Goals (issue 14, P6): RSS <= 250 MB at 100,000 pods, restart <= 5 s; issue 30's P6: <= 500 B per pod.
 """
 
 from __future__ import annotations
@@ -157,6 +157,7 @@ def main() -> None:
             "restart_s": round(median([f["ready_s"] for f in loaded]), 2),
             "empty_start_s": round(median([b["ready_s"] for b in baseline]), 2),
             "goal_rss_mb": 250,
+            "goal_bytes_per_pod": 500,
             "goal_restart_s": 5.0,
             "reps": args.reps,
         }
