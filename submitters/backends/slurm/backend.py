@@ -26,6 +26,7 @@ from interlink_nats.kernel import layout
 from interlink_nats.kernel.config_files import renamed
 from interlink_nats.submitters.backends.accounts import hand_over, job_identity, take_over
 from interlink_nats.submitters.backends.proc import environ_with, run_command
+from interlink_nats.submitters.backends.reconcile import reconcile_by_uid
 from interlink_nats.submitters.backends.slurm import gang as sg
 from interlink_nats.submitters.backends.slurm import parse as sp
 from interlink_nats.submitters.core.backend import (
@@ -325,24 +326,17 @@ class SlurmBackend:
         return out
 
     async def reconcile(self, jobs: Sequence[JobHandle]) -> dict[str, Reconciled]:
-        out = {j.uid: Reconciled(j.job_id) for j in jobs if j.job_id}
-        unknown = [j for j in jobs if not j.job_id]
-        if not unknown:
-            return out
+        return await reconcile_by_uid(jobs, self._find_by_uid)
+
+    async def _find_by_uid(self, unknown: list[JobHandle]) -> dict[str, str]:
+        """Jobs by name (the pod uid): squeue, and sacct for the last week when the site has accounting."""
         names = sp.names_to_ids(sp.parse_squeue(await self._squeue()))
         try:
             recorded = await self._sacct("--name", ",".join(j.uid for j in unknown), "-S", "now-7days")
             names = {**sp.names_to_ids(recorded), **names}
         except BackendUnavailable as exc:
             log.warning("sacct lookup failed during reconcile: %s", exc)
-        for job in unknown:
-            if job.uid in names:
-                out[job.uid] = Reconciled(names[job.uid])
-            elif await asyncio.to_thread(_ran, job.job_dir):
-                out[job.uid] = Reconciled("")  # it ran (output exists) but Slurm forgot it
-            else:
-                out[job.uid] = Reconciled(None)
-        return out
+        return names
 
     async def cancel(self, job: JobHandle) -> None:
         if job.job_id:
@@ -366,11 +360,3 @@ class SlurmBackend:
         if self.settings.partition:
             argv += ["-p", self.settings.partition]
         return sp.parse_sinfo_free(await self._run(sp.Command.SINFO, argv))
-
-
-def _ran(job_dir: Path) -> bool:
-    """Evidence that a job started: Slurm created its output file, or a container wrote a file."""
-    if (job_dir / layout.JOB_STDOUT).exists():
-        return True
-    cdir = job_dir / layout.CONTAINERS_DIR
-    return cdir.is_dir() and any(cdir.iterdir())
