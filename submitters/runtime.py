@@ -128,14 +128,7 @@ class Submitter:
         self.announcer.queue_load = self.poller.queue_load
         self.announcer.held_specs = self._held_specs
         self.gangs = Gangs(self.submissions)
-        self.recovery = Recovery(
-            lock=self.instance_lock,
-            registry=self._reg,
-            backend=self.backend,
-            poller=self.poller,
-            outbox=self.outbox,
-            state_dir=self.state_dir,
-        )
+        self.recovery = Recovery(self.submissions)
         self.queries = Queries(registry=self._reg, backend=self.backend)
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
