@@ -161,7 +161,7 @@ class SlurmBackend:
                 script=str(spec.script),
                 pool_flags=self._pool_flags,
                 pod_flags=pod_flags,
-                resources=spec.resources,
+                sized=sp.resource_flags(spec.resources),
                 site=site,
             )
         except sp.FlagError as exc:
@@ -221,14 +221,16 @@ class SlurmBackend:
             sg.agreed_flags(gang.members)  # refused before anything is written
             script = await asyncio.to_thread(self._write_launcher, gang)
             pod_flags, site = await asyncio.to_thread(self._gang_site_flags, gang)
-            argv = sg.gang_sbatch_argv(
+            # Named by the group uid, output in the gang's directory: the single-job poll, cancel and reconcile
+            # work on it unchanged.
+            argv = sp.sbatch_argv(
                 self.settings.sbatch,
                 uid=gang.uid,
                 job_dir=str(gang.job_dir),
                 script=str(script),
                 pool_flags=self._pool_flags,
                 pod_flags=pod_flags,
-                resources=[m.resources for m in gang.members],
+                sized=sg.gang_resource_flags([m.resources for m in gang.members]),
                 site=site,
             )
         except sp.FlagError as exc:
