@@ -187,11 +187,12 @@ class Submitter:
     async def serve(self, stop: asyncio.Event | None = None) -> None:
         """Connect to NATS, serve RPC, announce, and start the poll, announce and publish loops."""
         if self.nc is None:
-            from interlink_nats.submitters.edge.natsconn import connect
+            from interlink_nats.kernel.nats_connection import connect
+            from interlink_nats.submitters.edge.natsconn import connection_settings
 
             self.nc = await connect(
-                self.settings,
-                name=f"interlink-submitter-{self.pool}-{self.instance_id}",
+                connection_settings(self.settings),
+                f"interlink-submitter-{self.pool}-{self.instance_id}",
                 stop=stop,
                 on_reconnect=self._on_reconnect,
                 on_error=self._on_nats_error,
@@ -408,7 +409,7 @@ async def run_submitter(settings: SubmitterSettings, stop_event: asyncio.Event |
     With ``probe_port`` set, /healthz and /metrics answer from before the NATS connection is made, so a
     submitter that cannot reach NATS is visible as unhealthy rather than silent.
     """
-    from interlink_nats.submitters.edge.natsconn import NatsConnectError
+    from interlink_nats.kernel.nats_connection import NatsConnectError
 
     stop_event = stop_event or asyncio.Event()
     bind_log_fields(pool=settings.pool)  # every record of this task and the tasks it starts names the pool
