@@ -79,7 +79,7 @@ def _job_dirs_runner() -> BatchRunner[jobfiles.JobDirItem, Path]:
     return BatchRunner(jobfiles.prepare_job_dirs, name="submitter-job-dirs")
 
 
-@dataclass(eq=False, slots=True, kw_only=True)
+@dataclass(eq=False, repr=False, slots=True, kw_only=True)
 class Submissions:
     """Submit and cancel for one instance. Its dependencies are public: ``engine.gangs`` and ``engine.recovery``
     claim, record, resubmit and track through them as Submit does."""
