@@ -128,14 +128,7 @@ class Submitter:
         self.announcer.queue_load = self.poller.queue_load
         self.announcer.held_specs = self._held_specs
         self.gangs = Gangs(self.submissions)
-        self.recovery = Recovery(
-            lock=self.instance_lock,
-            registry=self._reg,
-            backend=self.backend,
-            poller=self.poller,
-            outbox=self.outbox,
-            state_dir=self.state_dir,
-        )
+        self.recovery = Recovery(self.submissions)
         self.queries = Queries(registry=self._reg, backend=self.backend)
         self._stop = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -194,11 +187,12 @@ class Submitter:
     async def serve(self, stop: asyncio.Event | None = None) -> None:
         """Connect to NATS, serve RPC, announce, and start the poll, announce and publish loops."""
         if self.nc is None:
-            from interlink_nats.submitters.edge.natsconn import connect
+            from interlink_nats.kernel.nats_connection import connect
+            from interlink_nats.submitters.edge.natsconn import connection_settings
 
             self.nc = await connect(
-                self.settings,
-                name=f"interlink-submitter-{self.pool}-{self.instance_id}",
+                connection_settings(self.settings),
+                f"interlink-submitter-{self.pool}-{self.instance_id}",
                 stop=stop,
                 on_reconnect=self._on_reconnect,
                 on_error=self._on_nats_error,
@@ -415,7 +409,7 @@ async def run_submitter(settings: SubmitterSettings, stop_event: asyncio.Event |
     With ``probe_port`` set, /healthz and /metrics answer from before the NATS connection is made, so a
     submitter that cannot reach NATS is visible as unhealthy rather than silent.
     """
-    from interlink_nats.submitters.edge.natsconn import NatsConnectError
+    from interlink_nats.kernel.nats_connection import NatsConnectError
 
     stop_event = stop_event or asyncio.Event()
     bind_log_fields(pool=settings.pool)  # every record of this task and the tasks it starts names the pool

@@ -199,34 +199,36 @@ class FakeBackend:
         self.build_config = build_config
 
     async def submit(self, spec: JobSpec) -> str:
-        script = await self._obey("submit")
-        job_id = f"fake-{next(self._ids)}"
-        self.jobs[job_id] = FakeJob(spec.uid, job_id, spec.job_dir)
-        self._maybe_crash_after("submit", script)
-        return job_id
+        return await self._accept("submit", spec.uid, spec.job_dir)
 
     async def submit_gang(self, gang: GangSpec) -> str:
         """``RunsGangs``: a gang is ONE job held under its group uid (``submissions(gang.uid)``)."""
-        script = await self._obey("submit_gang")
+        return await self._accept("submit_gang", gang.uid, gang.job_dir)
+
+    async def _accept(self, op: str, uid: str, job_dir: Path) -> str:
+        """A new job held under ``uid``, as the script set for ``op`` lets it."""
+        script = await self._obey(op)
         job_id = f"fake-{next(self._ids)}"
-        self.jobs[job_id] = FakeJob(gang.uid, job_id, gang.job_dir)
-        self._maybe_crash_after("submit_gang", script)
+        self.jobs[job_id] = FakeJob(uid, job_id, job_dir)
+        self._maybe_crash_after(op, script)
         return job_id
 
     async def find_gang(self, gang: GangSpec) -> Reconciled:
         script = await self._obey("find_gang")
-        held = self.submissions(gang.uid)
+        found = self._found(gang.uid)
         self._maybe_crash_after("find_gang", script)
-        return Reconciled(held[-1].job_id if held else None)
+        return found
 
     async def reconcile(self, jobs: Sequence[JobHandle]) -> dict[str, Reconciled]:
         script = await self._obey("reconcile")
-        out: dict[str, Reconciled] = {}
-        for handle in jobs:
-            held = self.submissions(handle.uid)
-            out[handle.uid] = Reconciled(held[-1].job_id if held else None)
+        out = {handle.uid: self._found(handle.uid) for handle in jobs}
         self._maybe_crash_after("reconcile", script)
         return out
+
+    def _found(self, uid: str) -> Reconciled:
+        """The latest job held under ``uid``, as a backend that names jobs by pod uid finds it."""
+        held = self.submissions(uid)
+        return Reconciled(held[-1].job_id if held else None)
 
     async def poll(self, jobs: Sequence[JobHandle]) -> dict[str, Observation]:
         script = await self._obey("poll")

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.submitters.backends.slurm.backend import SlurmBackend, SlurmConfig
-from interlink_nats.submitters.backends.slurm.gang import agreed_flags, gang_sbatch_argv, launcher_script
-from interlink_nats.submitters.backends.slurm.parse import FlagError
+from interlink_nats.submitters.backends.slurm.gang import agreed_flags, gang_resource_flags, launcher_script
+from interlink_nats.submitters.backends.slurm.parse import FlagError, sbatch_argv
 from interlink_nats.submitters.core.backend import GangSpec, JobSpec, SubmitRejected
 from interlink_nats.submitters.core.site_policy import AccountingPolicy
 
@@ -37,14 +37,14 @@ def test_the_allocation_is_sized_so_every_member_fits_one_task() -> None:
         None,
         pb.ResourceRequest(gpus=1, wall_time=dt.timedelta(seconds=90)),
     ]
-    argv = gang_sbatch_argv(
+    argv = sbatch_argv(
         "sbatch",
         uid="g1",
         job_dir="/s/gangs/g1",
         script="/s/gangs/g1/job.sh",
         pool_flags=["--partition=p"],
         pod_flags=["--nice=5"],
-        resources=resources,
+        sized=gang_resource_flags(resources),
         site=["--account=a"],
     )
     assert argv == [
@@ -63,18 +63,28 @@ def test_the_allocation_is_sized_so_every_member_fits_one_task() -> None:
         "--parsable",
         "/s/gangs/g1/job.sh",
     ]
-    bare = gang_sbatch_argv(
-        "sbatch", uid="g", job_dir="/d", script="/d/job.sh", pool_flags=[], pod_flags=[], resources=[None] * 3
+    bare = sbatch_argv(
+        "sbatch",
+        uid="g",
+        job_dir="/d",
+        script="/d/job.sh",
+        pool_flags=[],
+        pod_flags=[],
+        sized=gang_resource_flags([None] * 3),
     )
     assert bare[1:2] == ["--ntasks=3"] and not any(a.startswith(("--mem", "--cpus")) for a in bare)
-    per_node = gang_sbatch_argv(
-        "sbatch", uid="g", job_dir="/d", script="/d/j", pool_flags=["--mem=8G"], pod_flags=[], resources=resources
+    per_node = sbatch_argv(
+        "sbatch",
+        uid="g",
+        job_dir="/d",
+        script="/d/j",
+        pool_flags=["--mem=8G"],
+        pod_flags=[],
+        sized=gang_resource_flags(resources),
     )
     assert "--mem=8G" in per_node and not [a for a in per_node if a.startswith("--mem-per-cpu")]  # sbatch: exclusive
     with pytest.raises(FlagError, match="--output"):
-        gang_sbatch_argv(
-            "sbatch", uid="g", job_dir="/d", script="/d/j", pool_flags=[], pod_flags=["--output=/x"], resources=[None]
-        )
+        sbatch_argv("sbatch", uid="g", job_dir="/d", script="/d/j", pool_flags=[], pod_flags=["--output=/x"], sized=[])
 
 
 def test_members_whose_flags_differ_are_refused_naming_both(tmp_path: Path) -> None:

@@ -122,7 +122,7 @@ def test_sbatch_argv_orders_flags_by_precedence_and_controls_its_own() -> None:
         script="/s/jobs/u1/job.sh",
         pool_flags=["-p", "batch", "--mem=1G"],
         pod_flags=["--qos=high", "--mem=2G"],
-        resources=pb.ResourceRequest(memory_bytes=2**30 * 3),
+        sized=sp.resource_flags(pb.ResourceRequest(memory_bytes=2**30 * 3)),
     )
     assert argv == [
         "sbatch",

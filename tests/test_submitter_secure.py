@@ -11,10 +11,11 @@ from pathlib import Path
 import nats.js.errors
 import pytest
 from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.kernel.nats_connection import backoff_delay, connect_options
 from interlink_nats.kernel.subjects import EVENTS_STREAM
 from interlink_nats.services.bus.events_stream import ensure_events_stream
 from interlink_nats.services.bus.rpc import submitter_client
-from interlink_nats.submitters.edge.natsconn import backoff_delay, connect_options
+from interlink_nats.submitters.edge.natsconn import connection_settings
 from interlink_nats.submitters.runtime import Submitter, SubmitterError
 from interlink_nats.submitters.testing import settings_for, wait_for
 from jobs import pod_job
@@ -77,14 +78,14 @@ def test_connect_options_carry_auth_tls_and_the_private_inbox(tmp_path: Path) ->
         nats_token="t",
         nats_nkey_seed_file=seed,
     )
-    opts = connect_options(settings, name="x")
+    opts = connect_options(connection_settings(settings), name="x")
     assert opts["servers"] == ["tls://n1:4222", "wss://edge.example/nats"]
     assert opts["max_reconnect_attempts"] == -1
     assert opts["inbox_prefix"] == "_INBOX.pool.site-a"
     assert (opts["user"], opts["password"], opts["token"]) == ("u", "p", "t")
     assert opts["nkeys_seed"] == str(seed)
     assert opts["tls"] is not None
-    plain = connect_options(settings_for(tmp_path, "nats://h:4222"), name="x")
+    plain = connect_options(connection_settings(settings_for(tmp_path, "nats://h:4222")), name="x")
     assert "tls" not in plain
     assert "user" not in plain
 

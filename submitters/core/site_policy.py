@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal, TypeVar
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 T = TypeVar("T")
 
@@ -193,18 +193,13 @@ class AccountRule(BaseModel):
     def account(self) -> Account:
         return Account(self.group, self.user, "group" in self.pod_may_set, "user" in self.pod_may_set)
 
-    @field_validator("group", "user")
+    @field_validator("group", "user", "run_as_user", "run_as_group")
     @classmethod
-    def _name(cls, value: str) -> str:
+    def _name(cls, value: str, info: ValidationInfo) -> str:
+        """Who pays and whom a job runs as: both are names a batch command receives, in one safe alphabet."""
         if value and not ACCOUNT_NAME.match(value):
-            raise ValueError(f"{value!r} is not a valid accounting name (letters, digits, _ . @ -)")
-        return value
-
-    @field_validator("run_as_user", "run_as_group")
-    @classmethod
-    def _unix_name(cls, value: str) -> str:
-        if value and not ACCOUNT_NAME.match(value):
-            raise ValueError(f"{value!r} is not a valid account name (letters, digits, _ . @ -)")
+            what = "account" if info.field_name in ("run_as_user", "run_as_group") else "accounting"
+            raise ValueError(f"{value!r} is not a valid {what} name (letters, digits, _ . @ -)")
         return value
 
     @field_validator("run_as_users", "run_as_groups", mode="before")

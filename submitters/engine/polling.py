@@ -19,11 +19,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import itertools
 import os
 from collections.abc import AsyncIterator, Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from interlink_nats.kernel import layout
@@ -80,7 +79,7 @@ class Tracked:
     revision: int
     inputs: object = None
     """The (observation, files) last mapped: equal inputs give an equal status, so mapping is skipped."""
-    log_sizes: dict[str, int | None] = dataclasses.field(default_factory=dict)
+    log_sizes: dict[str, int | None] = field(default_factory=dict)
     """Size of each log at its last checkpoint (``logindex``): a checkpoint is written only on change."""
     obs: Observation | None = None
     """The observation last seen (compared by identity first: backends reuse unchanged ones)."""
@@ -117,50 +116,51 @@ class PollStats:
     seconds: float
 
 
+@dataclass(eq=False, repr=False, slots=True, kw_only=True)
 class Poller:
     """The tracked jobs and the poll over them. ``lock`` orders polls against submit and cancel."""
 
-    def __init__(
-        self, *, pool: str, backend: Backend, clock: Clock, outbox: Outbox, registry: Callable[[], Registry]
-    ) -> None:
-        self.pool = pool
-        self.backend = backend
-        self.clock = clock
-        self.outbox = outbox
-        self._registry = registry
-        self.tracked: dict[str, Tracked] = {}
-        self.lock = asyncio.Lock()
-        self.files = jobfiles.ContainerFilesCache()
-        self.journal = jobfiles.ChangeJournal()
-        self.last_poll: PollStats | None = None
-        self.sweep_polls = SWEEP_POLLS
-        self.sweep_max = SWEEP_MAX
-        """Polls per sweep, and jobs per poll at most (1 and no limit: every job read at every poll, the
-        benchmark's baseline)."""
-        self._sweep_at = 0
-        self._journals: dict[Path, int] = {}
-        self._journal_of: dict[str, Path] = {}
-        """The change journals of the tracked jobs' directories (usually one), with how many jobs use each."""
-        self._seq = itertools.count()
-        self._hot: set[str] = set()
-        """The jobs whose ``hot`` is set: an incremental poll looks at them without looking at the others."""
-        self._changes = backend if isinstance(backend, ReportsChanges) else None
-        self.on_start: Callable[[bool], None] = _ignore_start
-        """Called once per job when the backend first sees it out of its queue: False when it ended without
-        starting (the pool's recent failures, ``core.load``)."""
-        """The backend, when it can tell which jobs changed (``ReportsChanges``)."""
-        self._added: dict[str, Tracked] = {}
-        self._removed: list[JobHandle] = []
-        """The jobs tracked and untracked since the last incremental poll took them (``ReportsChanges``)."""
-        self._restart = True
-        """The next incremental poll starts over: the first, and any after a poll that failed midway."""
-        self._polling = asyncio.Lock()
-        """Incremental polls run one at a time: each builds on what the previous one told the backend."""
-        self._gangs: dict[str, _Gang] = {}
-        self._gangs_added: dict[str, JobHandle] = {}
-        """Gangs (by group uid) with tracked members, and those whose handle the backend has not been told of
-        (``ReportsChanges``); a gang leaving goes to ``_removed`` like a job. Empty without gangs, so a pool of
-        single pods polls exactly as before."""
+    pool: str
+    backend: Backend
+    clock: Clock
+    outbox: Outbox
+    registry: Callable[[], Registry]
+    tracked: dict[str, Tracked] = field(init=False, default_factory=dict)
+    lock: asyncio.Lock = field(init=False, default_factory=asyncio.Lock)
+    files: jobfiles.ContainerFilesCache = field(init=False, default_factory=jobfiles.ContainerFilesCache)
+    journal: jobfiles.ChangeJournal = field(init=False, default_factory=jobfiles.ChangeJournal)
+    last_poll: PollStats | None = field(init=False, default=None)
+    sweep_polls: int = field(init=False, default=SWEEP_POLLS)
+    sweep_max: int = field(init=False, default=SWEEP_MAX)
+    """Polls per sweep, and jobs per poll at most (1 and no limit: every job read at every poll, the
+    benchmark's baseline)."""
+    _sweep_at: int = field(init=False, default=0)
+    _journals: dict[Path, int] = field(init=False, default_factory=dict)
+    _journal_of: dict[str, Path] = field(init=False, default_factory=dict)
+    """The change journals of the tracked jobs' directories (usually one), with how many jobs use each."""
+    _seq: Iterator[int] = field(init=False, default_factory=itertools.count)
+    _hot: set[str] = field(init=False, default_factory=set)
+    """The jobs whose ``hot`` is set: an incremental poll looks at them without looking at the others."""
+    _changes: ReportsChanges | None = field(init=False, default=None)
+    """The backend, when it can tell which jobs changed (``ReportsChanges``)."""
+    on_start: Callable[[bool], None] = field(init=False, default=_ignore_start)
+    """Called once per job when the backend first sees it out of its queue: False when it ended without
+    starting (the pool's recent failures, ``core.load``)."""
+    _added: dict[str, Tracked] = field(init=False, default_factory=dict)
+    _removed: list[JobHandle] = field(init=False, default_factory=list)
+    """The jobs tracked and untracked since the last incremental poll took them (``ReportsChanges``)."""
+    _restart: bool = field(init=False, default=True)
+    """The next incremental poll starts over: the first, and any after a poll that failed midway."""
+    _polling: asyncio.Lock = field(init=False, default_factory=asyncio.Lock)
+    """Incremental polls run one at a time: each builds on what the previous one told the backend."""
+    _gangs: dict[str, _Gang] = field(init=False, default_factory=dict)
+    _gangs_added: dict[str, JobHandle] = field(init=False, default_factory=dict)
+    """Gangs (by group uid) with tracked members, and those whose handle the backend has not been told of
+    (``ReportsChanges``); a gang leaving goes to ``_removed`` like a job. Empty without gangs, so a pool of
+    single pods polls exactly as before."""
+
+    def __post_init__(self) -> None:
+        self._changes = self.backend if isinstance(self.backend, ReportsChanges) else None
 
     def track(self, row: JobRow) -> Tracked:
         t = Tracked(
@@ -279,7 +279,7 @@ class Poller:
             yield
 
     async def _poll(self) -> PollStats:
-        reg = self._registry()
+        reg = self.registry()
         t0 = self.clock.monotonic()
         calls0 = self.backend.calls
         changes = self._changes

@@ -9,11 +9,9 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
-from pathlib import Path
 
 from interlink_nats.kernel import layout
-from interlink_nats.submitters.core.backend import Backend, BackendError, JobHandle
+from interlink_nats.submitters.core.backend import BackendError, JobHandle
 from interlink_nats.submitters.core.lifecycle import (
     AwaitRetry,
     RecoveryInput,
@@ -24,43 +22,29 @@ from interlink_nats.submitters.core.lifecycle import (
     plan_recovery,
 )
 from interlink_nats.submitters.engine.gangs import recover_gangs
-from interlink_nats.submitters.engine.polling import Poller
-from interlink_nats.submitters.state.outbox import Outbox
-from interlink_nats.submitters.state.ownership import InstanceLock
-from interlink_nats.submitters.state.registry import Registry
+from interlink_nats.submitters.engine.submission import Submissions
 
 log = logging.getLogger(__name__)
 
 
 class Recovery:
-    def __init__(
-        self,
-        *,
-        lock: InstanceLock,
-        registry: Callable[[], Registry],
-        backend: Backend,
-        poller: Poller,
-        outbox: Outbox,
-        state_dir: Path,
-    ) -> None:
-        self._state_dir = state_dir
-        self._lock = lock
-        self._registry = registry
-        self._backend = backend
-        self._poller = poller
-        self._outbox = outbox
+    """Adoption and crash recovery for one instance: it resubmits, records and tracks with the registry, backend
+    and poller of :class:`Submissions`, as Submit does."""
+
+    def __init__(self, submissions: Submissions) -> None:
+        self._subs = submissions
         self._waiting_retry: set[str] = set()
         """Jobs interrupted before their script was stored, already logged once."""
 
     async def adopt_dead_owners(self) -> int:
         """Take over the jobs of every replica whose instance lock is gone; returns how many."""
-        reg = self._registry()
+        reg = self._subs.registry()
         owners = await reg.owners()
-        others = [o for o in owners if o != self._lock.instance_id]
-        dead = {o for o in others if await asyncio.to_thread(self._lock.owner_is_dead, o)}
+        others = [o for o in owners if o != self._subs.lock.instance_id]
+        dead = {o for o in others if await asyncio.to_thread(self._subs.lock.owner_is_dead, o)}
         adopted = 0
-        for owner in owners_to_adopt(owners, self._lock.instance_id, dead):
-            n = await reg.adopt(owner, self._lock.instance_id)
+        for owner in owners_to_adopt(owners, self._subs.lock.instance_id, dead):
+            n = await reg.adopt(owner, self._subs.lock.instance_id)
             if n:
                 log.info("adopted %d jobs of stopped instance %s", n, owner)
             adopted += n
@@ -68,25 +52,25 @@ class Recovery:
 
     async def recover(self, busy: set[str] | frozenset[str] = frozenset()) -> None:
         """Track every live job this instance owns that it is not tracking (or submitting, ``busy``) yet."""
-        reg = self._registry()
-        skip = self._poller.tracked.keys() | busy
-        rows = {r.uid: r for r in await reg.live(self._lock.instance_id) if r.uid not in skip}
-        await self._outbox.restore(reg)
+        reg = self._subs.registry()
+        skip = self._subs.poller.tracked.keys() | busy
+        rows = {r.uid: r for r in await reg.live(self._subs.lock.instance_id) if r.uid not in skip}
+        await self._subs.outbox.restore(reg)
         members = [r for r in rows.values() if r.gang]
         if members:  # a gang's members are never reconciled or resubmitted alone
             for row in members:
                 del rows[row.uid]
             await recover_gangs(
                 members,
-                state_dir=self._state_dir,
-                backend=self._backend,
+                state_dir=self._subs.state_dir,
+                backend=self._subs.backend,
                 registry=reg,
-                poller=self._poller,
+                poller=self._subs.poller,
                 warned=self._waiting_retry,
             )
         if not rows:
             return
-        found = await self._backend.reconcile([JobHandle(r.uid, r.job_dir, r.job_id) for r in rows.values()])
+        found = await self._subs.backend.reconcile([JobHandle(r.uid, r.job_dir, r.job_id) for r in rows.values()])
         inputs: dict[str, RecoveryInput] = {}
         for row in rows.values():
             outcome = found.get(row.uid)
@@ -107,7 +91,7 @@ class Recovery:
             track: Track
             if isinstance(action, Resubmit):
                 try:
-                    job_id = await self._backend.submit(row.backend_spec())
+                    job_id = await self._subs.backend.submit(row.backend_spec())
                 except BackendError as exc:
                     log.warning(
                         "resubmitting interrupted job %s failed: %s",
@@ -122,5 +106,5 @@ class Recovery:
             if track.record:
                 await reg.mark_submitted(row.uid, track.job_id)
                 row.job_id = track.job_id
-            self._poller.track(row)
-        log.info("tracking %d jobs after recovery", len(self._poller.tracked))
+            self._subs.poller.track(row)
+        log.info("tracking %d jobs after recovery", len(self._subs.poller.tracked))

@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import dataclasses
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from interlink_nats.gen.interlink_nats import v1 as pb
@@ -74,80 +75,44 @@ def validate_job(job: pb.JobScript) -> None:
         raise InvalidRequest("the job script is empty")
 
 
+def _job_dirs_runner() -> BatchRunner[jobfiles.JobDirItem, Path]:
+    return BatchRunner(jobfiles.prepare_job_dirs, name="submitter-job-dirs")
+
+
+@dataclass(eq=False, repr=False, slots=True, kw_only=True)
 class Submissions:
-    """Submit and cancel for one instance."""
+    """Submit and cancel for one instance. Its dependencies are public: ``engine.gangs`` and ``engine.recovery``
+    claim, record, resubmit and track through them as Submit does."""
 
-    def __init__(
-        self,
-        *,
-        pool: str,
-        state_dir: Path,
-        lock: InstanceLock,
-        registry: Callable[[], Registry],
-        backend: Backend,
-        poller: Poller,
-        outbox: Outbox,
-        clock: Clock,
-    ) -> None:
-        self._pool = pool
-        self._state_dir = state_dir
-        self._lock = lock
-        self._registry = registry
-        """The open registry; raises ``errors.Unavailable`` when the submitter is not running."""
-        self._backend = backend
-        self._poller = poller
-        self._outbox = outbox
-        self._clock = clock
-        self.inflight: dict[str, asyncio.Task[pb.SubmitResponse]] = {}
-        self.group_inflight: dict[str, asyncio.Task[pb.SubmitGroupResponse]] = {}
-        self._gang_cancels: dict[str, tuple[asyncio.Lock, int]] = {}
-        """By group uid: the lock that orders its members' cancels, and how many cancels use it."""
-        """By member uid: the SubmitGroup submitting that pod's gang (``engine.gangs``)."""
-        self.job_dirs: BatchRunner[jobfiles.JobDirItem, Path] = BatchRunner(
-            jobfiles.prepare_job_dirs, name="submitter-job-dirs"
-        )
-        self.stopping = False
-        self.recover_needed = False
-        """Set when a Submit adopted a stopped replica's jobs: the rest are tracked on the next poll."""
-        self.on_submit: Callable[[bool], None] = _no_outcome
-        """Called after each backend submit: False when it raised (the pool's recent failures, ``core.load``)."""
-        self.on_step: Callable[[str], None] = _no_step
-        """Called after each durable step of a Submit (``claimed``, ``job_dir``, ``submitted``, ``marked``):
-        the seam crash tests use to stop a submitter between any two steps. A new claim's ``claimed``
-        is called on the registry's writer thread (between the commit and the job directory)."""
-
-    # What ``engine.gangs`` shares with Submit (a gang's members are claimed, recorded and tracked as pods are).
-    @property
-    def pool(self) -> str:
-        return self._pool
-
-    @property
-    def state_dir(self) -> Path:
-        return self._state_dir
-
-    @property
-    def lock(self) -> InstanceLock:
-        return self._lock
-
-    @property
-    def backend(self) -> Backend:
-        return self._backend
-
-    @property
-    def poller(self) -> Poller:
-        return self._poller
-
-    @property
-    def clock(self) -> Clock:
-        return self._clock
-
-    def registry(self) -> Registry:
-        return self._registry()
+    pool: str
+    state_dir: Path
+    lock: InstanceLock
+    registry: Callable[[], Registry]
+    """The open registry; raises ``errors.Unavailable`` when the submitter is not running."""
+    backend: Backend
+    poller: Poller
+    outbox: Outbox
+    clock: Clock
+    inflight: dict[str, asyncio.Task[pb.SubmitResponse]] = field(init=False, default_factory=dict)
+    group_inflight: dict[str, asyncio.Task[pb.SubmitGroupResponse]] = field(init=False, default_factory=dict)
+    """By member uid: the SubmitGroup submitting that pod's gang (``engine.gangs``)."""
+    _gang_cancels: dict[str, tuple[asyncio.Lock, int]] = field(init=False, default_factory=dict)
+    """By group uid: the lock that orders its members' cancels, and how many cancels use it."""
+    job_dirs: BatchRunner[jobfiles.JobDirItem, Path] = field(init=False, default_factory=_job_dirs_runner)
+    stopping: bool = field(init=False, default=False)
+    recover_needed: bool = field(init=False, default=False)
+    """Set when a Submit adopted a stopped replica's jobs: the rest are tracked on the next poll."""
+    on_submit: Callable[[bool], None] = field(init=False, default=_no_outcome)
+    """Called after each backend submit: False when it raised (the pool's recent failures, ``core.load``)."""
+    on_step: Callable[[str], None] = field(init=False, default=_no_step)
+    """Called after each durable step of a Submit (``claimed``, ``job_dir``, ``submitted``, ``marked``):
+    the seam crash tests use to stop a submitter between any two steps. A new claim's ``claimed``
+    is called on the registry's writer thread (between the commit and the job directory)."""
 
     def reopen(self) -> None:
         """Fresh job-directory writer (after a stop closed the previous one)."""
         self.stopping = False
-        self.job_dirs = BatchRunner(jobfiles.prepare_job_dirs, name="submitter-job-dirs")
+        self.job_dirs = _job_dirs_runner()
 
     async def submit(self, job: pb.JobScript) -> pb.SubmitResponse:
         """Idempotent by pod UID; the work is shielded so a caller's deadline cannot interrupt it."""
@@ -178,17 +143,17 @@ class Submissions:
             jobfiles.prepare_job_dir(job_dir, script, entries)
 
         try:
-            return await self._registry().claim(
+            return await self.registry().claim(
                 uid=pod.uid,
                 namespace=pod.namespace,
                 name=pod.name,
-                owner=self._lock.instance_id,
+                owner=self.lock.instance_id,
                 job_dir=job_dir,
                 init_containers=job.init_containers,
                 containers=job.containers,
                 spec=fastwire.job_spec(job),
                 status=fastwire.pending_status(
-                    pod.uid, pod.namespace, pod.name, self._pool, job.init_containers, job.containers
+                    pod.uid, pod.namespace, pod.name, self.pool, job.init_containers, job.containers
                 ),
                 then=write_job_dir,
                 gang=gang,
@@ -206,18 +171,18 @@ class Submissions:
         unchanged (claim committed, then the directory, then the backend), but it costs one thread
         hop instead of two. A resumed submission (crash, adoption) writes it on its own thread.
         """
-        reg = self._registry()
+        reg = self.registry()
         pod = job.pod if job.pod is not None else _NO_POD
-        job_dir = jobfiles.job_dir_for(self._state_dir, pod.uid)
+        job_dir = jobfiles.job_dir_for(self.state_dir, pod.uid)
         meta = JobMeta(
             pod.uid,
             pod.namespace,
             pod.name,
-            self._pool,
+            self.pool,
             "",
             tuple(job.init_containers),
             tuple(job.containers),
-            self._backend.name,
+            self.backend.name,
         )
         script = job.script
         entries = job.layout
@@ -228,24 +193,24 @@ class Submissions:
                 raise InvalidRequest(
                     f"pod {pod.uid} is a member of pod group {row.gang}: it is submitted with SubmitGroup"
                 )
-        owner_dead = needs_owner_check(row.phase, row.owner, self._lock.instance_id) and await asyncio.to_thread(
-            self._lock.owner_is_dead, row.owner
+        owner_dead = needs_owner_check(row.phase, row.owner, self.lock.instance_id) and await asyncio.to_thread(
+            self.lock.owner_is_dead, row.owner
         )
         plan = plan_claim(
-            created=created, phase=row.phase, owner=row.owner, me=self._lock.instance_id, owner_dead=owner_dead
+            created=created, phase=row.phase, owner=row.owner, me=self.lock.instance_id, owner_dead=owner_dead
         )
         if plan is ClaimPlan.ANSWER:
             return pb.SubmitResponse(job_id=row.job_id, created=False, status=row.job_status())
         if plan is ClaimPlan.ADOPT_AND_RESUME:
-            await reg.adopt(row.owner, self._lock.instance_id)
+            await reg.adopt(row.owner, self.lock.instance_id)
             self.recover_needed = True
         if plan is not ClaimPlan.SUBMIT:
             found: Reconciled | BackendError | None
             try:
-                found = (await self._backend.reconcile([JobHandle(row.uid, row.job_dir, row.job_id)])).get(row.uid)
+                found = (await self.backend.reconcile([JobHandle(row.uid, row.job_dir, row.job_id)])).get(row.uid)
             except BackendError as exc:
                 found = exc
-            resumed = plan_resume(self._backend.name, found)
+            resumed = plan_resume(self.backend.name, found)
             if resumed is not None:
                 return await self._execute(resumed, row, meta)
         if not created:  # resuming an interrupted submission: its directory may be missing or partial
@@ -254,8 +219,8 @@ class Submissions:
             except OSError as exc:
                 raise Unavailable(f"cannot write the job directory: {exc}") from None
         self.on_step("job_dir")
-        outcome = await self.attempt(self._backend.submit(row.backend_spec(job)))
-        return await self._execute(plan_submit(self._backend.name, outcome, created=created), row, meta)
+        outcome = await self.attempt(self.backend.submit(row.backend_spec(job)))
+        return await self._execute(plan_submit(self.backend.name, outcome, created=created), row, meta)
 
     async def attempt(self, submission: Awaitable[str]) -> str | BackendError:
         """One backend submission (a job's or a gang's): its id, or the error as data for ``plan_submit`` to
@@ -274,33 +239,33 @@ class Submissions:
         if isinstance(action, RetryLater):
             raise Unavailable(action.message)
         if isinstance(action, FailPod):
-            await self.record_final(row, submit_failed_status(meta, action.reason, now=self._clock.time()))
+            await self.record_final(row, submit_failed_status(meta, action.reason, now=self.clock.time()))
             raise Refused(action.message)
         job_id = action.job_id
-        await self._registry().mark_submitted(row.uid, job_id)
+        await self.registry().mark_submitted(row.uid, job_id)
         self.on_step("marked")
         row.job_id = job_id
         bind_log_fields(job_id=job_id)
-        async with self._poller.lock:
-            self._poller.track(row)
+        async with self.poller.lock:
+            self.poller.track(row)
         if action.answer is Answer.CREATED:
             return pb.SubmitResponse(job_id=job_id, created=True)  # pending; the caller knows the containers
         if action.answer is Answer.STORED:
             return pb.SubmitResponse(job_id=job_id, created=False, status=row.job_status())
-        pending = map_status(dataclasses.replace(meta, job_id=job_id), None, {}, now=self._clock.time())
+        pending = map_status(dataclasses.replace(meta, job_id=job_id), None, {}, now=self.clock.time())
         return pb.SubmitResponse(job_id=job_id, created=False, status=pending)
 
     async def record_final(self, row: JobRow, status: pb.JobStatus) -> None:
         revision = row.revision + 1
-        stored = await self._registry().save_statuses(
-            [StatusUpdate(row.uid, Phase.DONE, int(status.state), bytes(status), revision, self._clock.time())]
+        stored = await self.registry().save_statuses(
+            [StatusUpdate(row.uid, Phase.DONE, int(status.state), bytes(status), revision, self.clock.time())]
         )
         if stored:  # else cancelled meanwhile: the tombstone's event stands
-            self._outbox.add(row.uid, status, revision)
+            self.outbox.add(row.uid, status, revision)
 
     async def cancel(self, uid: str) -> pb.CancelResponse:
         """Stop the job, remove its files, keep a tombstone (so it never runs again). Idempotent."""
-        reg = self._registry()
+        reg = self.registry()
         for running in (self.inflight.get(uid), self.group_inflight.get(uid)):
             if running is not None:
                 with contextlib.suppress(Exception):
@@ -332,24 +297,24 @@ class Submissions:
         """Cancel's work once it is to be a tombstone: untrack, stop the job, store and publish, remove the files."""
         uid = row.uid
         if plan.untrack:
-            async with self._poller.lock:
-                self._poller.untrack(uid)
+            async with self.poller.lock:
+                self.poller.untrack(uid)
         target = self._cancel_target(row, gang_rows) if plan.stop_backend else None
         if target is not None:
             try:
-                await self._backend.cancel(target)
+                await self.backend.cancel(target)
             except BackendError as exc:
                 raise Unavailable(f"cannot cancel job {row.job_id or uid}: {exc}") from None
         status = cancelled_status(
-            meta_from_row(row, self._pool, self._backend.name), row.job_status(), now=self._clock.time()
+            meta_from_row(row, self.pool, self.backend.name), row.job_status(), now=self.clock.time()
         )
         revision = await reg.mark_deleted(uid, bytes(status), int(status.state), row.revision + 1)
-        self._poller.files.forget(row.job_dir)
+        self.poller.files.forget(row.job_dir)
         await asyncio.to_thread(jobfiles.remove_job_dir, row.job_dir)
         if row.gang and all(r.phase is Phase.DELETED for r in gang_rows if r.uid != uid):
             # The last member gone: nothing reads the gang's directory any more (its job has ended or been cancelled).
             await asyncio.to_thread(jobfiles.remove_job_dir, jobfiles.gang_dir_of(row.job_dir, row.gang))
-        self._outbox.add(uid, status, revision)
+        self.outbox.add(uid, status, revision)
         return pb.CancelResponse(found=True, status=status)
 
     @staticmethod

@@ -25,7 +25,7 @@ import contextlib
 import json
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import nats.errors
 import nats.js.errors
@@ -92,33 +92,31 @@ async def publish_acked(
         raise nats.js.errors.APIError.from_error(resp["error"])
 
 
+@dataclass(eq=False, repr=False, kw_only=True)
 class Outbox:
     """Unpublished events of one instance, and the loop that publishes them."""
 
-    def __init__(
-        self, *, pool: str, subject_prefix: str, instance_id: str, clock: Clock, registry: Callable[[], Registry | None]
-    ) -> None:
-        self.pool = pool
-        self.subject_prefix = subject_prefix
-        self.instance_id = instance_id
-        self.clock = clock
-        self._registry = registry
-        self.nc: NATS | None = None
-        self.pending: dict[str, PendingEvent] = {}
-        """Newest unpublished event per pod UID."""
-        self.stream_ready = False
-        self.failures = 0
-        """Publish attempts failed in a row (0: publishing normally); while > 0 one event probes at a time."""
-        self._paused_at = 0.0
-        self._slow_probes = 0
-        self._missing_logged = False
-        self._lock = asyncio.Lock()
-        self._wake = asyncio.Event()
-        self.live_sent: dict[str, int] = {}
-        """Per pod, the revision last sent on the live subject and not acked yet (each is sent live once)."""
-        self.acks_late = False
-        """An ack is overdue (``LIVE_AFTER_S``) and none has come since: new events go live at once too."""
-        self._live_tasks: set[asyncio.Task[None]] = set()
+    pool: str
+    subject_prefix: str
+    instance_id: str
+    clock: Clock
+    registry: Callable[[], Registry | None]
+    nc: NATS | None = field(init=False, default=None)
+    pending: dict[str, PendingEvent] = field(init=False, default_factory=dict)
+    """Newest unpublished event per pod UID."""
+    stream_ready: bool = field(init=False, default=False)
+    failures: int = field(init=False, default=0)
+    """Publish attempts failed in a row (0: publishing normally); while > 0 one event probes at a time."""
+    _paused_at: float = field(init=False, default=0.0)
+    _slow_probes: int = field(init=False, default=0)
+    _missing_logged: bool = field(init=False, default=False)
+    _lock: asyncio.Lock = field(init=False, default_factory=asyncio.Lock)
+    _wake: asyncio.Event = field(init=False, default_factory=asyncio.Event)
+    live_sent: dict[str, int] = field(init=False, default_factory=dict)
+    """Per pod, the revision last sent on the live subject and not acked yet (each is sent live once)."""
+    acks_late: bool = field(init=False, default=False)
+    """An ack is overdue (``LIVE_AFTER_S``) and none has come since: new events go live at once too."""
+    _live_tasks: set[asyncio.Task[None]] = field(init=False, default_factory=set)
 
     def event(self, status: pb.JobStatus, revision: int, *, unstamped: bytes | None = None) -> PendingEvent:
         """The event of ``status`` (stamped now unless it has ``updated_at``). ``unstamped``: ``status`` already
@@ -233,7 +231,7 @@ class Outbox:
                     del self.pending[uid]
                 if self.live_sent and self.live_sent.get(uid, 0) <= rev:
                     self.live_sent.pop(uid, None)
-            registry = self._registry()
+            registry = self.registry()
             if done and registry is not None:
                 await registry.mark_published(done)
             if failed:

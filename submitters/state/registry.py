@@ -139,22 +139,16 @@ class _Writer:
         return [r.run() if isinstance(r, _AfterCommit) else r for r in out]
 
 
+@dataclass(eq=False, repr=False, slots=True)
 class Registry:
-    """Async access to the registry: aiosqlite for reads, one group-committing writer thread for writes."""
+    """Async access to the registry: aiosqlite for reads, one group-committing writer thread for writes (:meth:`open`
+    builds it)."""
 
-    def __init__(
-        self,
-        db: aiosqlite.Connection,
-        path: Path,
-        writer: _Writer,
-        runner: BatchRunner[_Op, object],
-        clock: Clock = SYSTEM_CLOCK,
-    ) -> None:
-        self._db = db
-        self._clock = clock
-        self.path = path
-        self._writer = writer
-        self._runner = runner
+    _db: aiosqlite.Connection
+    path: Path
+    _writer: _Writer
+    _runner: BatchRunner[_Op, object]
+    _clock: Clock = SYSTEM_CLOCK
 
     @classmethod
     async def open(cls, path: Path, *, clock: Clock = SYSTEM_CLOCK) -> Registry:

@@ -42,6 +42,7 @@ from interlink_nats.submitters.backends.htcondor import parse as hp
 from interlink_nats.submitters.backends.htcondor import submit as hs
 from interlink_nats.submitters.backends.htcondor.tokens import OidcTokenSource, TokenConfig, TokenError
 from interlink_nats.submitters.backends.proc import Completed, run_command
+from interlink_nats.submitters.backends.reconcile import reconcile_by_uid
 from interlink_nats.submitters.core.backend import (
     BackendContext,
     BackendState,
@@ -384,22 +385,15 @@ class HTCondorBackend:
     # Reconcile and cancel ---------------------------------------------------------------------
 
     async def reconcile(self, jobs: Sequence[JobHandle]) -> dict[str, Reconciled]:
-        out = {j.uid: Reconciled(j.job_id) for j in jobs if j.job_id}
-        unknown = [j for j in jobs if not j.job_id]
-        if not unknown:
-            return out
+        return await reconcile_by_uid(jobs, self._find_by_uid)
+
+    async def _find_by_uid(self, unknown: list[JobHandle]) -> dict[str, str]:
+        """Jobs by their pod-UID attribute: the queue, then the history for the ones it no longer lists."""
         found = hp.uids_to_ids(await self._queue())
         rest = [j.uid for j in unknown if j.uid not in found]
         if rest:
             found = {**hp.uids_to_ids(await self._history(hp.uids_constraints(self.pool, rest))), **found}
-        for job in unknown:
-            if job.uid in found:
-                out[job.uid] = Reconciled(found[job.uid])
-            elif await asyncio.to_thread(_ran, job.job_dir):
-                out[job.uid] = Reconciled("")  # it ran (output exists) but HTCondor forgot it
-            else:
-                out[job.uid] = Reconciled(None)
-        return out
+        return found
 
     async def cancel(self, job: JobHandle) -> None:
         if job.job_id:
@@ -473,14 +467,6 @@ def _read_text(path: Path) -> str:
         return path.read_text().strip()
     except FileNotFoundError:
         return ""
-
-
-def _ran(job_dir: Path) -> bool:
-    """Evidence that a job started: HTCondor wrote its output, or a container wrote a file."""
-    if (job_dir / layout.JOB_STDOUT).exists():
-        return True
-    cdir = job_dir / layout.CONTAINERS_DIR
-    return cdir.is_dir() and any(cdir.iterdir())
 
 
 def _deadline_marked(job_dir: Path) -> bool:

@@ -26,6 +26,7 @@ from interlink_nats.kernel import layout
 from interlink_nats.kernel.config_files import renamed
 from interlink_nats.submitters.backends.accounts import hand_over, job_identity, take_over
 from interlink_nats.submitters.backends.proc import environ_with, run_command
+from interlink_nats.submitters.backends.reconcile import reconcile_by_uid
 from interlink_nats.submitters.backends.slurm import gang as sg
 from interlink_nats.submitters.backends.slurm import parse as sp
 from interlink_nats.submitters.core.backend import (
@@ -160,7 +161,7 @@ class SlurmBackend:
                 script=str(spec.script),
                 pool_flags=self._pool_flags,
                 pod_flags=pod_flags,
-                resources=spec.resources,
+                sized=sp.resource_flags(spec.resources),
                 site=site,
             )
         except sp.FlagError as exc:
@@ -220,14 +221,16 @@ class SlurmBackend:
             sg.agreed_flags(gang.members)  # refused before anything is written
             script = await asyncio.to_thread(self._write_launcher, gang)
             pod_flags, site = await asyncio.to_thread(self._gang_site_flags, gang)
-            argv = sg.gang_sbatch_argv(
+            # Named by the group uid, output in the gang's directory: the single-job poll, cancel and reconcile
+            # work on it unchanged.
+            argv = sp.sbatch_argv(
                 self.settings.sbatch,
                 uid=gang.uid,
                 job_dir=str(gang.job_dir),
                 script=str(script),
                 pool_flags=self._pool_flags,
                 pod_flags=pod_flags,
-                resources=[m.resources for m in gang.members],
+                sized=sg.gang_resource_flags([m.resources for m in gang.members]),
                 site=site,
             )
         except sp.FlagError as exc:
@@ -325,24 +328,17 @@ class SlurmBackend:
         return out
 
     async def reconcile(self, jobs: Sequence[JobHandle]) -> dict[str, Reconciled]:
-        out = {j.uid: Reconciled(j.job_id) for j in jobs if j.job_id}
-        unknown = [j for j in jobs if not j.job_id]
-        if not unknown:
-            return out
+        return await reconcile_by_uid(jobs, self._find_by_uid)
+
+    async def _find_by_uid(self, unknown: list[JobHandle]) -> dict[str, str]:
+        """Jobs by name (the pod uid): squeue, and sacct for the last week when the site has accounting."""
         names = sp.names_to_ids(sp.parse_squeue(await self._squeue()))
         try:
             recorded = await self._sacct("--name", ",".join(j.uid for j in unknown), "-S", "now-7days")
             names = {**sp.names_to_ids(recorded), **names}
         except BackendUnavailable as exc:
             log.warning("sacct lookup failed during reconcile: %s", exc)
-        for job in unknown:
-            if job.uid in names:
-                out[job.uid] = Reconciled(names[job.uid])
-            elif await asyncio.to_thread(_ran, job.job_dir):
-                out[job.uid] = Reconciled("")  # it ran (output exists) but Slurm forgot it
-            else:
-                out[job.uid] = Reconciled(None)
-        return out
+        return names
 
     async def cancel(self, job: JobHandle) -> None:
         if job.job_id:
@@ -366,11 +362,3 @@ class SlurmBackend:
         if self.settings.partition:
             argv += ["-p", self.settings.partition]
         return sp.parse_sinfo_free(await self._run(sp.Command.SINFO, argv))
-
-
-def _ran(job_dir: Path) -> bool:
-    """Evidence that a job started: Slurm created its output file, or a container wrote a file."""
-    if (job_dir / layout.JOB_STDOUT).exists():
-        return True
-    cdir = job_dir / layout.CONTAINERS_DIR
-    return cdir.is_dir() and any(cdir.iterdir())

@@ -21,7 +21,7 @@ from typing import TypeVar
 
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel import layout
-from interlink_nats.submitters.backends.slurm.parse import FlagError, check_flags, format_minutes
+from interlink_nats.submitters.backends.slurm.parse import FlagError, format_minutes
 from interlink_nats.submitters.core.backend import JobSpec
 
 T = TypeVar("T")
@@ -76,39 +76,6 @@ def gang_resource_flags(resources: Sequence[pb.ResourceRequest | None]) -> list[
     return flags
 
 
-def gang_sbatch_argv(
-    sbatch: str,
-    *,
-    uid: str,
-    job_dir: str,
-    script: str,
-    pool_flags: Sequence[str],
-    pod_flags: Sequence[str],
-    resources: Sequence[pb.ResourceRequest | None],
-    site: Sequence[str] = (),
-) -> list[str]:
-    """The gang's one sbatch, with the single job's precedence (pool < pod < resources < site < the
-    submitter's own): named by the group uid, output in the gang's directory, so the single-job poll,
-    cancel and reconcile work on it unchanged. Where the flags set memory per node or per GPU, the members'
-    memory per CPU is left out: sbatch refuses two of those at once (the launcher splits a node's memory)."""
-    flags = [*check_flags(pool_flags, source="pool sbatch"), *check_flags(pod_flags, source="pod")]
-    sized = gang_resource_flags(resources)
-    if any(f.split("=", 1)[0] in _OTHER_MEMORY for f in flags):
-        sized = [f for f in sized if not f.startswith("--mem-per-cpu=")]
-    return [
-        sbatch,
-        *flags,
-        *sized,
-        *site,
-        f"--job-name={uid}",
-        f"--chdir={job_dir}",
-        f"--output={job_dir}/{layout.JOB_STDOUT}",
-        "--parsable",
-        script,
-    ]
-
-
-_OTHER_MEMORY = ("--mem", "--mem-per-gpu")
 _FAIL_GANG = (pb.GangFailurePolicy.UNSPECIFIED, pb.GangFailurePolicy.FAIL_GANG)
 
 # The launcher's fixed part. Values come before it as single-quoted assignments; nothing here is interpolated.

@@ -192,17 +192,21 @@ def sbatch_argv(
     script: str,
     pool_flags: Sequence[str],
     pod_flags: Sequence[str],
-    resources: pb.ResourceRequest | None,
+    sized: Sequence[str],
     site: Sequence[str] = (),
 ) -> list[str]:
-    """The whole sbatch command. Later flags win in sbatch, so the order is the precedence:
-    pool flags < pod annotation flags < pod resources < site policy (``site``: ``--account``, ``--uid``,
-    ``--gid``, decided by the backend) < what the submitter must control."""
+    """The whole sbatch command, a single pod's or a gang's. Later flags win in sbatch, so the order is the
+    precedence: pool flags < pod annotation flags < the pod's resources (``sized``: :func:`resource_flags`, or
+    ``gang.gang_resource_flags``) < site policy (``site``: ``--account``, ``--uid``, ``--gid``, decided by the
+    backend) < what the submitter must control. Where the flags set memory per node or per GPU, a gang's memory
+    per CPU is left out: sbatch refuses two of those at once (the launcher splits a node's memory)."""
+    flags = [*check_flags(pool_flags, source="pool sbatch"), *check_flags(pod_flags, source="pod")]
+    if any(f.split("=", 1)[0] in _OTHER_MEMORY for f in flags):
+        sized = [f for f in sized if not f.startswith("--mem-per-cpu=")]
     return [
         sbatch,
-        *check_flags(pool_flags, source="pool sbatch"),
-        *check_flags(pod_flags, source="pod"),
-        *resource_flags(resources),
+        *flags,
+        *sized,
         *site,
         f"--job-name={uid}",
         f"--chdir={job_dir}",
@@ -210,6 +214,9 @@ def sbatch_argv(
         "--parsable",
         script,
     ]
+
+
+_OTHER_MEMORY = ("--mem", "--mem-per-gpu")
 
 
 def parse_sbatch_id(stdout: str) -> str:
