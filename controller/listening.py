@@ -27,6 +27,7 @@ from interlink_nats.kernel import nats_connection
 from interlink_nats.kernel.clock import SYSTEM_CLOCK, Clock
 from interlink_nats.kernel.names import is_dns_label
 from interlink_nats.kernel.subjects import Role, inbox_prefix, validate_pool
+from interlink_nats.kernel.tasks import cancel_and_wait
 from nats.aio.client import Client as NATS
 from nats.aio.client import RawCredentials
 from nats.aio.msg import Msg
@@ -179,11 +180,7 @@ class NatsHub:
         for conn in list(self._connections.values()):
             await self._close(conn)
         self._connections.clear()
-        for task in list(self._tasks):
-            task.cancel()
-        for task in list(self._tasks):
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await cancel_and_wait(*self._tasks)
 
     def _spawn(self, coro: Awaitable[Any]) -> asyncio.Task[Any]:
         task = asyncio.ensure_future(coro)
@@ -192,10 +189,7 @@ class NatsHub:
         return task
 
     async def _close(self, conn: _Connection) -> None:
-        if conn.task is not None and not conn.task.done():
-            conn.task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await conn.task
+        await cancel_and_wait(conn.task)
         if conn.nc is not None:
             with contextlib.suppress(Exception):
                 await conn.nc.close()

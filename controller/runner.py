@@ -30,6 +30,7 @@ from interlink_nats.controller.reconcile import (
 from interlink_nats.controller.status import parse_time, rfc3339, status_of, without_volatile
 from interlink_nats.kernel.clock import SYSTEM_CLOCK, Clock
 from interlink_nats.kernel.nats_connection import NatsConnectionSettings
+from interlink_nats.kernel.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -159,9 +160,7 @@ class Controller:
         try:
             await self.loop()
         finally:
-            watcher.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await watcher
+            await cancel_and_wait(watcher)
             await self.hub.close()
 
     async def watch(self) -> None:

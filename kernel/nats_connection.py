@@ -16,7 +16,6 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 import re
@@ -31,6 +30,7 @@ from nats.aio.client import Client as NatsClient
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 from .subjects import INBOX_ROOT, Role, inbox_prefix
+from .tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
 
@@ -350,7 +350,5 @@ async def connect(
         made.append(nc)
         log.info("NATS (%s) connected to %s", name, connected_server(nc))
         return nc
-    task.cancel()
-    with contextlib.suppress(asyncio.CancelledError, Exception):
-        await task
+    await cancel_and_wait(task)
     raise NatsConnectError("stopped before NATS was reachable")

@@ -41,6 +41,7 @@ from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel import layout
 from interlink_nats.kernel.clock import SYSTEM_CLOCK, Clock
 from interlink_nats.kernel.log_context import bind as bind_log_fields
+from interlink_nats.kernel.tasks import cancel_and_wait
 from interlink_nats.kernel.version import __version__
 from interlink_nats.submitters.backends import create_backend
 from interlink_nats.submitters.core import fastwire
@@ -266,11 +267,7 @@ class Submitter:
             with contextlib.suppress(Exception):
                 await self._rpc.stop(grace_s=self.settings.nats.drain_timeout_s / 2)
             self._rpc = None
-        for task in self._tasks:
-            task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+        await cancel_and_wait(*self._tasks)
         self._tasks = []
         inflight = [*self.submissions.inflight.values(), *self.gangs.inflight.values()]
         if inflight:

@@ -24,6 +24,7 @@ from interlink_nats.kernel.subjects import (
     live_wildcard,
     pool_from_subject,
 )
+from interlink_nats.kernel.tasks import cancel_and_wait
 from interlink_nats.services.bus.events_stream import StreamState, ensure_events_stream
 from interlink_nats.services.gateway.event_wire import read_event, status_field
 from interlink_nats.services.gateway.record import PodRecord
@@ -121,11 +122,8 @@ class EventConsumer:
 
     async def stop(self) -> None:
         self._stopping.set()
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
         # An open pull subscription keeps a later drain() of the connection waiting for its timeout.
         with contextlib.suppress(Exception):
             await self._sub.unsubscribe()

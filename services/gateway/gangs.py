@@ -14,6 +14,7 @@ from dataclasses import KW_ONLY, dataclass, field
 
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel.clock import SYSTEM_CLOCK, Clock
+from interlink_nats.kernel.tasks import cancel_and_wait
 from interlink_nats.services.gateway import groups as decide
 from interlink_nats.services.gateway.errors import GatewayError, PoolError
 from interlink_nats.services.gateway.groups import Arrival, HeldGroup, HeldMember
@@ -66,12 +67,7 @@ class PodGroups:
             log.info("restored %d held pod groups (%d members)", loaded, self.held.members())
 
     async def stop(self) -> None:
-        tasks = [*self._submitting.values(), *([self._sweeper] if self._sweeper else [])]
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_and_wait(*self._submitting.values(), self._sweeper)
         self._submitting.clear()
         self._sweeper = None
 

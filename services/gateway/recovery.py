@@ -10,10 +10,10 @@
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections.abc import Iterable
 
+from interlink_nats.kernel.tasks import cancel_and_wait
 from interlink_nats.services.gateway.errors import PoolError
 from interlink_nats.services.gateway.pool_client import PoolClient
 from interlink_nats.services.gateway.record import PodRecord
@@ -79,11 +79,8 @@ class StaleStatusRefresher:
         self._task = asyncio.create_task(self._run(), name="gateway-refresh-stale")
 
     async def stop(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
 
     async def _run(self) -> None:
         while True:

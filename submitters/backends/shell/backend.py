@@ -39,6 +39,7 @@ from pathlib import Path
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel import layout
 from interlink_nats.kernel.clock import SYSTEM_CLOCK, Clock
+from interlink_nats.kernel.tasks import cancel_and_wait
 from interlink_nats.submitters.backends.accounts import take_over
 from interlink_nats.submitters.backends.podman_janitor import PodmanJanitor
 from interlink_nats.submitters.backends.shell.config import ShellConfig
@@ -181,11 +182,8 @@ class ShellBackend(ShellGangs):
         return is_our_runner(pid, job_dir) and seen is not None and seen[1] != "Z"
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
+        await cancel_and_wait(self._task)
+        self._task = None
         if self._launches:  # answers in flight: each runner it started is recorded before we go
             await asyncio.wait(set(self._launches), timeout=5)
         loop = asyncio.get_running_loop()
