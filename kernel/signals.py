@@ -10,10 +10,11 @@ the user asked the process to outlive its terminal, so neither SIGHUP nor the pa
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import os
 import signal
 from collections.abc import Awaitable, Callable
+
+from .tasks import cancel_and_wait
 
 PARENT_POLL_S = 0.5
 """How often the parent is looked at (``getppid`` is a cheap system call)."""
@@ -50,10 +51,7 @@ def run_until_signal(main: Callable[[asyncio.Event], Awaitable[None]]) -> None:
         try:
             await main(stop)
         finally:
-            if watch is not None:
-                watch.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await watch
+            await cancel_and_wait(watch)
 
     try:
         import uvloop

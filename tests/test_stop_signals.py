@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -73,6 +73,15 @@ def until(check: Callable[[], bool], what: str, log: Path | None = None) -> None
     while not check():
         assert time.monotonic() < deadline, f"{what} did not happen within {DEADLINE_S}s: {log and log.read_text()}"
         time.sleep(0.05)
+
+
+@pytest.fixture(autouse=True)
+def hangup_as_from_a_terminal() -> Iterator[None]:
+    """The commands get SIGHUP at its default even when the tests run under ``nohup`` (a detached CI job): an
+    ignored SIGHUP is inherited, and the commands respect it by design (kernel/signals.py, tested below)."""
+    before = signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    yield
+    signal.signal(signal.SIGHUP, before)
 
 
 class Command:
@@ -192,6 +201,33 @@ def test_controller_stops_on_hangup_interrupt_and_parent_death(how: str, tmp_pat
     command = Command(["controller", "run", "--probe-port", "0"], tmp_path, how, {"KUBECONFIG": str(kubeconfig)})
     try:
         command.wait_for("Kueue API not available")  # running, retrying against an API that is not there
+        command.assert_nothing_left(command.stop())
+    finally:
+        command.kill()
+
+
+def signal_mask(pid: int, field: str) -> int:
+    """``SigIgn`` / ``SigCgt`` of /proc/<pid>/status: the signals a process ignores / catches, as a bit mask."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1], 16)
+    raise AssertionError(f"no {field} for {pid}")
+
+
+def test_a_command_started_under_nohup_keeps_ignoring_hangups_and_stops_on_term(nats_url: str, tmp_path: Path) -> None:
+    args = ["submitter", "shell", "--nats-url", nats_url, "--pool", new_pool(), "--state-dir", str(tmp_path / "s")]
+    hup = 1 << (signal.SIGHUP - 1)
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)  # what nohup does; the child inherits it
+    try:
+        command = Command(args, tmp_path, "SIGTERM")
+    finally:
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    try:
+        command.wait_for("serving pool")  # its handlers are installed by then
+        assert signal_mask(command.pid, "SigIgn") & hup, "the command stopped ignoring SIGHUP"
+        assert not signal_mask(command.pid, "SigCgt") & hup
+        assert signal_mask(command.pid, "SigCgt") & (1 << (signal.SIGTERM - 1))
+        os.kill(command.pid, signal.SIGHUP)  # dropped by the kernel: ignored signals are never queued
         command.assert_nothing_left(command.stop())
     finally:
         command.kill()
