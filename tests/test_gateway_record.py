@@ -77,6 +77,17 @@ def test_a_status_is_kept_without_what_the_record_holds_and_read_back_whole() ->
     assert PodRecord.from_json(pod.to_json()).status == status
 
 
+def test_a_status_of_only_what_the_record_holds_survives_redis() -> None:
+    """Its stored body is empty (pod, pool and job id are the record's; its state the default): a restart
+    must still find a status, not none."""
+    pending = pb.JobStatus(pod=pb.PodRef(uid=UID, namespace="default", name="hello"), pool="hpc", job_id="42")
+    pod = record(pending)
+    assert pod._status == b""
+    restored = PodRecord.from_json(pod.to_json())
+    assert restored.status == pending
+    assert restored.state is pod.state is pb.JobState.UNSPECIFIED
+
+
 def test_a_record_written_with_the_whole_status_is_read_and_kept_without_the_identity() -> None:
     data = json.loads(record().to_json())
     data["status"] = base64.b64encode(bytes(running_status())).decode()  # as gateways wrote it before

@@ -197,9 +197,12 @@ class PodRecord:
             images=data.get("images"),
             revision=int(data.get("revision", 0)),
         )
-        # "status_body": the status less what the record holds; "status": the whole status (written before)
-        written = data.get("status_body") or data.get("status")
-        if written:
+        # "status_body": the status less what the record holds (may be empty: a status of only those and
+        # defaults); "status": the whole status, as gateways wrote it before
+        written = data.get("status_body")
+        if written is None:
+            written = data.get("status")
+        if written is not None:
             encoded = base64.b64decode(written)
             state = data.get("state")
             if not isinstance(state, int):  # written before the state was stored beside it
