@@ -100,10 +100,10 @@ def exit_path(job_dir: Path, container: str) -> Path:
 # Extensions (the rendered script's own files; submitters may read them but need not).
 VOLUMES_DIR = "volumes"
 """Per-pod volume data (configMap, secret, projected, downwardAPI, emptyDir): ``volumes/<volume>/``.
-Removed by the script when it exits; logs and exit files stay."""
+Removed when the job ends (see ``ENDED_JOB_LAYOUT``); logs and exit files stay."""
 ROOTFS_DIR = "rootfs"
 """Runtime ``none`` only: ``rootfs/<container>/<mountPath>`` are symlinks to the volumes, and the
-container runs with ``INTERLINK_ROOTFS`` pointing at ``rootfs/<container>``. Removed at exit."""
+container runs with ``INTERLINK_ROOTFS`` pointing at ``rootfs/<container>``. Removed when the job ends."""
 DEADLINE_FILE = "deadline-exceeded"
 """Created in ``containers/`` when the script stops the pod because ``activeDeadlineSeconds`` passed: inside
 ``containers/`` so that it travels back with the container files where only they come back (an HTCondor-CE's
@@ -137,15 +137,22 @@ LABEL_JOB_DIR = "interlink-nats.job-dir"
 PREPARED_FILE = ".prepared"
 """Made last by the submitter's job-dir preparation when the layout has links: a symlink to the job dir (absolute,
 as the submitter names it, like the links' targets). The script skips its own set-up (job dir 0700,
-``containers/``, the layout) when ``[ .prepared -ef . ]`` (the name leads to the directory it runs in), and
-removes it first at exit. A layout of directories only needs no marker: the script tests each directory
-(``containers/`` too), so a rerun after its clean-up removed them, or a half-made layout, fails the test."""
+``containers/``, the layout) when ``[ .prepared -ef . ]`` (the name leads to the directory it runs in). A
+layout of directories only needs no marker: the script tests each directory (``containers/`` too), so a rerun
+after the clean-up removed them, or a half-made layout, fails the test."""
 JOBS_FILE = ".jobs"
 """Written by the script only after a cancel, when a container it waits for is gone: ``jobs -rp``'s answer, read
 back with builtins, to tell whether bash lost that container's status (see the template's ``__lost``)."""
 GANG_MEMBER_JOBS = ".gang.jobs"
 """The same check by the shell gang launcher's per-member wrapper, in the member's directory (its own file: the
 member's script may write ``JOBS_FILE`` at the same moment)."""
+ENDED_JOB_LAYOUT = (PREPARED_FILE, VOLUMES_DIR, ROOTFS_DIR)
+"""What is removed when a job ends (volume data, secrets among it, off the site's disk at once; logs and exit
+files stay until the pod is deleted). Whoever made the layout removes it: where the script's test found the
+submitter's layout, the submitter, when its poll sees the job end (no process in the script: ``rm -rf`` cost
+a fork and an exec per job, a third of the script's own CPU); where the script made it itself (a run by hand,
+an HTCondor sandbox, a rerun after the clean-up), the script, at exit. Scripts rendered before remove it at
+exit either way; the submitter's removal then finds nothing."""
 LAYOUT_PREFIX = "# interlink-nats layout: "
 """The layout line (JSON, one line) among the first lines of a script rendered before ``JobScript.layout``
 existed: read by :func:`parse_layout` so such scripts, still queued or retried, keep their prepared layout."""

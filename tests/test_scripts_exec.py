@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 from interlink_nats.kernel import layout
 from interlink_nats.services.scripts import render_job
+from interlink_nats.submitters.jobdirs.files import remove_ended_layout
 from script_runs import DUMP, NONE, PY, dump, exit_code, log, pod, py, run, volume_pod
 from script_runs import job_dir as job_dir
 
@@ -89,12 +90,17 @@ def test_volumes_content_and_modes(job_dir: Path, tmp_path: Path, prepared: bool
     assert f("info/labels")[0] == b'app="x"'
     assert f("host/h.txt")[0] == b"from host"
     assert f("app/app.conf") == (b"x=1\n", 0o644)
-    # Volume data (secrets included) is removed when the job ends; logs and exit files stay.
+    # Volume data (secrets included) is removed when the job ends, by whoever made the layout: the script at
+    # exit where it made it, else the submitter once it sees the job end; logs and exit files stay.
+    if prepared:
+        assert (job_dir / layout.VOLUMES_DIR).is_dir(), "the submitter's layout is the submitter's to remove"
+        remove_ended_layout(job_dir)
     assert not (job_dir / layout.VOLUMES_DIR).exists()
     assert not (job_dir / layout.ROOTFS_DIR).exists()
     assert not (job_dir / layout.PREPARED_FILE).is_symlink(), "a rerun makes its own layout again"
     assert (tmp_path / "host" / "h.txt").exists()
     assert exit_code(job_dir, "main") == 0
+    assert log(job_dir, "main")
 
 
 @pytest.mark.parametrize("prepared", [False, True], ids=["own-setup", "prepared"])

@@ -11,20 +11,22 @@ from typing import Any
 
 from interlink_nats.kernel import layout
 from interlink_nats.services.scripts import render_job
-from interlink_nats.submitters.jobdirs.files import prepare_job_dir
+from interlink_nats.submitters.jobdirs.files import prepare_job_dir, remove_ended_layout
 from script_runs import BASH, NONE, dump, exit_code, log, only_commands, pod, py, run, volume_pod
 from script_runs import job_dir as job_dir
 
 
 def test_prepared_layout_of_directories_needs_no_marker(job_dir: Path, tmp_path: Path) -> None:
     """A layout without links (runtime none, no volumes: each container's rootfs directory) is tested entry by
-    entry: prepared, the script runs no mkdir/chmod and the submitter made no ``.prepared``; after the clean-up
-    removed the rootfs, a rerun finds the layout gone and makes it itself."""
+    entry: prepared, the script runs no mkdir/chmod/rm and the submitter made no ``.prepared``; after the
+    submitter's clean-up removed the rootfs, a rerun finds the layout gone and makes it itself."""
     data = pod([py("main", "import os; print(os.getcwd() == os.environ['INTERLINK_ROOTFS'])", workingDir="/")])
-    path = only_commands(tmp_path, "env", "rm")
+    path = only_commands(tmp_path, "env")
     assert run(job_dir, data, prepared=True, path=path) == 0
     assert log(job_dir, "main") == "True\n"
     assert not (job_dir / layout.PREPARED_FILE).is_symlink()
+    assert (job_dir / layout.ROOTFS_DIR).is_dir(), "the submitter's layout is the submitter's to remove"
+    remove_ended_layout(job_dir)
     assert not (job_dir / layout.ROOTFS_DIR).exists()
     layout.exit_path(job_dir, "main").unlink()
     (job_dir / layout.CONTAINERS_DIR / f"main{layout.LOG_SUFFIX}").unlink()
@@ -49,8 +51,11 @@ def test_layout_prepared_for_another_path_is_not_trusted(job_dir: Path, tmp_path
 
 
 def test_rerun_of_a_prepared_job_makes_its_own_layout(job_dir: Path, tmp_path: Path) -> None:
-    """The clean-up removes .prepared with the volumes: a rerun (Slurm requeue) sets the pod up again."""
-    assert run(job_dir, volume_pod(tmp_path), prepared=True) == 0
+    """The submitter's clean-up removes .prepared with the volumes: a rerun (Slurm requeue) sets the pod up
+    again."""
+    assert run(job_dir, job_dir_volume_pod(tmp_path), prepared=True) == 0
+    assert (job_dir / layout.PREPARED_FILE).is_symlink()
+    remove_ended_layout(job_dir)
     assert not (job_dir / layout.PREPARED_FILE).is_symlink()
     layout.exit_path(job_dir, "main").unlink()
     assert run_written(job_dir) == 0
@@ -75,11 +80,12 @@ def job_dir_volume_pod(tmp_path: Path) -> dict[str, Any]:
 
 
 def test_prepared_job_runs_no_set_up_command(job_dir: Path, tmp_path: Path) -> None:
-    """With the layout prepared (no hostPath link to make), the script starts no mkdir, chmod nor ln: only
-    base64 (binary data), env (the containers) and rm (the clean-up) are on its PATH."""
+    """With the layout prepared (no hostPath link to make), the script starts no mkdir, chmod, ln nor rm (the
+    submitter removes its layout once the job ended): only base64 (binary data) and env (the containers) are
+    on its PATH."""
     data = job_dir_volume_pod(tmp_path)
     data["pod"]["spec"]["containers"][0]["workingDir"] = "/scratch/work"
-    path = only_commands(tmp_path, "base64", "env", "rm")
+    path = only_commands(tmp_path, "base64", "env")
     assert run(job_dir, data, prepared=True, path=path) == 0
     out = dump(job_dir, "main")
     assert out["cwd"] == str(job_dir / layout.VOLUMES_DIR / "scratch" / "work")  # made through the link
@@ -88,7 +94,11 @@ def test_prepared_job_runs_no_set_up_command(job_dir: Path, tmp_path: Path) -> N
     assert files["etc/items/sub/dir/renamed.conf"]["mode"] == 0o400
     assert base64.b64decode(files["etc/items/blob.bin"]["b64"]) == b"\x00\xff\x01"
     assert (base64.b64decode(files["sec/password"]["b64"]), files["sec/password"]["mode"]) == (b"hunter2\n", 0o600)
-    assert not (job_dir / layout.VOLUMES_DIR).exists()
+    assert (job_dir / layout.PREPARED_FILE).is_symlink() and (job_dir / layout.VOLUMES_DIR).is_dir()
+    remove_ended_layout(job_dir)
+    assert not (job_dir / layout.VOLUMES_DIR).exists() and not (job_dir / layout.ROOTFS_DIR).exists()
+    assert not (job_dir / layout.PREPARED_FILE).is_symlink()
+    assert exit_code(job_dir, "main") == 0, "logs and exit files stay"
 
 
 def test_prepared_job_dir_reached_under_another_name(job_dir: Path, tmp_path: Path) -> None:

@@ -77,12 +77,14 @@ EXITED = {"main": ContainerFiles(started_at=1.0, exit_code=0, finished_at=2.0)}
 
 
 @pytest.mark.parametrize(
-    ("obs", "files", "phase", "state", "untrack", "finished"),
+    ("obs", "files", "phase", "state", "untrack", "finished", "remove_layout"),
     [
-        (RUNNING, STARTED, A, pb.JobState.RUNNING, False, False),
-        (DONE_OK, EXITED, D, pb.JobState.SUCCEEDED, True, True),
-        (FAILED, STARTED, D, pb.JobState.FAILED, True, True),
-        (GONE, {}, D, pb.JobState.LOST, True, True),
+        (RUNNING, STARTED, A, pb.JobState.RUNNING, False, False, False),
+        (DONE_OK, EXITED, D, pb.JobState.SUCCEEDED, True, True, True),
+        (FAILED, STARTED, D, pb.JobState.FAILED, True, True, True),
+        (Observation(BackendState.CANCELLED), STARTED, D, pb.JobState.CANCELLED, True, True, True),
+        # Lost: it may still run on a node cut off from the site, so its volumes stay until the pod is deleted.
+        (GONE, {}, D, pb.JobState.LOST, True, True, False),
     ],
 )
 def test_poll_plan_stores_a_new_revision_and_untracks_terminal_jobs(
@@ -92,6 +94,7 @@ def test_poll_plan_stores_a_new_revision_and_untracks_terminal_jobs(
     state: pb.JobState,
     untrack: bool,
     finished: bool,
+    remove_layout: bool,
 ) -> None:
     plan = plan_poll(META, obs, files, last_status=None, revision=4, now=100.0)
     assert plan.change is not None
@@ -101,6 +104,7 @@ def test_poll_plan_stores_a_new_revision_and_untracks_terminal_jobs(
     assert plan.change.raw == bytes(plan.change.status)
     assert plan.change.finished_at == (100.0 if finished else None)
     assert plan.untrack is untrack
+    assert plan.remove_layout is remove_layout
 
 
 @pytest.mark.parametrize(("obs", "files"), [(RUNNING, STARTED), (DONE_OK, EXITED)])
@@ -110,6 +114,7 @@ def test_poll_plan_for_an_unchanged_status_writes_nothing(obs: Observation, file
     again = plan_poll(META, obs, files, last_status=first.change.raw, revision=2, now=100.0)
     assert again.change is None
     assert again.untrack == first.untrack
+    assert again.remove_layout == first.remove_layout
 
 
 @pytest.mark.parametrize(

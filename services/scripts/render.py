@@ -123,19 +123,23 @@ _LAYOUT_NAMES = {
     "job_dir_env": layout.JOB_DIR_ENV,
     "containers_dir": layout.CONTAINERS_DIR,
     "changes_file": layout.CHANGES_FILE,
-    "volumes_dir": layout.VOLUMES_DIR,
-    "rootfs_dir": layout.ROOTFS_DIR,
     "deadline_file": layout.DEADLINE_FILE,
     "started_suffix": layout.STARTED_SUFFIX,
     "exit_suffix": layout.EXIT_SUFFIX,
     "log_suffix": layout.LOG_SUFFIX,
-    "prepared_file": layout.PREPARED_FILE,
     "jobs_file": layout.JOBS_FILE,
     "hook_suffix": layout.HOOK_SUFFIX,
     "ready_suffix": layout.READY_SUFFIX,
 }
 """Template names whose values never change. They are written into the template's text before it is
 compiled, so a render looks up only what the pod decides (each lookup costs, per render, every time)."""
+_LAYOUT_PATHS = {"ended_job_layout": layout.ENDED_JOB_LAYOUT}
+"""Template names for lists of those names, written as shell words below the job directory."""
+
+
+def _plain(name: str) -> str:
+    assert name.replace(".", "").replace("-", "").replace("_", "").isalnum(), f"not a plain name: {name!r}"
+    return name
 
 
 @lru_cache(maxsize=1)
@@ -143,8 +147,9 @@ def _template() -> jinja2.Template:
     """Compiled once per process; templates ship as package data."""
     text = importlib_resources.files(__package__).joinpath("templates/job.sh.j2").read_text(encoding="utf-8")
     for name, value in _LAYOUT_NAMES.items():
-        assert value.replace(".", "").replace("-", "").replace("_", "").isalnum(), f"not a plain name: {value!r}"
-        text = text.replace("{{ " + name + " }}", value)
+        text = text.replace("{{ " + name + " }}", _plain(value))
+    for name, values in _LAYOUT_PATHS.items():
+        text = text.replace("{{ " + name + " }}", " ".join(f'"$__job_dir"/{_plain(v)}' for v in values))
     env = jinja2.Environment(
         autoescape=False,
         undefined=jinja2.StrictUndefined,

@@ -100,6 +100,9 @@ class PollPlan:
     """None: the stored status still holds (nothing to write or publish)."""
     untrack: bool
     """The job reached a terminal state: stop polling it."""
+    remove_layout: bool = False
+    """The job ended where the site says so: its layout goes (``layout.ENDED_JOB_LAYOUT``). Not for a job the
+    backend lost (it may still run on a node cut off from the site): its volumes stay until the pod is deleted."""
 
 
 def plan_poll(
@@ -115,10 +118,12 @@ def plan_poll(
     status = map_status(meta, observation, files, now=now)
     raw = encode_status(status)  # == bytes(status), without betterproto2's cost
     terminal = is_terminal(status.state)
+    remove_layout = terminal and status.state is not pb.JobState.LOST
     if raw == last_status:
-        return PollPlan(None, terminal)
+        return PollPlan(None, terminal, remove_layout)
     phase = Phase.DONE if terminal else Phase.ACTIVE
-    return PollPlan(StatusChange(status, raw, phase, revision + 1, now if terminal else None), terminal)
+    change = StatusChange(status, raw, phase, revision + 1, now if terminal else None)
+    return PollPlan(change, terminal, remove_layout)
 
 
 # Submit -----------------------------------------------------------------------------------------

@@ -441,6 +441,8 @@ class Poller:
         plan = plan_poll(t.meta, obs, files, last_status=t.status, revision=t.revision, now=now)
         if plan.untrack:
             finished.append(t)
+        if plan.remove_layout:  # in the poll's thread, like the reads: never on the event loop
+            jobfiles.remove_ended_layout(t.handle.job_dir)
         change = plan.change
         if change is None:
             return

@@ -243,6 +243,24 @@ def remove_job_dir(job_dir: Path) -> None:
         time.sleep(REMOVE_PAUSE_S)
 
 
+def remove_ended_layout(job_dir: Path) -> None:
+    """Remove an ended job's layout (``layout.ENDED_JOB_LAYOUT``: its volumes, secrets among them, the
+    containers' rootfs and the marker), keeping logs and exit files. The script leaves this to the submitter
+    where it found the submitter's layout; where it made its own, it removed it at exit and this finds nothing
+    (one failed ``lstat`` a name)."""
+    base = os.fspath(job_dir)
+    for name in layout.ENDED_JOB_LAYOUT:
+        path = os.path.join(base, name)
+        try:
+            os.unlink(path)  # the marker (a link), or a file in a directory's place
+        except IsADirectoryError:
+            shutil.rmtree(path, ignore_errors=True)
+        except FileNotFoundError:
+            pass
+        except OSError:  # EPERM for a directory on some systems; anything else is left to the pod's deletion
+            shutil.rmtree(path, ignore_errors=True)
+
+
 def sweep_removals(jobs: Path) -> int:
     """Remove what :func:`remove_job_dir` left behind (a crash between its rename and its last ``rmtree``, or a
     script that kept writing past the attempts); returns how many were left. Run at start, when no job of

@@ -63,7 +63,8 @@ __cleanup() {
   trap : TERM INT
   for t in ${__timers[@]+"${__timers[@]}"}; do kill -- "-$t" 2>/dev/null; done
   __terminate_rest 143 "interlink-nats: the job script ended before this container ended"
-  rm -rf -- "$__job_dir"/.prepared "$__job_dir"/volumes "$__job_dir"/rootfs
+  # The layout's maker removes it (kernel/layout.py ENDED_JOB_LAYOUT): the submitter, once it sees the job end.
+  [ "$__prepared" = 1 ] || rm -rf -- "$__job_dir"/.prepared "$__job_dir"/volumes "$__job_dir"/rootfs
 }
 trap __on_signal TERM INT
 trap __cleanup EXIT
