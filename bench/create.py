@@ -23,7 +23,9 @@ and sessions. Issue 30's goals: ``create_cpu_vs_raw`` <= 5, ``create_cpu_vs_raw_
 CPU per create (issue 14, P1), from ``/proc/<pid>/stat`` deltas over the creates of a rep: the gateway's
 and the submitter's own CPU (the plumbing: ``create_cpu_ms_per_req`` is their sum), the shell launcher's
 own CPU apart, and the jobs' CPU (reaped children of the submitter and its launcher, counted until the
-rep's jobs have all finished) apart again, so the plumbing figure does not include the pods' work.
+rep's jobs have all finished) apart again, so the plumbing figure does not include the pods' work. The
+submitter's CPU after the creates until the rep's jobs have all run (``ends``: the polls that see them end,
+their statuses, the removal of their layouts, which the job scripts leave to it) is a figure of its own.
 
 The submitter's figure includes the kernel's work creating each job directory's inodes, which depends on
 the file system: on ext4 without a journal (this project's CI machines) each new inode scans the inodes
@@ -376,7 +378,9 @@ def main() -> None:
                     after_creates = meter.read()
                     drained = asyncio.run(wait_finished(port, pods))
                     cpu = CpuMeter.per_request_ms(before, after_creates, count)
-                    cpu["jobs"] = CpuMeter.per_request_ms(before, meter.read(), count)["jobs"]
+                    drained_cpu = CpuMeter.per_request_ms(after_creates, meter.read(), count)
+                    cpu["jobs"] += drained_cpu["jobs"]
+                    cpu["ends"] = drained_cpu["submitter"]
                     cpu["plumbing"] = cpu["gateway"] + cpu["submitter"]
                     shape_figures = figures[shape.name]
                     shape_figures.cpus[in_flight].append(cpu)
@@ -395,6 +399,7 @@ def main() -> None:
                             f"{cpu['plumbing']:.2f}",
                             f"{cpu['launcher']:.2f}",
                             f"{cpu['jobs']:.2f}",
+                            f"{cpu['ends']:.2f}",
                             f"{cpu['plumbing'] / raw_cpus[-1]:.1f}",
                             errors,
                             f"{drained:.1f}",
@@ -423,6 +428,7 @@ def main() -> None:
                 "plumbing",
                 "launcher",
                 "jobs",
+                "ends",
                 "vs raw",
                 "errors",
                 "jobs done after s",
@@ -467,6 +473,7 @@ def shape_result(figures: Figures, raw_rate: float, raw_cpu: float, submit_bytes
         "submitter_cpu_ms_per_req": cpu_median(IN_FLIGHT, "submitter"),
         "launcher_cpu_ms_per_req": cpu_median(IN_FLIGHT, "launcher"),
         "jobs_cpu_ms_per_req": cpu_median(IN_FLIGHT, "jobs"),
+        "ends_cpu_ms_per_req": cpu_median(IN_FLIGHT, "ends"),
         "creates_per_s_1": round(median([c[0] for c in figures.serial]), 1),
         "create_p50_ms_1": round(median([percentile(c[1], 50) for c in figures.serial]) * 1e3, 2),
         "create_cpu_vs_raw_1": round(cpu_median(1, "plumbing") / raw_cpu, 2),
