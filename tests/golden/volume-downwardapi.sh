@@ -2,6 +2,7 @@
 # interlink-nats job script (runtime apptainer). Self-contained; run with cwd = job directory.
 # Needs bash >= 4.3 (wait -n) and coreutils (base64, chmod, mkdir, ln, rm, sleep).
 # Every pod-derived value below is a single-quoted shell word; only the pre-exec sections are raw shell.
+# Rendered by interlink-nats from services/scripts/templates/job.sh.j2, which explains each part (docs/pod-support.md).
 set -u
 if ((BASH_VERSINFO[0] * 100 + BASH_VERSINFO[1] < 403)); then
   printf '%s\n' "interlink-nats: this job script needs bash >= 4.3 (wait -n); this host's is $BASH_VERSION" >&2
@@ -12,7 +13,6 @@ __job_dir=${INTERLINK_JOB_DIR:-$PWD}
 cd -- "$__job_dir" || exit 125
 __job_dir=$PWD
 export INTERLINK_JOB_DIR="$__job_dir"
-# The submitter made the job dir 0700, containers/ and the layout (JobScript.layout) when this test holds.
 __prepared=0
 [ -d containers ] && [ -d volumes/vol ] && __prepared=1
 if [ "$__prepared" = 0 ]; then
@@ -28,12 +28,9 @@ __pgids=()
 __timers=()
 __wait_status=0
 
-# Start time and exit code of one container: one write each, taken by readers once it ends in a newline.
-# Each then notes the job in the pool's change journal (a hint: the submitter's poll reads only jobs that changed).
 __changed() { printf '%s\n' "${__job_dir##*/}" 2>/dev/null >> "$__job_dir/../.changes"; }
 __started() { printf '%(%s)T\n' -1 > "containers/$1.started"; __changed; }
 __exited() { printf '%s\n' "$2" > "containers/$1.exit"; __changed; }
-# Report every container without an exit file as terminated with code $1, the reason in its log.
 __terminate_rest() {
   local n
   for n in ${__names[@]+"${__names[@]}"}; do
@@ -47,7 +44,6 @@ __signal_all() {
   local g
   for g in ${__pgids[@]+"${__pgids[@]}"}; do kill "-$1" -- "-$g" 2>/dev/null; done
 }
-# TERM/INT (cancel, deadline): forward to every container's process group, then KILL after the grace period.
 __on_signal() {
   __trapped=1
   if [ "$__cancelled" = 0 ]; then
@@ -59,19 +55,14 @@ __on_signal() {
 }
 __cleanup() {
   local t
-  # A repeated cancel must not cut the clean-up short: catch (not ignore, which children would inherit) TERM/INT.
   trap : TERM INT
   for t in ${__timers[@]+"${__timers[@]}"}; do kill -- "-$t" 2>/dev/null; done
   __terminate_rest 143 "interlink-nats: the job script ended before this container ended"
-  # The layout's maker removes it (kernel/layout.py ENDED_JOB_LAYOUT): the submitter, once it sees the job end.
   [ "$__prepared" = 1 ] || rm -rf -- "$__job_dir"/.prepared "$__job_dir"/volumes "$__job_dir"/rootfs
 }
 trap __on_signal TERM INT
 trap __cleanup EXIT
 set -m
-# bash (seen in 5.2) can reap a child inside a `wait` that a trapped signal interrupts and lose its status: the
-# job stays "Running" in its table although the process is gone, and `wait PID` would block until some other
-# child ends (the grace timer) and answer -1. Only after a cancel (the trap); builtins only (no fork).
 __lost() {
   local p
   [ "$__cancelled" = 1 ] && ! kill -0 "$1" 2>/dev/null || return 1
@@ -79,12 +70,10 @@ __lost() {
   while read -r p; do [ "$p" = "$1" ] && return 0; done < "$__job_dir"/.jobs
   return 1
 }
-# Wait for one container's process group; a trapped signal interrupts `wait`, so wait again. A container whose
-# status bash lost ended by the TERM of the cancel: 128+15, as a node reports it.
 __wait() {
   local rc
   while :; do
-    if __lost "$1"; then
+    if [ "$__cancelled" = 1 ] && __lost "$1"; then
       __wait_status=143
       return 0
     fi
@@ -106,8 +95,6 @@ __wait() {
   done
 }
 __setup_failed() { [ -n "$__setup_error" ] || __setup_error=$1; }
-# File writers (the umask set before them gives the mode; execute bits are chmod'ed below): text as a quoted
-# word, binary as base64 (through a pipe: bash < 5.1 keeps a here-string in a temporary file, and it may be a secret).
 __t() { printf '%s' "$2" > "$1" || __setup_failed "cannot write $1"; }
 __b() { printf '%s' "$2" | base64 -d > "$1" || __setup_failed "cannot write $1"; }
 __need() { test "-$1" "$2" || __setup_failed "hostPath $2 is not of type $3"; }
@@ -135,17 +122,11 @@ __c0() {
   if [ -e /images/busybox ]; then __img=/images/busybox; else __img=docker://busybox; fi
   exec /opt/apptainer/bin/apptainer exec --no-home --writable-tmpfs --bind /etc/grid-security --bind "$__job_dir"/volumes/vol:/mnt/vol:ro "$__img" ls -lR /mnt/vol
 }
-# Run container $1 (function index) named $2 in its own process group (set -m), in one fork: the function
-# execs the container's process where the runtime allows it. This script writes the exit file when it ends.
 __launch() {
   __started "$2"
   "__c$1" > "containers/$2.log" 2>&1 < /dev/null &
   __pgids+=($!)
 }
-# Wait for the main containers in whatever order they end, writing each exit file as it ends. `wait -n`
-# wakes on any child's end (bash >= 4.3 also reports one that ended before it was called); a container found
-# gone is collected with `wait PID` (bash keeps its status), and the scan repeats until it collects none, so
-# an end cannot slip in between the last scan and `wait -n` (a foreground wait may mark other jobs reported).
 __reap() {
   local i found left
   while :; do
