@@ -154,27 +154,6 @@ __launch() {
   "__c$1" > "containers/$2.log" 2>&1 < /dev/null &
   __pgids+=($!)
 }
-__reap() {
-  local i found left
-  while :; do
-    found=0
-    left=0
-    for i in ${__main_pids[@]+"${!__main_pids[@]}"}; do
-      if kill -0 "${__main_pids[$i]}" 2>/dev/null; then
-        left=1
-        continue
-      fi
-      __wait "${__main_pids[$i]}"
-      __main_rcs[$i]=$__wait_status
-      [ -s "containers/${__main_names[$i]}.exit" ] || __exited "${__main_names[$i]}" "$__wait_status"
-      unset "__main_pids[$i]"
-      found=1
-    done
-    [ "$found" = 0 ] || continue
-    [ "$left" = 1 ] || return 0
-    wait -n 2>/dev/null
-  done
-}
 __record() {
   [ -s "containers/$1.exit" ] || __exited "$1" "$2"
   if [ "$2" != 0 ] && [ "$__rc" = 0 ]; then __rc=$2; fi
@@ -199,7 +178,24 @@ if [ "$__rc" = 0 ] && [ "$__cancelled" = 0 ]; then
   __main_pids+=($!)
   __launch 2 sidecar
   __main_pids+=($!)
-  __reap
+  while :; do
+    __found=0
+    __left=0
+    for __i in ${__main_pids[@]+"${!__main_pids[@]}"}; do
+      if kill -0 "${__main_pids[$__i]}" 2>/dev/null; then
+        __left=1
+        continue
+      fi
+      __wait "${__main_pids[$__i]}"
+      __main_rcs[$__i]=$__wait_status
+      [ -s "containers/${__main_names[$__i]}.exit" ] || __exited "${__main_names[$__i]}" "$__wait_status"
+      unset "__main_pids[$__i]"
+      __found=1
+    done
+    [ "$__found" = 0 ] || continue
+    [ "$__left" = 1 ] || break
+    wait -n 2>/dev/null
+  done
   for __i in "${!__main_names[@]}"; do __record "${__main_names[$__i]}" "${__main_rcs[$__i]}"; done
 fi
 if [ "$__cancelled" = 1 ]; then
