@@ -137,6 +137,15 @@ class HTCondorBackend:
         self.clock = clock or SYSTEM_CLOCK
         self.calls = 0
         self.calls_by_command: dict[str, int] = {}
+        self._site = hs.SubmitSite(
+            pool=pool,
+            spool=self.spool,
+            site_commands=self.settings.submit_commands,
+            request_disk=self.settings.request_disk,
+            time_limit_margin=self.settings.time_limit_margin_s,
+            accounting=self.settings.accounting,
+        )
+        """What every submit description adds to the pod's job."""
         self._token_stop = asyncio.Event()
         self._token_task: asyncio.Task[None] | None = None
 
@@ -251,22 +260,7 @@ class HTCondorBackend:
             except PolicyError as exc:
                 raise base.SubmitRejected(str(exc)) from exc
         try:
-            text = hs.submit_description(
-                hs.SubmitJob(
-                    uid=spec.uid,
-                    pool=self.pool,
-                    job_dir=str(spec.job_dir),
-                    namespace=spec.namespace,
-                    name=spec.name,
-                    resources=spec.resources,
-                    spool=self.spool,
-                    site_commands=self.settings.submit_commands,
-                    pod_commands=spec.backend_flags,
-                    request_disk=self.settings.request_disk,
-                    time_limit_margin=self.settings.time_limit_margin_s,
-                    accounting=self.settings.accounting,
-                )
-            )
+            text = hs.submit_description(spec, self._site)
         except hs.SubmitCommandError as exc:
             raise base.SubmitRejected(str(exc)) from exc
         path = spec.job_dir / SUBMIT_FILE
