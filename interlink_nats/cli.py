@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import inspect
 import sys
+import typing
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
 import typer.main
+from pydantic import BaseModel, SecretStr
 
 from interlink_nats.errors import exit_with, extra_for
 from interlink_nats.kernel.logging_setup import setup_logging
 from interlink_nats.kernel.signals import run_until_signal
+from interlink_nats.services.gateway.settings import GatewayNatsSettings, GatewaySettings
 
 app = typer.Typer(
     name="interlink-nats",
@@ -68,69 +72,48 @@ def up(
     )
 
 
-def _described(model: str, field: str) -> str:
-    """A flag's help: the setting's own description and default, so --help and the docs cannot drift."""
-    from pydantic import BaseModel
-
-    from interlink_nats.services.gateway import settings as gateway_settings
-
-    classes: dict[str, type[BaseModel]] = {
-        "gateway": gateway_settings.GatewaySettings,
-        "nats": gateway_settings.GatewayNatsSettings,
-    }
-    cls = classes[model]
-    info = cls.model_fields[field]
-    default = info.get_default(call_default_factory=True)
-    key = field if model == "gateway" else f"nats.{field}"
-    shown = "" if default is None else f"default {default}; "
-    return f"{info.description or key} ({shown}config key {key})"
+_FLAG_LIMITS: dict[str, dict[str, Any]] = {"port": {"min": 0, "max": 65535}}
+"""What typer checks of a flag besides its type (the setting itself accepts more)."""
 
 
-@app.command()
+def _setting_options(section: type[BaseModel], prefix: str = "") -> list[inspect.Parameter]:
+    """A flag per setting of ``section``, typed as the setting and described by it (its description, default
+    and config key), so --help, the flags and the docs cannot drift. Secrets never (a flag shows in ``ps``: they
+    come from files or the environment), nor a nested section (its own flags, ``prefix``ed) or --config."""
+    params = []
+    for key, info in section.model_fields.items():
+        kind = info.annotation
+        if key == "config_file" or kind is None or _is_secret(kind) or _is_section(kind):
+            continue
+        default = info.get_default(call_default_factory=True)
+        shown = "" if default is None else f"default {default}; "
+        config_key = f"{prefix.replace('_', '.')}{key}"
+        name = f"{prefix}{key}"
+        help_text = f"{info.description or config_key} ({shown}config key {config_key})"
+        flag = [f"--{name.replace('_', '-')}"] if kind is bool else []  # a switch that only turns it on
+        option = typer.Option(*flag, help=help_text, **_FLAG_LIMITS.get(name, {}))
+        annotation = Annotated[kind | None, option]  # type: ignore[valid-type]  # built from the model
+        params.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=annotation))
+    return params
+
+
+def _is_secret(kind: Any) -> bool:
+    return SecretStr in (kind, *typing.get_args(kind))
+
+
+def _is_section(kind: Any) -> bool:
+    return isinstance(kind, type) and issubclass(kind, BaseModel)
+
+
 def gateway(
+    *,
     config: Annotated[
         Path | None,
         typer.Option("--config", "-c", help="YAML/TOML/JSON config file (env INTERLINK_GATEWAY_CONFIG_FILE)"),
     ] = None,
-    nats_url: Annotated[str | None, typer.Option(help=_described("nats", "url"))] = None,
-    nats_user: Annotated[str | None, typer.Option(help=_described("nats", "user"))] = None,
-    nats_nkey_seed_file: Annotated[Path | None, typer.Option(help=_described("nats", "nkey_seed_file"))] = None,
-    nats_creds_file: Annotated[Path | None, typer.Option(help=_described("nats", "creds_file"))] = None,
-    nats_tls_ca_file: Annotated[Path | None, typer.Option(help=_described("nats", "tls_ca_file"))] = None,
-    nats_tls_cert_file: Annotated[Path | None, typer.Option(help=_described("nats", "tls_cert_file"))] = None,
-    nats_tls_key_file: Annotated[Path | None, typer.Option(help=_described("nats", "tls_key_file"))] = None,
-    nats_inbox_prefix: Annotated[str | None, typer.Option(help=_described("nats", "inbox_prefix"))] = None,
-    nats_connect_timeout_s: Annotated[float | None, typer.Option(help=_described("nats", "connect_timeout_s"))] = None,
-    nats_reconnect_wait_max_s: Annotated[
-        float | None, typer.Option(help=_described("nats", "reconnect_wait_max_s"))
-    ] = None,
-    nats_drain_timeout_s: Annotated[float | None, typer.Option(help=_described("nats", "drain_timeout_s"))] = None,
-    host: Annotated[str | None, typer.Option(help=_described("gateway", "host"))] = None,
-    port: Annotated[int | None, typer.Option(min=0, max=65535, help=_described("gateway", "port"))] = None,
-    unix_socket: Annotated[Path | None, typer.Option(help=_described("gateway", "unix_socket"))] = None,
-    bearer_token_file: Annotated[Path | None, typer.Option(help=_described("gateway", "bearer_token_file"))] = None,
-    insecure_no_auth: Annotated[
-        bool | None, typer.Option("--insecure-no-auth", help=_described("gateway", "insecure_no_auth"))
-    ] = None,
-    redis_url: Annotated[str | None, typer.Option(help=_described("gateway", "redis_url"))] = None,
-    default_pool: Annotated[str | None, typer.Option(help=_described("gateway", "default_pool"))] = None,
-    ping_free_capacity: Annotated[
-        bool | None, typer.Option("--ping-free-capacity", help=_described("gateway", "ping_free_capacity"))
-    ] = None,
-    prefix: Annotated[str | None, typer.Option(help=_described("gateway", "prefix"))] = None,
-    submit_timeout_s: Annotated[float | None, typer.Option(help=_described("gateway", "submit_timeout_s"))] = None,
-    pool_wait_s: Annotated[float | None, typer.Option(help=_described("gateway", "pool_wait_s"))] = None,
-    status_fallback_timeout_s: Annotated[
-        float | None, typer.Option(help=_described("gateway", "status_fallback_timeout_s"))
-    ] = None,
-    stale_after_s: Annotated[float | None, typer.Option(help=_described("gateway", "stale_after_s"))] = None,
-    group_wait_s: Annotated[float | None, typer.Option(help=_described("gateway", "group_wait_s"))] = None,
-    max_body_bytes: Annotated[int | None, typer.Option(help=_described("gateway", "max_body_bytes"))] = None,
-    events_durable: Annotated[str | None, typer.Option(help=_described("gateway", "events_durable"))] = None,
-    shutdown_grace_s: Annotated[int | None, typer.Option(help=_described("gateway", "shutdown_grace_s"))] = None,
-    events_replicas: Annotated[int | None, typer.Option(help=_described("gateway", "events_replicas"))] = None,
     log_level: Annotated[str, typer.Option(help="debug, info, warning")] = "info",
     json_logs: Annotated[bool, typer.Option(help="log JSON lines")] = False,
+    **flags: Any,
 ) -> None:
     """Serve interLink's plugin API and forward pods to pools.
 
@@ -139,24 +122,27 @@ def gateway(
     environment, never from the command line.
     """
     from interlink_nats.services.gateway.server import serve
-    from interlink_nats.services.gateway.settings import GatewaySettings
 
     setup_logging(log_level, json_logs)
-    flags = dict(locals())
-    nats = {
-        key.removeprefix("nats_"): value
-        for key, value in flags.items()
-        if key.startswith("nats_") and value is not None
-    }
-    top = {
-        key: value
-        for key, value in flags.items()
-        if key in GatewaySettings.model_fields and key not in ("config_file", "nats") and value is not None
-    }
-    settings = GatewaySettings.load(config, **top)
+    given = {key: value for key, value in flags.items() if value is not None}
+    nats = {key.removeprefix("nats_"): value for key, value in given.items() if key.startswith("nats_")}
+    settings = GatewaySettings.load(
+        config, **{key: value for key, value in given.items() if not key.startswith("nats_")}
+    )
     if nats:
         settings.nats = settings.nats.model_copy(update=nats)
     run_until_signal(lambda stop: serve(settings, stop))
+
+
+def _register_gateway() -> None:
+    """``gateway``: --config, then a flag per NATS setting (``--nats-*``) and per gateway setting, then logging."""
+    params = list(inspect.signature(gateway, eval_str=True).parameters.values())
+    settings = _setting_options(GatewayNatsSettings, "nats_") + _setting_options(GatewaySettings)
+    gateway.__signature__ = inspect.Signature([params[0], *settings, *params[1:3]])  # type: ignore[attr-defined]
+    app.command()(gateway)
+
+
+_register_gateway()
 
 
 def _unavailable(name: str, error: ModuleNotFoundError, help_text: str) -> None:

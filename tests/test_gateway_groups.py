@@ -3,7 +3,7 @@ ManualClock through PodGroups with memory-only stores (no pool is called: the gr
 
 from __future__ import annotations
 
-from typing import cast
+from typing import Any, cast
 
 import pytest
 from interlink_nats.gen.interlink_nats import v1 as pb
@@ -12,7 +12,7 @@ from interlink_nats.kernel.names import is_pod_uid
 from interlink_nats.services.gateway import groups
 from interlink_nats.services.gateway.errors import GatewayError
 from interlink_nats.services.gateway.gangs import PodGroups
-from interlink_nats.services.gateway.groups import Arrival, HeldGroup, HeldMember
+from interlink_nats.services.gateway.groups import HeldGroup, HeldMember
 from interlink_nats.services.gateway.held import HeldGroups
 from interlink_nats.services.gateway.pool_client import PoolClient
 from interlink_nats.services.gateway.record import PodRecord
@@ -22,8 +22,11 @@ from interlink_nats.services.scripts import PodGroup
 FAIL_GANG = int(pb.GangFailurePolicy.FAIL_GANG)
 
 
-def arrival(uid: str, *, pool: str = "a", total: int = 3, index: int | None = None, name: str = "") -> Arrival:
-    return Arrival(uid, "ns", name or f"pod-{uid}", pool, "train", total, FAIL_GANG, index)
+def admit(group: HeldGroup | None, uid: str, *, pool: str = "a", total: int = 3, now: float = 0) -> HeldGroup:
+    """``uid`` (pod ``pod-<uid>`` of namespace ns) arriving for pool ``pool`` in group train of ``total``."""
+    member = HeldMember(uid, f"pod-{uid}", None, b"")
+    view = PodGroup("train", total, pb.GangFailurePolicy.FAIL_GANG, None)
+    return groups.admit(group, member, view, namespace="ns", pool=pool, now=now)
 
 
 def held(*members: tuple[str, int | None, str], total: int = 3) -> HeldGroup:
@@ -35,23 +38,25 @@ def held(*members: tuple[str, int | None, str], total: int = 3) -> HeldGroup:
 
 
 def test_the_first_member_makes_the_group_and_a_second_arrival_of_it_is_the_same_member() -> None:
-    group = groups.admit(None, arrival("u1"), now=5.0)
+    group = admit(None, "u1", now=5.0)
     assert (group.key, group.pool, group.total, group.first_at) == ("ns/train", "a", 3, 5.0)
     group.members["u1"] = HeldMember("u1", "pod-u1", None, b"")
-    assert groups.admit(group, arrival("u1", pool="b", total=9), now=6.0) is group  # a retry: not checked again
+    assert admit(group, "u1", pool="b", total=9, now=6.0) is group  # a retry: not checked again
 
 
 @pytest.mark.parametrize(
     ("other", "code", "words"),
     [
-        (arrival("u2", pool="b"), 422, ["spec.tolerations", "'a'", "'b'", "pod-u1", "pod-u2"]),
-        (arrival("u2", total=4), 422, ["pod-group-total-count", "4", "3"]),
+        ({"pool": "b"}, 422, ["spec.tolerations", "'a'", "'b'", "pod-u1", "pod-u2"]),
+        ({"total": 4}, 422, ["pod-group-total-count", "4", "3"]),
     ],
 )
-def test_a_member_that_does_not_fit_is_refused_naming_both_pods(other: Arrival, code: int, words: list[str]) -> None:
+def test_a_member_that_does_not_fit_is_refused_naming_both_pods(
+    other: dict[str, Any], code: int, words: list[str]
+) -> None:
     group = held(("u1", None, "pod-u1"))
     with pytest.raises(GatewayError) as refused:
-        groups.admit(group, other, now=0)
+        admit(group, "u2", **other)
     assert refused.value.status_code == code
     assert all(word in refused.value.message for word in words), refused.value.message
 
@@ -59,7 +64,7 @@ def test_a_member_that_does_not_fit_is_refused_naming_both_pods(other: Arrival, 
 def test_one_more_member_than_the_count_is_a_409() -> None:
     group = held(("u1", None, "a"), ("u2", None, "b"), total=2)
     with pytest.raises(GatewayError) as refused:
-        groups.admit(group, arrival("u3", total=2), now=0)
+        admit(group, "u3", total=2)
     assert refused.value.status_code == 409
 
 

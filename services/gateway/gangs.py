@@ -17,7 +17,7 @@ from interlink_nats.kernel.clock import SYSTEM_CLOCK, Clock
 from interlink_nats.kernel.tasks import cancel_and_wait
 from interlink_nats.services.gateway import groups as decide
 from interlink_nats.services.gateway.errors import GatewayError, PoolError
-from interlink_nats.services.gateway.groups import Arrival, HeldGroup, HeldMember
+from interlink_nats.services.gateway.groups import HeldGroup, HeldMember
 from interlink_nats.services.gateway.held import HeldGroups
 from interlink_nats.services.gateway.pool_client import PoolClient
 from interlink_nats.services.gateway.record import PodRecord
@@ -75,25 +75,18 @@ class PodGroups:
     async def hold(self, record: PodRecord, job: pb.JobScript, group: PodGroup) -> str:
         """Hold a member (its ``/create``); returns its ``PodJID``. Raises a 4xx GatewayError when it does not
         fit its group (another pool, another count)."""
-        arrival = Arrival(
-            uid=record.uid,
-            namespace=record.namespace,
-            name=record.name,
-            pool=record.pool,
-            group_name=group.name,
-            total=group.total,
-            failure_policy=int(group.failure_policy),
-            index=group.index,
-        )
+        member = HeldMember(record.uid, record.name, group.index, bytes(job), record.images)
         key = decide.group_key(record.namespace, group.name)
         async with self._lock:
             known = self.store.get(record.uid)
             if known is not None and not self.holds(record.uid) and (known.job_id or known.is_final()):
                 # a retried create that raced its group's outcome (sent, or failed): that answer stands
                 return known.job_id or self.jid(record.namespace, group)
-            held = decide.admit(self.held.get(key), arrival, self.clock.time())
+            held = decide.admit(
+                self.held.get(key), member, group, namespace=record.namespace, pool=record.pool, now=self.clock.time()
+            )
             if record.uid not in held.members:
-                held.members[record.uid] = HeldMember(record.uid, record.name, group.index, bytes(job), record.images)
+                held.members[record.uid] = member
                 # redis first: once the member is answered it must survive a restart
                 await self.held.put(held)
                 await self.store.put(record)

@@ -20,6 +20,7 @@ from interlink_nats.services.gateway.errors import GatewayError
 from interlink_nats.services.scripts.pod_group import FAILURE_POLICY_ANNOTATION as POLICY_ANNOTATION
 from interlink_nats.services.scripts.pod_group import GROUP_NAME_LABEL as NAME_LABEL
 from interlink_nats.services.scripts.pod_group import GROUP_TOTAL_ANNOTATION as TOTAL_ANNOTATION
+from interlink_nats.services.scripts.pod_group import PodGroup
 
 WAITING_REASON = "PodGroupWaiting"
 INCOMPLETE_REASON = "PodGroupIncomplete"
@@ -122,55 +123,42 @@ class HeldGroup:
         return group
 
 
-@dataclass(frozen=True, slots=True)
-class Arrival:
-    """A member's ``/create``, as the group needs it."""
-
-    uid: str
-    namespace: str
-    name: str
-    pool: str
-    group_name: str
-    total: int
-    failure_policy: int
-    index: int | None
-
-
-def admit(group: HeldGroup | None, arrival: Arrival, now: float) -> HeldGroup:
-    """The group with ``arrival`` in it (a new group for its first member): a 422 naming both pods when it
-    does not fit the members already there (another pool, count or failure policy), or comes after the group
-    is already complete. A member arriving again (interLink retries) is the same member."""
+def admit(
+    group: HeldGroup | None, member: HeldMember, view: PodGroup, *, namespace: str, pool: str, now: float
+) -> HeldGroup:
+    """The group ``member`` may join (a new group for its first member), as the member's pod sees it (``view``,
+    ``namespace``, ``pool``): a 422 naming both pods when it does not fit the members already there (another
+    pool, count or failure policy), or comes after the group is already complete. A member arriving again
+    (interLink retries) is the same member. The caller adds it."""
     if group is None:
-        return HeldGroup(
-            arrival.namespace, arrival.group_name, arrival.pool, arrival.total, arrival.failure_policy, now
-        )
-    if arrival.uid in group.members:
+        return HeldGroup(namespace, view.name, pool, view.total, int(view.failure_policy), now)
+    if member.uid in group.members:
         return group
     other = next(iter(group.members.values())).name if group.members else "?"
     where = f"pod group {group.key}"
-    if arrival.pool != group.pool:
+    if pool != group.pool:
         raise GatewayError(
             422,
-            f"spec.tolerations: {where}: pod {arrival.name} is for pool {arrival.pool!r} but pod {other} of the "
+            f"spec.tolerations: {where}: pod {member.name} is for pool {pool!r} but pod {other} of the "
             f"same group is for pool {group.pool!r}; a pod group runs in one pool",
         )
-    if arrival.total != group.total:
+    if view.total != group.total:
         raise GatewayError(
             422,
-            f'metadata.annotations["{TOTAL_ANNOTATION}"]: {where}: pod {arrival.name} says {arrival.total} members '
+            f'metadata.annotations["{TOTAL_ANNOTATION}"]: {where}: pod {member.name} says {view.total} members '
             f"but pod {other} of the same group says {group.total}",
         )
-    if arrival.failure_policy != group.failure_policy:
+    if int(view.failure_policy) != group.failure_policy:
         raise GatewayError(
             422,
-            f'metadata.annotations["{POLICY_ANNOTATION}"]: {where}: pod {arrival.name}\'s policy differs from pod '
+            f'metadata.annotations["{POLICY_ANNOTATION}"]: {where}: pod {member.name}\'s policy differs from pod '
             f"{other}'s",
         )
     if group.complete:
         raise GatewayError(
             409,
             f'metadata.labels["{NAME_LABEL}"]: {where}: all {group.total} members have arrived already; '
-            f"pod {arrival.name} is one more",
+            f"pod {member.name} is one more",
         )
     return group
 

@@ -43,20 +43,7 @@ from interlink_nats.submitters.backends.htcondor import submit as hs
 from interlink_nats.submitters.backends.htcondor.tokens import OidcTokenSource, TokenConfig, TokenError
 from interlink_nats.submitters.backends.proc import Completed, run_command
 from interlink_nats.submitters.backends.reconcile import reconcile_by_uid
-from interlink_nats.submitters.core.backend import (
-    BackendContext,
-    BackendState,
-    BackendUnavailable,
-    Capacity,
-    CommandFailed,
-    JobAlreadyEnded,
-    JobHandle,
-    JobSpec,
-    Observation,
-    Reconciled,
-    SubmitRejected,
-    error_for,
-)
+from interlink_nats.submitters.core import backend as base
 from interlink_nats.submitters.core.site_policy import AccountingPolicy, PolicyError
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -131,7 +118,7 @@ class HTCondorBackend:
     name = "htcondor"
 
     @classmethod
-    def create(cls, config: HTCondorConfig, context: BackendContext) -> HTCondorBackend:
+    def create(cls, config: HTCondorConfig, context: base.BackendContext) -> HTCondorBackend:
         """What the submitter builds (``backends.BACKENDS``): the token refresher keeps its state in the pool's."""
         token = OidcTokenSource(config.token, context.state_dir) if config.token is not None else None
         return cls(config, pool=context.pool, token=token, clock=context.clock)
@@ -150,6 +137,15 @@ class HTCondorBackend:
         self.clock = clock or SYSTEM_CLOCK
         self.calls = 0
         self.calls_by_command: dict[str, int] = {}
+        self._site = hs.SubmitSite(
+            pool=pool,
+            spool=self.spool,
+            site_commands=self.settings.submit_commands,
+            request_disk=self.settings.request_disk,
+            time_limit_margin=self.settings.time_limit_margin_s,
+            accounting=self.settings.accounting,
+        )
+        """What every submit description adds to the pod's job."""
         self._token_stop = asyncio.Event()
         self._token_task: asyncio.Task[None] | None = None
 
@@ -167,7 +163,7 @@ class HTCondorBackend:
             try:
                 await self.token.ensure_fresh()
             except TokenError as exc:
-                raise BackendUnavailable(f"no bearer token for HTCondor: {exc}") from None
+                raise base.BackendUnavailable(f"no bearer token for HTCondor: {exc}") from None
             self._token_stop.clear()
             self._token_task = asyncio.create_task(self.token.run(self._token_stop), name="htcondor-token")
 
@@ -212,8 +208,8 @@ class HTCondorBackend:
 
     @staticmethod
     def _failure(command: hp.Command, done: Completed) -> Exception:
-        failed = CommandFailed(done.argv, done.returncode, done.stderr or done.stdout)
-        return error_for(hp.classify_failure(command, failed.returncode, failed.stderr), failed)
+        failed = base.CommandFailed(done.argv, done.returncode, done.stderr or done.stdout)
+        return base.error_for(hp.classify_failure(command, failed.returncode, failed.stderr), failed)
 
     async def _exec(self, command: hp.Command, argv: list[str], *, cwd: str | None = None) -> Completed:
         """Run one condor command with its own timeout; a non-zero exit is the caller's to read."""
@@ -221,7 +217,7 @@ class HTCondorBackend:
             try:
                 await self.token.ensure_fresh()
             except TokenError as exc:
-                raise BackendUnavailable(f"no bearer token for HTCondor: {exc}") from None
+                raise base.BackendUnavailable(f"no bearer token for HTCondor: {exc}") from None
         self.calls += 1
         tool = Path(argv[0]).name
         self.calls_by_command[tool] = self.calls_by_command.get(tool, 0) + 1
@@ -229,8 +225,8 @@ class HTCondorBackend:
             return await run_command(
                 argv, time_limit=self.settings.command_timeout_s, env=self._env(), cwd=cwd, check=False
             )
-        except CommandFailed as failed:  # timed out
-            raise error_for(hp.classify_failure(command, failed.returncode, failed.stderr), failed) from failed
+        except base.CommandFailed as failed:  # timed out
+            raise base.error_for(hp.classify_failure(command, failed.returncode, failed.stderr), failed) from failed
 
     async def _query(self, command: hp.Command, tool: str, constraint: str, *extra: str) -> list[dict[str, object]]:
         argv = [tool, *self._target(), "-json", "-attributes", ",".join(hp.QUERY_ATTRS), "-constraint", constraint]
@@ -238,7 +234,7 @@ class HTCondorBackend:
         try:
             return hp.parse_ads(out, what=Path(tool).name)
         except ValueError as exc:
-            raise BackendUnavailable(str(exc)) from None
+            raise base.BackendUnavailable(str(exc)) from None
 
     async def _queue(self) -> dict[str, hp.CondorJob]:
         constraint = hp.pool_constraint(self.pool)
@@ -256,32 +252,17 @@ class HTCondorBackend:
 
     # Submit -----------------------------------------------------------------------------------
 
-    async def submit(self, spec: JobSpec) -> str:
+    async def submit(self, spec: base.JobSpec) -> str:
         policy = self.settings.accounting
         if policy is not None and (spec.run_as_user is not None or spec.run_as_group is not None):
             try:  # no rule lets a pod ask here (``_no_switch``): the same message as every backend's
                 policy.run_as(spec.namespace, uid=spec.run_as_user, gid=spec.run_as_group)
             except PolicyError as exc:
-                raise SubmitRejected(str(exc)) from exc
+                raise base.SubmitRejected(str(exc)) from exc
         try:
-            text = hs.submit_description(
-                hs.SubmitJob(
-                    uid=spec.uid,
-                    pool=self.pool,
-                    job_dir=str(spec.job_dir),
-                    namespace=spec.namespace,
-                    name=spec.name,
-                    resources=spec.resources,
-                    spool=self.spool,
-                    site_commands=self.settings.submit_commands,
-                    pod_commands=spec.backend_flags,
-                    request_disk=self.settings.request_disk,
-                    time_limit_margin=self.settings.time_limit_margin_s,
-                    accounting=self.settings.accounting,
-                )
-            )
+            text = hs.submit_description(spec, self._site)
         except hs.SubmitCommandError as exc:
-            raise SubmitRejected(str(exc)) from exc
+            raise base.SubmitRejected(str(exc)) from exc
         path = spec.job_dir / SUBMIT_FILE
         orphan = await asyncio.to_thread(_read_text, spec.job_dir / ORPHAN_FILE)
         if orphan:  # an earlier attempt's held job: never two jobs for one pod
@@ -296,7 +277,7 @@ class HTCondorBackend:
         try:
             return hp.parse_submit_id(done.stdout)
         except ValueError as exc:
-            raise BackendUnavailable(str(exc)) from None
+            raise base.BackendUnavailable(str(exc)) from None
 
     async def _remove_failed_submission(self, done: Completed, job_dir: Path) -> None:
         """With ``-spool`` the id is printed before the input is spooled: a spool failure leaves that job held
@@ -307,15 +288,15 @@ class HTCondorBackend:
             return  # nothing was queued
         try:
             await self._remove([job_id])
-        except BackendUnavailable as exc:
+        except base.BackendUnavailable as exc:
             await asyncio.to_thread(_write_file, job_dir / ORPHAN_FILE, job_id + "\n")
-            raise BackendUnavailable(
+            raise base.BackendUnavailable(
                 f"condor_submit failed after queueing {job_id}, which could not be removed: {exc}"
             ) from None
 
     # Poll -------------------------------------------------------------------------------------
 
-    async def poll(self, jobs: Sequence[JobHandle]) -> dict[str, Observation]:
+    async def poll(self, jobs: Sequence[base.JobHandle]) -> dict[str, base.Observation]:
         if not jobs:
             return {}
         queue = await self._queue()
@@ -325,7 +306,7 @@ class HTCondorBackend:
         if missing:
             history = await self._history(hp.clusters_constraints(self.pool, (i.split(".", 1)[0] for i in missing)))
             seen.update({i: job for i, job in history.items() if i in by_id and i not in seen})
-        out: dict[str, Observation] = {}
+        out: dict[str, base.Observation] = {}
         fetch: list[hp.CondorJob] = []
         leftovers: list[hp.CondorJob] = []
         for job_id, job in seen.items():
@@ -346,12 +327,14 @@ class HTCondorBackend:
                 if job.job_id in fetched:
                     out[handle.uid] = await self._with_deadline_file(handle, job.observation)
                 else:
-                    out[handle.uid] = Observation(BackendState.RUNNING, reason="fetching output", raw_state="COMPLETED")
+                    out[handle.uid] = base.Observation(
+                        base.BackendState.RUNNING, reason="fetching output", raw_state="COMPLETED"
+                    )
         if leftovers:
             await self._remove_quietly([j.job_id for j in leftovers])
         return out
 
-    async def _transfer(self, jobs: list[hp.CondorJob], by_id: dict[str, JobHandle]) -> set[str]:
+    async def _transfer(self, jobs: list[hp.CondorJob], by_id: dict[str, base.JobHandle]) -> set[str]:
         """``condor_transfer_data`` in batches (each fits one argument and has its own timeout), for at most one
         command timeout per poll: what is left is fetched at the next poll. Returns the ids now fetched."""
         fetched: set[str] = set()
@@ -362,7 +345,7 @@ class HTCondorBackend:
                 break
             try:
                 await self._run(hp.Command.TRANSFER_DATA, [self.settings.condor_transfer_data, *self._target(), *batch])
-            except BackendUnavailable as exc:
+            except base.BackendUnavailable as exc:
                 log.warning("condor_transfer_data of %d jobs failed (%s); retrying next poll", len(batch), exc)
                 continue
             for job_id in batch:
@@ -370,24 +353,24 @@ class HTCondorBackend:
             fetched.update(batch)
         return fetched
 
-    async def _with_deadline_file(self, handle: JobHandle, obs: Observation) -> Observation:
+    async def _with_deadline_file(self, handle: base.JobHandle, obs: base.Observation) -> base.Observation:
         """A job whose script stopped it at activeDeadlineSeconds ended by its deadline, whatever its exit code."""
-        if obs.state in (BackendState.COMPLETED, BackendState.FAILED) and await asyncio.to_thread(
+        if obs.state in (base.BackendState.COMPLETED, base.BackendState.FAILED) and await asyncio.to_thread(
             _deadline_marked, handle.job_dir
         ):
             return dataclasses.replace(
                 obs,
-                state=BackendState.DEADLINE,
+                state=base.BackendState.DEADLINE,
                 reason="activeDeadlineSeconds exceeded: the job script stopped the pod",
             )
         return obs
 
     # Reconcile and cancel ---------------------------------------------------------------------
 
-    async def reconcile(self, jobs: Sequence[JobHandle]) -> dict[str, Reconciled]:
+    async def reconcile(self, jobs: Sequence[base.JobHandle]) -> dict[str, base.Reconciled]:
         return await reconcile_by_uid(jobs, self._find_by_uid)
 
-    async def _find_by_uid(self, unknown: list[JobHandle]) -> dict[str, str]:
+    async def _find_by_uid(self, unknown: list[base.JobHandle]) -> dict[str, str]:
         """Jobs by their pod-UID attribute: the queue, then the history for the ones it no longer lists."""
         found = hp.uids_to_ids(await self._queue())
         rest = [j.uid for j in unknown if j.uid not in found]
@@ -395,7 +378,7 @@ class HTCondorBackend:
             found = {**hp.uids_to_ids(await self._history(hp.uids_constraints(self.pool, rest))), **found}
         return found
 
-    async def cancel(self, job: JobHandle) -> None:
+    async def cancel(self, job: base.JobHandle) -> None:
         if job.job_id:
             await self._remove([job.job_id])
         else:
@@ -404,37 +387,37 @@ class HTCondorBackend:
     async def _remove(self, job_ids: list[str], *, constraints: Sequence[str] = ()) -> None:
         """``condor_rm -totals`` in batches: quiet when the jobs are removed or already gone; "permission denied"
         (the same "Couldn't find/remove all jobs" text as gone) raises BackendUnavailable, so it is retried."""
-        base = [self.settings.condor_rm, *self._target(), "-totals"]
-        calls = [[*base, *batch] for batch in hp.id_batches(job_ids)] + [[*base, "-constraint", c] for c in constraints]
+        rm = [self.settings.condor_rm, *self._target(), "-totals"]
+        calls = [[*rm, *batch] for batch in hp.id_batches(job_ids)] + [[*rm, "-constraint", c] for c in constraints]
         for argv in calls:
             done = await self._exec(hp.Command.REMOVE, argv)
             totals = hp.parse_remove_totals(done.stdout)
             if totals is None:  # no answer from the schedd: the text alone decides
                 error = self._failure(hp.Command.REMOVE, done) if done.returncode != 0 else None
-                if error is not None and not isinstance(error, JobAlreadyEnded):
+                if error is not None and not isinstance(error, base.JobAlreadyEnded):
                     raise error
                 continue
             problem = hp.removal_problem(totals)
             if problem is not None:
-                raise BackendUnavailable(f"{problem} ({(done.stderr or done.stdout).strip()[:200]})")
+                raise base.BackendUnavailable(f"{problem} ({(done.stderr or done.stdout).strip()[:200]})")
 
     async def _remove_quietly(self, job_ids: list[str]) -> None:
         try:
             await self._remove(job_ids)
-        except BackendUnavailable as exc:
+        except base.BackendUnavailable as exc:
             log.warning("could not remove finished held jobs %s: %s", ", ".join(job_ids[:20]), exc)
 
-    async def capacity(self) -> Capacity:
+    async def capacity(self) -> base.Capacity:
         if not self.settings.use_condor_status:
-            return Capacity()  # the site config's ``capacity`` is announced
+            return base.Capacity()  # the site config's ``capacity`` is announced
         argv = [self.settings.condor_status, *self._target(), "-json", "-attributes", _STATUS_ATTRS]
         out = await self._run(hp.Command.STATUS, argv)
         try:
             return hp.parse_status_totals(hp.parse_ads(out, what="condor_status"))
         except ValueError as exc:
-            raise BackendUnavailable(str(exc)) from exc
+            raise base.BackendUnavailable(str(exc)) from exc
 
-    async def free(self) -> Capacity | None:
+    async def free(self) -> base.Capacity | None:
         """The unclaimed slots now (``ReportsFree``, issue 27; ``htcondor.free``): one condor_status call."""
         if not self.settings.use_condor_status:
             return None  # capacity comes from the site config: what is free is unknown
@@ -443,13 +426,13 @@ class HTCondorBackend:
         try:
             return free.parse_unclaimed(hp.parse_ads(out, what="condor_status"))
         except ValueError as exc:
-            raise BackendUnavailable(str(exc)) from exc
+            raise base.BackendUnavailable(str(exc)) from exc
 
 
 _STATUS_ATTRS = "Machine,Cpus,Memory,GPUs,TotalSlotCpus,TotalSlotMemory,TotalSlotGPUs,DynamicSlot"
 
 
-def _without_output(obs: Observation) -> Observation:
+def _without_output(obs: base.Observation) -> base.Observation:
     """A spooled job that left the queue before its output was fetched: its files are lost."""
     return dataclasses.replace(
         obs, reason="the job left the CE's queue before its output was fetched; container logs are not available"

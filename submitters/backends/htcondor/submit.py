@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.submitters.backends.htcondor.parse import POD_UID_ATTR, POOL_ATTR, TIME_LIMIT_ATTR, quote
+from interlink_nats.submitters.core.backend import JobSpec
 from interlink_nats.submitters.core.site_policy import AccountingPolicy, PolicyError
 
 # Submit commands the submitter writes itself: a site or a pod may not change them, or the job
@@ -92,20 +93,14 @@ class SubmitCommandError(ValueError):
 
 
 @dataclass(frozen=True, slots=True)
-class SubmitJob:
-    """Everything one submit description is made of (the backend fills it from a JobSpec)."""
+class SubmitSite:
+    """What the site adds to every job's submit description (the backend makes it once, from its settings)."""
 
-    uid: str
     pool: str
-    job_dir: str
-    namespace: str = ""
-    name: str = ""
-    resources: pb.ResourceRequest | None = None
     spool: bool = False
     """Remote CE: sandboxes travel with the job (``-spool``), the router's attributes are written; else the
     job runs in ``job_dir`` itself and ``periodic_remove`` enforces its time limit."""
     site_commands: Mapping[str, str] | None = None
-    pod_commands: Sequence[str] = ()
     request_disk: str = ""
     time_limit_margin: float = 60.0
     accounting: AccountingPolicy | None = None
@@ -218,16 +213,16 @@ def time_limit(req: pb.ResourceRequest | None, margin: float) -> int | None:
     return max(1, math.ceil(req.wall_time.total_seconds() + max(0.0, margin)))
 
 
-def accounting_commands(job: SubmitJob, asked: Mapping[str, str]) -> list[tuple[str, str]]:
+def accounting_commands(site: SubmitSite, namespace: str, asked: Mapping[str, str]) -> list[tuple[str, str]]:
     """The site's accounting group/user for the pod's namespace, with what the pod asked where allowed."""
-    if job.accounting is None:
+    if site.accounting is None:
         if asked:
             names = ", ".join(sorted(asked))
             raise SubmitCommandError(f"pod submit command {names}: accounting is site policy; a pod may not set it")
         return []
     try:
-        account = job.accounting.decide(
-            job.namespace, group=asked.get("accounting_group"), user=asked.get("accounting_group_user")
+        account = site.accounting.decide(
+            namespace, group=asked.get("accounting_group"), user=asked.get("accounting_group_user")
         )
     except PolicyError as exc:
         raise SubmitCommandError(f"pod submit command: {exc}") from None
@@ -256,30 +251,31 @@ def ce_commands(body: Sequence[tuple[str, str]], limit: int | None) -> list[tupl
     return out
 
 
-def submit_description(job: SubmitJob) -> str:
+def submit_description(job: JobSpec, site: SubmitSite) -> str:
     """The whole submit description. Later commands win, so the order is the precedence:
     site commands < pod commands < pod resources < site accounting < what the submitter must control."""
     lines = ["# interlink-nats: one pod, one job (generated; do not edit)", "universe = vanilla"]
     body: list[tuple[str, str]] = []
-    if job.request_disk:
-        body.append(("request_disk", check_quantity(job.request_disk, what="site request_disk")))
-    for name, value in (job.site_commands or {}).items():
+    if site.request_disk:
+        body.append(("request_disk", check_quantity(site.request_disk, what="site request_disk")))
+    for name, value in (site.site_commands or {}).items():
         body.append(check_command(name, value, source="site"))
     asked: dict[str, str] = {}
-    for key, value in pod_commands(job.pod_commands):
+    for key, value in pod_commands(job.backend_flags):
         if key.lower() in ACCOUNTING_COMMANDS:
             asked[key.lower()] = value
         else:
             body.append((key, value))
     body.extend(resource_commands(job.resources))
-    body.extend(accounting_commands(job, asked))
-    limit = time_limit(job.resources, job.time_limit_margin)
-    if job.spool:
+    body.extend(accounting_commands(site, job.namespace, asked))
+    limit = time_limit(job.resources, site.time_limit_margin)
+    if site.spool:
         body.extend(ce_commands(body, limit))
     lines += [f"{k} = {v}" for k, v in body]
-    job_dir = literal(_path(job.job_dir), what="job directory")
+    path = str(job.job_dir)
+    job_dir = literal(_path(path), what="job directory")
     lines += ["executable = job.sh", f"initialdir = {job_dir}", "output = job.out", "error = job.err", "log = job.log"]
-    if job.spool:
+    if site.spool:
         # The sandbox travels: job.sh in, the container files out (when the job ends or is evicted). Only
         # containers/ is listed: a listed file missing at transfer time would hold the job.
         lines += [
@@ -290,16 +286,19 @@ def submit_description(job: SubmitJob) -> str:
         ]
     else:
         # Shared filesystem: the job writes its container files in place, so logs are live.
-        lines += ["should_transfer_files = NO", f"environment = {_environment({'INTERLINK_JOB_DIR': job.job_dir})}"]
+        lines += [
+            "should_transfer_files = NO",
+            f"environment = {_environment({'INTERLINK_JOB_DIR': path})}",
+        ]
     batch = f"{job.namespace}/{job.name}" if job.name else job.uid
     lines += [
         f"+{POD_UID_ATTR} = {submit_string(job.uid, what='pod uid')}",
-        f"+{POOL_ATTR} = {submit_string(job.pool, what='pool')}",
+        f"+{POOL_ATTR} = {submit_string(site.pool, what='pool')}",
         f"+JobBatchName = {submit_string(batch, what='pod name')}",
     ]
     if limit is not None:
         lines.append(f"+{TIME_LIMIT_ATTR} = {limit}")
-        if not job.spool:  # a CE's router claims the job and deletes PeriodicRemove: maxWallTime does it there
+        if not site.spool:  # a CE's router claims the job and deletes PeriodicRemove: maxWallTime does it there
             lines.append(f"periodic_remove = (JobStatus == 2) && (time() - JobCurrentStartDate > {TIME_LIMIT_ATTR})")
     lines.append("queue 1")
     return "\n".join(lines) + "\n"
