@@ -336,7 +336,8 @@ def parse_squeue_since(text: str, last: SqueueSnapshot) -> SqueueSnapshot:
 def squeue_changes(text: str, last: SqueueSnapshot) -> tuple[SqueueSnapshot, set[str]]:
     """:func:`parse_squeue_since`, and the ids of the jobs whose line changed, appeared or left.
 
-    The ids are read from the raw lines, so a line that does not parse still names its job. The lines
+    The ids are read from the raw lines, so a line that does not parse still names its job. The lines (split at
+    ``\n`` only: a stray ``\r`` or other break inside a field leaves the line whole, and the field stripped)
     are compared with the last output's place by place, in C (``map(ne)``): squeue lists the jobs in a
     steady order, so a job whose line changed is at the same place and only the places that differ are
     looked at, without hashing 10,000 lines into a set at every poll. Exact whatever the order: a line at
@@ -347,7 +348,9 @@ def squeue_changes(text: str, last: SqueueSnapshot) -> tuple[SqueueSnapshot, set
     """
     if text == last.text and last.lines:
         return last, set()  # the common quiet poll: one memcmp, no line split
-    rows = text.splitlines()
+    rows = text.split("\n")  # squeue ends its lines with \n (splitlines looks for eight other breaks: 60 % more)
+    if not rows[-1]:
+        rows.pop()  # after the last line's \n
     old = last.rows
     places = list(compress(range(len(rows)), map(ne, rows, old)))
     both = min(len(rows), len(old))
