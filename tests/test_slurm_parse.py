@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import random
 
 import pytest
 from command_failures import failure_rows
@@ -245,6 +246,43 @@ def test_squeue_changes_updates_the_snapshot_it_is_handed_but_never_the_empty_on
     assert second is first and changed == {SQUEUE.splitlines()[0].split("|")[0].strip()}
     assert second.text == text and second.by_id == sp.parse_squeue(text)
     assert sp.squeue_changes(text, second) == (second, set())
+
+
+def test_squeue_changes_is_a_diff_of_the_line_sets_whatever_moved() -> None:
+    """Lines compared place by place must still give what comparing the sets of lines gives: lines that
+    changed in place, moved, were inserted or removed (everything after shifts), repeated, or do not parse."""
+    rng = random.Random(7)
+    states = ("RUNNING", "COMPLETED", "NO_SUCH_STATE")
+
+    def job(i: int) -> str:
+        return f"{100 + i}|uid-{i}|{rng.choice(states)}|None|0|N/A|N/A"
+
+    snapshot, before = sp.EMPTY_SQUEUE, list[str]()
+    for _ in range(300):
+        rows = list(before)
+        for _ in range(rng.randrange(4)):
+            edit, at = rng.randrange(6), rng.randrange(len(rows) + 1)
+            if edit == 0 and at < len(rows) and rows[at][:1].isdigit():  # a job's line changed in place
+                was, now = rows[at], job(int(rows[at].split("|")[0]) - 100)
+                rows = [now if line == was else line for line in rows]
+            elif edit == 1:  # a new job, or a line that is not one; the rest shifts down
+                listed = {line.split("|")[0] for line in rows}
+                i = rng.randrange(80)
+                rows.insert(at, job(i) if str(100 + i) not in listed else rng.choice(["", "not a job line"]))
+            elif edit == 2 and at < len(rows):
+                del rows[at]  # the rest shifts up
+            elif edit == 3:
+                rng.shuffle(rows)
+            elif edit == 4 and rows:
+                rows.insert(at, rng.choice(rows))  # a line twice
+        text = "\n".join(rows)
+        rows = text.splitlines()  # (a last empty line is no line)
+        snapshot, changed = sp.squeue_changes(text, snapshot)
+        assert changed == {line.split("|", 1)[0].strip() for line in set(before) ^ set(rows)}
+        assert snapshot.by_id == sp.parse_squeue(text)
+        assert set(snapshot.lines) == set(rows)
+        assert (sp.EMPTY_SQUEUE.lines, sp.EMPTY_SQUEUE.by_id, sp.EMPTY_SQUEUE.text) == ({}, {}, "")
+        before = rows
 
 
 @pytest.mark.parametrize(
