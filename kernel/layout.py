@@ -148,10 +148,11 @@ GANG_MEMBER_JOBS = ".gang.jobs"
 member's script may write ``JOBS_FILE`` at the same moment)."""
 ENDED_JOB_LAYOUT = (PREPARED_FILE, VOLUMES_DIR, ROOTFS_DIR)
 """What is removed when a job ends (volume data, secrets among it, off the site's disk at once; logs and exit
-files stay until the pod is deleted). Whoever made the layout removes it: where the script's test found the
-submitter's layout, the submitter, when its poll sees the job end (no process in the script: ``rm -rf`` cost
-a fork and an exec per job, a third of the script's own CPU); where the script made it itself (a run by hand,
-an HTCondor sandbox, a rerun after the clean-up), the script, at exit. Scripts rendered before remove it at
+files stay until the pod is deleted). Whoever made the layout removes it: where the submitter made one
+(``JobScript.layout``) and the script's test found it, the submitter, when its poll sees the job end (no process
+in the script: ``rm -rf`` cost a fork and an exec per job, a third of the script's own CPU); where the script made
+it itself (a run by hand, an HTCondor sandbox, a rerun after the clean-up, a layout of host links only), the
+script, at exit. Scripts rendered before remove it at
 exit either way; the submitter's removal then finds nothing."""
 LAYOUT_PREFIX = "# interlink-nats layout: "
 """The layout line (JSON, one line) among the first lines of a script rendered before ``JobScript.layout``

@@ -79,6 +79,21 @@ def job_dir_volume_pod(tmp_path: Path) -> dict[str, Any]:
     return data
 
 
+def test_a_pod_whose_layout_the_script_makes_removes_it_itself(job_dir: Path, tmp_path: Path) -> None:
+    """Runtime none with only a hostPath mount: the submitter makes no layout (a link to a host path is the
+    script's to make), so the script, which made the rootfs, removes it at exit; the host's file stays."""
+    host = tmp_path / "host"
+    host.mkdir()
+    (host / "h.txt").write_text("from host")
+    data = pod([py("main", "print(open('/dev/null').read() == '')", volumeMounts=[{"name": "h", "mountPath": "/h"}])])
+    data["pod"]["spec"]["volumes"] = [{"name": "h", "hostPath": {"path": str(host)}}]
+    assert render_job(data, NONE).layout == []
+    assert run(job_dir, data, prepared=True) == 0
+    assert not (job_dir / layout.ROOTFS_DIR).exists(), "the script made it, the script removed it"
+    assert (host / "h.txt").read_text() == "from host"
+    assert exit_code(job_dir, "main") == 0
+
+
 def test_prepared_job_runs_no_set_up_command(job_dir: Path, tmp_path: Path) -> None:
     """With the layout prepared (no hostPath link to make), the script starts no mkdir, chmod, ln nor rm (the
     submitter removes its layout once the job ended): only base64 (binary data) and env (the containers) are

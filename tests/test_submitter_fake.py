@@ -341,9 +341,10 @@ async def test_a_vanished_job_is_lost_and_stale_duplicate_reports_change_nothing
 async def test_an_ended_jobs_layout_is_removed_by_the_submitter_that_made_it(tmp_path: Path) -> None:
     """The script leaves the layout the submitter made to the submitter (kernel/layout.py ENDED_JOB_LAYOUT):
     a job that ended loses its volumes, rootfs and marker, keeps its container files; a lost job, which may
-    still run on a node cut off from the site, keeps its volumes until the pod is deleted."""
+    still run on a node cut off from the site, keeps its volumes until the pod is deleted; a job whose script made
+    its own layout (none in its JobScript) is left to its script."""
     backend = FakeBackend()
-    done, gone = new_uid(), new_uid()
+    done, gone, own = new_uid(), new_uid(), new_uid()
     entries = [
         pb.LayoutEntry(kind=pb.LayoutEntryKind.DIRECTORY, path=f"{layout.VOLUMES_DIR}/scratch", mode=0o777),
         pb.LayoutEntry(kind=pb.LayoutEntryKind.SYMLINK, path=f"{layout.ROOTFS_DIR}/main/s", target="volumes/scratch"),
@@ -358,17 +359,23 @@ async def test_an_ended_jobs_layout_is_removed_by_the_submitter_that_made_it(tmp
             assert (dirs[uid] / layout.PREPARED_FILE).is_symlink()
             (dirs[uid] / layout.VOLUMES_DIR / "scratch" / "data").write_text("scratch data")
         layout.exit_path(dirs[done], "main").write_text("0\n")  # the lost one left none: its end is unknown
+        await a.submissions.submit(job(own))
+        dirs[own] = jobfiles.job_dir_for(tmp_path, own)
+        (dirs[own] / layout.ROOTFS_DIR).mkdir()  # what its script would make, and remove at its exit
+        layout.exit_path(dirs[own], "main").write_text("0\n")
+        backend.finish(own)
         backend.finish(done)
         backend.vanish(gone)
         await settle(a)
-        states = {s.pod.uid: s.state for s in (await a.queries.get_status([done, gone])).statuses}
-        assert states == {done: pb.JobState.SUCCEEDED, gone: pb.JobState.LOST}
+        states = {s.pod.uid: s.state for s in (await a.queries.get_status([done, gone, own])).statuses}
+        assert states == {done: pb.JobState.SUCCEEDED, gone: pb.JobState.LOST, own: pb.JobState.SUCCEEDED}
     left = {
         name for name in layout.ENDED_JOB_LAYOUT if (dirs[done] / name).is_symlink() or (dirs[done] / name).exists()
     }
     assert not left
     assert layout.exit_path(dirs[done], "main").read_text() == "0\n"
     assert (dirs[gone] / layout.VOLUMES_DIR / "scratch" / "data").read_text() == "scratch data"
+    assert (dirs[own] / layout.ROOTFS_DIR).is_dir()
 
 
 async def test_a_failing_poll_changes_nothing_and_the_next_one_catches_up(tmp_path: Path) -> None:

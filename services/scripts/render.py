@@ -316,6 +316,7 @@ def render_pod(
         runtime_name=runtime.name,
         prepared_test=_prepared_test(prepared),
         remove_layout=bool(prepared or entries),
+        submitter_removes=bool(prepared),
         layout_lines=layout_lines,
         all_names=" ".join(p.qname for p in plans),
         grace_seconds=max(grace, 1),

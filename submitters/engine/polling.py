@@ -98,6 +98,9 @@ class Tracked:
     """The backend has seen it leave its queue (its start counted once, ok or not, for ``on_start``)."""
     gang: str = ""
     """The group uid of a pod-group member: the backend is polled for its gang's one job, not for it."""
+    layout: bool = True
+    """The submitter made a layout for it (``JobScript.layout``), which it removes once the job ended; False
+    spares a job without one the attempt (unknown, after a restart: tried)."""
 
 
 @dataclass(slots=True)
@@ -162,7 +165,7 @@ class Poller:
     def __post_init__(self) -> None:
         self._changes = self.backend if isinstance(self.backend, ReportsChanges) else None
 
-    def track(self, row: JobRow) -> Tracked:
+    def track(self, row: JobRow, *, layout: bool = True) -> Tracked:
         t = Tracked(
             meta_from_row(row, self.pool, self.backend.name),
             JobHandle(row.uid, row.job_dir, row.job_id),
@@ -170,6 +173,7 @@ class Poller:
             row.status,
             row.revision,
             submitted_at=row.created_at,
+            layout=layout,
         )
         old = self.tracked.get(row.uid)
         if old is not None:
@@ -441,7 +445,7 @@ class Poller:
         plan = plan_poll(t.meta, obs, files, last_status=t.status, revision=t.revision, now=now)
         if plan.untrack:
             finished.append(t)
-        if plan.remove_layout:  # in the poll's thread, like the reads: never on the event loop
+        if plan.remove_layout and t.layout:  # in the poll's thread, like the reads: never on the event loop
             jobfiles.remove_ended_layout(t.handle.job_dir)
         change = plan.change
         if change is None:

@@ -212,7 +212,7 @@ class Submissions:
                 found = exc
             resumed = plan_resume(self.backend.name, found)
             if resumed is not None:
-                return await self._execute(resumed, row, meta)
+                return await self._execute(resumed, row, meta, layout=bool(entries))
         if not created:  # resuming an interrupted submission: its directory may be missing or partial
             try:
                 await self.job_dirs.run((job_dir, script, entries))
@@ -220,7 +220,8 @@ class Submissions:
                 raise Unavailable(f"cannot write the job directory: {exc}") from None
         self.on_step("job_dir")
         outcome = await self.attempt(self.backend.submit(row.backend_spec(job)))
-        return await self._execute(plan_submit(self.backend.name, outcome, created=created), row, meta)
+        action = plan_submit(self.backend.name, outcome, created=created)
+        return await self._execute(action, row, meta, layout=bool(entries))
 
     async def attempt(self, submission: Awaitable[str]) -> str | BackendError:
         """One backend submission (a job's or a gang's): its id, or the error as data for ``plan_submit`` to
@@ -234,7 +235,7 @@ class Submissions:
         self.on_step("submitted")
         return job_id
 
-    async def _execute(self, action: SubmitAction, row: JobRow, meta: JobMeta) -> pb.SubmitResponse:
+    async def _execute(self, action: SubmitAction, row: JobRow, meta: JobMeta, *, layout: bool) -> pb.SubmitResponse:
         """Carry out what ``plan_submit``/``plan_resume`` decided; the answer, or the domain error to raise."""
         if isinstance(action, RetryLater):
             raise Unavailable(action.message)
@@ -247,7 +248,7 @@ class Submissions:
         row.job_id = job_id
         bind_log_fields(job_id=job_id)
         async with self.poller.lock:
-            self.poller.track(row)
+            self.poller.track(row, layout=layout)
         if action.answer is Answer.CREATED:
             return pb.SubmitResponse(job_id=job_id, created=True)  # pending; the caller knows the containers
         if action.answer is Answer.STORED:
