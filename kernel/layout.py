@@ -152,8 +152,8 @@ files stay until the pod is deleted). Whoever made the layout removes it: where 
 (``JobScript.layout``) and the script's test found it, the submitter, when its poll sees the job end (no process
 in the script: ``rm -rf`` cost a fork and an exec per job, a third of the script's own CPU); where the script made
 it itself (a run by hand, an HTCondor sandbox, a rerun after the clean-up, a layout of host links only), the
-script, at exit. Scripts rendered before remove it at
-exit either way; the submitter's removal then finds nothing."""
+script, at exit. Scripts rendered before remove it at exit either way; the submitter's removal then finds
+nothing."""
 LAYOUT_PREFIX = "# interlink-nats layout: "
 """The layout line (JSON, one line) among the first lines of a script rendered before ``JobScript.layout``
 existed: read by :func:`parse_layout` so such scripts, still queued or retried, keep their prepared layout."""

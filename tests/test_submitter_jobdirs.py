@@ -212,3 +212,22 @@ def test_remove_job_dir_outlasts_a_script_still_writing(tmp_path: Path, monkeypa
     assert list((tmp_path / "jobs").iterdir()) == [], "nothing left aside either"
     assert len(calls) == 2 and calls[0] != job_dir, "removed after being renamed aside"
     jobfiles.remove_job_dir(job_dir)  # already gone: nothing to do
+
+
+def test_removing_an_ended_layout_never_follows_a_link_the_job_put_there(tmp_path: Path) -> None:
+    """The job's account owns its directory: a link it made in place of ``volumes/`` or inside ``rootfs/`` is
+    removed as a link, and what it leads to stays; logs and exit files stay too."""
+    outside = tmp_path / "outside"
+    (outside / "keep").mkdir(parents=True)
+    (outside / "keep" / "file").write_text("precious")
+    job_dir = jobfiles.job_dir_for(tmp_path / "state", "00000000-0000-4000-8000-000000000001")
+    (job_dir / layout.CONTAINERS_DIR).mkdir(parents=True)
+    layout.exit_path(job_dir, "main").write_text("0\n")
+    (job_dir / layout.VOLUMES_DIR).symlink_to(outside / "keep")
+    (job_dir / layout.ROOTFS_DIR / "main").mkdir(parents=True)
+    (job_dir / layout.ROOTFS_DIR / "main" / "data").symlink_to(outside)
+    (job_dir / layout.PREPARED_FILE).symlink_to(job_dir)
+    jobfiles.remove_ended_layout(job_dir)
+    assert sorted(p.name for p in job_dir.iterdir()) == [layout.CONTAINERS_DIR]
+    assert (outside / "keep" / "file").read_text() == "precious"
+    assert layout.exit_path(job_dir, "main").read_text() == "0\n"

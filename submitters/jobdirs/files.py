@@ -247,17 +247,16 @@ def remove_ended_layout(job_dir: Path) -> None:
     """Remove an ended job's layout (``layout.ENDED_JOB_LAYOUT``: its volumes, secrets among them, the
     containers' rootfs and the marker), keeping logs and exit files. The script leaves this to the submitter
     where it found the submitter's layout; where it made its own, it removed it at exit and this finds nothing
-    (one failed ``lstat`` a name)."""
+    (one failed unlink a name). A link is removed, never followed (``rmtree`` neither follows one inside),
+    whatever the job's account put there."""
     base = os.fspath(job_dir)
     for name in layout.ENDED_JOB_LAYOUT:
         path = os.path.join(base, name)
         try:
-            os.unlink(path)  # the marker (a link), or a file in a directory's place
-        except IsADirectoryError:
-            shutil.rmtree(path, ignore_errors=True)
+            os.unlink(path)  # the marker (a link), or a link or file in a directory's place
         except FileNotFoundError:
             pass
-        except OSError:  # EPERM for a directory on some systems; anything else is left to the pod's deletion
+        except OSError:  # a directory (EISDIR; EPERM on some systems): what is left goes with the pod's deletion
             shutil.rmtree(path, ignore_errors=True)
 
 
