@@ -314,7 +314,9 @@ class Poller:
         seen = None if changes is None or restart else (by_uid, added)
         # Files, mapping and serialisation run off the event loop: thousands of statuses changing
         # at once must not stall RPC handling.
-        updates, events, finished = await asyncio.to_thread(self._compute, tracked, observed, now, journals, seen)
+        updates, events, finished, ended = await asyncio.to_thread(
+            self._compute, tracked, observed, now, journals, seen
+        )
         self._restart = not tracked
         async with self.lock:
             # A job cancelled while we polled is no longer tracked: its tombstone must win.
@@ -330,6 +332,8 @@ class Poller:
                 self.outbox.put(u.uid, events[u.uid])
         if updates:
             self.outbox.wake()
+        if ended:  # after the statuses went out: on a shared file system each unlink may cost a round trip
+            await asyncio.to_thread(jobfiles.remove_ended_layouts, ended)
         stats = PollStats(len(tracked), len(updates), self.backend.calls - calls0, self.clock.monotonic() - t0)
         self.last_poll = stats
         return stats
@@ -393,11 +397,12 @@ class Poller:
         now: float,
         journals: list[Path],
         seen: tuple[dict[str, Tracked], list[Tracked]] | None = None,
-    ) -> tuple[list[StatusUpdate], dict[str, PendingEvent], list[Tracked]]:
+    ) -> tuple[list[StatusUpdate], dict[str, PendingEvent], list[Tracked], list[Path]]:
         """Map the changed jobs' inputs to their status; only this poll touches ``Tracked`` fields."""
         updates: list[StatusUpdate] = []
         events: dict[str, PendingEvent] = {}
         finished: list[Tracked] = []
+        ended: list[Path] = []
         now_ns = self.clock.time_ns()
         # The journal before the files: a file written after this read leaves a line for the next one.
         # It names job directories, which are named by pod UID (``jobfiles.job_dir_for``).
@@ -424,12 +429,12 @@ class Poller:
             if inputs != t.inputs:
                 t.inputs = inputs
                 t.hot = HOT_POLLS
-                self._plan(t, obs, files, now, updates, events, finished)
+                self._plan(t, obs, files, now, updates, events, finished, ended)
             if t.hot:
                 hot.add(t.meta.uid)
             else:
                 hot.discard(t.meta.uid)
-        return updates, events, finished
+        return updates, events, finished, ended
 
     def _plan(
         self,
@@ -440,13 +445,14 @@ class Poller:
         updates: list[StatusUpdate],
         events: dict[str, PendingEvent],
         finished: list[Tracked],
+        ended: list[Path],
     ) -> None:
-        """New inputs: run the pure plan and note the update, event and untracking it asks for."""
+        """New inputs: run the pure plan and note the update, event, untracking and layout removal it asks for."""
         plan = plan_poll(t.meta, obs, files, last_status=t.status, revision=t.revision, now=now)
         if plan.untrack:
             finished.append(t)
-        if plan.remove_layout and t.layout:  # in the poll's thread, like the reads: never on the event loop
-            jobfiles.remove_ended_layout(t.handle.job_dir)
+        if plan.remove_layout and t.layout:
+            ended.append(t.handle.job_dir)
         change = plan.change
         if change is None:
             return

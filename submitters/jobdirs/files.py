@@ -247,8 +247,8 @@ def remove_ended_layout(job_dir: Path) -> None:
     """Remove an ended job's layout (``layout.ENDED_JOB_LAYOUT``: its volumes, secrets among them, the
     containers' rootfs and the marker), keeping logs and exit files. The script leaves this to the submitter
     where it found the submitter's layout; where it made its own, it removed it at exit and this finds nothing
-    (one failed unlink a name). A link is removed, never followed (``rmtree`` neither follows one inside),
-    whatever the job's account put there."""
+    (one failed unlink a name). The poll calls it after it published the statuses. A link is removed, never
+    followed (``rmtree`` neither follows one inside), whatever the job's account put there."""
     base = os.fspath(job_dir)
     for name in layout.ENDED_JOB_LAYOUT:
         path = os.path.join(base, name)
@@ -258,6 +258,12 @@ def remove_ended_layout(job_dir: Path) -> None:
             pass
         except OSError:  # a directory (EISDIR; EPERM on some systems): what is left goes with the pod's deletion
             shutil.rmtree(path, ignore_errors=True)
+
+
+def remove_ended_layouts(job_dirs: Iterable[Path]) -> None:
+    """:func:`remove_ended_layout` for each of a poll's ended jobs, in one thread hop."""
+    for job_dir in job_dirs:
+        remove_ended_layout(job_dir)
 
 
 def sweep_removals(jobs: Path) -> int:
