@@ -8,24 +8,12 @@ from dataclasses import dataclass, field
 
 from interlink_nats.kernel import layout
 
+from . import pod_model as pm
 from .context import RenderContext
 from .environment import expand
 from .errors import Checked, PodRejected, checked
 from .fields import relative_path
 from .launch import MountPoint, SetupEntry
-from .pod_model import (
-    Container,
-    DataObject,
-    DownwardItem,
-    DownwardProjection,
-    DownwardVolume,
-    EmptyDir,
-    HostPath,
-    KeyToPath,
-    ObjectVolume,
-    ProjectionSource,
-    VolumeSpec,
-)
 from .quoting import quote, quote_field
 from .sources import downward_value
 
@@ -62,8 +50,8 @@ class Volume:
 
 def _keyed_files(
     vol: Volume,
-    obj: DataObject,
-    items: Checked[tuple[KeyToPath, ...]],
+    obj: pm.DataObject,
+    items: Checked[tuple[pm.KeyToPath, ...]],
     mode: int,
     secret: bool,
     optional: bool,
@@ -93,14 +81,14 @@ def _add_file(vol: Volume, path: str, content: bytes, mode: int, secret: bool) -
         vol.dirs.append(f"{vol.rel_dir}/{path.rsplit('/', 1)[0]}")
 
 
-def build_volume(ctx: RenderContext, spec: VolumeSpec) -> Volume:
+def build_volume(ctx: RenderContext, spec: pm.VolumeSpec) -> Volume:
     """``spec.volumes[index]`` as files and directories to create, or a host path to use."""
     kw, src = spec.where, spec.source
     vol = Volume(name=spec.name, kind=spec.kind, index=spec.index)
-    if isinstance(src, EmptyDir):
+    if isinstance(src, pm.EmptyDir):
         vol.dir_mode = 0o777  # like Kubernetes; the job dir (0700) keeps other users out
         return vol
-    if isinstance(src, HostPath):
+    if isinstance(src, pm.HostPath):
         path, htype = src.path, src.path_type
         vol.host_path = path
         qp = quote_field(path, kw + ".path")
@@ -115,7 +103,7 @@ def build_volume(ctx: RenderContext, spec: VolumeSpec) -> Volume:
             vol.host_lines.append(f"__need {HOSTPATH_TESTS[htype]} {qp} {htype}")
         return vol
     vol.read_only = True
-    if isinstance(src, ObjectVolume):
+    if isinstance(src, pm.ObjectVolume):
         obj = (ctx.data.secrets if src.secret else ctx.data.config_maps).get(src.object_name)
         if not src.secret:
             vol.dir_mode = 0o755  # a secret's dir stays 0700
@@ -131,7 +119,7 @@ def build_volume(ctx: RenderContext, spec: VolumeSpec) -> Volume:
         for path, content in checked(projected.files).items():
             _add_file(vol, relative_path(path, projected.key_where(path)), content, src.default_mode, True)
         return vol
-    if isinstance(src, DownwardVolume):
+    if isinstance(src, pm.DownwardVolume):
         _downward_items(ctx, vol, checked(src.items), src.default_mode)
         return vol
     for source in checked(src.sources):
@@ -139,16 +127,16 @@ def build_volume(ctx: RenderContext, spec: VolumeSpec) -> Volume:
     return vol
 
 
-def _downward_items(ctx: RenderContext, vol: Volume, items: tuple[DownwardItem, ...], mode: int) -> None:
+def _downward_items(ctx: RenderContext, vol: Volume, items: tuple[pm.DownwardItem, ...], mode: int) -> None:
     for item in items:
         value = downward_value(ctx.pod, item.field_path, item.where + ".fieldRef.fieldPath")
         _add_file(vol, item.path, value.encode(), mode if item.mode is None else item.mode, True)
 
 
-def _projected_source(ctx: RenderContext, vol: Volume, source: ProjectionSource, mode: int) -> None:
+def _projected_source(ctx: RenderContext, vol: Volume, source: pm.ProjectionSource, mode: int) -> None:
     """Best effort when interLink sent no projectedvolumemaps (e.g. the VK disables projected volumes):
     resolve what the pod and the attached data allow; the SA token and kube-root-ca.crt are left out."""
-    if isinstance(source, DownwardProjection):
+    if isinstance(source, pm.DownwardProjection):
         _downward_items(ctx, vol, source.items, mode)
         return
     obj = (ctx.data.secrets if source.kind == "secret" else ctx.data.config_maps).get(source.object_name)
@@ -179,7 +167,7 @@ class Mount:
 
 def container_mounts(
     ctx: RenderContext,
-    c: Container,
+    c: pm.Container,
     volumes: dict[str, Volume],
     env: dict[str, str],
     used: dict[str, Volume],
