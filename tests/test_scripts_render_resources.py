@@ -7,8 +7,11 @@ from fractions import Fraction
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.services.scripts import parse_quantity, pod_resources, render_job
+from interlink_nats.services.scripts.pod_resources import UNIT_CACHE_MAX_CHARS, resource_units
 from render_cases import NONE, RT, ctr, data, rejected
 
 # --- resources ---------------------------------------------------------------------------------
@@ -85,6 +88,40 @@ def test_render_carries_resources_and_backend_flags() -> None:
 )
 def test_bad_resources_rejected(resources: dict[str, Any], field: str) -> None:
     assert rejected(data([ctr(resources=resources)])).field == field
+
+
+QUANTITY_TEXT = st.builds(
+    lambda whole, frac, suffix: f"{whole}{frac}{suffix}",
+    st.integers(0, 10**12).map(str),
+    st.sampled_from(["", ".5", ".25", ".001", ".3333333"]),
+    st.sampled_from(["", "m", "k", "M", "G", "Ki", "Mi", "Gi", "Ti", "n", "u", "e3", "e-2"]),
+)
+
+
+@given(st.sampled_from(["cpu", "memory", "nvidia.com/gpu"]), QUANTITY_TEXT, st.integers(0, 80))
+def test_resource_units_are_the_exact_quantity_rounded_up(name: str, text: str, padding: int) -> None:
+    """The cached int conversion agrees with the exact arithmetic it replaced, at any length (past
+    ``UNIT_CACHE_MAX_CHARS`` uncached), errors included."""
+    text = "0" * padding + text if text[0].isdigit() else text  # leading zeros: same value, longer string
+    exact = parse_quantity(text) * (1000 if name == "cpu" else 1)
+    if exact > 2**63 - 1:
+        expected: object = "too large"
+    elif name == "nvidia.com/gpu" and parse_quantity(text).denominator != 1:
+        expected = "GPU counts must be whole numbers"
+    else:
+        expected = -(-exact.numerator // exact.denominator)
+    try:
+        got: object = resource_units(name, text)
+    except ValueError as exc:
+        got = str(exc)
+    assert got == expected, (name, text, len(text) > UNIT_CACHE_MAX_CHARS)
+
+
+def test_resources_reach_the_job_in_units() -> None:
+    job = render_job(
+        data([ctr(resources={"requests": {"cpu": "100m", "memory": "64Mi"}, "limits": {"memory": "128Mi"}})]), NONE
+    )
+    assert (job.resources.cpu_millis, job.resources.memory_bytes) == (100, 128 * 2**20)
 
 
 def test_ephemeral_storage_is_ignored() -> None:

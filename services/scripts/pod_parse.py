@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import math
-from fractions import Fraction
 from typing import Any
 
 from interlink_nats.gen.interlink_nats import v1 as pb
@@ -58,13 +56,12 @@ from .pod_resources import (
     CPU,
     GPU_RESOURCE,
     IGNORED_RESOURCES,
-    INT64_MAX,
     KNOWN_RESOURCES,
     MEMORY,
     NO_RESOURCES,
     ContainerResources,
-    parse_quantity,
     pod_resources_from,
+    resource_units,
 )
 from .probes import PROBES, parse_probes
 from .run_as import run_as_request
@@ -375,13 +372,12 @@ def _mount(raw: Any, where: str, volume_names: set[str]) -> VolumeMount:
     return VolumeMount(where, name, path, sub, sub_expr, get_bool(m, "readOnly", where))
 
 
-def _quantity(raw: Any, where: str, kind: str, name: str) -> Fraction:
-    """Quantity ``where.kind[name]`` (the path is only built for a rejection)."""
+def _units(raw: Any, where: str, kind: str, name: str) -> int:
+    """Quantity ``where.kind[name]`` in the job's units (the path is only built for a rejection)."""
     if isinstance(raw, bool) or not isinstance(raw, (str, int, float)):
         raise PodRejected(member(f"{where}.{kind}", name), f"not a quantity: {raw!r}")
-    text = raw if type(raw) is str else str(raw)
     try:
-        return parse_quantity(text)
+        return resource_units(name, raw if type(raw) is str else str(raw))
     except ValueError as e:
         raise PodRejected(member(f"{where}.{kind}", name), str(e)) from None
 
@@ -392,14 +388,12 @@ def _resources(container: dict[str, Any], where: str) -> tuple[ContainerResource
     the larger."""
     res = get_obj(container, "resources", where)
     if not res:
-        return NO_RESOURCES, "requests"  # most containers of batch pods: no Fraction arithmetic (~10 µs a render)
+        return NO_RESOURCES, "requests"  # most containers of batch pods
     rw = where + ".resources"
     for key in res:
         if key not in ("requests", "limits"):
             raise PodRejected(child(rw, key), "unsupported here (only requests and limits of cpu, memory, GPUs)")
-    cpu: Fraction | int = 0
-    mem: Fraction | int = 0
-    gpu: Fraction | int = 0
+    cpu = mem = gpu = 0
     for kind in ("requests", "limits"):
         values = get_obj(res, kind, rw)
         for name, raw in values.items():
@@ -409,16 +403,12 @@ def _resources(container: dict[str, Any], where: str) -> tuple[ContainerResource
                 )
             if name in IGNORED_RESOURCES:
                 continue
-            q = _quantity(raw, rw, kind, name)
-            if q.numerator * (1000 if name == CPU else 1) > INT64_MAX * q.denominator:
-                raise PodRejected(member(f"{rw}.{kind}", name), "too large")
+            units = _units(raw, rw, kind, name)
             if name == CPU:
-                cpu = max(cpu, q)
+                cpu = max(cpu, units)
             elif name == MEMORY:
-                mem = max(mem, q)
+                mem = max(mem, units)
             else:
-                if q.denominator != 1:
-                    raise PodRejected(member(f"{rw}.{kind}", name), "GPU counts must be whole numbers")
-                gpu = max(gpu, q)
+                gpu = max(gpu, units)
     gpu_kind = "limits" if GPU_RESOURCE in (res.get("limits") or ()) else "requests"
-    return ContainerResources(math.ceil(cpu * 1000), math.ceil(mem), int(gpu)), gpu_kind
+    return ContainerResources(cpu, mem, gpu), gpu_kind

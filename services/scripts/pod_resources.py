@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import datetime
+import functools
+import math
 from fractions import Fraction
 from typing import NamedTuple
 
@@ -42,6 +44,36 @@ def parse_quantity(text: str) -> Fraction:
     if value < 0:
         raise ValueError(f"negative quantity: {text!r}")
     return value
+
+
+UNIT_CACHE_MAX_CHARS = 64
+"""Longer quantity strings are converted uncached: a pod must not fill the cache with its own large strings."""
+
+
+def resource_units(name: str, text: str) -> int:
+    """Quantity ``text`` of resource ``name`` in the job's units, rounded up: cpu millis, memory bytes, GPUs.
+
+    ValueError, with the reason a rejection gives: malformed or negative, larger than int64 in those units, or a
+    GPU count that is not whole. The units are ints so that a container's max(request, limit) and the pod's sums
+    need no Fraction arithmetic, which was most of parsing an interLink pod's resources.
+    """
+    if len(text) > UNIT_CACHE_MAX_CHARS:
+        return _units(name, text)
+    return _cached_units(name, text)
+
+
+def _units(name: str, text: str) -> int:
+    quantity = parse_quantity(text)
+    scaled = quantity * 1000 if name == CPU else quantity
+    if scaled > INT64_MAX:
+        raise ValueError("too large")
+    if name == GPU_RESOURCE and quantity.denominator != 1:
+        raise ValueError("GPU counts must be whole numbers")
+    return math.ceil(scaled)
+
+
+_cached_units = functools.lru_cache(maxsize=1024)(_units)
+"""A pool's pods ask for the same few figures ("100m", "64Mi"): each is converted once."""
 
 
 def pod_resources_from(
