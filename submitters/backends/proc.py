@@ -1,15 +1,28 @@
-"""Run batch-system commands: always ``create_subprocess_exec`` (never a shell), bounded in time,
-with failures turned into :class:`CommandFailed` that carries argv, exit code and stderr."""
+"""Run batch-system commands: never through a shell, bounded in time, with failures turned into
+:class:`CommandFailed` that carries argv, exit code and stderr.
+
+The child is started by :class:`subprocess.Popen` (CPython's ``vfork``), not by the event loop's
+``subprocess_exec``: the submitter runs on uvloop, whose libuv spawn is a ``fork`` that copies the page
+tables of the whole process, so each ``squeue`` or ``sbatch`` cost CPU in proportion to the submitter's
+heap (12 ms against 2.8 ms with a 300 MB heap, measured; about 5 ms per poll with 10,000 jobs tracked).
+Its output and its exit are then awaited on the loop: the pipes by readers on their descriptors, the exit
+through a pidfd (a thread where there is none), so a command can still be cancelled and is killed when it is.
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import os
+import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import IO
 
 from interlink_nats.submitters.core.backend import BackendUnavailable, CommandFailed
+
+READ_CHUNK = 1 << 16
+"""Bytes per read of a command's output (a pipe's whole buffer on Linux)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,11 +44,12 @@ async def run_command(
     """Run ``argv`` to completion; raise CommandFailed on a non-zero exit (when ``check``) or after ``time_limit``."""
     argv = [str(a) for a in argv]
     try:
-        proc = await asyncio.create_subprocess_exec(
-            *argv,
-            stdin=asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
+        # Blocks the loop only until the child's exec (vfork): see the module docstring for why not the loop's spawn.
+        proc = subprocess.Popen(  # noqa: ASYNC220
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
             env=dict(env) if env is not None else None,
             cwd=cwd,
         )
@@ -44,20 +58,86 @@ async def run_command(
     except OSError as exc:
         raise BackendUnavailable(f"cannot run {argv[0]}: {exc}") from exc
     try:
-        out, err = await asyncio.wait_for(proc.communicate(), time_limit)
+        async with asyncio.timeout(time_limit):
+            out, err = await asyncio.gather(_read_all(proc.stdout), _read_all(proc.stderr))
+            returncode = await _exited(proc)
     except (TimeoutError, asyncio.CancelledError):
         with contextlib.suppress(ProcessLookupError):
             proc.kill()
         with contextlib.suppress(Exception):
-            await asyncio.shield(proc.wait())
+            await asyncio.shield(_exited(proc))
         task = asyncio.current_task()
         if task is not None and task.cancelling():
             raise
         raise CommandFailed(argv, None, f"no answer within {time_limit:g}s") from None
-    done = Completed(argv, proc.returncode or 0, out.decode(errors="replace"), err.decode(errors="replace"))
+    finally:
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
+    done = Completed(argv, returncode, out.decode(errors="replace"), err.decode(errors="replace"))
     if check and done.returncode != 0:
         raise CommandFailed(argv, done.returncode, done.stderr or done.stdout)
     return done
+
+
+async def _read_all(pipe: IO[bytes] | None) -> bytes:
+    """Everything the child writes to ``pipe`` until it closes it, read on the loop as it comes.
+
+    A reader on the descriptor, not a pipe transport: the caller keeps owning (and closes) the pipe, where a
+    transport would close the descriptor itself and leave the file object to close it a second time.
+    """
+    assert pipe is not None
+    fd = pipe.fileno()
+    os.set_blocking(fd, False)
+    loop = asyncio.get_running_loop()
+    chunks: list[bytes] = []
+    ended: asyncio.Future[None] = loop.create_future()
+
+    def readable() -> None:  # one read a wake-up: a chatty command cannot hold the loop
+        if ended.done():
+            return
+        try:
+            data = os.read(fd, READ_CHUNK)
+        except BlockingIOError:
+            return
+        except OSError as exc:
+            ended.set_exception(exc)
+            return
+        if data:
+            chunks.append(data)
+        else:
+            ended.set_result(None)  # end of file: the command closed its end
+
+    loop.add_reader(fd, readable)
+    try:
+        await ended
+    finally:
+        loop.remove_reader(fd)
+    return b"".join(chunks)
+
+
+async def _exited(proc: subprocess.Popen[bytes]) -> int:
+    """The child's exit status, awaited on a pidfd (Linux >= 5.3), else in a thread; the child is reaped."""
+    if proc.returncode is not None or proc.poll() is not None:
+        return proc.returncode or 0
+    try:
+        fd = os.pidfd_open(proc.pid)
+    except (AttributeError, OSError):
+        return await asyncio.to_thread(proc.wait)
+    loop = asyncio.get_running_loop()
+    readable: asyncio.Future[None] = loop.create_future()
+
+    def exited() -> None:
+        if not readable.done():
+            readable.set_result(None)
+
+    loop.add_reader(fd, exited)
+    try:
+        await readable
+    finally:
+        loop.remove_reader(fd)
+        os.close(fd)
+    return proc.wait()
 
 
 def environ_with(extra: Mapping[str, str]) -> dict[str, str]:
