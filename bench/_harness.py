@@ -18,8 +18,11 @@ import sys
 import tempfile
 import time
 import urllib.request
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from pathlib import Path
+from typing import Any, TypeVar
+
+T = TypeVar("T")
 
 
 def free_port() -> int:
@@ -179,6 +182,16 @@ def stop_process(proc: subprocess.Popen[bytes]) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def run_on_uvloop(main: Coroutine[Any, Any, T]) -> T:
+    """``main`` on uvloop when installed, the loop the gateway and the submitter run on (``kernel.signals``):
+    what the bench times (a client's calls, the spawning of ``squeue``) costs there what it costs them."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - not on Windows
+        return asyncio.run(main)
+    return uvloop.run(main)
 
 
 def wait_http(url: str, timeout: float = 30.0) -> None:

@@ -39,10 +39,12 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
 
+sys.path.insert(0, str(Path(__file__).parent))
+
+from _harness import run_on_uvloop
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel import layout
 from interlink_nats.submitters.backends.proc import run_command
@@ -346,15 +348,6 @@ async def bench_htcondor(root: Path, n: int, sample: int) -> dict[str, float | i
     return await batch_figures(sub, n, backend_calls, backend_s, per_pod_s)
 
 
-def run(main: Coroutine[Any, Any, dict[str, float | int]]) -> dict[str, float | int]:
-    """On uvloop when installed, the submitter's own loop: its costs (spawning ``squeue``, say) are the ones timed."""
-    try:
-        import uvloop
-    except ImportError:  # pragma: no cover - not on Windows
-        return asyncio.run(main)
-    return uvloop.run(main)
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=10_000)
@@ -366,12 +359,12 @@ def main() -> None:
     )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-poll-") as tmp:
-        slurm = run(bench_slurm(Path(tmp) / "slurm", args.jobs, args.sample, args.rounds))
-        shell = run(bench_shell(Path(tmp) / "shell", args.jobs))
-        shell.update(run(bench_shell_running(Path(tmp) / "shell-running", args.jobs, args.rounds)))
+        slurm = run_on_uvloop(bench_slurm(Path(tmp) / "slurm", args.jobs, args.sample, args.rounds))
+        shell = run_on_uvloop(bench_shell(Path(tmp) / "shell", args.jobs))
+        shell.update(run_on_uvloop(bench_shell_running(Path(tmp) / "shell-running", args.jobs, args.rounds)))
         htcondor: dict[str, float | int] = {}
         if not args.skip_htcondor:
-            htcondor = run(bench_htcondor(Path(tmp) / "htcondor", args.jobs, args.condor_sample))
+            htcondor = run_on_uvloop(bench_htcondor(Path(tmp) / "htcondor", args.jobs, args.condor_sample))
     print(f"\nOne poll of {args.jobs:,} tracked jobs (2 shared cores; per-pod baseline timed on {args.sample} calls)")
     rows = [
         ("slurm: batched squeue (backend only)", slurm["backend_calls_per_poll"], f"{slurm['backend_poll_s']:.3f}"),

@@ -40,6 +40,7 @@ from _harness import (
     nats_message_count,
     percentile,
     print_table,
+    run_on_uvloop,
     start_gateway,
     stop_process,
     wait_http,
@@ -229,11 +230,7 @@ async def load(port: int, requests: list[bytes], rate: float, connections: int) 
 
 def run_load(port: int, requests: list[bytes], rate: float, connections: int) -> dict[str, Any]:
     """:func:`load` on uvloop when installed (the gateway's loop too): a cheaper client, a truer figure."""
-    try:
-        import uvloop
-    except ImportError:  # pragma: no cover - not on Windows
-        return asyncio.run(load(port, requests, rate, connections))
-    return uvloop.run(load(port, requests, rate, connections))
+    return run_on_uvloop(load(port, requests, rate, connections))
 
 
 def main() -> None:

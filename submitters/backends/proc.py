@@ -118,8 +118,8 @@ async def _read_all(pipe: IO[bytes] | None) -> bytes:
 
 async def _exited(proc: subprocess.Popen[bytes]) -> int:
     """The child's exit status, awaited on a pidfd (Linux >= 5.3), else in a thread; the child is reaped."""
-    if proc.returncode is not None or proc.poll() is not None:
-        return proc.returncode or 0
+    if proc.poll() is not None:  # ended already (or reaped before): no descriptor needed
+        return proc.returncode
     try:
         fd = os.pidfd_open(proc.pid)
     except (AttributeError, OSError):
