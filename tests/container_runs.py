@@ -98,10 +98,14 @@ def start_job(tmp_path: Path) -> Iterator[Callable[[Runtime, dict[str, Any]], Jo
         return job
 
     yield start
-    for job in jobs:
+    for job in jobs:  # a failed test's job: cancelled as a delete would (its containers stopped), then killed
         if job.proc.poll() is None:
-            os.killpg(job.proc.pid, signal.SIGKILL)
-            job.proc.wait()
+            os.killpg(job.proc.pid, signal.SIGTERM)
+            try:
+                job.proc.wait(timeout=90)
+            except subprocess.TimeoutExpired:
+                os.killpg(job.proc.pid, signal.SIGKILL)
+                job.proc.wait()
 
 
 def eventually(check: Callable[[], bool], what: str, timeout: float = 90) -> None:

@@ -60,6 +60,25 @@ def test_post_start_execs_inside_the_running_container(
     assert podman.leftovers(job.uid) == []
 
 
+def test_a_container_that_ends_while_its_post_start_runs_keeps_its_own_exit(
+    podman: Runtime, start_job: Callable[[Runtime, dict[str, Any]], Job], gate: Path
+) -> None:
+    """The container ends as soon as the hook has touched the gate, so the hook's own process (still sleeping)
+    dies with it and `podman exec` fails. On a node the kubelet's kill of an ended container does nothing and
+    the status is the container's own exit; here the failure must not stop the runtime's client either."""
+    main = sh("main", "while [ ! -e /gate/hooked ]; do sleep 0.01; done", podman.image)
+    main["lifecycle"] = {"postStart": hook("touch /gate/hooked; sleep 60")}
+    keeper = sh("keeper", "while [ ! -e /gate/done ]; do sleep 0.1; done", podman.image)  # the job outlives the hook
+    job = start_job(podman, gated(gate, [main, keeper]))
+    eventually(lambda: layout.exit_path(job.job_dir, "main").exists(), "the container's end")
+    seen = read_container_files(job.job_dir, ["main"])["main"]
+    assert (seen.exit_code, seen.reason) == (0, ""), "not stopped for its hook's failure"
+    eventually(lambda: "the container ended while its hook ran" in job.log("main"), "the hook's verdict")
+    (gate / "done").touch()
+    assert job.wait() == 0
+    assert podman.leftovers(job.uid) == []
+
+
 def test_a_failing_post_start_stops_the_container_with_its_reason(
     podman: Runtime, start_job: Callable[[Runtime, dict[str, Any]], Job], gate: Path
 ) -> None:

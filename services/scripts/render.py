@@ -105,15 +105,16 @@ def _container(plan: PodPlan, c: Container, index: int, init: bool) -> Container
     commands = runtime.commands(launch, plan.options)
     plan.host_setup += commands.setup
     out = ContainerPlan(index, c.name, quote(c.name), init, list(commands.body), resources)
-    handlers: list[tuple[str, Handler | TcpSocketHandler | None]] = []
+    handlers: list[tuple[str, Handler | TcpSocketHandler | None, bool]] = []  # (prefix, handler, is a hook)
     if c.lifecycle is not None:
-        handlers += [(prefix, c.lifecycle.get(prefix)) for _, prefix in HOOKS]
-    handlers += [(p.kind, p.handler) for p in c.probes]
-    for prefix, handler in handlers:
+        handlers += [(prefix, c.lifecycle.get(prefix), True) for _, prefix in HOOKS]
+    handlers += [(p.kind, p.handler, False) for p in c.probes]
+    for prefix, handler, hook in handlers:
         if handler is not None:
             exec_lines: tuple[str, ...] = ()
             if isinstance(handler, ExecHandler):
-                exec_lines = runtime.exec_in(replace(launch, where=handler.where), plan.options, list(handler.command))
+                handler_launch = replace(launch, where=handler.where)
+                exec_lines = runtime.exec_in(handler_launch, plan.options, list(handler.command), hook=hook)
             out.hooks[prefix] = handler_body(handler, exec_lines)
     out.probe_words = " ".join(p.words() for p in c.probes)
     return out

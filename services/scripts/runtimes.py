@@ -94,8 +94,11 @@ class Runtime(Protocol):
     def stop_commands(self, pod: PodOptions) -> StopCommands:
         """What a cancel or deadline must do beyond signalling the containers' process groups."""
 
-    def exec_in(self, launch: Launch, pod: PodOptions, command: list[str]) -> tuple[str, ...]:
-        """The shell lines that run ``command`` in the container's environment (a hook's exec handler)."""
+    def exec_in(self, launch: Launch, pod: PodOptions, command: list[str], *, hook: bool) -> tuple[str, ...]:
+        """The shell lines that run ``command`` in the container's environment (a hook's or probe's exec handler).
+
+        ``hook``: a lifecycle hook, whose failure stops the container. A probe's lines exec the command, so that
+        its time limit kills the command itself."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,18 +127,30 @@ class ContainerEngine:
     failure_code: int = 125  # the engine's exit code for its own errors
     exec_verb: str | None = None  # runs a command in the running container (by ``--name``); None: a new one
 
-    def exec_in(self, launch: Launch, pod: PodOptions, command: list[str]) -> tuple[str, ...]:
+    def exec_in(self, launch: Launch, pod: PodOptions, command: list[str], *, hook: bool) -> tuple[str, ...]:
         words = [quote(w) for w in command]
         if self.exec_verb is None:  # apptainer: the same image, binds, environment and directory (no PID
             # or network namespace of its own by default, so it is the container's environment)
-            hook = replace(launch, command=command, command_words=words, args_words=[], mpi=(), engine_name="")
-            return self.commands(hook, pod).body
+            beside = replace(launch, command=command, command_words=words, args_words=[], mpi=(), engine_name="")
+            return self.commands(beside, pod).body
         # podman: into the running container (it may not be running yet right after its client started)
         exe = " ".join([pod.executable, *pod.global_options])
         running = f"{exe} container inspect --format '{{{{.State.Running}}}}' {launch.engine_name} 2>/dev/null"
+        wait_running = f'until [ "$({running})" = true ]; do sleep 0.1; done'
+        run = f"{exe} {self.exec_verb} {launch.engine_name} " + " ".join(words)
+        if not hook:
+            return (wait_running, "exec " + run)
+        # A container that ends while its hook runs fails the hook's `podman exec` ("container has already been
+        # removed", or the exec'd process killed with it). On a node the kubelet's kill of an ended container
+        # does nothing, and its status is its own exit (kuberuntime_container.go, startContainer); here the
+        # failure would stop the runtime's client while it cleans up, and the container would end as killed.
+        # So a failure counts only while the container still runs, and the log says why it did not.
         return (
-            f'until [ "$({running})" = true ]; do sleep 0.1; done',
-            f"exec {exe} {self.exec_verb} {launch.engine_name} " + " ".join(words),
+            wait_running,
+            run + " && exit 0",
+            "rc=$?",
+            f'[ "$({running})" != true ] || exit "$rc"',
+            'echo "interlink-nats: the container ended while its hook ran (podman exec: exit code $rc)" >&2',
         )
 
     def image(
@@ -332,11 +347,11 @@ class HostRuntime:
     def stop_commands(self, pod: PodOptions) -> StopCommands:
         return StopCommands()  # host processes end with their process groups
 
-    def exec_in(self, launch: Launch, pod: PodOptions, command: list[str]) -> tuple[str, ...]:
+    def exec_in(self, launch: Launch, pod: PodOptions, command: list[str], *, hook: bool) -> tuple[str, ...]:
         """The container's own directory and environment, as its command gets them."""
         words = [quote(w) for w in command]
-        hook = replace(launch, command=command, command_words=words, args_words=[], mpi=())
-        return self.commands(hook, pod).body
+        beside = replace(launch, command=command, command_words=words, args_words=[], mpi=())
+        return self.commands(beside, pod).body
 
 
 HOST = HostRuntime()
