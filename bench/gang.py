@@ -53,7 +53,7 @@ from _harness import (
     stop_process,
     wait_http,
 )
-from create import interlink_pod_data
+from _pods import interlink_pod_data
 from interlink_nats.services.ops.nats_server import NatsServerProcess
 
 POOL = "gang"
