@@ -72,6 +72,19 @@ async def stream_leader(nc: NATS, cluster: NatsCluster) -> int:
     return int(info.cluster.leader.removeprefix("n"))
 
 
+async def lead_elsewhere(nc: NATS, cluster: NatsCluster, node: int, within: float = 30.0) -> int:
+    """The stream's leader once it is not ``node``: a restarted node may win an election again (an election
+    after a missed heartbeat on a loaded machine), and is then asked to step down (``$JS.API.STREAM.LEADER.
+    STEPDOWN``, as ``nats stream cluster step-down`` does)."""
+    deadline = time.monotonic() + within
+    while (leader := await stream_leader(nc, cluster)) == node:
+        assert time.monotonic() < deadline, f"node {node} kept the events stream's leadership"
+        with contextlib.suppress(nats.errors.TimeoutError):
+            await nc.request(f"$JS.API.STREAM.LEADER.STEPDOWN.{EVENTS_STREAM}", b"", timeout=5)
+        await wait_stream_current(nc)
+    return leader
+
+
 async def wait_stream_current(nc: NATS, within: float = 30.0) -> None:
     """Until the stream has a leader and every replica is current (a restarted node caught up)."""
     js = nc.jetstream(timeout=2)

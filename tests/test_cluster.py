@@ -31,7 +31,7 @@ from interlink_nats.services.gateway.pools import discover_pools
 from interlink_nats.services.ops.nats_server import NatsCluster
 from interlink_nats.submitters.runtime import Submitter
 from nats_cluster import cluster as cluster
-from nats_cluster import connected_node, stream_leader, wait_stream_current
+from nats_cluster import connected_node, lead_elsewhere, stream_leader, wait_stream_current
 from stack import Stack, create_body, gateway_only, new_pool, pod, submitter_settings, terminated
 
 RECOVERY_S = 30.0
@@ -189,8 +189,8 @@ async def test_a_lost_node_loses_no_job_and_no_status(victim: str, cluster: Nats
 
             killed: list[int] = []
 
-            async def kill() -> None:
-                node = await pick()
+            async def kill(node: int | None = None) -> None:
+                node = await pick() if node is None else node
                 await asyncio.to_thread(cluster.nodes[node].kill_blocking)
                 lost_at.append(time.time())
                 killed.append(node)
@@ -200,8 +200,7 @@ async def test_a_lost_node_loses_no_job_and_no_status(victim: str, cluster: Nats
                 async def restart_and_kill_another() -> None:
                     await asyncio.to_thread(cluster.nodes[killed[0]].restart_blocking)
                     await wait_stream_current(observer)
-                    await kill()
-                    assert killed[1] != killed[0]
+                    await kill(await lead_elsewhere(observer, cluster, killed[0]))
 
                 await load.run(500, 16, {150: kill, 350: restart_and_kill_another})
                 assert len(killed) == 2
