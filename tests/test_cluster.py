@@ -13,7 +13,7 @@ import contextlib
 import time
 import uuid
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -25,6 +25,7 @@ import nats.js.errors
 import pytest
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel.subjects import EVENTS_STREAM, resources_subject
+from interlink_nats.kernel.tasks import cancel_and_wait
 from interlink_nats.services.bus.events_stream import ensure_events_stream
 from interlink_nats.services.bus.rpc import SERVICE_NAME, submitter_client
 from interlink_nats.services.gateway.pools import discover_pools
@@ -89,19 +90,32 @@ class Load:
 
         await asyncio.gather(*(worker() for _ in range(in_flight)))
 
-    async def final_times(self, within: float) -> dict[str, float]:
-        """When each pod's /status first showed every container terminated."""
+    async def final_times(self, creates: Awaitable[None], within: float) -> dict[str, float]:
+        """When each pod's /status first showed every container terminated, watched while ``creates`` runs (a
+        create whose reply was lost with its node waits out its deadline; the other pods' statuses must not
+        seem late for it), then for ``within`` seconds more."""
+        running = asyncio.ensure_future(creates)
         done: dict[str, float] = {}
-        deadline = time.monotonic() + within
-        while len(done) < len(self.pods) and time.monotonic() < deadline:
-            todo = [p for p in self.pods if p["metadata"]["uid"] not in done]
-            response = await self.stack.get("/status", todo)
-            assert response.status_code == 200, response.text
-            now = time.time()
-            for status in response.json():
-                if status["containers"] and terminated(status):
-                    done[status["UID"]] = now
-            await asyncio.sleep(0.25)
+        deadline = None
+        try:
+            while not running.done() or len(done) < len(self.pods):
+                if running.done():
+                    running.result()  # a failed create fails the test at once
+                    deadline = deadline or time.monotonic() + within
+                    if time.monotonic() > deadline:
+                        break
+                todo = [p for p in self.pods if p["metadata"]["uid"] not in done]
+                if todo:  # (an empty list asks for the ping)
+                    response = await self.stack.get("/status", todo)
+                    assert response.status_code == 200, response.text
+                    now = time.time()
+                    for status in response.json():
+                        if status["containers"] and terminated(status):
+                            done[status["UID"]] = now
+                await asyncio.sleep(0.25)
+            await running
+        finally:
+            await cancel_and_wait(running)
         return done
 
     def runs(self) -> Counter[str]:
@@ -202,11 +216,11 @@ async def test_a_lost_node_loses_no_job_and_no_status(victim: str, cluster: Nats
                     await wait_stream_current(observer)
                     await kill(await lead_elsewhere(observer, cluster, killed[0]))
 
-                await load.run(500, 16, {150: kill, 350: restart_and_kill_another})
+                creates = load.run(500, 16, {150: kill, 350: restart_and_kill_another})
+                finals = await load.final_times(creates, within=RECOVERY_S * 2)
                 assert len(killed) == 2
             else:
-                await load.run(100, 16, {30: kill})
-            finals = await load.final_times(within=RECOVERY_S * 2)
+                finals = await load.final_times(load.run(100, 16, {30: kill}), within=RECOVERY_S * 2)
             assert_each_ran_once_and_finished(load, finals, lost_at)
     finally:
         await observer.close()
