@@ -92,8 +92,8 @@ class Load:
 
     async def final_times(self, creates: Awaitable[None], within: float) -> dict[str, float]:
         """When each pod's /status first showed every container terminated, watched while ``creates`` runs (a
-        create whose reply was lost with its node waits out its deadline; the other pods' statuses must not
-        seem late for it), then for ``within`` seconds more."""
+        create whose request or reply was lost with its node waits for its resend, or its deadline: the other
+        pods' statuses must not seem late for it), then for ``within`` seconds more."""
         running = asyncio.ensure_future(creates)
         done: dict[str, float] = {}
         deadline = None

@@ -40,8 +40,12 @@ from interlink_nats.services.bus.rpc import (
     RpcServer,
     connection_shared,
     current_call,
+    protocol,
     submitter_client,
 )
+from interlink_nats.services.gateway.metrics import GatewayMetrics
+from interlink_nats.services.gateway.pool_client import SUBMIT_ROUTE, PoolClient
+from interlink_nats.services.gateway.settings import GatewaySettings
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
 
@@ -256,6 +260,67 @@ async def test_deadline_exceeded_reaches_the_client_and_cancels_the_handler(
     assert loop.time() - started < 10  # nowhere near the handler's 60 s
     await asyncio.wait_for(service.cancelled.wait(), 10)
     await eventually(lambda: server.in_flight == 0)
+
+
+SUBMIT = SUBMIT_ROUTE
+
+
+async def lossy_responder(nc: NATS, pool: str, drop: int) -> list[Msg]:
+    """A pool's node as it dies: the first ``drop`` requests (or their replies) are lost; the rest are answered.
+    Returns the list every request copy lands in."""
+    seen: list[Msg] = []
+
+    async def on_request(msg: Msg) -> None:
+        seen.append(msg)
+        if len(seen) > drop:
+            await nc.publish(msg.reply, bytes(SubmitResponse(job_id=f"job-{len(seen)}", created=True)))
+
+    await nc.subscribe(rpc_subject("Submit", pool), cb=on_request)
+    await nc.flush()
+    return seen
+
+
+async def test_an_unanswered_call_given_a_resend_period_is_sent_again_until_answered(
+    server_nc: NATS, client_nc: NATS, pool: str
+) -> None:
+    """A Submit whose request or reply was lost with its node is answered after the resend period, not its
+    deadline; each copy carries the time left as its own deadline."""
+    seen = await lossy_responder(server_nc, pool, drop=2)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    reply = await NatsChannel(client_nc, pool).unary(SUBMIT, bytes(submit_request()), timeout=60, resend_every_s=0.2)
+    assert SubmitResponse.parse(reply).job_id == "job-3"
+    assert loop.time() - started < 30, "answered long before the deadline"
+    deadlines = [protocol.decode_timeout((m.headers or {})[TIMEOUT]) for m in seen]
+    assert len(deadlines) == 3 and deadlines == sorted(deadlines, reverse=True) and deadlines[0] > deadlines[-1]
+    assert len({m.reply for m in seen}) == 1, "every copy answers the one waiting call"
+    await asyncio.sleep(0.5)  # no copy is sent once the call is answered
+    assert len(seen) == 3
+
+
+async def test_the_gateways_submit_is_sent_again_by_its_setting(server_nc: NATS, client_nc: NATS, pool: str) -> None:
+    """``submit_resend_s`` reaches the Submit the gateway makes (a create in flight when its pool's node died)."""
+    seen = await lossy_responder(server_nc, pool, drop=1)
+    settings = GatewaySettings(submit_resend_s=0.2)
+    client = PoolClient(
+        client_nc,
+        GatewayMetrics(dict, lambda: 0),
+        call_timeout_s=settings.submit_timeout_s,
+        pool_wait_s=settings.pool_wait_s,
+        submit_resend_s=settings.submit_resend_s,
+    )
+    reply = await client.submit(pool, submit_request().job)  # type: ignore[arg-type]
+    assert (reply.job_id, len(seen)) == ("job-2", 2)
+
+
+async def test_without_a_resend_period_a_lost_request_waits_out_its_deadline(
+    server_nc: NATS, client_nc: NATS, pool: str
+) -> None:
+    seen = await lossy_responder(server_nc, pool, drop=1)
+    with pytest.raises(GRPCError) as caught:
+        await NatsChannel(client_nc, pool).unary(SUBMIT, bytes(submit_request()), timeout=1.0)
+    assert caught.value.status is Status.DEADLINE_EXCEEDED
+    assert len(seen) == 1
 
 
 async def test_stub_deadline_argument_is_honoured(serve: Serve, client_nc: NATS, pool: str) -> None:

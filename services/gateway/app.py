@@ -56,7 +56,11 @@ class Gateway:
             self.store.counts_by_state, lambda: len(self.pools.live_reports()), lambda: self.pools.pools
         )
         self.client = PoolClient(
-            self.nc, self.metrics, call_timeout_s=self.settings.submit_timeout_s, pool_wait_s=self.settings.pool_wait_s
+            self.nc,
+            self.metrics,
+            call_timeout_s=self.settings.submit_timeout_s,
+            pool_wait_s=self.settings.pool_wait_s,
+            submit_resend_s=self.settings.submit_resend_s,
         )
         self.pools = PoolDirectory(self.nc, self.client.describe, prefix=self.settings.prefix, redis=self.redis)
         self.events = EventConsumer(

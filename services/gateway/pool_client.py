@@ -39,11 +39,20 @@ def _no_submitter(exc: BaseException) -> bool:
 
 
 class PoolClient:
-    def __init__(self, nc: NatsClient, metrics: GatewayMetrics, *, call_timeout_s: float, pool_wait_s: float) -> None:
+    def __init__(
+        self,
+        nc: NatsClient,
+        metrics: GatewayMetrics,
+        *,
+        call_timeout_s: float,
+        pool_wait_s: float,
+        submit_resend_s: float | None = None,
+    ) -> None:
         self.nc = nc
         self.metrics = metrics
         self.call_timeout_s = call_timeout_s
         self.pool_wait_s = pool_wait_s
+        self.submit_resend_s = submit_resend_s
         self._stubs: dict[str, pb.SubmitterServiceStub] = {}
 
     def stub(self, pool: str) -> pb.SubmitterServiceStub:
@@ -71,12 +80,16 @@ class PoolClient:
         )
 
     async def submit(self, pool: str, job: pb.JobScript) -> SubmitReply:
-        """``Submit``, encoded and decoded by ``submit_wire`` (the same bytes as the stub's, for less CPU)."""
+        """``Submit``, encoded and decoded by ``submit_wire`` (the same bytes as the stub's, for less CPU); sent
+        again every ``submit_resend_s`` while unanswered (a repeat joins the submission in progress)."""
         payload = encode_submit_request(job)
         channel = self.channel(pool)
-        reply = await self._call(
-            pool, "Submit", lambda: channel.unary(SUBMIT_ROUTE, payload, timeout=self.call_timeout_s), wait=True
-        )
+        timeout, every = self.call_timeout_s, self.submit_resend_s
+
+        def call() -> Awaitable[bytes]:
+            return channel.unary(SUBMIT_ROUTE, payload, timeout=timeout, resend_every_s=every)
+
+        reply = await self._call(pool, "Submit", call, wait=True)
         try:
             return decode_submit_response(reply)
         except (ValueError, IndexError):

@@ -43,6 +43,12 @@ class GatewaySettings(LayeredSettings):
     )
     prefix: str = Field(DEFAULT_PREFIX, description="prefix of announcement and event subjects")
     submit_timeout_s: float = Field(30.0, description="deadline of one Submit call to a pool")
+    submit_resend_s: float = Field(
+        5.0,
+        gt=0,
+        description="a Submit not answered this long is sent again until its deadline (it joins the submission in "
+        "progress): a request or reply lost with a NATS node costs this long, not the whole deadline",
+    )
     pool_wait_s: float = Field(5.0, description="how long to wait for a pool with no live submitter before a 503")
     status_fallback_timeout_s: float = Field(10.0, description="deadline of a GetStatus batch of the safety net")
     stale_after_s: float = Field(

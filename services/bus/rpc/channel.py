@@ -100,17 +100,22 @@ class NatsChannel:
         payload: bytes,
         *,
         timeout: float | None = None,  # noqa: ASYNC109 - the call's deadline, sent to the server (as the stubs')
+        resend_every_s: float | None = None,
     ) -> bytes:
         """One unary call with the request already encoded; the reply's bytes, errors raised as by the stubs.
 
         For a hot path that writes and reads its few fields itself rather than through betterproto2
         (the gateway's Submit, see ``services/gateway/submit_wire.py``): the same subject, headers and
         retries as ``stub.method(request)``, so the wire cannot tell the two apart.
+
+        ``resend_every_s``: a request not answered this long is sent again, to the same reply subject, until
+        its deadline (see :class:`UnaryCall`). Only for a method whose repeat joins the call in progress.
         """
         remaining = self._remaining(timeout, None)
         headers = {protocol.TIMEOUT: protocol.encode_timeout(remaining)} if remaining is not None else None
         call: UnaryCall[bytes] = UnaryCall(self, self.subject(name), bytes, remaining, headers)
         call._payload = payload
+        call._resend_every_s = resend_every_s
         return await call.recv_bytes()
 
     def _remaining(self, timeout: float | None, deadline: Deadline | None) -> float | None:
@@ -181,11 +186,15 @@ class UnaryCall(_Call, Generic[R]):
     the reply is gone with that server, so the request is sent again at once rather than waiting out
     the deadline. That is safe because every unary SubmitterService method is idempotent (``Submit``
     by pod UID, joining a Submit still in progress; ``Cancel`` of a cancelled job; the reads). A
-    request lost with the *pool's* node is not resent before the deadline (the caller retries, as
-    interLink does): resending slow calls on a loaded pool would double its work.
+    request or reply lost with the *pool's* node is not seen here: only a call given ``_resend_every_s``
+    (the gateway's Submit, whose repeat joins the submission in progress and costs the pool a lookup) is
+    sent again while it waits, so such a loss costs that long rather than the whole deadline. Other calls
+    wait out their deadline (the caller retries, as interLink does): resending a slow read on a loaded pool
+    would double its work.
     """
 
     _payload: bytes | None = None
+    _resend_every_s: float | None = None
 
     async def send_message(self, message: Message, *, end: bool = False) -> None:
         # Serialize now, send in recv_message: nc.request() does both halves in one step.
@@ -241,18 +250,59 @@ class UnaryCall(_Call, Generic[R]):
                 reply.set_exception(_ServerLost())
 
         failover.add_done_callback(lost)
-        timer = asyncio.get_running_loop().call_later(budget, expire, reply)
+        loop = asyncio.get_running_loop()
+        timer = loop.call_later(budget, expire, reply)
+        every = self._resend_every_s
+        resend = None if every is None or every >= budget else _Resend(self, inbox, loop.time() + budget, every)
         try:
             await self._nc.publish(self._subject, self._payload, reply=inbox, headers=self._headers)
             msg = await reply
         finally:
             timer.cancel()
+            if resend is not None:
+                resend.stop()
             failover.remove_done_callback(lost)
             replies.close(token)
             watch.release()
         if msg.headers and msg.headers.get(protocol.NATS_STATUS) == protocol.NO_RESPONDERS:
             raise nats.errors.NoRespondersError
         return msg
+
+
+class _Resend:
+    """Sends a waiting unary request again every ``every`` seconds until it is answered (or its deadline), to
+    the same reply subject: the first reply resolves the call and a later one is dropped (``Replies``). Each
+    copy carries the time left as its deadline. Timers, and a task only when a copy is sent (rarely)."""
+
+    def __init__(self, call: UnaryCall[Any], inbox: str, deadline_at: float, every: float) -> None:
+        self._call, self._inbox, self._deadline_at, self._every = call, inbox, deadline_at, every
+        self._loop = asyncio.get_running_loop()
+        self._sent: asyncio.Task[None] | None = None
+        self._timer: asyncio.TimerHandle | None = self._loop.call_later(every, self._due)
+
+    def _due(self) -> None:
+        left = self._deadline_at - self._loop.time()
+        if left <= 0:
+            self._timer = None
+            return
+        if self._sent is None or self._sent.done():
+            self._sent = asyncio.ensure_future(self._send(left))
+        self._timer = self._loop.call_later(self._every, self._due) if left > self._every else None
+
+    async def _send(self, left: float) -> None:
+        call = self._call
+        assert call._payload is not None
+        headers = dict(call._headers or {})
+        headers[protocol.TIMEOUT] = protocol.encode_timeout(left)
+        log.info("%s: no reply yet; sending it again (%.1f s left)", call._subject, left)
+        with contextlib.suppress(nats.errors.Error):  # the first copy still stands; the deadline decides
+            await call._nc.publish(call._subject, call._payload, reply=self._inbox, headers=headers)
+
+    def stop(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        if self._sent is not None and not self._sent.done():
+            self._sent.cancel()
 
 
 class StreamCall(_Call, Generic[R]):
