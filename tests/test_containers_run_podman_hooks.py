@@ -79,6 +79,25 @@ def test_a_container_that_ends_while_its_post_start_runs_keeps_its_own_exit(
     assert podman.leftovers(job.uid) == []
 
 
+def test_a_container_that_ends_while_its_liveness_probe_runs_keeps_its_own_exit(
+    podman: Runtime, start_job: Callable[[Runtime, dict[str, Any]], Job], gate: Path
+) -> None:
+    """As for a hook: the container ends once the probe's try has touched the gate, so the try's `podman exec`
+    fails, at the failure threshold (1). A failure seen once the container has ended is no verdict (the kubelet's
+    kill of an ended container does nothing): the status is the container's own exit, and its client is not
+    stopped while it cleans up."""
+    main = sh("main", "while [ ! -e /gate/probed ]; do sleep 0.01; done", podman.image)
+    main["livenessProbe"] = {**hook("touch /gate/probed; sleep 60"), "timeoutSeconds": 120, "failureThreshold": 1}
+    keeper = sh("keeper", "while [ ! -e /gate/done ]; do sleep 0.1; done", podman.image)  # the job outlives the try
+    job = start_job(podman, gated(gate, [main, keeper], terminationGracePeriodSeconds=5))
+    eventually(lambda: layout.exit_path(job.job_dir, "main").exists(), "the container's end")
+    seen = read_container_files(job.job_dir, ["main"])["main"]
+    assert (seen.exit_code, seen.reason, seen.message) == (0, "", ""), "not stopped for its probe's failure"
+    (gate / "done").touch()
+    assert job.wait() == 0
+    assert podman.leftovers(job.uid) == []
+
+
 def test_a_failing_post_start_stops_the_container_with_its_reason(
     podman: Runtime, start_job: Callable[[Runtime, dict[str, Any]], Job], gate: Path
 ) -> None:

@@ -117,6 +117,10 @@ def _container(plan: PodPlan, c: Container, index: int, init: bool) -> Container
                 exec_lines = runtime.exec_in(handler_launch, plan.options, list(handler.command), hook=hook)
             out.hooks[prefix] = handler_body(handler, exec_lines)
     out.probe_words = " ".join(p.words() for p in c.probes)
+    if any(p.kind in ("startup", "liveness") for p in c.probes):  # their failure stops the container
+        running = runtime.still_running(launch, plan.options)
+        if running is not None:
+            out.hooks["up"] = (running,)  # the probe loop's ``__up<index>``: see ``__ended``
     return out
 
 

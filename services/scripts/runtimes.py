@@ -100,6 +100,10 @@ class Runtime(Protocol):
         ``hook``: a lifecycle hook, whose failure stops the container. A probe's lines exec the command, so that
         its time limit kills the command itself."""
 
+    def still_running(self, launch: Launch, pod: PodOptions) -> str | None:
+        """A shell test that holds while the container runs, where its process group outlives it (podman's
+        client cleans up after its container ended); None: the process group ends with the container."""
+
 
 @dataclass(frozen=True, slots=True)
 class ContainerEngine:
@@ -134,9 +138,9 @@ class ContainerEngine:
             beside = replace(launch, command=command, command_words=words, args_words=[], mpi=(), engine_name="")
             return self.commands(beside, pod).body
         # podman: into the running container (it may not be running yet right after its client started)
+        running = self._running(launch, pod)
+        wait_running = f"until {running}; do sleep 0.1; done"
         exe = " ".join([pod.executable, *pod.global_options])
-        running = f"{exe} container inspect --format '{{{{.State.Running}}}}' {launch.engine_name} 2>/dev/null"
-        wait_running = f'until [ "$({running})" = true ]; do sleep 0.1; done'
         run = f"{exe} {self.exec_verb} {launch.engine_name} " + " ".join(words)
         if not hook:
             return (wait_running, "exec " + run)
@@ -149,9 +153,18 @@ class ContainerEngine:
             wait_running,
             run + " && exit 0",
             "rc=$?",
-            f'[ "$({running})" != true ] || exit "$rc"',
+            f'! {running} || exit "$rc"',
             'echo "interlink-nats: the container ended while its hook ran (podman exec: exit code $rc)" >&2',
         )
+
+    def _running(self, launch: Launch, pod: PodOptions) -> str:
+        """The test that holds while the named container runs (``podman container inspect``)."""
+        exe = " ".join([pod.executable, *pod.global_options])
+        state = f"{exe} container inspect --format '{{{{.State.Running}}}}' {launch.engine_name} 2>/dev/null"
+        return f'[ "$({state})" = true ]'
+
+    def still_running(self, launch: Launch, pod: PodOptions) -> str | None:
+        return None if self.exec_verb is None else self._running(launch, pod)
 
     def image(
         self, raw: str | NotAString | None, where: str, image_root: Callable[[], str | None], bc: pb.BuildConfig
@@ -352,6 +365,9 @@ class HostRuntime:
         words = [quote(w) for w in command]
         beside = replace(launch, command=command, command_words=words, args_words=[], mpi=())
         return self.commands(beside, pod).body
+
+    def still_running(self, launch: Launch, pod: PodOptions) -> str | None:
+        return None  # the command is the process group's leader
 
 
 HOST = HostRuntime()
