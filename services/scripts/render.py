@@ -55,7 +55,8 @@ class ContainerPlan:
     body: list[str]
     resources: ContainerResources
     hooks: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    """Hook and probe functions' bodies by the template's prefix (``post``, ``pre``, ``startup``, ...)."""
+    """Hook and probe functions' bodies by the template's prefix (``post``, ``pre``, ``startup``, ...), and ``up``:
+    the runtime's test that the container still runs (``Runtime.still_running``), for the probe loop."""
     probe_words: str = ""
     """The script's ``__probes`` arguments; empty: the container has no probe."""
 
