@@ -262,9 +262,6 @@ async def test_deadline_exceeded_reaches_the_client_and_cancels_the_handler(
     await eventually(lambda: server.in_flight == 0)
 
 
-SUBMIT = SUBMIT_ROUTE
-
-
 async def lossy_responder(nc: NATS, pool: str, drop: int) -> list[Msg]:
     """A pool's node as it dies: the first ``drop`` requests (or their replies) are lost; the rest are answered.
     Returns the list every request copy lands in."""
@@ -288,7 +285,9 @@ async def test_an_unanswered_call_given_a_resend_period_is_sent_again_until_answ
     seen = await lossy_responder(server_nc, pool, drop=2)
     loop = asyncio.get_running_loop()
     started = loop.time()
-    reply = await NatsChannel(client_nc, pool).unary(SUBMIT, bytes(submit_request()), timeout=60, resend_every_s=0.2)
+    reply = await NatsChannel(client_nc, pool).unary(
+        SUBMIT_ROUTE, bytes(submit_request()), timeout=60, resend_every_s=0.2
+    )
     assert SubmitResponse.parse(reply).job_id == "job-3"
     assert loop.time() - started < 30, "answered long before the deadline"
     deadlines = [protocol.decode_timeout((m.headers or {})[TIMEOUT]) for m in seen]
@@ -318,7 +317,7 @@ async def test_without_a_resend_period_a_lost_request_waits_out_its_deadline(
 ) -> None:
     seen = await lossy_responder(server_nc, pool, drop=1)
     with pytest.raises(GRPCError) as caught:
-        await NatsChannel(client_nc, pool).unary(SUBMIT, bytes(submit_request()), timeout=1.0)
+        await NatsChannel(client_nc, pool).unary(SUBMIT_ROUTE, bytes(submit_request()), timeout=1.0)
     assert caught.value.status is Status.DEADLINE_EXCEEDED
     assert len(seen) == 1
 

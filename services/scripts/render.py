@@ -106,22 +106,22 @@ def _container(plan: PodPlan, c: Container, index: int, init: bool) -> Container
     commands = runtime.commands(launch, plan.options)
     plan.host_setup += commands.setup
     out = ContainerPlan(index, c.name, quote(c.name), init, list(commands.body), resources)
-    handlers: list[tuple[str, Handler | TcpSocketHandler | None, bool]] = []  # (prefix, handler, is a hook)
+    handlers: list[tuple[str, Handler | TcpSocketHandler | None]] = []
     if c.lifecycle is not None:
-        handlers += [(prefix, c.lifecycle.get(prefix), True) for _, prefix in HOOKS]
-    handlers += [(p.kind, p.handler, False) for p in c.probes]
-    for prefix, handler, hook in handlers:
+        handlers += [(prefix, c.lifecycle.get(prefix)) for _, prefix in HOOKS]
+    handlers += [(p.kind, p.handler) for p in c.probes]
+    for prefix, handler in handlers:
         if handler is not None:
             exec_lines: tuple[str, ...] = ()
             if isinstance(handler, ExecHandler):
                 handler_launch = replace(launch, where=handler.where)
-                exec_lines = runtime.exec_in(handler_launch, plan.options, list(handler.command), hook=hook)
+                exec_lines = runtime.exec_in(handler_launch, plan.options, list(handler.command))
             out.hooks[prefix] = handler_body(handler, exec_lines)
     out.probe_words = " ".join(p.words() for p in c.probes)
-    if any(p.kind in ("startup", "liveness") for p in c.probes):  # their failure stops the container
+    if "post" in out.hooks or any(p.kind in ("startup", "liveness") for p in c.probes):  # their failure stops it
         running = runtime.still_running(launch, plan.options)
         if running is not None:
-            out.hooks["up"] = (running,)  # the probe loop's ``__up<index>``: see ``__ended``
+            out.hooks["up"] = (running,)  # ``__up<index>``, which the script's ``__ended`` asks
     return out
 
 

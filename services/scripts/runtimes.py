@@ -94,15 +94,14 @@ class Runtime(Protocol):
     def stop_commands(self, pod: PodOptions) -> StopCommands:
         """What a cancel or deadline must do beyond signalling the containers' process groups."""
 
-    def exec_in(self, launch: Launch, pod: PodOptions, command: list[str], *, hook: bool) -> tuple[str, ...]:
-        """The shell lines that run ``command`` in the container's environment (a hook's or probe's exec handler).
-
-        ``hook``: a lifecycle hook, whose failure stops the container. A probe's lines exec the command, so that
-        its time limit kills the command itself."""
+    def exec_in(self, launch: Launch, pod: PodOptions, command: list[str]) -> tuple[str, ...]:
+        """The shell lines that run ``command`` in the container's environment (a hook's or probe's exec handler);
+        they exec the command, so that a probe's time limit kills the command itself."""
 
     def still_running(self, launch: Launch, pod: PodOptions) -> str | None:
         """A shell test that holds while the container runs, where its process group outlives it (podman's
-        client cleans up after its container ended); None: the process group ends with the container."""
+        client cleans up after its container ended); None: the process group ends with the container. The script
+        asks it when a postStart hook or a liveness or startup probe failed (``__ended``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,7 +130,7 @@ class ContainerEngine:
     failure_code: int = 125  # the engine's exit code for its own errors
     exec_verb: str | None = None  # runs a command in the running container (by ``--name``); None: a new one
 
-    def exec_in(self, launch: Launch, pod: PodOptions, command: list[str], *, hook: bool) -> tuple[str, ...]:
+    def exec_in(self, launch: Launch, pod: PodOptions, command: list[str]) -> tuple[str, ...]:
         words = [quote(w) for w in command]
         if self.exec_verb is None:  # apptainer: the same image, binds, environment and directory (no PID
             # or network namespace of its own by default, so it is the container's environment)
@@ -142,20 +141,9 @@ class ContainerEngine:
         wait_running = f"until {running}; do sleep 0.1; done"
         exe = " ".join([pod.executable, *pod.global_options])
         run = f"{exe} {self.exec_verb} {launch.engine_name} " + " ".join(words)
-        if not hook:
-            return (wait_running, "exec " + run)
-        # A container that ends while its hook runs fails the hook's `podman exec` ("container has already been
-        # removed", or the exec'd process killed with it). On a node the kubelet's kill of an ended container
-        # does nothing, and its status is its own exit (kuberuntime_container.go, startContainer); here the
-        # failure would stop the runtime's client while it cleans up, and the container would end as killed.
-        # So a failure counts only while the container still runs, and the log says why it did not.
-        return (
-            wait_running,
-            run + " && exit 0",
-            "rc=$?",
-            f'! {running} || exit "$rc"',
-            'echo "interlink-nats: the container ended while its hook ran (podman exec: exit code $rc)" >&2',
-        )
+        # `exec`: a probe's time limit kills the command itself. A try that fails because the container ended
+        # ("container has already been removed") is told apart by the script (``__ended``, ``still_running``).
+        return (wait_running, "exec " + run)
 
     def _running(self, launch: Launch, pod: PodOptions) -> str:
         """The test that holds while the named container runs (``podman container inspect``)."""
@@ -360,7 +348,7 @@ class HostRuntime:
     def stop_commands(self, pod: PodOptions) -> StopCommands:
         return StopCommands()  # host processes end with their process groups
 
-    def exec_in(self, launch: Launch, pod: PodOptions, command: list[str], *, hook: bool) -> tuple[str, ...]:
+    def exec_in(self, launch: Launch, pod: PodOptions, command: list[str]) -> tuple[str, ...]:
         """The container's own directory and environment, as its command gets them."""
         words = [quote(w) for w in command]
         beside = replace(launch, command=command, command_words=words, args_words=[], mpi=())
