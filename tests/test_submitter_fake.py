@@ -455,5 +455,24 @@ async def test_a_poll_reads_only_the_jobs_that_changed_and_the_sweep_catches_a_l
         assert await main_phase(uids[2]) == pb.ContainerPhase.WAITING
 
 
+async def test_a_full_poll_keeps_nothing_of_the_jobs_that_ended(tmp_path: Path) -> None:
+    """The backend answers for every job at every poll (no ``ReportsChanges``): a job that ended is not kept
+    among the hot ones either (see the shell backend's test of the incremental poll)."""
+    backend = FakeBackend()
+    uids = [new_uid() for _ in range(3)]
+    async with offline_submitter(tmp_path, backend, instance_id="a") as a:
+        for uid in uids:
+            await a.submissions.submit(job(uid))
+            backend.start_running(uid)
+        await settle(a)
+        assert a.poller._hot == set(uids), "running jobs that just changed are hot"
+        for uid in uids:
+            backend.finish(uid)
+        await settle(a)
+        assert not a.poller.tracked
+        await a.poll_once()
+        assert not a.poller._hot
+
+
 def test_the_fake_backend_implements_the_backend_interface() -> None:
     assert isinstance(FakeBackend(), Backend)

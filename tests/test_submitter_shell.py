@@ -250,3 +250,33 @@ async def test_announcements_carry_the_build_config_and_follow_file_changes(
         changed = pb.BuildConfig.parse((await configs.next_msg(timeout=10)).data)
         assert changed.runtime == pb.ContainerRuntime.APPTAINER
         assert changed.scratch_dir == "/scratch/b"
+
+
+async def test_the_poller_keeps_nothing_of_the_jobs_that_ended_or_were_cancelled(
+    submitter: Submitter, nc: nats.NATS, pool: str
+) -> None:
+    """A long-lived submitter sees millions of jobs end: what it keeps per job must go with the job. A job's
+    last change leaves it "hot" (its logs watched for a few more polls); the hot set once kept every job that
+    ended that way, so each incremental poll walked every job the submitter had ever finished."""
+    client = submitter_client(nc, pool)
+    ended = [uid() for _ in range(3)]
+    for u in ended:
+        await client.submit(pb.SubmitRequest(job=pod_job(u, {"main": "echo done"})))
+    cancelled = uid()
+    await client.submit(pb.SubmitRequest(job=pod_job(cancelled, {"main": "echo up; sleep 300"})))
+
+    async def running() -> bool:
+        st = (await client.get_status(pb.GetStatusRequest(pod_uids=[cancelled]))).statuses[0]
+        return st.containers[0].phase == Phase.RUNNING
+
+    await wait_for(running, what="the long job's container to run")
+    for u in ended:
+        assert (await final_status(client, u)).state == pb.JobState.SUCCEEDED
+    assert (await client.cancel(pb.CancelRequest(pod_uid=cancelled))).found
+
+    async def untracked() -> bool:
+        return not submitter.poller.tracked
+
+    await wait_for(untracked, what="every job to be untracked")
+    await submitter.poll_once()  # an incremental poll (shell reports changes) after the last job left
+    assert not submitter.poller._hot, "jobs no longer tracked are still looked for at every poll"

@@ -143,7 +143,9 @@ class Poller:
     """The change journals of the tracked jobs' directories (usually one), with how many jobs use each."""
     _seq: Iterator[int] = field(init=False, default_factory=itertools.count)
     _hot: set[str] = field(init=False, default_factory=set)
-    """The jobs whose ``hot`` is set: an incremental poll looks at them without looking at the others."""
+    """The jobs whose ``hot`` is set: an incremental poll looks at them without looking at the others. Only the
+    poll's worker thread touches it (``_compute``); a job untracked since (ended, deleted) leaves it at the next
+    poll, which is how it stays as small as the hot jobs, whatever number ended before."""
     _changes: ReportsChanges | None = field(init=False, default=None)
     """The backend, when it can tell which jobs changed (``ReportsChanges``)."""
     on_start: Callable[[bool], None] = field(init=False, default=_ignore_start)
@@ -358,6 +360,7 @@ class Poller:
         wrap = hi - n
         self._sweep_at = hi
         if seen is None:
+            self._hot.clear()  # every tracked job is looked at: the hot ones are noted again as they go by
             for i, t in enumerate(tracked):
                 obs = observed.get(t.meta.uid, GONE)
                 last = t.obs
@@ -372,6 +375,7 @@ class Poller:
                     yield t, obs, due
             return
         by_uid, added = seen
+        self._hot.difference_update([uid for uid in self._hot if uid not in by_uid])  # untracked since
         swept = tracked[lo:hi] + tracked[: max(wrap, 0)]
         look: dict[str, Tracked] = {t.meta.uid: t for t in swept}
         for t in added:
