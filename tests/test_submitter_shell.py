@@ -12,6 +12,7 @@ from grpclib.exceptions import GRPCError
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel.subjects import EVENTS_STREAM, config_subject, events_subject, resources_subject
 from interlink_nats.services.bus.rpc import submitter_client
+from interlink_nats.submitters.backends.shell.backend import ShellBackend
 from interlink_nats.submitters.runtime import Submitter
 from interlink_nats.submitters.testing import settings_for, wait_for
 from jobs import pod_job
@@ -257,26 +258,31 @@ async def test_the_poller_keeps_nothing_of_the_jobs_that_ended_or_were_cancelled
 ) -> None:
     """A long-lived submitter sees millions of jobs end: what it keeps per job must go with the job. A job's
     last change leaves it "hot" (its logs watched for a few more polls); the hot set once kept every job that
-    ended that way, so each incremental poll walked every job the submitter had ever finished."""
+    ended that way, so each incremental poll walked every job the submitter had ever finished; and the shell
+    backend kept every job cancelled while it ran. One job keeps running, so the polls go on as at a site."""
     client = submitter_client(nc, pool)
     ended = [uid() for _ in range(3)]
     for u in ended:
         await client.submit(pb.SubmitRequest(job=pod_job(u, {"main": "echo done"})))
-    cancelled = uid()
-    await client.submit(pb.SubmitRequest(job=pod_job(cancelled, {"main": "echo up; sleep 300"})))
+    keeper, cancelled = uid(), uid()
+    for u in (keeper, cancelled):
+        await client.submit(pb.SubmitRequest(job=pod_job(u, {"main": "echo up; sleep 300"})))
 
     async def running() -> bool:
-        st = (await client.get_status(pb.GetStatusRequest(pod_uids=[cancelled]))).statuses[0]
-        return st.containers[0].phase == Phase.RUNNING
+        statuses = (await client.get_status(pb.GetStatusRequest(pod_uids=[keeper, cancelled]))).statuses
+        return all(st.containers[0].phase == Phase.RUNNING for st in statuses)
 
-    await wait_for(running, what="the long job's container to run")
+    await wait_for(running, what="the long jobs' containers to run")
     for u in ended:
         assert (await final_status(client, u)).state == pb.JobState.SUCCEEDED
     assert (await client.cancel(pb.CancelRequest(pod_uid=cancelled))).found
 
-    async def untracked() -> bool:
-        return not submitter.poller.tracked
+    async def only_the_keeper() -> bool:
+        return submitter.poller.tracked.keys() == {keeper}
 
-    await wait_for(untracked, what="every job to be untracked")
-    await submitter.poll_once()  # an incremental poll (shell reports changes) after the last job left
-    assert not submitter.poller._hot, "jobs no longer tracked are still looked for at every poll"
+    await wait_for(only_the_keeper, what="every other job to be untracked")
+    await submitter.poll_once()  # an incremental poll (shell reports changes) after the others left
+    assert submitter.poller._hot <= {keeper}, "jobs no longer tracked are still looked for at every poll"
+    assert isinstance(submitter.backend, ShellBackend)
+    assert not submitter.backend._cancelled, "the backend still holds the cancelled job"
+    assert (await client.cancel(pb.CancelRequest(pod_uid=keeper))).found
