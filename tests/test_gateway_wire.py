@@ -199,6 +199,27 @@ def test_pool_comes_from_the_toleration_kueue_injects() -> None:
 
 
 @pytest.mark.parametrize(
+    ("spec", "field"),
+    [
+        ({"nodeSelector": {"pool.vk.io": 87178291200}}, "spec.nodeSelector.pool.vk.io"),  # found by the fuzzer
+        ({"nodeSelector": {"pool.vk.io": 0}}, "spec.nodeSelector.pool.vk.io"),
+        ({"tolerations": [{"key": "x"}, {"key": "pool.vk.io", "value": ["a"]}]}, "spec.tolerations[1].value"),
+    ],
+)
+def test_a_pool_that_is_not_a_string_is_a_400_naming_its_field(spec: dict[str, object], field: str) -> None:
+    with pytest.raises(wire.BadRequest) as caught:
+        pool_for_pod({"spec": spec}, "local")
+    assert caught.value.status_code == 400
+    assert caught.value.field == field
+    assert "expected a string, got" in str(caught.value)
+
+
+def test_a_pool_toleration_without_a_value_names_no_pool() -> None:
+    exists = {"key": "pool.vk.io", "operator": "Exists"}
+    assert pool_for_pod({"spec": {"tolerations": [exists, {**exists, "value": ""}]}}, "local") == "local"
+
+
+@pytest.mark.parametrize(
     ("spec", "needle"),
     [
         ({}, "names no pool"),

@@ -21,11 +21,13 @@ def pool_for_pod(pod: dict[str, Any], default_pool: str | None) -> str:
     spec = pod.get("spec") or {}
     candidates: list[tuple[int | None, str]] = []  # (toleration index, or None for the nodeSelector; pool)
     for i, toleration in enumerate(spec.get("tolerations") or ()):
-        if isinstance(toleration, dict) and toleration.get("key") == POOL_KEY and toleration.get("value"):
-            candidates.append((i, str(toleration["value"])))
+        if isinstance(toleration, dict) and toleration.get("key") == POOL_KEY:
+            value = toleration.get("value")
+            if value is not None and value != "":  # an ``Exists`` toleration names no pool
+                candidates.append((i, _named(value, i)))
     selector = spec.get("nodeSelector") or {}
-    if isinstance(selector, dict) and selector.get(POOL_KEY):
-        candidates.append((None, str(selector[POOL_KEY])))
+    if isinstance(selector, dict) and selector.get(POOL_KEY) is not None:
+        candidates.append((None, _named(selector[POOL_KEY], None)))
     if not candidates:
         if default_pool:
             return default_pool
@@ -43,6 +45,15 @@ def pool_for_pod(pod: dict[str, Any], default_pool: str | None) -> str:
         return validate_pool(pool)
     except InvalidPoolNameError as exc:
         raise BadRequest(_field(index), str(exc), 422) from None
+
+
+def _named(value: object, toleration: int | None) -> str:
+    """A pool named as Kubernetes types it (a string): ``str()`` of a number would name another pool, one
+    that may not exist (a 503 after the pool wait instead of this 400)."""
+    if not isinstance(value, str):
+        where = f"spec.tolerations[{toleration}].value" if toleration is not None else _field(None)
+        raise BadRequest(where, f"expected a string, got {type(value).__name__}")
+    return value
 
 
 def _field(toleration: int | None) -> str:
