@@ -128,9 +128,7 @@ class ShellBackend(ShellGangs):
         self._queue: deque[JobSpec] = deque()
         self._queued: set[str] = set()
         self._running: dict[str, _Running] = {}
-        self._cancelled: set[str] = set()
-        """Cancelled jobs, until a poll brings their removal (``poll_changes``): a poll in flight then answers
-        CANCELLED for a runner it finds killed, not GONE."""
+        self._cancelled: set[str] = set()  # until a poll brings their removal: CANCELLED, not GONE, till then
         self._starting: set[str] = set()
         """Taken from the queue, launcher not done yet: neither queued nor findable on disk."""
         self._unstarted: dict[str, float] = {}
@@ -374,6 +372,7 @@ class ShellBackend(ShellGangs):
         """
         if restart:
             self._tracked, self._loud = {}, set()
+            self._cancelled.intersection_update(job.uid for job in added)  # a restart brings no removals
         tracked, loud = self._tracked, self._loud
         for job in removed:
             self._cancelled.discard(job.uid)  # the submitter untracks before it cancels: never polled again
@@ -383,8 +382,6 @@ class ShellBackend(ShellGangs):
         for job in added:
             tracked[job.uid] = job
             loud.add(job.uid)
-        if restart:  # no removals come with a restart: a cancelled job is one no longer in the list
-            self._cancelled.intersection_update(tracked)
         jobs = []
         for uid in list(loud):
             found = tracked.get(uid)
