@@ -217,6 +217,7 @@ def test_a_pool_that_is_not_a_string_is_a_400_naming_its_field(spec: dict[str, o
 def test_a_pool_toleration_without_a_value_names_no_pool() -> None:
     exists = {"key": "pool.vk.io", "operator": "Exists"}
     assert pool_for_pod({"spec": {"tolerations": [exists, {**exists, "value": ""}]}}, "local") == "local"
+    assert pool_for_pod({"spec": {"nodeSelector": {"pool.vk.io": ""}}}, "local") == "local"
 
 
 @pytest.mark.parametrize(

@@ -23,10 +23,10 @@ def pool_for_pod(pod: dict[str, Any], default_pool: str | None) -> str:
     for i, toleration in enumerate(spec.get("tolerations") or ()):
         if isinstance(toleration, dict) and toleration.get("key") == POOL_KEY:
             value = toleration.get("value")
-            if value is not None and value != "":  # an ``Exists`` toleration names no pool
+            if value not in (None, ""):  # an ``Exists`` toleration names no pool
                 candidates.append((i, _named(value, i)))
     selector = spec.get("nodeSelector") or {}
-    if isinstance(selector, dict) and selector.get(POOL_KEY) is not None:
+    if isinstance(selector, dict) and selector.get(POOL_KEY) not in (None, ""):
         candidates.append((None, _named(selector[POOL_KEY], None)))
     if not candidates:
         if default_pool:

@@ -128,7 +128,7 @@ class ShellBackend(ShellGangs):
         self._queue: deque[JobSpec] = deque()
         self._queued: set[str] = set()
         self._running: dict[str, _Running] = {}
-        self._cancelled: set[str] = set()  # until a poll brings their removal: CANCELLED, not GONE, till then
+        self._cancelled: set[str] = set()  # answered CANCELLED (not GONE) until a poll brings their removal
         self._starting: set[str] = set()
         """Taken from the queue, launcher not done yet: neither queued nor findable on disk."""
         self._unstarted: dict[str, float] = {}
