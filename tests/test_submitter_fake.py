@@ -67,6 +67,16 @@ async def settle(sub: Submitter) -> None:
             return
 
 
+async def running(sub: Submitter, backend: FakeBackend, count: int) -> list[str]:
+    """``count`` new jobs, submitted and running, the submitter settled on that."""
+    uids = [new_uid() for _ in range(count)]
+    for uid in uids:
+        await sub.submissions.submit(job(uid))
+        backend.start_running(uid)
+    await settle(sub)
+    return uids
+
+
 SUBMIT_STEPS = ["claimed", "job_dir", "submitted", "marked"]
 
 
@@ -414,12 +424,8 @@ async def test_a_poll_reads_only_the_jobs_that_changed_and_the_sweep_catches_a_l
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     backend = FakeBackend()
-    uids = [new_uid() for _ in range(3)]
     async with offline_submitter(tmp_path, backend, instance_id="a") as a:
-        for uid in uids:
-            await a.submissions.submit(job(uid))
-            backend.start_running(uid)
-        await settle(a)
+        uids = await running(a, backend, 3)
         a.poller.sweep_max = 0  # no sweep until the end of the test
         reads: list[str] = []
         read = a.poller.files.read
@@ -459,12 +465,8 @@ async def test_a_full_poll_keeps_nothing_of_the_jobs_that_ended(tmp_path: Path) 
     """The backend answers for every job at every poll (no ``ReportsChanges``): a job that ended is not kept
     among the hot ones either (see the shell backend's test of the incremental poll)."""
     backend = FakeBackend()
-    uids = [new_uid() for _ in range(3)]
     async with offline_submitter(tmp_path, backend, instance_id="a") as a:
-        for uid in uids:
-            await a.submissions.submit(job(uid))
-            backend.start_running(uid)
-        await settle(a)
+        uids = await running(a, backend, 3)
         assert a.poller._hot == set(uids), "running jobs that just changed are hot"
         for uid in uids:
             backend.finish(uid)
