@@ -1,4 +1,5 @@
-"""Name rules shared by every layer: the one DNS-label rule and the one pod-UID rule.
+"""Name rules shared by every layer: Kubernetes' own name rules (``apimachinery/pkg/util/validation``) and
+the one pod-UID rule.
 
 Pure predicates; each caller raises its own error (a pod rejection, an invalid pool, an ignored
 report), because what a bad name means differs by caller while what a good name is does not.
@@ -12,6 +13,12 @@ from typing import TypeGuard
 DNS_LABEL_MAX = 63
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
+DNS_SUBDOMAIN_MAX = 253
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+LABEL_VALUE_MAX = 63
+_QUALIFIED_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+
 POD_UID_MAX = 128
 _POD_UID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
@@ -23,6 +30,31 @@ def is_dns_label(value: object) -> TypeGuard[str]:
     pools, container names and volume names must be one.
     """
     return isinstance(value, str) and _DNS_LABEL.fullmatch(value) is not None
+
+
+def is_dns_subdomain(value: object) -> TypeGuard[str]:
+    """RFC 1123 subdomain (``IsDNS1123Subdomain``): DNS labels joined by '.', ≤ 253 in all (each label unbounded
+    on its own, as in Kubernetes). Pod, ConfigMap, Secret and PVC names."""
+    return isinstance(value, str) and len(value) <= DNS_SUBDOMAIN_MAX and _DNS_SUBDOMAIN.fullmatch(value) is not None
+
+
+def is_label_value(value: object) -> TypeGuard[str]:
+    """A Kubernetes label value (``IsValidLabelValue``): empty, or letters, digits, '-', '_' and '.', starting
+    and ending with a letter or digit, ≤ 63. No '/', space, quote, '$' or newline can be in one."""
+    return isinstance(value, str) and (
+        value == "" or (len(value) <= LABEL_VALUE_MAX and _QUALIFIED_NAME.fullmatch(value) is not None)
+    )
+
+
+def is_qualified_name(value: object) -> TypeGuard[str]:
+    """A label or annotation key (``IsQualifiedName``): a name as a non-empty label value, after an optional
+    prefix that is a DNS subdomain and a '/'."""
+    if not isinstance(value, str):
+        return False
+    prefix, slash, name = value.rpartition("/")
+    if slash and not is_dns_subdomain(prefix):
+        return False  # also an empty prefix, and a second '/' (a subdomain has none)
+    return name != "" and is_label_value(name)
 
 
 def is_pod_uid(value: object) -> TypeGuard[str]:
