@@ -159,3 +159,23 @@ def test_every_path_is_shell_quoted() -> None:
     )
     assert shlex.quote("/s/jobs/a'b $(rm -rf x)") in text
     assert shlex.quote(f"{layout.GROUP_NAME_ENV}=$(touch pwned)") in text
+
+
+def test_a_group_name_never_reaches_a_comment_and_a_newline_in_it_runs_nothing(tmp_path: Path) -> None:
+    """Issue 38, finding 1: the quoted name sat in the header comment, where a newline ended the comment."""
+    marker = "zzgroup$(id)"
+    text = render_gang_launcher(
+        [MemberRun("/s/jobs/zzdir")], group_name=marker, host="h", policy=pb.GangFailurePolicy.CONTINUE
+    )
+    comments = [line for line in text.splitlines() if line.lstrip().startswith("#")]
+    assert not any("zz" in line for line in comments), comments
+    injected = tmp_path / "x"
+    name = f"g\nid > {injected} #"
+    d = tmp_path / "m0"
+    d.mkdir()
+    (d / "job.sh").write_text(f'printf %s "${layout.GROUP_NAME_ENV}" > name\n')
+    text = render_gang_launcher([MemberRun(str(d))], group_name=name, host="h", policy=pb.GangFailurePolicy.CONTINUE)
+    (tmp_path / "launcher.sh").write_text(text)
+    assert subprocess.run(["bash", str(tmp_path / "launcher.sh")], timeout=60, check=False).returncode == 0
+    assert not injected.exists(), "the line after the newline ran"
+    assert (d / "name").read_text() == name, "the member still sees its group's name, whole"

@@ -7,7 +7,8 @@ and records the script's exit code (``layout.GANG_MEMBER_EXIT``) so the submitte
 own code. FAIL_GANG: the first member to end non-zero has every other one stopped (TERM; they are marked
 ``layout.GANG_MEMBER_STOPPED`` first) and the launcher exits with that code. CONTINUE: it waits for all and
 exits with the first non-zero code. TERM/INT/HUP to the launcher (a cancel) go on to every member, and it
-waits for them, so a cancel leaves no process behind. Every gang-derived string is shell-quoted.
+waits for them, so a cancel leaves no process behind. Every gang-derived string is a shell-quoted word of an
+assignment, never in a comment (a newline would end the comment: the rest would run as the submitter).
 
 Why wrappers and a scan instead of ``wait -n -p``: the project supports bash ≥ 4.3, which has ``wait -n``
 but cannot say which child ended; the wrappers' files say it.
@@ -132,7 +133,7 @@ def render_gang_launcher(
     fail_gang = 0 if policy == pb.GangFailurePolicy.CONTINUE else 1
     head = [
         "#!/usr/bin/env bash",
-        f"# interlink-nats: the launcher of pod group {shlex.quote(group_name)} ({size} members, one host)",
+        "# interlink-nats: the launcher of one pod group on one host (generated; do not edit)",
         "export " + " ".join(shlex.quote(f"{k}={v}") for k, v in exports.items()),
         f"__bash={shlex.quote(bash)}",
         f"__fail_gang={fail_gang}",
