@@ -13,9 +13,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from interlink_nats.gen.interlink_nats import v1 as pb
-from interlink_nats.kernel.names import is_pod_uid
+from interlink_nats.kernel.names import is_label_value, is_pod_uid
 from interlink_nats.submitters.core.backend import BackendState, Observation
 from interlink_nats.submitters.core.lifecycle import Phase
+from interlink_nats.submitters.core.requests import shown
 
 NOT_RUN_REASONS: dict[str, str] = {
     "htcondor": "no CE route for parallel-universe jobs yet, and a gang's members must start together",
@@ -32,7 +33,7 @@ def validate_group(members: Sequence[pb.JobScript]) -> str:
     """The gang's group uid when ``members`` form one gang in rank order; else ValueError naming the field."""
     if not members:
         raise ValueError("members: a pod group needs at least one member")
-    group_uid = ""
+    group_uid = group_name = ""
     seen: set[str] = set()
     for i, job in enumerate(members):
         gang = job.gang
@@ -46,6 +47,15 @@ def validate_group(members: Sequence[pb.JobScript]) -> str:
                 )
         elif gang.group_uid != group_uid:
             raise ValueError(f"members[{i}].gang.group_uid {gang.group_uid!r} differs from members[0]'s {group_uid!r}")
+        if not gang.group_name or not is_label_value(gang.group_name):
+            raise ValueError(
+                f"members[{i}].gang.group_name {shown(gang.group_name)} is not a Kubernetes label value "
+                "(letters, digits, '-', '_' and '.', starting and ending with a letter or digit, at most 63)"
+            )
+        if i == 0:
+            group_name = gang.group_name
+        elif gang.group_name != group_name:
+            raise ValueError(f"members[{i}].gang.group_name {shown(gang.group_name)} differs from members[0]'s")
         if gang.size != len(members):
             raise ValueError(f"members[{i}].gang.size is {gang.size}, but the request has {len(members)} members")
         if gang.rank != i:

@@ -19,6 +19,7 @@ from grpclib.exceptions import GRPCError
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel.clock import Clock
 from interlink_nats.kernel.log_context import log_fields
+from interlink_nats.kernel.names import is_dns_label, is_pod_uid
 from interlink_nats.submitters.core.errors import (
     AlreadyExists,
     InvalidRequest,
@@ -28,6 +29,7 @@ from interlink_nats.submitters.core.errors import (
     Unavailable,
 )
 from interlink_nats.submitters.core.lifecycle import Phase
+from interlink_nats.submitters.core.requests import shown
 from interlink_nats.submitters.engine.queries import LogSource
 from interlink_nats.submitters.jobdirs import logindex, logs
 
@@ -134,6 +136,7 @@ class SubmitterServiceImpl(pb.SubmitterServiceBase):
         try:
             if not message.pod_uid:
                 raise InvalidRequest("pod_uid is required")
+            _check_uid(message.pod_uid)
             with log_fields(pod_uid=message.pod_uid):
                 return await self.submissions.cancel(message.pod_uid)
         except SubmitterFault as exc:
@@ -163,6 +166,9 @@ class SubmitterServiceImpl(pb.SubmitterServiceBase):
         ``since_time`` and ``timestamps`` use the log's checkpoint index (``logindex``): times are
         those at which the submitter first saw the bytes, so their precision is one poll interval.
         """
+        _check_uid(message.pod_uid)
+        if message.container and not is_dns_label(message.container):
+            raise InvalidRequest(f"container {shown(message.container)} is not a container name (a DNS label)")
         source = await self.queries.log_source(message.pod_uid, message.container)
         if message.previous:
             return  # containers are never restarted on a site: there is no previous instance
@@ -212,6 +218,12 @@ class SubmitterServiceImpl(pb.SubmitterServiceBase):
                 if phase is None or phase is Phase.DELETED:
                     return
                 ended = phase is Phase.DONE
+
+
+def _check_uid(uid: str) -> None:
+    """A pod uid from any NATS client: checked before it is looked up (``core.requests`` checks Submit's)."""
+    if not is_pod_uid(uid):
+        raise InvalidRequest(f"pod_uid {shown(uid)} is invalid: letters, digits, '.', '_' and '-' only")
 
 
 def _unix_ns(when: dt.datetime) -> int:

@@ -34,6 +34,7 @@ from interlink_nats.submitters.core.lifecycle import (
     plan_resume,
     plan_submit,
 )
+from interlink_nats.submitters.core.requests import check_job
 from interlink_nats.submitters.core.status import JobMeta, cancelled_status, map_status, submit_failed_status
 from interlink_nats.submitters.engine.polling import Poller, meta_from_row
 from interlink_nats.submitters.jobdirs import files as jobfiles
@@ -58,21 +59,9 @@ value in betterproto2 walks every field for defaults (~6 µs), and a Submit aske
 
 
 def validate_job(job: pb.JobScript) -> None:
-    """Reject what could never run, naming the field (raises :class:`InvalidRequest`)."""
-    pod = job.pod if job.pod is not None else _NO_POD
-    try:
-        jobfiles.validate_uid(pod.uid)
-        names = [*job.init_containers, *job.containers]
-        if not job.containers:
-            raise jobfiles.InvalidJobError("a job needs at least one container")
-        for name in names:
-            jobfiles.validate_container(name)
-        if len(set(names)) != len(names):
-            raise jobfiles.InvalidJobError("container names must be unique")
-    except jobfiles.InvalidJobError as exc:
-        raise InvalidRequest(str(exc)) from None
-    if not job.script.strip():
-        raise InvalidRequest("the job script is empty")
+    """Reject what could never run or is unsafe to use, naming the field (raises :class:`InvalidRequest`):
+    any NATS client may send a job, so it is checked here again (``core.requests``)."""
+    check_job(job)
 
 
 def _job_dirs_runner() -> BatchRunner[jobfiles.JobDirItem, Path]:
