@@ -25,13 +25,31 @@ def test_an_exact_name_wins_then_the_first_pattern_written_then_the_default() ->
     assert match_namespace(table, "prod", "default") == "default"
 
 
+@pytest.mark.parametrize(
+    "namespace", ["lab-x/../team-b", "lab-$(id)", "lab-x\nteam-b", "lab-*", "lab-" + "x" * 296, "lab-x\n"]
+)
+def test_a_namespace_kubernetes_would_refuse_matches_no_rule_and_is_refused(namespace: str) -> None:
+    """Issue 38, finding 6: each of these matched ``lab-*`` (fnmatch's ``*`` matches anything) and ran as that tenant."""
+    policy = AccountingPolicy.model_validate(
+        {"default": {"run_as_user": "nobody"}, "namespaces": {"lab-*": {"run_as_user": "lab", "group": "lab"}}}
+    )
+    assert policy.run_as("lab-x") == RunAs("lab") and policy.decide("lab-x").group == "lab"
+    for match in (
+        lambda: match_namespace({"lab-*": "lab", namespace: "exact"}, namespace, "default"),
+        lambda: policy.run_as(namespace),
+        lambda: policy.decide(namespace),
+    ):
+        with pytest.raises(PolicyError, match="is not a DNS label: no site rule applies to it"):
+            match()
+
+
 def test_a_pod_chooses_only_what_its_rule_allows_and_only_plain_names() -> None:
     rule = Account("grid", "svc", pod_may_set_user=True)
     assert decide_account(rule) == Account("grid", "svc")
     assert decide_account(rule, user="alice") == Account("grid", "alice")
     with pytest.raises(PolicyError, match="accounting group is set by the site"):
         decide_account(rule, group="admins")
-    for bad in ("a b", "$(Owner)", 'x"y', "tail\\", ""):
+    for bad in ("a b", "$(Owner)", 'x"y', "tail\\", "", "grp\n"):
         with pytest.raises(PolicyError, match="not a valid name"):
             decide_account(rule, user=bad)
 

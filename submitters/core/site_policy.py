@@ -8,7 +8,10 @@ namespace's jobs run as, and which ``securityContext.runAsUser``/``runAsGroup`` 
 
 A table maps namespace keys to rules. A key is an exact namespace name or a shell-style pattern
 (``*``, ``?``, ``[...]``, matched with :func:`fnmatch.fnmatchcase`). An exact name wins over every
-pattern; among patterns the first one written wins; no match gives the table's default.
+pattern; among patterns the first one written wins; no match gives the table's default. Only a namespace
+Kubernetes could have (a DNS label) is matched at all: fnmatch's ``*`` matches anything (``/``, ``$``, a
+newline), so ``lab-*`` would take ``lab-x/../team-b`` for one of its own; the matcher refuses such a name
+itself (:class:`PolicyError`) rather than trust every caller to have checked it.
 """
 
 from __future__ import annotations
@@ -19,13 +22,14 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal, TypeVar
 
+from interlink_nats.kernel.names import is_dns_label
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 T = TypeVar("T")
 
 _PATTERN_CHARS = frozenset("*?[")
-_KEY = re.compile(r"^[a-z0-9*?\[\]!-]{1,63}$")
-ACCOUNT_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.@-]{0,127}$")
+_KEY = re.compile(r"^[a-z0-9*?\[\]!-]{1,63}\Z")
+ACCOUNT_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.@-]{0,127}\Z")
 """An accounting group or user: letters, digits, ``_ . @ -`` (HTCondor groups nest with dots). Nothing a
 batch system's own language could read as more than a name (no ``$``, quotes, spaces or backslashes)."""
 
@@ -50,9 +54,13 @@ DEFAULT_KEY = "default"
 
 
 def match_namespace_key(table: Mapping[str, T], namespace: str, default: T) -> tuple[str, T]:
-    """(key, rule) for ``namespace``: its exact key, else the first matching pattern, else the default."""
+    """(key, rule) for ``namespace``: its exact key, else the first matching pattern, else the default.
+    PolicyError when ``namespace`` is not a DNS label (no rule applies to a name Kubernetes would refuse)."""
+    if not is_dns_label(namespace):
+        shown = repr(namespace[:80]) + ("..." if len(namespace) > 80 else "")
+        raise PolicyError(f"namespace {shown} is not a DNS label: no site rule applies to it")
     exact = table.get(namespace)
-    if exact is not None and not is_pattern(namespace):
+    if exact is not None:
         return namespace, exact
     for key, rule in table.items():
         if is_pattern(key) and fnmatch.fnmatchcase(namespace, key):
@@ -142,6 +150,9 @@ class RunAs:
 
 NO_SWITCH = RunAs()
 
+ROOT_NAMES = frozenset({"root", "0"})
+"""How a rule says its namespaces run as root: ``run_as_user: root`` (or ``0``), never by leaving it empty."""
+
 
 def decide_run_as(
     key: str,
@@ -182,7 +193,8 @@ class AccountRule(BaseModel):
     """Which of the two a pod may choose itself (its flags ``accounting_group`` / ``accounting_group_user``,
     Slurm ``--account``)."""
     run_as_user: str = ""
-    """The account (name or uid) the namespace's jobs run as; empty: the submitter's own."""
+    """The account (name or uid) the namespace's jobs run as; empty: the submitter's own, except on a root
+    submitter whose table switches accounts, which then refuses the job (root only when a rule says ``root``)."""
     run_as_group: str = ""
     """Its group (name or gid); empty: the account's primary group."""
     run_as_users: IdRanges = ()
@@ -230,8 +242,24 @@ class AccountingPolicy(BaseModel):
 
     def run_as(self, namespace: str, *, uid: int | None = None, gid: int | None = None) -> RunAs:
         """The account a pod in ``namespace`` that asked for ``runAsUser``/``runAsGroup`` runs as."""
+        return self.run_as_rule(namespace, uid=uid, gid=gid)[1]
+
+    def run_as_rule(self, namespace: str, *, uid: int | None = None, gid: int | None = None) -> tuple[str, RunAs]:
+        """:meth:`run_as` with the key of the rule that decided it (``default`` for the default)."""
         key, rule = match_namespace_key(self.namespaces, namespace, self.default)
-        return decide_run_as(key, namespace, rule, uid=uid, gid=gid)
+        return key, decide_run_as(key, namespace, rule, uid=uid, gid=gid)
+
+    def rules_without_user(self) -> list[str]:
+        """Keys of the rules that name no account to run as (``run_as_user`` empty): a root submitter whose
+        table switches accounts refuses their pods, unless a pod asks for an id its rule allows."""
+        rules = {DEFAULT_KEY: self.default, **self.namespaces}
+        return [key for key, rule in rules.items() if not rule.run_as_user]
+
+    def rules_as_root(self) -> list[str]:
+        """Keys of the rules that say root out loud: ``run_as_user: root`` (or ``0``), or ``0`` among the ids a pod
+        may ask for."""
+        rules = {DEFAULT_KEY: self.default, **self.namespaces}
+        return [k for k, r in rules.items() if r.run_as_user in ROOT_NAMES or ids_allow(r.run_as_users, 0)]
 
     @property
     def switches_accounts(self) -> bool:
