@@ -1,11 +1,13 @@
 """Whose account a pod runs as, through the shell backend (real bash, setpriv, real throw-away accounts).
 
 Site policy decides (``shell.accounting``); a pod's ``securityContext`` is honoured only inside its
-namespace's rule; without a rule that switches, the job runs as the submitter, as before.
+namespace's rule. The tests run as root: a namespace whose rule names no account is refused (issue 38,
+finding 7: it ran as root), unless the rule says ``run_as_user: root``.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -18,10 +20,15 @@ from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel import layout
+from interlink_nats.kernel.clock import SYSTEM_CLOCK
 from interlink_nats.services.bus.events_stream import ensure_events_stream
 from interlink_nats.services.bus.rpc import submitter_client
 from interlink_nats.services.scripts import render_job
+from interlink_nats.submitters.backends import accounts as site_accounts
+from interlink_nats.submitters.backends.shell.backend import ShellBackend
+from interlink_nats.submitters.backends.shell.config import ShellConfig
 from interlink_nats.submitters.backends.shell.processes import CLAIM
+from interlink_nats.submitters.core.backend import BackendContext
 from interlink_nats.submitters.runtime import Submitter
 from interlink_nats.submitters.testing import settings_for, wait_for
 from jobs import pod_dict
@@ -46,6 +53,7 @@ async def submitter(
         "namespaces": {
             "team-*": {"run_as_user": account.name},
             "lab": {"run_as_users": [account.uid], "run_as_groups": [f"{account.gid}-{account.gid + 1}"]},
+            "ops": {"run_as_user": "root"},
         }
     }
     settings = settings_for(reachable_dir / "state", nats_url, pool=pool, shell={"accounting": policy})
@@ -104,15 +112,48 @@ async def test_a_pod_runs_as_the_ids_it_asks_for_only_inside_its_namespaces_rule
         assert not (submitter.settings.state_dir / "jobs" / bad / CLAIM).exists(), "nothing ran"
 
 
-async def test_an_unmapped_namespace_runs_as_the_submitter_as_before(
+async def test_a_root_submitter_refuses_a_namespace_whose_rule_names_no_account_and_runs_root_only_when_said(
     submitter: Submitter, nc: nats.NATS, pool: str
 ) -> None:
+    """Issue 38, finding 7: an unmapped namespace (the default sets no user) ran as root, with no warning."""
     client = submitter_client(nc, pool)
+    for namespace, rule in (("elsewhere", "'default'"), ("lab", "'lab'")):  # lab: a pod asking for no id
+        bad = uid()
+        with pytest.raises(GRPCError) as err:
+            await client.submit(pb.SubmitRequest(job=job(bad, namespace)))
+        assert err.value.status == Status.FAILED_PRECONDITION
+        message = err.value.message or ""
+        assert f"site rule {rule} sets no run_as_user" in message and "run_as_user: root" in message, message
+        st = (await client.get_status(pb.GetStatusRequest(pod_uids=[bad]))).statuses[0]
+        assert st.state == pb.JobState.FAILED and st.reason == "SubmitFailed" and rule in st.message, st
+        assert not (submitter.settings.state_dir / "jobs" / bad / CLAIM).exists(), "nothing ran"
     u = uid()
-    await client.submit(pb.SubmitRequest(job=job(u, "elsewhere")))
+    await client.submit(pb.SubmitRequest(job=job(u, "ops")))  # its rule says root, out loud
     assert (await final_status(client, u)).state == pb.JobState.SUCCEEDED
     lines, owner, _ = ran_as(submitter, u)
     assert lines[0] == "0" and owner == 0
+
+
+def test_a_root_submitter_says_at_start_which_rules_refuse_and_which_run_as_root(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = ShellConfig.model_validate(
+        {"accounting": {"namespaces": {"team-*": {"run_as_user": "nobody"}, "ops": {"run_as_user": "root"}}}}
+    )
+    context = BackendContext(pool="p", state_dir=tmp_path, kill_grace_s=1.0, clock=SYSTEM_CLOCK)
+    with caplog.at_level(logging.WARNING, logger=site_accounts.__name__):
+        ShellBackend.create(config, context)
+    said = [r.getMessage() for r in caplog.records if r.name == site_accounts.__name__]
+    assert said == [
+        "site rule(s) 'default' set no run_as_user: their pods are refused unless they ask for a runAsUser the "
+        "rule allows (run_as_user: root runs them as root); site rule(s) 'ops' run pods as root"
+    ], said
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger=site_accounts.__name__):
+        ShellBackend.create(ShellConfig(), context)
+    assert [r.getMessage() for r in caplog.records] == [
+        "the submitter runs as root and its accounting table switches no accounts: every job runs as root"
+    ]
 
 
 def processes_of(user: int) -> list[int]:
@@ -158,26 +199,28 @@ async def test_each_member_of_a_pod_group_runs_as_its_own_account_and_a_refused_
     submitter: Submitter, nc: nats.NATS, pool: str, account: ThrowAway
 ) -> None:
     client = submitter_client(nc, pool, timeout=30)
-    mapped, unmapped, group = uid(), uid(), uid()
-    members = [member(job(mapped, "team-a"), group, 0, 2), member(job(unmapped, "elsewhere"), group, 1, 2)]
+    mapped, as_root, group = uid(), uid(), uid()
+    members = [member(job(mapped, "team-a"), group, 0, 2), member(job(as_root, "ops"), group, 1, 2)]
     await client.submit_group(pb.SubmitGroupRequest(members=members))
-    for u in (mapped, unmapped):
+    for u in (mapped, as_root):
         assert (await final_status(client, u)).state == pb.JobState.SUCCEEDED
     assert ran_as(submitter, mapped) == (
         [str(account.uid), str(account.gid), str(account.gid)],
         account.uid,
         account.gid,
     )
-    assert ran_as(submitter, unmapped)[0][0] == "0"
+    assert ran_as(submitter, as_root)[0][0] == "0"
 
-    ok, bad, group = uid(), uid(), uid()
-    members = [member(job(ok, "team-a"), group, 0, 2), member(job(bad, "lab", {"runAsUser": 0}), group, 1, 2)]
-    with pytest.raises(GRPCError) as err:
-        await client.submit_group(pb.SubmitGroupRequest(members=members))
-    assert err.value.status == Status.FAILED_PRECONDITION
-    assert "pod group member 1" in (err.value.message or "") and "securityContext.runAsUser" in (
-        err.value.message or ""
-    )
-    for st in (await client.get_status(pb.GetStatusRequest(pod_uids=[ok, bad]))).statuses:
-        assert st.state == pb.JobState.FAILED and st.reason == "SubmitFailed"
-    assert not (submitter.settings.state_dir / "gangs" / group / CLAIM).exists(), "nothing ran"
+    for bad_job, words in (
+        (lambda u: job(u, "lab", {"runAsUser": 0}), "securityContext.runAsUser"),
+        (lambda u: job(u, "elsewhere"), "site rule 'default' sets no run_as_user"),
+    ):
+        ok, bad, group = uid(), uid(), uid()
+        members = [member(job(ok, "team-a"), group, 0, 2), member(bad_job(bad), group, 1, 2)]
+        with pytest.raises(GRPCError) as err:
+            await client.submit_group(pb.SubmitGroupRequest(members=members))
+        assert err.value.status == Status.FAILED_PRECONDITION
+        assert "pod group member 1" in (err.value.message or "") and words in (err.value.message or "")
+        for st in (await client.get_status(pb.GetStatusRequest(pod_uids=[ok, bad]))).statuses:
+            assert st.state == pb.JobState.FAILED and st.reason == "SubmitFailed"
+        assert not (submitter.settings.state_dir / "gangs" / group / CLAIM).exists(), "nothing ran"

@@ -34,7 +34,7 @@ async def submitter(
     slurm: SlurmCluster, reachable_dir: Path, nats_url: str, pool: str, nc: nats.NATS, account: ThrowAway
 ) -> AsyncIterator[Submitter]:
     policy = {
-        "default": {"group": "general"},
+        "default": {"group": "general", "run_as_user": "root"},  # a root submitter runs root only when said
         "namespaces": {"team-*": {"run_as_user": account.name, "group": "physics", "run_as_users": ["5000-5999"]}},
     }
     settings = settings_for(
@@ -70,7 +70,7 @@ async def test_a_mapped_namespace_runs_as_its_account_through_sbatch_uid_with_it
     resp = await client.submit(pb.SubmitRequest(job=job(other, "elsewhere")))
     assert (await until_terminal(client, other)).state == pb.JobState.SUCCEEDED
     shown = slurm.run("scontrol", "show", "job", resp.job_id).stdout
-    assert "UserId=root(0)" in shown and "Account=general" in shown, "an unmapped namespace runs as before"
+    assert "UserId=root(0)" in shown and "Account=general" in shown, "the default says root, out loud"
 
 
 async def test_a_pod_may_not_name_a_uid_or_an_account_its_namespace_does_not_allow(

@@ -5,11 +5,15 @@ shared by the backends that switch accounts (shell through ``setpriv``, slurm th
 names become ids (``pwd``/``grp``), and the job directory, made by the submitter, is given to the account
 so the script can write its container files and logs there. The submitter itself keeps reading them (it
 is root whenever it switches), and cancels as before (root may signal any process, ``scancel`` any job).
+
+Root is said out loud: a root submitter whose table switches accounts refuses a namespace whose rule names
+no account (``run_as_user: root`` says root), and a root submitter says at start which namespaces run as root.
 """
 
 from __future__ import annotations
 
 import grp
+import logging
 import os
 import pwd
 import stat
@@ -19,6 +23,8 @@ from pathlib import Path
 from interlink_nats.kernel import layout
 from interlink_nats.submitters.core.backend import JobSpec, SubmitRejected
 from interlink_nats.submitters.core.site_policy import AccountingPolicy, PolicyError, RunAs
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,9 +73,14 @@ def job_identity(policy: AccountingPolicy | None, spec: JobSpec) -> Identity | N
     if policy is None:
         return None
     try:
-        run_as = policy.run_as(spec.namespace, uid=spec.run_as_user, gid=spec.run_as_group)
+        key, run_as = policy.run_as_rule(spec.namespace, uid=spec.run_as_user, gid=spec.run_as_group)
     except PolicyError as exc:
         raise SubmitRejected(str(exc)) from exc
+    if not run_as.user and os.geteuid() == 0 and policy.switches_accounts:
+        raise SubmitRejected(
+            f"namespace {spec.namespace!r} has no account to run as: site rule {key!r} sets no run_as_user, and "
+            f"this submitter, being root, runs a namespace as root only where its rule says run_as_user: root"
+        )
     if not run_as.user and not run_as.group:
         return None
     ident = resolve(run_as)
@@ -80,6 +91,33 @@ def job_identity(policy: AccountingPolicy | None, spec: JobSpec) -> Identity | N
             f"the site runs this namespace as {ident}, but the submitter is not root and cannot switch"
         )
     return ident
+
+
+def root_warning(policy: AccountingPolicy | None) -> str | None:
+    """What a root submitter says once at start about running jobs as root (None when it is not root)."""
+    if os.geteuid() != 0:
+        return None
+    if policy is None or not policy.switches_accounts:
+        return "the submitter runs as root and its accounting table switches no accounts: every job runs as root"
+    parts = []
+    refused = policy.rules_without_user()
+    if refused:
+        parts.append(
+            f"site rule(s) {', '.join(map(repr, refused))} set no run_as_user: their pods are refused unless they "
+            "ask for a runAsUser the rule allows (run_as_user: root runs them as root)"
+        )
+    root = policy.rules_as_root()
+    if root:
+        parts.append(f"site rule(s) {', '.join(map(repr, root))} run pods as root")
+    return "; ".join(parts) or None
+
+
+def warn_about_root(policy: AccountingPolicy | None) -> AccountingPolicy | None:
+    """:func:`root_warning`, logged (a backend calls it once, at start); ``policy`` passes through."""
+    warning = root_warning(policy)
+    if warning:
+        log.warning("%s", warning)
+    return policy
 
 
 def hand_over(job_dir: Path, ident: Identity) -> None:

@@ -40,7 +40,7 @@ from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel import layout
 from interlink_nats.kernel.clock import SYSTEM_CLOCK, Clock
 from interlink_nats.kernel.tasks import cancel_and_wait
-from interlink_nats.submitters.backends.accounts import take_over
+from interlink_nats.submitters.backends.accounts import take_over, warn_about_root
 from interlink_nats.submitters.backends.podman_janitor import PodmanJanitor
 from interlink_nats.submitters.backends.shell.config import ShellConfig
 from interlink_nats.submitters.backends.shell.gang import ShellGangs, member_alive, pods_of
@@ -105,7 +105,7 @@ class ShellBackend(ShellGangs):
             bash=config.bash,
             kill_grace_s=context.kill_grace_s,
             clock=context.clock,
-            accounting=config.accounting,
+            accounting=warn_about_root(config.accounting),  # said once, as the submitter builds its backend
         )
 
     def __init__(

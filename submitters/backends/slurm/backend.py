@@ -24,7 +24,7 @@ from pathlib import Path
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel import layout
 from interlink_nats.kernel.config_files import renamed
-from interlink_nats.submitters.backends.accounts import hand_over, job_identity, take_over
+from interlink_nats.submitters.backends.accounts import hand_over, job_identity, take_over, warn_about_root
 from interlink_nats.submitters.backends.proc import environ_with, run_command
 from interlink_nats.submitters.backends.reconcile import reconcile_by_uid
 from interlink_nats.submitters.backends.slurm import gang as sg
@@ -118,7 +118,7 @@ class SlurmBackend:
             self._use_sacct = slurm.use_sacct
 
     async def start(self) -> None:
-        return None
+        warn_about_root(self.settings.accounting)
 
     async def close(self) -> None:
         return None
