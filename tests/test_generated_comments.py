@@ -102,7 +102,7 @@ def test_the_htcondor_submit_description_keeps_pod_strings_out_of_its_comments(t
             script=job.script,
             namespace=job.namespace,
             name=job.name,
-            backend_flags=(f"requirements=(Machine == \"{MARK}\")",),
+            backend_flags=(f'requirements=(Machine == "{MARK}")',),
         ),
         hs.SubmitSite(pool="grid"),
     )
