@@ -121,3 +121,19 @@ def test_htcondor_refuses_a_policy_that_would_switch_accounts() -> None:
     with pytest.raises(ValidationError, match="the schedd runs a job as the account that submitted it"):
         HTCondorConfig.model_validate({"accounting": {"namespaces": {"a": {"run_as_users": [1000]}}}})
     assert HTCondorConfig.model_validate({"accounting": {"default": {"group": "g"}}}).accounting is not None
+
+
+def test_the_rules_that_name_no_account_and_those_that_say_root() -> None:
+    policy = AccountingPolicy.model_validate(
+        {
+            "namespaces": {
+                "default": {"run_as_user": "web"},  # a namespace named like the default rule is its own row
+                "team-*": {"run_as_users": [5000]},
+                "ops": {"run_as_user": "root"},
+                "lab": {"run_as_user": "lab", "run_as_users": [0]},
+            }
+        }
+    )
+    assert policy.rules_without_user() == ["default", "team-*"]
+    assert policy.rules_as_root() == ["ops", "lab"]
+    assert policy.run_as_rule("team-a", uid=5000) == ("team-*", RunAs("5000"))

@@ -252,14 +252,16 @@ class AccountingPolicy(BaseModel):
     def rules_without_user(self) -> list[str]:
         """Keys of the rules that name no account to run as (``run_as_user`` empty): a root submitter whose
         table switches accounts refuses their pods, unless a pod asks for an id its rule allows."""
-        rules = {DEFAULT_KEY: self.default, **self.namespaces}
-        return [key for key, rule in rules.items() if not rule.run_as_user]
+        return [key for key, rule in self._rules() if not rule.run_as_user]
 
     def rules_as_root(self) -> list[str]:
         """Keys of the rules that say root out loud: ``run_as_user: root`` (or ``0``), or ``0`` among the ids a pod
         may ask for."""
-        rules = {DEFAULT_KEY: self.default, **self.namespaces}
-        return [k for k, r in rules.items() if r.run_as_user in ROOT_NAMES or ids_allow(r.run_as_users, 0)]
+        return [k for k, r in self._rules() if r.run_as_user in ROOT_NAMES or ids_allow(r.run_as_users, 0)]
+
+    def _rules(self) -> list[tuple[str, AccountRule]]:
+        """Every rule with its key, the default first (a namespace may be called ``default`` too)."""
+        return [(DEFAULT_KEY, self.default), *self.namespaces.items()]
 
     @property
     def switches_accounts(self) -> bool:
