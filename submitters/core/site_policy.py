@@ -28,8 +28,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 T = TypeVar("T")
 
 _PATTERN_CHARS = frozenset("*?[")
-_KEY = re.compile(r"^[a-z0-9*?\[\]!-]{1,63}\Z")
-ACCOUNT_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.@-]{0,127}\Z")
+_KEY = re.compile(r"^[a-z0-9*?\[\]!-]{1,63}$")
+ACCOUNT_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.@-]{0,127}$")
 """An accounting group or user: letters, digits, ``_ . @ -`` (HTCondor groups nest with dots). Nothing a
 batch system's own language could read as more than a name (no ``$``, quotes, spaces or backslashes)."""
 
