@@ -35,7 +35,10 @@ async def submitter(
 ) -> AsyncIterator[Submitter]:
     policy = {
         "default": {"group": "general", "run_as_user": "root"},  # a root submitter runs root only when said
-        "namespaces": {"team-*": {"run_as_user": account.name, "group": "physics", "run_as_users": ["5000-5999"]}},
+        "namespaces": {
+            "team-*": {"run_as_user": account.name, "group": "physics", "run_as_users": ["5000-5999"]},
+            "lab-*": {"group": "physics"},  # names no account: refused on this root submitter (issue 38, finding 7)
+        },
     }
     settings = settings_for(
         reachable_dir / "state", nats_url, pool=pool, backend="slurm", poll_interval=0.5, slurm={"accounting": policy}
@@ -80,6 +83,7 @@ async def test_a_pod_may_not_name_a_uid_or_an_account_its_namespace_does_not_all
     cases = (
         (job(str(uuid.uuid4()), "team-a", securityContext={"runAsUser": 0}), "securityContext.runAsUser: 0"),
         (job(str(uuid.uuid4()), "team-a", securityContext={"runAsUser": 7000}), "allows runAsUser 5000-5999"),
+        (job(str(uuid.uuid4()), "lab-a"), "site rule 'lab-*' sets no run_as_user"),
     )
     flagged = job(str(uuid.uuid4()), "team-a")
     flagged.backend_flags = ["-A", "admins"]
