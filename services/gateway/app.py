@@ -77,7 +77,13 @@ class Gateway:
             stale_after_s=self.settings.stale_after_s,
             timeout_s=self.settings.status_fallback_timeout_s,
         )
-        self.groups = PodGroups(self.store, HeldGroups(self.redis), self.client, wait_s=self.settings.group_wait_s)
+        self.groups = PodGroups(
+            self.store,
+            HeldGroups(self.redis),
+            self.client,
+            wait_s=self.settings.group_wait_s,
+            limits=self.settings.held_limits(),
+        )
         self.metrics.watch_groups(lambda: len(self.groups.held.groups), self.groups.held.members)
         self.calls = PodUseCases(self.settings, self.store, self.pools, self.client, self.groups)
 
