@@ -62,7 +62,13 @@ class Gateway:
             pool_wait_s=self.settings.pool_wait_s,
             submit_resend_s=self.settings.submit_resend_s,
         )
-        self.pools = PoolDirectory(self.nc, self.client.describe, prefix=self.settings.prefix, redis=self.redis)
+        self.pools = PoolDirectory(
+            self.nc,
+            self.client.describe,
+            prefix=self.settings.prefix,
+            redis=self.redis,
+            maxima=self.settings.report_maxima(),
+        )
         self.events = EventConsumer(
             self.nc,
             self.store,

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from interlink_nats.kernel import quantities
 from interlink_nats.kernel.config_files import LayeredSettings
 from interlink_nats.kernel.nats_connection import NatsConnectionSettings
+from interlink_nats.kernel.reported import DEFAULT_MAXIMA, Maxima
 from interlink_nats.kernel.subjects import DEFAULT_PREFIX, Role, inbox_prefix
 from interlink_nats.services.gateway.groups import HeldLimits
 from interlink_nats.services.scripts.pod_group import GROUP_SIZE_MAX
-from pydantic import Field, SecretStr, model_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
 
@@ -42,6 +44,18 @@ class GatewaySettings(LayeredSettings):
     ping_free_capacity: bool = Field(
         False,
         description="the ping's node capacity is each pool's held + free (kueue-nats capacity: Free), not its total",
+    )
+    max_reported_cpu: str = Field(
+        DEFAULT_MAXIMA.cpu,
+        description="the most CPUs one pool may report; a larger, negative or malformed figure is left out of the "
+        "ping (that pool's share only), and logged once",
+    )
+    max_reported_memory: str = Field(
+        DEFAULT_MAXIMA.memory, description="the most memory (and ephemeral-storage, hugepages-*) one pool may report"
+    )
+    max_reported_pods: str = Field(DEFAULT_MAXIMA.pods, description="the most pods one pool may report")
+    max_reported_other: str = Field(
+        DEFAULT_MAXIMA.other, description="the most of any other resource (GPUs, devices) one pool may report"
     )
     prefix: str = Field(DEFAULT_PREFIX, description="prefix of announcement and event subjects")
     submit_timeout_s: float = Field(30.0, description="deadline of one Submit call to a pool")
@@ -109,6 +123,21 @@ class GatewaySettings(LayeredSettings):
                 f"max_group_size ({self.max_group_size}): a group that large could never be held whole"
             )
         return self
+
+    @field_validator("max_reported_cpu", "max_reported_memory", "max_reported_pods", "max_reported_other")
+    @classmethod
+    def _quantity(cls, value: str) -> str:
+        if not quantities.is_valid(value) or quantities.parse(value) <= 0:
+            raise ValueError(f"must be a positive Kubernetes quantity, got {value!r}")
+        return value
+
+    def report_maxima(self) -> Maxima:
+        return Maxima(
+            cpu=self.max_reported_cpu,
+            memory=self.max_reported_memory,
+            pods=self.max_reported_pods,
+            other=self.max_reported_other,
+        )
 
     def held_limits(self) -> HeldLimits:
         return HeldLimits(
