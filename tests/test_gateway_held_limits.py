@@ -114,6 +114,9 @@ async def test_held_bytes_are_bounded_per_namespace_and_in_total_with_a_429(nats
     async with serving_standins(nats_url, pool), gateway_only(nats_url, default_pool=pool, **limits) as stack:
         blob = 200_000
         assert (await create(stack, member(new_group(), "a", blob=blob), blob=blob))[0] == 200
+        held = stack.gateway.groups.held.bytes_total
+        assert blob < held < 300_000
+        assert f"interlink_gateway_pod_group_bytes_held {float(held)}" in (await stack.http.get("/metrics")).text
         code, text = await create(stack, member(new_group(), "b", blob=blob), blob=blob)
         assert code == 429, text
         assert "max_held_bytes_per_namespace" in text

@@ -90,7 +90,9 @@ class Gateway:
             wait_s=self.settings.group_wait_s,
             limits=self.settings.held_limits(),
         )
-        self.metrics.watch_groups(lambda: len(self.groups.held.groups), self.groups.held.members)
+        self.metrics.watch_groups(
+            lambda: len(self.groups.held.groups), self.groups.held.members, lambda: self.groups.held.bytes_total
+        )
         self.calls = PodUseCases(self.settings, self.store, self.pools, self.client, self.groups)
 
     async def start(self) -> None:
