@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from dataclasses import astuple
 from pathlib import Path
 from typing import Annotated
 
 import typer
 from interlink_nats.controller import model, offline
 from interlink_nats.controller.reconcile import KUEUE_VERSIONS
+from interlink_nats.kernel import quantities
+from interlink_nats.kernel.reported import DEFAULT_MAXIMA, Maxima
 from interlink_nats.kernel.signals import run_until_signal
 
 
@@ -57,6 +60,16 @@ def run(
     probe_port: Annotated[int, typer.Option(help="port of /healthz and /metrics (0: off)")] = 8080,
     log_level: Annotated[str, typer.Option(help="logging level")] = "INFO",
     json_logs: Annotated[bool, typer.Option(help="log JSON lines")] = False,
+    max_reported_cpu: Annotated[
+        str, typer.Option(help="the most CPUs a pool may report; more is refused, never a quota")
+    ] = DEFAULT_MAXIMA.cpu,
+    max_reported_memory: Annotated[
+        str, typer.Option(help="the most memory (ephemeral-storage, hugepages-*) a pool may report")
+    ] = DEFAULT_MAXIMA.memory,
+    max_reported_pods: Annotated[str, typer.Option(help="the most pods a pool may report")] = DEFAULT_MAXIMA.pods,
+    max_reported_other: Annotated[
+        str, typer.Option(help="the most of any other resource (GPUs, devices) a pool may report")
+    ] = DEFAULT_MAXIMA.other,
 ) -> None:
     """Run the controller against the cluster from KUBECONFIG (or in-cluster service account)."""
     from interlink_nats.controller import kube, runner
@@ -67,11 +80,19 @@ def run(
     setup_logging(log_level.lower(), json_logs)
     if kueue_api not in ("auto", *KUEUE_VERSIONS):
         raise typer.BadParameter(f"must be auto or one of {', '.join(KUEUE_VERSIONS)}", param_hint="--kueue-api")
+    maxima = Maxima(max_reported_cpu, max_reported_memory, max_reported_pods, max_reported_other)
+    for flag, value in zip(("cpu", "memory", "pods", "other"), astuple(maxima), strict=True):
+        if not quantities.is_valid(value) or quantities.parse(value) <= 0:
+            hint = f"--max-reported-{flag}"
+            raise typer.BadParameter(f"must be a positive Kubernetes quantity, got {value!r}", param_hint=hint)
 
     async def main(stop: asyncio.Event) -> None:
         api = kube.LightkubeApi.from_environment(field_manager=field_manager)
         settings = runner.Settings(
-            kueue_api=None if kueue_api == "auto" else kueue_api, tick_s=tick_s, describe_timeout_s=describe_timeout_s
+            kueue_api=None if kueue_api == "auto" else kueue_api,
+            tick_s=tick_s,
+            describe_timeout_s=describe_timeout_s,
+            maxima=maxima,
         )
         controller = runner.Controller(api, settings=settings)
         probes = await serve_probes(controller_probes(controller), probe_host, probe_port) if probe_port else None

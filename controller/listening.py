@@ -26,6 +26,7 @@ from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel import nats_connection
 from interlink_nats.kernel.clock import SYSTEM_CLOCK, Clock
 from interlink_nats.kernel.names import is_dns_label
+from interlink_nats.kernel.reported import DEFAULT_MAXIMA, Maxima
 from interlink_nats.kernel.subjects import Role, inbox_prefix, validate_pool
 from interlink_nats.kernel.tasks import cancel_and_wait
 from nats.aio.client import Client as NATS
@@ -51,8 +52,10 @@ SecretReader = Callable[[str, str], Awaitable[dict[str, str]]]
 class ReportStore:
     """Latest report per (source, pool); ``changed`` is set on every accepted report."""
 
-    def __init__(self, clock: Clock = SYSTEM_CLOCK) -> None:
+    def __init__(self, clock: Clock = SYSTEM_CLOCK, maxima: Maxima = DEFAULT_MAXIMA) -> None:
         self.clock = clock
+        self.maxima = maxima
+        """The most a pool may report of each resource: a larger figure is refused (``kernel.reported``)."""
         self._reports: dict[model.NatsSource, dict[str, model.PoolReport]] = {}
         self.changed = asyncio.Event()
         self.received = 0
@@ -89,7 +92,7 @@ class ReportStore:
             # Kept, so the MasterQueue that selects it says so in a Kubernetes event (reconcile leaves it out).
             log.warning("report with invalid pool name %r: not a DNS label, no flavor will be made for it", pool[:80])
         message.pool = pool
-        self.put(source, model.report_from_proto(message, self.clock.time()))
+        self.put(source, model.report_from_proto(message, self.clock.time(), self.maxima))
         return True
 
     def prune(self, older_than: float) -> None:
@@ -306,4 +309,4 @@ class NatsHub:
             return
         report.pool = report.pool or answer.pool or pool
         if report.pool == pool:
-            self.store.put(source, model.report_from_proto(report, self.store.clock.time()))
+            self.store.put(source, model.report_from_proto(report, self.store.clock.time(), self.store.maxima))

@@ -15,6 +15,7 @@ from typing import Any
 
 from interlink_nats.controller.capacity import CapacityPolicy, Policy
 from interlink_nats.kernel import quantities
+from interlink_nats.kernel.reported import DEFAULT_MAXIMA, Maxima, check
 
 GROUP = "vk.io"
 VERSION = "v1"
@@ -156,10 +157,12 @@ class PoolReport:
     labels: Mapping[str, str] = field(default_factory=dict)
     taints: tuple[Taint, ...] = ()
     reported_at: float | None = None
-    unparsable: Mapping[str, str] = field(default_factory=dict)
-    """Capacity entries that are not Kubernetes quantities: counted as 0, and warned about by name."""
+    refused: Mapping[str, str] = field(default_factory=dict)
+    """Figures refused (``kernel.reported``: not a quantity, negative, absurd) → why: a capacity one by its
+    resource (counted as 0, so never a quota), a free one as ``free.<resource>`` (its total stands in). Warned
+    about by name and shown in the pool's status row."""
     free: Mapping[str, str] = field(default_factory=dict)
-    """Free at the site now (valid quantities only); empty: the site cannot tell."""
+    """Free at the site now (checked figures only); empty: the site cannot tell."""
     queued_jobs: int = 0
     oldest_pending_s: float = 0.0
     attempts: int = 0
@@ -167,26 +170,36 @@ class PoolReport:
     interval_s: float = 0.0
 
 
-def report_from_proto(report: Any, received_at: float) -> PoolReport:
-    """A ``pb.ResourceReport`` (or anything shaped like it) as a PoolReport; invalid quantities are dropped."""
-    raw = dict(report.capacity)
-    capacity = {k: v for k, v in raw.items() if quantities.is_valid(v)}
+def report_from_proto(report: Any, received_at: float, maxima: Maxima = DEFAULT_MAXIMA) -> PoolReport:
+    """A ``pb.ResourceReport`` (or anything shaped like it) as a PoolReport; figures that are not quantities,
+    negative or above ``maxima`` are dropped, and kept in ``refused`` with why."""
+    raw, raw_free = dict(report.capacity), dict(report.free)
+    capacity, free = check(raw, maxima), check(raw_free, maxima)
     reported = report.reported_at
     return PoolReport(
         pool=report.pool,
-        capacity=capacity,
-        unparsable={k: v for k, v in raw.items() if k not in capacity},
+        capacity={k: raw[k] for k in capacity.values},
+        refused=capacity.refused | {f"free.{k}": why for k, why in free.refused.items()},
         received_at=received_at,
         labels=dict(report.labels),
         taints=tuple(Taint(t.key, t.value, t.effect) for t in report.taints),
         reported_at=reported.timestamp() if isinstance(reported, dt.datetime) else None,
-        free={k: v for k, v in dict(report.free).items() if quantities.is_valid(v)},
+        free={k: raw_free[k] for k in free.values},
         queued_jobs=int(report.queued_jobs),
         oldest_pending_s=float(report.oldest_pending_seconds),
         attempts=int(report.recent_attempts),
         failures=min(int(report.recent_failures), int(report.recent_attempts)),
         interval_s=float(report.interval_seconds),
     )
+
+
+def remembered_capacity(value: Any, maxima: Maxima = DEFAULT_MAXIMA) -> dict[str, str]:
+    """A pool's capacity as a status row kept it (after a controller restart), checked as a report is: anyone
+    who may edit the status could have put anything there."""
+    if not isinstance(value, Mapping):
+        return {}
+    raw = {str(k): v for k, v in value.items() if isinstance(v, str)}
+    return {k: raw[k] for k in check(raw, maxima).values}
 
 
 def _seconds(value: Any, path: str, default: float, problems: list[str]) -> float:

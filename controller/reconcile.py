@@ -86,6 +86,8 @@ class PoolStatus:
     queued_jobs: int = 0
     admission: Admission = Admission.OPEN
     reason: str = ""
+    refused: Mapping[str, str] = field(default_factory=dict)
+    """The report's figures refused as not a quantity, negative or absurd (``PoolReport.refused``)."""
 
 
 @dataclass
@@ -360,14 +362,14 @@ def reconcile(
                     queued_jobs=report.queued_jobs,
                     admission=decision.admission if decision else Admission.STALE,
                     reason=decision.reason if decision else "",
+                    refused=dict(report.refused),
                 )
             )
             if state is PoolState.EXCLUDED:
                 continue
-            for resource, value in sorted(report.unparsable.items()):
-                desired.warnings.append(
-                    f"pool {pool}: reported {resource}={value[:40]!r} is not a Kubernetes quantity; counted as 0"
-                )
+            for resource, why in sorted(report.refused.items()):
+                instead = "its total stands in" if resource.startswith("free.") else "counted as 0"
+                desired.warnings.append(f"pool {pool}: reported {resource}={why}; {instead}")
             desired.flavors.append(resource_flavor(mq, group, report, api_version, desired.warnings))
             if decision is not None and state is PoolState.LIVE:
                 entries.append(_Entry(group, name, decision.quota))

@@ -30,6 +30,7 @@ from interlink_nats.controller.reconcile import (
 from interlink_nats.controller.status import parse_time, rfc3339, status_of, without_volatile
 from interlink_nats.kernel.clock import SYSTEM_CLOCK, Clock
 from interlink_nats.kernel.nats_connection import NatsConnectionSettings
+from interlink_nats.kernel.reported import DEFAULT_MAXIMA, Maxima
 from interlink_nats.kernel.tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
@@ -58,6 +59,8 @@ class Settings:
     """Read Kueue's reservation of a MasterQueue's queues (``capacity: Free``, holds) at most this often."""
     resync_s: float = 300.0
     """Re-read the owned objects this often, so edits by others are corrected."""
+    maxima: Maxima = DEFAULT_MAXIMA
+    """The most a pool may report of each resource; a larger figure is refused, never a quota."""
     clock: Clock = SYSTEM_CLOCK
 
 
@@ -101,7 +104,7 @@ class Controller:
     ) -> None:
         self.api = api
         self.settings = settings or Settings()
-        self.store = store or ReportStore(self.settings.clock)
+        self.store = store or ReportStore(self.settings.clock, self.settings.maxima)
         self.hub = hub or NatsHub(
             self.store,
             secret_reader=api.read_secret,
@@ -235,7 +238,7 @@ class Controller:
                 group.nats.source,
                 model.PoolReport(
                     pool=row["name"],
-                    capacity=dict(row.get("capacity") or {}),
+                    capacity=model.remembered_capacity(row.get("capacity"), self.store.maxima),
                     received_at=received,
                     labels=dict(row.get("labels") or {}),
                     taints=taints,

@@ -62,7 +62,13 @@ class Gateway:
             pool_wait_s=self.settings.pool_wait_s,
             submit_resend_s=self.settings.submit_resend_s,
         )
-        self.pools = PoolDirectory(self.nc, self.client.describe, prefix=self.settings.prefix, redis=self.redis)
+        self.pools = PoolDirectory(
+            self.nc,
+            self.client.describe,
+            prefix=self.settings.prefix,
+            redis=self.redis,
+            maxima=self.settings.report_maxima(),
+        )
         self.events = EventConsumer(
             self.nc,
             self.store,
@@ -77,8 +83,16 @@ class Gateway:
             stale_after_s=self.settings.stale_after_s,
             timeout_s=self.settings.status_fallback_timeout_s,
         )
-        self.groups = PodGroups(self.store, HeldGroups(self.redis), self.client, wait_s=self.settings.group_wait_s)
-        self.metrics.watch_groups(lambda: len(self.groups.held.groups), self.groups.held.members)
+        self.groups = PodGroups(
+            self.store,
+            HeldGroups(self.redis),
+            self.client,
+            wait_s=self.settings.group_wait_s,
+            limits=self.settings.held_limits(),
+        )
+        self.metrics.watch_groups(
+            lambda: len(self.groups.held.groups), self.groups.held.members, lambda: self.groups.held.bytes_total
+        )
         self.calls = PodUseCases(self.settings, self.store, self.pools, self.client, self.groups)
 
     async def start(self) -> None:

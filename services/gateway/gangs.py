@@ -39,6 +39,7 @@ class PodGroups:
     client: PoolClient
     _: KW_ONLY
     wait_s: float
+    limits: decide.HeldLimits = field(default_factory=decide.HeldLimits)
     clock: Clock = SYSTEM_CLOCK
     _submitting: dict[str, asyncio.Task[None]] = field(default_factory=dict, init=False)
     _sweeper: asyncio.Task[None] | None = field(default=None, init=False)
@@ -74,7 +75,8 @@ class PodGroups:
     # --- calls ---------------------------------------------------------------------------------
     async def hold(self, record: PodRecord, job: pb.JobScript, group: PodGroup) -> str:
         """Hold a member (its ``/create``); returns its ``PodJID``. Raises a 4xx GatewayError when it does not
-        fit its group (another pool, another count)."""
+        fit its group (another pool, another count) or the site's limits (``groups.HeldLimits``); a member held
+        already (interLink retries) is answered as before."""
         member = HeldMember(record.uid, record.name, group.index, bytes(job), record.images)
         key = decide.group_key(record.namespace, group.name)
         async with self._lock:
@@ -86,6 +88,8 @@ class PodGroups:
                 self.held.get(key), member, group, namespace=record.namespace, pool=record.pool, now=self.clock.time()
             )
             if record.uid not in held.members:
+                decide.check_size(group, self.limits, record.namespace)
+                decide.check_room(self.limits, self.held.usage(record.namespace), held, member)
                 held.members[record.uid] = member
                 # redis first: once the member is answered it must survive a restart
                 await self.held.put(held)

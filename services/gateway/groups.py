@@ -14,13 +14,14 @@ import hashlib
 import json
 from dataclasses import dataclass, field
 from typing import Any
+from urllib.parse import quote
 
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.services.gateway.errors import GatewayError
 from interlink_nats.services.scripts.pod_group import FAILURE_POLICY_ANNOTATION as POLICY_ANNOTATION
 from interlink_nats.services.scripts.pod_group import GROUP_NAME_LABEL as NAME_LABEL
+from interlink_nats.services.scripts.pod_group import GROUP_SIZE_MAX, PodGroup
 from interlink_nats.services.scripts.pod_group import GROUP_TOTAL_ANNOTATION as TOTAL_ANNOTATION
-from interlink_nats.services.scripts.pod_group import PodGroup
 
 WAITING_REASON = "PodGroupWaiting"
 INCOMPLETE_REASON = "PodGroupIncomplete"
@@ -32,8 +33,11 @@ HELD_JID_PREFIX = "held:"
 
 
 def group_key(namespace: str, name: str) -> str:
-    """Kueue's pod groups are named per namespace."""
-    return f"{namespace}/{name}"
+    """Kueue's pod groups are named per namespace: ``<namespace>/<name>``, each part with ``%`` and ``/``
+    percent-encoded, so no two (namespace, name) pairs share a key (``x`` + ``y/z`` and ``x/y`` + ``z`` once
+    did, and ran as one gang). A valid namespace and group name contain neither, so their key is spelled as
+    it always was (and as the member's ``PodJID`` shows it)."""
+    return f"{quote(namespace, safe='', errors='surrogatepass')}/{quote(name, safe='', errors='surrogatepass')}"
 
 
 def held_jid(key: str) -> str:
@@ -161,6 +165,68 @@ def admit(
             f"pod {member.name} is one more",
         )
     return group
+
+
+@dataclass(frozen=True, slots=True)
+class HeldLimits:
+    """The site's bounds on what pod groups may make the gateway hold (settings ``max_group_size``,
+    ``max_held_members_per_namespace``, ``max_held_bytes_per_namespace``, ``max_held_bytes``)."""
+
+    group_size: int = GROUP_SIZE_MAX
+    members_per_namespace: int = GROUP_SIZE_MAX
+    bytes_per_namespace: int = 64 * 1024 * 1024
+    bytes_total: int = 256 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class HeldUsage:
+    members: int
+    """The members one namespace's waiting groups declared (their total counts added up): a group's seats are
+    taken by its first member, so a namespace at its limit can still complete every group it has."""
+    bytes: int
+    """Their arrived members' rendered jobs, in bytes."""
+    bytes_total: int
+    """Every namespace's held jobs, in bytes."""
+
+
+def check_size(view: PodGroup, limits: HeldLimits, namespace: str) -> None:
+    """A 422 naming the annotation when the group declares more members than the site runs as one gang:
+    retrying never helps."""
+    if view.total > limits.group_size:
+        raise GatewayError(
+            422,
+            f'metadata.annotations["{TOTAL_ANNOTATION}"]: pod group {group_key(namespace, view.name)} has '
+            f"{view.total} members, more than this site's limit of {limits.group_size} (gateway setting "
+            "max_group_size)",
+        )
+
+
+def check_room(limits: HeldLimits, usage: HeldUsage, group: HeldGroup, member: HeldMember) -> None:
+    """A 429 when holding ``member`` would take its namespace (or the gateway) past a limit on what it holds:
+    the room comes back as that namespace's groups are sent or fail, so a later create may pass. A new group
+    takes all its members' seats at once (``HeldUsage.members``); its later members need only bytes."""
+    size = len(member.job)
+    where = f"pod group {group.key}: pod {member.name} ({size} bytes) cannot be held"
+    later = "; it can be once groups now waiting are sent or fail"
+    if not group.members and usage.members + group.total > limits.members_per_namespace:
+        raise GatewayError(
+            429,
+            f"{where}: namespace {group.namespace} has groups of {usage.members} members waiting already; with "
+            f"this group's {group.total} that is more than the {limits.members_per_namespace} a namespace may have "
+            f"waiting (setting max_held_members_per_namespace){later}",
+        )
+    if usage.bytes + size > limits.bytes_per_namespace:
+        raise GatewayError(
+            429,
+            f"{where}: namespace {group.namespace} holds {usage.bytes} bytes of waiting pod-group members, and "
+            f"{limits.bytes_per_namespace} is the most per namespace (setting max_held_bytes_per_namespace){later}",
+        )
+    if usage.bytes_total + size > limits.bytes_total:
+        raise GatewayError(
+            429,
+            f"{where}: the gateway holds {usage.bytes_total} bytes of waiting pod-group members, and "
+            f"{limits.bytes_total} is the most (setting max_held_bytes){later}",
+        )
 
 
 def group_uid(group: HeldGroup) -> str:

@@ -1,6 +1,6 @@
 """The pod groups the gateway holds, in memory and mirrored to redis, so held members survive a restart.
 
-One redis hash (``REDIS_GROUPS_KEY``), one field per group (``<namespace>/<name>``) holding the whole group as
+One redis hash (``REDIS_GROUPS_KEY``), one field per group (its ``groups.group_key``) holding the whole group as
 JSON, rendered jobs included: a group changes as one value, so a restart never finds half of an arrival.
 Like the pod table, memory is authoritative while the gateway runs: a redis failure is logged, not raised
 (the member was answered already); the next change of that group writes it whole again.
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 
-from interlink_nats.services.gateway.groups import HeldGroup
+from interlink_nats.services.gateway.groups import HeldGroup, HeldUsage
 from interlink_nats.services.gateway.store import RedisLike
 
 log = logging.getLogger(__name__)
@@ -25,6 +25,12 @@ class HeldGroups:
         self.groups: dict[str, HeldGroup] = {}
         self.by_member: dict[str, str] = {}
         """Pod uid -> its group's key."""
+        self._counted: dict[str, tuple[str, int, int]] = {}
+        """Group key -> (namespace, total count, bytes) as counted below (a group changes in place)."""
+        self._members: dict[str, int] = {}
+        self._bytes: dict[str, int] = {}
+        self.bytes_total = 0
+        """The held members' rendered jobs, in bytes: what the site limits bound (``groups.HeldLimits``)."""
 
     async def load(self) -> int:
         """The groups redis holds; returns how many."""
@@ -37,7 +43,19 @@ class HeldGroups:
                 log.warning("skipping unreadable pod group %s in redis: %s", key.decode(errors="replace"), exc)
                 continue
             self._remember(group)
+            if key != group.key.encode():  # stored under an older, ambiguous key: moved to its own
+                await self._move(key, group)
         return len(self.groups)
+
+    async def _move(self, old: bytes, group: HeldGroup) -> None:
+        """A group an older gateway stored under the field ``<namespace>/<name>`` unescaped: written again under
+        its key, the old field removed (a valid name's key is unchanged, so only odd names ever move)."""
+        assert self.redis is not None
+        try:
+            await self.redis.hset(self.key, group.key, group.to_json())
+            await self.redis.hdel(self.key, old)
+        except Exception as exc:
+            log.warning("could not move pod group %s in redis: %s", group.key, exc)
 
     def get(self, key: str) -> HeldGroup | None:
         return self.groups.get(key)
@@ -48,6 +66,10 @@ class HeldGroups:
 
     def members(self) -> int:
         return len(self.by_member)
+
+    def usage(self, namespace: str) -> HeldUsage:
+        """What ``namespace`` holds now, and all namespaces together."""
+        return HeldUsage(self._members.get(namespace, 0), self._bytes.get(namespace, 0), self.bytes_total)
 
     async def put(self, group: HeldGroup) -> None:
         """Keep ``group`` as it is now (after a member arrived or left)."""
@@ -82,6 +104,7 @@ class HeldGroups:
         if group is not None:
             for uid in group.members:
                 self.by_member.pop(uid, None)
+        self._uncount(key)
         if self.redis is not None:
             try:
                 await self.redis.hdel(self.key, key)
@@ -92,3 +115,20 @@ class HeldGroups:
         self.groups[group.key] = group
         for uid in group.members:
             self.by_member[uid] = group.key
+        self._uncount(group.key)
+        size = sum(len(m.job) for m in group.members.values())
+        self._counted[group.key] = (group.namespace, group.total, size)
+        self._members[group.namespace] = self._members.get(group.namespace, 0) + group.total
+        self._bytes[group.namespace] = self._bytes.get(group.namespace, 0) + size
+        self.bytes_total += size
+
+    def _uncount(self, key: str) -> None:
+        counted = self._counted.pop(key, None)
+        if counted is None:
+            return
+        namespace, members, size = counted
+        self._members[namespace] -= members
+        self._bytes[namespace] -= size
+        self.bytes_total -= size
+        if not self._members[namespace]:
+            del self._members[namespace], self._bytes[namespace]

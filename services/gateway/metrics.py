@@ -53,14 +53,23 @@ class GatewayMetrics:
         self._pods = pods
         self._counts_by_state = counts_by_state
 
-    def watch_groups(self, groups: Callable[[], int], members: Callable[[], int]) -> None:
-        """Pod groups held until all their members arrive, and those members (computed when scraped)."""
+    def watch_groups(
+        self, groups: Callable[[], int], members: Callable[[], int], held_bytes: Callable[[], int] = lambda: 0
+    ) -> None:
+        """Pod groups held until all their members arrive, those members and their jobs' bytes (what
+        ``max_held_bytes`` bounds), computed when scraped."""
         held = Gauge("interlink_gateway_pod_groups_held", "Pod groups waiting for members", registry=self.registry)
         held.set_function(lambda: float(groups()))
         waiting = Gauge(
             "interlink_gateway_pod_group_members_held", "Pods held for their pod group", registry=self.registry
         )
         waiting.set_function(lambda: float(members()))
+        size = Gauge(
+            "interlink_gateway_pod_group_bytes_held",
+            "Bytes of the rendered jobs held for their pod group",
+            registry=self.registry,
+        )
+        size.set_function(lambda: float(held_bytes()))
 
     def pool_label(self, pool: str) -> str:
         """``pool`` if it announced itself, else OTHER_POOL: user input never mints new series."""

@@ -16,6 +16,7 @@ from dataclasses import KW_ONLY, dataclass, field
 from typing import TypeVar
 
 from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.kernel import reported
 from interlink_nats.kernel.clock import SYSTEM_CLOCK, Clock
 from interlink_nats.kernel.subjects import DEFAULT_PREFIX, InvalidPoolNameError, pool_from_subject, validate_pool
 from interlink_nats.services.gateway.store import REDIS_BUILD_CONFIGS_KEY, RedisLike
@@ -35,7 +36,27 @@ DescribeFn = Callable[[str, float], Awaitable[pb.DescribeResponse]]
 class PoolInfo:
     build_config: pb.BuildConfig | None = None
     report: pb.ResourceReport | None = None
+    """The last report, its refused figures left out (``checked_report``)."""
     last_seen: float = 0.0
+    refused: dict[str, str] = field(default_factory=dict)
+    """What its last report had refused ("capacity.cpu" → why): logged when it changes, not per report."""
+
+
+def checked_report(report: pb.ResourceReport, maxima: reported.Maxima) -> tuple[pb.ResourceReport, dict[str, str]]:
+    """The report with every figure that is not a quantity, negative or absurd left out (a pool's bad figure
+    must remove only its own share of that resource, never the ping's), and what was refused, by field."""
+    refused: dict[str, str] = {}
+    kept: dict[str, dict[str, str]] = {}
+    for name in ("capacity", "free", "held"):
+        figures: dict[str, str] = getattr(report, name)
+        checked = reported.check(figures, maxima)
+        kept[name] = {r: figures[r] for r in checked.values}
+        refused |= {f"{name}.{r}": why for r, why in checked.refused.items()}
+    if not refused:
+        return report, refused
+    clean = pb.ResourceReport.parse(bytes(report))
+    clean.capacity, clean.free, clean.held = kept["capacity"], kept["free"], kept["held"]
+    return clean, refused
 
 
 @dataclass(eq=False, repr=False, slots=True)
@@ -48,6 +69,7 @@ class PoolDirectory:
     prefix: str = DEFAULT_PREFIX
     redis: RedisLike | None = None
     liveness_factor: float = 3.0
+    maxima: reported.Maxima = reported.DEFAULT_MAXIMA
     clock: Clock = SYSTEM_CLOCK
     pools: dict[str, PoolInfo] = field(default_factory=dict, init=False)
     _subs: list[Subscription] = field(default_factory=list, init=False)
@@ -75,10 +97,21 @@ class PoolDirectory:
     async def _on_resources(self, msg: Msg) -> None:
         announced = self._announced(msg, pb.ResourceReport)
         if announced is not None:
-            pool, report = announced
-            info = self._info(pool)
-            info.report = report
-            info.last_seen = self.clock.time()
+            self.remember_report(*announced)
+
+    def remember_report(self, pool: str, report: pb.ResourceReport) -> None:
+        """Keep a pool's report (announced, or in a ``Describe`` answer) with its bad figures left out; say
+        once what was refused, and once when it is sane again (a pool announces every few seconds)."""
+        info = self._info(pool)
+        info.report, refused = checked_report(report, self.maxima)
+        info.last_seen = self.clock.time()
+        if refused != info.refused:
+            if refused:
+                problems = "; ".join(f"{where} {why}" for where, why in sorted(refused.items()))
+                log.warning("pool %s reported figures the ping leaves out: %s", pool, problems)
+            else:
+                log.info("pool %s reports sane figures again", pool)
+            info.refused = refused
 
     def _announced(self, msg: Msg, kind: type[_Announcement]) -> tuple[str, _Announcement] | None:
         """The announcing pool and its message; None (logged) when the subject or the bytes are not valid."""
@@ -124,7 +157,7 @@ class PoolDirectory:
         described = await self.describe(pool, deadline_s)
         await self.remember_build_config(pool, described.build_config or pb.BuildConfig())
         if described.resources is not None:
-            self._info(pool).report = described.resources
+            self.remember_report(pool, described.resources)
         return self._info(pool).build_config or pb.BuildConfig()
 
     async def describe_all(self, pools: set[str], deadline_s: float) -> None:
@@ -138,8 +171,7 @@ class PoolDirectory:
                 return
             await self.remember_build_config(pool, described.build_config or pb.BuildConfig())
             if described.resources is not None:
-                self._info(pool).report = described.resources
-                self._info(pool).last_seen = self.clock.time()
+                self.remember_report(pool, described.resources)
 
         await asyncio.gather(*(one(pool) for pool in sorted(pools)))
 

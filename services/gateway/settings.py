@@ -8,10 +8,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from interlink_nats.kernel import quantities
 from interlink_nats.kernel.config_files import LayeredSettings
 from interlink_nats.kernel.nats_connection import NatsConnectionSettings
+from interlink_nats.kernel.reported import DEFAULT_MAXIMA, Maxima
 from interlink_nats.kernel.subjects import DEFAULT_PREFIX, Role, inbox_prefix
-from pydantic import Field, SecretStr, model_validator
+from interlink_nats.services.gateway.groups import HeldLimits
+from interlink_nats.services.scripts.pod_group import GROUP_SIZE_MAX
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
 
@@ -41,6 +45,18 @@ class GatewaySettings(LayeredSettings):
         False,
         description="the ping's node capacity is each pool's held + free (kueue-nats capacity: Free), not its total",
     )
+    max_reported_cpu: str = Field(
+        DEFAULT_MAXIMA.cpu,
+        description="the most CPUs one pool may report; a larger, negative or malformed figure is left out of the "
+        "ping (that pool's share only), and logged once",
+    )
+    max_reported_memory: str = Field(
+        DEFAULT_MAXIMA.memory, description="the most memory (and ephemeral-storage, hugepages-*) one pool may report"
+    )
+    max_reported_pods: str = Field(DEFAULT_MAXIMA.pods, description="the most pods one pool may report")
+    max_reported_other: str = Field(
+        DEFAULT_MAXIMA.other, description="the most of any other resource (GPUs, devices) one pool may report"
+    )
     prefix: str = Field(DEFAULT_PREFIX, description="prefix of announcement and event subjects")
     submit_timeout_s: float = Field(30.0, description="deadline of one Submit call to a pool")
     submit_resend_s: float = Field(
@@ -64,6 +80,29 @@ class GatewaySettings(LayeredSettings):
         "(PodGroupIncomplete); a complete group's submission is retried this long",
     )
     max_body_bytes: int = Field(32 * 1024 * 1024, description="larger request bodies get a 413")
+    max_group_size: int = Field(
+        GROUP_SIZE_MAX,
+        ge=1,
+        le=GROUP_SIZE_MAX,
+        description="the most members a pod group may declare (kueue.x-k8s.io/pod-group-total-count); more is a 422",
+    )
+    max_held_members_per_namespace: int = Field(
+        GROUP_SIZE_MAX,
+        ge=1,
+        description="pod-group members one namespace may have waiting: the total counts of its waiting groups "
+        "added up, taken by a group's first member; a new group beyond it is a 429 until some are sent or fail "
+        "(at least max_group_size, so a whole group fits)",
+    )
+    max_held_bytes_per_namespace: int = Field(
+        64 * 1024 * 1024,
+        ge=1,
+        description="bytes of rendered jobs of one namespace's waiting pod-group members; more is a 429",
+    )
+    max_held_bytes: int = Field(
+        256 * 1024 * 1024,
+        ge=1,
+        description="bytes of rendered jobs of all waiting pod-group members (memory and redis); more is a 429",
+    )
     shutdown_grace_s: int = Field(
         10, ge=0, description="on SIGTERM/SIGINT, in-flight requests get this long to finish (a log follow is then cut)"
     )
@@ -75,6 +114,38 @@ class GatewaySettings(LayeredSettings):
         description="replicas of the events stream and the gateway's consumer; unset: 1 on a single server, "
         "the cluster size up to 3 on a NATS cluster (an existing stream with fewer is scaled up)",
     )
+
+    @model_validator(mode="after")
+    def _whole_group_fits(self) -> GatewaySettings:
+        if self.max_held_members_per_namespace < self.max_group_size:
+            raise ValueError(
+                f"max_held_members_per_namespace ({self.max_held_members_per_namespace}) must be at least "
+                f"max_group_size ({self.max_group_size}): a group that large could never be held whole"
+            )
+        return self
+
+    @field_validator("max_reported_cpu", "max_reported_memory", "max_reported_pods", "max_reported_other")
+    @classmethod
+    def _quantity(cls, value: str) -> str:
+        if not quantities.is_valid(value) or quantities.parse(value) <= 0:
+            raise ValueError(f"must be a positive Kubernetes quantity, got {value!r}")
+        return value
+
+    def report_maxima(self) -> Maxima:
+        return Maxima(
+            cpu=self.max_reported_cpu,
+            memory=self.max_reported_memory,
+            pods=self.max_reported_pods,
+            other=self.max_reported_other,
+        )
+
+    def held_limits(self) -> HeldLimits:
+        return HeldLimits(
+            group_size=self.max_group_size,
+            members_per_namespace=self.max_held_members_per_namespace,
+            bytes_per_namespace=self.max_held_bytes_per_namespace,
+            bytes_total=self.max_held_bytes,
+        )
 
     @model_validator(mode="after")
     def _token_from_file(self) -> GatewaySettings:

@@ -85,6 +85,9 @@ class PodUseCases:
         if rendered.group is not None:  # held until its whole group has arrived (docs/gateway.md, "Pod groups")
             if existing is not None and existing.is_final():  # its group failed before it was sent: it stays so
                 return {"PodUID": identity.uid, "PodJID": self.groups.jid(identity.namespace, rendered.group)}
+            size = len(encode_submit_request(job))  # a member too large to send alone never fits its gang either
+            if size > self.client.nc.max_payload:
+                raise self._too_large(size)
             return {"PodUID": identity.uid, "PodJID": await self.groups.hold(record, job, rendered.group)}
         # Record the pod before submitting: if we crash after the pool accepted it, the events
         # stream and ListJobs still find a record to attach to.
@@ -96,7 +99,8 @@ class PodUseCases:
             if self.store.get(identity.uid) is record and not record.job_id:
                 await self.store.delete(identity.uid)
             if isinstance(exc, PoolError) and exc.rpc_status is Status.RESOURCE_EXHAUSTED:
-                raise self._too_large(job) from None  # the only source: a request over NATS max_payload
+                # the only source: a request over NATS max_payload (measured only on this error path)
+                raise self._too_large(len(encode_submit_request(job))) from None
             raise
         record.job_id = reply.job_id
         if reply.status is not None:
@@ -120,9 +124,8 @@ class PodUseCases:
             )
         return {"PodUID": identity.uid, "PodJID": reply.job_id}
 
-    def _too_large(self, job: pb.JobScript) -> GatewayError:
+    def _too_large(self, size: int) -> GatewayError:
         """413, not 429: a pod too large for NATS stays too large however often interLink retries."""
-        size = len(encode_submit_request(job))  # only on this error path: submit() encoded it already
         return GatewayError(
             413,
             f"pod too large: with its files embedded its job is {size} bytes, more than the NATS max_payload of "

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.gen.interlink_nats.v1 import fastwire
-from interlink_nats.kernel import quantities
+from interlink_nats.kernel import quantities, reported
 from interlink_nats.kernel.names import is_pod_uid
 
 GO_ZERO_TIME_PREFIX = "0001-01-01"
@@ -329,7 +329,8 @@ def ping_response(reports: list[pb.ResourceReport], *, free: bool = False) -> di
     (``ping_free_capacity``, to go with kueue-nats ``capacity: Free``) held + free where a pool says what is free.
 
     Resources that no pool reports are left out rather than sent as "0", which would drain the
-    virtual node (interLink #558).
+    virtual node (interLink #558). The reports come checked (``pools.checked_report``); a figure that is still
+    malformed or negative here is that pool's alone to lose, and a sum stays within Kubernetes' int64.
     """
     totals: dict[str, Fraction] = {}
     taints: dict[tuple[str, str, str], dict[str, str]] = {}
@@ -337,7 +338,8 @@ def ping_response(reports: list[pb.ResourceReport], *, free: bool = False) -> di
         for resource, quantity in report.capacity.items():
             try:
                 share = _node_share(report, resource, quantity) if free else quantities.parse(quantity)
-                totals[resource] = totals.get(resource, Fraction(0)) + share
+                if share >= 0:
+                    totals[resource] = totals.get(resource, Fraction(0)) + share
             except quantities.InvalidQuantityError:
                 continue  # a pool's malformed figure must not break the ping
         for taint in report.taints:
@@ -351,6 +353,7 @@ def ping_response(reports: list[pb.ResourceReport], *, free: bool = False) -> di
     for resource, total in sorted(totals.items()):
         if total <= 0:
             continue
+        total = reported.within_int64(resource, total)
         if resource in ("cpu", "memory", "pods"):
             resources[resource] = quantities.format_quantity(total, resource)
         elif "/" in resource:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.kernel.names import LABEL_VALUE_MAX, is_label_value
 
 from .errors import PodRejected
 from .fields import member
@@ -71,6 +72,12 @@ def pod_group(meta: Metadata) -> PodGroup | None:
         )
     if not name:
         raise PodRejected(_label_field(GROUP_NAME_LABEL), "must not be empty")
+    if not is_label_value(name):  # as the API server refuses it: the name reaches keys, logs and the submitters
+        raise PodRejected(
+            _label_field(GROUP_NAME_LABEL),
+            f"must be a Kubernetes label value (at most {LABEL_VALUE_MAX} letters, digits, '-', '_' or '.', "
+            f"beginning and ending with a letter or digit), got {str(name)[:80]!r}",
+        )
     total = _count(total_text, _annotation_field(GROUP_TOTAL_ANNOTATION), minimum=1)
     if total > GROUP_SIZE_MAX:
         raise PodRejected(_annotation_field(GROUP_TOTAL_ANNOTATION), f"at most {GROUP_SIZE_MAX}, got {total}")
@@ -82,7 +89,7 @@ def pod_group(meta: Metadata) -> PodGroup | None:
             allowed = " or ".join(FAILURE_POLICIES)
             raise PodRejected(_annotation_field(FAILURE_POLICY_ANNOTATION), f"must be {allowed}, got {policy_text!r}")
         policy = found
-    return PodGroup(str(name), total, policy, _completion_index(meta, labels))
+    return PodGroup(name, total, policy, _completion_index(meta, labels))
 
 
 def _completion_index(meta: Metadata, labels: dict[str, str]) -> int | None:
