@@ -68,13 +68,3 @@ def is_pod_uid(value: object) -> TypeGuard[str]:
     or ``..``) and as a NATS-free JSON field.
     """
     return isinstance(value, str) and _POD_UID.fullmatch(value) is not None
-
-
-LABEL_VALUE_MAX = 63
-_LABEL_VALUE = re.compile(r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?")
-
-
-def is_label_value(value: object) -> TypeGuard[str]:
-    """A Kubernetes label value (apimachinery ``IsValidLabelValue``): empty, or ≤ 63 letters, digits, '-', '_'
-    and '.', starting and ending with a letter or digit. Never a '/', a newline or a shell character."""
-    return isinstance(value, str) and len(value) <= LABEL_VALUE_MAX and _LABEL_VALUE.fullmatch(value) is not None
