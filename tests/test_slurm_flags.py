@@ -101,7 +101,7 @@ def test_the_site_changes_the_allowlist_by_canonical_names() -> None:
     assert config.allowed_pod_flags == {"nodes", "qos"}
     policy = sf.FlagPolicy(config.allowed_pod_flags)
     assert [f.argv() for f in policy.check(["-N2", "--qo=hi"], account_by_policy=False)] == ["--nodes=2", "--qos=hi"]
-    with pytest.raises(sf.FlagError, match="'-p x' .* not allowed on this pool \\(allowed: nodes, qos\\)"):
+    with pytest.raises(sf.FlagError, match=r"'-p x' .* not allowed on this pool \(allowed: nodes, qos\)"):
         policy.check(["-p", "x"], account_by_policy=False)
     with pytest.raises(sf.FlagError, match="--account"):  # no accounting policy: the account must be allowed
         policy.check(["-Aother"], account_by_policy=False)
@@ -219,7 +219,8 @@ def test_any_flag_string_parses_to_allowed_canonical_options_or_a_refusal(
     try:
         flags = sf.FlagPolicy(allow).check(words, account_by_policy=False)
     except sf.FlagError as exc:
-        assert "\n" not in str(exc) and str(exc).startswith("pod flag")
+        refusal = str(exc)
+        assert "\n" not in refusal and refusal.startswith("pod flag")
         return
     assert all(f.name in allow and f.name in sf.OPTION_NAMES for f in flags)
     again = sf.parse([f.argv() for f in flags], source="pod")

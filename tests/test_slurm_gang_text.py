@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.submitters.backends.slurm.backend import SlurmBackend, SlurmConfig
-from interlink_nats.submitters.backends.slurm.gang import agreed_flags, gang_resource_flags, launcher_script
 from interlink_nats.submitters.backends.slurm.flags import FlagError, FlagPolicy, parse
+from interlink_nats.submitters.backends.slurm.gang import agreed_flags, gang_resource_flags, launcher_script
 from interlink_nats.submitters.backends.slurm.parse import sbatch_argv
 from interlink_nats.submitters.core.backend import GangSpec, JobSpec, SubmitRejected
 from interlink_nats.submitters.core.site_policy import AccountingPolicy

@@ -26,8 +26,8 @@ from interlink_nats.kernel import layout
 from interlink_nats.kernel.config_files import renamed
 from interlink_nats.submitters.backends.accounts import hand_over, job_identity, take_over
 from interlink_nats.submitters.backends.proc import environ_with, run_command
-from interlink_nats.submitters.backends.slurm import flags as sf
 from interlink_nats.submitters.backends.reconcile import reconcile_by_uid
+from interlink_nats.submitters.backends.slurm import flags as sf
 from interlink_nats.submitters.backends.slurm import gang as sg
 from interlink_nats.submitters.backends.slurm import parse as sp
 from interlink_nats.submitters.core.backend import (
