@@ -11,10 +11,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.services.scripts import render_job
 from interlink_nats.submitters.backends.slurm import flags as sf
 from interlink_nats.submitters.backends.slurm.backend import SlurmBackend, SlurmConfig
 from interlink_nats.submitters.core.backend import JobSpec, SubmitRejected
 from interlink_nats.submitters.core.site_policy import AccountingPolicy
+from jobs import pod_dict
 from pydantic import ValidationError
 
 # issue 38, finding 3: each ran on the old denylist (exact names), each is refused naming the flag as written.
@@ -225,3 +227,14 @@ def test_any_flag_string_parses_to_allowed_canonical_options_or_a_refusal(
     assert all(f.name in allow and f.name in sf.OPTION_NAMES for f in flags)
     again = sf.parse([f.argv() for f in flags], source="pod")
     assert [(f.name, f.value) for f in again] == [(f.name, f.value) for f in flags], "canonical form reads the same"
+
+
+def test_no_pod_string_reaches_the_header_sbatch_reads() -> None:
+    """The gateway's script header is the site's text: pod strings (commands, annotations, pre-exec) come after
+    its first command, so sbatch reads no directive from them."""
+    hostile = "x\n#SBATCH --uid=0\n#SBATCH --array=0-9"
+    annotations = {"note": hostile, "slurm-job.vk.io/pre-exec": hostile, "slurm-job.vk.io/flags": "--comment=x"}
+    pod = pod_dict("0f3bd293-bef1-4af9-b11f-3af7d25b8f85", {"main": hostile}, annotations=annotations)
+    script = render_job(pod, pb.BuildConfig(runtime=pb.ContainerRuntime.NONE)).script
+    assert "#SBATCH --uid=0" in script  # it is there, below the header
+    sf.check_script_header(script.splitlines(keepends=True))

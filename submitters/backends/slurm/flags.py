@@ -142,36 +142,45 @@ def parse(words: Sequence[str], *, source: str) -> list[Flag]:
             raise FlagError(f"{source} flag {word!r} has a control character")
         if word == "--" or not word.startswith("-") or word == "-":
             raise FlagError(f"{source} flag {word!r} is not an sbatch option (sbatch would take it as the script)")
-        if word.startswith("--"):
-            option, value = _long(word, source=source)
-            if option.arg is Arg.NONE and value is not None:
-                raise FlagError(f"{source} flag {word!r}: --{option.written} takes no value")
-            if option.arg is Arg.REQUIRED and value is None:
-                i, value = _next_value(words, i, source=source)
-                word = f"{word} {value}"
-            out.append(Flag(option.name, value, word))
-            i += 1
-            continue
-        for j in range(1, len(word)):
-            short = SHORT_OPTIONS.get(word[j])
-            if short is None:
-                raise FlagError(f"{source} flag {word!r}: sbatch has no option -{word[j]}")
-            rest = word[j + 1 :]
-            if short.arg is Arg.NONE:
-                out.append(Flag(short.name, None, word))
-                continue
-            written = word
-            if short.arg is Arg.OPTIONAL:
-                value: str | None = rest or None
-            elif rest:
-                value = rest
-            else:
-                i, value = _next_value(words, i, source=source)
-                written = f"{word} {value}"
-            out.append(Flag(short.name, value, written))
-            break
+        read = _long_flag if word.startswith("--") else _short_flags
+        flags, i = read(words, i, source=source)
+        out += flags
         i += 1
     return out
+
+
+def _long_flag(words: Sequence[str], i: int, *, source: str) -> tuple[list[Flag], int]:
+    """``words[i]``, a long option, and its value (attached, or the next word); the last index read."""
+    word = words[i]
+    option, value = _long(word, source=source)
+    if option.arg is Arg.NONE and value is not None:
+        raise FlagError(f"{source} flag {word!r}: --{option.written} takes no value")
+    if option.arg is Arg.REQUIRED and value is None:
+        i, value = _next_value(words, i, source=source)
+        word = f"{word} {value}"
+    return [Flag(option.name, value, word)], i
+
+
+def _short_flags(words: Sequence[str], i: int, *, source: str) -> tuple[list[Flag], int]:
+    """``words[i]``, one or more bundled short options; the first that takes a value ends the bundle (the rest of
+    the word is its value; a required one without it takes the next word); the last index read."""
+    word = words[i]
+    out = []
+    for j in range(1, len(word)):
+        short = SHORT_OPTIONS.get(word[j])
+        if short is None:
+            raise FlagError(f"{source} flag {word!r}: sbatch has no option -{word[j]}")
+        if short.arg is Arg.NONE:
+            out.append(Flag(short.name, None, word))
+            continue
+        rest = word[j + 1 :]
+        if rest or short.arg is Arg.OPTIONAL:
+            out.append(Flag(short.name, rest or None, word))
+        else:
+            i, value = _next_value(words, i, source=source)
+            out.append(Flag(short.name, value, f"{word} {value}"))
+        break
+    return out, i
 
 
 def _next_value(words: Sequence[str], i: int, *, source: str) -> tuple[int, str]:
