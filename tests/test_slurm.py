@@ -11,6 +11,7 @@ import pytest
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.kernel.sbatch_grammar import DEFAULT_ALLOWED
 from interlink_nats.kernel.subjects import events_subject
 from interlink_nats.services.bus.events_stream import ensure_events_stream
 from interlink_nats.services.bus.rpc import submitter_client
@@ -242,6 +243,7 @@ async def test_a_flavor_of_the_site_file_reaches_sbatch_and_the_pods_own_flags_w
     async with Submitter(settings):
         bc = (await client.describe(pb.DescribeRequest())).build_config
         assert bc.flavors["tagged"].backend_flags == ["--comment=from-flavor", "--nice=5"]
+        assert bc.slurm is not None and set(bc.slurm.allowed_pod_flags) == DEFAULT_ALLOWED, "the pool announces it"
         u = str(uuid.uuid4())
         pod = pod_dict(u, {"main": "true"}, annotations={"slurm-job.vk.io/flavor": "tagged"})
         pod["metadata"]["annotations"]["slurm-job.vk.io/flags"] = "--comm from-pod"

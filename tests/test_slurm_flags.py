@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from interlink_nats.gen.interlink_nats import v1 as pb
-from interlink_nats.services.scripts import render_job
+from interlink_nats.services.scripts import PodRejected, render_job
 from interlink_nats.submitters.backends.slurm import flags as sf
 from interlink_nats.submitters.backends.slurm.backend import SlurmBackend, SlurmConfig
 from interlink_nats.submitters.core.backend import JobSpec, SubmitRejected
@@ -238,3 +238,23 @@ def test_no_pod_string_reaches_the_header_sbatch_reads() -> None:
     script = render_job(pod, pb.BuildConfig(runtime=pb.ContainerRuntime.NONE)).script
     assert "#SBATCH --uid=0" in script  # it is there, below the header
     sf.check_script_header(script.splitlines(keepends=True))
+
+
+def test_the_pool_announces_its_allowlist_and_the_gateway_refuses_early() -> None:
+    """The submitter writes its allowlist into the BuildConfig it announces; the gateway's renderer then refuses a
+    pod whose flags sbatch would read as another option (422 naming the annotation), before it reaches a pool."""
+    bc = pb.BuildConfig(runtime=pb.ContainerRuntime.NONE)
+    SlurmBackend(SlurmConfig.model_validate({"allowed_pod_flags": ["time", "qos"]})).configure(bc)
+    assert bc.slurm is not None and bc.slurm.allowed_pod_flags == ["qos", "time"]
+    pod = pod_dict("0f3bd293-bef1-4af9-b11f-3af7d25b8f85", {"main": "true"})
+    for text in ("--arr=0-2 --acco=other", "-t5 -vAx", "--ti=5 --nod 2"):
+        pod["metadata"]["annotations"] = {"slurm-job.vk.io/flags": text}
+        with pytest.raises(PodRejected) as err:
+            render_job(pod, bc)
+        assert err.value.field == 'metadata.annotations["slurm-job.vk.io/flags"]'
+        assert "not allowed on this pool (allowed: qos, time)" in str(err.value) or "ambiguous" in str(err.value)
+    pod["metadata"]["annotations"] = {"slurm-job.vk.io/flags": "-t5 --qo=hi --acco=x"}  # the account: the pool's policy
+    assert render_job(pod, bc).backend_flags == ["-t5", "--qo=hi", "--acco=x"]
+    older = pb.BuildConfig(runtime=pb.ContainerRuntime.NONE)  # a pool that announces nothing: checked at the pool
+    pod["metadata"]["annotations"] = {"slurm-job.vk.io/flags": "--arr=0-2"}
+    assert render_job(pod, older).backend_flags == ["--arr=0-2"]

@@ -124,7 +124,11 @@ class SlurmBackend:
         self.calls = 0
 
     def configure(self, build_config: pb.BuildConfig) -> None:
-        slurm = build_config.slurm or pb.SlurmOptions()
+        """Take the pool's flags (parsed: a flag sbatch would refuse, or one the submitter controls, is a config
+        error), and write this submitter's pod allowlist into ``build_config`` (``slurm.allowed_pod_flags``): the
+        pool announces it, and the gateway refuses a pod using another flag before sending it."""
+        slurm = build_config.slurm = build_config.slurm or pb.SlurmOptions()
+        slurm.allowed_pod_flags = sorted(self.settings.allowed_pod_flags)
         pool_flags = sf.site_flags(slurm.sbatch_flags, source="pool sbatch")
         flavors = {
             tuple(f.backend_flags): sf.site_flags(f.backend_flags, source=f"flavor {name}")
