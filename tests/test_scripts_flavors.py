@@ -12,7 +12,7 @@ from interlink_nats.services.scripts import PodRejected, render_job
 from interlink_nats.services.scripts.cli import load_build_config
 from interlink_nats.services.scripts.flavors import select_flavor
 from interlink_nats.submitters.backends.htcondor import submit as htcondor_submit
-from interlink_nats.submitters.backends.slurm import parse as slurm_parse
+from interlink_nats.submitters.backends.slurm import flags as slurm_flags
 from interlink_nats.submitters.settings import ConfigFileError, SubmitterSettings, parse_build_config
 from render_cases import NONE, ctr, data, rejected
 
@@ -133,8 +133,8 @@ def test_a_flavors_flags_meet_each_backends_check_of_pod_flags() -> None:
     """No way round the backends' refusals: a flavor's flags reach them in ``backend_flags`` like a pod's."""
     sneaky = pb.BuildConfig(runtime=pb.ContainerRuntime.NONE, flavors={"f": pb.Flavor(backend_flags=["--output=/x"])})
     flags = render_job(data(annotations={FLAVOR: "f"}), sneaky).backend_flags
-    with pytest.raises(slurm_parse.FlagError, match="--output"):
-        slurm_parse.check_flags(flags, source="pod")
+    with pytest.raises(slurm_flags.FlagError, match="--output"):
+        slurm_flags.FlagPolicy().check(flags, account_by_policy=False)
     condor = pb.BuildConfig(runtime=pb.ContainerRuntime.NONE, flavors={"f": pb.Flavor(backend_flags=["executable=/x"])})
     with pytest.raises(ValueError, match="executable"):
         htcondor_submit.pod_commands(render_job(data(annotations={FLAVOR: "f"}), condor).backend_flags)

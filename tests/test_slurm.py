@@ -11,6 +11,7 @@ import pytest
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.kernel.sbatch_grammar import DEFAULT_ALLOWED
 from interlink_nats.kernel.subjects import events_subject
 from interlink_nats.services.bus.events_stream import ensure_events_stream
 from interlink_nats.services.bus.rpc import submitter_client
@@ -170,11 +171,11 @@ async def test_cancel_scancels_the_job_and_removes_its_files(
 async def test_jobs_slurm_refuses_fail_with_its_message(submitter: Submitter, client: pb.SubmitterServiceStub) -> None:
     u = str(uuid.uuid4())
     job = pod_job(u, {"main": "true"})
-    job.backend_flags = ["--gres=gpu:1"]  # this cluster has no GPUs
+    job.backend_flags = ["--partition=nosuch"]  # this cluster has one partition, "debug"
     with pytest.raises(GRPCError) as err:
         await client.submit(pb.SubmitRequest(job=job))
     assert err.value.status == Status.FAILED_PRECONDITION
-    assert "gres" in (err.value.message or "").lower()
+    assert "partition" in (err.value.message or "").lower()
     st = await status_of(client, u)
     assert st.state == pb.JobState.FAILED
     assert st.reason == "SubmitFailed"
@@ -234,17 +235,19 @@ async def test_a_flavor_of_the_site_file_reaches_sbatch_and_the_pods_own_flags_w
     slurm: SlurmCluster, client: pb.SubmitterServiceStub, tmp_path: Path, nats_url: str, pool: str
 ) -> None:
     """The pool announces its flavor table (Describe); the renderer picks the named flavor; sbatch gets its flags
-    first and its memory where the pod asks for none; the pod's own --nice (later) wins over the flavor's."""
+    first and its memory where the pod asks for none; the pod's own --comment (later) wins over the flavor's. The
+    flavor's --nice is the site's word (a pod could not set it: it is not in the default allowlist)."""
     flavors = {"tagged": {"memory_default": "64M", "backend_flags": ["--comment=from-flavor", "--nice=5"]}}
     build_config = {"runtime": "none", "flavors": flavors}
     settings = settings_for(tmp_path / "state", nats_url, pool=pool, backend="slurm", build_config=build_config)
     async with Submitter(settings):
         bc = (await client.describe(pb.DescribeRequest())).build_config
         assert bc.flavors["tagged"].backend_flags == ["--comment=from-flavor", "--nice=5"]
+        assert bc.slurm is not None and set(bc.slurm.allowed_pod_flags) == DEFAULT_ALLOWED, "the pool announces it"
         u = str(uuid.uuid4())
         pod = pod_dict(u, {"main": "true"}, annotations={"slurm-job.vk.io/flavor": "tagged"})
-        pod["metadata"]["annotations"]["slurm-job.vk.io/flags"] = "--nice=7"
+        pod["metadata"]["annotations"]["slurm-job.vk.io/flags"] = "--comm from-pod"
         resp = await client.submit(pb.SubmitRequest(job=render_job(pod, bc)))
         shown = slurm.run("scontrol", "show", "job", resp.job_id).stdout
-        assert "Comment=from-flavor" in shown and "Nice=7" in shown and "MinMemoryNode=64M" in shown, shown
+        assert "Comment=from-pod" in shown and "Nice=5" in shown and "MinMemoryNode=64M" in shown, shown
         assert (await until_terminal(client, u)).state == pb.JobState.SUCCEEDED

@@ -14,8 +14,9 @@ from pathlib import Path
 import pytest
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.submitters.backends.slurm.backend import SlurmBackend, SlurmConfig
+from interlink_nats.submitters.backends.slurm.flags import FlagError, FlagPolicy, parse
 from interlink_nats.submitters.backends.slurm.gang import agreed_flags, gang_resource_flags, launcher_script
-from interlink_nats.submitters.backends.slurm.parse import FlagError, sbatch_argv
+from interlink_nats.submitters.backends.slurm.parse import sbatch_argv
 from interlink_nats.submitters.core.backend import GangSpec, JobSpec, SubmitRejected
 from interlink_nats.submitters.core.site_policy import AccountingPolicy
 
@@ -42,8 +43,8 @@ def test_the_allocation_is_sized_so_every_member_fits_one_task() -> None:
         uid="g1",
         job_dir="/s/gangs/g1",
         script="/s/gangs/g1/job.sh",
-        pool_flags=["--partition=p"],
-        pod_flags=["--nice=5"],
+        pool_flags=parse(["--partition=p"], source="pool"),
+        pod_flags=parse(["--nice=5"], source="pod"),
         sized=gang_resource_flags(resources),
         site=["--account=a"],
     )
@@ -78,13 +79,13 @@ def test_the_allocation_is_sized_so_every_member_fits_one_task() -> None:
         uid="g",
         job_dir="/d",
         script="/d/j",
-        pool_flags=["--mem=8G"],
+        pool_flags=parse(["--mem=8G"], source="pool"),
         pod_flags=[],
         sized=gang_resource_flags(resources),
     )
     assert "--mem=8G" in per_node and not [a for a in per_node if a.startswith("--mem-per-cpu")]  # sbatch: exclusive
     with pytest.raises(FlagError, match="--output"):
-        sbatch_argv("sbatch", uid="g", job_dir="/d", script="/d/j", pool_flags=[], pod_flags=["--output=/x"], sized=[])
+        FlagPolicy().check(["--output=/x"], account_by_policy=False)
 
 
 def test_members_whose_flags_differ_are_refused_naming_both(tmp_path: Path) -> None:

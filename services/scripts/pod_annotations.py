@@ -5,6 +5,9 @@ A pod group's label and annotations (Kueue's ``kueue.x-k8s.io/pod-group-*``, ``i
 
 from __future__ import annotations
 
+from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.kernel import sbatch_grammar
+
 from .errors import PodRejected
 from .fields import member
 from .quoting import split_words
@@ -34,3 +37,20 @@ def words(text: str, key: str) -> list[str]:
         return list(split_words(text))
     except ValueError as e:
         raise PodRejected(field(key), f"cannot split into shell words: {e}") from None
+
+
+def slurm_flags(text: str, bc: pb.BuildConfig) -> list[str]:
+    """The words of the :data:`FLAGS` annotation. On a pool that announces its allowlist
+    (``slurm.allowed_pod_flags``) each option sbatch would read in them must be on it, else the pod is refused
+    here (422 naming the annotation) rather than failed by the submitter, which checks again (it is the
+    authority; ``--account`` is its accounting policy's, so it passes here)."""
+    flags = words(text, FLAGS)
+    allow = bc.slurm.allowed_pod_flags if bc.slurm is not None else []
+    if allow:
+        try:
+            sbatch_grammar.allowed(
+                sbatch_grammar.parse(flags, source="pod"), frozenset(allow) | {"account"}, source="pod", shown=allow
+            )
+        except sbatch_grammar.FlagError as exc:
+            raise PodRejected(field(FLAGS), str(exc)) from None
+    return flags

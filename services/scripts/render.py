@@ -203,7 +203,7 @@ def _pod_options(ctx: RenderContext, uid: str) -> tuple[PodOptions, tuple[str, .
             if value is not None:
                 slot += [quote(w) for w in pod_annotations.words(value, key)]
     flags = ctx.annotation(pod_annotations.FLAGS)
-    backend_flags = pod_annotations.words(flags, pod_annotations.FLAGS) if flags is not None else []
+    backend_flags = pod_annotations.slurm_flags(flags, bc) if flags is not None else []
     pod = PodOptions(
         executable=quote(bc.executable or runtime.name),
         runtime_flags=tuple(quote(f) for f in bc.runtime_flags),

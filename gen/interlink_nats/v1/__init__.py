@@ -1261,6 +1261,18 @@ class SlurmOptions(betterproto2.Message):
     Use `sacct` for jobs that left `squeue`.
     """
 
+    allowed_pod_flags: "list[str]" = betterproto2.field(
+        3, betterproto2.TYPE_STRING, repeated=True
+    )
+    """
+    The sbatch options (canonical long names, e.g. "time") a pod's
+    `slurm-job.vk.io/flags` may use here: what the pool's submitter allows
+    (its `slurm.allowed_pod_flags`), announced so that the gateway refuses a
+    pod using another one at /create, naming the annotation. The submitter
+    checks again (it is the authority; `--account` is its accounting
+    policy's). Empty: not announced (an older pool); the gateway checks nothing.
+    """
+
 
 default_message_pool.register_message("interlink_nats.v1", "SlurmOptions", SlurmOptions)
 

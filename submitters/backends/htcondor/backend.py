@@ -85,6 +85,18 @@ class HTCondorConfig(BaseModel):
     accounting: AccountingPolicy | None = None
     """Who pays, by pod namespace (``accounting_group``/``accounting_group_user``; exact names, patterns and a
     default); a pod may set them only where a row allows it. None: pods may not set them at all."""
+    allowed_pod_commands: frozenset[str] = hs.DEFAULT_POD_COMMANDS
+    """The submit commands a pod's annotation may set (case-insensitive; ``+Attr``/``MY.Attr`` for a custom
+    attribute); default ``submit.DEFAULT_POD_COMMANDS`` (docs/submitters.md). The accounting commands are the
+    ``accounting`` policy's; the commands the submitter writes cannot be listed."""
+
+    @field_validator("allowed_pod_commands", mode="before")
+    @classmethod
+    def _allowed_names(cls, value: object) -> object:
+        if isinstance(value, str) or not isinstance(value, (list, tuple, set, frozenset)):
+            raise ValueError("must be a list of submit command names")
+        return hs.check_command_names([str(v) for v in value], what="allowed_pod_commands")
+
     time_limit_margin_s: float = Field(60.0, ge=0, validation_alias=renamed("time_limit_margin_s", "time_limit_margin"))
     """activeDeadlineSeconds plus this is HTCondor's own limit (the job script enforces the deadline itself)."""
     hold_timeout_s: float = Field(0.0, ge=0, validation_alias=renamed("hold_timeout_s", "hold_timeout"))
@@ -144,6 +156,7 @@ class HTCondorBackend:
             request_disk=self.settings.request_disk,
             time_limit_margin=self.settings.time_limit_margin_s,
             accounting=self.settings.accounting,
+            allowed_pod_commands=self.settings.allowed_pod_commands,
         )
         """What every submit description adds to the pod's job."""
         self._token_stop = asyncio.Event()

@@ -64,8 +64,7 @@ RESERVED_COMMANDS = frozenset(
 )
 ACCOUNTING_COMMANDS = frozenset({"accounting_group", "accounting_group_user"})
 """Site policy (``accounting``): a pod sets them only where the site's table allows it."""
-# A pod (annotation) may only ask for placement and resources, never for site policy.
-POD_COMMANDS = frozenset(
+DEFAULT_POD_COMMANDS = frozenset(
     {
         "requirements",
         "rank",
@@ -76,9 +75,11 @@ POD_COMMANDS = frozenset(
         "require_gpus",
         "gpus_minimum_capability",
         "gpus_minimum_memory",
-        *ACCOUNTING_COMMANDS,
     }
 )
+"""What a pod's commands (annotation) may set unless the site says otherwise (``htcondor.allowed_pod_commands``):
+placement and resources, never site policy (accounting is decided by ``accounting``), files, environment, what
+runs, or custom attributes (``+Owner``, ``+AccountingGroup``…). Compared by :func:`canonical_command`."""
 CE_DEFAULT_MAX_MEMORY_MB = 2000
 """What a CE's router gives a job without ``maxMemory`` (01-ce-router-defaults.conf, Memory transform)."""
 _COMMAND_NAME = re.compile(r"^(?:\+|[Mm][Yy]\.)?[A-Za-z_][A-Za-z0-9_.]*$")
@@ -105,6 +106,8 @@ class SubmitSite:
     time_limit_margin: float = 60.0
     accounting: AccountingPolicy | None = None
     """Who pays, by namespace; None: a pod may not set accounting commands (the site's own commands may)."""
+    allowed_pod_commands: frozenset[str] = DEFAULT_POD_COMMANDS
+    """What a pod's commands may set (canonical names, :func:`check_command_names`)."""
 
 
 def literal(value: str, *, what: str) -> str:
@@ -154,16 +157,36 @@ def quantity_mib(value: str, *, default_unit_kib: int) -> int | None:
     return max(1, math.ceil(float(m.group(1)) * unit / 1024))
 
 
+def canonical_command(name: str) -> str:
+    """A command's name as condor_submit knows it: keys are case-insensitive, and ``+Attr`` and ``MY.Attr`` set
+    the same job attribute (written ``+attr``)."""
+    low = name.strip().lower()
+    return "+" + low[3:] if low.startswith("my.") else low
+
+
+def check_command_names(names: Iterable[str], *, what: str) -> frozenset[str]:
+    """A site's list of commands pods may set: valid names, none the submitter sets; ValueError naming one."""
+    out = set()
+    for name in names:
+        key = canonical_command(name)
+        if not _COMMAND_NAME.match(name.strip()):
+            raise ValueError(f"{what}: {name!r} is not a submit command name")
+        if key in RESERVED_COMMANDS or key.startswith("+interlink") or key in ACCOUNTING_COMMANDS:
+            raise ValueError(f"{what}: {name!r} cannot be allowed (the submitter or the accounting policy sets it)")
+        out.add(key)
+    return frozenset(out)
+
+
 def check_command(name: str, value: str, *, source: str, allowed: frozenset[str] | None = None) -> tuple[str, str]:
-    """Validate one ``name = value`` submit command from the site config or a pod."""
+    """Validate one ``name = value`` submit command from the site config or a pod (``allowed``: the names it may
+    set; a pod's command is then written by its canonical name, so condor_submit reads what was checked)."""
     key = name.strip()
     if not _COMMAND_NAME.match(key):
         raise SubmitCommandError(f"{source} submit command {name!r} is not a valid command name")
-    low = key.lower()
-    attr = low[1:] if low.startswith("+") else low[3:] if low.startswith("my.") else ""
-    if low in RESERVED_COMMANDS or attr.startswith("interlink"):
+    low = canonical_command(key)
+    if low in RESERVED_COMMANDS or low.startswith("+interlink"):
         raise SubmitCommandError(f"{source} submit command {key!r} is not allowed (the submitter sets it itself)")
-    if allowed is not None and low not in allowed:  # a pod sets no custom attribute (accounting, owner…)
+    if allowed is not None and low not in allowed:  # by default a pod sets no custom attribute (owner…)
         raise SubmitCommandError(
             f"{source} submit command {key!r} is not allowed (allowed: {', '.join(sorted(allowed))})"
         )
@@ -171,6 +194,7 @@ def check_command(name: str, value: str, *, source: str, allowed: frozenset[str]
     _check_line(text, what=f"{source} submit command {key!r}", tabs=True)
     if allowed is None:
         return key, text  # the site's own commands may use macros and expressions (request_memory = max({...}))
+    key = low
     if "$" in text:
         raise SubmitCommandError(f"{source} submit command {key!r} may not use $ macros")
     if low in ("request_disk", "request_memory"):
@@ -180,14 +204,16 @@ def check_command(name: str, value: str, *, source: str, allowed: frozenset[str]
     return key, text
 
 
-def pod_commands(flags: Iterable[str]) -> list[tuple[str, str]]:
-    """The pod's backend flags as ``name=value`` submit commands (placement and resources only)."""
+def pod_commands(flags: Iterable[str], allowed: frozenset[str] = DEFAULT_POD_COMMANDS) -> list[tuple[str, str]]:
+    """The pod's backend flags as ``name=value`` submit commands, each one the site allows (``allowed``, and the
+    accounting commands, which :func:`accounting_commands` decides). Read as condor_submit reads a line: the name
+    is what comes before the first ``=``, trimmed, case-insensitive; no ``$`` macro, no continuation."""
     out = []
     for flag in flags:
         if "=" not in flag:
             raise SubmitCommandError(f"pod submit command {flag!r} must look like name=value")
         name, value = flag.split("=", 1)
-        out.append(check_command(name, value, source="pod", allowed=POD_COMMANDS))
+        out.append(check_command(name, value, source="pod", allowed=allowed | ACCOUNTING_COMMANDS))
     return out
 
 
@@ -261,9 +287,9 @@ def submit_description(job: JobSpec, site: SubmitSite) -> str:
     for name, value in (site.site_commands or {}).items():
         body.append(check_command(name, value, source="site"))
     asked: dict[str, str] = {}
-    for key, value in pod_commands(job.backend_flags):
-        if key.lower() in ACCOUNTING_COMMANDS:
-            asked[key.lower()] = value
+    for key, value in pod_commands(job.backend_flags, site.allowed_pod_commands):
+        if key in ACCOUNTING_COMMANDS:
+            asked[key] = value
         else:
             body.append((key, value))
     body.extend(resource_commands(job.resources))

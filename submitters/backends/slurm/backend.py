@@ -27,6 +27,7 @@ from interlink_nats.kernel.config_files import renamed
 from interlink_nats.submitters.backends.accounts import hand_over, job_identity, take_over, warn_about_root
 from interlink_nats.submitters.backends.proc import environ_with, run_command
 from interlink_nats.submitters.backends.reconcile import reconcile_by_uid
+from interlink_nats.submitters.backends.slurm import flags as sf
 from interlink_nats.submitters.backends.slurm import gang as sg
 from interlink_nats.submitters.backends.slurm import parse as sp
 from interlink_nats.submitters.core.backend import (
@@ -46,7 +47,7 @@ from interlink_nats.submitters.core.backend import (
     error_for,
 )
 from interlink_nats.submitters.core.site_policy import AccountingPolicy, PolicyError
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +76,17 @@ class SlurmConfig(BaseModel):
     """By pod namespace (docs/security.md): ``group`` is the job's ``--account`` (a pod's own ``--account``
     flag only where ``pod_may_set`` has ``group``), ``run_as_*`` whom it runs as (``sbatch --uid/--gid``,
     which needs the submitter to be root; the poll then lists every user's jobs)."""
+    allowed_pod_flags: frozenset[str] = sf.DEFAULT_ALLOWED
+    """The sbatch options (canonical long names, e.g. ``nodes``, ``qos``) a pod's ``slurm-job.vk.io/flags`` may
+    use, however it spells them; default ``flags.DEFAULT_ALLOWED`` (docs/submitters.md). ``--account`` is
+    decided by ``accounting`` where there is one; the options the submitter controls cannot be listed."""
+
+    @field_validator("allowed_pod_flags", mode="before")
+    @classmethod
+    def _allowed_names(cls, value: object) -> object:
+        if isinstance(value, str) or not isinstance(value, (list, tuple, set, frozenset)):
+            raise ValueError("must be a list of sbatch option names")
+        return sf.check_names([str(v) for v in value], what="allowed_pod_flags")
 
 
 @dataclass(slots=True)
@@ -98,7 +110,8 @@ class SlurmBackend:
 
     def __init__(self, settings: SlurmConfig | None = None) -> None:
         self.settings = settings or SlurmConfig()
-        self._pool_flags: list[str] = []
+        self._pool_flags: list[sf.Flag] = []
+        self._flag_policy = sf.FlagPolicy(self.settings.allowed_pod_flags)
         self._use_sacct = bool(self.settings.use_sacct)
         policy = self.settings.accounting
         self._all_users = self.settings.squeue_all_users or (policy is not None and policy.switches_accounts)
@@ -111,9 +124,18 @@ class SlurmBackend:
         self.calls = 0
 
     def configure(self, build_config: pb.BuildConfig) -> None:
-        slurm = build_config.slurm or pb.SlurmOptions()
-        sp.check_flags(slurm.sbatch_flags, source="pool sbatch")
-        self._pool_flags = list(slurm.sbatch_flags)
+        """Take the pool's flags (parsed: a flag sbatch would refuse, or one the submitter controls, is a config
+        error), and write this submitter's pod allowlist into ``build_config`` (``slurm.allowed_pod_flags``): the
+        pool announces it, and the gateway refuses a pod using another flag before sending it."""
+        slurm = build_config.slurm = build_config.slurm or pb.SlurmOptions()
+        slurm.allowed_pod_flags = sorted(self.settings.allowed_pod_flags)
+        pool_flags = sf.site_flags(slurm.sbatch_flags, source="pool sbatch")
+        flavors = {
+            tuple(f.backend_flags): sf.site_flags(f.backend_flags, source=f"flavor {name}")
+            for name, f in sorted(build_config.flavors.items())
+        }
+        self._pool_flags = pool_flags
+        self._flag_policy = sf.FlagPolicy(self.settings.allowed_pod_flags, flavors)
         if self.settings.use_sacct is None:
             self._use_sacct = slurm.use_sacct
 
@@ -135,12 +157,18 @@ class SlurmBackend:
             raise error_for(sp.classify_failure(command, failed.returncode, failed.stderr), failed) from failed
         return done.stdout
 
-    def _site_flags(self, spec: JobSpec) -> tuple[list[str], list[str]]:
+    def _site_flags(self, spec: JobSpec) -> tuple[list[sf.Flag], list[str]]:
         """(the pod's flags, the site's ``--account``/``--uid``/``--gid``) for ``spec``; a refusal raises."""
         policy = self.settings.accounting
+        try:
+            with spec.script.open(errors="replace") as script:
+                sf.check_script_header(script)
+        except OSError:
+            pass  # sbatch cannot read it either, and says so
+        flags = self._flag_policy.check(spec.backend_flags, account_by_policy=policy is not None)
         if policy is None:
-            return list(spec.backend_flags), []
-        pod_flags, asked = sp.split_account(spec.backend_flags)
+            return flags, []
+        pod_flags, asked = sf.take_account(flags)
         try:
             account = policy.decide(spec.namespace, group=asked)
         except PolicyError as exc:
@@ -164,24 +192,24 @@ class SlurmBackend:
                 sized=sp.resource_flags(spec.resources),
                 site=site,
             )
-        except sp.FlagError as exc:
+        except sf.FlagError as exc:
             raise SubmitRejected(str(exc)) from exc
-        env = environ_with({layout.JOB_DIR_ENV: str(spec.job_dir)})
+        env = sf.sbatch_environment(environ_with({layout.JOB_DIR_ENV: str(spec.job_dir)}))
         out = await self._run(sp.Command.SBATCH, argv, env=env)
         try:
             return sp.parse_sbatch_id(out)
         except ValueError as exc:
             raise BackendUnavailable(str(exc)) from exc
 
-    def _gang_site_flags(self, gang: GangSpec) -> tuple[list[str], list[str]]:
+    def _gang_site_flags(self, gang: GangSpec) -> tuple[list[sf.Flag], list[str]]:
         """:meth:`_site_flags` for a gang: one set of pod flags, one account and one identity for every member
         (else SubmitRejected naming two pods); the identity gets every member's directory and the gang's."""
         members = gang.members
-        flags = list(sg.agreed_flags(members))
         policy = self.settings.accounting
+        flags = self._flag_policy.check(sg.agreed_flags(members), account_by_policy=policy is not None)
         if policy is None:
             return flags, []
-        pod_flags, asked = sp.split_account(flags)
+        pod_flags, asked = sf.take_account(flags)
         try:
             accounts = [policy.decide(m.namespace, group=asked).group for m in members]
         except PolicyError as exc:
@@ -233,9 +261,9 @@ class SlurmBackend:
                 sized=sg.gang_resource_flags([m.resources for m in gang.members]),
                 site=site,
             )
-        except sp.FlagError as exc:
+        except sf.FlagError as exc:
             raise SubmitRejected(str(exc)) from exc
-        out = await self._run(sp.Command.SBATCH, argv)
+        out = await self._run(sp.Command.SBATCH, argv, env=sf.sbatch_environment(environ_with({})))
         try:
             return sp.parse_sbatch_id(out)
         except ValueError as exc:

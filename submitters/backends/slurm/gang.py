@@ -21,7 +21,8 @@ from typing import TypeVar
 
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel import layout
-from interlink_nats.submitters.backends.slurm.parse import FlagError, format_minutes
+from interlink_nats.submitters.backends.slurm.flags import FlagError
+from interlink_nats.submitters.backends.slurm.parse import format_minutes
 from interlink_nats.submitters.core.backend import JobSpec
 
 T = TypeVar("T")

@@ -10,12 +10,13 @@ import enum
 import functools
 import math
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import compress
 from operator import ne
 
 from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.submitters.backends.slurm.flags import Flag
 from interlink_nats.submitters.core import backend as base
 from interlink_nats.submitters.core.backend import (
     BackendError,
@@ -32,36 +33,6 @@ SQUEUE_FORMAT = "JobID:|,Name:|,State:|,Reason:|,exit_code:|,StartTime:|,EndTime
 """``squeue -O``: '|' after each field, full widths (no padding); exit_code is a raw wait status."""
 SACCT_FIELDS = "JobID,JobName,State,ExitCode,Start,End"
 SINFO_FORMAT = "%N|%c|%m|%G"
-
-# Flags a pod (annotation) or a pool may not set: they would move the job's files, run something
-# else than the script, or hide the job from the submitter.
-FORBIDDEN_FLAGS = (
-    "--wrap",
-    "--uid",
-    "--gid",
-    "--chdir",
-    "-D",
-    "--output",
-    "-o",
-    "--error",
-    "-e",
-    "--input",
-    "-i",
-    "--job-name",
-    "-J",
-    "--parsable",
-    "--array",
-    "-a",
-    "--export",
-    "--export-file",
-    "--test-only",
-    "--wait",
-    "-W",
-    "--get-user-env",
-    "--kill-command",
-    "--dependency",
-    "-d",
-)
 
 _STATES: dict[str, BackendState] = {
     "PENDING": BackendState.QUEUED,
@@ -120,46 +91,10 @@ def classify_failure(command: Command, returncode: int | None, stderr: str) -> t
     return base.classify_failure(returncode, stderr, transient=_TRANSIENT, rules=_FAILURES.get(command, ()))
 
 
-class FlagError(ValueError):
-    """A backend flag the submitter may not pass on (the message names it)."""
-
-
 def map_state(raw: str) -> BackendState | None:
     """``CANCELLED by 0`` → CANCELLED; unknown words → None (the caller keeps the job as it was)."""
     word = raw.strip().split(" ", 1)[0].rstrip("+").upper()
     return _STATES.get(word)
-
-
-def check_flags(flags: Iterable[str], *, source: str) -> list[str]:
-    out = []
-    for word in flags:
-        name = word.split("=", 1)[0]
-        for bad in FORBIDDEN_FLAGS:
-            short = not bad.startswith("--")
-            if name == bad or (short and word.startswith(bad) and not word.startswith("--")):
-                raise FlagError(f"{source} flag {word!r} is not allowed (the submitter sets {bad} itself)")
-        out.append(word)
-    return out
-
-
-ACCOUNT_FLAGS = ("--account", "-A")
-
-
-def split_account(flags: Sequence[str]) -> tuple[list[str], str | None]:
-    """A pod's flags without its ``--account``/``-A`` (``=X``, ``X`` as the next word, ``-AX``), and the
-    account it asked for (the last one, as sbatch reads them); None: it asked for none."""
-    rest: list[str] = []
-    asked: str | None = None
-    words = iter(flags)
-    for word in words:
-        name, eq, value = word.partition("=")
-        if name in ACCOUNT_FLAGS:
-            asked = value if eq else next(words, "")
-        elif word.startswith("-A") and not word.startswith("--"):
-            asked = word[2:]
-        else:
-            rest.append(word)
-    return rest, asked
 
 
 def resource_flags(req: pb.ResourceRequest | None) -> list[str]:
@@ -192,22 +127,24 @@ def sbatch_argv(
     uid: str,
     job_dir: str,
     script: str,
-    pool_flags: Sequence[str],
-    pod_flags: Sequence[str],
+    pool_flags: Sequence[Flag],
+    pod_flags: Sequence[Flag],
     sized: Sequence[str],
     site: Sequence[str] = (),
 ) -> list[str]:
     """The whole sbatch command, a single pod's or a gang's. Later flags win in sbatch, so the order is the
-    precedence: pool flags < pod annotation flags < the pod's resources (``sized``: :func:`resource_flags`, or
-    ``gang.gang_resource_flags``) < site policy (``site``: ``--account``, ``--uid``, ``--gid``, decided by the
-    backend) < what the submitter must control. Where the flags set memory per node or per GPU, a gang's memory
-    per CPU is left out: sbatch refuses two of those at once (the launcher splits a node's memory)."""
-    flags = [*check_flags(pool_flags, source="pool sbatch"), *check_flags(pod_flags, source="pod")]
-    if any(f.split("=", 1)[0] in _OTHER_MEMORY for f in flags):
+    precedence: pool flags < pod flags (flavor's, then annotation's) < the pod's resources (``sized``:
+    :func:`resource_flags`, or ``gang.gang_resource_flags``) < site policy (``site``: ``--account``, ``--uid``,
+    ``--gid``, decided by the backend) < what the submitter must control. The flags come parsed and checked
+    (:mod:`.flags`) and are written ``--name=value``, so sbatch reads what was checked. Where the flags set memory
+    per node or per GPU, a gang's memory per CPU is left out: sbatch refuses two of those at once (the launcher
+    splits a node's memory)."""
+    flags = [*pool_flags, *pod_flags]
+    if any(f.name in _OTHER_MEMORY for f in flags):
         sized = [f for f in sized if not f.startswith("--mem-per-cpu=")]
     return [
         sbatch,
-        *flags,
+        *(f.argv() for f in flags),
         *sized,
         *site,
         f"--job-name={uid}",
@@ -218,7 +155,7 @@ def sbatch_argv(
     ]
 
 
-_OTHER_MEMORY = ("--mem", "--mem-per-gpu")
+_OTHER_MEMORY = ("mem", "mem-per-gpu")
 
 
 def parse_sbatch_id(stdout: str) -> str:
