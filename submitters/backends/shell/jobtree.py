@@ -108,10 +108,10 @@ def _launch(bash: str, runner: str, env_name: str) -> None:
     "claimed" when the claim was made before. Runners are reaped by the kernel (SIGCHLD ignored, reset in each)."""
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)
     me = str(os.getpid()).encode()
-    stdin, out = sys.stdin.buffer, sys.stdout.buffer
+    out = sys.stdout.buffer
     pending = b""
     while True:
-        chunk = stdin.read1(65536)
+        chunk = os.read(0, 65536)
         if not chunk:
             return
         pending += chunk

@@ -93,8 +93,13 @@ async def ended(pid: int, start_ticks: int, within: float) -> bool:
         if not alive(pid, start_ticks):  # after the open: a pid reused since is not our runner
             return True
         gone: asyncio.Future[None] = loop.create_future()
+
+        def readable() -> None:
+            if not gone.done():
+                gone.set_result(None)
+
         if fd is not None:
-            loop.add_reader(fd, lambda: gone.done() or gone.set_result(None))
+            loop.add_reader(fd, readable)
         try:
             async with asyncio.timeout(within):
                 while not gone.done():
