@@ -422,6 +422,8 @@ class ShellBackend(ShellGangs):
             self._running.pop(uid, None)
             self._unstarted.pop(uid, None)
             started = mtime(os.path.join(job_dir, PID_FILE))
+            if uid in self._cancelled:  # its runner outlived the cancel's TERM and wrote the script's code
+                return Observation(BackendState.CANCELLED, raw_state="killed on request", finished_at=finished)
             if code == 0:
                 return Observation(BackendState.COMPLETED, 0, started_at=started, finished_at=finished)
             sig = code - 128 if 128 < code < 160 else None
@@ -475,7 +477,7 @@ class ShellBackend(ShellGangs):
             await asyncio.sleep(0.02)
         run = self._running.get(uid) or self._adopt(uid, job.job_dir)
         if run is not None and self._alive(run):  # its slot is freed when its runner ends: once nothing of it is left
-            self._stopping.start(run.pid, run.start_ticks, lambda: self._remove_containers(job))
+            await self._stopping.start(run.pid, run.start_ticks, lambda: self._remove_containers(job))
         else:
             await self._remove_containers(job)
 

@@ -135,7 +135,8 @@ def _start(job_dir: bytes, account: bytes, me: bytes, bash: str, runner: str, en
     if pid == 0:  # the runner: nothing but system calls until exec
         try:
             os.setpgid(0, 0)
-            signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            for sig in (signal.SIGCHLD, signal.SIGPIPE, signal.SIGXFSZ):  # Python ignores the last two: not the job
+                signal.signal(sig, signal.SIG_DFL)
             null = os.open(os.devnull, os.O_RDWR)
             for fd in (0, 1, 2):
                 os.dup2(null, fd)

@@ -38,23 +38,26 @@ class Stopping:
         self.max_grace_s: float = MAX_TERMINATION_GRACE_S
         """The site's longest grace period (``configure``); the KILL comes at most this plus ``kill_grace_s``
         after the TERM."""
-        self._tasks: set[asyncio.Task[None]] = set()
-        self._pids: set[int] = set()
+        self._tasks_by_pid: dict[int, asyncio.Task[None]] = {}
 
     def __len__(self) -> int:
-        return len(self._tasks)
+        return len(self._tasks_by_pid)
 
-    def start(self, pid: int, start_ticks: int, then: Callable[[], Awaitable[None]]) -> None:
+    async def start(self, pid: int, start_ticks: int, then: Callable[[], Awaitable[None]]) -> None:
         """TERM the runner's process group now; the rest in a task (``then`` runs once the tree is gone). A
-        repeated cancel TERMs again (the script keeps its clean-up going) under the first one's deadline."""
+        repeated cancel TERMs again (the script keeps its clean-up going) under the first one's deadline.
+
+        Returns when the job ended, or after ``kill_grace_s``: a quick pod is gone when the call returns, and the
+        caller removes the job's directory only after the script began its clean-up in it (preStop hooks log there).
+        """
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(os.getpgid(pid), signal.SIGTERM)
-        if pid in self._pids:
-            return
-        self._pids.add(pid)
-        task = asyncio.create_task(self._finish(pid, start_ticks, then), name=f"shell-stop-{pid}")
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
+        task = self._tasks_by_pid.get(pid)
+        if task is None:
+            task = asyncio.create_task(self._finish(pid, start_ticks, then), name=f"shell-stop-{pid}")
+            self._tasks_by_pid[pid] = task
+            task.add_done_callback(lambda _: self._tasks_by_pid.pop(pid, None))
+        await asyncio.wait([task], timeout=self.kill_grace_s)
 
     async def _finish(self, pid: int, start_ticks: int, then: Callable[[], Awaitable[None]]) -> None:
         try:
@@ -68,13 +71,11 @@ class Stopping:
             await then()
         except Exception:
             log.exception("stopping job runner %d failed", pid)
-        finally:
-            self._pids.discard(pid)
 
     async def close(self) -> None:
         """Wait for every termination in flight (each ends by its own deadline)."""
-        while self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+        while self._tasks_by_pid:
+            await asyncio.gather(*self._tasks_by_pid.values(), return_exceptions=True)
 
 
 def alive(pid: int, start_ticks: int) -> bool:
