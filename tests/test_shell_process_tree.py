@@ -20,9 +20,11 @@ from typing import Any
 
 import pytest
 from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.services.scripts import render_job
 from interlink_nats.submitters.backends.shell.backend import ShellBackend
 from interlink_nats.submitters.core.backend import JobHandle, JobSpec
 from interlink_nats.submitters.runtime import Submitter
+from interlink_nats.submitters.settings import parse_build_config
 from stack import Stack, create_body, gateway_only, new_pool, pod, submitter_settings
 
 MAX_GRACE_S = 2
@@ -189,3 +191,14 @@ async def test_each_time_beyond_the_site_limit_is_a_422_naming_the_field_and_the
         within = pod(containers={"main": ["true"]})
         within["spec"]["terminationGracePeriodSeconds"] = 10**12  # clamped, not refused
         assert (await stack.post("/create", [create_body(within)])).status_code == 200
+
+
+def test_the_grace_period_is_clamped_to_the_site_maximum_or_its_default_when_the_site_sets_none() -> None:
+    p = pod(containers={"main": ["true"]})
+    p["spec"]["terminationGracePeriodSeconds"] = 10**12
+    default = render_job(p, pb.BuildConfig(runtime=pb.ContainerRuntime.NONE)).script
+    assert "( sleep 300;" in default and str(10**12) not in default
+    site = parse_build_config({"runtime": "none", "limits": {"max_termination_grace_seconds": 7}})
+    assert "( sleep 7;" in render_job(p, site).script
+    p["spec"]["terminationGracePeriodSeconds"] = 3  # below the limit: the pod's own
+    assert "( sleep 3;" in render_job(p, site).script
