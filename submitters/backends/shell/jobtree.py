@@ -28,6 +28,7 @@ import ctypes
 import os
 import signal
 import sys
+import time
 
 CLAIM = ".shell.claim"
 CLAIM_LAUNCHER = f"{CLAIM}/launcher"
@@ -38,6 +39,9 @@ RUNNER_NAME = "interlink-shell-job"
 LAUNCHER_NAME = "interlink-shell-launch"
 PR_SET_CHILD_SUBREAPER = 36
 STOP_ROUNDS = 100
+LEFTOVER_WAIT_S = 2.0
+"""How long what ``job.sh`` left may take to end by itself before it is killed: a podman container's conmon
+(re-parented to the runner) runs its clean-up command just after the container's client returned."""
 """Walks of a tree being stopped before killing what was found (each finds only processes forked meanwhile)."""
 
 
@@ -95,6 +99,15 @@ def kill_tree(root: int, spare: frozenset[int] = frozenset()) -> int:
     for pid in stopped:
         _signal(pid, signal.SIGKILL)
     return len(stopped)
+
+
+def reap(runner: int) -> None:
+    """What a runner's ``job.sh`` left (we are its child): given ``LEFTOVER_WAIT_S`` to end, then killed."""
+    me = frozenset({os.getpid()})
+    deadline = time.monotonic() + LEFTOVER_WAIT_S
+    while descendants(runner) - me and time.monotonic() < deadline:
+        time.sleep(0.05)
+    kill_tree(runner, me)
 
 
 def _signal(pid: int, sig: int) -> None:
@@ -163,7 +176,7 @@ def main(argv: list[str]) -> int:
         _launch(*argv[2:])
         return 0
     if len(argv) == 3 and argv[1] == "reap" and argv[2].isdigit():
-        kill_tree(int(argv[2]), frozenset({os.getpid()}))
+        reap(int(argv[2]))
         return 0
     print(f"usage: {argv[0]} {LAUNCHER_NAME} BASH RUNNER ENV_NAME | reap PID", file=sys.stderr)
     return 2
