@@ -15,6 +15,9 @@ the launcher, which finishes every directory it was sent even if the submitter i
 launcher killed between the two (its container restarted) leaves a claim without a runner; the
 poll reports that job lost, saying it never started, on its second sighting (``NEVER_STARTED_AFTER``).
 
+Cancel: a TERM at once, then the job's whole process tree KILLed at the site's longest grace (:mod:`.stopping`);
+the tree is every process below the runner, a subreaper (:mod:`.jobtree`), and its end frees the slot.
+
 Runtime podman: a container outlives a killed job script, so while the pool's runtime is podman the
 backend removes a pod's containers on cancel and, at start, those whose job script is gone
 (:mod:`interlink_nats.submitters.backends.podman_janitor`).
