@@ -22,7 +22,8 @@ import pytest
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.services.scripts import render_job
 from interlink_nats.submitters.backends.shell.backend import ShellBackend
-from interlink_nats.submitters.core.backend import JobHandle, JobSpec
+from interlink_nats.submitters.core.backend import GangSpec, JobHandle, JobSpec
+from interlink_nats.submitters.jobdirs.files import prepare_job_dir
 from interlink_nats.submitters.runtime import Submitter
 from interlink_nats.submitters.settings import parse_build_config
 from stack import Stack, create_body, gateway_only, new_pool, pod, submitter_settings
@@ -139,6 +140,32 @@ async def test_a_script_that_ignores_term_is_killed_with_its_tree_at_the_submitt
         took = await until(lambda: not job_processes(marker), 1 + KILL_GRACE_S + SLACK_S, "the tree to be killed")
         print(f"ignoring tree killed {took:.2f}s after the cancel (bound 1s + {KILL_GRACE_S}s)")
         await until(lambda: not backend._running, DEADLINE_S, "the slot to be freed")
+    finally:
+        await backend.close()
+    assert job_processes(marker) == []
+
+
+async def test_a_cancelled_pod_group_ends_with_every_members_tree_at_the_submitters_bound(tmp_path: Path) -> None:
+    """A gang is one job: its launcher and every member's script are below the runner, escapees too."""
+    marker = f"tree-{uuid.uuid4().hex}"
+    backend = ShellBackend(max_concurrent=1, kill_grace_s=KILL_GRACE_S)
+    backend.configure(pb.BuildConfig(limits=pb.PodLimits(max_termination_grace_seconds=1)))
+    members = []
+    for rank, name in enumerate(("setsider", "forker")):
+        p = hostile_pod(marker)  # rendered without the site's limit: the script's own grace is 300 s
+        p["spec"]["containers"] = [{**c, "name": "main"} for c in p["spec"]["containers"] if c["name"] == name]
+        job_dir = tmp_path / "jobs" / p["metadata"]["uid"]
+        prepare_job_dir(job_dir, render_job({"pod": p}, pb.BuildConfig(runtime=pb.ContainerRuntime.NONE)).script)
+        members.append(JobSpec(p["metadata"]["uid"], job_dir, job_dir / "job.sh", namespace="default", name=f"m{rank}"))
+    gang = GangSpec(f"g-{uuid.uuid4()}", "pg", tmp_path / "gangs" / "g", tuple(members))
+    await backend.start()
+    try:
+        await backend.submit_gang(gang)
+        await until(lambda: len(job_processes(marker)) >= 4, DEADLINE_S, "every member's processes")
+        await backend.cancel(JobHandle(gang.uid, gang.job_dir, gang.uid))
+        took = await until(lambda: not job_processes(marker), 1 + KILL_GRACE_S + SLACK_S, "the gang's tree to end")
+        print(f"cancelled gang's tree gone {took:.2f}s after the cancel returned (bound 1s + {KILL_GRACE_S}s)")
+        await until(lambda: not backend._running, DEADLINE_S, "the gang's slot to be freed")
     finally:
         await backend.close()
     assert job_processes(marker) == []
