@@ -106,6 +106,8 @@ class SubmitterSettingsBase(LayeredSettings):
     max_concurrency: int = Field(64, ge=1)
     """RPC handlers running at once."""
     kill_grace_s: float = Field(5.0, ge=0)
+    """Shell backend: a cancel's wait for the job before it returns, and the time a cancelled script gets beyond
+    the site's longest grace (``build_config.limits``) before its whole process tree is KILLed."""
     retention_days: float = Field(7.0, gt=0)
     """Finished jobs are forgotten after this long (k8s never reuses a pod UID)."""
 

@@ -26,6 +26,8 @@ from stack import create_body, eventually, gateway_only, logs_body, new_pool, te
 pytestmark = pytest.mark.podman
 
 PODMAN = pb.BuildConfig(runtime=pb.ContainerRuntime.PODMAN)
+SITE = pb.BuildConfig(runtime=pb.ContainerRuntime.PODMAN, limits=pb.PodLimits(max_termination_grace_seconds=1))
+"""The submitter's own site: a longest grace (1 s) far below the pods' (300 s, rendered without it)."""
 
 
 def bbox_pod(containers: dict[str, str], *, gate: Path | None = None, **spec: Any) -> dict[str, Any]:
@@ -63,9 +65,9 @@ async def until(check: Any, what: str, within: float = 90) -> None:
 
 @pytest.fixture
 async def backend() -> AsyncIterator[ShellBackend]:
-    # A kill grace far shorter than the pods' grace: the script is killed before it can clean up itself.
+    # A site's longest grace far shorter than the pods' own: the script's tree is killed before it can clean up.
     shell = ShellBackend(max_concurrent=4, kill_grace_s=0.5)
-    shell.configure(PODMAN)
+    shell.configure(SITE)
     await shell.start()
     yield shell
     await shell.close()
@@ -87,7 +89,7 @@ async def test_cancel_removes_every_container_of_the_pod(
     await backend.submit(spec)
     await until(lambda: len(of_pod(podman_host, spec.uid)) == 2, "both containers running")
     await backend.cancel(spec.handle)
-    assert of_pod(podman_host, spec.uid) == []
+    await until(lambda: of_pod(podman_host, spec.uid) == [], "the pod's containers removed once its tree is killed")
     obs = (await backend.poll([spec.handle]))[spec.uid]
     assert obs.state in (BackendState.CANCELLED, BackendState.FAILED)
 
@@ -108,13 +110,13 @@ async def test_a_restarted_backend_removes_containers_of_jobs_that_no_longer_run
     await backend.close()
 
     restarted = ShellBackend(max_concurrent=4, kill_grace_s=0.5)
-    restarted.configure(PODMAN)
+    restarted.configure(SITE)
     await restarted.start()
     try:
         assert of_pod(podman_host, gone.uid) == []
         assert len(of_pod(podman_host, alive.uid)) == 1  # its job still runs: left alone
         await restarted.cancel(alive.handle)
-        assert of_pod(podman_host, alive.uid) == []
+        await until(lambda: of_pod(podman_host, alive.uid) == [], "the cancelled pod's containers removed")
     finally:
         await restarted.close()
 
@@ -136,7 +138,7 @@ async def podman_stack(podman_host: PodmanHost, nats_url: str, tmp_path: Path) -
                 "poll_interval": 0.2,
                 "announce_interval": 5.0,
                 "kill_grace": 1.0,
-                "build_config": {"runtime": "CONTAINER_RUNTIME_PODMAN"},
+                "build_config": {"runtime": "CONTAINER_RUNTIME_PODMAN", "limits": {"maxTerminationGraceSeconds": 1}},
             }
         )
     )
@@ -197,6 +199,6 @@ async def test_delete_stops_and_removes_the_pods_containers(podman_stack: Any, p
     await until(lambda: len(of_pod(podman_host, uid)) == 1, "the container running")
     deleted = await stack.post("/delete", p)
     assert deleted.status_code == 200
-    assert of_pod(podman_host, uid) == []
+    await until(lambda: of_pod(podman_host, uid) == [], "the container removed within the site's grace (1 s)")
     after = await stack.get("/status", [p])
     assert after.status_code == 200 and after.json() == []

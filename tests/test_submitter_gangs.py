@@ -378,9 +378,12 @@ def podman_gang(tmp_path: Path, commands: Sequence[str], **spec: object) -> Gang
 
 @pytest.fixture
 async def podman_shell(podman_host: PodmanHost) -> AsyncIterator[ShellBackend]:
-    # A kill grace far shorter than the pods' grace: the scripts are killed before they can clean up themselves.
+    # A site's longest grace far shorter than the pods' own (rendered without it): the submitter kills the scripts'
+    # whole trees before they can clean up themselves.
     shell = ShellBackend(max_concurrent=2, kill_grace_s=0.5)
-    shell.configure(PODMAN)
+    shell.configure(
+        pb.BuildConfig(runtime=pb.ContainerRuntime.PODMAN, limits=pb.PodLimits(max_termination_grace_seconds=1))
+    )
     await shell.start()
     yield shell
     await shell.close()
@@ -424,7 +427,11 @@ async def test_cancel_and_the_start_up_sweep_remove_every_members_containers(
             what="both members' containers running",
         )
     await podman_shell.cancel(JobHandle(cancelled.uid, cancelled.job_dir, cancelled.uid))
-    assert containers_of(podman_host, cancelled) == [], "the janitor removes every member's containers"
+    await wait_for(  # once the job's tree is gone: killed at the site's longest grace (1 s) + kill_grace_s
+        lambda: asyncio.to_thread(lambda: containers_of(podman_host, cancelled) == []),
+        timeout=60,
+        what="the janitor to remove every member's containers",
+    )
     # The gang's job dies at once (a crash, a reboot of the runner): its members' containers run on.
     os.killpg(int((killed.job_dir / ".shell.pid").read_text()), signal.SIGKILL)
     await podman_shell.close()

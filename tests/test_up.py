@@ -113,6 +113,37 @@ async def test_up_answers_when_it_says_so_and_ctrl_c_stops_running_jobs(tmp_path
     assert processes_mentioning(marker) == [], "Ctrl-C of up left the job running"
 
 
+async def test_up_stopped_by_term_leaves_no_process_of_a_pod_that_escaped_its_group(tmp_path: Path) -> None:
+    """Issue 38, finding 2: processes that setsid or double-fork, and ignore TERM, survived stopping ``up``."""
+    port = free_port()
+    marker = f"up-tree-{uuid.uuid4().hex}"
+    ignore = "trap '' TERM; while :; do sleep 1; done"
+    proc = start_up(port, tmp_path)
+    try:
+        await read_line_with(proc, "is up")
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30.0) as http:
+            p = pod(
+                containers={
+                    "setsider": ["sh", "-c", f'setsid sh -c "{ignore}" {marker} & {ignore}', marker],
+                    "forker": ["sh", "-c", f'(sh -c "{ignore}" {marker} &); {ignore}', marker],
+                }
+            )
+            p["spec"]["terminationGracePeriodSeconds"] = 2
+            created = await http.post("/create", json=[create_body(p)])
+            assert created.status_code == 200, created.text
+            deadline = time.monotonic() + DEADLINE_S
+            while len(processes_mentioning(marker)) < 4:
+                assert time.monotonic() < deadline, "the job never started"
+                await asyncio.sleep(0.1)
+        os.killpg(proc.pid, signal.SIGTERM)
+        out, err = await asyncio.to_thread(proc.communicate, timeout=DEADLINE_S)
+    finally:
+        stop(proc)
+    assert proc.returncode == 0, err
+    assert "cancelled 1 running job(s)" in out
+    assert processes_mentioning(marker) == [], "stopping up left the pod's escaped processes running"
+
+
 @pytest.mark.parametrize("flag", ["--http-port", "--pool"])
 def test_make_up_passes_args_through(flag: str) -> None:
     """`make up ARGS="…"` reaches the command (dry run of make: nothing starts)."""

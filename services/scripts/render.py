@@ -30,6 +30,7 @@ from .fields import member
 from .flavors import apply_flavor, select_flavor
 from .hooks import HOOKS, ExecHandler, Handler, TcpSocketHandler, handler_body
 from .launch import HostLink, Launch, PodOptions, SetupEntry
+from .limits import Limits
 from .pod_group import PodGroup, pod_group
 from .pod_model import Container
 from .pod_parse import parse_pod
@@ -278,6 +279,10 @@ def render_pod(
         vol = build_volume(ctx, volume_spec)
         volumes[vol.name] = vol
 
+    limits = Limits.of(bc)
+    for c in spec.containers:  # probes and hooks: main containers only
+        limits.check_container(c)
+    limits.check_deadline(checked(spec.active_deadline_seconds))
     options, mpi, backend_flags = _pod_options(ctx, uid)
     plan = PodPlan(ctx, volumes, options, mpi, layout.GROUP_ENV if group is not None else ())
     plans: list[ContainerPlan] = []
@@ -325,7 +330,7 @@ def render_pod(
         submitter_removes=bool(prepared),
         layout_lines=layout_lines,
         all_names=" ".join(p.qname for p in plans),
-        grace_seconds=max(grace, 1),
+        grace_seconds=max(limits.grace(grace), 1),
         wall_seconds=int(resources.wall_time.total_seconds()) if resources.wall_time else 0,
         exports=exports,
         dirs=" ".join(setup.dirs),

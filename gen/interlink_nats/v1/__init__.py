@@ -36,6 +36,7 @@ __all__ = (
     "ListJobsResponse",
     "ObjectMeta",
     "Pod",
+    "PodLimits",
     "PodRef",
     "PodSpec",
     "ProjectedVolumeSource",
@@ -335,6 +336,15 @@ class BuildConfig(betterproto2.Message):
     default_flavor: "str" = betterproto2.field(14, betterproto2.TYPE_STRING)
     """
     The flavor of a pod that names none and asks for no GPUs; empty: none.
+    """
+
+    limits: "PodLimits | None" = betterproto2.field(
+        15, betterproto2.TYPE_MESSAGE, optional=True
+    )
+    """
+    The site's bounds on the times a pod asks for (grace period, probes,
+    hooks, deadline); unset fields take the documented defaults
+    (docs/pod-support.md, "Site limits").
     """
 
 
@@ -985,6 +995,53 @@ class Pod(betterproto2.Message):
 
 
 default_message_pool.register_message("interlink_nats.v1", "Pod", Pod)
+
+
+@dataclass(eq=False, repr=False)
+class PodLimits(betterproto2.Message):
+    """
+    Bounds on the time-like numbers of a pod. 0 in any field: its default.
+    """
+
+    max_termination_grace_seconds: "int" = betterproto2.field(
+        1, betterproto2.TYPE_UINT32
+    )
+    """
+    Longest terminationGracePeriodSeconds; a longer one is clamped to it
+    (as a kubelet's eviction-max-pod-grace-period does). Default 300. The
+    submitter KILLs a deleted job's whole process tree at this bound too.
+    """
+
+    min_probe_period_seconds: "int" = betterproto2.field(2, betterproto2.TYPE_UINT32)
+    """
+    Shortest probe periodSeconds; a shorter one is refused (422). Default 1.
+    """
+
+    max_probe_timeout_seconds: "int" = betterproto2.field(3, betterproto2.TYPE_UINT32)
+    """
+    Longest probe timeoutSeconds; a longer one is refused. Default 300.
+    """
+
+    max_probe_initial_delay_seconds: "int" = betterproto2.field(
+        4, betterproto2.TYPE_UINT32
+    )
+    """
+    Longest probe initialDelaySeconds; a longer one is refused. Default 86400.
+    """
+
+    max_hook_sleep_seconds: "int" = betterproto2.field(5, betterproto2.TYPE_UINT32)
+    """
+    Longest lifecycle hook `sleep.seconds`; a longer one is refused. Default 300.
+    """
+
+    max_active_deadline_seconds: "int" = betterproto2.field(6, betterproto2.TYPE_UINT64)
+    """
+    Longest activeDeadlineSeconds; a longer one is refused. Default: none
+    (the batch system's own time limit applies).
+    """
+
+
+default_message_pool.register_message("interlink_nats.v1", "PodLimits", PodLimits)
 
 
 @dataclass(eq=False, repr=False)

@@ -15,6 +15,9 @@ the launcher, which finishes every directory it was sent even if the submitter i
 launcher killed between the two (its container restarted) leaves a claim without a runner; the
 poll reports that job lost, saying it never started, on its second sighting (``NEVER_STARTED_AFTER``).
 
+Cancel: a TERM at once, then the job's whole process tree KILLed at the site's longest grace (:mod:`.stopping`);
+the tree is every process below the runner, a subreaper (:mod:`.jobtree`), and its end frees the slot.
+
 Runtime podman: a container outlives a killed job script, so while the pool's runtime is podman the
 backend removes a pod's containers on cancel and, at start, those whose job script is gone
 (:mod:`interlink_nats.submitters.backends.podman_janitor`).
@@ -30,7 +33,6 @@ import asyncio
 import contextlib
 import logging
 import os
-import signal
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -39,6 +41,7 @@ from pathlib import Path
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel import layout
 from interlink_nats.kernel.clock import SYSTEM_CLOCK, Clock
+from interlink_nats.kernel.pod_limits import max_grace_s
 from interlink_nats.kernel.tasks import cancel_and_wait
 from interlink_nats.submitters.backends.accounts import take_over, warn_about_root
 from interlink_nats.submitters.backends.podman_janitor import PodmanJanitor
@@ -59,6 +62,7 @@ from interlink_nats.submitters.backends.shell.processes import (
     read_int,
     read_int_and_mtime,
 )
+from interlink_nats.submitters.backends.shell.stopping import Stopping
 from interlink_nats.submitters.core.backend import (
     GONE,
     BackendContext,
@@ -121,7 +125,8 @@ class ShellBackend(ShellGangs):
         self._fixed_limit = max_concurrent
         self._limit = max_concurrent or (len(os.sched_getaffinity(0)) or 1)
         self._bash = bash
-        self._kill_grace_s = kill_grace_s
+        self._stopping = Stopping(kill_grace_s)
+        """Deleted jobs whose process tree is not gone yet (their slots stay taken)."""
         self._accounting = accounting
         self._accounts: dict[str, str] = {}
         """Jobs that run as another account: "uid:gid", until launched."""
@@ -156,6 +161,8 @@ class ShellBackend(ShellGangs):
             wanted = build_config.shell.max_concurrent_jobs if build_config.shell else 0
             self._limit = wanted or (len(os.sched_getaffinity(0)) or 1)
             self._wake.set()
+        limits = build_config.limits or pb.PodLimits()
+        self._stopping.max_grace_s = max_grace_s(limits.max_termination_grace_seconds)
         if build_config.runtime == pb.ContainerRuntime.PODMAN:
             self._janitor = PodmanJanitor(build_config.executable or "podman")
         else:
@@ -186,6 +193,7 @@ class ShellBackend(ShellGangs):
         self._task = None
         if self._launches:  # answers in flight: each runner it started is recorded before we go
             await asyncio.wait(set(self._launches), timeout=5)
+        await self._stopping.close()  # deleted jobs: nothing of theirs outlives us (each ends by its deadline)
         loop = asyncio.get_running_loop()
         for fd in self._exit_fds:  # runners go on without us; stop watching them
             loop.remove_reader(fd)
@@ -417,6 +425,8 @@ class ShellBackend(ShellGangs):
             self._running.pop(uid, None)
             self._unstarted.pop(uid, None)
             started = mtime(os.path.join(job_dir, PID_FILE))
+            if uid in self._cancelled:  # its runner outlived the cancel's TERM and wrote the script's code
+                return Observation(BackendState.CANCELLED, raw_state="killed on request", finished_at=finished)
             if code == 0:
                 return Observation(BackendState.COMPLETED, 0, started_at=started, finished_at=finished)
             sig = code - 128 if 128 < code < 160 else None
@@ -469,28 +479,15 @@ class ShellBackend(ShellGangs):
                 break
             await asyncio.sleep(0.02)
         run = self._running.get(uid) or self._adopt(uid, job.job_dir)
-        if run is not None:
-            await self._terminate(run)
-            self._running.pop(uid, None)
-            self._wake.set()
+        if run is not None and self._alive(run):  # its slot is freed when its runner ends: once nothing of it is left
+            await self._stopping.start(run.pid, run.start_ticks, lambda: self._remove_containers(job))
+        else:
+            await self._remove_containers(job)
+
+    async def _remove_containers(self, job: JobHandle) -> None:
         if self._janitor is not None:  # a script killed after the grace period leaves its containers running
             for pod in pods_of(job):  # (a gang's: every member's)
                 await self._janitor.remove_pod(pod)
-
-    async def _terminate(self, run: _Running) -> None:
-        try:
-            pgid = os.getpgid(run.pid)
-        except ProcessLookupError:
-            return
-        for sig, wait in ((signal.SIGTERM, self._kill_grace_s), (signal.SIGKILL, 5.0)):
-            if not self._alive(run):
-                return
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(pgid, sig)
-            for _ in range(max(1, int(wait / 0.05))):
-                if not self._alive(run):
-                    return
-                await asyncio.sleep(0.05)
 
     async def capacity(self) -> Capacity:
         return await host_capacity()

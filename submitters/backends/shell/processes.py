@@ -7,7 +7,7 @@ module docstring of :mod:`.shell` says why a job runs at most once.
 Why one launcher instead of a process per job: forking the submitter (a large Python process)
 for every job cost about a quarter of its event loop under load (fork/exec, a child-watcher
 thread, pipe transports). Now a launch is one line written to a pipe and one read back, and the
-fork happens in a small bash.
+fork happens in a small Python (:mod:`.jobtree`, which also makes each runner a subreaper).
 """
 
 from __future__ import annotations
@@ -16,53 +16,37 @@ import asyncio
 import contextlib
 import logging
 import os
+import sys
 from collections import deque
 from pathlib import Path
 
 from interlink_nats.kernel import layout
+from interlink_nats.submitters.backends.shell import jobtree
+from interlink_nats.submitters.backends.shell.jobtree import CLAIM as CLAIM
+from interlink_nats.submitters.backends.shell.jobtree import CLAIM_LAUNCHER, CLAIM_RUNNER, LAUNCHER_NAME, RUNNER_NAME
 from interlink_nats.submitters.core.backend import BackendUnavailable
 
 log = logging.getLogger(__name__)
 
-CLAIM = ".shell.claim"
 PID_FILE = ".shell.pid"
 EXIT_FILE = ".shell.exit"
-RUNNER_NAME = "interlink-shell-job"
-LAUNCHER_NAME = "interlink-shell-launch"
-CLAIM_LAUNCHER = f"{CLAIM}/launcher"
-"""Inside the claim: pid of the launcher that made it (written before the runner is forked)."""
-CLAIM_RUNNER = f"{CLAIM}/runner"
-"""Inside the claim: pid of the runner it forked (written right after the fork)."""
 NEVER_STARTED_AFTER = 1.0
 """A claim without a runner whose launcher is gone (and whose forked runner, if any, is gone too), seen
 on two polls at least this far apart, was never started: the launcher was killed between claim and start
 (e.g. its container restarted). While the launcher lives it may still be working through its backlog."""
 NEVER_STARTED = "the job never started: it was claimed, but the launcher stopped before starting its runner"
 
-# Constant programs, never formatted: the only inputs are positional arguments and stdin.
-# The launcher reads NUL-terminated pairs (job directory, account "uid:gid" or empty) and answers
-# "<dir>\0<pid>\0" (or "claimed"). With an account the runner (still the submitter's user: it writes the
-# pid and exit files) runs job.sh through setpriv as that account, without the submitter's groups.
-# ``set -m`` gives every runner a process group of its own (cancel signals that group only);
-# ``disown`` keeps bash's job table from growing with every job.
-_LAUNCHER = r"""
-set -m
-bash=$1 runner=$2 env_name=$3
-while IFS= read -r -d '' dir && IFS= read -r -d '' account; do
-  if mkdir "$dir/.shell.claim" 2>/dev/null; then
-    echo $$ > "$dir/.shell.claim/launcher"
-    ( export "$env_name=$dir"; exec "$bash" -c "$runner" interlink-shell-job "$dir" "$bash" "$account" ) \
-      </dev/null >/dev/null 2>&1 &
-    echo $! > "$dir/.shell.claim/runner"
-    printf '%s\0%s\0' "$dir" "$!"
-    disown
-  else
-    printf '%s\0claimed\0' "$dir"
-  fi
-done
-"""
+# A constant program, never formatted: the only inputs are positional arguments. The launcher (:mod:`.jobtree`,
+# a small Python, one per submitter) forks it per job in a process group of its own (cancel signals that group),
+# made a subreaper (the job's orphans stay below it), with "$1" the job directory, "$3" the account ("uid:gid" or
+# empty), "$4" "$5" the Python and jobtree.py that kill what job.sh leaves behind. With an account the runner
+# (still the submitter's user: it writes the pid and exit files) runs job.sh through setpriv as that account,
+# without the submitter's groups. It outlives a cancel's TERM (a trap: job.sh gets the default) and ends only
+# once nothing of its job is left, so its end frees the job's slot: what job.sh leaves is killed (as a node ends
+# a container's processes with its main one) before the exit file is written.
 _RUNNER = r"""
 cd "$1" || exit 97
+trap : TERM
 echo $$ > .shell.pid.tmp && mv -f .shell.pid.tmp .shell.pid
 if [ -n "$3" ]; then
   setpriv --reuid="${3%%:*}" --regid="${3##*:}" --clear-groups -- "$2" ./job.sh >> job.out 2>&1 </dev/null
@@ -70,6 +54,9 @@ else
   "$2" ./job.sh >> job.out 2>&1 </dev/null
 fi
 rc=$?
+kids=unknown
+read -r kids < "/proc/$$/task/$$/children" 2>/dev/null
+[ -z "$kids" ] || "$4" -I -S "$5" reap "$$"
 echo $rc > .shell.exit.tmp && mv -f .shell.exit.tmp .shell.exit
 exit $rc
 """
@@ -189,9 +176,10 @@ class Launcher:
                 return proc
             try:
                 proc = await asyncio.create_subprocess_exec(
-                    self._bash,
-                    "-c",
-                    _LAUNCHER,
+                    sys.executable,
+                    "-I",
+                    "-S",
+                    jobtree.__file__,
                     LAUNCHER_NAME,
                     self._bash,
                     _RUNNER,
@@ -203,7 +191,7 @@ class Launcher:
                     start_new_session=True,
                 )
             except OSError as exc:
-                raise BackendUnavailable(f"cannot start {self._bash}: {exc}") from exc
+                raise BackendUnavailable(f"cannot start the shell launcher ({sys.executable}): {exc}") from exc
             self.spawned += 1
             self._proc = proc
             self._reader = asyncio.create_task(self._read(proc), name="shell-launcher-read")
