@@ -33,6 +33,7 @@ from interlink_nats.submitters.core.backend import (
     GONE,
     BackendContext,
     BackendUnavailable,
+    BatchCommand,
     Capacity,
     CommandFailed,
     CommandUnusable,
@@ -116,6 +117,11 @@ class SlurmBackend:
         self._pool_flags = list(slurm.sbatch_flags)
         if self.settings.use_sacct is None:
             self._use_sacct = slurm.use_sacct
+
+    def commands(self) -> list[BatchCommand]:
+        """sbatch, squeue, scancel, sinfo, and sacct when it is asked (``srun``/``scontrol`` run on the nodes)."""
+        names = ["sbatch", "squeue", "scancel", "sinfo", *(["sacct"] if self._use_sacct else [])]
+        return [BatchCommand(getattr(self.settings, name), f"slurm.{name}") for name in names]
 
     async def start(self) -> None:
         return None
