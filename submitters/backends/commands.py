@@ -19,25 +19,24 @@ from interlink_nats.submitters.core.backend import Backend, BatchCommand
 log = logging.getLogger(__name__)
 
 
-def program_problem(command: BatchCommand, path: str | None = None) -> str | None:
-    """Why ``command`` cannot be run (not found on ``path``, default PATH; or not an executable file); None
-    when it can. The message names the program and the setting that sets its path."""
-    program = command.program
-    if shutil.which(program, path=path) is not None:
-        return None
-    search = path if path is not None else os.environ.get("PATH", os.defpath)
-    if os.sep in program:
-        why = "is not an executable file" if os.path.exists(program) else "does not exist"
-        what = f"{program} {why}"
-    else:
-        what = f"{program} is not on PATH ({search}) or not executable"
-    fix = f"set its path with {command.setting}" if command.setting else "install it or put it on PATH"
-    return f"{what}: {fix}"
-
-
 def commands_problem(commands: Sequence[BatchCommand], path: str | None = None) -> str | None:
-    """Every program of ``commands`` that cannot be run, in one line; None when all can."""
-    problems = [p for c in dict.fromkeys(commands) if (p := program_problem(c, path)) is not None]
+    """Why some of ``commands`` cannot be run (not found on ``path``, default PATH; not an executable file), in
+    one line naming each program and the setting that sets its path; None when all can be run."""
+    search = path if path is not None else os.environ.get("PATH", os.defpath)
+    not_on_path: list[str] = []
+    problems: list[str] = []
+    for command in dict.fromkeys(commands):
+        program = command.program
+        if shutil.which(program, path=search) is not None:
+            continue
+        fix = f"set its path with {command.setting}" if command.setting else "install it or put it on PATH"
+        if os.sep in program:
+            why = "is not an executable file" if os.path.exists(program) else "does not exist"
+            problems.append(f"{program} {why} ({fix})")
+        else:
+            not_on_path.append(f"{program} ({fix})")
+    if not_on_path:
+        problems.insert(0, f"not on PATH ({search}) or not executable: {', '.join(not_on_path)}")
     return "; ".join(problems) if problems else None
 
 
