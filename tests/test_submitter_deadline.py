@@ -15,9 +15,14 @@ from pathlib import Path
 import pytest
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel.clock import ManualClock
+from interlink_nats.submitters.backends.commands import commands_problem
+from interlink_nats.submitters.backends.htcondor.backend import HTCondorBackend, HTCondorConfig
+from interlink_nats.submitters.backends.shell.backend import ShellBackend
+from interlink_nats.submitters.backends.slurm.backend import SlurmBackend, SlurmConfig
 from interlink_nats.submitters.core.backend import BackendUnavailable, BatchCommand
 from interlink_nats.submitters.core.errors import CannotSubmit, Refused, SubmitterError, Unavailable
 from interlink_nats.submitters.core.lifecycle import Phase
+from interlink_nats.submitters.core.site_policy import AccountingPolicy
 from interlink_nats.submitters.runtime import Submitter
 from interlink_nats.submitters.testing import FakeBackend, SimulatedCrash, crash, offline_submitter
 
@@ -159,3 +164,40 @@ async def test_a_program_removed_while_serving_refuses_each_submit_at_once_until
         program.chmod(0o755)
         assert (await a.submissions.submit(job(uid), deadline=clock.time() + 30)).job_id
         assert len(backend.submissions(uid)) == 1 and a.commands.problem is None
+
+
+def names(commands: list[BatchCommand]) -> list[tuple[str, str]]:
+    return [(c.program, c.setting) for c in commands]
+
+
+def test_each_backend_declares_the_programs_it_runs_on_this_host() -> None:
+    """One declaration per backend (``Backend.commands``), following its settings and BuildConfig."""
+    slurm = SlurmBackend(SlurmConfig(sbatch="/opt/slurm/bin/sbatch"))
+    assert names(slurm.commands()) == [
+        ("/opt/slurm/bin/sbatch", "slurm.sbatch"),
+        ("squeue", "slurm.squeue"),
+        ("scancel", "slurm.scancel"),
+        ("sinfo", "slurm.sinfo"),
+    ]
+    slurm.configure(pb.BuildConfig(slurm=pb.SlurmOptions(use_sacct=True)))
+    assert ("sacct", "slurm.sacct") in names(slurm.commands())
+    condor = HTCondorBackend(HTCondorConfig(mode="remote", use_condor_status=True), pool="p")
+    assert [p for p, _ in names(condor.commands())] == [
+        *("condor_submit", "condor_q", "condor_history", "condor_rm", "condor_transfer_data", "condor_status")
+    ]
+    assert [p for p, _ in names(HTCondorBackend(HTCondorConfig(), pool="p").commands())] == [
+        *("condor_submit", "condor_q", "condor_history", "condor_rm")
+    ]
+    switching = AccountingPolicy.model_validate({"default": {"run_as_user": "nobody"}})
+    shell = ShellBackend(bash="/bin/bash", accounting=switching)
+    assert names(shell.commands()) == [("/bin/bash", "shell.bash"), ("setpriv", "")]
+    shell.configure(pb.BuildConfig(runtime=pb.ContainerRuntime.PODMAN, executable="/usr/bin/podman"))
+    assert names(shell.commands())[-1] == ("/usr/bin/podman", "build_config.executable")
+    assert names(ShellBackend().commands()) == [("bash", "shell.bash")]
+
+
+def test_a_program_named_without_a_setting_says_to_install_it(tmp_path: Path) -> None:
+    problem = commands_problem([BatchCommand("setpriv", ""), BatchCommand("sh", "x.sh")], path=str(tmp_path))
+    fixes = "setpriv (install it or put it on PATH), sh (set its path with x.sh)"
+    assert problem == f"not on PATH ({tmp_path}) or not executable: {fixes}"
+    assert commands_problem([BatchCommand("sh", "x.sh")], path="/bin:/usr/bin") is None
