@@ -3,18 +3,23 @@
 Against the in-memory FakeBackend with a manual clock (milliseconds each): a Submit's deadline (its ``Rpc-Timeout``)
 is kept with the claim; a job not handed to the backend by then is never submitted, by the Submit itself or by
 recovery after a crash; an error answer ends the caller's wait; a missing program refuses the start and, found
-missing while serving, every Submit at once. The real-process versions (real Slurm, a PATH without ``sbatch``)
-are in test_slurm_commands.py.
+missing while serving, every Submit at once; the gateway's re-sends (on a real nats-server) still join the one
+submission. The real-process versions (real Slurm, a PATH without ``sbatch``) are in test_slurm_commands.py.
 """
 
 from __future__ import annotations
 
+import time
 import uuid
 from pathlib import Path
 
+import nats
 import pytest
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel.clock import ManualClock
+from interlink_nats.services.bus.events_stream import ensure_events_stream
+from interlink_nats.services.bus.rpc import NatsChannel
+from interlink_nats.services.gateway.pool_client import SUBMIT_ROUTE
 from interlink_nats.submitters.backends.commands import commands_problem
 from interlink_nats.submitters.backends.htcondor.backend import HTCondorBackend, HTCondorConfig
 from interlink_nats.submitters.backends.shell.backend import ShellBackend
@@ -24,7 +29,7 @@ from interlink_nats.submitters.core.errors import CannotSubmit, Refused, Submitt
 from interlink_nats.submitters.core.lifecycle import Phase
 from interlink_nats.submitters.core.site_policy import AccountingPolicy
 from interlink_nats.submitters.runtime import Submitter
-from interlink_nats.submitters.testing import FakeBackend, SimulatedCrash, crash, offline_submitter
+from interlink_nats.submitters.testing import FakeBackend, SimulatedCrash, crash, offline_submitter, settings_for
 
 
 def job(uid: str) -> pb.JobScript:
@@ -201,3 +206,23 @@ def test_a_program_named_without_a_setting_says_to_install_it(tmp_path: Path) ->
     fixes = "setpriv (install it or put it on PATH), sh (set its path with x.sh)"
     assert problem == f"not on PATH ({tmp_path}) or not executable: {fixes}"
     assert commands_problem([BatchCommand("sh", "x.sh")], path="/bin:/usr/bin") is None
+
+
+async def test_the_gateways_resends_join_the_submission_under_its_deadline(tmp_path: Path, nats_url: str) -> None:
+    """A Submit unanswered for ``submit_resend_s`` is sent again with the time left (commit 2456b47): each copy joins
+    the one submission, the pod runs once, and the row keeps the caller's deadline (not extended by the copies)."""
+    nc = await nats.connect(nats_url)
+    await ensure_events_stream(nc.jetstream())
+    backend, pool, uid = FakeBackend(), f"dl{uuid.uuid4().hex[:8]}", str(uuid.uuid4())
+    backend.slow("submit", 1.0)  # several resend periods
+    try:
+        async with Submitter(settings_for(tmp_path, nats_url, pool=pool), backend=backend) as sub:
+            sent = time.time()
+            request = bytes(pb.SubmitRequest(job=job(uid)))
+            reply = await NatsChannel(nc, pool).unary(SUBMIT_ROUTE, request, timeout=30, resend_every_s=0.2)
+            assert pb.SubmitResponse.parse(reply).job_id and len(backend.submissions(uid)) == 1
+            row = await sub.registry.get(uid) if sub.registry is not None else None
+            assert row is not None and row.deadline is not None
+            assert sent + 29 < row.deadline < sent + 31, row.deadline - sent
+    finally:
+        await nc.close()
