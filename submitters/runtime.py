@@ -45,7 +45,7 @@ from interlink_nats.kernel.log_context import bind as bind_log_fields
 from interlink_nats.kernel.tasks import cancel_and_wait
 from interlink_nats.kernel.version import __version__
 from interlink_nats.submitters.backends import create_backend
-from interlink_nats.submitters.backends.commands import CommandCheck, commands_problem
+from interlink_nats.submitters.backends.commands import CommandCheck
 from interlink_nats.submitters.core import fastwire
 from interlink_nats.submitters.core.backend import Backend, BackendContext, BackendError
 from interlink_nats.submitters.core.errors import SubmitterError, Unavailable
@@ -178,9 +178,7 @@ class Submitter:
         try:
             self.registry = await Registry.open(self.settings.resolved_registry_path(), clock=self.clock)
             self.announcer.reload_build_config(force=True)
-            missing = commands_problem(self.backend.commands())  # after the BuildConfig: it may name one (podman)
-            if missing is not None:
-                raise SubmitterError(f"{self.backend.name} cannot submit: {missing}")
+            self.commands.require()  # after the BuildConfig: it may name one (podman)
             await self.backend.start()
             await self.recovery.adopt_dead_owners()
             await self.recover()

@@ -16,6 +16,7 @@ import shutil
 from collections.abc import Sequence
 
 from interlink_nats.submitters.core.backend import Backend, BatchCommand
+from interlink_nats.submitters.core.errors import SubmitterError
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +68,13 @@ class CommandCheck:
         self._found: dict[BatchCommand, str] = {}
         self.problem: str | None = None
         """None while every program can be run; else why not, naming them (what /healthz and Submit say)."""
+
+    def require(self) -> None:
+        """At start (after the BuildConfig, which may name one): raise :class:`SubmitterError` while a program
+        cannot be run, the CLI's one line and exit 2; not logged besides."""
+        self.problem = commands_problem(self._backend.commands(), found=self._found)
+        if self.problem is not None:
+            raise SubmitterError(self.message())
 
     def refresh(self) -> str | None:
         """Check the programs again (the backend's current ones: a BuildConfig may add one); the new verdict."""
