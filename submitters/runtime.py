@@ -16,8 +16,9 @@ In-process API (what ``interlink-nats up`` uses)::
 What it does, and why in this order:
 1. take the instance lock (``ownership``): replicas sharing the registry judge each other
    alive by it, so a crashed replica's jobs are adopted at once;
-2. open the registry, start the backend, and recover every job this instance now owns
-   (``recovery``; interrupted submissions are reconciled with the backend) — ``open()``;
+2. open the registry, check the backend's programs (a missing ``sbatch`` stops the start: ``backends.commands``),
+   start the backend, and recover every job this instance now owns (``recovery``; interrupted submissions are
+   reconciled with the backend, those whose caller gave up are dropped) — ``open()``;
 3. connect to NATS (forever, with back-off), look the events stream up (the gateway creates it), serve
    RPC; a refused subscription to the pool's own subjects ends the start with an error
    (``service``) — ``serve()``;
@@ -44,6 +45,7 @@ from interlink_nats.kernel.log_context import bind as bind_log_fields
 from interlink_nats.kernel.tasks import cancel_and_wait
 from interlink_nats.kernel.version import __version__
 from interlink_nats.submitters.backends import create_backend
+from interlink_nats.submitters.backends.commands import CommandCheck
 from interlink_nats.submitters.core import fastwire
 from interlink_nats.submitters.core.backend import Backend, BackendContext, BackendError
 from interlink_nats.submitters.core.errors import SubmitterError, Unavailable
@@ -115,6 +117,8 @@ class Submitter:
             pool=self.pool, backend=self.backend, clock=self.clock, outbox=self.outbox, registry=self._reg
         )
         self.announcer = Announcer(settings, self.backend, self.clock)
+        self.commands = CommandCheck(self.backend)
+        """The backend's programs: re-checked every poll and after a failed submission; /healthz reads it."""
         self.submissions = Submissions(
             pool=self.pool,
             state_dir=self.state_dir,
@@ -124,6 +128,7 @@ class Submitter:
             poller=self.poller,
             outbox=self.outbox,
             clock=self.clock,
+            commands=self.commands,
         )
         self.submissions.on_submit = self.poller.on_start = self.announcer.record_outcome
         self.announcer.queue_load = self.poller.queue_load
@@ -173,6 +178,7 @@ class Submitter:
         try:
             self.registry = await Registry.open(self.settings.resolved_registry_path(), clock=self.clock)
             self.announcer.reload_build_config(force=True)
+            self.commands.require()  # after the BuildConfig: it may name one (podman)
             await self.backend.start()
             await self.recovery.adopt_dead_owners()
             await self.recover()
@@ -324,6 +330,7 @@ class Submitter:
         while not self._stop.is_set():
             started = self.clock.monotonic()
             try:
+                self.commands.refresh()  # /healthz and Submit read it (a program removed after the start)
                 await self.poll_once()
                 self.last_poll_ok, self.poll_error = self.clock.monotonic(), None
                 self.polls += 1

@@ -27,6 +27,7 @@ from interlink_nats.kernel.clock import Clock
 from interlink_nats.submitters.core.backend import (
     BackendError,
     BackendState,
+    BatchCommand,
     Capacity,
     GangSpec,
     JobHandle,
@@ -119,6 +120,8 @@ class FakeBackend:
         self._scripts: dict[str, _Script] = defaultdict(_Script)
         self._ids = itertools.count(1)
         self._stale: dict[str, deque[Observation]] = defaultdict(deque)
+        self.programs: list[BatchCommand] = []
+        """What :meth:`commands` declares (none: an in-memory batch system runs no program)."""
 
     # Scripting -------------------------------------------------------------------------------
 
@@ -256,6 +259,9 @@ class FakeBackend:
     async def capacity(self) -> Capacity:
         await self._obey("capacity")
         return self._capacity
+
+    def commands(self) -> list[BatchCommand]:
+        return list(self.programs)
 
     def output_path(self, job_dir: Path) -> Path:
         return job_dir / "job.out"

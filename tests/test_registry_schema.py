@@ -93,7 +93,7 @@ async def test_a_0_1_0_registry_is_migrated_in_place_keeping_its_jobs(tmp_path: 
         assert [r.uid for r in await registry.live("old-host-1")] == ["u-1"]
     finally:
         await registry.close()
-    assert user_version(path) == SCHEMA_VERSION == 2
+    assert user_version(path) == SCHEMA_VERSION == 3
     again = await Registry.open(path)  # a second start finds nothing to migrate
     await again.close()
     assert user_version(path) == SCHEMA_VERSION
@@ -111,7 +111,7 @@ async def test_a_registry_from_a_newer_release_is_refused_naming_both_versions(t
     make_0_1_0_registry(path)
     with sqlite3.connect(path) as conn:
         conn.execute("PRAGMA user_version = 99")
-    with pytest.raises(RegistryError, match=r"schema version 99, newer than this release's 2"):
+    with pytest.raises(RegistryError, match=r"schema version 99, newer than this release's 3"):
         await Registry.open(path)
     assert user_version(path) == 99, "a refused registry is left as it was"
 
@@ -143,4 +143,40 @@ async def test_a_version_1_registry_gains_the_gang_column_and_keeps_its_jobs(tmp
         assert await registry.gang_rows("") == [], "single pods are no gang"
     finally:
         await registry.close()
-    assert user_version(path) == 2
+    assert user_version(path) == SCHEMA_VERSION
+
+
+async def test_a_version_2_registry_gains_the_deadline_column_and_keeps_its_jobs(tmp_path: Path) -> None:
+    """2 → 3 (issue 38): an existing job has no caller's deadline (recovery submits it as before); a new claim
+    keeps its caller's, and an error answer moves it to now, only while the job is still submitting."""
+    path = tmp_path / "registry.sqlite3"
+    make_0_1_0_registry(path)
+    with sqlite3.connect(path) as conn:
+        conn.execute("ALTER TABLE jobs ADD COLUMN gang TEXT NOT NULL DEFAULT ''")
+        conn.execute("PRAGMA user_version = 2")
+    registry = await Registry.open(path)
+    try:
+        old = await registry.get("u-1")
+        assert old is not None and old.deadline is None and old.job_id == "4242"
+        created, row = await registry.claim(
+            uid="n-0",
+            namespace="ns",
+            name="new",
+            owner="me",
+            job_dir=tmp_path / "jobs" / "n-0",
+            init_containers=(),
+            containers=("main",),
+            spec=b"",
+            status=b"",
+            deadline=1234.5,
+        )
+        assert created and row.deadline == 1234.5
+        stored = await registry.get("n-0")
+        assert stored is not None and stored.deadline == 1234.5
+        await registry.set_deadline(["n-0", "u-1"], 99.0)
+        moved, active = await registry.get("n-0"), await registry.get("u-1")
+        assert moved is not None and moved.deadline == 99.0
+        assert active is not None and active.deadline is None, "only a submission still submitting has a deadline"
+    finally:
+        await registry.close()
+    assert user_version(path) == SCHEMA_VERSION == 3

@@ -16,6 +16,7 @@ import uuid
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 
+import htcondor_standin as standin
 import nats
 import pytest
 from grpclib.const import Status
@@ -342,8 +343,10 @@ async def test_a_malformed_group_is_refused_naming_the_field(
 
 
 async def test_htcondor_refuses_pod_groups_by_name_recording_nothing(
-    tmp_path: Path, nats_url: str, pool: str, nc: nats.NATS
+    tmp_path: Path, nats_url: str, pool: str, nc: nats.NATS, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    for key, value in standin.install(tmp_path / "bin", tmp_path / "condor").items():
+        monkeypatch.setenv(key, value)  # its programs: a submitter without them does not start
     await ensure_events_stream(nc.jetstream())
     async with Submitter(settings_for(tmp_path / "state", nats_url, pool=pool, backend="htcondor")):
         client = submitter_client(nc, pool)

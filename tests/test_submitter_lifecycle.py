@@ -22,7 +22,9 @@ from interlink_nats.submitters.core.lifecycle import (
     TRANSITIONS,
     Answer,
     AwaitRetry,
+    CannotRun,
     ClaimPlan,
+    Drop,
     FailPod,
     IllegalTransition,
     Phase,
@@ -35,8 +37,10 @@ from interlink_nats.submitters.core.lifecycle import (
     after_resubmit,
     allowed,
     check_transition,
+    later,
     needs_owner_check,
     owners_to_adopt,
+    past_deadline,
     plan_cancel,
     plan_claim,
     plan_poll,
@@ -171,6 +175,32 @@ def test_submit_plan(outcome: str | BackendError, created: bool, action: SubmitA
     assert plan_submit("slurm", outcome, created=created) == action
 
 
+MISSING = "sbatch is not on PATH (/usr/bin) or not executable: set its path with slurm.sbatch"
+
+
+@pytest.mark.parametrize(
+    ("outcome", "action"),
+    [
+        # a program is missing: refused at once naming it, not a transient failure the caller waits out
+        (BackendUnavailable("command not found: sbatch"), CannotRun(f"slurm cannot submit: {MISSING}")),
+        (SLURM_DOWN, CannotRun(f"slurm cannot submit: {MISSING}")),
+        # accepted, or refused by the batch system itself: as without the check
+        ("42", RecordSubmitted("42", Answer.CREATED)),
+        (SubmitRejected("invalid partition"), FailPod("invalid partition", "slurm refused the job: invalid partition")),
+    ],
+)
+def test_submit_plan_when_a_program_is_missing(outcome: str | BackendError, action: SubmitAction) -> None:
+    assert plan_submit("slurm", outcome, created=True, unusable=MISSING) == action
+
+
+def test_deadlines() -> None:
+    """None is no deadline: never past, and the later of any two."""
+    assert past_deadline(10.0, 10.0) and past_deadline(10.0, 11.0) and not past_deadline(10.0, 9.9)
+    assert not past_deadline(None, 1e12)
+    assert later(1.0, 2.0) == later(2.0, 1.0) == 2.0
+    assert later(None, 2.0) is None and later(2.0, None) is None
+
+
 @pytest.mark.parametrize(
     ("found", "action"),
     [
@@ -203,6 +233,11 @@ def test_resume_plan(found: Reconciled | BackendError | None, action: RecordSubm
         (RecoveryInput("u", S, "", None, True), Resubmit("u")),
         # never reached the backend, no script: only the caller's retry can go on
         (RecoveryInput("u", S, "", None, False), AwaitRetry("u")),
+        # never reached the backend and its caller gave up (deadline passed): never submitted, script or not
+        (RecoveryInput("u", S, "", None, True, expired=True), Drop("u")),
+        (RecoveryInput("u", S, "", None, False, expired=True), Drop("u")),
+        # the backend has it already: followed whatever the deadline (it was handed over before it)
+        (RecoveryInput("u", S, "", "7", True, expired=True), Track("u", "7", record=True)),
     ],
 )
 def test_recovery_plan(row: RecoveryInput, action: object) -> None:

@@ -139,6 +139,20 @@ class Capacity:
 
 
 @dataclass(frozen=True, slots=True)
+class BatchCommand:
+    """A program a backend runs on the submitter's host, as configured, and the setting that names it.
+
+    Each backend declares its own (:meth:`Backend.commands`): the submitter refuses to start while one is
+    missing, and /healthz and Submit fail while one is, naming the program and the setting that fixes it.
+    """
+
+    program: str
+    """As configured: a name looked up on PATH, or a path."""
+    setting: str
+    """The config key that sets its path (``slurm.sbatch``); empty when only PATH can provide it."""
+
+
+@dataclass(frozen=True, slots=True)
 class Reconciled:
     """Outcome of looking for a job whose submission may or may not have reached the backend."""
 
@@ -257,6 +271,10 @@ class Backend(Protocol):
         """Stop a job; idempotent, and quiet when it already ended."""
 
     async def capacity(self) -> Capacity: ...
+
+    def commands(self) -> Sequence[BatchCommand]:
+        """The programs this backend runs on this host with its current settings and BuildConfig (not those a
+        job runs on a compute node): checked at start and while serving (``backends.commands``)."""
 
     def output_path(self, job_dir: Path) -> Path:
         """Where the batch system writes the job's own stdout/stderr."""

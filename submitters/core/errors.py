@@ -27,6 +27,11 @@ class Refused(SubmitterFault):
     """The batch system refused the job for good; its status says so too."""
 
 
+class CannotSubmit(SubmitterFault):
+    """The submitter cannot run a program its backend needs (missing, or not executable): answered at once, not
+    retried by the gateway (a site must fix it first). The pod is not failed: a Submit after the fix goes on."""
+
+
 class Unavailable(SubmitterFault):
     """The submitter or its batch system cannot do this now; retrying later may work."""
 

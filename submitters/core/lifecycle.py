@@ -192,7 +192,34 @@ class RetryLater:
     message: str
 
 
-SubmitAction = RecordSubmitted | FailPod | RetryLater
+@dataclass(frozen=True, slots=True)
+class CannotRun:
+    """A program the backend needs cannot be run (``backends.commands``): keep the intent (SUBMITTING) and
+    refuse at once, naming it. Not :class:`RetryLater`: no retry helps before the site fixes it."""
+
+    message: str
+
+
+SubmitAction = RecordSubmitted | FailPod | RetryLater | CannotRun
+
+
+def past_deadline(deadline: float | None, now: float) -> bool:
+    """Whether the caller of a submission has stopped waiting (``deadline`` None: it never does)."""
+    return deadline is not None and now >= deadline
+
+
+def later(a: float | None, b: float | None) -> float | None:
+    """The later of two callers' deadlines: a submission is waited for while either waits (None: forever)."""
+    return None if a is None or b is None else max(a, b)
+
+
+def gave_up(backend: str) -> str:
+    """The failed status's message of a submission dropped at its deadline: nobody waits for it any more (the
+    gateway has answered the pod's create with an error), so it must not run behind the gateway's back."""
+    return (
+        f"the gateway gave up waiting for this Submit (its deadline passed) before the job reached {backend}: "
+        "it was never submitted"
+    )
 
 
 def plan_resume(backend: str, found: Reconciled | BackendError | None) -> RecordSubmitted | RetryLater | None:
@@ -205,12 +232,17 @@ def plan_resume(backend: str, found: Reconciled | BackendError | None) -> Record
     return RecordSubmitted(found.job_id, Answer.STORED)
 
 
-def plan_submit(backend: str, outcome: str | BackendError, *, created: bool) -> SubmitAction:
-    """The backend's answer to a submission (its job id, or the error it raised) → what to do."""
+def plan_submit(
+    backend: str, outcome: str | BackendError, *, created: bool, unusable: str | None = None
+) -> SubmitAction:
+    """The backend's answer to a submission (its job id, or the error it raised) → what to do. ``unusable``: why
+    the backend's programs cannot be run, as checked after the error (None: they can)."""
     if isinstance(outcome, str):
         return RecordSubmitted(outcome, Answer.CREATED if created else Answer.PENDING)
     if isinstance(outcome, SubmitRejected):
         return FailPod(str(outcome), f"{backend} refused the job: {outcome}")
+    if unusable is not None:
+        return CannotRun(f"{backend} cannot submit: {unusable}")
     if isinstance(outcome, BackendUnavailable):
         return RetryLater(f"{backend} is unavailable: {outcome}")
     return RetryLater(f"{backend} submission failed: {outcome}")
@@ -230,6 +262,8 @@ class RecoveryInput:
     """The backend's id for the job (``""``: it ran, id unknown); None: the backend never got it."""
     script_stored: bool
     """The job script is in the job directory (so the job can be submitted again)."""
+    expired: bool = False
+    """Its caller's deadline has passed (``past_deadline``): nobody waits for it any more."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -255,7 +289,15 @@ class AwaitRetry:
     uid: str
 
 
-RecoveryAction = Track | Resubmit | AwaitRetry
+@dataclass(frozen=True, slots=True)
+class Drop:
+    """The backend never got the job and nobody waits for it any more: store a failed status (``gave_up``),
+    never submit it (the gateway has told Kubernetes the pod failed)."""
+
+    uid: str
+
+
+RecoveryAction = Track | Resubmit | AwaitRetry | Drop
 
 
 def _track(uid: str, phase: Phase, job_id: str, stored_id: str) -> Track:
@@ -268,6 +310,8 @@ def plan_recovery(rows: Iterable[RecoveryInput]) -> list[RecoveryAction]:
     for row in rows:
         if row.found is not None:
             out.append(_track(row.uid, row.phase, row.found, row.job_id))
+        elif row.expired:
+            out.append(Drop(row.uid))
         elif row.script_stored:
             out.append(Resubmit(row.uid))
         else:

@@ -1,4 +1,5 @@
-"""The submitter's /healthz and /metrics: the NATS connection, its permissions, the backend's last poll.
+"""The submitter's /healthz and /metrics: the NATS connection, its permissions, the backend's last poll and
+whether its programs (``sbatch``...) can be run.
 
 Collected when scraped from the runtime's own state, so the job path carries no instrumentation.
 Labels are bounded (the pool is this process's one pool; no pod, namespace or job id is a label).
@@ -12,6 +13,7 @@ from typing import Protocol
 from interlink_nats.kernel.clock import Clock
 from interlink_nats.kernel.nats_connection import connected_server
 from interlink_nats.services.ops.probes import Probes
+from interlink_nats.submitters.backends.commands import CommandCheck
 from interlink_nats.submitters.core.backend import Backend
 from interlink_nats.submitters.engine.polling import PollStats
 from nats.aio.client import Client as NATS
@@ -26,6 +28,7 @@ class Observed(Protocol):
     pool: str
     instance_id: str
     backend: Backend
+    commands: CommandCheck
     clock: Clock
     nc: NATS | None
     polls: int
@@ -109,9 +112,15 @@ def submitter_probes(submitter: Observed) -> Probes:
             return False, f"the last successful poll was {age:.0f}s ago"
         return True, f"last poll {age:.1f}s ago"
 
+    def commands() -> tuple[bool, str]:
+        """The last check's verdict (the poll loop and failed submissions refresh it): no I/O here."""
+        if submitter.commands.problem is not None:
+            return False, submitter.commands.message()
+        return True, "every program the backend runs is there"
+
     return Probes(
         registry=registry,
-        checks={"nats": nats, "permissions": permissions, "backend": backend},
+        checks={"nats": nats, "permissions": permissions, "backend": backend, "commands": commands},
         info=lambda: {
             "pool": submitter.pool,
             "instance": submitter.instance_id,

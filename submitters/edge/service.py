@@ -20,8 +20,10 @@ from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel.clock import Clock
 from interlink_nats.kernel.log_context import log_fields
 from interlink_nats.kernel.names import is_dns_label, is_pod_uid
+from interlink_nats.services.bus.rpc import current_call
 from interlink_nats.submitters.core.errors import (
     AlreadyExists,
+    CannotSubmit,
     InvalidRequest,
     NotFound,
     Refused,
@@ -44,6 +46,7 @@ RPC_STATUS: dict[type, Status] = {
     NotFound: Status.NOT_FOUND,
     AlreadyExists: Status.ALREADY_EXISTS,
     Refused: Status.FAILED_PRECONDITION,
+    CannotSubmit: Status.FAILED_PRECONDITION,
     Unavailable: Status.UNAVAILABLE,
 }
 """Domain error → RPC status; anything else is a bug and surfaces as the server's internal error."""
@@ -64,7 +67,7 @@ def _raise(exc: SubmitterFault) -> NoReturn:
 class Submitting(Protocol):
     """The RPCs that change a job (``submission.Submissions``)."""
 
-    async def submit(self, job: pb.JobScript) -> pb.SubmitResponse: ...
+    async def submit(self, job: pb.JobScript, *, deadline: float | None = None) -> pb.SubmitResponse: ...
 
     async def cancel(self, uid: str) -> pb.CancelResponse: ...
 
@@ -72,7 +75,9 @@ class Submitting(Protocol):
 class SubmittingGroups(Protocol):
     """SubmitGroup (``gangs.Gangs``)."""
 
-    async def submit_group(self, req: pb.SubmitGroupRequest) -> pb.SubmitGroupResponse: ...
+    async def submit_group(
+        self, req: pb.SubmitGroupRequest, *, deadline: float | None = None
+    ) -> pb.SubmitGroupResponse: ...
 
 
 class Querying(Protocol):
@@ -112,7 +117,7 @@ class SubmitterServiceImpl(pb.SubmitterServiceBase):
                 raise InvalidRequest("job is required")
             fields = {"pod_uid": pod.uid, "namespace": pod.namespace, "pod": pod.name} if pod is not None else {}
             with log_fields(**fields):
-                return await self.submissions.submit(message.job)
+                return await self.submissions.submit(message.job, deadline=self._deadline())
         except SubmitterFault as exc:
             _raise(exc)
 
@@ -120,9 +125,18 @@ class SubmitterServiceImpl(pb.SubmitterServiceBase):
         try:
             if self.gangs is None:
                 raise Refused("this submitter does not run pod groups (SubmitGroup)")
-            return await self.gangs.submit_group(message)
+            return await self.gangs.submit_group(message, deadline=self._deadline())
         except SubmitterFault as exc:
             _raise(exc)
+
+    def _deadline(self) -> float | None:
+        """When the caller of the RPC being handled stops waiting (its ``Rpc-Timeout``), as unix time; None
+        without one (or outside an RPC: a direct call)."""
+        try:
+            left = current_call().time_remaining()
+        except LookupError:
+            return None
+        return None if left is None else self.clock.time() + left
 
     async def get_status(self, message: pb.GetStatusRequest) -> pb.GetStatusResponse:
         try:

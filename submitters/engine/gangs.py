@@ -4,7 +4,8 @@ A gang is several ordinary registry rows (one per member pod: GetStatus, GetLogs
 on each as on a single pod) whose ``gang`` column names the group; all share the gang's one backend job
 id. Order of the durable steps, as for a single pod: claim every member (row + job directory) → the gang's
 directory → ``find_gang`` when resuming, else ``submit_gang`` → mark every member submitted → track. The
-decisions are :mod:`submitters.core.gangs`'; this module does the I/O.
+caller's deadline, the check of the backend's programs and an error answer ending the wait work as for a single
+pod (:mod:`.submission`). The decisions are :mod:`submitters.core.gangs`'; this module does the I/O.
 """
 
 from __future__ import annotations
@@ -12,13 +13,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel import layout
 from interlink_nats.submitters.core.backend import Backend, BackendError, GangSpec, Reconciled, RunsGangs
-from interlink_nats.submitters.core.errors import InvalidRequest, Refused, Unavailable
+from interlink_nats.submitters.core.errors import CannotSubmit, InvalidRequest, Refused, Unavailable
 from interlink_nats.submitters.core.gangs import (
     GroupPlan,
     MemberRow,
@@ -29,7 +30,17 @@ from interlink_nats.submitters.core.gangs import (
     refusal,
     validate_group,
 )
-from interlink_nats.submitters.core.lifecycle import FailPod, Phase, RetryLater, needs_owner_check, plan_submit
+from interlink_nats.submitters.core.lifecycle import (
+    CannotRun,
+    FailPod,
+    Phase,
+    RetryLater,
+    SubmitAction,
+    gave_up,
+    needs_owner_check,
+    past_deadline,
+    plan_submit,
+)
 from interlink_nats.submitters.core.status import submit_failed_status
 from interlink_nats.submitters.engine.polling import Poller, meta_from_row
 from interlink_nats.submitters.engine.submission import Submissions, validate_job
@@ -75,8 +86,11 @@ class Gangs:
         """By group uid: concurrent identical SubmitGroups share one task (each member's uid is also in
         ``Submissions.group_inflight``, so a Cancel and recovery wait for it)."""
 
-    async def submit_group(self, req: pb.SubmitGroupRequest) -> pb.SubmitGroupResponse:
-        """Idempotent by group uid and by member uid; shielded like Submit."""
+    async def submit_group(
+        self, req: pb.SubmitGroupRequest, *, deadline: float | None = None
+    ) -> pb.SubmitGroupResponse:
+        """Idempotent by group uid and by member uid; shielded like Submit, and with its ``deadline`` (when the
+        caller stops waiting) kept by every member's row."""
         members = list(req.members)
         try:
             group = validate_group(members)
@@ -96,7 +110,7 @@ class Gangs:
         if running is not None:
             resp = await asyncio.shield(running)
             return await self._answer([m.pod.uid for m in members if m.pod is not None], resp.job_id)
-        task = asyncio.ensure_future(self._submit_group(group, members))
+        task = asyncio.ensure_future(self._submit_group(group, members, deadline))
         uids = [m.pod.uid for m in members if m.pod is not None]
         self.inflight[group] = task
         for uid in uids:
@@ -116,16 +130,18 @@ class Gangs:
         statuses = [st for uid in uids if (row := rows.get(uid)) is not None and (st := row.job_status()) is not None]
         return pb.SubmitGroupResponse(job_id=job_id, created=False, statuses=statuses)
 
-    async def _claim(self, job: pb.JobScript, group: str) -> tuple[bool, JobRow]:
+    async def _claim(self, job: pb.JobScript, group: str, deadline: float | None) -> tuple[bool, JobRow]:
         """One member's claim and job directory, exactly as a single pod's (``Submissions.claim``)."""
         subs = self._subs
         pod = job.pod if job.pod is not None else pb.PodRef()
-        return await subs.claim(job, jobfiles.job_dir_for(subs.state_dir, pod.uid), gang=group)
+        return await subs.claim(job, jobfiles.job_dir_for(subs.state_dir, pod.uid), gang=group, deadline=deadline)
 
-    async def _submit_group(self, group: str, jobs: list[pb.JobScript]) -> pb.SubmitGroupResponse:
+    async def _submit_group(
+        self, group: str, jobs: list[pb.JobScript], deadline: float | None
+    ) -> pb.SubmitGroupResponse:
         subs = self._subs
         reg = subs.registry()
-        claims = await asyncio.gather(*(self._claim(job, group) for job in jobs))
+        claims = await asyncio.gather(*(self._claim(job, group, deadline) for job in jobs))
         created = [c for c, _ in claims]
         rows = [r for _, r in claims]
         uids = [r.uid for r in rows]
@@ -151,6 +167,7 @@ class Gangs:
         if plan is GroupPlan.FIND_THEN_SUBMIT:
             if any(r.phase is not Phase.SUBMITTING for r in rows):
                 await self._fail(rows, "a member of the pod group was cancelled before the group started")
+            await reg.set_deadline(uids, deadline)  # a caller waits for it again (an error answer ended a wait)
             try:
                 found = await backend.find_gang(spec)
             except BackendError as exc:
@@ -164,7 +181,7 @@ class Gangs:
                         await subs.job_dirs.run((row.job_dir, jobs[i].script, jobs[i].layout))
                     except OSError as exc:
                         raise Unavailable(f"cannot write the job directory: {exc}") from None
-        job_id = await submit_gang(subs, spec, rows, created=all(created))
+        job_id = await submit_gang(subs, spec, rows, created=all(created), deadline=deadline)
         if all(created):
             return pb.SubmitGroupResponse(job_id=job_id, created=True)  # pending; the caller knows the containers
         return await self._answer(uids, job_id)
@@ -178,8 +195,11 @@ class Gangs:
         raise Refused(reason)
 
 
-async def submit_gang(subs: Submissions, spec: GangSpec, rows: Sequence[JobRow], *, created: bool) -> str:
-    """The gang's directory, then ONE backend submission, then every member recorded and tracked."""
+async def submit_gang(
+    subs: Submissions, spec: GangSpec, rows: Sequence[JobRow], *, created: bool, deadline: float | None
+) -> str:
+    """The gang's directory, then ONE backend submission (unless the caller's ``deadline`` passed), then every
+    member recorded and tracked."""
     backend = subs.backend
     assert isinstance(backend, RunsGangs)
     try:
@@ -187,10 +207,15 @@ async def submit_gang(subs: Submissions, spec: GangSpec, rows: Sequence[JobRow],
     except OSError as exc:
         raise Unavailable(f"cannot write the pod group's directory: {exc}") from None
     subs.on_step("job_dir")
-    outcome = await subs.attempt(backend.submit_gang(spec))
-    action = plan_submit(backend.name, outcome, created=created)
-    if isinstance(action, RetryLater):
-        raise Unavailable(action.message)
+    action: SubmitAction
+    if past_deadline(deadline, subs.clock.time()):
+        action = FailPod(gave_up(backend.name), gave_up(backend.name))
+    else:
+        outcome = await subs.attempt(lambda: backend.submit_gang(spec))
+        action = plan_submit(backend.name, outcome, created=created, unusable=subs.commands.problem)
+    if isinstance(action, RetryLater | CannotRun):
+        await subs.give_up([r.uid for r in rows])
+        raise Unavailable(action.message) if isinstance(action, RetryLater) else CannotSubmit(action.message)
     if isinstance(action, FailPod):
         for row in rows:
             meta = meta_from_row(row, subs.pool, backend.name)
@@ -215,9 +240,18 @@ async def record_gang(subs: Submissions, rows: Sequence[JobRow], job_id: str) ->
 
 
 async def recover_gangs(
-    rows: Sequence[JobRow], *, state_dir: Path, backend: Backend, registry: Registry, poller: Poller, warned: set[str]
+    rows: Sequence[JobRow],
+    *,
+    state_dir: Path,
+    backend: Backend,
+    registry: Registry,
+    poller: Poller,
+    warned: set[str],
+    now: float,
+    drop: Callable[[Sequence[JobRow]], Awaitable[None]],
 ) -> None:
-    """After a restart: the live rows of gangs (never submitted alone) → track, find, submit once, or wait."""
+    """After a restart: the live rows of gangs (never submitted alone) → track, find, submit once, or wait; or
+    ``drop`` the members of a gang the backend never got whose caller's deadline has passed."""
     by_gang: dict[str, list[JobRow]] = {}
     for row in rows:
         by_gang.setdefault(row.gang, []).append(row)
@@ -234,6 +268,10 @@ async def recover_gangs(
             spec = gang_spec(state_dir, members)
             try:
                 found: Reconciled = await backend.find_gang(spec)
+                waiting = [r for r in live if r.phase is Phase.SUBMITTING]
+                if found.job_id is None and waiting and all(past_deadline(r.deadline, now) for r in waiting):
+                    await drop(waiting)
+                    continue
                 if found.job_id is None and plan.may_submit:
                     found = Reconciled(await backend.submit_gang(spec))
             except BackendError as exc:

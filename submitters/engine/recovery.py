@@ -2,27 +2,36 @@
 
 The runtime gathers the inputs (live registry rows, what the backend's ``reconcile`` finds,
 whether a script is stored) and executes :func:`lifecycle.plan_recovery`'s actions, so a job
-whose submission was interrupted is neither lost nor submitted twice.
+whose submission was interrupted is neither lost nor submitted twice, nor submitted at all once its
+caller's deadline has passed (the gateway has given up on it: ``Drop``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Sequence
 
 from interlink_nats.kernel import layout
 from interlink_nats.submitters.core.backend import BackendError, JobHandle
 from interlink_nats.submitters.core.lifecycle import (
     AwaitRetry,
+    Drop,
+    Phase,
     RecoveryInput,
     Resubmit,
     Track,
     after_resubmit,
+    gave_up,
     owners_to_adopt,
+    past_deadline,
     plan_recovery,
 )
+from interlink_nats.submitters.core.status import submit_failed_status
 from interlink_nats.submitters.engine.gangs import recover_gangs
+from interlink_nats.submitters.engine.polling import meta_from_row
 from interlink_nats.submitters.engine.submission import Submissions
+from interlink_nats.submitters.state.schema import JobRow
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +65,7 @@ class Recovery:
         skip = self._subs.poller.tracked.keys() | busy
         rows = {r.uid: r for r in await reg.live(self._subs.lock.instance_id) if r.uid not in skip}
         await self._subs.outbox.restore(reg)
+        now = self._subs.clock.time()
         members = [r for r in rows.values() if r.gang]
         if members:  # a gang's members are never reconciled or resubmitted alone
             for row in members:
@@ -67,6 +77,8 @@ class Recovery:
                 registry=reg,
                 poller=self._subs.poller,
                 warned=self._waiting_retry,
+                now=now,
+                drop=self._drop,
             )
         if not rows:
             return
@@ -76,9 +88,13 @@ class Recovery:
             outcome = found.get(row.uid)
             found_id = outcome.job_id if outcome is not None else None
             stored = found_id is not None or await asyncio.to_thread((row.job_dir / layout.SCRIPT_NAME).exists)
-            inputs[row.uid] = RecoveryInput(row.uid, row.phase, row.job_id, found_id, stored)
+            expired = row.phase is Phase.SUBMITTING and past_deadline(row.deadline, now)
+            inputs[row.uid] = RecoveryInput(row.uid, row.phase, row.job_id, found_id, stored, expired)
         for action in plan_recovery(inputs.values()):
             row = rows[action.uid]
+            if isinstance(action, Drop):
+                await self._drop([row])
+                continue
             if isinstance(action, AwaitRetry):
                 if row.uid not in self._waiting_retry:
                     self._waiting_retry.add(row.uid)
@@ -108,3 +124,14 @@ class Recovery:
                 row.job_id = track.job_id
             self._subs.poller.track(row)
         log.info("tracking %d jobs after recovery", len(self._subs.poller.tracked))
+
+    async def _drop(self, rows: Sequence[JobRow]) -> None:
+        """Never submit these: their callers stopped waiting before the backend got them (``lifecycle.Drop``)."""
+        subs = self._subs
+        reason = gave_up(subs.backend.name)
+        for row in rows:
+            meta = meta_from_row(row, subs.pool, subs.backend.name)
+            await subs.record_final(row, submit_failed_status(meta, reason, now=subs.clock.time()))
+            log.warning(
+                "not submitting job %s: %s", row.uid, reason, extra={"pod_uid": row.uid, "namespace": row.namespace}
+            )

@@ -1,7 +1,11 @@
 """Submit and cancel: the two RPCs that change a job, executed as the lifecycle core plans them.
 
 Submit: claim (durable intent) → job directory → backend → mark submitted → track. Idempotent
-by pod UID, and shielded so a caller's deadline cannot interrupt it halfway.
+by pod UID, and shielded so a caller's deadline cannot interrupt it halfway; but a job that has not reached
+the backend by that deadline never does (the caller has given up on it: recorded failed, ``lifecycle.gave_up``),
+and an error answer ends the wait (its row's deadline becomes now), so recovery never submits it behind the
+caller's back. The backend's programs are checked before and after a failed submission (``backends.commands``):
+while one is missing, a Submit is refused at once, naming it.
 Cancel: stop the job, remove its files, keep a tombstone (so it never runs again). Idempotent.
 """
 
@@ -17,18 +21,23 @@ from pathlib import Path
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel.clock import Clock
 from interlink_nats.kernel.log_context import bind as bind_log_fields
+from interlink_nats.submitters.backends.commands import CommandCheck
 from interlink_nats.submitters.core import fastwire
-from interlink_nats.submitters.core.backend import Backend, BackendError, JobHandle, Reconciled
-from interlink_nats.submitters.core.errors import InvalidRequest, Refused, Unavailable
+from interlink_nats.submitters.core.backend import Backend, BackendError, BackendUnavailable, JobHandle, Reconciled
+from interlink_nats.submitters.core.errors import CannotSubmit, InvalidRequest, Refused, Unavailable
 from interlink_nats.submitters.core.lifecycle import (
     Answer,
     CancelPlan,
+    CannotRun,
     ClaimPlan,
     FailPod,
     Phase,
     RetryLater,
     SubmitAction,
+    gave_up,
+    later,
     needs_owner_check,
+    past_deadline,
     plan_cancel,
     plan_claim,
     plan_resume,
@@ -82,7 +91,12 @@ class Submissions:
     poller: Poller
     outbox: Outbox
     clock: Clock
+    commands: CommandCheck
+    """The backend's programs: checked before a submission while they were missing, and after one failed."""
     inflight: dict[str, asyncio.Task[pb.SubmitResponse]] = field(init=False, default_factory=dict)
+    deadlines: dict[str, float | None] = field(init=False, default_factory=dict)
+    """By uid, while its Submit runs: when its callers stop waiting (unix time; None: never). A repeat that joins
+    it may extend it (``lifecycle.later``); the registry keeps the first request's, or a resumed one's."""
     group_inflight: dict[str, asyncio.Task[pb.SubmitGroupResponse]] = field(init=False, default_factory=dict)
     """By member uid: the SubmitGroup submitting that pod's gang (``engine.gangs``)."""
     _gang_cancels: dict[str, tuple[asyncio.Lock, int]] = field(init=False, default_factory=dict)
@@ -103,8 +117,9 @@ class Submissions:
         self.stopping = False
         self.job_dirs = _job_dirs_runner()
 
-    async def submit(self, job: pb.JobScript) -> pb.SubmitResponse:
-        """Idempotent by pod UID; the work is shielded so a caller's deadline cannot interrupt it."""
+    async def submit(self, job: pb.JobScript, *, deadline: float | None = None) -> pb.SubmitResponse:
+        """Idempotent by pod UID; the work is shielded so a caller's deadline cannot interrupt it. ``deadline``:
+        when this caller stops waiting (unix time; None: it never does)."""
         validate_job(job)
         if job.gang is not None:
             raise InvalidRequest("job.gang is set: a member of a pod group is submitted with SubmitGroup")
@@ -113,17 +128,26 @@ class Submissions:
             raise Unavailable("submitter is stopping")
         running = self.inflight.get(pod.uid)
         if running is not None:
+            self.deadlines[pod.uid] = later(self.deadlines.get(pod.uid), deadline)
             resp = await asyncio.shield(running)
             return pb.SubmitResponse(job_id=resp.job_id, created=False, status=resp.status)
-        task = asyncio.ensure_future(self._submit(job))
+        self.deadlines[pod.uid] = deadline
+        task = asyncio.ensure_future(self._submit(job, deadline))
         self.inflight[pod.uid] = task
-        task.add_done_callback(lambda _t: self.inflight.pop(pod.uid, None))
+
+        def done(_t: object) -> None:
+            self.inflight.pop(pod.uid, None)
+            self.deadlines.pop(pod.uid, None)
+
+        task.add_done_callback(done)
         return await asyncio.shield(task)
 
-    async def claim(self, job: pb.JobScript, job_dir: Path, *, gang: str = "") -> tuple[bool, JobRow]:
-        """The durable intent (the registry row) and, for a new one, the job directory, written on the
-        registry's writer thread right after the claim's commit: (created, row). A gang's members are claimed
-        alike (``gang``: their group uid)."""
+    async def claim(
+        self, job: pb.JobScript, job_dir: Path, *, gang: str = "", deadline: float | None = None
+    ) -> tuple[bool, JobRow]:
+        """The durable intent (the registry row, with its caller's ``deadline``) and, for a new one, the job
+        directory, written on the registry's writer thread right after the claim's commit: (created, row). A
+        gang's members are claimed alike (``gang``: their group uid)."""
         pod = job.pod if job.pod is not None else _NO_POD
         script, entries = job.script, job.layout
 
@@ -146,11 +170,12 @@ class Submissions:
                 ),
                 then=write_job_dir,
                 gang=gang,
+                deadline=deadline,
             )
         except OSError as exc:
             raise Unavailable(f"cannot write the job directory: {exc}") from None
 
-    async def _submit(self, job: pb.JobScript) -> pb.SubmitResponse:
+    async def _submit(self, job: pb.JobScript, deadline: float | None) -> pb.SubmitResponse:
         """Claim → job directory → backend → mark submitted; see the module docstring.
 
         Hot path: the claim and the mark each wait for a group commit shared with every concurrent
@@ -175,7 +200,7 @@ class Submissions:
         )
         script = job.script
         entries = job.layout
-        created, row = await self.claim(job, job_dir)
+        created, row = await self.claim(job, job_dir, deadline=deadline)
         if not created:
             self.on_step("claimed")
             if row.gang and row.phase is Phase.SUBMITTING:  # never resumed alone: its group is one job
@@ -194,6 +219,8 @@ class Submissions:
             await reg.adopt(row.owner, self.lock.instance_id)
             self.recover_needed = True
         if plan is not ClaimPlan.SUBMIT:
+            # A caller waits for it again (the row's deadline may have passed: an error answer ends a wait).
+            await reg.set_deadline([row.uid], self.deadlines.get(row.uid, deadline))
             found: Reconciled | BackendError | None
             try:
                 found = (await self.backend.reconcile([JobHandle(row.uid, row.job_dir, row.job_id)])).get(row.uid)
@@ -208,26 +235,41 @@ class Submissions:
             except OSError as exc:
                 raise Unavailable(f"cannot write the job directory: {exc}") from None
         self.on_step("job_dir")
-        outcome = await self.attempt(self.backend.submit(row.backend_spec(job)))
-        action = plan_submit(self.backend.name, outcome, created=created)
+        if past_deadline(self.deadlines.get(row.uid, deadline), self.clock.time()):
+            reason = gave_up(self.backend.name)
+            return await self._execute(FailPod(reason, reason), row, meta, layout=bool(entries))
+        outcome = await self.attempt(lambda: self.backend.submit(row.backend_spec(job)))
+        action = plan_submit(self.backend.name, outcome, created=created, unusable=self.commands.problem)
         return await self._execute(action, row, meta, layout=bool(entries))
 
-    async def attempt(self, submission: Awaitable[str]) -> str | BackendError:
+    async def attempt(self, submission: Callable[[], Awaitable[str]]) -> str | BackendError:
         """One backend submission (a job's or a gang's): its id, or the error as data for ``plan_submit`` to
-        decide on; counted for the pool's recent failures and marked on the step seam once it succeeded."""
+        decide on; counted for the pool's recent failures and marked on the step seam once it succeeded.
+
+        Not made while the backend's programs could not be run when last checked (they are checked again
+        first); checked again after a failure, so ``commands.problem`` tells a missing ``sbatch`` from a
+        transient failure (``plan_submit``'s ``unusable``)."""
+        if self.commands.problem is not None and self.commands.refresh() is not None:
+            return BackendUnavailable(self.commands.problem)
         try:
-            job_id = await submission
+            job_id = await submission()
         except BackendError as exc:
             self.on_submit(False)
+            self.commands.refresh()
             return exc
         self.on_submit(True)
         self.on_step("submitted")
         return job_id
 
+    async def give_up(self, uids: list[str]) -> None:
+        """An error answer ends its callers' wait: from now on only a new Submit (never recovery) submits these."""
+        await self.registry().set_deadline(uids, self.clock.time())
+
     async def _execute(self, action: SubmitAction, row: JobRow, meta: JobMeta, *, layout: bool) -> pb.SubmitResponse:
         """Carry out what ``plan_submit``/``plan_resume`` decided; the answer, or the domain error to raise."""
-        if isinstance(action, RetryLater):
-            raise Unavailable(action.message)
+        if isinstance(action, RetryLater | CannotRun):
+            await self.give_up([row.uid])
+            raise Unavailable(action.message) if isinstance(action, RetryLater) else CannotSubmit(action.message)
         if isinstance(action, FailPod):
             await self.record_final(row, submit_failed_status(meta, action.reason, now=self.clock.time()))
             raise Refused(action.message)

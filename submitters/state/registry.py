@@ -78,7 +78,7 @@ def _names_json(names: tuple[str, ...]) -> str:
     return json.dumps(list(names))
 
 
-_INSERT = f"INSERT OR IGNORE INTO jobs ({COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
+_INSERT = f"INSERT OR IGNORE INTO jobs ({COLUMNS}) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)"
 _SELECT_ONE = f"SELECT {COLUMNS} FROM jobs WHERE uid = ?"
 
 
@@ -206,13 +206,14 @@ class Registry:
         status: bytes,
         then: Callable[[], object] | None = None,
         gang: str = "",
+        deadline: float | None = None,
     ) -> tuple[bool, JobRow]:
         """Record the intent to submit, atomically: (True, row) if this call created it, else (False, existing).
 
         Returns once the row is committed. Claims of concurrent Submits share one transaction.
         ``then`` runs on the writer thread right after the commit, only if this call created the row
         (a Submit writes its job directory there: one thread hop instead of two); whatever it raises
-        is raised here, unwrapped, after the claim is durable.
+        is raised here, unwrapped, after the claim is durable. ``deadline``: when the caller stops waiting.
         """
         now = self._clock.time()
         init_names, names = tuple(init_containers), tuple(containers)
@@ -235,6 +236,7 @@ class Registry:
             now,
             None,
             gang,
+            deadline,
         )
 
         def op(conn: sqlite3.Connection) -> object:
@@ -271,6 +273,7 @@ class Registry:
                 updated_at=now,
                 finished_at=None,
                 gang=gang,
+                deadline=deadline,
             )
         assert existing is not None
         return False, row_from(existing)
@@ -300,6 +303,14 @@ class Registry:
                     "UPDATE jobs SET phase = ?, job_id = ?, updated_at = ? WHERE uid = ? AND phase = ?", params
                 ).rowcount
             )
+        )
+
+    async def set_deadline(self, uids: Sequence[str], deadline: float | None) -> None:
+        """When the callers of these submissions stop waiting (a new request's deadline; the time of an error
+        answer, after which nobody waits). Only a submission still ``submitting`` keeps one."""
+        params = [(deadline, uid, Phase.SUBMITTING) for uid in uids]
+        await self._write(
+            lambda conn: conn.executemany("UPDATE jobs SET deadline = ? WHERE uid = ? AND phase = ?", params).rowcount
         )
 
     async def save_statuses(self, updates: Iterable[StatusUpdate]) -> set[str]:

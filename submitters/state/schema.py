@@ -38,7 +38,8 @@ CREATE TABLE IF NOT EXISTS jobs (
     created_at REAL NOT NULL,
     updated_at REAL NOT NULL,
     finished_at REAL,
-    gang TEXT NOT NULL DEFAULT ''
+    gang TEXT NOT NULL DEFAULT '',
+    deadline REAL
 );
 CREATE INDEX IF NOT EXISTS jobs_by_owner ON jobs (owner, phase);
 CREATE INDEX IF NOT EXISTS jobs_by_phase ON jobs (phase);
@@ -50,7 +51,7 @@ class RegistryError(Exception):
     """The registry could not be read or written (translated from sqlite errors)."""
 
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 """The registry's layout, kept in SQLite's ``user_version``. A release that changes ``SCHEMA`` adds a step to
 ``_MIGRATIONS`` and bumps this; 0 is a registry written before versioning (release 0.1.0), same tables as 1."""
 
@@ -65,7 +66,17 @@ def _add_gang(conn: sqlite3.Connection) -> None:
     conn.execute("ALTER TABLE jobs ADD COLUMN gang TEXT NOT NULL DEFAULT ''")
 
 
-_MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {1: _stamp_unversioned, 2: _add_gang}
+def _add_deadline(conn: sqlite3.Connection) -> None:
+    """2 → 3 (issue 38): ``deadline``, when the caller of a Submit stops waiting for it (NULL: never), so a
+    submission nobody waits for any more is never started later, by a resumed Submit or by recovery."""
+    conn.execute("ALTER TABLE jobs ADD COLUMN deadline REAL")
+
+
+_MIGRATIONS: dict[int, Callable[[sqlite3.Connection], None]] = {
+    1: _stamp_unversioned,
+    2: _add_gang,
+    3: _add_deadline,
+}
 """Step to version N from N-1; each runs inside the one transaction that also sets the new version."""
 
 
@@ -102,7 +113,7 @@ def migrate(conn: sqlite3.Connection, path: Path) -> tuple[int, int]:
 
 COLUMNS = (
     "uid, namespace, name, phase, job_id, owner, job_dir, init_containers, containers, spec, state, status, "
-    "revision, published, created_at, updated_at, finished_at, gang"
+    "revision, published, created_at, updated_at, finished_at, gang, deadline"
 )
 
 
@@ -128,6 +139,9 @@ class JobRow:
     finished_at: float | None
     gang: str = ""
     """The group uid when this pod is a member of a gang (``SubmitGroup``): its job is the gang's one job."""
+    deadline: float | None = None
+    """While ``submitting``: when its caller stops waiting (unix time; None: no caller's deadline). A job not yet
+    handed to the batch system by then is never submitted (``lifecycle.past_deadline``)."""
 
     def job_status(self) -> pb.JobStatus | None:
         if not self.status:
@@ -184,6 +198,7 @@ def row_from(r: Sequence[Any]) -> JobRow:
         updated_at=float(r[15]),
         finished_at=float(r[16]) if r[16] is not None else None,
         gang=str(r[17]),
+        deadline=float(r[18]) if r[18] is not None else None,
     )
 
 

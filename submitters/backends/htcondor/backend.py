@@ -171,6 +171,15 @@ class HTCondorBackend:
     def configure(self, build_config: pb.BuildConfig) -> None:
         return None  # no HTCondor options travel in the BuildConfig: the site config has them
 
+    def commands(self) -> list[base.BatchCommand]:
+        """condor_submit/_q/_history/_rm; condor_transfer_data when spooling, condor_status when it is asked."""
+        names = ["condor_submit", "condor_q", "condor_history", "condor_rm"]
+        if self.spool:
+            names.append("condor_transfer_data")
+        if self.settings.use_condor_status:
+            names.append("condor_status")
+        return [base.BatchCommand(getattr(self.settings, name), f"htcondor.{name}") for name in names]
+
     async def start(self) -> None:
         if self.token is not None:
             try:

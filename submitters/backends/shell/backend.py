@@ -45,7 +45,7 @@ from interlink_nats.kernel.pod_limits import max_grace_s
 from interlink_nats.kernel.tasks import cancel_and_wait
 from interlink_nats.submitters.backends.accounts import take_over, warn_about_root
 from interlink_nats.submitters.backends.podman_janitor import PodmanJanitor
-from interlink_nats.submitters.backends.shell.config import ShellConfig
+from interlink_nats.submitters.backends.shell.config import ShellCommands, ShellConfig, shell_commands
 from interlink_nats.submitters.backends.shell.gang import ShellGangs, member_alive, pods_of
 from interlink_nats.submitters.backends.shell.host import host_capacity, host_free
 from interlink_nats.submitters.backends.shell.processes import (
@@ -152,10 +152,6 @@ class ShellBackend(ShellGangs):
         runners a pidfd watches, answered with ``seen``; their pidfd, or a cancel, makes them loud again)."""
         self.calls = 0
 
-    @property
-    def limit(self) -> int:
-        return self._limit
-
     def configure(self, build_config: pb.BuildConfig) -> None:
         if not self._fixed_limit:
             wanted = build_config.shell.max_concurrent_jobs if build_config.shell else 0
@@ -163,10 +159,11 @@ class ShellBackend(ShellGangs):
             self._wake.set()
         limits = build_config.limits or pb.PodLimits()
         self._stopping.max_grace_s = max_grace_s(limits.max_termination_grace_seconds)
-        if build_config.runtime == pb.ContainerRuntime.PODMAN:
-            self._janitor = PodmanJanitor(build_config.executable or "podman")
-        else:
-            self._janitor = None
+        podman = build_config.runtime == pb.ContainerRuntime.PODMAN
+        self._janitor = PodmanJanitor(build_config.executable or "podman") if podman else None
+
+    def commands(self) -> ShellCommands:
+        return shell_commands(self._bash, self._accounting, self._janitor.executable if self._janitor else None)
 
     async def start(self) -> None:
         if self._janitor is not None:  # after a crash or reboot: containers whose job script is gone

@@ -34,6 +34,7 @@ from interlink_nats.submitters.core.backend import (
     GONE,
     BackendContext,
     BackendUnavailable,
+    BatchCommand,
     Capacity,
     CommandFailed,
     CommandUnusable,
@@ -138,6 +139,11 @@ class SlurmBackend:
         self._flag_policy = sf.FlagPolicy(self.settings.allowed_pod_flags, flavors)
         if self.settings.use_sacct is None:
             self._use_sacct = slurm.use_sacct
+
+    def commands(self) -> list[BatchCommand]:
+        """sbatch, squeue, scancel, sinfo, and sacct when it is asked (``srun``/``scontrol`` run on the nodes)."""
+        names = ["sbatch", "squeue", "scancel", "sinfo", *(["sacct"] if self._use_sacct else [])]
+        return [BatchCommand(getattr(self.settings, name), f"slurm.{name}") for name in names]
 
     async def start(self) -> None:
         warn_about_root(self.settings.accounting)
