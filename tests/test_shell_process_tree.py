@@ -136,7 +136,7 @@ async def test_a_script_that_ignores_term_is_killed_with_its_tree_at_the_submitt
         started = time.monotonic()
         await backend.cancel(JobHandle("u1", job_dir, "u1"))
         assert time.monotonic() - started < KILL_GRACE_S + 1.0, "a cancel waits kill_grace_s at most; the rest runs on"
-        assert backend.limit == 1 and len(backend._running) == 1, "the slot stays taken while the tree lives"
+        assert backend._limit == 1 and len(backend._running) == 1, "the slot stays taken while the tree lives"
         took = await until(lambda: not job_processes(marker), 1 + KILL_GRACE_S + SLACK_S, "the tree to be killed")
         print(f"ignoring tree killed {took:.2f}s after the cancel (bound 1s + {KILL_GRACE_S}s)")
         await until(lambda: not backend._running, DEADLINE_S, "the slot to be freed")
