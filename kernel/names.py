@@ -1,4 +1,4 @@
-"""Name rules shared by every layer: the one DNS-label rule and the one pod-UID rule.
+"""Name rules shared by every layer: Kubernetes' name rules (apimachinery ``pkg/util/validation``) and the pod-UID rule.
 
 Pure predicates; each caller raises its own error (a pod rejection, an invalid pool, an ignored
 report), because what a bad name means differs by caller while what a good name is does not.
@@ -12,6 +12,13 @@ from typing import TypeGuard
 DNS_LABEL_MAX = 63
 _DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 
+DNS_SUBDOMAIN_MAX = 253
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+QUALIFIED_NAME_MAX = 63  # the name part; the optional prefix is a DNS subdomain (≤ 253)
+LABEL_VALUE_MAX = 63
+_LABEL_NAME = re.compile(r"([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]")
+
 POD_UID_MAX = 128
 _POD_UID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
@@ -23,6 +30,35 @@ def is_dns_label(value: object) -> TypeGuard[str]:
     pools, container names and volume names must be one.
     """
     return isinstance(value, str) and _DNS_LABEL.fullmatch(value) is not None
+
+
+def is_dns_subdomain(value: object) -> TypeGuard[str]:
+    """RFC 1123 subdomain: DNS labels joined by '.', ≤ 253 in all (Kubernetes' ``IsDNS1123Subdomain``).
+
+    Pod, ConfigMap and Secret names; a label key's prefix.
+    """
+    return isinstance(value, str) and len(value) <= DNS_SUBDOMAIN_MAX and _DNS_SUBDOMAIN.fullmatch(value) is not None
+
+
+def is_qualified_name(value: object) -> TypeGuard[str]:
+    """A label key (Kubernetes' ``IsQualifiedName``): an optional DNS-subdomain prefix and '/', then a name of
+    letters, digits, '-', '_' and '.' that starts and ends with a letter or digit, ≤ 63."""
+    if not isinstance(value, str):
+        return False
+    prefix, slash, name = value.partition("/")
+    if slash:
+        if not is_dns_subdomain(prefix):  # also refuses an empty prefix
+            return False
+    else:
+        name = prefix
+    return len(name) <= QUALIFIED_NAME_MAX and _LABEL_NAME.fullmatch(name) is not None  # a second '/' fails here
+
+
+def is_label_value(value: object) -> TypeGuard[str]:
+    """A label value (Kubernetes' ``IsValidLabelValue``): empty, or a qualified name's name part, ≤ 63."""
+    return isinstance(value, str) and (
+        value == "" or (len(value) <= LABEL_VALUE_MAX and _LABEL_NAME.fullmatch(value) is not None)
+    )
 
 
 def is_pod_uid(value: object) -> TypeGuard[str]:

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import pytest
 from interlink_nats.kernel import layout, quantities
-from interlink_nats.kernel.names import is_dns_label, is_pod_uid
+from interlink_nats.kernel.names import (
+    is_dns_label,
+    is_dns_subdomain,
+    is_label_value,
+    is_pod_uid,
+    is_qualified_name,
+)
 from interlink_nats.kernel.subjects import InvalidPoolNameError, Role, inbox_prefix, validate_pool
 
 
@@ -16,6 +22,43 @@ def test_dns_labels_accepted(name: str) -> None:
 @pytest.mark.parametrize("name", ["", "-a", "a-", "A", "a.b", "a_b", "x" * 64, "abc\n", None, 5])
 def test_dns_labels_rejected(name: object) -> None:
     assert not is_dns_label(name)
+
+
+@pytest.mark.parametrize("name", ["a", "a.b", "a-b.c-d", "0.0", ("a" * 63 + ".") * 3 + "a" * 61, "x" * 100])
+def test_dns_subdomains_accepted(name: str) -> None:
+    assert is_dns_subdomain(name)
+
+
+@pytest.mark.parametrize(
+    "name", ["", "A", "a..b", ".a", "a.", "a-.b", "a_b", "x" * 254, "lab-x/../team-b", "a\n", "lab-*", None, 5]
+)
+def test_dns_subdomains_rejected(name: object) -> None:
+    assert not is_dns_subdomain(name)
+
+
+@pytest.mark.parametrize(
+    "key", ["app", "A", "My_Name.x-1", "example.com/MyName", "a.b/c", "x" * 63, "k8s.io/" + "n" * 63]
+)
+def test_qualified_names_accepted(key: str) -> None:
+    assert is_qualified_name(key)
+
+
+@pytest.mark.parametrize(
+    "key",
+    ["", "/a", "a/", "a/b/c", "Ex.com/a", "-a", "a-", "_a", "x" * 64, "a b", "a\n", "é", ("a" * 254) + "/b", None],
+)
+def test_qualified_names_rejected(key: object) -> None:
+    assert not is_qualified_name(key)
+
+
+@pytest.mark.parametrize("value", ["", "a", "A.b-c_D", "0", "x" * 63])
+def test_label_values_accepted(value: str) -> None:
+    assert is_label_value(value)
+
+
+@pytest.mark.parametrize("value", ["x" * 64, "-a", "a.", "a/b", "g\nid > /tmp/x #", "a\n", " ", "é", None, 1])
+def test_label_values_rejected(value: object) -> None:
+    assert not is_label_value(value)
 
 
 @pytest.mark.parametrize("uid", ["6f1c2e9a-1111-2222-3333-444455556666", "a", "A.b_c-d", "x" * 128])
