@@ -141,7 +141,11 @@ RULES: list[tuple[str, Change, str]] = [
         f"{C0}.readinessProbe.tcpSocket.port: a port number or the name",
     ),
     # placement, read by routing only once checked
-    ("toleration key", _spec("tolerations", [{"key": "a b", "operator": "Exists"}]), "spec.tolerations[0].key: must"),
+    (
+        "toleration key",
+        _spec("tolerations", [{"key": "a b", "operator": "Exists"}]),
+        "spec.tolerations[0].key: a key must",
+    ),
     (
         "toleration Exists with a value",
         _spec("tolerations", [{"key": "pool.vk.io", "operator": "Exists", "value": "x"}]),

@@ -261,12 +261,16 @@ class VolumeSpec:
 
 @model
 class Toleration:
-    """``spec.tolerations[i]``, read for routing (Kueue injects ``pool.vk.io=<pool>``)."""
+    """``spec.tolerations[index]``, read for routing (Kueue injects ``pool.vk.io=<pool>``)."""
 
-    where: str
+    index: int
     key: str
     operator: str
     value: str
+
+    @property
+    def where(self) -> str:
+        return f"spec.tolerations[{self.index}]"
 
 
 @model

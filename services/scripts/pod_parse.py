@@ -13,7 +13,7 @@ import binascii
 from typing import Any
 
 from interlink_nats.gen.interlink_nats import v1 as pb
-from interlink_nats.kernel.names import is_dns_label, is_label_value, is_qualified_name
+from interlink_nats.kernel.names import is_dns_label
 
 from . import kubernetes_fields, pod_annotations, pod_rules
 from .allowed_fields import CONTAINER_IGNORED, CONTAINER_SUPPORTED, MOUNT_KEYS, check_keys, check_spec
@@ -194,21 +194,19 @@ def _pod_spec(spec: dict[str, Any], data: PodData) -> PodSpec:
 
 def _tolerations(spec: dict[str, Any]) -> tuple[Toleration, ...]:
     """``spec.tolerations`` as the API server checks them (a key a qualified name, a value a label value, none
-    with ``Exists``): one of them may name the pod's pool."""
+    with ``Exists``): one of them may name the pod's pool. Every pod Kueue admits has two or three."""
     out: list[Toleration] = []
     for i, raw in enumerate(get_list(spec, "tolerations", "spec")):
-        where = f"spec.tolerations[{i}]"
-        t = as_obj(raw, where)
-        key, operator, value = get_str(t, "key", where), get_str(t, "operator", where), get_str(t, "value", where)
-        get_str(t, "effect", where)
-        get_int(t, "tolerationSeconds", where)
-        if key and not is_qualified_name(key):
-            raise PodRejected(where + ".key", f"must be a qualified name: {key!r}")
-        if operator == "Exists" and value:
-            raise PodRejected(where + ".value", "must be empty when the operator is Exists")
-        if not is_label_value(value):
-            raise PodRejected(where + ".value", f"must be a label value: {value!r}")
-        out.append(Toleration(where, key, operator, value))
+        t = raw if type(raw) is dict else as_obj(raw, f"spec.tolerations[{i}]")
+        key, operator, value, effect = t.get("key"), t.get("operator"), t.get("value"), t.get("effect")
+        if type(key) is not str or type(operator) is not str or type(value) is not str or type(effect) is not str:
+            where = f"spec.tolerations[{i}]"  # some absent (null is ""), or of another type (a 400)
+            key, operator, value = (get_str(t, name, where) for name in ("key", "operator", "value"))
+            get_str(t, "effect", where)
+        if "tolerationSeconds" in t:
+            get_int(t, "tolerationSeconds", f"spec.tolerations[{i}]")
+        pod_rules.check_toleration(key, operator, value, i)
+        out.append(Toleration(i, key, operator, value))
     return tuple(out)
 
 
@@ -367,7 +365,8 @@ def _env(c: dict[str, Any], where: str) -> tuple[EnvVar | EnvEntry, ...]:
     for j, raw in enumerate(get_list(c, "env", where)):
         var = raw if type(raw) is dict else as_obj(raw, f"{where}.env[{j}]")
         name = var.get("name")
-        if not pod_rules.is_env_var_name(name):
+        # pod_rules.is_env_var_name inlined: this loop runs for every variable of every pod
+        if type(name) is not str or not name or not name.isascii() or not name.isprintable() or "=" in name:
             if not isinstance(name, str):
                 raise wrong_type(f"{where}.env[{j}].name", "a string", name)
             raise PodRejected(

@@ -10,6 +10,7 @@ predicates are :mod:`interlink_nats.kernel.names`. Each failure is a :class:`Pod
 from __future__ import annotations
 
 import re
+from functools import lru_cache
 from typing import Any, TypeGuard
 
 from interlink_nats.kernel.names import (
@@ -29,7 +30,6 @@ INT64_MAX = 2**63 - 1
 ANNOTATIONS_MAX_BYTES = 256 * 1024
 """``TotalAnnotationSizeLimitB``: the keys' and values' UTF-8 bytes, summed over the pod's annotations."""
 
-_ENV_NAME = re.compile(r"[ -<>-~]+")  # printable ASCII but '='
 _PORT_NAME = re.compile(r"[-a-z0-9]{1,15}")
 _LETTER = re.compile(r"[a-z]")
 
@@ -37,7 +37,8 @@ _LETTER = re.compile(r"[a-z]")
 def is_env_var_name(value: object) -> TypeGuard[str]:
     """An environment variable name as Kubernetes ≥ 1.30 accepts it (``IsRelaxedEnvVarName``): printable ASCII
     (space included) except '='. Never a NUL or a newline, which no exec environment can carry."""
-    return isinstance(value, str) and _ENV_NAME.fullmatch(value) is not None
+    # str methods, not a regex: a pod has dozens of these and this is the gateway's hot path (bench/create.py)
+    return isinstance(value, str) and value.isascii() and value.isprintable() and value != "" and "=" not in value
 
 
 def is_port_name(value: object) -> TypeGuard[str]:
@@ -67,12 +68,21 @@ def check_names(name: str, namespace: str) -> None:
         )
 
 
+@lru_cache(maxsize=4096)
+def _key_ok(key: str, any_case: bool) -> bool:
+    """Pods of one job repeat their keys and values: each is checked once per few thousand pods."""
+    return is_qualified_name(key.lower() if any_case else key) and (not any_case or key.isascii())
+
+
+_value_ok = lru_cache(maxsize=4096)(is_label_value)
+
+
 def check_labels(labels: dict[str, str], where: str) -> None:
     """Label keys are qualified names, values label values (also ``spec.nodeSelector``)."""
     for key, value in labels.items():
-        if not is_qualified_name(key):
+        if not _key_ok(key, False):
             raise PodRejected(member(where, key), _QUALIFIED)
-        if not is_label_value(value):
+        if not _value_ok(value):
             raise PodRejected(
                 member(where, key),
                 "a label value must be empty or at most 63 letters, digits, '-', '_' and '.', starting and ending "
@@ -80,15 +90,29 @@ def check_labels(labels: dict[str, str], where: str) -> None:
             )
 
 
+def check_toleration(key: str, operator: str, value: str, index: int) -> None:
+    """``spec.tolerations[index]``: a key a qualified name (or empty: every key), a value a label value, and none
+    with ``Exists``."""
+    if key and not _key_ok(key, False):
+        raise PodRejected(f"spec.tolerations[{index}].key", _QUALIFIED)
+    if operator == "Exists" and value:
+        raise PodRejected(f"spec.tolerations[{index}].value", "must be empty when the operator is Exists")
+    if not _value_ok(value):
+        raise PodRejected(f"spec.tolerations[{index}].value", f"must be a label value: {_short(value)}")
+
+
 def check_annotations(annotations: dict[str, Any]) -> None:
     """Keys are qualified names in any case; all keys and values together at most 256 KiB."""
-    size = 0
+    chars = 0
     for key, value in annotations.items():
         # Kubernetes lowercases the key first; ASCII only here (a non-ASCII key is no qualified name either way,
         # but Go's ToLower folds a few symbols, such as the Kelvin sign, into ASCII letters: those are refused).
-        if not (key.isascii() and is_qualified_name(key.lower())):
+        if not _key_ok(key, True):
             raise PodRejected(member("metadata.annotations", key), _QUALIFIED)
-        size += len(key) + (len(value.encode("utf-8", "surrogatepass")) if isinstance(value, str) else 0)
+        chars += len(key) + (len(value) if isinstance(value, str) else 0)
+    if chars * 4 <= ANNOTATIONS_MAX_BYTES:  # UTF-8 takes at most 4 bytes a character: surely small enough
+        return
+    size = sum(len(k) + len(v.encode("utf-8", "surrogatepass")) for k, v in annotations.items() if isinstance(v, str))
     if size > ANNOTATIONS_MAX_BYTES:
         raise PodRejected(
             "metadata.annotations", f"{size} bytes of keys and values, more than Kubernetes' {ANNOTATIONS_MAX_BYTES}"
