@@ -15,6 +15,7 @@ from typing import Any
 
 from interlink_nats.controller.capacity import CapacityPolicy, Policy
 from interlink_nats.kernel import quantities
+from interlink_nats.kernel.names import is_dns_subdomain
 from interlink_nats.kernel.reported import DEFAULT_MAXIMA, Maxima, check
 
 GROUP = "vk.io"
@@ -31,9 +32,8 @@ DEFAULT_POOL_TIMEOUT = 60.0
 DEFAULT_FLAVOR_RETENTION = 600.0
 """Seconds a timed-out pool's ResourceFlavor outlives its place in the queues (no churn for a flapping pool)."""
 
-_DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _RESOURCE_NAME = re.compile(
-    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$"
+    r"([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?"
 )
 
 TEMPLATE_FIELDS = frozenset(
@@ -360,7 +360,7 @@ def parse_masterqueue(body: Mapping[str, Any]) -> MasterQueue:
     metadata = _mapping(body.get("metadata"), "metadata", problems)
     spec = _mapping(body.get("spec"), "spec", problems)
     name = str(metadata.get("name") or "")
-    if not _DNS_SUBDOMAIN.match(name):
+    if not is_dns_subdomain(name):
         problems.append(f"metadata.name: {name!r} is not a DNS subdomain")
 
     _unknown(spec, SPEC_FIELDS, "spec", problems)
@@ -371,7 +371,7 @@ def parse_masterqueue(body: Mapping[str, Any]) -> MasterQueue:
     cohort = template.get("cohort") or template.get("cohortName")
     if not cohort:
         problems.append("spec.template.cohort: required")
-    elif not _DNS_SUBDOMAIN.match(str(cohort)):
+    elif not is_dns_subdomain(str(cohort)):
         problems.append(f"spec.template.cohort: {cohort!r} is not a DNS subdomain")
 
     covered_raw = _items(spec.get("coveredResources"), "spec.coveredResources", problems) or list(
@@ -381,7 +381,7 @@ def parse_masterqueue(body: Mapping[str, Any]) -> MasterQueue:
     if len(covered) != len(covered_raw):
         problems.append("spec.coveredResources: duplicate resource names")
     for resource in covered:
-        if not _RESOURCE_NAME.match(resource):
+        if not _RESOURCE_NAME.fullmatch(resource):
             problems.append(f"spec.coveredResources: {resource!r} is not a resource name")
     if not 1 <= len(covered) <= 64:
         problems.append("spec.coveredResources: between 1 and 64 resources")
@@ -393,7 +393,7 @@ def parse_masterqueue(body: Mapping[str, Any]) -> MasterQueue:
         raw = _mapping(item, path, problems)
         _unknown(raw, FLAVOR_FIELDS, path, problems)
         flavor_name = str(raw.get("name") or "")
-        if not _DNS_SUBDOMAIN.match(flavor_name):
+        if not is_dns_subdomain(flavor_name):
             problems.append(f"{path}.name: {flavor_name!r} is not a DNS subdomain")
         if flavor_name in seen:
             problems.append(f"{path}.name: duplicate flavor {flavor_name!r}")
@@ -406,7 +406,7 @@ def parse_masterqueue(body: Mapping[str, Any]) -> MasterQueue:
             lend = _mapping(lend_item, f"{path}.canLendTo[{j}]", problems)
             _unknown(lend, LENDING_FIELDS, f"{path}.canLendTo[{j}]", problems)
             queue = str(lend.get("queue") or "")
-            if not _DNS_SUBDOMAIN.match(queue):
+            if not is_dns_subdomain(queue):
                 problems.append(f"{path}.canLendTo[{j}].queue: {queue!r} is not a DNS subdomain")
             if queue == name:
                 problems.append(f"{path}.canLendTo[{j}].queue: cannot lend to the MasterQueue's own queue")

@@ -17,7 +17,6 @@ Mapping (see docs/controller.md):
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
@@ -36,7 +35,7 @@ from interlink_nats.controller.model import (
     Taint,
 )
 from interlink_nats.kernel import quantities
-from interlink_nats.kernel.names import is_dns_label
+from interlink_nats.kernel.names import is_dns_label, is_label_value, is_qualified_name
 
 KUEUE_GROUP = "kueue.x-k8s.io"
 KUEUE_VERSIONS = ("v1beta2", "v1beta1")
@@ -54,9 +53,6 @@ MAX_FLAVORS_PER_GROUP = 64
 """Kueue's CRD caps a resource group at 64 flavors, and a resource may sit in one group only."""
 MAX_TAINTS = 8
 
-_LABEL_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$")
-_LABEL_PREFIX = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
-_LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?)?$")
 _TAINT_EFFECTS = frozenset({"NoSchedule", "PreferNoSchedule", "NoExecute"})
 
 
@@ -123,10 +119,8 @@ def flavor_name(mq: str, group: str, pool: str) -> str:
 
 
 def is_valid_label(key: str, value: str) -> bool:
-    prefix, _, name = key.rpartition("/")
-    if prefix and (len(prefix) > 253 or not _LABEL_PREFIX.match(prefix)):
-        return False
-    return bool(_LABEL_NAME.match(name)) and bool(_LABEL_VALUE.match(value))
+    """Kubernetes' label rules (a pool's report is untrusted: ``"v\n"`` once passed a ``$``-anchored match)."""
+    return is_qualified_name(key) and is_label_value(value)
 
 
 def pool_state(report: PoolReport, group: FlavorGroup, now: float | None) -> PoolState | None:

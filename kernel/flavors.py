@@ -25,7 +25,7 @@ KEYS = {
 }
 """A flavor's keys (snake_case; proto3 JSON's camelCase is accepted too) and the type each holds."""
 
-_SLURM_MEMORY = re.compile(r"^(?P<num>\d+(?:\.\d+)?)(?P<unit>[KMGT])$")
+_SLURM_MEMORY = re.compile(r"(?P<num>\d+(?:\.\d+)?)(?P<unit>[KMGT])")
 """The SLURM plugin's MemoryDefault form ("16G"): K, M, G, T are powers of 1024, as in ``sbatch --mem``."""
 
 
@@ -35,7 +35,7 @@ def _snake(key: str) -> str:
 
 def memory_bytes(text: str) -> int:
     """Bytes of a flavor's ``memory_default``: "16G" (SLURM plugin, 1024-based) or a Kubernetes quantity."""
-    match = _SLURM_MEMORY.match(text.strip())
+    match = _SLURM_MEMORY.fullmatch(text.strip())
     if match:
         return math.ceil(Fraction(match["num"]) * (1 << 10 * ("KMGT".index(match["unit"]) + 1)))
     value = quantities.parse(text)

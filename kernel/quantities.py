@@ -26,7 +26,7 @@ _SUFFIXES: dict[str, Fraction] = {
 }
 
 _QUANTITY_RE = re.compile(
-    r"^(?P<num>[+-]?(?:\d+(?:\.\d*)?|\.\d+))(?:(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])|[eE](?P<exp>[+-]?\d+))?$"
+    r"(?P<num>[+-]?(?:\d+(?:\.\d*)?|\.\d+))(?:(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])|[eE](?P<exp>[+-]?\d+))?"
 )
 
 
@@ -54,7 +54,7 @@ def parse(value: str | int | float) -> Fraction:
 @functools.lru_cache(maxsize=8192)
 def _parse_text(value: str) -> Fraction:
     """Cached: a controller sees the same few hundred quantity strings on every pass."""
-    match = _QUANTITY_RE.match(value.strip())
+    match = _QUANTITY_RE.fullmatch(value.strip())
     if match is None:
         raise InvalidQuantityError(f"invalid quantity {value[:40]!r}")
     if match["exp"] is not None and abs(int(match["exp"])) > MAX_EXPONENT:

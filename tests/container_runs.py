@@ -47,7 +47,7 @@ def make_pod(
 ) -> dict[str, Any]:
     return {
         "pod": {
-            "metadata": {"name": "p", "namespace": "ns", "uid": str(uuid.uuid4()), "labels": {"app": 'ütf-8 "x"'}},
+            "metadata": {"name": "p", "namespace": "ns", "uid": str(uuid.uuid4()), "annotations": {"app": 'ütf-8 "x"'}},
             "spec": {"containers": containers, "initContainers": init or [], "volumes": volumes or [], **spec},
         },
         "container": [data] if data else [],

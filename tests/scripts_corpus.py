@@ -133,7 +133,7 @@ def rich_pod() -> dict[str, Any]:
         "slurm-job.vk.io/image-root": "docker://registry.example/",
         "slurm-job.vk.io/mpi-flags": "mpirun -np 2",
         "interlink.eu/pod-ip": "10.0.0.9",
-        "team": "a",
+        "team": "it's",
     }
     return {
         "pod": {
@@ -143,7 +143,7 @@ def rich_pod() -> dict[str, Any]:
                 "name": "rich",
                 "namespace": "ns",
                 "uid": UID,
-                "labels": {"app": "x", "tier": "it's"},
+                "labels": {"app": "x", "tier": "batch"},
                 "annotations": annotations,
             },
             "spec": {

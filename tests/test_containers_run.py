@@ -75,7 +75,7 @@ printf '%s' "$cd_seen" > /out/pwd
 cat /proc/self/environ > /out/environ
 printf '%s\0' "$0" "$@" > /out/argv
 mkdir -p /out/files
-for f in /cm/a /cm/b.txt /items/sub/renamed /sec/token /sec400/token /proj/ns /down/labels /down/name /etc/alpha \
+for f in /cm/a /cm/b.txt /items/sub/renamed /sec/token /sec400/token /proj/ns /down/annotations /down/name /etc/alpha \
          /scratch/order /host-in/given; do
   printf '%s %s\n' "$f" "$(stat -L -c %a "$f")" >> /out/modes
   cp "$f" "/out/files/$(echo "$f" | tr / _)"
@@ -121,7 +121,7 @@ def surface_pod(rt: Runtime, out: Path, host_in: Path) -> dict[str, Any]:
             "name": "down",
             "downwardAPI": {
                 "items": [
-                    {"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}},
+                    {"path": "annotations", "fieldRef": {"fieldPath": "metadata.annotations"}},
                     {"path": "name", "fieldRef": {"fieldPath": "metadata.name"}},
                 ]
             },
@@ -203,7 +203,7 @@ def test_pod_surface(runtime: Runtime, start_job: Callable[[Runtime, dict[str, A
     assert files["_sec_token"] == SECRET and files["_sec400_token"] == SECRET
     assert files["_proj_ns"] == b"ns-value"
     assert files["_down_name"] == b"p"
-    assert files["_down_labels"] == 'app="ütf-8 \\"x\\""'.encode()
+    assert files["_down_annotations"] == 'app="ütf-8 \\"x\\""'.encode()  # a label value cannot hold these
     assert files["_etc_alpha"] == b"alpha\n"  # subPath: one key of the configMap as a file
     assert files["_scratch_order"] == b"1\n2\n"  # init containers in order, sharing the emptyDir
     assert files["_host-in_given"] == b"from the host\n"

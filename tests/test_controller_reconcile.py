@@ -164,13 +164,14 @@ def test_reported_labels_and_taints_are_kept_only_when_valid() -> None:
         pool="p1",
         capacity={"cpu": "1"},
         received_at=0,
-        labels={"site": "infn", "bad label": "x", "gpu": "True"},
+        labels={"site": "infn", "bad label": "x", "gpu": "True", "nl": "v\n", "k\n": "v"},
         taints=(model.Taint("maint", "yes", "NoSchedule"), model.Taint("x", "y", "Sometimes")),
     )
     desired = reconcile.reconcile(mq, {SOURCE: {"p1": rep}})
     rf = desired.flavors[0]
     assert rf["metadata"]["labels"]["site"] == "infn"
     assert "bad label" not in rf["metadata"]["labels"]
+    assert "nl" not in rf["metadata"]["labels"] and "k\n" not in rf["metadata"]["labels"]  # '$' let both through
     assert {"key": "maint", "value": "yes", "effect": "NoSchedule"} in rf["spec"]["nodeTaints"]
     assert len(rf["spec"]["nodeTaints"]) == 2
     assert_valid(rf)

@@ -83,6 +83,7 @@ volume_kinds = mostly(
     st.sampled_from(["persistentVolumeClaim", "nfs"]),
     odds=8,
 )
+label_value = st.from_regex(r"([A-Za-z0-9]([-A-Za-z0-9_.]{0,10}[A-Za-z0-9])?)?", fullmatch=True)
 base64_or_not = mostly(st.binary(max_size=8).map(lambda b: base64.b64encode(b).decode()), text)
 
 
@@ -295,7 +296,9 @@ def pod_bodies(draw: st.DrawFn, pool: str) -> Any:
     if draw(st.booleans()):
         meta["labels"] = draw(
             st.dictionaries(
-                mostly(dns, st.sampled_from([GROUP_NAME_LABEL, COMPLETION_INDEX]), odds=3), text, max_size=3
+                mostly(dns, st.sampled_from([GROUP_NAME_LABEL, COMPLETION_INDEX]), odds=3),
+                mostly(label_value, text, odds=4),  # the door refuses a value Kubernetes would (issue 38)
+                max_size=3,
             )
         )
     if draw(st.booleans()):

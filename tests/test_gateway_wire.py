@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import json
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.services.gateway import wire
 from interlink_nats.services.gateway.routing import pool_for_pod
+from interlink_nats.services.scripts.errors import PodMistyped
+from interlink_nats.services.scripts.pod_model import PodSpec
+from interlink_nats.services.scripts.pod_parse import parse_pod
 
 UID = "6f1c2e9a-1111-2222-3333-444455556666"
 POD = {
@@ -184,40 +188,46 @@ def test_ping_aggregates_live_pools_and_omits_zero_resources() -> None:
     assert "cpu" not in wire.ping_response([])["resources"]
 
 
+def _spec(**spec: Any) -> PodSpec:
+    """The parsed spec of a pod with ``spec``'s placement (routing reads the model, never the pod's JSON)."""
+    containers = [{"name": "main", "image": "busybox"}]
+    return parse_pod(
+        {"metadata": {"uid": "u", "name": "p", "namespace": "ns"}, "spec": {"containers": containers, **spec}}
+    ).spec
+
+
 def test_pool_comes_from_the_toleration_kueue_injects() -> None:
-    pod = {
-        "spec": {
-            "tolerations": [
-                {"key": "virtual-node.interlink/no-schedule", "operator": "Exists"},
-                {"key": "pool.vk.io", "operator": "Equal", "value": "site-a"},
-            ]
-        }
-    }
-    assert pool_for_pod(pod, None) == "site-a"
-    assert pool_for_pod({"spec": {"nodeSelector": {"pool.vk.io": "b"}}}, None) == "b"
-    assert pool_for_pod({"spec": {}}, "local") == "local"
+    tolerations = [
+        {"key": "virtual-node.interlink/no-schedule", "operator": "Exists"},
+        {"key": "pool.vk.io", "operator": "Equal", "value": "site-a"},
+    ]
+    assert pool_for_pod(_spec(tolerations=tolerations), None) == "site-a"
+    assert pool_for_pod(_spec(nodeSelector={"pool.vk.io": "b"}), None) == "b"
+    assert pool_for_pod(_spec(), "local") == "local"
 
 
 @pytest.mark.parametrize(
     ("spec", "field"),
     [
-        ({"nodeSelector": {"pool.vk.io": 87178291200}}, "spec.nodeSelector.pool.vk.io"),  # found by the fuzzer
-        ({"nodeSelector": {"pool.vk.io": 0}}, "spec.nodeSelector.pool.vk.io"),
+        ({"nodeSelector": {"pool.vk.io": 87178291200}}, 'spec.nodeSelector["pool.vk.io"]'),  # found by the fuzzer
+        ({"nodeSelector": {"pool.vk.io": 0}}, 'spec.nodeSelector["pool.vk.io"]'),
         ({"tolerations": [{"key": "x"}, {"key": "pool.vk.io", "value": ["a"]}]}, "spec.tolerations[1].value"),
     ],
 )
-def test_a_pool_that_is_not_a_string_is_a_400_naming_its_field(spec: dict[str, object], field: str) -> None:
-    with pytest.raises(wire.BadRequest) as caught:
-        pool_for_pod({"spec": spec}, "local")
-    assert caught.value.status_code == 400
+def test_a_pool_that_is_not_a_string_is_refused_as_mistyped_naming_its_field(
+    spec: dict[str, object], field: str
+) -> None:
+    """A type error (the gateway's 400, tests/test_gateway_door.py) while parsing, before routing reads it."""
+    with pytest.raises(PodMistyped) as caught:
+        _spec(**spec)
     assert caught.value.field == field
     assert "expected a string, got" in str(caught.value)
 
 
 def test_a_pool_toleration_without_a_value_names_no_pool() -> None:
     exists = {"key": "pool.vk.io", "operator": "Exists"}
-    assert pool_for_pod({"spec": {"tolerations": [exists, {**exists, "value": ""}]}}, "local") == "local"
-    assert pool_for_pod({"spec": {"nodeSelector": {"pool.vk.io": ""}}}, "local") == "local"
+    assert pool_for_pod(_spec(tolerations=[exists, {**exists, "value": ""}]), "local") == "local"
+    assert pool_for_pod(_spec(nodeSelector={"pool.vk.io": ""}), "local") == "local"
 
 
 @pytest.mark.parametrize(
@@ -230,7 +240,7 @@ def test_a_pool_toleration_without_a_value_names_no_pool() -> None:
 )
 def test_pool_problems_are_4xx_with_a_reason(spec: dict[str, object], needle: str) -> None:
     with pytest.raises(wire.BadRequest) as caught:
-        pool_for_pod({"spec": spec}, None)
+        pool_for_pod(_spec(**spec), None)
     assert caught.value.status_code == 422
     assert needle in str(caught.value)
 

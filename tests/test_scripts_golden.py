@@ -143,7 +143,7 @@ def volume_pod(kind: str) -> dict[str, Any]:
         mount = {"name": "vol", "mountPath": "/etc/a.txt", "subPath": "a.txt"}
     return {
         "pod": {
-            "metadata": {"name": f"vol-{kind}", "namespace": "ns", "uid": UID, "labels": {"app": "x", "tier": "it's"}},
+            "metadata": {"name": f"vol-{kind}", "namespace": "ns", "uid": UID, "labels": {"app": "x", "tier": "batch"}},
             "spec": {
                 "containers": [
                     {"name": "c", "image": "busybox", "command": ["ls", "-lR", "/mnt/vol"], "volumeMounts": [mount]}

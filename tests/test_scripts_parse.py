@@ -10,13 +10,14 @@ from __future__ import annotations
 import base64
 import copy
 import json
+import re
 from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from interlink_nats.services.scripts import PodRejected, render_job
-from interlink_nats.services.scripts.errors import checked
+from interlink_nats.services.scripts.errors import PodMistyped, checked
 from interlink_nats.services.scripts.launch import EnvVar
 from interlink_nats.services.scripts.pod_model import (
     DownwardVolume,
@@ -187,17 +188,6 @@ ON_DEMAND = [
     ({"status": 5}, lambda p: p.status.pod_ip, "status: expected an object, got a number"),
     ({"status": {"hostIP": []}}, lambda p: p.status.host_ip, "status.hostIP: expected a string, got a list"),
     ({"spec_nodeName": 1}, lambda p: p.spec.node_name, "spec.nodeName: expected a string, got a number"),
-    ({"labels": {"a": 1}}, lambda p: p.metadata.labels, 'metadata.labels["a"]: expected a string, got a number'),
-    (
-        {"annotations": {"a": None}},
-        lambda p: p.metadata.all_annotations,
-        'metadata.annotations["a"]: expected a string, got null',
-    ),
-    (
-        {"spec_activeDeadlineSeconds": "1"},
-        lambda p: p.spec.active_deadline_seconds,
-        "spec.activeDeadlineSeconds: expected an integer, got a string",
-    ),
     (
         {"configMap_items": 3},
         lambda p: p.spec.volumes[0].source.items,
@@ -227,11 +217,17 @@ def test_a_field_read_on_demand_keeps_its_rejection_until_it_is_read(
         checked(field)
 
 
-def test_an_annotation_of_another_type_is_rejected_only_when_read() -> None:
-    meta = parse_pod(pod(annotations={"slurm-job.vk.io/flags": 3, "other": "x", "gone": None})).metadata
+def test_a_null_annotation_is_absent_and_a_label_or_annotation_of_another_type_is_refused_at_once() -> None:
+    """Checked at the door as the API server decodes them (map[string]string), not when something reads them."""
+    meta = parse_pod(pod(annotations={"other": "x", "gone": None})).metadata
     assert (meta.annotation("other"), meta.annotation("gone"), meta.annotation("absent")) == ("x", None, None)
-    with pytest.raises(PodRejected, match=r'^metadata\.annotations\["slurm-job\.vk\.io/flags"\]: expected a string'):
-        meta.annotation("slurm-job.vk.io/flags")
+    assert meta.annotations == {"other": "x"}
+    for data, message in [
+        (pod(annotations={"slurm-job.vk.io/flags": 3}), 'metadata.annotations["slurm-job.vk.io/flags"]: expected a'),
+        (pod(labels={"a": 1}), 'metadata.labels["a"]: expected a string, got a number'),
+    ]:
+        with pytest.raises(PodMistyped, match="^" + re.escape(message)):
+            parse_pod(data)
 
 
 # --- invalid pods: the exact message (the gateway's 4xx names the same field) -----------------------------------
@@ -289,13 +285,17 @@ INVALID: list[tuple[str, Any, str]] = [
         with_containers(container(), container()),
         "spec.containers[1].name: duplicate container name 'main'",
     ),
-    ("command word", with_containers(container(command=["a", 1])), f"{C0}.command[1]: expected a string"),
+    ("command word", with_containers(container(command=["a", 1])), f"{C0}.command[1]: expected a string, got a number"),
     (
         "working dir",
         with_containers(container(workingDir="w")),
         f"{C0}.workingDir: must be an absolute path without '..': 'w'",
     ),
-    ("env name", with_env({"name": "A=B"}), f"{C0}.env[0].name: invalid environment variable name 'A=B'"),
+    (
+        "env name",
+        with_env({"name": "A=B"}),
+        f"{C0}.env[0].name: invalid environment variable name 'A=B': printable ASCII other than '=' (Kubernetes' rule)",
+    ),
     ("env value", with_env({"name": "A", "value": 1}), f"{C0}.env[0].value: expected a string, got a number"),
     ("empty valueFrom", with_env({"name": "A", "valueFrom": {}}), f"{C0}.env[0].valueFrom: empty valueFrom"),
     (

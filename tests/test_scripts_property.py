@@ -53,8 +53,8 @@ text = st.one_of(
     st.text(chars, max_size=24),
     st.text(chars, max_size=4).map(lambda s: s + INJECTIONS[0]),
 )
-env_name = st.text(
-    st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00="), min_size=1, max_size=12
+env_name = st.text(  # what Kubernetes accepts (>= 1.30): printable ASCII but '='
+    st.characters(min_codepoint=0x20, max_codepoint=0x7E, blacklist_characters="="), min_size=1, max_size=12
 ).filter(lambda n: not n.startswith(HARNESS_ENV) and n not in ("PATH", "EXISTING", "EXPECT_WD"))
 component = st.text(
     st.characters(blacklist_categories=("Cs",), blacklist_characters="\x00/"), min_size=1, max_size=10
@@ -88,7 +88,9 @@ def pods(draw: st.DrawFn) -> tuple[dict[str, Any], dict[str, Any]]:
     item_path = "/".join(draw(st.lists(component, min_size=1, max_size=2)))
     secret_bytes = draw(st.binary(max_size=32))
     annotation = draw(text)
-    pod_name = draw(st.from_regex(r"[a-z0-9]([-.a-z0-9]{0,20}[a-z0-9])?", fullmatch=True))
+    pod_name = draw(
+        st.from_regex(r"[a-z0-9]([-a-z0-9]{0,9}[a-z0-9])?(\.[a-z0-9]([-a-z0-9]{0,9}[a-z0-9])?)?", fullmatch=True)
+    )
     flags = draw(st.lists(text, max_size=3))
 
     volumes = [

@@ -274,3 +274,10 @@ def test_cli_reports_rejection(tmp_path: Path) -> None:
     result = CliRunner().invoke(_app(), [str(pod_file)])
     assert result.exit_code == 2
     assert "spec.hostNetwork" in result.output
+
+
+def test_only_a_whole_identifier_is_exported_by_bash() -> None:
+    """``match()`` with ``$`` once took ``"A\\n"`` for an identifier (the door refuses such a name now too)."""
+    from interlink_nats.services.scripts.runtimes import bash_can_export
+
+    assert bash_can_export("MY_VAR") and not bash_can_export("A\n") and not bash_can_export("my.var")

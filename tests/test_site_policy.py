@@ -48,7 +48,7 @@ def test_a_pod_chooses_only_what_its_rule_allows_and_only_plain_names() -> None:
     assert decide_account(rule, user="alice") == Account("grid", "alice")
     with pytest.raises(PolicyError, match="accounting group is set by the site"):
         decide_account(rule, group="admins")
-    for bad in ("a b", "$(Owner)", 'x"y', "tail\\", ""):
+    for bad in ("a b", "$(Owner)", 'x"y', "tail\\", "", "alice\n"):  # '$' let the final newline through
         with pytest.raises(PolicyError, match="not a valid name"):
             decide_account(rule, user=bad)
 
@@ -56,8 +56,9 @@ def test_a_pod_chooses_only_what_its_rule_allows_and_only_plain_names() -> None:
 def test_the_site_table_is_checked_when_the_config_is_read() -> None:
     policy = AccountingPolicy.model_validate({"namespaces": {"lab-*": {"group": "lab", "pod_may_set": ["user"]}}})
     assert policy.decide("lab-1", user="bob") == Account("lab", "bob")
-    with pytest.raises(ValidationError, match="neither a namespace name nor a pattern"):
-        AccountingPolicy.model_validate({"namespaces": {"Bad Name": {}}})
+    for key in ("Bad Name", "lab-*\n"):
+        with pytest.raises(ValidationError, match="neither a namespace name nor a pattern"):
+            AccountingPolicy.model_validate({"namespaces": {key: {}}})
     with pytest.raises(ValidationError, match="not a valid accounting name"):
         AccountingPolicy.model_validate({"default": {"group": "a b"}})
     with pytest.raises(ValidationError):

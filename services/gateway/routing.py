@@ -1,33 +1,29 @@
 """Which pool a pod goes to, with no I/O.
 
 Kueue admits a pod onto a pool's ResourceFlavor and injects that flavor's toleration
-``pool.vk.io=<pool>``; a ``pool.vk.io`` nodeSelector works too for pods placed by hand.
+``pool.vk.io=<pool>``; a ``pool.vk.io`` nodeSelector works too for pods placed by hand. Reads the parsed pod
+(:class:`.pod_model.PodSpec`), whose tolerations and nodeSelector are typed and checked already (a value that is
+not a string was a 400 there, as Kubernetes' own decoding refuses it).
 """
 
 from __future__ import annotations
 
-from typing import Any
-
 from interlink_nats.kernel.subjects import InvalidPoolNameError, validate_pool
 from interlink_nats.services.gateway.wire import BadRequest
+from interlink_nats.services.scripts.pod_model import PodSpec
 
 POOL_KEY = "pool.vk.io"
+SELECTOR_FIELD = f'spec.nodeSelector["{POOL_KEY}"]'
 
 
-def pool_for_pod(pod: dict[str, Any], default_pool: str | None) -> str:
-    """The pod's pool, or ``default_pool``; a 4xx naming the problem when there is neither or several.
+def pool_for_pod(spec: PodSpec, default_pool: str | None) -> str:
+    """The pod's pool, or ``default_pool``; a 422 naming the problem when there is neither or several.
 
-    Runs for every create: the fields' paths are only built for an error."""
-    spec = pod.get("spec") or {}
-    candidates: list[tuple[int | None, str]] = []  # (toleration index, or None for the nodeSelector; pool)
-    for i, toleration in enumerate(spec.get("tolerations") or ()):
-        if isinstance(toleration, dict) and toleration.get("key") == POOL_KEY:
-            value = toleration.get("value")
-            if value not in (None, ""):  # an ``Exists`` toleration names no pool
-                candidates.append((i, _named(value, i)))
-    selector = spec.get("nodeSelector") or {}
-    if isinstance(selector, dict) and selector.get(POOL_KEY) not in (None, ""):
-        candidates.append((None, _named(selector[POOL_KEY], None)))
+    An ``Exists`` toleration (no value) names no pool."""
+    candidates = [(t.where, t.value) for t in spec.tolerations if t.key == POOL_KEY and t.value]
+    selected = spec.node_selector.get(POOL_KEY)
+    if selected:
+        candidates.append((SELECTOR_FIELD, selected))
     if not candidates:
         if default_pool:
             return default_pool
@@ -37,25 +33,11 @@ def pool_for_pod(pod: dict[str, Any], default_pool: str | None) -> str:
             f"or a nodeSelector {POOL_KEY}: <pool>, and the gateway has no default pool",
             422,
         )
-    index, pool = candidates[0]
+    where, pool = candidates[0]
     if any(value != pool for _, value in candidates):
-        where = ", ".join(f"{_field(i)}={value!r}" for i, value in candidates)
-        raise BadRequest("spec.tolerations", f"the pod names more than one pool ({where})", 422)
+        named = ", ".join(f"{field}={value!r}" for field, value in candidates)
+        raise BadRequest("spec.tolerations", f"the pod names more than one pool ({named})", 422)
     try:
         return validate_pool(pool)
     except InvalidPoolNameError as exc:
-        raise BadRequest(_field(index), str(exc), 422) from None
-
-
-def _named(value: object, toleration: int | None) -> str:
-    """A pool named as Kubernetes types it (a string): ``str()`` of a number would name another pool, one
-    that may not exist (a 503 after the pool wait instead of this 400)."""
-    if not isinstance(value, str):
-        where = f"spec.tolerations[{toleration}].value" if toleration is not None else _field(None)
-        raise BadRequest(where, f"expected a string, got {type(value).__name__}")
-    return value
-
-
-def _field(toleration: int | None) -> str:
-    """The path of the field that named a pool: a toleration by its index, else the nodeSelector."""
-    return f"spec.tolerations[{toleration}]" if toleration is not None else f"spec.nodeSelector.{POOL_KEY}"
+        raise BadRequest(where, str(exc), 422) from None

@@ -12,6 +12,7 @@ import asyncio
 import logging
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
+from typing import Any
 
 from grpclib.const import Status
 from interlink_nats.gen.interlink_nats import v1 as pb
@@ -26,6 +27,9 @@ from interlink_nats.services.gateway.settings import GatewaySettings
 from interlink_nats.services.gateway.store import PodStore
 from interlink_nats.services.gateway.submit_wire import encode_submit_request
 from interlink_nats.services.scripts import PodRejected, render_pod
+from interlink_nats.services.scripts.errors import PodMistyped
+from interlink_nats.services.scripts.pod_model import Pod
+from interlink_nats.services.scripts.pod_parse import parse_pod
 
 log = logging.getLogger("interlink_nats.gateway")
 
@@ -46,6 +50,19 @@ async def _no_more() -> AsyncGenerator[bytes, None]:
     yield b""  # pragma: no cover  (makes this an async generator)
 
 
+def _at_the_door(data: dict[str, Any]) -> Pod:
+    """The pod parsed into its model, or the 4xx naming the field: 400 for a value of the wrong JSON type (the
+    API server's decoding refuses it), 422 for a rule (docs/pod-support.md, "Checked at the door")."""
+    try:
+        return parse_pod(data)
+    except PodRejected as exc:
+        raise _rejected(exc) from None
+
+
+def _rejected(exc: PodRejected) -> GatewayError:
+    return GatewayError(400 if isinstance(exc, PodMistyped) else 422, f"pod rejected: {exc}")
+
+
 @dataclass(eq=False, repr=False, slots=True)
 class PodUseCases:
     settings: GatewaySettings
@@ -56,19 +73,19 @@ class PodUseCases:
 
     async def create(self, body: bytes) -> dict[str, str]:
         data, identity = wire.read_create(body)
-        pod = data["pod"]
+        pod = _at_the_door(data)  # parsed once and checked as the API server would: all below read the model
         existing = self.store.get(identity.uid)
         if existing is not None and existing.job_id:
             return {"PodUID": identity.uid, "PodJID": existing.job_id}  # interLink retried a create
-        pool = pool_for_pod(pod, self.settings.default_pool)
+        spec = pod.spec
+        pool = pool_for_pod(spec, self.settings.default_pool)
         self.client.require_nats()
         build_config = await self.pools.build_config(pool, self.settings.pool_wait_s)
         try:
-            rendered = render_pod(data, build_config)
+            rendered = render_pod(pod, build_config)
         except PodRejected as exc:
-            raise GatewayError(422, f"pod rejected: {exc}") from None
+            raise _rejected(exc) from None
         job = rendered.job
-        spec = pod["spec"]
         record = PodRecord(
             uid=identity.uid,
             namespace=identity.namespace,
@@ -76,11 +93,7 @@ class PodUseCases:
             pool=pool,
             init_containers=list(job.init_containers),
             containers=list(job.containers),
-            images={
-                c.get("name", ""): c.get("image", "")
-                for c in [*(spec.get("initContainers") or []), *(spec.get("containers") or [])]
-                if isinstance(c, dict)
-            },
+            images={c.name: c.image for c in (*spec.init_containers, *spec.containers) if isinstance(c.image, str)},
         )
         if rendered.group is not None:  # held until its whole group has arrived (docs/gateway.md, "Pod groups")
             if existing is not None and existing.is_final():  # its group failed before it was sent: it stays so

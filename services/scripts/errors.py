@@ -20,6 +20,11 @@ class PodRejected(ValueError):
         self.message = message
 
 
+class PodMistyped(PodRejected):
+    """A field whose JSON type is not Kubernetes' (a number for a string, a list for an object): the API
+    server's decoding refuses it before any rule, so the gateway answers 400, not a rule's 422."""
+
+
 Checked = Union[T, PodRejected]  # noqa: UP007  (a generic alias: ``T | PodRejected`` cannot be subscripted)
 """A field read only when rendering needs it: its value, or the rejection reading it raises."""
 

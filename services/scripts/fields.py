@@ -20,7 +20,7 @@ import json
 import re
 from typing import Any
 
-from .errors import PodRejected
+from .errors import PodMistyped, PodRejected
 
 __all__ = [
     "absolute_path",
@@ -76,8 +76,8 @@ def _json_type(value: Any) -> str:
     return type(value).__name__
 
 
-def wrong_type(where: str, expected: str, value: Any) -> PodRejected:
-    return PodRejected(where, f"expected {expected}, got {_json_type(value)}")
+def wrong_type(where: str, expected: str, value: Any) -> PodMistyped:
+    return PodMistyped(where, f"expected {expected}, got {_json_type(value)}")
 
 
 # --- values (the caller already holds the value; ``where`` is its own path) ----------------------

@@ -16,14 +16,15 @@ from typing import Any
 
 from .errors import PodRejected
 from .fields import as_list, as_obj, as_str, get_int, get_list, get_obj, get_str
+from .pod_rules import is_port_name
 from .quoting import quote
 
 HOOKS = (("postStart", "post"), ("preStop", "pre"))
 """(Kubernetes' name, the template's function prefix)."""
 _HANDLERS = ("exec", "httpGet", "sleep", "tcpSocket")
-_HOST = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.:-]{0,252})$")
-_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,256}$")
-_PORT_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,13})$")
+# Matched with fullmatch(), never match(): '$' also matches before a final newline ("X-Inj\n" passed as a header).
+_HOST = re.compile(r"[A-Za-z0-9][A-Za-z0-9.:-]{0,252}")
+_HEADER_NAME = re.compile(r"[-A-Za-z0-9]{1,256}")  # Kubernetes' IsHTTPHeaderName (a subset of RFC 9110's tokens)
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 DEFAULT_HOST = "127.0.0.1"
 """httpGet's host when none is given: a pod's containers share the node's network on a batch site."""
@@ -120,7 +121,7 @@ def handler(
             if key not in ("host", "port"):
                 raise PodRejected(f"{where}.tcpSocket.{key}", "unknown field")
         host = get_str(sock, "host", f"{where}.tcpSocket") or DEFAULT_HOST
-        if not _HOST.match(host):
+        if not _HOST.fullmatch(host):
             raise PodRejected(f"{where}.tcpSocket.host", f"not a host name or address: {host!r}")
         return TcpSocketHandler(host, _port(sock.get("port"), f"{where}.tcpSocket.port", c, container_where))
     if kind == "exec":
@@ -148,7 +149,7 @@ def _http_get(obj: dict[str, Any], where: str, c: dict[str, Any], container_wher
     if scheme != "HTTP":
         raise PodRejected(f"{where}.scheme", f"only HTTP is supported off-cluster, not {scheme!r}")
     host = get_str(obj, "host", where) or DEFAULT_HOST
-    if not _HOST.match(host):
+    if not _HOST.fullmatch(host):
         raise PodRejected(f"{where}.host", f"not a host name or address: {host!r}")
     path = get_str(obj, "path", where) or "/"
     if not path.startswith("/") or _CONTROL.search(path) or " " in path:
@@ -160,7 +161,7 @@ def _http_get(obj: dict[str, Any], where: str, c: dict[str, Any], container_wher
         h_where = f"{where}.httpHeaders[{k}]"
         h = as_obj(raw, h_where)
         name, value = get_str(h, "name", h_where), get_str(h, "value", h_where)
-        if not _HEADER_NAME.match(name):
+        if not _HEADER_NAME.fullmatch(name):
             raise PodRejected(f"{h_where}.name", f"not an HTTP header name: {name!r}")
         if _CONTROL.search(value):
             raise PodRejected(f"{h_where}.value", "must not contain control characters")
@@ -174,10 +175,8 @@ def _port(raw: Any, where: str, c: dict[str, Any], container_where: str) -> int:
         if not 1 <= raw <= 65535:
             raise PodRejected(where, f"must be between 1 and 65535: {raw}")
         return raw
-    if not isinstance(raw, str) or not _PORT_NAME.match(raw):
+    if not is_port_name(raw):  # as in Kubernetes, a string is a name, never digits ("8080")
         raise PodRejected(where, "a port number or the name of one of the container's ports is required")
-    if raw.isdigit():
-        return _port(int(raw), where, c, container_where)
     for k, p in enumerate(as_list(c.get("ports"), f"{container_where}.ports")):
         port = as_obj(p, f"{container_where}.ports[{k}]")
         if port.get("name") == raw:

@@ -9,7 +9,6 @@ annotation set on their pod template (docs/pod-support.md, "Pod groups").
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel.names import LABEL_VALUE_MAX, is_label_value
@@ -53,11 +52,7 @@ def pod_group(meta: Metadata) -> PodGroup | None:
     that is malformed or missing (a group name without a count, or a count without a name)."""
     total_text = meta.annotation(GROUP_TOTAL_ANNOTATION)
     labels = meta.labels
-    if isinstance(labels, PodRejected):
-        if total_text is None:
-            return None  # not a member: labels stay checked only where something reads them (downward API)
-        raise labels
-    name: Any = labels.get(GROUP_NAME_LABEL)
+    name = labels.get(GROUP_NAME_LABEL)  # a label value (:mod:`.pod_rules`): no '/', newline or NUL, ≤ 63
     if name is None and total_text is None:
         return None
     if name is None:

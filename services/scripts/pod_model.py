@@ -7,7 +7,8 @@ data (a ConfigMap that is missing, a key that is not in it).
 Some fields are read today only when rendering needs them (a volume's ``items`` only when interLink sent the
 ConfigMap, ``status.podIP`` only when the downward API asks for it): a pod whose unused field has the wrong
 type still renders. The model keeps that: such a field holds its value or the :class:`PodRejected` that
-reading it raises (:data:`.errors.Checked`), and the step that needs it calls :func:`.errors.checked`.
+reading it raises (:data:`.errors.Checked`), and the step that needs it calls :func:`.errors.checked`. What the
+Kubernetes API server checks (:mod:`.pod_rules`) is checked at once: metadata, integers, names.
 
 The classes are frozen for mypy and plain slots dataclasses at run time (:func:`model`). A map of strings
 that was valid as sent (labels, annotations) is the input's own dict, not a copy: nothing may change either.
@@ -18,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TypeVar, dataclass_transform
 
-from .errors import Checked, PodRejected
+from .errors import Checked
 from .fields import member
 from .hooks import Lifecycle
 from .launch import EnvVar
@@ -66,20 +67,16 @@ class PodData:
 
 @model
 class Metadata:
+    """Checked as the API server checks it (:mod:`.pod_rules`): names, label and annotation keys and values."""
+
     uid: str
     name: str
     namespace: str
-    labels: Checked[dict[str, str]]
-    annotations: dict[str, str]  # the string values (null is absent)
-    annotation_errors: dict[str, PodRejected]  # values of another type, rejected when read
-    all_annotations: Checked[dict[str, str]]  # the whole map, for the downward API (null values rejected)
+    labels: dict[str, str]
+    annotations: dict[str, str]  # null values are absent
 
     def annotation(self, key: str) -> str | None:
         """An annotation's value, ``None`` when absent."""
-        if self.annotation_errors:
-            error = self.annotation_errors.get(key)
-            if error is not None:
-                raise error
         return self.annotations.get(key)
 
 
@@ -263,17 +260,33 @@ class VolumeSpec:
 
 
 @model
+class Toleration:
+    """``spec.tolerations[index]``, read for routing (Kueue injects ``pool.vk.io=<pool>``)."""
+
+    index: int
+    key: str
+    operator: str
+    value: str
+
+    @property
+    def where(self) -> str:
+        return f"spec.tolerations[{self.index}]"
+
+
+@model
 class PodSpec:
     init_containers: tuple[Container, ...]
     containers: tuple[Container, ...]
     volumes: tuple[VolumeSpec, ...]
     # Read after the containers' resources are added up (an error there is reported first).
     resources: Checked[ContainerResources | None]  # pod-level resources (Kubernetes >= 1.32)
-    active_deadline_seconds: Checked[int | None]
-    termination_grace_period_seconds: Checked[int | None]  # read once the containers are rendered
+    active_deadline_seconds: int | None
+    termination_grace_period_seconds: int | None
     node_name: Checked[str]
     service_account_name: Checked[str]
     run_as: tuple[int | None, int | None]  # securityContext (runAsUser, runAsGroup): the submitter decides
+    tolerations: tuple[Toleration, ...]
+    node_selector: dict[str, str]
 
 
 @model

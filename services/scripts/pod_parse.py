@@ -15,7 +15,7 @@ from typing import Any
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel.names import is_dns_label
 
-from . import kubernetes_fields, pod_annotations
+from . import kubernetes_fields, pod_annotations, pod_rules
 from .allowed_fields import CONTAINER_IGNORED, CONTAINER_SUPPORTED, MOUNT_KEYS, check_keys, check_spec
 from .errors import Checked, PodRejected, on_demand
 from .fields import (
@@ -49,6 +49,7 @@ from .pod_model import (
     PodData,
     PodSpec,
     Status,
+    Toleration,
     VolumeMount,
     VolumeSpec,
 )
@@ -89,19 +90,23 @@ def _int_on_demand(obj: dict[str, Any], key: str, where: str) -> Checked[int | N
 
 
 def parse_pod(pod_data: Any) -> Pod:
-    """interLink's RetrievedPodData (>= 0.5: an object; <= 0.4: a one-element list) or a bare pod, checked."""
+    """interLink's RetrievedPodData (>= 0.5: an object; <= 0.4: a one-element list) or a bare pod, checked: the
+    API server's rules first (:mod:`.pod_rules`), so nothing reads a name or label Kubernetes would refuse."""
     raw_pod, entries = _unwrap(pod_data)
     meta = as_obj(raw_pod.get("metadata"), "metadata")
     spec = as_obj(raw_pod.get("spec"), "spec")
-    annotations = as_obj(meta.get("annotations"), "metadata.annotations")
     uid = meta.get("uid")
     if not isinstance(uid, str) or not uid:
         raise PodRejected("metadata.uid", "the pod UID is required (it names the job directory)")
     name, namespace = get_str(meta, "name", "metadata"), get_str(meta, "namespace", "metadata")
+    pod_rules.check_names(name, namespace)
+    labels = str_map(meta.get("labels"), "metadata.labels")
+    pod_rules.check_labels(labels, "metadata.labels")
+    metadata = Metadata(
+        uid, name, namespace, labels, _annotations(as_obj(meta.get("annotations"), "metadata.annotations"))
+    )
     check_spec(spec)
     data = _interlink_data(entries)
-    labels = on_demand(str_map, meta.get("labels"), "metadata.labels")
-    metadata = Metadata(uid, name, namespace, labels, *_annotations(annotations))
     return Pod(metadata, _pod_spec(spec, data), _status(raw_pod), data)
 
 
@@ -130,23 +135,17 @@ def _unwrap(pod_data: Any) -> tuple[dict[str, Any], Any]:
     return pod_data, None
 
 
-def _annotations(
-    annotations: dict[str, Any],
-) -> tuple[dict[str, str], dict[str, PodRejected], Checked[dict[str, str]]]:
-    """(the string values, the rejection of each value of another type, the whole map or its first rejection)."""
-    whole: Checked[dict[str, str]] = annotations
-    errors: dict[str, PodRejected] = {}
+def _annotations(annotations: dict[str, Any]) -> dict[str, str]:
+    """The string values (null is absent, as in Kubernetes), the keys and size checked."""
+    pod_rules.check_annotations(annotations)
     strings = annotations
     for key, value in annotations.items():
         if type(value) is not str:
-            if strings is annotations:
-                strings = {k: v for k, v in annotations.items() if type(v) is str}
-            error = wrong_type(pod_annotations.field(key), "a string", value)
             if value is not None:
-                errors[key] = error
-            if whole is annotations:
-                whole = error
-    return strings, errors, whole
+                raise wrong_type(pod_annotations.field(key), "a string", value)
+            if strings is annotations:
+                strings = {k: v for k, v in annotations.items() if v is not None}
+    return strings
 
 
 def _pod_spec(spec: dict[str, Any], data: PodData) -> PodSpec:
@@ -176,12 +175,46 @@ def _pod_spec(spec: dict[str, Any], data: PodData) -> PodSpec:
         tuple(main),
         tuple(volumes),
         on_demand(_pod_level_resources, spec) if spec.get("resources") is not None else None,
-        _int_on_demand(spec, "activeDeadlineSeconds", "spec"),
-        _int_on_demand(spec, "terminationGracePeriodSeconds", "spec"),
+        pod_rules.seconds(
+            get_int(spec, "activeDeadlineSeconds", "spec"), "spec.activeDeadlineSeconds", 1, pod_rules.INT32_MAX
+        ),
+        pod_rules.seconds(
+            get_int(spec, "terminationGracePeriodSeconds", "spec"),
+            "spec.terminationGracePeriodSeconds",
+            0,
+            pod_rules.INT64_MAX,
+        ),
         _str_on_demand(spec, "nodeName", "spec"),
         _str_on_demand(spec, "serviceAccountName", "spec"),
         run_as_request(spec, raw_all),
+        _tolerations(spec),
+        _node_selector(spec),
     )
+
+
+def _tolerations(spec: dict[str, Any]) -> tuple[Toleration, ...]:
+    """``spec.tolerations`` as the API server checks them (a key a qualified name, a value a label value, none
+    with ``Exists``): one of them may name the pod's pool. Every pod Kueue admits has two or three."""
+    out: list[Toleration] = []
+    for i, raw in enumerate(get_list(spec, "tolerations", "spec")):
+        t = raw if type(raw) is dict else as_obj(raw, f"spec.tolerations[{i}]")
+        key, operator, value, effect = t.get("key"), t.get("operator"), t.get("value"), t.get("effect")
+        if type(key) is not str or type(operator) is not str or type(value) is not str or type(effect) is not str:
+            where = f"spec.tolerations[{i}]"  # some absent (null is ""), or of another type (a 400)
+            key, operator, value = (get_str(t, name, where) for name in ("key", "operator", "value"))
+            get_str(t, "effect", where)
+        if "tolerationSeconds" in t:
+            get_int(t, "tolerationSeconds", f"spec.tolerations[{i}]")
+        pod_rules.check_toleration(key, operator, value, i)
+        out.append(Toleration(i, key, operator, value))
+    return tuple(out)
+
+
+def _node_selector(spec: dict[str, Any]) -> dict[str, str]:
+    """``spec.nodeSelector``: checked as labels are."""
+    selector = str_map(spec.get("nodeSelector"), "spec.nodeSelector")
+    pod_rules.check_labels(selector, "spec.nodeSelector")
+    return selector
 
 
 def pod_resources(pod: dict[str, Any]) -> pb.ResourceRequest:
@@ -291,6 +324,8 @@ def _container(raw: Any, where: str, names: set[str], volume_names: set[str], in
     image = c.get("image")
     if image is not None and not isinstance(image, str):
         image = NotAString(type(image).__name__)
+    if c.get("ports") is not None:
+        pod_rules.check_ports(c, where)
     lifecycle = parse_lifecycle(c, where, init) if "lifecycle" in c else None
     probes = parse_probes(c, where, init) if _PROBE_KEYS.intersection(c) else ()
     return Container(
@@ -303,13 +338,15 @@ def _words(c: dict[str, Any], key: str, where: str) -> tuple[str, ...]:
     words = get_list(c, key, where)
     for k, w in enumerate(words):
         if not isinstance(w, str):
-            raise PodRejected(f"{where}.{key}[{k}]", "expected a string")
+            raise wrong_type(f"{where}.{key}[{k}]", "a string", w)
     return tuple(words)
 
 
 def _env_from(raw: Any, where: str) -> EnvFromSource:
     ref = as_obj(raw, where)
     prefix = get_str(ref, "prefix", where)
+    if prefix and not pod_rules.is_env_var_name(prefix):
+        raise PodRejected(f"{where}.prefix", f"must be printable ASCII other than '=' (Kubernetes' rule): {prefix!r}")
     if "configMapRef" in ref:
         kind, secret = "configMapRef", False
     elif "secretRef" in ref:
@@ -318,6 +355,7 @@ def _env_from(raw: Any, where: str) -> EnvFromSource:
         raise PodRejected(where, "envFrom needs configMapRef or secretRef")
     src = get_obj(ref, kind, where)
     name = as_str(src.get("name"), f"{where}.{kind}.name")
+    pod_rules.check_object_name(name, f"{where}.{kind}.name")
     return EnvFromSource(where, kind, secret, prefix, name, get_bool(src, "optional", f"{where}.{kind}"))
 
 
@@ -327,8 +365,14 @@ def _env(c: dict[str, Any], where: str) -> tuple[EnvVar | EnvEntry, ...]:
     for j, raw in enumerate(get_list(c, "env", where)):
         var = raw if type(raw) is dict else as_obj(raw, f"{where}.env[{j}]")
         name = var.get("name")
-        if not isinstance(name, str) or not name or "=" in name or "\x00" in name:
-            raise PodRejected(f"{where}.env[{j}].name", f"invalid environment variable name {name!r}")
+        # pod_rules.is_env_var_name inlined: this loop runs for every variable of every pod
+        if type(name) is not str or not name or not name.isascii() or not name.isprintable() or "=" in name:
+            if not isinstance(name, str):
+                raise wrong_type(f"{where}.env[{j}].name", "a string", name)
+            raise PodRejected(
+                f"{where}.env[{j}].name",
+                f"invalid environment variable name {name!r}: printable ASCII other than '=' (Kubernetes' rule)",
+            )
         value_from = var.get("valueFrom")
         if value_from is not None:
             ew = f"{where}.env[{j}].valueFrom"
@@ -350,6 +394,7 @@ def _value_from(ref: dict[str, Any], where: str) -> FieldRef | KeyRef:
             kw = f"{where}.{kind}"
             src = get_obj(ref, kind, where)
             name, key = get_str(src, "name", kw), get_opt_str(src, "key", kw)
+            pod_rules.check_object_name(name, kw + ".name")
             return KeyRef(kw, secret, name, key, on_demand(get_bool, src, "optional", kw))
     if not ref:
         raise PodRejected(where, "empty valueFrom")

@@ -32,7 +32,7 @@ from .hooks import HOOKS, ExecHandler, Handler, TcpSocketHandler, handler_body
 from .launch import HostLink, Launch, PodOptions, SetupEntry
 from .limits import Limits
 from .pod_group import PodGroup, pod_group
-from .pod_model import Container
+from .pod_model import Container, Pod
 from .pod_parse import parse_pod
 from .pod_resources import GPU_RESOURCE, ContainerResources, pod_resources_from
 from .quoting import quote, quote_field
@@ -262,10 +262,12 @@ def render_job(
 
 
 def render_pod(
-    pod_data: dict[str, Any], build_config: pb.BuildConfig | None = None, *, mask_secrets: bool = False
+    pod_data: dict[str, Any] | Pod, build_config: pb.BuildConfig | None = None, *, mask_secrets: bool = False
 ) -> RenderedPod:
-    """:func:`render_job`, and the pod's group read from the same parse (the gateway holds members by it)."""
-    pod = parse_pod(pod_data)
+    """:func:`render_job`, and the pod's group read from the same parse (the gateway holds members by it).
+
+    ``pod_data`` may be the pod already parsed (the gateway parses it once, at the door, before routing)."""
+    pod = pod_data if isinstance(pod_data, Pod) else parse_pod(pod_data)
     group = pod_group(pod.metadata)
     bc = build_config if build_config is not None else pb.BuildConfig()
     runtime_kind = bc.runtime if bc.runtime != RT.UNSPECIFIED else RT.APPTAINER

@@ -31,7 +31,7 @@ from .launch import (
 from .pod_model import NotAString
 from .quoting import quote, quote_field
 
-_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
 BASH_OWN_VARIABLES = frozenset(
@@ -54,7 +54,7 @@ BASH_OWN_VARIABLES = frozenset(
 def bash_can_export(name: str) -> bool:
     """Whether ``export NAME=value`` in the script gives the container exactly ``NAME=value``."""
     return (
-        _IDENTIFIER.match(name) is not None
+        _IDENTIFIER.fullmatch(name) is not None
         and name not in BASH_OWN_VARIABLES
         and not name.startswith(("BASH", "COMP_", "LC_"))
     )
@@ -186,7 +186,7 @@ class ContainerEngine:
             words += ["env", "--"]
             words += [passthrough_word(name, self.env_prefix) for name in launch.passthrough]
             for k, var in enumerate(launch.env):
-                if not _IDENTIFIER.match(var.name):
+                if not _IDENTIFIER.fullmatch(var.name):
                     raise PodRejected(f"{where}.env[{k}].name", f"{self.name} needs identifier names: {var.name!r}")
                 words.append(var.word(self.env_prefix, k, where, launch.mask))
         verb = self.verb_with_command if launch.command else self.verb_without_command

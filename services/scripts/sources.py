@@ -9,7 +9,7 @@ from . import pod_annotations
 from .errors import PodRejected, checked
 from .pod_model import Pod
 
-_FIELD_PATH = re.compile(r"^metadata\.(labels|annotations)\['(.*)'\]$")
+_FIELD_PATH = re.compile(r"metadata\.(labels|annotations)\['(.*)'\]")
 
 
 def downward_value(pod: Pod, field_path: str, where: str) -> str:
@@ -30,9 +30,9 @@ def downward_value(pod: Pod, field_path: str, where: str) -> str:
     if field_path == "status.podIP":
         return checked(pod.status.pod_ip) or meta.annotation(pod_annotations.POD_IP) or ""
     if field_path in ("metadata.labels", "metadata.annotations"):
-        values = checked(meta.labels if field_path == "metadata.labels" else meta.all_annotations)
+        values = meta.labels if field_path == "metadata.labels" else meta.annotations
         return "\n".join(f"{k}={json.dumps(v, ensure_ascii=False)}" for k, v in sorted(values.items()))
-    m = _FIELD_PATH.match(field_path)
+    m = _FIELD_PATH.fullmatch(field_path)  # not match(): '$' would let "...['x']\n" through
     if m:
-        return checked(meta.labels if m.group(1) == "labels" else meta.all_annotations).get(m.group(2), "")
+        return (meta.labels if m.group(1) == "labels" else meta.annotations).get(m.group(2), "")
     raise PodRejected(where, f"unsupported fieldPath {field_path!r}")

@@ -28,8 +28,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 T = TypeVar("T")
 
 _PATTERN_CHARS = frozenset("*?[")
-_KEY = re.compile(r"^[a-z0-9*?\[\]!-]{1,63}$")
-ACCOUNT_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.@-]{0,127}$")
+_KEY = re.compile(r"[a-z0-9*?\[\]!-]{1,63}")
+ACCOUNT_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.@-]{0,127}")
 """An accounting group or user: letters, digits, ``_ . @ -`` (HTCondor groups nest with dots). Nothing a
 batch system's own language could read as more than a name (no ``$``, quotes, spaces or backslashes)."""
 
@@ -44,7 +44,7 @@ def is_pattern(key: str) -> bool:
 
 def check_key(key: str) -> str:
     """A table key: a namespace name (RFC 1123 label) or a pattern of one; a clear error otherwise."""
-    if not _KEY.match(key):
+    if not _KEY.fullmatch(key):
         raise ValueError(f"namespace key {key!r} is neither a namespace name nor a pattern of one")
     return key
 
@@ -84,7 +84,7 @@ class Account:
 
     def __post_init__(self) -> None:
         for what, value in (("group", self.group), ("user", self.user)):
-            if value and not ACCOUNT_NAME.match(value):
+            if value and not ACCOUNT_NAME.fullmatch(value):
                 raise ValueError(f"accounting {what} {value!r} is not a valid name (letters, digits, _ . @ -)")
 
 
@@ -96,7 +96,7 @@ def decide_account(rule: Account, *, group: str | None = None, user: str | None 
             continue
         if not allowed:
             raise PolicyError(f"accounting {field} is set by the site for this namespace; a pod may not choose it")
-        if not ACCOUNT_NAME.match(asked):
+        if not ACCOUNT_NAME.fullmatch(asked):
             raise PolicyError(f"accounting {field} {asked!r} is not a valid name (letters, digits, _ . @ -)")
         if field == "group":
             out_group = asked
@@ -107,7 +107,7 @@ def decide_account(rule: Account, *, group: str | None = None, user: str | None 
 
 IdRanges = tuple[tuple[int, int], ...]
 """Numeric ids a pod may ask for: inclusive (low, high) ranges."""
-_ID_RANGE = re.compile(r"^(\d+)(?:-(\d+))?$")
+_ID_RANGE = re.compile(r"(\d+)(?:-(\d+))?")
 ID_MAX = 2**32 - 2
 """The largest uid/gid Linux has (2**32-1 is ``(uid_t) -1``, "no change")."""
 
@@ -118,7 +118,11 @@ def parse_ids(value: object) -> IdRanges:
     items = value if isinstance(value, list | tuple) else [value]
     out: list[tuple[int, int]] = []
     for item in items:
-        m = _ID_RANGE.match(str(item).strip()) if isinstance(item, int | str) and not isinstance(item, bool) else None
+        m = (
+            _ID_RANGE.fullmatch(str(item).strip())
+            if isinstance(item, int | str) and not isinstance(item, bool)
+            else None
+        )
         if m is None:
             raise ValueError(f"{item!r} is neither an id nor a range 'low-high'")
         low = int(m[1])
@@ -209,7 +213,7 @@ class AccountRule(BaseModel):
     @classmethod
     def _name(cls, value: str, info: ValidationInfo) -> str:
         """Who pays and whom a job runs as: both are names a batch command receives, in one safe alphabet."""
-        if value and not ACCOUNT_NAME.match(value):
+        if value and not ACCOUNT_NAME.fullmatch(value):
             what = "account" if info.field_name in ("run_as_user", "run_as_group") else "accounting"
             raise ValueError(f"{value!r} is not a valid {what} name (letters, digits, _ . @ -)")
         return value

@@ -70,7 +70,7 @@ QUERY_ATTRS = (
 DURATION_HOLD_CODES = frozenset({46, 47})
 """JobDurationExceeded / JobExecuteExceeded: a site's own time limit, reported as DeadlineExceeded."""
 
-_TERSE_ID = re.compile(r"^(\d+)\.(\d+)\s*-\s*(\d+)\.(\d+)\s*$")
+_TERSE_ID = re.compile(r"(\d+)\.(\d+)\s*-\s*(\d+)\.(\d+)\s*")
 # condor_* stderr that means "try again later", not "this is wrong".
 _TRANSIENT = re.compile(
     r"failed to connect|connection refused|timed out|timeout|can't find address|cannot find address|"
@@ -117,7 +117,7 @@ def quote(value: str) -> str:
 def parse_submit_id(stdout: str) -> str:
     """``condor_submit -terse`` → ``"<cluster>.<proc>"`` (one job per description)."""
     for line in reversed(stdout.strip().splitlines()):
-        m = _TERSE_ID.match(line.strip())
+        m = _TERSE_ID.fullmatch(line.strip())
         if m:
             return f"{m.group(1)}.{m.group(2)}"
     raise ValueError(f"condor_submit printed no job id: {stdout.strip()[:200]!r}")

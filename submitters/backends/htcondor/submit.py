@@ -82,10 +82,10 @@ placement and resources, never site policy (accounting is decided by ``accountin
 runs, or custom attributes (``+Owner``, ``+AccountingGroup``…). Compared by :func:`canonical_command`."""
 CE_DEFAULT_MAX_MEMORY_MB = 2000
 """What a CE's router gives a job without ``maxMemory`` (01-ce-router-defaults.conf, Memory transform)."""
-_COMMAND_NAME = re.compile(r"^(?:\+|[Mm][Yy]\.)?[A-Za-z_][A-Za-z0-9_.]*$")
-_QUANTITY = re.compile(r"^(\d+(?:\.\d+)?)\s*([KMGT]B?)?$", re.IGNORECASE)
+_COMMAND_NAME = re.compile(r"(?:\+|[Mm][Yy]\.)?[A-Za-z_][A-Za-z0-9_.]*")
+_QUANTITY = re.compile(r"(\d+(?:\.\d+)?)\s*([KMGT]B?)?", re.IGNORECASE)
 _UNIT_KIB = {"": None, "K": 1, "M": 2**10, "G": 2**20, "T": 2**30}
-_WHOLE = re.compile(r"^\d+$")
+_WHOLE = re.compile(r"\d+")
 _DOLLAR_MACRO = re.compile(r"\$\(\s*dollar", re.IGNORECASE)
 
 
@@ -143,14 +143,14 @@ def _check_line(value: str, *, what: str, tabs: bool = False) -> None:
 
 def check_quantity(value: str, *, what: str) -> str:
     """A ``request_disk``/``request_memory`` quantity: a number with an optional K/M/G/T unit."""
-    if not _QUANTITY.match(value.strip()):
+    if not _QUANTITY.fullmatch(value.strip()):
         raise SubmitCommandError(f"{what} {value!r} is not a quantity (a number with an optional K, M, G or T unit)")
     return value.strip()
 
 
 def quantity_mib(value: str, *, default_unit_kib: int) -> int | None:
     """A quantity in MiB, rounded up (``default_unit_kib``: what a bare number counts in KiB)."""
-    m = _QUANTITY.match(value.strip())
+    m = _QUANTITY.fullmatch(value.strip())
     if not m:
         return None
     unit = _UNIT_KIB[(m.group(2) or "")[:1].upper()] or default_unit_kib
@@ -181,7 +181,7 @@ def check_command(name: str, value: str, *, source: str, allowed: frozenset[str]
     """Validate one ``name = value`` submit command from the site config or a pod (``allowed``: the names it may
     set; a pod's command is then written by its canonical name, so condor_submit reads what was checked)."""
     key = name.strip()
-    if not _COMMAND_NAME.match(key):
+    if not _COMMAND_NAME.fullmatch(key):
         raise SubmitCommandError(f"{source} submit command {name!r} is not a valid command name")
     low = canonical_command(key)
     if low in RESERVED_COMMANDS or low.startswith("+interlink"):
@@ -199,7 +199,7 @@ def check_command(name: str, value: str, *, source: str, allowed: frozenset[str]
         raise SubmitCommandError(f"{source} submit command {key!r} may not use $ macros")
     if low in ("request_disk", "request_memory"):
         check_quantity(text, what=f"{source} submit command {key!r}:")
-    elif low in ("request_cpus", "request_gpus") and not _WHOLE.match(text):
+    elif low in ("request_cpus", "request_gpus") and not _WHOLE.fullmatch(text):
         raise SubmitCommandError(f"{source} submit command {key!r}: {text!r} is not a whole number")
     return key, text
 
@@ -270,7 +270,7 @@ def ce_commands(body: Sequence[tuple[str, str]], limit: int | None) -> list[tupl
     if mib is not None:
         out.append(("+maxMemory", str(mib)))
     cpus = last.get("request_cpus")
-    if cpus is not None and _WHOLE.match(cpus):
+    if cpus is not None and _WHOLE.fullmatch(cpus):
         out.append(("+xcount", cpus))
     if limit is not None:
         out.append(("+maxWallTime", str(max(1, math.ceil(limit / 60)))))
