@@ -178,13 +178,16 @@ async def test_a_group_name_kubernetes_would_refuse_as_a_label_value_is_a_422_na
 
 
 async def test_groups_whose_namespace_and_name_join_alike_are_two_groups(nats_url: str) -> None:
-    """Before: ``x`` + ``y/z`` and ``x/y`` + ``z`` were both ``x/y/z`` and ran as one gang. A name with a '/' is
-    refused now; a namespace with one (the door's to refuse) still makes a key of its own."""
+    """Before: ``x`` + ``y/z`` and ``x/y`` + ``z`` were both ``x/y/z`` and ran as one gang. Both are refused at the
+    door now (a group name and a namespace hold no '/'); the key is one-to-one even without that check (below)."""
     pool = new_pool()
     async with serving_standins(nats_url, pool), gateway_only(nats_url, default_pool=pool) as stack:
-        assert (await create(stack, member("y/z", "a", namespace="x")))[0] == 422
-        assert (await create(stack, member("z", "b", namespace="x/y")))[0] == 200
+        code, text = await create(stack, member("y/z", "a", namespace="x"))
+        assert code == 422 and "pod-group-name" in text, text
+        code, text = await create(stack, member("z", "b", namespace="x/y"))
+        assert code == 422 and "metadata.namespace" in text, text
         assert (await create(stack, member("y-z", "c", namespace="x")))[0] == 200
+        assert (await create(stack, member("y-z", "d", namespace="x-y")))[0] == 200
         assert len(stack.gateway.groups.held.groups) == 2
 
 
