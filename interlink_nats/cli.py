@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import inspect
 import sys
 import typing
@@ -124,6 +126,14 @@ def gateway(
     from interlink_nats.services.gateway.server import serve
 
     setup_logging(log_level, json_logs)
+    settings = _gateway_settings(config, flags)
+    hangups = asyncio.Event()  # SIGHUP re-reads the file (a daemon, as nats-server); `up` stops on it instead
+    reread = functools.partial(_gateway_settings, config, flags)
+    run_until_signal(lambda stop: serve(settings, stop, hangups=hangups, reread=reread), reload=hangups)
+
+
+def _gateway_settings(config: Path | None, flags: dict[str, Any]) -> GatewaySettings:
+    """Flags > environment > file > defaults; the NATS flags (``--nats-*``) go to the ``nats`` section."""
     given = {key: value for key, value in flags.items() if value is not None}
     nats = {key.removeprefix("nats_"): value for key, value in given.items() if key.startswith("nats_")}
     settings = GatewaySettings.load(
@@ -131,7 +141,7 @@ def gateway(
     )
     if nats:
         settings.nats = settings.nats.model_copy(update=nats)
-    run_until_signal(lambda stop: serve(settings, stop))
+    return settings
 
 
 def _register_gateway() -> None:

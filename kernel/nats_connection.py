@@ -238,7 +238,9 @@ def connect_options(
             await on_error(exc)
 
     async def disconnected_cb() -> None:
-        log.info("NATS (%s) disconnected (reconnecting with back-off unless closing)", name)
+        made = client()
+        if made is None or not (made.is_closed or made.is_draining):  # a stop we asked for is no news
+            log.info("NATS (%s) disconnected; reconnecting with back-off", name)
         if on_disconnect is not None:
             await on_disconnect()
 

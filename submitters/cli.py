@@ -8,6 +8,8 @@ file (``--config``, YAML or TOML); the command line wins, then the environment, 
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import inspect
 import os
 from collections.abc import Callable
@@ -79,7 +81,9 @@ def _serve(config: Path | None, log_level: str, json_logs: bool, overrides: dict
     # error boundary (interlink_nats.errors): one line, exit 2 for bad input, 1 for a failed start.
     settings = SubmitterSettings.load(config, **overrides)
     freeze_long_lived()  # start-up (modules, settings) leaves the collector's scans; see kernel/gc_tuning.py
-    run_until_signal(lambda stop: run_submitter(settings, stop))
+    hangups = asyncio.Event()  # SIGHUP re-reads the file: a daemon, as nats-server and slurmctld
+    reread = functools.partial(SubmitterSettings.load, config, **overrides)
+    run_until_signal(lambda stop: run_submitter(settings, stop, hangups=hangups, reread=reread), reload=hangups)
 
 
 def _backend_command(name: str, entry: BackendEntry) -> Callable[..., None]:

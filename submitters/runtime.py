@@ -35,6 +35,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from interlink_nats.gen.interlink_nats import v1 as pb
@@ -305,6 +306,16 @@ class Submitter:
         """The stored JobScripts of this instance's unfinished jobs (what they hold, for the ResourceReport)."""
         return [row.spec for row in await self._reg().live(self.instance_id)]
 
+    async def reload_settings(self, reread: Callable[[], SubmitterSettings]) -> None:
+        """SIGHUP: re-read the configuration, apply what can change while serving (``edge.reload``), announce."""
+        from interlink_nats.submitters.edge.reload import reload
+
+        done = reload(self.settings, reread, self.announcer, self.backend)
+        if done is not None:
+            self.settings = done[0]
+            if done[1].live and self.nc is not None and self.nc.is_connected:
+                await self.announcer.announce()
+
     # Recovery and polling ---------------------------------------------------------------------
 
     async def recover(self) -> None:
@@ -400,8 +411,16 @@ class Submitter:
         return self.settings.poll_interval_s
 
 
-async def run_submitter(settings: SubmitterSettings, stop_event: asyncio.Event | None = None) -> None:
+async def run_submitter(
+    settings: SubmitterSettings,
+    stop_event: asyncio.Event | None = None,
+    *,
+    hangups: asyncio.Event | None = None,
+    reread: Callable[[], SubmitterSettings] | None = None,
+) -> None:
     """Serve until ``stop_event`` is set (forever when None), then stop gracefully.
+
+    Each time ``hangups`` is set (SIGHUP, ``kernel.signals``) the configuration is re-read with ``reread``.
 
     With ``probe_port`` set, /healthz and /metrics answer from before the NATS connection is made, so a
     submitter that cannot reach NATS is visible as unhealthy rather than silent.
@@ -423,9 +442,29 @@ async def run_submitter(settings: SubmitterSettings, stop_event: asyncio.Event |
         except NatsConnectError:
             return
         try:
-            await stop_event.wait()
+            await _serve_until(submitter, stop_event, hangups, reread)
         finally:
             await submitter.stop()
     finally:
         if probes is not None:
             probes.close()
+
+
+async def _serve_until(
+    submitter: Submitter,
+    stop: asyncio.Event,
+    hangups: asyncio.Event | None,
+    reread: Callable[[], SubmitterSettings] | None,
+) -> None:
+    """Wait for ``stop``; meanwhile each hang-up reloads the configuration."""
+    while hangups is not None and reread is not None:
+        waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(hangups.wait())]
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            await cancel_and_wait(*waits)
+        if stop.is_set():
+            return
+        hangups.clear()
+        await submitter.reload_settings(reread)
+    await stop.wait()

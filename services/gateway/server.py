@@ -1,7 +1,9 @@
 """Run a gateway: connect NATS and redis, start the Gateway, serve HTTP on TCP or a unix socket.
 
 Signals belong to the caller (``interlink_nats.kernel.signals.run_until_signal``: SIGINT/SIGTERM set
-``stop``), so a stack of several parts (``interlink-nats up``) stops them together. On ``stop``
+``stop``), so a stack of several parts (``interlink-nats up``) stops them together. The gateway command
+also passes ``hangups`` (SIGHUP): the configuration is re-read and what can change while serving
+(``LIVE``) is applied; the rest is logged as needing a restart (``kernel.reload``). On ``stop``
 the HTTP server stops accepting, in-flight requests get ``shutdown_grace_s`` to finish (a log
 follow is then cut), and only then are the events consumer, NATS and redis closed.
 """
@@ -13,12 +15,13 @@ import contextlib
 import ipaddress
 import logging
 import socket
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, cast
 
 import redis.asyncio as aioredis
 import uvicorn
 from interlink_nats.kernel.nats_connection import connect
+from interlink_nats.kernel.reload import plan_reload, refusal
 from interlink_nats.services.gateway.app import Gateway
 from interlink_nats.services.gateway.http_edge import build_app
 from interlink_nats.services.gateway.settings import GatewaySettings
@@ -265,7 +268,12 @@ async def serving(
 
 
 async def serve(
-    settings: GatewaySettings, stop: asyncio.Event | None = None, *, sock: socket.socket | None = None
+    settings: GatewaySettings,
+    stop: asyncio.Event | None = None,
+    *,
+    sock: socket.socket | None = None,
+    hangups: asyncio.Event | None = None,
+    reread: Callable[[], GatewaySettings] | None = None,
 ) -> None:
     """Serve until ``stop`` is set (or forever); used by the CLI and by ``interlink-nats up``.
 
@@ -278,6 +286,7 @@ async def serve(
     stop = stop or asyncio.Event()
     listening = asyncio.Event()
     run = asyncio.create_task(_serve_until(settings, stop, listening, sock), name="gateway")
+    reloads = asyncio.create_task(_reloads(settings, hangups, reread), name="gateway-reload")
     stopped = asyncio.create_task(stop.wait())
     try:
         await asyncio.wait({run, stopped}, return_when=asyncio.FIRST_COMPLETED)
@@ -287,6 +296,7 @@ async def serve(
             log.info("gateway stopping before it served")
     finally:
         stopped.cancel()
+        reloads.cancel()
         if not run.done():
             run.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -307,3 +317,31 @@ async def _serve_until(
     finally:
         if sock is not None:
             sock.close()  # uvicorn closes it when it served; not when the start-up was abandoned
+
+
+LIVE = ("default_pool", "ping_free_capacity")
+"""Settings read at each request: a reload applies them; every other key needs a restart."""
+
+
+async def _reloads(
+    settings: GatewaySettings, hangups: asyncio.Event | None, reread: Callable[[], GatewaySettings] | None
+) -> None:
+    """Each hang-up: re-read the configuration and apply ``LIVE`` keys to the one settings object in use."""
+    if hangups is None or reread is None:
+        return
+    where = str(settings.config_file) if settings.config_file is not None else "the environment"
+    while True:
+        await hangups.wait()
+        hangups.clear()
+        try:
+            new = reread()
+        except ValueError as exc:  # pydantic's ValidationError, ConfigFileError
+            log.error("reload of %s refused, the running configuration stays: %s", where, refusal(exc))
+            continue
+        except OSError as exc:
+            log.error("reload of %s refused, the running configuration stays: %s", where, exc)
+            continue
+        plan = plan_reload(settings, new, live=LIVE)
+        for key in plan.live:
+            setattr(settings, key, getattr(new, key))
+        log.info("reloaded %s: %s", where, plan.summary())

@@ -10,8 +10,8 @@ from pathlib import Path
 
 from interlink_nats.kernel.config_files import LayeredSettings
 from interlink_nats.kernel.nats_connection import NatsConnectionSettings
-from interlink_nats.kernel.subjects import DEFAULT_PREFIX, Role, inbox_prefix
-from pydantic import Field, SecretStr, model_validator
+from interlink_nats.kernel.subjects import DEFAULT_PREFIX, Role, inbox_prefix, validate_pool
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
 
@@ -75,6 +75,12 @@ class GatewaySettings(LayeredSettings):
         description="replicas of the events stream and the gateway's consumer; unset: 1 on a single server, "
         "the cluster size up to 3 on a NATS cluster (an existing stream with fewer is scaled up)",
     )
+
+    @field_validator("default_pool")
+    @classmethod
+    def _pool_name(cls, value: str | None) -> str | None:
+        """A pool name is a DNS label (it becomes a NATS subject token): ``hpc a`` would route nowhere."""
+        return None if value is None else validate_pool(value)
 
     @model_validator(mode="after")
     def _token_from_file(self) -> GatewaySettings:
