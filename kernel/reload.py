@@ -57,16 +57,18 @@ def changed_keys(old: BaseModel, new: BaseModel) -> list[str]:
 _MISSING = object()
 
 
-def _covered(key: str, live: Collection[str]) -> bool:
-    return any(key == item or key.startswith(item + ".") for item in live)
+def _covering(key: str, live: Collection[str]) -> str | None:
+    return next((item for item in live if key == item or key.startswith(item + ".")), None)
 
 
 def plan_reload(old: BaseModel, new: BaseModel, *, live: Collection[str]) -> ReloadPlan:
-    """Which changed keys ``live`` (keys or sections applied while running) covers, and which need a restart."""
+    """Which changed keys ``live`` (keys or sections applied while running, each named once as given) covers,
+    and which need a restart."""
     changed = changed_keys(old, new)
+    applied = {key: _covering(key, live) for key in changed}
     return ReloadPlan(
-        live=tuple(key for key in changed if _covered(key, live)),
-        restart=tuple(key for key in changed if not _covered(key, live)),
+        live=tuple(dict.fromkeys(item for item in applied.values() if item is not None)),
+        restart=tuple(key for key, item in applied.items() if item is None),
     )
 
 

@@ -110,6 +110,14 @@ class SlurmBackend:
         """``poll``'s own view (only its squeue outlives a call): a plain poll in between must not hide a change."""
         self.calls = 0
 
+    def set_accounting(self, policy: AccountingPolicy | None) -> None:
+        """A reloaded accounting table (SIGHUP): for jobs submitted from now on; squeue then lists every
+        user's jobs when the table switches accounts (the jobs are no longer all the submitter's)."""
+        warn_about_root(policy)
+        self.settings = self.settings.model_copy(update={"accounting": policy})
+        self._all_users = self.settings.squeue_all_users or (policy is not None and policy.switches_accounts)
+        self._me = [] if self._all_users else ["--me"]
+
     def configure(self, build_config: pb.BuildConfig) -> None:
         slurm = build_config.slurm or pb.SlurmOptions()
         sp.check_flags(slurm.sbatch_flags, source="pool sbatch")
