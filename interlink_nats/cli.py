@@ -14,7 +14,7 @@ import typer
 import typer.main
 from pydantic import BaseModel, SecretStr
 
-from interlink_nats.errors import exit_with, extra_for
+from interlink_nats.errors import UsageError, exit_with, extra_for
 from interlink_nats.kernel.logging_setup import setup_logging
 from interlink_nats.kernel.signals import run_until_signal
 from interlink_nats.services.gateway.settings import GatewayNatsSettings, GatewaySettings
@@ -64,6 +64,7 @@ def up(
     ] = False,
 ) -> None:
     """Start an embedded stack: nats-server on a free port, the gateway, and a shell submitter for one pool."""
+    _need_all_extras()
     from interlink_nats.up import run_stack
 
     setup_logging(log_level)
@@ -72,6 +73,21 @@ def up(
             stop, http_port=http_port, host=host, pool=pool, state_dir=state_dir, insecure_no_auth=insecure_no_auth
         )
     )
+
+
+def _need_all_extras() -> None:
+    """``up`` runs every part: a missing module points at ``[all]``, not at the one other extra it belongs to
+    (an install with ``[gateway]`` was told to add ``[submitter]``, then lacked the nats-server binary)."""
+    import importlib
+
+    for module in ("aiosqlite", "uvicorn", "starlette", "redis"):
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError:
+            raise UsageError(
+                f"up runs the gateway and a submitter: it needs the 'all' extra ({module} is not "
+                "installed): pip install 'interlink-nats[all]'"
+            ) from None
 
 
 _FLAG_LIMITS: dict[str, dict[str, Any]] = {"port": {"min": 0, "max": 65535}}
@@ -201,7 +217,9 @@ def _tidy_help(command: Any) -> Any:
     """--help without typer's Python type names: a flag shows no ``<bool>``, a repeatable option ``<str>...``.
 
     Typer 0.29 prints each option's annotation (``<bool>``, ``<list[str]>``); an operator reads flags, not types.
+    Click's own layout, not rich's table: at 80 columns the table cut long names (``--websocket-po…``).
     """
+    command.rich_markup_mode = None
     for param in command.params:
         if getattr(param, "is_flag", False):
             param.metavar = ""
@@ -226,8 +244,9 @@ def main() -> None:
     import click
 
     # Typer ≥ 0.29 raises its own copy of click's exceptions (typer.TyperException), not click's.
+    root = _tidy_help(typer.main.get_command(app))
     try:
-        code = _tidy_help(typer.main.get_command(app)).main(standalone_mode=False, prog_name="interlink-nats")
+        code = root.main(standalone_mode=False, prog_name="interlink-nats")
     except (click.exceptions.Abort, typer.Abort):
         raise SystemExit(130) from None
     except (click.ClickException, typer.TyperException) as exc:  # usage errors: a bad option, BadParameter
@@ -245,8 +264,15 @@ def main() -> None:
         print(f"interlink-nats: error: {exc.format_message()}{hint}", file=sys.stderr)
         raise SystemExit(getattr(exc, "exit_code", 2)) from None
     except Exception as exc:
-        exit_with(exc)
+        exit_with(exc, flags=_flags_of(root, sys.argv[1:]))
     raise SystemExit(code if isinstance(code, int) else 0)
+
+
+def _flags_of(command: Any, argv: list[str]) -> set[str]:
+    """The options of the (sub)command ``argv`` ran: an error names a flag only when the user could type it."""
+    for arg in argv:
+        command = getattr(command, "commands", {}).get(arg, command)  # typer's groups are not click.Group
+    return {name for param in command.params for name in (*param.opts, *param.secondary_opts)}
 
 
 if __name__ == "__main__":

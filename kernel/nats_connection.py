@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import random
 import re
 import ssl
@@ -45,14 +46,39 @@ class BadCredentialFile(ValueError):
     exit_code = 2
 
 
+def check_private(path: Path, what: str) -> None:
+    """Refuse a credential file of ours that others may read or write, as ssh refuses such a private key.
+
+    As ssh does, only a file owned by this process's user is judged: ``root:interlink 0640`` (root owns it,
+    the service's group reads it) and a Kubernetes Secret volume are the admin's choice, not an accident."""
+    try:
+        info = path.stat()
+    except OSError as exc:
+        raise BadCredentialFile(f"{what} {path}: {exc.strerror or exc}") from None
+    if info.st_uid == os.geteuid() and info.st_mode & 0o077:
+        raise BadCredentialFile(
+            f"{what} {path}: permissions {info.st_mode & 0o777:04o} are too open (others may read it): "
+            f"chmod 600 {path}, as ssh asks of a private key"
+        )
+
+
 def check_seed_file(seed_file: Path) -> None:
     """Fail at start, naming the file, when it holds no nkey seed (else nats-py fails on every reconnect)."""
+    check_private(seed_file, "nkey seed file")
     try:
         _public_key(seed_file)
     except OSError as exc:
         raise BadCredentialFile(f"nkey seed file {seed_file}: {exc.strerror or exc}") from None
     except (ValueError, nkeys.NkeysError) as exc:
         raise BadCredentialFile(f"nkey seed file {seed_file}: not an nkey seed (SU…): {exc}") from None
+
+
+def check_credentials(settings: NatsConnectionSettings) -> None:
+    """The credential files the settings name are private and hold what they must (BadCredentialFile: exit 2)."""
+    if settings.nkey_seed_file is not None:
+        check_seed_file(settings.nkey_seed_file)
+    if settings.creds_file is not None:
+        check_private(settings.creds_file, "creds file")
 
 
 class NatsConnectionSettings(BaseModel):
@@ -114,6 +140,15 @@ def denied_subscription(exc: Exception) -> str | None:
     """The subject of a "Permissions Violation for Subscription" the server reported, else None."""
     match = _SUBSCRIBE_DENIED.search(str(exc))
     return match.group(1) if match else None
+
+
+def as_subscribed(text: str, nc: NatsClient | None) -> str:
+    """``text`` with each of ``nc``'s subscription subjects spelled as subscribed: nats-py lower-cases the
+    server's whole ``-ERR`` line, so ``...SubmitterService.Submit.a`` would print as ``...submitterservice...``."""
+    subs = getattr(nc, "_subs", None) or {}  # nats-py keeps its subscriptions there (sid → Subscription)
+    for subject in {sub.subject for sub in subs.values()}:
+        text = re.sub(re.escape(subject), subject.replace("\\", "\\\\"), text, flags=re.IGNORECASE)
+    return text
 
 
 _SSL_REPR = re.compile(r" ssl:(<[^>]*>|default|None|True|False)")
@@ -233,7 +268,7 @@ def connect_options(
         return server, backoff_delay(server.reconnects, cap)
 
     async def error_cb(exc: Exception) -> None:
-        log.warning("NATS (%s): %s: %s", name, type(exc).__name__, _SSL_REPR.sub("", str(exc)))
+        log.warning("NATS (%s): %s: %s", name, type(exc).__name__, as_subscribed(_SSL_REPR.sub("", str(exc)), client()))
         if on_error is not None:
             await on_error(exc)
 
@@ -328,8 +363,7 @@ async def connect(
     Returns once connected; raises NatsConnectError if ``stop`` is set first. Errors that
     retrying cannot fix (a malformed URL, an unreadable creds file) are raised at once.
     """
-    if settings.nkey_seed_file is not None:
-        check_seed_file(settings.nkey_seed_file)
+    check_credentials(settings)
     made: list[NatsClient] = []
     opts = connect_options(
         settings,

@@ -234,11 +234,13 @@ class Submitter:
         )
 
     async def _on_nats_error(self, exc: Exception) -> None:
-        from interlink_nats.kernel.nats_connection import denied_subscription
+        from interlink_nats.kernel.nats_connection import as_subscribed, denied_subscription
 
         if "permissions violation" in str(exc).lower():
-            self.permission_errors = [*self.permission_errors[-(KEPT_PERMISSION_ERRORS - 1) :], str(exc)]
+            said = as_subscribed(str(exc), self.nc)
+            self.permission_errors = [*self.permission_errors[-(KEPT_PERMISSION_ERRORS - 1) :], said]
         subject = denied_subscription(exc)
+        subject = subject and as_subscribed(subject, self.nc)
         if subject is not None:
             self._denied_subscriptions.append(subject)
 

@@ -97,8 +97,8 @@ def test_hangup_applies_a_changed_file_and_refuses_a_broken_one(nats_url: str, t
     try:
         daemon.wait_for("serving pool")
 
-        # Changed: the BuildConfig, the labels and the accounting table apply (announced at once); a new NATS URL and a new
-        # state dir need a restart, so they are named and the running values stay.
+        # Changed: the BuildConfig, the labels and the accounting table apply (announced at once); a new NATS URL
+        # and a new state dir need a restart, so they are named and the running values stay.
         site_file(
             config, pool, "nats://127.0.0.1:1", tmp_path / "elsewhere", image_prefix="docker://new/",
             extra="labels: {site: b}\nshell: {accounting: {namespaces: {lab: {run_as_user: nobody}}}}\n",

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from interlink_nats.kernel.reload import ReloadPlan, merged, plan_reload
+from interlink_nats.submitters.backends.shell.config import ShellConfig
 from interlink_nats.submitters.settings import SubmitterSettings
 
 
@@ -39,7 +40,8 @@ def test_live_keys_apply_and_the_rest_keep_their_old_values() -> None:
     assert now.labels == {"a": "2"} and now.build_config == {"runtime": "podman"}
     assert now.nats.url == "nats://a:4222"
     shell = now.backend_config()
-    assert getattr(shell, "accounting").namespaces["lab"].run_as_user == "lab"
+    assert isinstance(shell, ShellConfig) and shell.accounting is not None
+    assert shell.accounting.namespaces["lab"].run_as_user == "lab"
     assert old.labels == {"a": "1"}, "the running settings are not changed in place"
 
 
