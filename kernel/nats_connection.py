@@ -142,6 +142,17 @@ def denied_subscription(exc: Exception) -> str | None:
     return match.group(1) if match else None
 
 
+_VIOLATION = re.compile(r'permissions violation for (subscription|publish) to "?([^"\s]+)', re.IGNORECASE)
+
+
+def permission_violation(exc: Exception) -> tuple[str, str] | None:
+    """("subscribing to"/"publishing to", subject) of a permissions violation the server reported, else None."""
+    match = _VIOLATION.search(str(exc))
+    if match is None:
+        return None
+    return ("subscribing to" if match.group(1).lower() == "subscription" else "publishing to"), match.group(2)
+
+
 def as_subscribed(text: str, nc: NatsClient | None) -> str:
     """``text`` with each of ``nc``'s subscription subjects spelled as subscribed: nats-py lower-cases the
     server's whole ``-ERR`` line, so ``...SubmitterService.Submit.a`` would print as ``...submitterservice...``."""
@@ -250,11 +261,12 @@ def connect_options(
     on_disconnect: Callable[[], Awaitable[None]] | None = None,
     on_reconnect: Callable[[], Awaitable[None]] | None = None,
     client: Callable[[], NatsClient | None] = lambda: None,
-    on_error: Callable[[Exception], Awaitable[None]] | None = None,
+    on_error: Callable[[Exception], Awaitable[bool | None]] | None = None,
 ) -> dict[str, Any]:
     """Keyword arguments for ``nats.connect`` (pure, so it is tested without a server).
 
     ``client`` returns the connection once made, so the reconnect log can name the server it landed on.
+    ``on_error`` sees each asynchronous error first; when it returns True it has reported it (no log line).
     """
     cap = settings.reconnect_wait_max_s
 
@@ -268,9 +280,9 @@ def connect_options(
         return server, backoff_delay(server.reconnects, cap)
 
     async def error_cb(exc: Exception) -> None:
+        if on_error is not None and await on_error(exc):
+            return  # the caller reports it (e.g. one start-up error naming every refused subject)
         log.warning("NATS (%s): %s: %s", name, type(exc).__name__, as_subscribed(_SSL_REPR.sub("", str(exc)), client()))
-        if on_error is not None:
-            await on_error(exc)
 
     async def disconnected_cb() -> None:
         made = client()
@@ -349,6 +361,10 @@ def credential_options(
     return opts
 
 
+FIRST_CONNECT_RETRY_S = 2
+"""Pause between attempts of the first connection (nats-py's ``reconnect_time_wait``)."""
+
+
 async def connect(
     settings: NatsConnectionSettings,
     name: str,
@@ -356,7 +372,7 @@ async def connect(
     stop: asyncio.Event | None = None,
     on_disconnect: Callable[[], Awaitable[None]] | None = None,
     on_reconnect: Callable[[], Awaitable[None]] | None = None,
-    on_error: Callable[[Exception], Awaitable[None]] | None = None,
+    on_error: Callable[[Exception], Awaitable[bool | None]] | None = None,
 ) -> NatsClient:
     """Connect, retrying forever (nats-py loops itself with ``max_reconnect_attempts=-1``).
 
@@ -365,15 +381,33 @@ async def connect(
     """
     check_credentials(settings)
     made: list[NatsClient] = []
+    said: set[str] = set()
+
+    async def until_connected(exc: Exception) -> bool | None:
+        """Before the first connection each failed attempt is the same news: say each kind once."""
+        if made:
+            return await on_error(exc) if on_error is not None else None
+        why = f"{type(exc).__name__}: {_SSL_REPR.sub('', str(exc))}"
+        if why not in said:
+            said.add(why)
+            log.warning(
+                "NATS (%s): cannot connect to %s (%s); trying again every %g s until it answers",
+                name,
+                ", ".join(settings.servers()),
+                why,
+                FIRST_CONNECT_RETRY_S,
+            )
+        return True
+
     opts = connect_options(
         settings,
         name=name,
         on_disconnect=on_disconnect,
         on_reconnect=on_reconnect,
         client=lambda: made[0] if made else None,
-        on_error=on_error,
+        on_error=until_connected,
     )
-    opts["reconnect_time_wait"] = 2
+    opts["reconnect_time_wait"] = FIRST_CONNECT_RETRY_S
     task = asyncio.ensure_future(nats.connect(**opts))
     if stop is not None:
         stopper = asyncio.ensure_future(stop.wait())

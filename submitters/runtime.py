@@ -200,6 +200,7 @@ class Submitter:
                 on_error=self._on_nats_error,
             )
         self.outbox.nc = self.announcer.nc = self.nc
+        await self._probe_permissions()
         await self.outbox.ensure_stream()
         from interlink_nats.services.bus.rpc import RpcServer
 
@@ -233,7 +234,8 @@ class Submitter:
             self.state_dir,
         )
 
-    async def _on_nats_error(self, exc: Exception) -> None:
+    async def _on_nats_error(self, exc: Exception) -> bool:
+        """Record permission errors; while starting, a refused subscription is said once by the start's error."""
         from interlink_nats.kernel.nats_connection import as_subscribed, denied_subscription
 
         if "permissions violation" in str(exc).lower():
@@ -243,12 +245,24 @@ class Submitter:
         subject = subject and as_subscribed(subject, self.nc)
         if subject is not None:
             self._denied_subscriptions.append(subject)
+        return subject is not None and not self._tasks  # the loops start once serving
+
+    async def _probe_permissions(self) -> None:
+        """Subscribe to the pool's Submit subject once before anything waits (the stream lookup times out after
+        5 s): credentials that cannot serve the pool fail the start at once, in one line."""
+        from interlink_nats.kernel.subjects import rpc_subject
+
+        assert self.nc is not None
+        probe = await self.nc.subscribe(rpc_subject("Submit", self.pool), queue=self.pool)
+        await self._check_subscriptions()
+        await probe.unsubscribe()
 
     async def _check_subscriptions(self) -> None:
         """Fail the start when the server refused one of our subscriptions: serving on would look healthy
         while every request to the pool gets a 503. A flush is a round trip, so any refusal is in by then."""
         assert self.nc is not None
-        await self.nc.flush(timeout=10)
+        for _ in range(2):  # the -ERR precedes the PONG; a second round trip covers a server that sends it late
+            await self.nc.flush(timeout=10)
         if self._denied_subscriptions:
             from interlink_nats.kernel.nats_connection import identity_of
             from interlink_nats.submitters.edge.natsconn import connection_settings

@@ -20,7 +20,7 @@ from typing import Any, cast
 
 import redis.asyncio as aioredis
 import uvicorn
-from interlink_nats.kernel.nats_connection import connect
+from interlink_nats.kernel.nats_connection import as_subscribed, connect, identity_of, permission_violation
 from interlink_nats.kernel.reload import plan_reload, refusal
 from interlink_nats.services.gateway.app import Gateway
 from interlink_nats.services.gateway.http_edge import build_app
@@ -35,7 +35,18 @@ log = logging.getLogger("interlink_nats.gateway")
 @contextlib.asynccontextmanager
 async def running_gateway(settings: GatewaySettings) -> AsyncIterator[Gateway]:
     """A started Gateway (not yet serving HTTP); closes NATS and redis on exit."""
-    nc = await connect(settings.nats, "interlink-gateway")
+    refused: list[tuple[str, str]] = []
+    started = False
+
+    async def on_error(exc: Exception) -> bool:
+        found = permission_violation(exc)
+        if found is None or started:
+            return False
+        refused.append((found[0], as_subscribed(found[1], nc)))
+        return True  # said once, in the start's error
+
+    nc = await connect(settings.nats, "interlink-gateway", on_error=on_error)
+    await _check_credential(nc, settings, refused)
     client: aioredis.Redis | None = aioredis.from_url(settings.redis_url) if settings.redis_url else None
     # redis-py types its async commands as ``Awaitable[T] | T`` (shared with the sync client), which no
     # async protocol can match; at run time redis.asyncio's commands are coroutines, as RedisLike says.
@@ -43,7 +54,13 @@ async def running_gateway(settings: GatewaySettings) -> AsyncIterator[Gateway]:
     gateway = Gateway(settings=settings, nc=nc, store=PodStore(redis), redis=redis)
     resync: asyncio.Task[None] | None = None
     try:
-        await gateway.start()
+        try:
+            await gateway.start()
+        except Exception:
+            await _check_credential(nc, settings, refused)  # a refusal explains the failure better than a timeout
+            raise
+        await _check_credential(nc, settings, refused)
+        started = True
         resync = asyncio.create_task(_redis_watchdog(gateway)) if redis is not None else None
         yield gateway
     finally:
@@ -58,6 +75,29 @@ async def running_gateway(settings: GatewaySettings) -> AsyncIterator[Gateway]:
             await nc.close()
         if client is not None:
             await client.aclose()
+
+
+class CredentialRefused(RuntimeError):
+    """NATS refused what the gateway must do with these credentials: another identity's file (exit 2)."""
+
+    exit_code = 2
+
+
+async def _check_credential(nc: Any, settings: GatewaySettings, refused: list[tuple[str, str]]) -> None:
+    """Fail naming the subjects and the identity when NATS refused the gateway's subscriptions: a pool's seed
+    file given to the gateway connected fine, then its stream creation timed out (``TimeoutError`` after 6 s).
+    A subscription the gateway needs, then a flush (a round trip: any refusal is in by then)."""
+    with contextlib.suppress(Exception):  # a connection lost meanwhile is not this check's to report
+        probe = await nc.subscribe(f"{settings.prefix}.config.*")  # announcements: the gateway listens to them
+        for _ in range(2):  # the -ERR precedes the PONG; a second round trip covers a server that sends it late
+            await nc.flush(timeout=10)
+        await probe.unsubscribe()
+    if refused:
+        what = "; ".join(f"{kind} {subject}" for kind, subject in dict.fromkeys(refused))
+        raise CredentialRefused(
+            f"NATS refused {what} for {identity_of(settings.nats)}: these are not the gateway's credentials "
+            "(--nats-nkey-seed-file, nats.nkey_seed_file: another identity's seed file?)"
+        )
 
 
 async def _redis_watchdog(gateway: Gateway, every_s: float = 5.0) -> None:
