@@ -30,7 +30,7 @@ import nkeys  # type: ignore[import-untyped]  # nkeys ships no type hints (no py
 from nats.aio.client import Client as NatsClient
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
-from .subjects import INBOX_ROOT, Role, inbox_prefix
+from .subjects import EVENTS_STREAM, INBOX_ROOT, SUBMITTER_SERVICE, Role, inbox_prefix
 from .tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
@@ -153,11 +153,23 @@ def permission_violation(exc: Exception) -> tuple[str, str] | None:
     return ("subscribing to" if match.group(1).lower() == "subscription" else "publishing to"), match.group(2)
 
 
+_KNOWN_NAMES = (
+    *(f"$JS.API.{verb}" for verb in ("STREAM.CREATE", "STREAM.INFO", "STREAM.UPDATE", "CONSUMER.CREATE")),
+    *(f"$JS.API.{verb}" for verb in ("CONSUMER.DURABLE.CREATE", "CONSUMER.INFO", "CONSUMER.MSG.NEXT", "INFO")),
+    "$JS.ACK",
+    *(f"$SRV.{verb}" for verb in ("PING", "INFO", "STATS")),
+    EVENTS_STREAM,
+    SUBMITTER_SERVICE,
+)
+"""Names in subjects this code publishes to (JetStream's API, the micro services' pings, the events stream):
+restored as written in a refused publish too."""
+
+
 def as_subscribed(text: str, nc: NatsClient | None) -> str:
     """``text`` with each of ``nc``'s subscription subjects spelled as subscribed: nats-py lower-cases the
     server's whole ``-ERR`` line, so ``...SubmitterService.Submit.a`` would print as ``...submitterservice...``."""
     subs = getattr(nc, "_subs", None) or {}  # nats-py keeps its subscriptions there (sid → Subscription)
-    for subject in {sub.subject for sub in subs.values()}:
+    for subject in {*(sub.subject for sub in subs.values()), *_KNOWN_NAMES}:
         text = re.sub(re.escape(subject), subject.replace("\\", "\\\\"), text, flags=re.IGNORECASE)
     return text
 

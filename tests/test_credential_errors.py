@@ -108,3 +108,16 @@ def test_an_unreachable_nats_at_first_start_is_said_once_with_the_retry_interval
     assert len(lines) == 1, lines
     assert f"cannot connect to nats://127.0.0.1:{port}" in lines[0] and "trying again every 2 s" in lines[0], lines
     assert os.path.exists(tmp_path / "s")  # it had started: only NATS was missing
+
+
+def test_refused_subjects_are_printed_as_written_not_lower_cased() -> None:
+    """nats-py lower-cases the server's whole -ERR line: the subjects are put back as this code spells them."""
+    from types import SimpleNamespace
+
+    from interlink_nats.kernel.nats_connection import as_subscribed
+
+    nc = SimpleNamespace(_subs={1: SimpleNamespace(subject="_INBOX.pool.a.AbC.*")})
+    said = 'nats: permissions violation for subscription to "_inbox.pool.a.abc.*"'
+    assert as_subscribed(said, nc) == 'nats: permissions violation for subscription to "_INBOX.pool.a.AbC.*"'
+    said = 'nats: permissions violation for publish to "$js.api.stream.create.interlink_events"'
+    assert as_subscribed(said, None).endswith('"$JS.API.STREAM.CREATE.INTERLINK_EVENTS"')

@@ -187,6 +187,8 @@ def test_submitter_stops_on_every_stop_signal(how: str, nats_url: str, tmp_path:
     try:
         command.wait_for("serving pool")
         command.assert_nothing_left(command.stop())
+        cause = "the parent process" if how == "parent-killed" else f"{how} received"
+        assert f"stopping: {cause}" in command.log.read_text(), command.log.read_text()  # every stop says why
     finally:
         command.kill()
 
