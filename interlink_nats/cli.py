@@ -14,7 +14,7 @@ import typer
 import typer.main
 from pydantic import BaseModel, SecretStr
 
-from interlink_nats.errors import UsageError, exit_with, extra_for
+from interlink_nats.errors import FAILED, exit_with, extra_for
 from interlink_nats.kernel.logging_setup import setup_logging
 from interlink_nats.kernel.signals import run_until_signal
 from interlink_nats.services.gateway.settings import GatewayNatsSettings, GatewaySettings
@@ -84,10 +84,16 @@ def _need_all_extras() -> None:
         try:
             importlib.import_module(module)
         except ModuleNotFoundError:
-            raise UsageError(
+            raise MissingExtra(
                 f"up runs the gateway and a submitter: it needs the 'all' extra ({module} is not "
                 "installed): pip install 'interlink-nats[all]'"
             ) from None
+
+
+class MissingExtra(RuntimeError):
+    """An install step to name (exit 1, as for every command whose extra is missing: interlink_nats.errors)."""
+
+    exit_code = FAILED
 
 
 _FLAG_LIMITS: dict[str, dict[str, Any]] = {"port": {"min": 0, "max": 65535}}

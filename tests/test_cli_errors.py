@@ -251,20 +251,6 @@ def test_help_shows_flags_not_python_types(argv: list[str], flag: str) -> None:
     assert "<bool>" not in help_line, help_line
 
 
-def test_up_without_one_of_its_parts_points_at_the_all_extra() -> None:
-    """An install with one extra was told to add the other, then lacked nats-server: `up` needs `[all]`."""
-    blocked = "import sys; sys.modules['aiosqlite'] = None; sys.argv[0] = 'interlink-nats'; "
-    result = subprocess.run(
-        [sys.executable, "-c", blocked + "from interlink_nats.cli import main; main()", "up"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert result.returncode == 2, result.stderr
-    lines = [line for line in result.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and "pip install 'interlink-nats[all]'" in lines[0], result.stderr
-
-
 @pytest.mark.parametrize("command", [["nats-config"], ["gateway"], ["submitter", "slurm"], ["controller", "run"]])
 def test_help_at_80_columns_shows_every_option_name_whole(command: list[str]) -> None:
     """rich's table cut 7 of nats-config's option names (``--websocket-po…``) at 80 columns."""
