@@ -81,6 +81,16 @@ def check_credentials(settings: NatsConnectionSettings) -> None:
         check_private(settings.creds_file, "creds file")
 
 
+def credential_problem(settings: NatsConnectionSettings) -> str | None:
+    """What is now wrong with the running credential files (the NATS client reads them again at each
+    reconnection, so a reload says so before a reconnect fails), else None."""
+    try:
+        check_credentials(settings)
+    except ValueError as exc:  # BadCredentialFile
+        return f"{exc}: the next reconnection to NATS will fail"
+    return None
+
+
 class NatsConnectionSettings(BaseModel):
     """Where and how to reach NATS: the ``nats`` section of every process's settings (flags ``--nats-*``,
     ``INTERLINK_<PROCESS>_NATS__<FIELD>``). Secrets are ``SecretStr`` so they never print."""

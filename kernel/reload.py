@@ -5,7 +5,8 @@ running (``live``: a key, or a section all of whose keys are) and which need a r
 the NATS URL, the pool, the backend, the state dir…). The thin apply step then takes :func:`merged`
 (the old settings with only the live keys from the new), so a key that needs a restart keeps its old
 value and the log says so, as nats-server and sshd do. Secret values are compared, never printed:
-the plan holds key names only.
+the plan holds key names only. (The credential files in use are checked again by
+``nats_connection.credential_problem``: I/O, kept out of here.)
 """
 
 from __future__ import annotations

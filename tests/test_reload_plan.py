@@ -49,3 +49,21 @@ def test_a_secret_is_compared_but_never_named_with_its_value() -> None:
     plan = plan_reload(settings(nats={"token": "old-secret"}), settings(nats={"token": "new-secret"}), live=LIVE)
     assert plan.restart == ("nats.token",)
     assert "secret" not in plan.summary()
+
+
+def test_a_reload_says_when_the_credential_file_in_use_went_bad(tmp_path: Path) -> None:
+    """The NATS client reads the seed file again at each reconnection: a reload checks it before that fails."""
+    import nkeys  # type: ignore[import-untyped]
+    from interlink_nats.kernel.nats_connection import NatsConnectionSettings, credential_problem
+
+    seed = tmp_path / "pool.nk"
+    seed.write_bytes(bytes(nkeys.encode_seed(bytes(32), nkeys.PREFIX_BYTE_USER)))
+    seed.chmod(0o600)
+    nats = NatsConnectionSettings(nkey_seed_file=seed)
+    assert credential_problem(nats) is None
+    seed.chmod(0o644)
+    problem = credential_problem(nats)
+    assert problem is not None and "permissions 0644 are too open" in problem and "next reconnection" in problem
+    seed.chmod(0o600)
+    seed.write_text("garbage\n")
+    assert "not an nkey seed" in (credential_problem(nats) or "")

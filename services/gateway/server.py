@@ -20,7 +20,13 @@ from typing import Any, cast
 
 import redis.asyncio as aioredis
 import uvicorn
-from interlink_nats.kernel.nats_connection import as_subscribed, connect, identity_of, permission_violation
+from interlink_nats.kernel.nats_connection import (
+    as_subscribed,
+    connect,
+    credential_problem,
+    identity_of,
+    permission_violation,
+)
 from interlink_nats.kernel.reload import plan_reload, refusal
 from interlink_nats.services.gateway.app import Gateway
 from interlink_nats.services.gateway.http_edge import build_app
@@ -385,3 +391,6 @@ async def _reloads(
         for key in plan.live:
             setattr(settings, key, getattr(new, key))
         log.info("reloaded %s: %s", where, plan.summary())
+        problem = credential_problem(settings.nats)
+        if problem is not None:
+            log.error("%s", problem)

@@ -13,11 +13,13 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from interlink_nats.kernel.nats_connection import credential_problem
 from interlink_nats.kernel.reload import ReloadPlan, merged, plan_reload, refusal
 from interlink_nats.submitters.backends import BACKENDS
 from interlink_nats.submitters.core.backend import Backend
 from interlink_nats.submitters.core.errors import SubmitterError
 from interlink_nats.submitters.edge.announcer import Announcer
+from interlink_nats.submitters.edge.natsconn import connection_settings
 from interlink_nats.submitters.settings import SubmitterSettings
 from pydantic import ValidationError
 
@@ -72,4 +74,7 @@ def reload(
         log.error("reload of %s refused, the running configuration stays: %s", where, exc)
         return None
     log.info("reloaded %s: %s", where, plan.summary())
+    problem = credential_problem(connection_settings(settings))
+    if problem is not None:
+        log.error("%s", problem)
     return settings, plan
