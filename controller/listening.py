@@ -216,7 +216,9 @@ class NatsHub:
             settings.url = data["url"]
         if data.get("inboxPrefix"):
             settings.inbox_prefix = data["inboxPrefix"]
-        options = nats_connection.connect_options(settings, name="kueue-nats", on_reconnect=reconnected)
+        options = nats_connection.connect_options(
+            settings, name="kueue-nats", on_reconnect=reconnected, client=lambda: conn.nc
+        )  # ``client``: a close we asked for logs no "disconnected" line
         if data.get("username"):
             options["user"], options["password"] = data["username"], data.get("password", "")
         if data.get("token"):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import inspect
 import sys
 import typing
@@ -12,7 +14,7 @@ import typer
 import typer.main
 from pydantic import BaseModel, SecretStr
 
-from interlink_nats.errors import exit_with, extra_for
+from interlink_nats.errors import FAILED, exit_with, extra_for
 from interlink_nats.kernel.logging_setup import setup_logging
 from interlink_nats.kernel.signals import run_until_signal
 from interlink_nats.services.gateway.settings import GatewayNatsSettings, GatewaySettings
@@ -62,6 +64,7 @@ def up(
     ] = False,
 ) -> None:
     """Start an embedded stack: nats-server on a free port, the gateway, and a shell submitter for one pool."""
+    _need_all_extras()
     from interlink_nats.up import run_stack
 
     setup_logging(log_level)
@@ -70,6 +73,27 @@ def up(
             stop, http_port=http_port, host=host, pool=pool, state_dir=state_dir, insecure_no_auth=insecure_no_auth
         )
     )
+
+
+def _need_all_extras() -> None:
+    """``up`` runs every part: a missing module points at ``[all]``, not at the one other extra it belongs to
+    (an install with ``[gateway]`` was told to add ``[submitter]``, then lacked the nats-server binary)."""
+    import importlib
+
+    for module in ("aiosqlite", "uvicorn", "starlette", "redis"):
+        try:
+            importlib.import_module(module)
+        except ModuleNotFoundError:
+            raise MissingExtra(
+                f"up runs the gateway and a submitter: it needs the 'all' extra ({module} is not "
+                "installed): pip install 'interlink-nats[all]'"
+            ) from None
+
+
+class MissingExtra(RuntimeError):
+    """An install step to name (exit 1, as for every command whose extra is missing: interlink_nats.errors)."""
+
+    exit_code = FAILED
 
 
 _FLAG_LIMITS: dict[str, dict[str, Any]] = {"port": {"min": 0, "max": 65535}}
@@ -124,6 +148,14 @@ def gateway(
     from interlink_nats.services.gateway.server import serve
 
     setup_logging(log_level, json_logs)
+    settings = _gateway_settings(config, flags)
+    hangups = asyncio.Event()  # SIGHUP re-reads the file (a daemon, as nats-server); `up` stops on it instead
+    reread = functools.partial(_gateway_settings, config, flags)
+    run_until_signal(lambda stop: serve(settings, stop, hangups=hangups, reread=reread), reload=hangups)
+
+
+def _gateway_settings(config: Path | None, flags: dict[str, Any]) -> GatewaySettings:
+    """Flags > environment > file > defaults; the NATS flags (``--nats-*``) go to the ``nats`` section."""
     given = {key: value for key, value in flags.items() if value is not None}
     nats = {key.removeprefix("nats_"): value for key, value in given.items() if key.startswith("nats_")}
     settings = GatewaySettings.load(
@@ -131,7 +163,7 @@ def gateway(
     )
     if nats:
         settings.nats = settings.nats.model_copy(update=nats)
-    run_until_signal(lambda stop: serve(settings, stop))
+    return settings
 
 
 def _register_gateway() -> None:
@@ -191,7 +223,9 @@ def _tidy_help(command: Any) -> Any:
     """--help without typer's Python type names: a flag shows no ``<bool>``, a repeatable option ``<str>...``.
 
     Typer 0.29 prints each option's annotation (``<bool>``, ``<list[str]>``); an operator reads flags, not types.
+    Click's own layout, not rich's table: at 80 columns the table cut long names (``--websocket-po…``).
     """
+    command.rich_markup_mode = None
     for param in command.params:
         if getattr(param, "is_flag", False):
             param.metavar = ""
@@ -216,8 +250,9 @@ def main() -> None:
     import click
 
     # Typer ≥ 0.29 raises its own copy of click's exceptions (typer.TyperException), not click's.
+    root = _tidy_help(typer.main.get_command(app))
     try:
-        code = _tidy_help(typer.main.get_command(app)).main(standalone_mode=False, prog_name="interlink-nats")
+        code = root.main(standalone_mode=False, prog_name="interlink-nats")
     except (click.exceptions.Abort, typer.Abort):
         raise SystemExit(130) from None
     except (click.ClickException, typer.TyperException) as exc:  # usage errors: a bad option, BadParameter
@@ -235,8 +270,15 @@ def main() -> None:
         print(f"interlink-nats: error: {exc.format_message()}{hint}", file=sys.stderr)
         raise SystemExit(getattr(exc, "exit_code", 2)) from None
     except Exception as exc:
-        exit_with(exc)
+        exit_with(exc, flags=_flags_of(root, sys.argv[1:]))
     raise SystemExit(code if isinstance(code, int) else 0)
+
+
+def _flags_of(command: Any, argv: list[str]) -> set[str]:
+    """The options of the (sub)command ``argv`` ran: an error names a flag only when the user could type it."""
+    for arg in argv:
+        command = getattr(command, "commands", {}).get(arg, command)  # typer's groups are not click.Group
+    return {name for param in command.params for name in (*param.opts, *param.secondary_opts)}
 
 
 if __name__ == "__main__":

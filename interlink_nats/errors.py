@@ -12,6 +12,7 @@ import json
 import os
 import sys
 import traceback
+from collections.abc import Collection
 
 from interlink_nats.kernel.errors import BAD_INPUT, UsageError
 
@@ -39,24 +40,32 @@ def extra_for(module: str | None) -> str | None:
     return EXTRAS.get((module or "").split(".")[0])
 
 
-def _setting(loc: tuple[int | str, ...], *, flag: bool = True) -> str:
-    """A setting as the user may have typed it: the flag (``--nats-url``) and the config key (``nats.url``)."""
+def _setting(loc: tuple[int | str, ...], *, flag: bool = True, flags: Collection[str] | None = None) -> str:
+    """A setting as the user may have typed it: the flag (``--nats-url``) and the config key (``nats.url``).
+
+    ``flags``: the options of the command that ran; a flag is only named when it is one of them (a backend's
+    section key is its command's bare flag, ``slurm.partition`` → ``--partition``), else the key alone."""
     key = ".".join(str(p) for p in loc)
     if not key or not flag:
         return key or "settings"
-    option = "--" + "-".join(str(p) for p in loc if isinstance(p, str)).replace("_", "-")
-    return f"{option} (config key {key})"
+    names = [str(p).replace("_", "-") for p in loc if isinstance(p, str)]
+    candidates = [f"--{'-'.join(names)}", f"--{names[-1]}"] if names else []
+    if flags is not None:
+        candidates = [option for option in candidates if option in flags]
+    if not candidates:
+        return key
+    return f"{candidates[0]} (config key {key})"
 
 
-def describe(exc: BaseException) -> tuple[str, int]:
-    """The one line and the exit code for ``exc``."""
+def describe(exc: BaseException, flags: Collection[str] | None = None) -> tuple[str, int]:
+    """The one line and the exit code for ``exc``; ``flags``: the running command's options (see ``_setting``)."""
     # Imported here: the base install may lack the gateway's or the controller's extras.
     import yaml
     from pydantic import ValidationError
 
     if isinstance(exc, ValidationError):
         problems = "; ".join(
-            f"{_setting(e['loc'], flag=e['type'] != 'extra_forbidden')}: {e['msg']}"  # an unknown key has no flag
+            f"{_setting(e['loc'], flag=e['type'] != 'extra_forbidden', flags=flags)}: {e['msg']}"  # unknown: no flag
             for e in exc.errors(include_url=False)
         )
         return f"invalid settings: {problems}", BAD_INPUT
@@ -87,9 +96,9 @@ def describe(exc: BaseException) -> tuple[str, int]:
     return f"{kind.__name__}: {exc}", FAILED
 
 
-def exit_with(exc: BaseException, program: str = "interlink-nats") -> None:
+def exit_with(exc: BaseException, program: str = "interlink-nats", flags: Collection[str] | None = None) -> None:
     """Print ``exc`` as one line (plus the traceback under INTERLINK_NATS_DEBUG=1) and exit."""
-    line, code = describe(exc)
+    line, code = describe(exc, flags)
     if os.environ.get("INTERLINK_NATS_DEBUG"):
         traceback.print_exception(exc, file=sys.stderr)
     print(f"{program}: error: {line}", file=sys.stderr)

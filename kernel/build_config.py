@@ -8,6 +8,7 @@ document into proto3-JSON names here, then parse it with the generated ``BuildCo
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 from .flavors import check_flavors
@@ -29,11 +30,16 @@ def build_config_section(document: dict[str, Any]) -> dict[str, Any]:
     return document
 
 
-def proto_names(data: dict[str, Any]) -> dict[str, Any]:
+def proto_names(data: dict[str, Any], runtimes: Collection[str] = ()) -> dict[str, Any]:
     """``data`` with a short runtime name (``apptainer``) spelled as its enum (``CONTAINER_RUNTIME_APPTAINER``);
-    its flavor table checked first (ValueError naming the key), as the generated parser names no flavor."""
+    its flavor table checked first (ValueError naming the key), as the generated parser names no flavor.
+
+    ``runtimes``: the enum's short names (the caller has the generated code); another runtime is refused
+    naming them as a site file spells them, not as ``Unknown value CONTAINER_RUNTIME_DOCKERR``."""
     fixed = check_flavors(dict(data))
     runtime = fixed.get("runtime")
     if isinstance(runtime, str) and not runtime.upper().startswith("CONTAINER_RUNTIME_"):
+        if runtimes and runtime.lower() not in runtimes:
+            raise ValueError(f"runtime: unknown value {runtime!r}: one of {', '.join(runtimes)}")
         fixed["runtime"] = f"CONTAINER_RUNTIME_{runtime.upper()}"
     return fixed

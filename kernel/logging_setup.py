@@ -50,3 +50,5 @@ def setup_logging(level: str = "info", json_lines: bool = False) -> None:
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
     logging.getLogger("nats").setLevel(logging.WARNING)
+    asyncio_log = logging.getLogger("asyncio")  # closing a TLS connection to NATS: noise, nothing to act on
+    asyncio_log.filters[:] = [lambda record: "eof_received() has no effect" not in record.getMessage()]

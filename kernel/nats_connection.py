@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import random
 import re
 import ssl
@@ -29,7 +30,7 @@ import nkeys  # type: ignore[import-untyped]  # nkeys ships no type hints (no py
 from nats.aio.client import Client as NatsClient
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
-from .subjects import INBOX_ROOT, Role, inbox_prefix
+from .subjects import EVENTS_STREAM, INBOX_ROOT, SUBMITTER_SERVICE, Role, inbox_prefix
 from .tasks import cancel_and_wait
 
 log = logging.getLogger(__name__)
@@ -45,14 +46,49 @@ class BadCredentialFile(ValueError):
     exit_code = 2
 
 
+def check_private(path: Path, what: str) -> None:
+    """Refuse a credential file of ours that others may read or write, as ssh refuses such a private key.
+
+    As ssh does, only a file owned by this process's user is judged: ``root:interlink 0640`` (root owns it,
+    the service's group reads it) and a Kubernetes Secret volume are the admin's choice, not an accident."""
+    try:
+        info = path.stat()
+    except OSError as exc:
+        raise BadCredentialFile(f"{what} {path}: {exc.strerror or exc}") from None
+    if info.st_uid == os.geteuid() and info.st_mode & 0o077:
+        raise BadCredentialFile(
+            f"{what} {path}: permissions {info.st_mode & 0o777:04o} are too open (others may read it): "
+            f"chmod 600 {path}, as ssh asks of a private key"
+        )
+
+
 def check_seed_file(seed_file: Path) -> None:
     """Fail at start, naming the file, when it holds no nkey seed (else nats-py fails on every reconnect)."""
+    check_private(seed_file, "nkey seed file")
     try:
         _public_key(seed_file)
     except OSError as exc:
         raise BadCredentialFile(f"nkey seed file {seed_file}: {exc.strerror or exc}") from None
     except (ValueError, nkeys.NkeysError) as exc:
         raise BadCredentialFile(f"nkey seed file {seed_file}: not an nkey seed (SU…): {exc}") from None
+
+
+def check_credentials(settings: NatsConnectionSettings) -> None:
+    """The credential files the settings name are private and hold what they must (BadCredentialFile: exit 2)."""
+    if settings.nkey_seed_file is not None:
+        check_seed_file(settings.nkey_seed_file)
+    if settings.creds_file is not None:
+        check_private(settings.creds_file, "creds file")
+
+
+def credential_problem(settings: NatsConnectionSettings) -> str | None:
+    """What is now wrong with the running credential files (the NATS client reads them again at each
+    reconnection, so a reload says so before a reconnect fails), else None."""
+    try:
+        check_credentials(settings)
+    except ValueError as exc:  # BadCredentialFile
+        return f"{exc}: the next reconnection to NATS will fail"
+    return None
 
 
 class NatsConnectionSettings(BaseModel):
@@ -114,6 +150,38 @@ def denied_subscription(exc: Exception) -> str | None:
     """The subject of a "Permissions Violation for Subscription" the server reported, else None."""
     match = _SUBSCRIBE_DENIED.search(str(exc))
     return match.group(1) if match else None
+
+
+_VIOLATION = re.compile(r'permissions violation for (subscription|publish) to "?([^"\s]+)', re.IGNORECASE)
+
+
+def permission_violation(exc: Exception) -> tuple[str, str] | None:
+    """("subscribing to"/"publishing to", subject) of a permissions violation the server reported, else None."""
+    match = _VIOLATION.search(str(exc))
+    if match is None:
+        return None
+    return ("subscribing to" if match.group(1).lower() == "subscription" else "publishing to"), match.group(2)
+
+
+_KNOWN_NAMES = (
+    *(f"$JS.API.{verb}" for verb in ("STREAM.CREATE", "STREAM.INFO", "STREAM.UPDATE", "CONSUMER.CREATE")),
+    *(f"$JS.API.{verb}" for verb in ("CONSUMER.DURABLE.CREATE", "CONSUMER.INFO", "CONSUMER.MSG.NEXT", "INFO")),
+    "$JS.ACK",
+    *(f"$SRV.{verb}" for verb in ("PING", "INFO", "STATS")),
+    EVENTS_STREAM,
+    SUBMITTER_SERVICE,
+)
+"""Names in subjects this code publishes to (JetStream's API, the micro services' pings, the events stream):
+restored as written in a refused publish too."""
+
+
+def as_subscribed(text: str, nc: NatsClient | None) -> str:
+    """``text`` with each of ``nc``'s subscription subjects spelled as subscribed: nats-py lower-cases the
+    server's whole ``-ERR`` line, so ``...SubmitterService.Submit.a`` would print as ``...submitterservice...``."""
+    subs = getattr(nc, "_subs", None) or {}  # nats-py keeps its subscriptions there (sid → Subscription)
+    for subject in {*(sub.subject for sub in subs.values()), *_KNOWN_NAMES}:
+        text = re.sub(re.escape(subject), subject.replace("\\", "\\\\"), text, flags=re.IGNORECASE)
+    return text
 
 
 _SSL_REPR = re.compile(r" ssl:(<[^>]*>|default|None|True|False)")
@@ -215,11 +283,12 @@ def connect_options(
     on_disconnect: Callable[[], Awaitable[None]] | None = None,
     on_reconnect: Callable[[], Awaitable[None]] | None = None,
     client: Callable[[], NatsClient | None] = lambda: None,
-    on_error: Callable[[Exception], Awaitable[None]] | None = None,
+    on_error: Callable[[Exception], Awaitable[bool | None]] | None = None,
 ) -> dict[str, Any]:
     """Keyword arguments for ``nats.connect`` (pure, so it is tested without a server).
 
     ``client`` returns the connection once made, so the reconnect log can name the server it landed on.
+    ``on_error`` sees each asynchronous error first; when it returns True it has reported it (no log line).
     """
     cap = settings.reconnect_wait_max_s
 
@@ -233,12 +302,14 @@ def connect_options(
         return server, backoff_delay(server.reconnects, cap)
 
     async def error_cb(exc: Exception) -> None:
-        log.warning("NATS (%s): %s: %s", name, type(exc).__name__, _SSL_REPR.sub("", str(exc)))
-        if on_error is not None:
-            await on_error(exc)
+        if on_error is not None and await on_error(exc):
+            return  # the caller reports it (e.g. one start-up error naming every refused subject)
+        log.warning("NATS (%s): %s: %s", name, type(exc).__name__, as_subscribed(_SSL_REPR.sub("", str(exc)), client()))
 
     async def disconnected_cb() -> None:
-        log.info("NATS (%s) disconnected (reconnecting with back-off unless closing)", name)
+        made = client()
+        if made is None or not (made.is_closed or made.is_draining):  # a stop we asked for is no news
+            log.info("NATS (%s) disconnected; reconnecting with back-off", name)
         if on_disconnect is not None:
             await on_disconnect()
 
@@ -312,6 +383,10 @@ def credential_options(
     return opts
 
 
+FIRST_CONNECT_RETRY_S = 2
+"""Pause between attempts of the first connection (nats-py's ``reconnect_time_wait``)."""
+
+
 async def connect(
     settings: NatsConnectionSettings,
     name: str,
@@ -319,25 +394,42 @@ async def connect(
     stop: asyncio.Event | None = None,
     on_disconnect: Callable[[], Awaitable[None]] | None = None,
     on_reconnect: Callable[[], Awaitable[None]] | None = None,
-    on_error: Callable[[Exception], Awaitable[None]] | None = None,
+    on_error: Callable[[Exception], Awaitable[bool | None]] | None = None,
 ) -> NatsClient:
     """Connect, retrying forever (nats-py loops itself with ``max_reconnect_attempts=-1``).
 
     Returns once connected; raises NatsConnectError if ``stop`` is set first. Errors that
     retrying cannot fix (a malformed URL, an unreadable creds file) are raised at once.
     """
-    if settings.nkey_seed_file is not None:
-        check_seed_file(settings.nkey_seed_file)
+    check_credentials(settings)
     made: list[NatsClient] = []
+    said: set[str] = set()
+
+    async def until_connected(exc: Exception) -> bool | None:
+        """Before the first connection each failed attempt is the same news: say each kind once."""
+        if made:
+            return await on_error(exc) if on_error is not None else None
+        why = f"{type(exc).__name__}: {_SSL_REPR.sub('', str(exc))}"
+        if why not in said:
+            said.add(why)
+            log.warning(
+                "NATS (%s): cannot connect to %s (%s); trying again every %g s until it answers",
+                name,
+                ", ".join(settings.servers()),
+                why,
+                FIRST_CONNECT_RETRY_S,
+            )
+        return True
+
     opts = connect_options(
         settings,
         name=name,
         on_disconnect=on_disconnect,
         on_reconnect=on_reconnect,
         client=lambda: made[0] if made else None,
-        on_error=on_error,
+        on_error=until_connected,
     )
-    opts["reconnect_time_wait"] = 2
+    opts["reconnect_time_wait"] = FIRST_CONNECT_RETRY_S
     task = asyncio.ensure_future(nats.connect(**opts))
     if stop is not None:
         stopper = asyncio.ensure_future(stop.wait())

@@ -5,16 +5,23 @@ dropped) and the death of the parent process (a supervisor killed with -9): each
 ``stop`` event, so the process drains and removes what it made instead of dying mid-call and
 leaving a nats-server, jobs or a temp dir behind. ``nohup`` (SIGHUP ignored at start) is respected:
 the user asked the process to outlive its terminal, so neither SIGHUP nor the parent's death stops it.
+
+A daemon (the submitter, the gateway) passes ``reload``: SIGHUP then sets that event instead of stopping,
+as nats-server, slurmctld and sshd re-read their configuration on HUP; ``up``, a terminal program, does not.
+Every stop logs one line naming its cause (a fatal error is the CLI's one error line instead).
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import signal
 from collections.abc import Awaitable, Callable
 
 from .tasks import cancel_and_wait
+
+log = logging.getLogger("interlink_nats.signals")
 
 PARENT_POLL_S = 0.5
 """How often the parent is looked at (``getppid`` is a cheap system call)."""
@@ -34,20 +41,37 @@ async def _parent_gone(parent: int) -> None:
             return
 
 
-def run_until_signal(main: Callable[[asyncio.Event], Awaitable[None]]) -> None:
-    """Run ``main(stop)``; a stop signal or the parent's death sets ``stop`` so it can drain."""
+def _stopper(stop: asyncio.Event, cause: str) -> Callable[[], None]:
+    """A handler that logs ``cause`` once (a second Ctrl-C while draining says nothing new) and sets ``stop``."""
+
+    def handler() -> None:
+        if not stop.is_set():
+            log.info("stopping: %s", cause)
+        stop.set()
+
+    return handler
+
+
+def run_until_signal(main: Callable[[asyncio.Event], Awaitable[None]], *, reload: asyncio.Event | None = None) -> None:
+    """Run ``main(stop)``; a stop signal or the parent's death sets ``stop`` so it can drain.
+
+    With ``reload``, SIGHUP sets it instead (``main`` re-reads its configuration and clears it)."""
 
     async def runner() -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         signals = stop_signals()
         for sig in signals:
-            loop.add_signal_handler(sig, stop.set)
+            if sig == signal.SIGHUP and reload is not None:
+                loop.add_signal_handler(sig, reload.set)
+            else:
+                loop.add_signal_handler(sig, _stopper(stop, f"{sig.name} received"))
         watch: asyncio.Task[None] | None = None
         parent = os.getppid()
         if signal.SIGHUP in signals and parent > 1:  # started by init/systemd (or PID 1 itself): no parent to watch
             watch = asyncio.create_task(_parent_gone(parent), name="parent-watch")
-            watch.add_done_callback(lambda _: stop.set())
+            gone = _stopper(stop, f"the parent process ({parent}) died")
+            watch.add_done_callback(lambda task: None if task.cancelled() else gone())
         try:
             await main(stop)
         finally:

@@ -8,6 +8,8 @@ file (``--config``, YAML or TOML); the command line wins, then the environment, 
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import inspect
 import os
 from collections.abc import Callable
@@ -71,6 +73,7 @@ LOG_OPTIONS = (_option("log_level", LogOpt, "info"), _option("json_logs", JsonOp
 
 
 def _serve(config: Path | None, log_level: str, json_logs: bool, overrides: dict[str, Any]) -> None:
+    from interlink_nats.kernel.nats_connection import check_credentials
     from interlink_nats.submitters.runtime import run_submitter
     from interlink_nats.submitters.settings import SubmitterSettings
 
@@ -78,8 +81,12 @@ def _serve(config: Path | None, log_level: str, json_logs: bool, overrides: dict
     # Invalid settings (ValidationError, ConfigFileError) and start-up failures leave through the CLI's one
     # error boundary (interlink_nats.errors): one line, exit 2 for bad input, 1 for a failed start.
     settings = SubmitterSettings.load(config, **overrides)
+    settings.read_build_config()  # a broken BuildConfig or credential file is bad input too: said before
+    check_credentials(settings.nats)  # anything starts (exit 2)
     freeze_long_lived()  # start-up (modules, settings) leaves the collector's scans; see kernel/gc_tuning.py
-    run_until_signal(lambda stop: run_submitter(settings, stop))
+    hangups = asyncio.Event()  # SIGHUP re-reads the file: a daemon, as nats-server and slurmctld
+    reread = functools.partial(SubmitterSettings.load, config, **overrides)
+    run_until_signal(lambda stop: run_submitter(settings, stop, hangups=hangups, reread=reread), reload=hangups)
 
 
 def _backend_command(name: str, entry: BackendEntry) -> Callable[..., None]:

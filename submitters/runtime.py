@@ -36,6 +36,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from interlink_nats.gen.interlink_nats import v1 as pb
@@ -205,6 +206,7 @@ class Submitter:
                 on_error=self._on_nats_error,
             )
         self.outbox.nc = self.announcer.nc = self.nc
+        await self._probe_permissions()
         await self.outbox.ensure_stream()
         from interlink_nats.services.bus.rpc import RpcServer
 
@@ -238,20 +240,35 @@ class Submitter:
             self.state_dir,
         )
 
-    async def _on_nats_error(self, exc: Exception) -> None:
-        from interlink_nats.kernel.nats_connection import denied_subscription
+    async def _on_nats_error(self, exc: Exception) -> bool:
+        """Record permission errors; while starting, a refused subscription is said once by the start's error."""
+        from interlink_nats.kernel.nats_connection import as_subscribed, denied_subscription
 
         if "permissions violation" in str(exc).lower():
-            self.permission_errors = [*self.permission_errors[-(KEPT_PERMISSION_ERRORS - 1) :], str(exc)]
+            said = as_subscribed(str(exc), self.nc)
+            self.permission_errors = [*self.permission_errors[-(KEPT_PERMISSION_ERRORS - 1) :], said]
         subject = denied_subscription(exc)
+        subject = subject and as_subscribed(subject, self.nc)
         if subject is not None:
             self._denied_subscriptions.append(subject)
+        return subject is not None and not self._tasks  # the loops start once serving
+
+    async def _probe_permissions(self) -> None:
+        """Subscribe to the pool's Submit subject once before anything waits (the stream lookup times out after
+        5 s): credentials that cannot serve the pool fail the start at once, in one line."""
+        from interlink_nats.kernel.subjects import rpc_subject
+
+        assert self.nc is not None
+        probe = await self.nc.subscribe(rpc_subject("Submit", self.pool), queue=self.pool)
+        await self._check_subscriptions()
+        await probe.unsubscribe()
 
     async def _check_subscriptions(self) -> None:
         """Fail the start when the server refused one of our subscriptions: serving on would look healthy
         while every request to the pool gets a 503. A flush is a round trip, so any refusal is in by then."""
         assert self.nc is not None
-        await self.nc.flush(timeout=10)
+        for _ in range(2):  # the -ERR precedes the PONG; a second round trip covers a server that sends it late
+            await self.nc.flush(timeout=10)
         if self._denied_subscriptions:
             from interlink_nats.kernel.nats_connection import identity_of
             from interlink_nats.submitters.edge.natsconn import connection_settings
@@ -310,6 +327,16 @@ class Submitter:
     async def _held_specs(self) -> list[bytes]:
         """The stored JobScripts of this instance's unfinished jobs (what they hold, for the ResourceReport)."""
         return [row.spec for row in await self._reg().live(self.instance_id)]
+
+    async def reload_settings(self, reread: Callable[[], SubmitterSettings]) -> None:
+        """SIGHUP: re-read the configuration, apply what can change while serving (``edge.reload``), announce."""
+        from interlink_nats.submitters.edge.reload import reload
+
+        done = reload(self.settings, reread, self.announcer, self.backend)
+        if done is not None:
+            self.settings = done[0]
+            if done[1].live and self.nc is not None and self.nc.is_connected:
+                await self.announcer.announce()
 
     # Recovery and polling ---------------------------------------------------------------------
 
@@ -407,8 +434,16 @@ class Submitter:
         return self.settings.poll_interval_s
 
 
-async def run_submitter(settings: SubmitterSettings, stop_event: asyncio.Event | None = None) -> None:
+async def run_submitter(
+    settings: SubmitterSettings,
+    stop_event: asyncio.Event | None = None,
+    *,
+    hangups: asyncio.Event | None = None,
+    reread: Callable[[], SubmitterSettings] | None = None,
+) -> None:
     """Serve until ``stop_event`` is set (forever when None), then stop gracefully.
+
+    Each time ``hangups`` is set (SIGHUP, ``kernel.signals``) the configuration is re-read with ``reread``.
 
     With ``probe_port`` set, /healthz and /metrics answer from before the NATS connection is made, so a
     submitter that cannot reach NATS is visible as unhealthy rather than silent.
@@ -430,9 +465,29 @@ async def run_submitter(settings: SubmitterSettings, stop_event: asyncio.Event |
         except NatsConnectError:
             return
         try:
-            await stop_event.wait()
+            await _serve_until(submitter, stop_event, hangups, reread)
         finally:
             await submitter.stop()
     finally:
         if probes is not None:
             probes.close()
+
+
+async def _serve_until(
+    submitter: Submitter,
+    stop: asyncio.Event,
+    hangups: asyncio.Event | None,
+    reread: Callable[[], SubmitterSettings] | None,
+) -> None:
+    """Wait for ``stop``; meanwhile each hang-up reloads the configuration."""
+    while hangups is not None and reread is not None:
+        waits = [asyncio.ensure_future(stop.wait()), asyncio.ensure_future(hangups.wait())]
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            await cancel_and_wait(*waits)
+        if stop.is_set():
+            return
+        hangups.clear()
+        await submitter.reload_settings(reread)
+    await stop.wait()

@@ -29,13 +29,16 @@ from pydantic_settings import SettingsConfigDict
 
 ENV_PREFIX = "INTERLINK_SUBMITTER_"
 
+RUNTIMES = tuple(runtime.name.lower() for runtime in pb.ContainerRuntime if runtime.value)
+"""``runtime:`` as a site file spells it (``apptainer``…): what an unknown one's error lists."""
+
 
 def parse_build_config(data: dict[str, Any] | None, *, where: str = "build_config") -> pb.BuildConfig:
     """A BuildConfig from its proto3-JSON form (camelCase or snake_case keys; enum names short or full)."""
     if not data:
         return pb.BuildConfig()
     try:
-        return pb.BuildConfig.from_dict(proto_names(data))
+        return pb.BuildConfig.from_dict(proto_names(data, RUNTIMES))
     except (KeyError, ValueError, TypeError) as exc:
         raise ConfigFileError(f"invalid {where}: {exc}") from exc
 

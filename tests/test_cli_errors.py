@@ -41,6 +41,11 @@ def files(tmp_path: Path) -> dict[str, Path]:
         "bc_flavor": tmp_path / "bc-flavor.yaml",
         "pod": tmp_path / "pod.json",
         "seed_site": tmp_path / "seed-site.yaml",
+        "open_seed": tmp_path / "open.nk",
+        "open_seed_site": tmp_path / "open-seed-site.yaml",
+        "slurm_timeout": tmp_path / "slurm-timeout.yaml",
+        "dockerr": tmp_path / "dockerr.yaml",
+        "spaced_pool": tmp_path / "spaced-pool.yaml",
     }
     made["bad_yaml"].write_text("a: [\n")
     made["bad_json"].write_text("{bad\n")
@@ -51,7 +56,19 @@ def files(tmp_path: Path) -> dict[str, Path]:
     made["mq_int_flavors"].write_text(head + "spec: {template: {cohort: c}, flavors: 3}\n")
     made["mq_int_flavor"].write_text(head + "spec: {template: {cohort: c}, flavors: [{name: f, natsFlavor: 7}]}\n")
     made["seed"].write_text("garbage\n")
+    made["seed"].chmod(0o600)
     made["seed_site"].write_text(f"nats_nkey_seed_file: {made['seed']}\nstate_dir: {tmp_path / 'state'}\n")
+    made["open_seed"].write_text("SUAGARBAGE\n")
+    made["open_seed"].chmod(0o644)  # what a plain `cat > pool.nk` leaves
+    made["open_seed_site"].write_text(
+        f"pool: a\nnats: {{url: 'nats://127.0.0.1:9', nkey_seed_file: {made['open_seed']}}}\n"
+        f"state_dir: {tmp_path / 'state'}\n"
+    )
+    made["slurm_timeout"].write_text(
+        f"pool: a\nbackend: slurm\nstate_dir: {tmp_path / 'state'}\nslurm: {{command_timeout_s: 0}}\n"
+    )
+    made["dockerr"].write_text(f"pool: a\nstate_dir: {tmp_path / 'state'}\nbuild_config: {{runtime: dockerr}}\n")
+    made["spaced_pool"].write_text("port: 0\ndefault_pool: hpc a\n")
     made["bc_typo"].write_text("runtime: apptainer\nmemory_limitt: 3\n")
     made["bc_flavor"].write_text(
         f"pool: a\nstate_dir: {tmp_path / 'state'}\nbuild_config:\n  flavors:\n    gpu: {{cpu: '4'}}\n"
@@ -135,6 +152,32 @@ CASES = {
         "'--response-expires'",
     ),
     "controller, an unknown option": (["controller", "render", "--nope"], "No such option"),
+    # Issue 42: each of these was a traceback, a word-less acceptance, or named what the user never wrote.
+    "gateway, a seed file others can read": (
+        ["gateway", "--nats-nkey-seed-file", "{open_seed}", "--nats-url", "nats://127.0.0.1:9", "--port", "0"],
+        "open.nk: permissions 0644 are too open",
+    ),
+    "submitter, a seed file others can read": (["submitter", "run", "--config", "{open_seed_site}"], "chmod 600"),
+    "gateway, default_pool that is no pool name": (
+        ["gateway", "--config", "{spaced_pool}"],
+        "(config key default_pool): Value error, invalid pool name 'hpc a'",
+    ),
+    "gateway --default-pool that is no pool name": (
+        ["gateway", "--port", "0", "--default-pool", "hpc a"],
+        "--default-pool (config key default_pool): Value error, invalid pool name 'hpc a'",
+    ),
+    "submitter, a backend key that has no flag": (  # was '--slurm-command-timeout-s', a flag nowhere
+        ["submitter", "run", "--config", "{slurm_timeout}"],
+        "invalid settings: slurm.command_timeout_s: Input should be greater than 0",
+    ),
+    "submitter, an unknown runtime": (
+        ["submitter", "run", "--config", "{dockerr}"],
+        "runtime: unknown value 'dockerr': one of apptainer, singularity, podman, none",
+    ),
+    "render --build-config, an unknown runtime": (
+        ["render", "{pod}", "--build-config", "{dockerr}"],
+        "runtime: unknown value 'dockerr': one of",
+    ),
     # Unsafe defaults said out loud: a network address without a bearer token runs anyone's pods.
     "up --host 0.0.0.0 without --insecure-no-auth": (["up", "--host", "0.0.0.0"], "--insecure-no-auth"),
     "gateway --host 0.0.0.0 without a token": (["gateway", "--host", "0.0.0.0", "--port", "0"], "--bearer-token-file"),
@@ -206,3 +249,20 @@ def test_help_shows_flags_not_python_types(argv: list[str], flag: str) -> None:
     assert "<bool>" not in line and "list[" not in line, line
     help_line = next(line for line in result.stdout.splitlines() if "--help" in line)  # click adds it per call
     assert "<bool>" not in help_line, help_line
+
+
+@pytest.mark.parametrize("command", [["nats-config"], ["gateway"], ["submitter", "slurm"], ["controller", "run"]])
+def test_help_at_80_columns_shows_every_option_name_whole(command: list[str]) -> None:
+    """rich's table cut 7 of nats-config's option names (``--websocket-po…``) at 80 columns."""
+    import typer.main
+
+    from interlink_nats.cli import app
+
+    leaf = typer.main.get_command(app)
+    for name in command:
+        leaf = leaf.commands[name]  # type: ignore[attr-defined]  # typer's groups have them
+    result = run_cli(*command, "--help", env={"COLUMNS": "80"})
+    assert result.returncode == 0, result.stderr
+    words = set(result.stdout.replace(",", " ").split())
+    missing = [opt for param in leaf.params for opt in (*param.opts, *param.secondary_opts) if opt not in words]
+    assert not missing, result.stdout

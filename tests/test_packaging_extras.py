@@ -64,7 +64,12 @@ def test_the_submitter_extra_brings_nothing_of_the_gateway_or_the_controller() -
 
 @pytest.mark.parametrize(
     ("args", "extra"),
-    [(["render", "pod.json"], "gateway"), (["gateway"], "gateway"), (["controller", "run"], "controller")],
+    [
+        (["render", "pod.json"], "gateway"),
+        (["gateway"], "gateway"),
+        (["controller", "run"], "controller"),
+        (["up"], "all"),  # was pointed at [gateway], the one other extra, then lacked the nats-server binary
+    ],
 )
 def test_commands_of_a_missing_extra_name_it(args: list[str], extra: str) -> None:
     result = subprocess.run([*WITHOUT_EXTRAS, *args], capture_output=True, text=True, timeout=120)

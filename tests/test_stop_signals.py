@@ -1,4 +1,5 @@
-"""Every long-lived command stops cleanly on SIGINT, SIGTERM, SIGHUP and its parent's death.
+"""Every long-lived command stops cleanly on SIGINT, SIGTERM, its parent's death, and SIGHUP where it is
+not a daemon (``up``, the controller; the submitter and the gateway re-read their configuration on it).
 
 Before: SIGHUP (the terminal closed, the SSH session dropped) killed ``interlink-nats up`` at once and left
 the embedded nats-server, the running jobs and ``/tmp/interlink-nats-up-*`` behind; a parent killed with
@@ -166,8 +167,9 @@ def test_up_killed_9_takes_its_nats_server_with_it(tmp_path: Path) -> None:
         command.kill()
 
 
-@pytest.mark.parametrize("how", ["SIGHUP", "parent-killed"])
-def test_gateway_stops_on_hangup_and_parent_death(how: str, nats_url: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("how", ["SIGTERM", "parent-killed"])
+def test_gateway_stops_on_term_and_parent_death(how: str, nats_url: str, tmp_path: Path) -> None:
+    """A daemon: SIGHUP re-reads its configuration instead (tests/test_reload.py)."""
     args = ["gateway", "--nats-url", nats_url, "--port", str(free_port()), "--default-pool", new_pool()]
     command = Command(args, tmp_path, how)
     try:
@@ -178,13 +180,15 @@ def test_gateway_stops_on_hangup_and_parent_death(how: str, nats_url: str, tmp_p
         command.kill()
 
 
-@pytest.mark.parametrize("how", HOW)
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGINT", "parent-killed"])
 def test_submitter_stops_on_every_stop_signal(how: str, nats_url: str, tmp_path: Path) -> None:
     args = ["submitter", "shell", "--nats-url", nats_url, "--pool", new_pool(), "--state-dir", str(tmp_path / "s")]
     command = Command(args, tmp_path, how)
     try:
         command.wait_for("serving pool")
         command.assert_nothing_left(command.stop())
+        cause = "the parent process" if how == "parent-killed" else f"{how} received"
+        assert f"stopping: {cause}" in command.log.read_text(), command.log.read_text()  # every stop says why
     finally:
         command.kill()
 

@@ -115,7 +115,7 @@ async def test_a_submitter_with_another_pools_credential_fails_naming_subject_an
         await submitter.start()
     assert submitter.permission_errors, "the health check's permission list is fed by the same callback"
     message = str(failure.value)
-    assert "interlink_nats.v1.submitterservice.submit.a" in message
+    assert "interlink_nats.v1.SubmitterService.Submit.a" in message  # as subscribed: nats-py lower-cases -ERR
     assert stack.cred("pool-b").public_key in message
 
 

@@ -45,6 +45,11 @@ def test_the_unit_drains_keeps_jobs_and_does_not_loop_on_bad_config() -> None:
     assert exec_start[:3] == [INSTALLED, "submitter", "run"]
 
 
+def test_systemctl_reload_sends_the_hangup_that_re_reads_the_site_file() -> None:
+    """Before: no ExecReload, and a HUP stopped the submitter with exit 0, which Restart=on-failure left down."""
+    assert unit()["Service"]["ExecReload"] == "/bin/kill -HUP $MAINPID"
+
+
 def test_the_command_the_unit_starts_exists() -> None:
     result = subprocess.run(
         [sys.executable, "-m", "interlink_nats.cli", "submitter", "run", "--help"],

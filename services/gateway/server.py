@@ -1,7 +1,9 @@
 """Run a gateway: connect NATS and redis, start the Gateway, serve HTTP on TCP or a unix socket.
 
 Signals belong to the caller (``interlink_nats.kernel.signals.run_until_signal``: SIGINT/SIGTERM set
-``stop``), so a stack of several parts (``interlink-nats up``) stops them together. On ``stop``
+``stop``), so a stack of several parts (``interlink-nats up``) stops them together. The gateway command
+also passes ``hangups`` (SIGHUP): the configuration is re-read and what can change while serving
+(``LIVE``) is applied; the rest is logged as needing a restart (``kernel.reload``). On ``stop``
 the HTTP server stops accepting, in-flight requests get ``shutdown_grace_s`` to finish (a log
 follow is then cut), and only then are the events consumer, NATS and redis closed.
 """
@@ -13,12 +15,19 @@ import contextlib
 import ipaddress
 import logging
 import socket
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any, cast
 
 import redis.asyncio as aioredis
 import uvicorn
-from interlink_nats.kernel.nats_connection import connect
+from interlink_nats.kernel.nats_connection import (
+    as_subscribed,
+    connect,
+    credential_problem,
+    identity_of,
+    permission_violation,
+)
+from interlink_nats.kernel.reload import plan_reload, refusal
 from interlink_nats.services.gateway.app import Gateway
 from interlink_nats.services.gateway.http_edge import build_app
 from interlink_nats.services.gateway.settings import GatewaySettings
@@ -32,7 +41,18 @@ log = logging.getLogger("interlink_nats.gateway")
 @contextlib.asynccontextmanager
 async def running_gateway(settings: GatewaySettings) -> AsyncIterator[Gateway]:
     """A started Gateway (not yet serving HTTP); closes NATS and redis on exit."""
-    nc = await connect(settings.nats, "interlink-gateway")
+    refused: list[tuple[str, str]] = []
+    started = False
+
+    async def on_error(exc: Exception) -> bool:
+        found = permission_violation(exc)
+        if found is None or started:
+            return False
+        refused.append((found[0], as_subscribed(found[1], nc)))
+        return True  # said once, in the start's error
+
+    nc = await connect(settings.nats, "interlink-gateway", on_error=on_error)
+    await _check_credential(nc, settings, refused)
     client: aioredis.Redis | None = aioredis.from_url(settings.redis_url) if settings.redis_url else None
     # redis-py types its async commands as ``Awaitable[T] | T`` (shared with the sync client), which no
     # async protocol can match; at run time redis.asyncio's commands are coroutines, as RedisLike says.
@@ -40,7 +60,13 @@ async def running_gateway(settings: GatewaySettings) -> AsyncIterator[Gateway]:
     gateway = Gateway(settings=settings, nc=nc, store=PodStore(redis), redis=redis)
     resync: asyncio.Task[None] | None = None
     try:
-        await gateway.start()
+        try:
+            await gateway.start()
+        except Exception:
+            await _check_credential(nc, settings, refused)  # a refusal explains the failure better than a timeout
+            raise
+        await _check_credential(nc, settings, refused)
+        started = True
         resync = asyncio.create_task(_redis_watchdog(gateway)) if redis is not None else None
         yield gateway
     finally:
@@ -55,6 +81,29 @@ async def running_gateway(settings: GatewaySettings) -> AsyncIterator[Gateway]:
             await nc.close()
         if client is not None:
             await client.aclose()
+
+
+class CredentialRefused(RuntimeError):
+    """NATS refused what the gateway must do with these credentials: another identity's file (exit 2)."""
+
+    exit_code = 2
+
+
+async def _check_credential(nc: Any, settings: GatewaySettings, refused: list[tuple[str, str]]) -> None:
+    """Fail naming the subjects and the identity when NATS refused the gateway's subscriptions: a pool's seed
+    file given to the gateway connected fine, then its stream creation timed out (``TimeoutError`` after 6 s).
+    A subscription the gateway needs, then a flush (a round trip: any refusal is in by then)."""
+    with contextlib.suppress(Exception):  # a connection lost meanwhile is not this check's to report
+        probe = await nc.subscribe(f"{settings.prefix}.config.*")  # announcements: the gateway listens to them
+        for _ in range(2):  # the -ERR precedes the PONG; a second round trip covers a server that sends it late
+            await nc.flush(timeout=10)
+        await probe.unsubscribe()
+    if refused:
+        what = "; ".join(f"{kind} {subject}" for kind, subject in dict.fromkeys(refused))
+        raise CredentialRefused(
+            f"NATS refused {what} for {identity_of(settings.nats)}: these are not the gateway's credentials "
+            "(--nats-nkey-seed-file, nats.nkey_seed_file: another identity's seed file?)"
+        )
 
 
 async def _redis_watchdog(gateway: Gateway, every_s: float = 5.0) -> None:
@@ -265,7 +314,12 @@ async def serving(
 
 
 async def serve(
-    settings: GatewaySettings, stop: asyncio.Event | None = None, *, sock: socket.socket | None = None
+    settings: GatewaySettings,
+    stop: asyncio.Event | None = None,
+    *,
+    sock: socket.socket | None = None,
+    hangups: asyncio.Event | None = None,
+    reread: Callable[[], GatewaySettings] | None = None,
 ) -> None:
     """Serve until ``stop`` is set (or forever); used by the CLI and by ``interlink-nats up``.
 
@@ -278,6 +332,7 @@ async def serve(
     stop = stop or asyncio.Event()
     listening = asyncio.Event()
     run = asyncio.create_task(_serve_until(settings, stop, listening, sock), name="gateway")
+    reloads = asyncio.create_task(_reloads(settings, hangups, reread), name="gateway-reload")
     stopped = asyncio.create_task(stop.wait())
     try:
         await asyncio.wait({run, stopped}, return_when=asyncio.FIRST_COMPLETED)
@@ -287,6 +342,7 @@ async def serve(
             log.info("gateway stopping before it served")
     finally:
         stopped.cancel()
+        reloads.cancel()
         if not run.done():
             run.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -307,3 +363,34 @@ async def _serve_until(
     finally:
         if sock is not None:
             sock.close()  # uvicorn closes it when it served; not when the start-up was abandoned
+
+
+LIVE = ("default_pool", "ping_free_capacity")
+"""Settings read at each request: a reload applies them; every other key needs a restart."""
+
+
+async def _reloads(
+    settings: GatewaySettings, hangups: asyncio.Event | None, reread: Callable[[], GatewaySettings] | None
+) -> None:
+    """Each hang-up: re-read the configuration and apply ``LIVE`` keys to the one settings object in use."""
+    if hangups is None or reread is None:
+        return
+    where = str(settings.config_file) if settings.config_file is not None else "the environment"
+    while True:
+        await hangups.wait()
+        hangups.clear()
+        try:
+            new = reread()
+        except ValueError as exc:  # pydantic's ValidationError, ConfigFileError
+            log.error("reload of %s refused, the running configuration stays: %s", where, refusal(exc))
+            continue
+        except OSError as exc:
+            log.error("reload of %s refused, the running configuration stays: %s", where, exc)
+            continue
+        plan = plan_reload(settings, new, live=LIVE)
+        for key in plan.live:
+            setattr(settings, key, getattr(new, key))
+        log.info("reloaded %s: %s", where, plan.summary())
+        problem = credential_problem(settings.nats)
+        if problem is not None:
+            log.error("%s", problem)

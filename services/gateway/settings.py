@@ -12,7 +12,7 @@ from interlink_nats.kernel import quantities
 from interlink_nats.kernel.config_files import LayeredSettings
 from interlink_nats.kernel.nats_connection import NatsConnectionSettings
 from interlink_nats.kernel.reported import DEFAULT_MAXIMA, Maxima
-from interlink_nats.kernel.subjects import DEFAULT_PREFIX, Role, inbox_prefix
+from interlink_nats.kernel.subjects import DEFAULT_PREFIX, Role, inbox_prefix, validate_pool
 from interlink_nats.services.gateway.groups import HeldLimits
 from interlink_nats.services.scripts.pod_group import GROUP_SIZE_MAX
 from pydantic import Field, SecretStr, field_validator, model_validator
@@ -114,6 +114,12 @@ class GatewaySettings(LayeredSettings):
         description="replicas of the events stream and the gateway's consumer; unset: 1 on a single server, "
         "the cluster size up to 3 on a NATS cluster (an existing stream with fewer is scaled up)",
     )
+
+    @field_validator("default_pool")
+    @classmethod
+    def _pool_name(cls, value: str | None) -> str | None:
+        """A pool name is a DNS label (it becomes a NATS subject token): ``hpc a`` would route nowhere."""
+        return None if value is None else validate_pool(value)
 
     @model_validator(mode="after")
     def _whole_group_fits(self) -> GatewaySettings:

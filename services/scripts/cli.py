@@ -28,7 +28,7 @@ def load_build_config(path: Path | None, runtime: str | None) -> pb.BuildConfig:
     bc = pb.BuildConfig()
     if path is not None:
         try:
-            bc = pb.BuildConfig.from_dict(proto_names(build_config_section(load_document(path))))
+            bc = pb.BuildConfig.from_dict(proto_names(build_config_section(load_document(path)), list(RUNTIMES)))
         except ConfigFileError as exc:
             raise UsageError(f"--build-config: {exc}") from None
         except (KeyError, ValueError, TypeError) as exc:

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from interlink_nats.kernel import layout
-from interlink_nats.submitters.backends.accounts import take_over
+from interlink_nats.submitters.backends.accounts import take_over, warn_about_root
 from interlink_nats.submitters.backends.shell.gang_script import MemberRun, render_gang_launcher
 from interlink_nats.submitters.core.backend import GangSpec, JobHandle, JobSpec, Reconciled, SubmitRejected
 from interlink_nats.submitters.core.site_policy import AccountingPolicy
@@ -97,7 +97,11 @@ def _write_launcher(job_dir: Path, text: str, members: Sequence[JobSpec]) -> Pat
 
 
 class ShellGangs:
-    """Mixed into ``ShellBackend``."""
+    """Mixed into ``ShellBackend`` (with, for want of room there, its accounting table's reload)."""
+
+    def set_accounting(self: _Host, policy: AccountingPolicy | None) -> None:
+        """A reloaded accounting table (SIGHUP): whose account the jobs submitted from now on run as."""
+        self._accounting = warn_about_root(policy)
 
     async def submit_gang(self: _Host, gang: GangSpec) -> str:
         accounts = await asyncio.to_thread(_accounts, self._accounting, gang.members)

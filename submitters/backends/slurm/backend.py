@@ -124,6 +124,14 @@ class SlurmBackend:
         """``poll``'s own view (only its squeue outlives a call): a plain poll in between must not hide a change."""
         self.calls = 0
 
+    def set_accounting(self, policy: AccountingPolicy | None) -> None:
+        """A reloaded accounting table (SIGHUP): for jobs submitted from now on; squeue then lists every
+        user's jobs when the table switches accounts (the jobs are no longer all the submitter's)."""
+        warn_about_root(policy)
+        self.settings = self.settings.model_copy(update={"accounting": policy})
+        self._all_users = self.settings.squeue_all_users or (policy is not None and policy.switches_accounts)
+        self._me = [] if self._all_users else ["--me"]
+
     def configure(self, build_config: pb.BuildConfig) -> None:
         """Take the pool's flags (parsed: a flag sbatch would refuse, or one the submitter controls, is a config
         error), and write this submitter's pod allowlist into ``build_config`` (``slurm.allowed_pod_flags``): the
