@@ -226,6 +226,8 @@ def _tidy_help(command: Any) -> Any:
     Click's own layout, not rich's table: at 80 columns the table cut long names (``--websocket-po…``).
     """
     command.rich_markup_mode = None
+    # Click wraps at 80 columns whatever the terminal; as wide as the terminal instead (a line per option there).
+    command.context_settings = {**(command.context_settings or {}), "max_content_width": 10_000}
     for param in command.params:
         if getattr(param, "is_flag", False):
             param.metavar = ""

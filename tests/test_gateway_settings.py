@@ -27,6 +27,17 @@ def gateway_help() -> str:
     return result.stdout
 
 
+def _entries(shown: str) -> list[str]:
+    """Each option's help as one line: click puts the help of a long option name on the lines below it."""
+    entries: list[str] = []
+    for line in shown.splitlines():
+        if line.startswith("  -") or not entries or not line.startswith("   "):
+            entries.append(line + " ")
+        else:
+            entries[-1] += line.strip() + " "
+    return entries
+
+
 def test_every_setting_has_a_flag_with_its_default() -> None:
     shown = gateway_help()
     keys = [k for k in GatewaySettings.model_fields if k not in NOT_FLAGS] + [
@@ -37,7 +48,7 @@ def test_every_setting_has_a_flag_with_its_default() -> None:
             assert f"--{key.replace('.', '-').replace('_', '-')} " not in shown, f"{key} must not be a flag"
             continue
         flag = "--" + key.replace(".", "-").replace("_", "-")
-        line = next((line for line in shown.splitlines() if f" {flag} " in line), None)
+        line = next((entry for entry in _entries(shown) if f" {flag} " in entry), None)
         assert line is not None, f"no flag {flag} for setting {key}"
         model = GatewaySettings if "." not in key else GatewayNatsSettings
         default = model.model_fields[key.split(".")[-1]].get_default(call_default_factory=True)
