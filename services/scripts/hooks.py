@@ -21,9 +21,9 @@ from .quoting import quote
 HOOKS = (("postStart", "post"), ("preStop", "pre"))
 """(Kubernetes' name, the template's function prefix)."""
 _HANDLERS = ("exec", "httpGet", "sleep", "tcpSocket")
-_HOST = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.:-]{0,252})$")
-_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,256}$")
-_PORT_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,13})$")
+_HOST = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9.:-]{0,252})\Z")
+_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,256}\Z")
+_PORT_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,13})\Z")
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 DEFAULT_HOST = "127.0.0.1"
 """httpGet's host when none is given: a pod's containers share the node's network on a batch site."""
