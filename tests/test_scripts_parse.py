@@ -113,8 +113,8 @@ def test_env_literals_become_the_variables_the_container_gets_and_the_rest_is_le
     ]
     (c,) = parse_pod(with_containers(container(env=env))).spec.containers
     assert c.env == (
-        EnvVar("PLAIN", "1", False),
-        EnvVar("EMPTY", "", False),
+        EnvVar("PLAIN", "1", False, 0),
+        EnvVar("EMPTY", "", False, 1),
         EnvEntry("REF", "$(PLAIN)/x", None),
         EnvEntry("POD", "", FieldRef("metadata.name", "spec.containers[0].env[3].valueFrom.fieldRef.fieldPath")),
         EnvEntry("KEY", "", KeyRef("spec.containers[0].env[4].valueFrom.secretKeyRef", True, "s", "k", False)),

@@ -70,6 +70,9 @@ def check_exec_size(c: Container, env: list[EnvVar]) -> None:
         )
 
 
+_NUL = "contains a NUL character"
+
+
 def container_env(ctx: RenderContext, c: Container) -> tuple[list[EnvVar], dict[str, str]]:
     """The variables in Kubernetes order (envFrom, then env; later wins) and the final name -> value map."""
     out: list[EnvVar] = []
@@ -80,17 +83,23 @@ def container_env(ctx: RenderContext, c: Container) -> tuple[list[EnvVar], dict[
             if ref.optional:
                 continue
             raise PodRejected(f"{ref.where}.{ref.kind}", f"interLink sent no data for {ref.name!r} to resolve envFrom")
+        if "\x00" in ref.prefix:
+            raise PodRejected(f"{ref.where}.prefix", _NUL)
         for key, content in checked(obj.files).items():
             try:
                 text = content.decode()
             except UnicodeDecodeError:
                 raise PodRejected(f"{ref.where}.{ref.kind}", f"key {key!r} is not UTF-8 text") from None
+            if "\x00" in key or "\x00" in text:
+                raise PodRejected(obj.key_where(key), f"{_NUL}: it cannot be an environment variable ({ref.where})")
             if ref.secret and ctx.mask:
                 text = MASK
-            out.append(EnvVar(ref.prefix + key, text, ref.secret))
+            out.append(EnvVar(ref.prefix + key, text, ref.secret, source=ref.where))
             values[ref.prefix + key] = text
-    for var in c.env:
+    for j, var in enumerate(c.env):
         if isinstance(var, EnvVar):  # a literal: already what the container gets
+            if "\x00" in var.value:
+                raise PodRejected(f"{c.where}.env[{j}].value", _NUL)
             out.append(var)
             values[var.name] = var.value
             continue
@@ -99,11 +108,13 @@ def container_env(ctx: RenderContext, c: Container) -> tuple[list[EnvVar], dict[
             value, secret = _value_from(ctx, var.value_from)
             if value is None:
                 continue
+        elif "\x00" in var.value:
+            raise PodRejected(f"{c.where}.env[{j}].value", _NUL)
             if secret and ctx.mask:
                 value = MASK  # masked at the source so $(VAR) expansions cannot reveal it
         else:
             value = expand(var.value, values)
-        out.append(EnvVar(var.name, value, secret))
+        out.append(EnvVar(var.name, value, secret, j))
         values[var.name] = value
     return out, values
 
@@ -115,10 +126,14 @@ def _value_from(ctx: RenderContext, ref: FieldRef | KeyRef) -> tuple[str | None,
     obj = (ctx.data.secrets if ref.secret else ctx.data.config_maps).get(ref.name)
     files = checked(obj.files) if obj is not None else {}
     if ref.key is not None and ref.key in files:
+        assert obj is not None
         try:
-            return files[ref.key].decode(), ref.secret
+            value = files[ref.key].decode()
         except UnicodeDecodeError:
             raise PodRejected(ref.where, "value is not UTF-8 text") from None
+        if "\x00" in value:
+            raise PodRejected(obj.key_where(ref.key), f"{_NUL}: it cannot be an environment variable ({ref.where})")
+        return value, ref.secret
     if checked(ref.optional):
         return None, ref.secret
     raise PodRejected(ref.where, "unresolved valueFrom: interLink sent no value for it")

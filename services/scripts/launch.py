@@ -22,13 +22,21 @@ class EnvVar:
     name: str
     value: str
     secret: bool
+    index: int = -1
+    """Its position in the container's ``env``; -1: one of an ``envFrom`` entry's keys (``source``)."""
+    source: str = ""
+    """The ``envFrom`` entry it comes from (``spec.containers[0].envFrom[1]``), when not from ``env``."""
 
-    def word(self, prefix: str, index: int, where: str, mask: bool) -> str:
+    def field(self, where: str) -> str:
+        """The JSON path of the entry the variable comes from, for a rejection (``where``: the container's)."""
+        return self.source or f"{where}.env[{self.index}]"
+
+    def word(self, prefix: str, where: str, mask: bool) -> str:
         """``PREFIX+NAME=value`` as one quoted shell word; a masked secret shows ``'***'``."""
         if mask and self.secret:
             return quote_field(prefix + self.name + "=", f"{where}.env") + _MASKED_WORD
         word = f"{prefix}{self.name}={self.value}"
-        return quote(word) if "\x00" not in word else quote_field(word, f"{where}.env[{index}]")  # path: on error only
+        return quote(word) if "\x00" not in word else quote_field(word, self.field(where))  # path: on error only
 
 
 def passthrough_word(name: str, prefix: str) -> str:

@@ -381,7 +381,7 @@ def _env(c: dict[str, Any], where: str) -> tuple[EnvVar | EnvEntry, ...]:
         value = var.get("value")
         if type(value) is not str:
             value = get_str(var, "value", f"{where}.env[{j}]")
-        entries.append(EnvEntry(name, value, None) if "$" in value else EnvVar(name, value, False))
+        entries.append(EnvEntry(name, value, None) if "$" in value else EnvVar(name, value, False, j))
     return tuple(entries)
 
 

@@ -185,10 +185,11 @@ class ContainerEngine:
         if self.env_flag is None and (launch.env or launch.passthrough):
             words += ["env", "--"]
             words += [passthrough_word(name, self.env_prefix) for name in launch.passthrough]
-            for k, var in enumerate(launch.env):
+            for var in launch.env:
                 if not _IDENTIFIER.fullmatch(var.name):
-                    raise PodRejected(f"{where}.env[{k}].name", f"{self.name} needs identifier names: {var.name!r}")
-                words.append(var.word(self.env_prefix, k, where, launch.mask))
+                    name = var.source or f"{var.field(where)}.name"
+                    raise PodRejected(name, f"{self.name} needs identifier names: {var.name!r}")
+                words.append(var.word(self.env_prefix, where, launch.mask))
         verb = self.verb_with_command if launch.command else self.verb_without_command
         words += [pod.executable, *pod.global_options, verb, *self.after_verb, *pod.runtime_flags]
         if launch.engine_name and self.exec_verb is not None:
@@ -206,8 +207,8 @@ class ContainerEngine:
         if self.env_flag is not None:
             for name in launch.passthrough:  # `--env NAME`: the engine copies NAME from its own environment if set
                 words += [self.env_flag, name]
-            for k, var in enumerate(launch.env):
-                words += [self.env_flag, var.word(self.env_prefix, k, where, launch.mask)]
+            for var in launch.env:
+                words += [self.env_flag, var.word(self.env_prefix, where, launch.mask)]
         for bind in pod.binds:
             words += [self.bind_flag, bind]
         for mount in launch.mounts:
@@ -333,7 +334,7 @@ class HostRuntime:
                 setup.append(HostLink(target, mount.source, where))
         setup.append(LayoutDir(cwd))  # after the links: may be inside
         variables = [passthrough_word(name, "") for name in launch.passthrough]
-        variables += [var.word("", k, where, launch.mask) for k, var in enumerate(launch.env)]
+        variables += [var.word("", where, launch.mask) for var in launch.env]
         variables.append(f'"{layout.ROOTFS_ENV}=$__job_dir/"{quote(root)}')
         program = [*launch.command_words, *launch.args_words]
         cd = f'cd -- "$__job_dir"/{quote_field(cwd, where)} || exit 126'

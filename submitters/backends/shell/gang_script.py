@@ -22,6 +22,7 @@ from dataclasses import dataclass
 
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel import layout
+from interlink_nats.submitters.core.backend import SubmitRejected
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +123,9 @@ def render_gang_launcher(
     bash: str = "bash",
 ) -> str:
     """The gang's ``job.sh``: ``members`` in rank order, all on ``host`` (so HOSTS names it ``size`` times)."""
+    for value in (group_name, host, bash, *(m.job_dir for m in members), *(m.account for m in members)):
+        if "\x00" in value:  # no shell word can hold a NUL (bash drops it): the value would arrive changed
+            raise SubmitRejected(f"pod group {group_name!r}: {value!r} contains a NUL character")
     size = len(members)
     hosts = ",".join([host] * size)
     exports = {

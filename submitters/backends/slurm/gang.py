@@ -185,16 +185,22 @@ def launcher_script(
     scontrol: str = "scontrol",
     scancel: str = "scancel",
 ) -> str:
-    """The gang's batch script: every value a single-quoted shell word (names may hold quotes, ``$``, newlines)."""
+    """The gang's batch script: every value a single-quoted shell word (names may hold quotes, ``$``, newlines);
+    FlagError for a value with a NUL, which no shell word can hold (bash drops it: the value would change)."""
+
+    def word(value: str) -> str:
+        if "\x00" in value:
+            raise FlagError(f"pod group {group_name!r}: {value!r} contains a NUL character")
+        return shlex.quote(value)
 
     def words(values: Sequence[str]) -> str:
-        return " ".join(shlex.quote(v) for v in values)
+        return " ".join(word(v) for v in values)
 
     values = [
-        f"srun={shlex.quote(srun)}",
-        f"scontrol={shlex.quote(scontrol)}",
-        f"scancel={shlex.quote(scancel)}",
-        f"group_name={shlex.quote(group_name)}",
+        f"srun={word(srun)}",
+        f"scontrol={word(scontrol)}",
+        f"scancel={word(scancel)}",
+        f"group_name={word(group_name)}",
         f"fail_gang={1 if failure_policy in _FAIL_GANG else 0}",
         f"uids=({words([m.uid for m in members])})",
         f"dirs=({words([str(m.job_dir) for m in members])})",
