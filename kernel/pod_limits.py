@@ -15,6 +15,9 @@ MAX_PROBE_TIMEOUT_S = 300
 MAX_PROBE_INITIAL_DELAY_S = 86400
 MAX_HOOK_SLEEP_S = 300
 """Longest lifecycle hook ``sleep.seconds`` (a preStop sleep beyond the grace period is cut by its KILL anyway)."""
+GROUP_SIZE_MAX = 1024
+"""The most members a pod group may declare (its total-count): more than any site runs as one job, so a larger
+count is a typo, refused at once; a gateway's ``max_group_size`` may only lower it."""
 MAX_ACTIVE_DEADLINE_S = 0
 """No bound of the site's own by default: the batch system's time limit applies."""
 

@@ -17,11 +17,12 @@ from typing import Any
 from urllib.parse import quote
 
 from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.kernel.pod_limits import GROUP_SIZE_MAX
 from interlink_nats.services.gateway.errors import GatewayError
 from interlink_nats.services.scripts.pod_group import FAILURE_POLICY_ANNOTATION as POLICY_ANNOTATION
 from interlink_nats.services.scripts.pod_group import GROUP_NAME_LABEL as NAME_LABEL
-from interlink_nats.services.scripts.pod_group import GROUP_SIZE_MAX, PodGroup
 from interlink_nats.services.scripts.pod_group import GROUP_TOTAL_ANNOTATION as TOTAL_ANNOTATION
+from interlink_nats.services.scripts.pod_group import PodGroup
 
 WAITING_REASON = "PodGroupWaiting"
 INCOMPLETE_REASON = "PodGroupIncomplete"

@@ -7,16 +7,19 @@ names as keys, the NATS ones under ``nats:``. Unknown keys are errors.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from interlink_nats.kernel import quantities
 from interlink_nats.kernel.config_files import LayeredSettings
 from interlink_nats.kernel.nats_connection import NatsConnectionSettings
+from interlink_nats.kernel.pod_limits import GROUP_SIZE_MAX
 from interlink_nats.kernel.reported import DEFAULT_MAXIMA, Maxima
 from interlink_nats.kernel.subjects import DEFAULT_PREFIX, Role, inbox_prefix, validate_pool
-from interlink_nats.services.gateway.groups import HeldLimits
-from interlink_nats.services.scripts.pod_group import GROUP_SIZE_MAX
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
+
+if TYPE_CHECKING:
+    from interlink_nats.services.gateway.groups import HeldLimits
 
 
 class GatewayNatsSettings(NatsConnectionSettings):
@@ -146,6 +149,10 @@ class GatewaySettings(LayeredSettings):
         )
 
     def held_limits(self) -> HeldLimits:
+        # Imported here: the settings are read by every command's CLI, and the gateway's modules need the
+        # gateway extra (jinja2), which a submitter-only install does not have.
+        from interlink_nats.services.gateway.groups import HeldLimits
+
         return HeldLimits(
             group_size=self.max_group_size,
             members_per_namespace=self.max_held_members_per_namespace,

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel.names import LABEL_VALUE_MAX, is_label_value
+from interlink_nats.kernel.pod_limits import GROUP_SIZE_MAX
 
 from .errors import PodRejected
 from .fields import member
@@ -22,8 +23,6 @@ GROUP_TOTAL_ANNOTATION = "kueue.x-k8s.io/pod-group-total-count"
 FAILURE_POLICY_ANNOTATION = "interlink-nats.io/gang-failure-policy"
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 """A label (Kubernetes ≥ 1.28) and an annotation on Indexed Job and JobSet pods: a member's rank key."""
-GROUP_SIZE_MAX = 1024
-"""More members than any site runs as one job: a larger count is a typo, refused at once."""
 
 FAILURE_POLICIES = {"FailGang": pb.GangFailurePolicy.FAIL_GANG, "Continue": pb.GangFailurePolicy.CONTINUE}
 
