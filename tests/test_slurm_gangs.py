@@ -53,7 +53,9 @@ def make_gang(
     members = []
     for i, command in enumerate(commands):
         uid = str(uuid.uuid4())
-        pod = pod_dict(uid, {"main": command}, name=f"{name}-{i}", limits={"cpu": "1", "memory": "64Mi"})
+        # The pods' names are DNS subdomains (the gateway refuses others); the gang's name may be any string here,
+        # as a backend is called with what any NATS client sent (the submitter's request check is apart).
+        pod = pod_dict(uid, {"main": command}, name=f"member-{i}", limits={"cpu": "1", "memory": "64Mi"})
         pod["spec"]["terminationGracePeriodSeconds"] = 3
         job = render_job(pod, pb.BuildConfig(runtime=pb.ContainerRuntime.NONE))
         shebang, rest = job.script.split("\n", 1)
@@ -61,7 +63,7 @@ def make_gang(
         script = prepare_job_dir(job_dir, f"{shebang}\n{RECORD}{rest}", job.layout)
         members.append(
             JobSpec(
-                uid, job_dir, script, job.resources, tuple(job.backend_flags), namespace="default", name=f"{name}-{i}"
+                uid, job_dir, script, job.resources, tuple(job.backend_flags), namespace="default", name=f"member-{i}"
             )
         )
     gid = str(uuid.uuid4())

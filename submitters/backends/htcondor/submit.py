@@ -169,7 +169,7 @@ def check_command_names(names: Iterable[str], *, what: str) -> frozenset[str]:
     out = set()
     for name in names:
         key = canonical_command(name)
-        if not _COMMAND_NAME.match(name.strip()):
+        if not _COMMAND_NAME.fullmatch(name.strip()):
             raise ValueError(f"{what}: {name!r} is not a submit command name")
         if key in RESERVED_COMMANDS or key.startswith("+interlink") or key in ACCOUNTING_COMMANDS:
             raise ValueError(f"{what}: {name!r} cannot be allowed (the submitter or the accounting policy sets it)")
