@@ -149,7 +149,8 @@ def check(
     if config is None and not os.environ.get("INTERLINK_SUBMITTER_CONFIG_FILE"):
         raise typer.BadParameter("required: the site file that names the pool and backend", param_hint="'--config'")
     setup_logging(log_level, json_logs)
-    settings = SubmitterSettings.load(config, instance_id=instance_id)  # a bad file: one line, exit 2
+    settings = SubmitterSettings.load(config, instance_id=instance_id)  # a bad file: one line, exit 2, as run
+    settings.read_build_config()
     checks = asyncio.run(check_site(settings))
     typer.echo(table(checks), nl=False)
     raise typer.Exit(exit_code(checks))

@@ -23,6 +23,7 @@ from interlink_nats.kernel.checks import FAILED, OK, WARNING, Check
 from interlink_nats.kernel.subjects import EVENTS_STREAM, rpc_subject
 from interlink_nats.submitters.backends.commands import commands_problem, runtime_check
 from interlink_nats.submitters.core.backend import AnswersQueries, Backend
+from interlink_nats.submitters.core.errors import SubmitterError
 from interlink_nats.submitters.runtime import Submitter
 from interlink_nats.submitters.settings import SubmitterSettings
 
@@ -59,7 +60,7 @@ async def check_site(settings: SubmitterSettings, *, connect_within_s: float = 1
     checks = [Check("site file", OK, f"pool {settings.pool}, backend {settings.backend}")]
     try:
         submitter.announcer.reload_build_config(force=True)
-    except ValueError as exc:  # SubmitterError: a BuildConfig the backend refuses
+    except (ValueError, SubmitterError) as exc:  # a BuildConfig the backend refuses (its flags)
         return [*checks, Check("build_config", FAILED, str(exc))]
     build_config = submitter.announcer.build_config
     checks.append(Check("build_config", OK, f"runtime {runtime_name(build_config)}"))
