@@ -202,3 +202,26 @@ def test_the_start_says_a_missing_runtime_in_one_line(stack: SecureStack, tmp_pa
         proc.wait(DEADLINE_S)
     said = [line for line in log.read_text().splitlines() if "apptainer" in line]
     assert len(said) == 1 and "apptainer" in said[0] and "build_config.executable" in said[0], log.read_text()
+
+
+def test_the_runtime_a_build_config_names_and_where_its_absence_fails() -> None:
+    """The renderer's choice (``executable``, else the runtime's name; unset is apptainer; none needs none), FAILED
+    only where the jobs run on this host."""
+    from interlink_nats.gen.interlink_nats import v1 as pb
+    from interlink_nats.kernel.checks import FAILED, OK, WARNING, Check, exit_code, table
+    from interlink_nats.submitters.backends.commands import runtime_check, runtime_command, start_warnings
+
+    default = runtime_command(pb.BuildConfig())
+    assert default is not None and default.program == "apptainer"
+    podman = runtime_command(pb.BuildConfig(runtime=pb.ContainerRuntime.PODMAN, executable="/opt/podman/bin/podman"))
+    assert podman is not None and podman.program == "/opt/podman/bin/podman"
+    assert runtime_command(pb.BuildConfig(runtime=pb.ContainerRuntime.NONE)) is None
+    missing = pb.BuildConfig(runtime=pb.ContainerRuntime.SINGULARITY, executable="/nonexistent/singularity")
+    assert runtime_check("shell", missing).status == FAILED
+    assert runtime_check("slurm", missing).status == WARNING
+    assert start_warnings("slurm", missing) == [f"runtime: {runtime_check('slurm', missing).detail}"]
+    assert start_warnings("shell", pb.BuildConfig(runtime=pb.ContainerRuntime.NONE)) == []
+
+    rows = [Check("a", OK, "x"), Check("longer", WARNING, "y")]
+    assert table(rows) == "a       ok       x\nlonger  warning  y\n"
+    assert exit_code(rows) == 0 and exit_code([*rows, Check("b", FAILED, "z")]) == 2
