@@ -225,3 +225,17 @@ def test_the_runtime_a_build_config_names_and_where_its_absence_fails() -> None:
     rows = [Check("a", OK, "x"), Check("longer", WARNING, "y")]
     assert table(rows) == "a       ok       x\nlonger  warning  y\n"
     assert exit_code(rows) == 0 and exit_code([*rows, Check("b", FAILED, "z")]) == 2
+
+
+def test_an_htcondor_site_runs_condor_q_once(stack: SecureStack, tmp_path: Path) -> None:
+    """The stand-in condor tools (tests/htcondor_standin.py; no HTCondor daemon runs here): condor_q and
+    condor_status asked once each, condor_submit never."""
+    import htcondor_standin as standin
+
+    env = {**os.environ, **standin.install(tmp_path / "bin", tmp_path / "condor")}
+    extra = "backend: htcondor\nhtcondor: {use_condor_status: true}\nbuild_config: {runtime: none}\n"
+    code, rows, out = check(["submitter", "check", "--config", str(site(tmp_path, stack, extra=extra))], env=env)
+    assert code == 0, out
+    assert rows["htcondor condor_q"][0] == "ok" and rows["htcondor condor_status"][0] == "ok", out
+    asked = [call.split()[0] for call in standin.calls(tmp_path / "condor")]
+    assert sorted(asked) == ["condor_q", "condor_status"], asked
