@@ -129,7 +129,11 @@ def _is_section(kind: Any) -> bool:
     return isinstance(kind, type) and issubclass(kind, BaseModel)
 
 
+gateway_app = typer.Typer(name="gateway", invoke_without_command=True, pretty_exceptions_enable=False)
+
+
 def gateway(
+    ctx: typer.Context,
     *,
     config: Annotated[
         Path | None,
@@ -147,6 +151,8 @@ def gateway(
     """
     from interlink_nats.services.gateway.server import serve
 
+    if ctx.invoked_subcommand is not None:
+        return  # ``gateway check``: its own options
     setup_logging(log_level, json_logs)
     settings = _gateway_settings(config, flags)
     hangups = asyncio.Event()  # SIGHUP re-reads the file (a daemon, as nats-server); `up` stops on it instead
@@ -170,8 +176,31 @@ def _register_gateway() -> None:
     """``gateway``: --config, then a flag per NATS setting (``--nats-*``) and per gateway setting, then logging."""
     params = list(inspect.signature(gateway, eval_str=True).parameters.values())
     settings = _setting_options(GatewayNatsSettings, "nats_") + _setting_options(GatewaySettings)
-    gateway.__signature__ = inspect.Signature([params[0], *settings, *params[1:3]])  # type: ignore[attr-defined]
-    app.command()(gateway)
+    gateway.__signature__ = inspect.Signature([*params[:2], *settings, *params[2:4]])  # type: ignore[attr-defined]
+    gateway_app.callback()(gateway)
+    app.add_typer(gateway_app, name="gateway")
+
+
+@gateway_app.command("check")
+def gateway_check(
+    config: Annotated[
+        Path | None,
+        typer.Option("--config", "-c", help="YAML/TOML/JSON config file (env INTERLINK_GATEWAY_CONFIG_FILE)"),
+    ] = None,
+    log_level: Annotated[str, typer.Option(help="debug, info, warning")] = "warning",
+    json_logs: Annotated[bool, typer.Option(help="log JSON lines")] = False,
+) -> None:
+    """Try the configuration once and print a table (exit 0: all pass, 2: one failed); serves nothing.
+
+    Connects to NATS as the configured identity, tries the subscription the gateway needs, pings redis.
+    """
+    from interlink_nats.kernel.checks import exit_code, table
+    from interlink_nats.services.gateway.server import check_gateway
+
+    setup_logging(log_level, json_logs)
+    checks = asyncio.run(check_gateway(_gateway_settings(config, {})))
+    typer.echo(table(checks), nl=False)
+    raise typer.Exit(exit_code(checks))
 
 
 _register_gateway()

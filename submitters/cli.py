@@ -130,5 +130,31 @@ def run(
     _serve(config, log_level, json_logs, {"instance_id": instance_id})
 
 
+@app.command()
+def check(
+    config: ConfigOpt = None,
+    instance_id: InstanceOpt = None,
+    log_level: Annotated[str, typer.Option(help="debug, info, warning")] = "warning",
+    json_logs: JsonOpt = False,
+) -> None:
+    """Try what the config file asks for once and print a table (exit 0: all pass, 2: one failed); starts nothing.
+
+    The file, the NATS identity on the pool's subjects, the backend's commands (each run once, read-only) and
+    the BuildConfig's runtime on this host. Takes no job, submits and announces nothing, leaves nothing running.
+    """
+    from interlink_nats.kernel.checks import exit_code, table
+    from interlink_nats.submitters.settings import SubmitterSettings
+    from interlink_nats.submitters.sitecheck import check_site
+
+    if config is None and not os.environ.get("INTERLINK_SUBMITTER_CONFIG_FILE"):
+        raise typer.BadParameter("required: the site file that names the pool and backend", param_hint="'--config'")
+    setup_logging(log_level, json_logs)
+    settings = SubmitterSettings.load(config, instance_id=instance_id)  # a bad file: one line, exit 2, as run
+    settings.read_build_config()
+    checks = asyncio.run(check_site(settings))
+    typer.echo(table(checks), nl=False)
+    raise typer.Exit(exit_code(checks))
+
+
 if __name__ == "__main__":  # ``python -m interlink_nats.submitters.cli shell …`` (tests run it this way)
     app()

@@ -46,7 +46,7 @@ from interlink_nats.kernel.log_context import bind as bind_log_fields
 from interlink_nats.kernel.tasks import cancel_and_wait
 from interlink_nats.kernel.version import __version__
 from interlink_nats.submitters.backends import create_backend
-from interlink_nats.submitters.backends.commands import CommandCheck
+from interlink_nats.submitters.backends.commands import CommandCheck, start_warnings
 from interlink_nats.submitters.core import fastwire
 from interlink_nats.submitters.core.backend import Backend, BackendContext, BackendError
 from interlink_nats.submitters.core.errors import SubmitterError, Unavailable
@@ -180,6 +180,8 @@ class Submitter:
             self.registry = await Registry.open(self.settings.resolved_registry_path(), clock=self.clock)
             self.announcer.reload_build_config(force=True)
             self.commands.require()  # after the BuildConfig: it may name one (podman)
+            for line in start_warnings(self.settings.backend, self.announcer.build_config):
+                log.warning("%s", line)  # the jobs run it, on batch nodes maybe: said, not refused
             await self.backend.start()
             await self.recovery.adopt_dead_owners()
             await self.recover()
@@ -253,13 +255,14 @@ class Submitter:
             self._denied_subscriptions.append(subject)
         return subject is not None and not self._tasks  # the loops start once serving
 
-    async def _probe_permissions(self) -> None:
+    async def _probe_permissions(self, *, queue: bool = True) -> None:
         """Subscribe to the pool's Submit subject once before anything waits (the stream lookup times out after
-        5 s): credentials that cannot serve the pool fail the start at once, in one line."""
+        5 s): credentials that cannot serve the pool fail the start at once, in one line. ``queue=False``
+        (``submitter check``): outside the pool's queue group, so a running replica's requests are not taken."""
         from interlink_nats.kernel.subjects import rpc_subject
 
         assert self.nc is not None
-        probe = await self.nc.subscribe(rpc_subject("Submit", self.pool), queue=self.pool)
+        probe = await self.nc.subscribe(rpc_subject("Submit", self.pool), queue=self.pool if queue else "")
         await self._check_subscriptions()
         await probe.unsubscribe()
 

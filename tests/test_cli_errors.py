@@ -138,6 +138,13 @@ CASES = {
     ),
     "gateway, an unknown option": (["gateway", "--nope"], "No such option: --nope"),
     "submitter run without --config": (["submitter", "run"], "'--config'"),
+    "submitter check without --config": (["submitter", "check"], "'--config'"),
+    "submitter check, bad config file": (["submitter", "check", "--config", "{bad_yaml}"], "cannot parse config file"),
+    "submitter check, an unknown runtime": (
+        ["submitter", "check", "--config", "{dockerr}"],
+        "runtime: unknown value 'dockerr': one of apptainer, singularity, podman, none",
+    ),
+    "gateway check, bad config file": (["gateway", "check", "--config", "{bad_yaml}"], "cannot parse config file"),
     "submitter, a bad --nats-url": (["submitter", "shell", "--pool", "a", "--nats-url", "x"], "--nats-url"),
     "submitter, a --probe-port out of range": (
         ["submitter", "shell", "--pool", "a", "--probe-port", "70000"],

@@ -20,7 +20,9 @@ from typing import Any, cast
 
 import redis.asyncio as aioredis
 import uvicorn
+from interlink_nats.kernel.checks import FAILED, OK, Check
 from interlink_nats.kernel.nats_connection import (
+    NatsConnectError,
     as_subscribed,
     connect,
     credential_problem,
@@ -104,6 +106,55 @@ async def _check_credential(nc: Any, settings: GatewaySettings, refused: list[tu
             f"NATS refused {what} for {identity_of(settings.nats)}: these are not the gateway's credentials "
             "(--nats-nkey-seed-file, nats.nkey_seed_file: another identity's seed file?)"
         )
+
+
+async def check_gateway(settings: GatewaySettings, within_s: float = 15.0) -> list[Check]:
+    """``gateway check``: connect as the gateway, try the subscription the start probes and ping redis; nothing
+    created, subscribed for long or served (the start's own check, ``_check_credential``, reused)."""
+    refused: list[tuple[str, str]] = []
+    made: list[Any] = []
+
+    async def on_error(exc: Exception) -> bool:
+        found = permission_violation(exc)
+        if found is not None:
+            refused.append((found[0], as_subscribed(found[1], made[0] if made else None)))
+        return found is not None
+
+    stop = asyncio.Event()
+    timer = asyncio.get_running_loop().call_later(within_s, stop.set)
+    try:
+        made.append(await connect(settings.nats, "interlink-gateway-check", stop=stop, on_error=on_error))
+    except NatsConnectError:
+        return [Check("nats connect", FAILED, f"no answer from {settings.nats.url} within {within_s:g} s")]
+    except Exception as exc:  # TLS, a malformed creds file: what nats-py says
+        return [Check("nats connect", FAILED, f"{settings.nats.url}: {type(exc).__name__}: {exc}")]
+    finally:
+        timer.cancel()
+    nc = made[0]
+    rows = [Check("nats connect", OK, f"{settings.nats.url} as {identity_of(settings.nats)}")]
+    subject = f"{settings.prefix}.config.*"
+    try:
+        await _check_credential(nc, settings, refused)
+        rows.append(Check(f"nats subscribe {subject}", OK, "allowed"))
+    except CredentialRefused as exc:
+        rows.append(Check(f"nats subscribe {subject}", FAILED, str(exc)))
+    finally:
+        with contextlib.suppress(Exception):
+            await nc.close()
+    if settings.redis_url:
+        rows.append(await _redis_check(settings.redis_url))
+    return rows
+
+
+async def _redis_check(url: str) -> Check:
+    client = aioredis.from_url(url, socket_connect_timeout=5, socket_timeout=5)
+    try:
+        await client.ping()
+    except Exception as exc:
+        return Check("redis", FAILED, f"{type(exc).__name__}: {exc}")
+    finally:
+        await client.aclose()
+    return Check("redis", OK, "answers")
 
 
 async def _redis_watchdog(gateway: Gateway, every_s: float = 5.0) -> None:

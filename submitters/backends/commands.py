@@ -15,6 +15,8 @@ import os
 import shutil
 from collections.abc import Sequence
 
+from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.kernel.checks import FAILED, OK, WARNING, Check
 from interlink_nats.submitters.core.backend import Backend, BatchCommand
 from interlink_nats.submitters.core.errors import SubmitterError
 
@@ -90,3 +92,36 @@ class CommandCheck:
     def message(self) -> str:
         """The refusal a Submit answers while ``problem`` is set."""
         return f"{self._backend.name} cannot submit: {self.problem}"
+
+
+JOBS_RUN_HERE = frozenset({"shell"})
+"""Backends whose jobs run on the submitter's host: a runtime missing here fails every pod."""
+
+
+def runtime_command(build_config: pb.BuildConfig) -> BatchCommand | None:
+    """The program the pool's jobs run containers with (the renderer's choice: ``executable``, else the
+    runtime's name; unset means apptainer); None for ``runtime: none`` (pods run as host commands)."""
+    runtime = build_config.runtime or pb.ContainerRuntime.APPTAINER
+    if runtime == pb.ContainerRuntime.NONE:
+        return None
+    return BatchCommand(build_config.executable or runtime.name.lower(), "build_config.executable")
+
+
+def runtime_check(backend: str, build_config: pb.BuildConfig) -> Check:
+    """Whether the BuildConfig's runtime can be run here; FAILED where the jobs run on this host, a warning
+    where they run on batch nodes (this host cannot see theirs)."""
+    command = runtime_command(build_config)
+    if command is None:
+        return Check("runtime", OK, "none: pods run as host commands, no container runtime needed")
+    problem = commands_problem([command])
+    if problem is None:
+        return Check("runtime", OK, f"{command.program}: {shutil.which(command.program)}")
+    if backend in JOBS_RUN_HERE:
+        return Check("runtime", FAILED, f"every pod would fail: {problem}")
+    return Check("runtime", WARNING, f"{problem}; the jobs run it on the batch nodes: it must be there")
+
+
+def start_warnings(backend: str, build_config: pb.BuildConfig) -> list[str]:
+    """What the start says will fail (one line each), besides the programs it already requires."""
+    found = runtime_check(backend, build_config)
+    return [f"runtime: {found.detail}"] if found.status != OK else []

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol, runtime_checkable
@@ -278,6 +278,15 @@ class Backend(Protocol):
 
     def output_path(self, job_dir: Path) -> Path:
         """Where the batch system writes the job's own stdout/stderr."""
+
+
+@runtime_checkable
+class AnswersQueries(Protocol):
+    """A backend whose read-only batch commands ``submitter check`` runs once each (optional; without it the
+    check asks ``capacity``): a command on PATH may still not answer (no slurmctld, no slurmdbd for sacct)."""
+
+    def queries(self) -> dict[str, Callable[[], Awaitable[object]]]:
+        """Each read-only command, by name, as a call that runs it once (never submits or cancels)."""
 
 
 @runtime_checkable

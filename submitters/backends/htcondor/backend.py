@@ -29,7 +29,7 @@ import dataclasses
 import logging
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -179,6 +179,15 @@ class HTCondorBackend:
         if self.settings.use_condor_status:
             names.append("condor_status")
         return [base.BatchCommand(getattr(self.settings, name), f"htcondor.{name}") for name in names]
+
+    def queries(self) -> dict[str, Callable[[], Awaitable[object]]]:
+        """``AnswersQueries`` (``submitter check``): the bearer token fetched (when the site uses one), then
+        condor_q once for the pool's jobs, and condor_status when it is asked."""
+        calls: dict[str, Callable[[], Awaitable[object]]] = {"token": self.token.ensure_fresh} if self.token else {}
+        calls["condor_q"] = self._queue
+        if self.settings.use_condor_status:
+            calls["condor_status"] = self.capacity
+        return calls
 
     async def start(self) -> None:
         if self.token is not None:

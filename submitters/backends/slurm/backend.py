@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,6 +33,7 @@ from interlink_nats.submitters.backends.slurm import parse as sp
 from interlink_nats.submitters.core.backend import (
     GONE,
     BackendContext,
+    BackendError,
     BackendUnavailable,
     BatchCommand,
     Capacity,
@@ -152,6 +153,21 @@ class SlurmBackend:
         """sbatch, squeue, scancel, sinfo, and sacct when it is asked (``srun``/``scontrol`` run on the nodes)."""
         names = ["sbatch", "squeue", "scancel", "sinfo", *(["sacct"] if self._use_sacct else [])]
         return [BatchCommand(getattr(self.settings, name), f"slurm.{name}") for name in names]
+
+    def queries(self) -> dict[str, Callable[[], Awaitable[object]]]:
+        """``AnswersQueries`` (``submitter check``): squeue and sinfo once, and sacct when it is asked (it needs
+        slurmdbd: without it sacct says "accounting storage is disabled")."""
+        calls: dict[str, Callable[[], Awaitable[object]]] = {"squeue": self._squeue, "sinfo": self.capacity}
+        if self._use_sacct:
+            calls["sacct"] = self._sacct_once
+        return calls
+
+    async def _sacct_once(self) -> str:
+        argv = [self.settings.sacct, "-X", "-n", "-P", "-S", "now", "-o", "JobID"]
+        try:
+            return await self._run(sp.Command.SACCT, argv)
+        except BackendError as exc:
+            raise BackendError(f"{exc} (use_sacct needs slurmdbd: set use_sacct: false without it)") from exc
 
     async def start(self) -> None:
         warn_about_root(self.settings.accounting)
