@@ -517,7 +517,6 @@ def documented_secrets() -> dict[tuple[str, str], set[str]]:
                 source = arg.split("=", 1)[1]
                 keys.add(source.split("=", 1)[0] if "=" in source else Path(source).name)
             secrets.setdefault((namespace or "interlink", name), set()).update(keys)  # a variant's, or both
-    secrets.setdefault(("interlink", "interlink-nats-tls"), {"tls.crt", "tls.key"})  # or cert-manager's Certificate
     return secrets
 
 
