@@ -54,7 +54,9 @@ def up(
     state_dir: Annotated[
         Path | None, typer.Option(help="where jobs and the NATS store live (default: a temp dir)")
     ] = None,
-    log_level: Annotated[str, typer.Option(help="debug, info, warning")] = "info",
+    log_level: Annotated[
+        str, typer.Option(help="debug, info (each part's start, stop and requests), warning: the one 'is up' line")
+    ] = "warning",
     insecure_no_auth: Annotated[
         bool,
         typer.Option(

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import logging
 import socket
 import tempfile
 import time
@@ -30,8 +29,6 @@ from interlink_nats.services.gateway.settings import GatewayNatsSettings, Gatewa
 from interlink_nats.services.ops.nats_server import NatsServerProcess
 from interlink_nats.submitters.runtime import run_submitter
 from interlink_nats.submitters.settings import SubmitterSettings
-
-log = logging.getLogger("interlink_nats.up")
 
 READY_TIMEOUT_S = 60.0
 """How long the parts may take to answer before ``up`` gives up (generous: shared, loaded machines)."""
@@ -100,17 +97,10 @@ async def _run_parts(
     parts = {submitter, gateway}
     try:
         await _wait_ready(parts, nc, gateway_settings, pool)
-        log.info(
-            "interlink-nats up: gateway http://%s:%d, pool %r, nats %s, state in %s",
-            gateway_settings.host,
-            gateway_settings.port,
-            pool,
-            nats_url,
-            state_dir,
-        )
+        # The one line a user at the terminal needs (the parts log at info, which `up` shows only when asked).
         print(
-            f"interlink-nats is up: interLink plugin API on http://{gateway_settings.host}:{gateway_settings.port} "
-            f"(pool {pool!r}, NATS {nats_url}); Ctrl-C to stop",
+            f"interlink-nats is up: interLink plugin API on http://{gateway_settings.host}:{gateway_settings.port}, "
+            f"pool {pool!r} (NATS {nats_url}, state in {state_dir}); Ctrl-C to stop",
             flush=True,
         )
         stopper = asyncio.create_task(stop.wait())

@@ -7,12 +7,15 @@
 - the Kubernetes manifests against the Kubernetes schemas (``kubernetes-validate``, offline, KUBERNETES_VERSION),
   the example MasterQueue against the CRD's own schema, and for restricted pod security, Secret hygiene and the
   guards of a gateway on the network.
+- the manifests against each other and against ``make -n images`` (nothing is built): images, Secrets and their
+  keys, ports, the MasterQueue's NATS reference.
 """
 
 from __future__ import annotations
 
 import json
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -422,3 +425,234 @@ def test_nothing_secret_is_committed_in_deploy_files() -> None:
         text = path.read_text()
         assert not SEED_RE.search(text), f"{path} contains what looks like an nkey seed"
         assert "PRIVATE KEY-----" not in text, f"{path} contains a private key"
+
+
+# --- the manifests against each other and against `make images` -----------------------------------------------
+
+THIRD_PARTY_IMAGES = {"redis", "ghcr.io/interlink-hq/interlink/interlink"}
+"""Images the manifests run that this repository does not build (each pinned to a version by the rules above)."""
+NATS_CONFIG_SECRETS = {
+    "interlink-nats-server", "interlink-nats-tls", "interlink-nats-gateway", "kueue-nats-credentials"
+}  # fmt: skip
+"""The Secrets a site makes from `nats-config` output (and its TLS certificate), never committed: each is named in a
+`kubectl create secret` command in the comments of the manifest that uses it."""
+RELEASE_TAG = re.compile(r"\d+\.\d+\.\d+")
+DOCKER_TAG = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}")
+"""The grammar of an image tag (the distribution spec's reference grammar)."""
+
+
+def make_images_plan(**variables: str) -> list[dict[str, Any]]:
+    """The build commands `make -n images` prints (nothing is built): engine, Dockerfile, build args, tag, context."""
+    argv = ["make", "--no-print-directory", "-n", "images", *(f"{k}={v}" for k, v in variables.items())]
+    done = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stdout + done.stderr
+    plan = []
+    for line in done.stdout.replace("\\\n", " ").splitlines():
+        words = shlex.split(line)
+        if len(words) < 2 or words[1] != "build":
+            continue
+        pairs = list(zip(words[2:-1:2], words[3:-1:2], strict=True))
+        options = dict(pairs)
+        build_args = dict(a.split("=", 1) for w, a in pairs if w == "--build-arg")
+        plan.append(
+            {"engine": words[0], "file": options["-f"], "tag": options["-t"], "args": build_args, "context": words[-1]}
+        )
+    return plan
+
+
+def dockerfile_default(dockerfile: Path, name: str) -> str:
+    [default] = [a.split("=", 1)[1] for op, a in instructions(dockerfile) if op == "ARG" and a.startswith(f"{name}=")]
+    return default
+
+
+def test_make_images_builds_every_dockerfile_tagged_with_the_version() -> None:
+    """`make images` builds deploy/docker/*.Dockerfile as the compose test does, as <registry>/<process>:<version>."""
+    version = "0.2.1.dev3+gabc1234"  # a PEP 440 local version: `+` is no tag character
+    plan = make_images_plan(
+        VERSION=version, CONTAINER_ENGINE="podman", REGISTRY="registry.example.org/site", PYTHON_IMAGE="localhost/b:1"
+    )
+    assert {step["file"] for step in plan} == {str(p.relative_to(ROOT)) for p in DOCKERFILES}
+    for step in plan:
+        process = Path(step["file"]).name.removesuffix(".Dockerfile")
+        assert step["engine"] == "podman" and step["context"] == "."
+        assert step["tag"] == f"registry.example.org/site/{process}:0.2.1.dev3-gabc1234"
+        assert DOCKER_TAG.fullmatch(step["tag"].rsplit(":", 1)[1])
+        assert step["args"] == {"PYTHON_IMAGE": "localhost/b:1", "VERSION": version}, "--version in the image says it"
+    defaults = make_images_plan(VERSION="0.2.0")
+    engine = "docker" if shutil.which("docker") else "podman"
+    for step in defaults:
+        assert step["engine"] == engine, "docker or podman, whichever is present"
+        assert step["args"]["PYTHON_IMAGE"] == dockerfile_default(ROOT / step["file"], "PYTHON_IMAGE")
+        assert step["args"]["PYTHON_IMAGE"].startswith("python:"), "by default the official python image"
+
+
+def test_manifests_name_the_images_make_images_builds() -> None:
+    """Every image of ours a manifest runs is one `make images` tags, at one release version."""
+    ours = {
+        c["image"] for _, spec, _ in pod_specs() for c in spec["containers"]
+        if c["image"].rsplit(":", 1)[0] not in THIRD_PARTY_IMAGES
+    }  # fmt: skip
+    tags = {image.rsplit(":", 1)[1] for image in ours}
+    assert len(tags) == 1, f"one release of interlink-nats, not {sorted(tags)}"
+    [tag] = tags
+    assert RELEASE_TAG.fullmatch(tag), f"{tag}: the manifests name a release (the version of a git tag v{tag})"
+    built = {step["tag"] for step in make_images_plan(VERSION=tag)}
+    assert ours <= built, f"no `make images` builds {sorted(ours - built)}"
+    assert {Path(i.rsplit(":", 1)[0]).name for i in ours} == {"gateway", "controller"}
+
+
+def documented_secrets() -> dict[tuple[str, str], set[str]]:
+    """(namespace, name) → keys, from the `kubectl create secret` commands in the manifests' comments.
+
+    A ``--from-literal`` value with spaces (``"$(openssl rand -hex 32)"``) ends the command as far as this reads it,
+    so such options go last."""
+    secrets: dict[tuple[str, str], set[str]] = {}
+    for path in [*manifest_files(), *EXAMPLES_DIR.glob("*.yaml")]:
+        comments = [line.strip().removeprefix("#").strip() for line in path.read_text().splitlines()]
+        text = " ".join(" ".join(line.removesuffix("\\").split()) for line in comments if line)
+        for m in re.finditer(r"kubectl (?:-n (\S+) )?create secret (generic|tls) ([a-z0-9-]+)((?: --from-\S+)*)", text):
+            namespace, kind, name, args = m.groups()
+            keys = {"tls.crt", "tls.key"} if kind == "tls" else set()
+            for arg in args.split():
+                source = arg.split("=", 1)[1]
+                keys.add(source.split("=", 1)[0] if "=" in source else Path(source).name)
+            secrets.setdefault((namespace or "interlink", name), set()).update(keys)  # a variant's, or both
+    return secrets
+
+
+def masterqueue_example() -> dict[str, Any]:
+    return dict(yaml.safe_load((EXAMPLES_DIR / "masterqueue.yaml").read_text()))
+
+
+def test_every_secret_and_configmap_referenced_exists_or_is_documented() -> None:
+    docs = manifests()
+    configmaps = {(d["metadata"]["namespace"], d["metadata"]["name"]) for d in docs if d["kind"] == "ConfigMap"}
+    secrets = documented_secrets()
+    wanted: dict[tuple[str, str], set[str]] = {}  # secret → the keys read
+    for doc in docs:
+        if doc["kind"] not in ("Deployment", "StatefulSet"):
+            continue
+        namespace, spec = doc["metadata"]["namespace"], doc["spec"]["template"]["spec"]
+        for volume in spec.get("volumes", []):
+            if "configMap" in volume:
+                assert (namespace, volume["configMap"]["name"]) in configmaps, volume
+            if "secret" in volume:
+                keys = {item["key"] for item in volume["secret"].get("items", [])}
+                wanted.setdefault((namespace, volume["secret"]["secretName"]), set()).update(keys)
+        for container in spec["containers"]:
+            for source in container.get("envFrom", []):
+                assert (namespace, source["configMapRef"]["name"]) in configmaps, source
+            for env in container.get("env", []):
+                ref = env.get("valueFrom", {}).get("secretKeyRef")
+                if ref:
+                    wanted.setdefault((namespace, ref["name"]), set()).add(ref["key"])
+    for flavor in masterqueue_example()["spec"]["flavors"]:
+        ref = flavor.get("natsFlavor", {}).get("natsSecretRef")
+        if ref:  # the keys the controller reads (controller/listening.py): the nkey, and the CA for tls://
+            wanted.setdefault((ref["namespace"], ref["name"]), set()).update({"nkey", "ca.crt"})
+    assert {name for _, name in wanted} == NATS_CONFIG_SECRETS
+    for secret, keys in wanted.items():
+        assert secret in secrets, f"Secret {secret} is used but no manifest says how it is made"
+        assert keys <= secrets[secret], f"Secret {secret}: {sorted(keys - secrets[secret])} not in its command"
+
+
+def container_ports(spec: dict[str, Any]) -> dict[str | int, int]:
+    """name and number → number, for every port a pod's containers declare."""
+    ports: dict[str | int, int] = {}
+    for container in spec["containers"]:
+        for port in container.get("ports", []):
+            ports[port["containerPort"]] = port["containerPort"]
+            if "name" in port:
+                ports[port["name"]] = port["containerPort"]
+    return ports
+
+
+def test_service_policy_and_probe_ports_are_container_ports() -> None:
+    docs = manifests()
+    for name, spec, labels in pod_specs():
+        ports = container_ports(spec)
+        for container in spec["containers"]:
+            for kind in ("readinessProbe", "livenessProbe", "startupProbe"):
+                http = container.get(kind, {}).get("httpGet")
+                if http:
+                    assert http["port"] in ports, f"{name}/{container['name']}: {kind} on undeclared {http['port']}"
+        for doc in docs:
+            selector = doc["spec"].get("selector") if doc["kind"] == "Service" else None
+            if doc["kind"] == "NetworkPolicy":
+                selector = doc["spec"]["podSelector"]["matchLabels"]
+            if not selector or not selector.items() <= labels.items():
+                continue
+            if doc["kind"] == "Service":
+                for port in doc["spec"]["ports"]:
+                    assert port["targetPort"] in ports, f"Service {doc['metadata']['name']}: {port} → {name}"
+            else:
+                for rule in doc["spec"].get("ingress", []):
+                    for port in rule["ports"]:
+                        assert port["port"] in ports, f"NetworkPolicy {doc['metadata']['name']}: {port} → {name}"
+
+
+def test_the_controller_declares_its_probe_port_and_is_probed_on_healthz() -> None:
+    from interlink_nats.cli import app
+
+    run = typer.main.get_command(app).get_command(click.Context(typer.main.get_command(app)), "controller")
+    assert run is not None
+    [probe_port] = [p.default for p in run.get_command(click.Context(run), "run").params if p.name == "probe_port"]
+    [(_, spec, _)] = [s for s in pod_specs() if s[0] == "kueue-nats"]
+    [container] = spec["containers"]
+    assert "--probe-port" not in container["args"]
+    assert container_ports(spec)[container["readinessProbe"]["httpGet"]["port"]] == probe_port
+    for kind in ("readinessProbe", "livenessProbe"):
+        assert container[kind]["httpGet"]["path"] == "/healthz", kind
+        assert container_ports(spec)[container[kind]["httpGet"]["port"]] == probe_port, kind
+
+
+def nats_service() -> tuple[dict[str, Any], bool]:
+    """The in-cluster NATS Service and whether its client port is TLS (the nats-config command says --tls-cert)."""
+    docs = manifests()
+    [nats] = [d for d in docs if d["kind"] == "StatefulSet" and d["metadata"]["name"] == "interlink-nats"]
+    labels = nats["spec"]["template"]["metadata"]["labels"]
+    [service] = [
+        d for d in docs if d["kind"] == "Service" and d["spec"].get("type", "ClusterIP") == "ClusterIP"
+        and d["spec"]["selector"].items() <= labels.items()
+    ]  # fmt: skip
+    return service, "--tls-cert" in (K8S_DIR / "base" / "nats.yaml").read_text()
+
+
+def assert_dials_shipped_nats(url: str, namespace: str, where: str) -> None:
+    from urllib.parse import urlsplit
+
+    service, tls = nats_service()
+    parts = urlsplit(url)
+    [client_port] = [p["port"] for p in service["spec"]["ports"] if p["name"] == "client"]
+    name, svc_namespace = service["metadata"]["name"], service["metadata"]["namespace"]
+    hosts = {f"{name}.{svc_namespace}", f"{name}.{svc_namespace}.svc", f"{name}.{svc_namespace}.svc.cluster.local"}
+    if namespace == svc_namespace:
+        hosts.add(name)
+    scheme = "tls" if tls else "nats"
+    assert parts.scheme == scheme, f"{where}: {url} (NATS's client port is {'TLS' if tls else 'plain'})"
+    assert parts.hostname in hosts and parts.port == client_port, f"{where}: {url} is not the shipped NATS {hosts}"
+
+
+def test_the_example_masterqueue_dials_the_shipped_nats_with_the_controllers_secret() -> None:
+    docs = manifests()
+    [role] = [d for d in docs if d["kind"] == "Role" and any("secrets" in r["resources"] for r in d["rules"])]
+    [binding] = [d for d in docs if d["kind"] == "RoleBinding" and d["roleRef"]["name"] == role["metadata"]["name"]]
+    [controller] = [d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "kueue-nats"]
+    account = controller["spec"]["template"]["spec"]["serviceAccountName"]
+    assert {"kind": "ServiceAccount", "name": account, "namespace": controller["metadata"]["namespace"]} in binding[
+        "subjects"
+    ]
+    nats_flavors = [f["natsFlavor"] for f in masterqueue_example()["spec"]["flavors"] if "natsFlavor" in f]
+    assert nats_flavors
+    for flavor in nats_flavors:
+        assert_dials_shipped_nats(flavor["natsConnector"], "", "the example MasterQueue's natsConnector")
+        ref = flavor["natsSecretRef"]
+        assert ref["namespace"] == role["metadata"]["namespace"], "the controller may read Secrets only there"
+        assert [ref["name"]] == [n for r in role["rules"] for n in r["resourceNames"]], "the Secret its Role reads"
+
+
+def test_the_gateways_dial_the_shipped_nats() -> None:
+    for doc in manifests():
+        if doc["kind"] == "ConfigMap" and "INTERLINK_GATEWAY_NATS__URL" in doc["data"]:
+            url = doc["data"]["INTERLINK_GATEWAY_NATS__URL"]
+            assert_dials_shipped_nats(url, doc["metadata"]["namespace"], f"ConfigMap {doc['metadata']['name']}")

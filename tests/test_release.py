@@ -1,9 +1,10 @@
 """A site installs interlink-nats from the release files, as docs/site-install.md says, and its submitter serves.
 
 Before: the site guide said ``pip install "interlink-nats[submitter]==<v>"`` and no release existed. Now
-``make dist`` builds the wheel; this test builds it the same way, installs it with ``[submitter]`` into a
-fresh virtualenv (pip's own configuration: this machine's local index, no network needed), starts
-``interlink-nats submitter shell`` against a real nats-server and calls the pool over NATS.
+``make dist`` builds the wheel (the last test runs it: quiet, needing only ``build``); the first builds it the same
+way, installs it with ``[submitter]`` into a fresh virtualenv (pip's own configuration: this machine's local
+index, no network needed), starts ``interlink-nats submitter shell`` against a real nats-server and calls the
+pool over NATS.
 """
 
 from __future__ import annotations
@@ -78,3 +79,25 @@ async def test_a_fresh_venv_installs_the_wheel_with_submitter_and_serves_a_pool(
         proc.terminate()
         returncode = await asyncio.wait_for(proc.wait(), 60)
     assert returncode == 0, log.read_text()
+
+
+@pytest.mark.timeout(900)
+def test_make_dist_needs_only_build_and_prints_the_two_files(tmp_path: Path) -> None:
+    """`make dist` in a fresh virtualenv: installs `build` and setuptools-scm alone, prints what it wrote, not build's
+    thousand lines (those go to the log), and the files are the wheel and sdist of one version."""
+    venv, dist = tmp_path / "venv", tmp_path / "dist"
+    out = run("make", "--no-print-directory", "dist", f"VENV={venv}", f"DIST={dist}").splitlines()
+    built = sorted(str(p) for p in dist.iterdir())
+    assert out == [
+        f"installing build and setuptools-scm into {venv} (log: {venv}/install.log)",
+        f"building the wheel and sdist (log: {venv}/dist.log)",
+        *built,
+    ]
+    [wheel, sdist] = sorted(dist.iterdir(), key=lambda p: p.suffix != ".whl")
+    version = wheel.name.split("-")[1]
+    assert wheel.name == f"interlink_nats-{version}-py3-none-any.whl"
+    assert sdist.name == f"interlink_nats-{version}.tar.gz"
+    assert "Successfully built" in (venv / "dist.log").read_text()
+    installed = run(venv / "bin" / "python", "-m", "pip", "list", "--format=freeze").lower()
+    for tool in ("mypy", "pytest", "ruff", "interlink-nats"):
+        assert f"{tool}==" not in installed, f"`make dist` installed {tool}"

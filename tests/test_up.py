@@ -50,18 +50,20 @@ def start_up(port: int, tmp_path: Path) -> subprocess.Popen[str]:
 
 
 async def read_line_with(proc: subprocess.Popen[str], needle: str) -> str:
-    """The first stdout line containing ``needle`` (read on a thread: the pipe is blocking)."""
+    """stdout up to the first line containing ``needle``, that line included (read on a thread: the pipe blocks)."""
     assert proc.stdout is not None
 
     def read() -> str:
+        seen = ""
         for line in proc.stdout:  # type: ignore[union-attr]
+            seen += line
             if needle in line:
-                return line
-        return ""
+                break
+        return seen
 
-    line = await asyncio.wait_for(asyncio.to_thread(read), DEADLINE_S)
-    assert needle in line, f"up exited ({proc.poll()}) before printing {needle!r}: {proc.stderr.read()}"  # type: ignore[union-attr]
-    return line
+    seen = await asyncio.wait_for(asyncio.to_thread(read), DEADLINE_S)
+    assert needle in seen, f"up exited ({proc.poll()}) before printing {needle!r}: {proc.stderr.read()}"  # type: ignore[union-attr]
+    return seen
 
 
 def stop(proc: subprocess.Popen[str]) -> None:
@@ -93,7 +95,7 @@ async def test_up_answers_when_it_says_so_and_ctrl_c_stops_running_jobs(tmp_path
     marker = f"up-job-{uuid.uuid4().hex}"
     proc = start_up(port, tmp_path)
     try:
-        await read_line_with(proc, "is up")
+        shown = await read_line_with(proc, "is up")
         async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}", timeout=30.0) as http:
             # "is up" means every part answers: the gateway's health and a create that needs the pool.
             assert (await http.get("/healthz")).status_code == 200
@@ -111,6 +113,13 @@ async def test_up_answers_when_it_says_so_and_ctrl_c_stops_running_jobs(tmp_path
     assert proc.returncode == 0, err
     assert "cancelled 1 running job(s)" in out
     assert processes_mentioning(marker) == [], "Ctrl-C of up left the job running"
+    # Issue 42: what a user needs (where the gateway listens, the pool, how to stop) once, not thrice among the
+    # parts' start-up logs; --log-level info shows those.
+    everything = (shown + out + err).splitlines()
+    address = [line for line in everything if f"127.0.0.1:{port}" in line]
+    assert address == [shown.splitlines()[-1]], everything
+    assert "pool 'local'" in address[0] and "Ctrl-C to stop" in address[0]
+    assert [line for line in everything if " INFO " in line] == []
 
 
 async def test_up_stopped_by_term_leaves_no_process_of_a_pod_that_escaped_its_group(tmp_path: Path) -> None:
