@@ -257,8 +257,11 @@ class RpcServer:
         except GRPCError as exc:
             status, message = exc.status, exc.message or ""
         except StreamGone as exc:
-            log.info("%s stream ended early: %s", endpoint.method, exc)
+            # The text, not the exception: a log record keeps its args (a capturing handler, a queue), and the
+            # exception's traceback would keep the handler's frame, and so the service's log generator, alive: its
+            # ``finally`` (closing files, following) would wait for the garbage collector.
             status, message = Status.CANCELLED, str(exc)
+            log.info("%s stream ended early: %s", endpoint.method, message)
         except asyncio.CancelledError:
             if isinstance(call, StreamServerCall) and call.gone:
                 task = asyncio.current_task()
