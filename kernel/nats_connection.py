@@ -30,6 +30,7 @@ import nkeys  # type: ignore[import-untyped]  # nkeys ships no type hints (no py
 from nats.aio.client import Client as NatsClient
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
+from .checks import FAILED, OK, Check
 from .subjects import EVENTS_STREAM, INBOX_ROOT, SUBMITTER_SERVICE, Role, inbox_prefix
 from .tasks import cancel_and_wait
 
@@ -444,3 +445,26 @@ async def connect(
         return nc
     await cancel_and_wait(task)
     raise NatsConnectError("stopped before NATS was reachable")
+
+
+async def connect_for_check(
+    settings: NatsConnectionSettings,
+    name: str,
+    within_s: float,
+    *,
+    on_error: Callable[[Exception], Awaitable[bool | None]] | None = None,
+) -> tuple[NatsClient | None, Check]:
+    """``check`` commands' connection: connected within ``within_s`` (a client, an ok row naming who) or not (None
+    and a FAILED row saying why): a check must end, where :func:`connect` retries for ever."""
+    stop = asyncio.Event()
+    timer = asyncio.get_running_loop().call_later(within_s, stop.set)
+    try:
+        nc = await connect(settings, name, stop=stop, on_error=on_error)
+    except NatsConnectError:
+        return None, Check("nats connect", FAILED, f"no answer from {settings.url} within {within_s:g} s")
+    except Exception as exc:  # TLS, a malformed creds file: what nats-py says
+        return None, Check("nats connect", FAILED, f"{settings.url}: {type(exc).__name__}: {exc}")
+    finally:
+        timer.cancel()
+    where = nc.connected_url.netloc if nc.connected_url else settings.url
+    return nc, Check("nats connect", OK, f"{where} as {identity_of(settings)}")

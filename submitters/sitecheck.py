@@ -14,7 +14,6 @@ submitter, so a missing one is a warning there (the batch nodes may have it wher
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import shutil
 
@@ -80,26 +79,17 @@ def runtime_name(build_config: pb.BuildConfig) -> str:
 
 async def nats_checks(submitter: Submitter, within_s: float) -> list[Check]:
     """Connect as the pool, subscribe to its Submit subject (the start's probe) and look the events stream up."""
-    from interlink_nats.kernel.nats_connection import NatsConnectError, connect, identity_of
+    from interlink_nats.kernel.nats_connection import connect_for_check
     from interlink_nats.submitters.edge.natsconn import connection_settings
 
     nats = connection_settings(submitter.settings)
-    stop = asyncio.Event()
-    timer = asyncio.get_running_loop().call_later(within_s, stop.set)
-    try:
-        submitter.nc = await connect(
-            nats, f"interlink-check-{submitter.pool}", stop=stop, on_error=submitter._on_nats_error
-        )
-    except NatsConnectError:
-        return [Check("nats connect", FAILED, f"no answer from {nats.url} within {within_s:g} s")]
-    except Exception as exc:  # TLS, a malformed creds file: what nats-py says
-        return [Check("nats connect", FAILED, f"{nats.url}: {type(exc).__name__}: {exc}")]
-    finally:
-        timer.cancel()
-    nc = submitter.nc
-    rows = [
-        Check("nats connect", OK, f"{nc.connected_url.netloc if nc.connected_url else nats.url} as {identity_of(nats)}")
-    ]
+    nc, connected = await connect_for_check(
+        nats, f"interlink-check-{submitter.pool}", within_s, on_error=submitter._on_nats_error
+    )
+    if nc is None:
+        return [connected]
+    submitter.nc = nc
+    rows = [connected]
     try:
         subject = rpc_subject("Submit", submitter.pool)
         try:

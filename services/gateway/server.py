@@ -22,9 +22,9 @@ import redis.asyncio as aioredis
 import uvicorn
 from interlink_nats.kernel.checks import FAILED, OK, Check
 from interlink_nats.kernel.nats_connection import (
-    NatsConnectError,
     as_subscribed,
     connect,
+    connect_for_check,
     credential_problem,
     identity_of,
     permission_violation,
@@ -120,18 +120,11 @@ async def check_gateway(settings: GatewaySettings, within_s: float = 15.0) -> li
             refused.append((found[0], as_subscribed(found[1], made[0] if made else None)))
         return found is not None
 
-    stop = asyncio.Event()
-    timer = asyncio.get_running_loop().call_later(within_s, stop.set)
-    try:
-        made.append(await connect(settings.nats, "interlink-gateway-check", stop=stop, on_error=on_error))
-    except NatsConnectError:
-        return [Check("nats connect", FAILED, f"no answer from {settings.nats.url} within {within_s:g} s")]
-    except Exception as exc:  # TLS, a malformed creds file: what nats-py says
-        return [Check("nats connect", FAILED, f"{settings.nats.url}: {type(exc).__name__}: {exc}")]
-    finally:
-        timer.cancel()
-    nc = made[0]
-    rows = [Check("nats connect", OK, f"{settings.nats.url} as {identity_of(settings.nats)}")]
+    nc, connected = await connect_for_check(settings.nats, "interlink-gateway-check", within_s, on_error=on_error)
+    if nc is None:
+        return [connected]
+    made.append(nc)
+    rows = [connected]
     subject = f"{settings.prefix}.config.*"
     try:
         await _check_credential(nc, settings, refused)
