@@ -25,14 +25,13 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-import nats
 import nkeys  # type: ignore[import-untyped]  # nkeys ships no type hints (no py.typed, no stubs)
 from nats.aio.client import Client as NatsClient
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator
 
 from .checks import FAILED, OK, Check
 from .subjects import EVENTS_STREAM, INBOX_ROOT, SUBMITTER_SERVICE, Role, inbox_prefix
-from .tasks import cancel_and_wait
+from .tasks import cancel_until_done
 
 log = logging.getLogger(__name__)
 
@@ -431,7 +430,8 @@ async def connect(
         on_error=until_connected,
     )
     opts["reconnect_time_wait"] = FIRST_CONNECT_RETRY_S
-    task = asyncio.ensure_future(nats.connect(**opts))
+    client = NatsClient()
+    task = asyncio.ensure_future(client.connect(**opts))
     if stop is not None:
         stopper = asyncio.ensure_future(stop.wait())
         try:
@@ -439,12 +439,22 @@ async def connect(
         finally:
             stopper.cancel()
     if stop is None or task.done():
-        nc = await task
-        made.append(nc)
-        log.info("NATS (%s) connected to %s", name, connected_server(nc))
-        return nc
-    await cancel_and_wait(task)
+        await task
+        made.append(client)
+        log.info("NATS (%s) connected to %s", name, connected_server(client))
+        return client
+    await cancel_until_done(task)
+    await _abandon(client)
     raise NatsConnectError("stopped before NATS was reachable")
+
+
+async def _abandon(client: NatsClient) -> None:
+    """Close a client whose first connect was cancelled, so no half-open socket outlives the stop."""
+    if client.is_closed:
+        return
+    closing = asyncio.ensure_future(client.close())
+    await asyncio.wait({closing}, timeout=2.0)
+    await cancel_until_done(closing, within_s=2.0)
 
 
 async def connect_for_check(

@@ -29,3 +29,25 @@ async def cancel_and_wait(*tasks: asyncio.Future[Any] | None) -> None:
     for task in pending:
         if not task.cancelled() and (error := task.exception()) is not None:
             log.debug("%r ended with %r while stopped", task, error)
+
+
+async def cancel_until_done(task: asyncio.Future[Any], *, again_every_s: float = 0.5, within_s: float = 20.0) -> bool:
+    """Cancel ``task`` again and again until it has ended; False if it still runs after ``within_s``.
+
+    Why not one cancel: a library loop that catches ``CancelledError`` somewhere inside (nats-py's first-connect
+    loop does, in its close path and in ``wait_for``'s race on Python 3.11) takes the one cancel as a failed attempt
+    and tries again for ever, and a stop that awaits it never ends. Each further cancel lands at the loop's next
+    await, so one of them reaches a place that lets it through.
+    """
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + within_s
+    while not task.done():
+        left = deadline - loop.time()
+        if left <= 0:
+            log.warning("%r did not end within %g s of being cancelled; left behind", task, within_s)
+            return False
+        task.cancel()
+        await asyncio.wait({task}, timeout=min(again_every_s, left))
+    if not task.cancelled() and (error := task.exception()) is not None:
+        log.debug("%r ended with %r while stopped", task, error)
+    return True

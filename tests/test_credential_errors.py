@@ -125,3 +125,39 @@ def test_refused_subjects_are_printed_as_written_not_lower_cased() -> None:
     assert as_subscribed(said, nc) == 'nats: permissions violation for subscription to "_INBOX.pool.a.AbC.*"'
     said = 'nats: permissions violation for publish to "$js.api.stream.create.interlink_events"'
     assert as_subscribed(said, None).endswith('"$JS.API.STREAM.CREATE.INTERLINK_EVENTS"')
+
+
+async def test_a_stop_during_the_first_connect_always_ends_it_wherever_it_lands() -> None:
+    """A stop may land anywhere in nats-py's first-connect loop, some of whose awaits eat a cancel (its close path,
+    ``wait_for``'s race): connect must still end, each time, with NatsConnectError (kernel.tasks.cancel_until_done). The
+    listener accepts and hangs up, or holds the socket, so the stop lands in each phase of an attempt."""
+    import asyncio
+
+    from interlink_nats.kernel.nats_connection import NatsConnectError, NatsConnectionSettings, connect
+
+    held: list[socket.socket] = []
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.setblocking(False)
+    port = listener.getsockname()[1]
+
+    async def serve() -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            conn, _ = await loop.sock_accept(listener)
+            if len(held) % 2:
+                conn.close()  # hang up at once: the attempt fails on reading INFO
+            held.append(conn)  # every other one is held silent: the attempt waits on INFO
+
+    server = asyncio.create_task(serve())
+    settings = NatsConnectionSettings(url=f"nats://127.0.0.1:{port}", connect_timeout_s=0.2)
+    try:
+        for round_ in range(24):
+            stop = asyncio.Event()
+            asyncio.get_running_loop().call_later(0.01 * (round_ % 12) + 0.001 * round_, stop.set)
+            with pytest.raises(NatsConnectError):
+                await asyncio.wait_for(connect(settings, "storm", stop=stop), DEADLINE_S)
+    finally:
+        server.cancel()
+        listener.close()
+        for conn in held:
+            conn.close()
