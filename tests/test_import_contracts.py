@@ -303,3 +303,45 @@ def test_every_imported_library_is_declared() -> None:
             if not provided_by & declared:
                 missing.append(f"{top} (from {sorted(provided_by)}) imported by {sorted(users)[:3]}")
     assert not missing, "declare these in pyproject.toml:\n" + "\n".join(missing)
+
+
+def contracts() -> list[dict[str, object]]:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
+    return list(config["contracts"])
+
+
+def layer_members(layers: list[str]) -> set[str]:
+    """The names a ``layers`` contract places (``|`` and ``:`` both separate siblings)."""
+    return {name.strip() for layer in layers for name in re.split(r"[|:]", layer)}
+
+
+def children(container: str) -> set[str]:
+    """The modules and subpackages directly inside ``container``, by the names a contract uses."""
+    depth = container.count(".") + 1
+    return {
+        module.split(".")[depth]
+        for module in module_files()
+        if module.startswith(container + ".") and module.count(".") >= depth
+    }
+
+
+def test_every_module_of_a_layered_package_is_in_a_layer_of_its_contract() -> None:
+    """A module left out of its folder's layers is free to import anything: its direction would go unchecked."""
+    unplaced: list[str] = []
+    for contract in contracts():
+        if contract["type"] != "layers" or not contract.get("containers"):
+            continue
+        placed = layer_members(list(contract["layers"]))  # type: ignore[call-overload]
+        for container in contract["containers"]:  # type: ignore[attr-defined]
+            unplaced += [f"{container}.{name} (contract {contract['id']!r})" for name in children(container) - placed]
+    assert not unplaced, "add each to a layer of its contract in pyproject.toml:\n" + "\n".join(sorted(unplaced))
+
+
+def test_the_backends_independence_contract_lists_every_backend_package() -> None:
+    """Derived, not remembered: every package under submitters/backends/ is a backend and must not know the others."""
+    backends = f"{TOP}.submitters.backends"
+    packages = {f"{backends}.{name}" for name in children(backends) if is_package(f"{backends}.{name}")}
+    (independence,) = [c for c in contracts() if c["id"] == "backends"]
+    assert set(independence["modules"]) == packages, (  # type: ignore[call-overload]
+        f"pyproject's 'backends' contract must list exactly the backend packages: {sorted(packages)}"
+    )
