@@ -61,10 +61,13 @@ class _ObservedCollector(Collector):
         values = [s.pool, s.backend.name]
 
         def one(
-            kind: type[CounterMetricFamily | GaugeMetricFamily], name: str, doc: str, value: float
+            kind: type[CounterMetricFamily | GaugeMetricFamily], name: str, doc: str, value: float | None
         ) -> CounterMetricFamily | GaugeMetricFamily:
+            """The family, with its one sample unless ``value`` is None (not known yet: the family alone, so every
+            series' name and type is there from the first scrape)."""
             family = kind(name, doc, labels=["pool", "backend"])
-            family.add_metric(values, value)
+            if value is not None:
+                family.add_metric(values, value)
             return family
 
         yield one(GaugeMetricFamily, "interlink_submitter_jobs_tracked", "Live jobs being polled", s.tracked)
@@ -72,15 +75,14 @@ class _ObservedCollector(Collector):
         yield one(GaugeMetricFamily, "interlink_submitter_events_unpublished", waiting, s.unpublished)
         yield one(CounterMetricFamily, "interlink_submitter_polls", "Backend polls that succeeded", s.polls)
         last = s.last_poll
-        if last is not None:
-            seconds = last.seconds
-            yield one(GaugeMetricFamily, "interlink_submitter_last_poll_seconds", "Duration of the last poll", seconds)
-            yield one(
-                GaugeMetricFamily,
-                "interlink_submitter_last_poll_backend_calls",
-                "Backend commands run by the last poll",
-                last.backend_calls,
-            )
+        seconds = last.seconds if last is not None else None
+        yield one(GaugeMetricFamily, "interlink_submitter_last_poll_seconds", "Duration of the last poll", seconds)
+        yield one(
+            GaugeMetricFamily,
+            "interlink_submitter_last_poll_backend_calls",
+            "Backend commands run by the last poll",
+            last.backend_calls if last is not None else None,
+        )
         connected = 1 if connected_server(s.nc) else 0
         yield one(GaugeMetricFamily, "interlink_submitter_nats_connected", "1 when connected to NATS", connected)
         yield one(
