@@ -3,7 +3,8 @@
 This is the one place where the submitter's domain errors (``submitters.core.errors``) become RPC
 status codes; nothing below it imports grpclib. It depends on the small interfaces it calls
 (:class:`Submitting`, :class:`Querying`), not on the runtime, so the runtime can build it without an
-import cycle.
+import cycle. Each Submit is counted here, by outcome and reason (``edge.metrics``), where its answer is known;
+:func:`rpc_server` builds the server the service is served by.
 """
 
 from __future__ import annotations
