@@ -200,6 +200,9 @@ class RpcServer:
         status, message = Status.UNKNOWN, protocol.GENERIC_ERROR
         try:
             status, message = await self._run(endpoint, msg, received)
+        except asyncio.CancelledError:  # the server is stopping: what ``_handle`` told the caller
+            status, message = Status.UNAVAILABLE, "server is stopping"
+            raise
         finally:
             self._in_flight -= 1
             error = None if status is Status.OK else f"{status.name}:{message}"
