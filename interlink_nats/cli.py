@@ -73,7 +73,8 @@ def up(
     run_until_signal(
         lambda stop: run_stack(
             stop, http_port=http_port, host=host, pool=pool, state_dir=state_dir, insecure_no_auth=insecure_no_auth
-        )
+        ),
+        say_stop=lambda cause: print(f"interlink-nats: stopping: {cause}", flush=True),  # at every --log-level
     )
 
 

@@ -8,7 +8,8 @@ the user asked the process to outlive its terminal, so neither SIGHUP nor the pa
 
 A daemon (the submitter, the gateway) passes ``reload``: SIGHUP then sets that event instead of stopping,
 as nats-server, slurmctld and sshd re-read their configuration on HUP; ``up``, a terminal program, does not.
-Every stop logs one line naming its cause (a fatal error is the CLI's one error line instead).
+Every stop logs one line naming its cause (a fatal error is the CLI's one error line instead); a terminal program
+(``up``, which logs only warnings by default) prints it instead, so its user sees why it stopped at every level.
 """
 
 from __future__ import annotations
@@ -41,21 +42,32 @@ async def _parent_gone(parent: int) -> None:
             return
 
 
-def _stopper(stop: asyncio.Event, cause: str) -> Callable[[], None]:
-    """A handler that logs ``cause`` once (a second Ctrl-C while draining says nothing new) and sets ``stop``."""
+def log_stop(cause: str) -> None:
+    """A daemon's stop line: logged, at info."""
+    log.info("stopping: %s", cause)
+
+
+def _stopper(stop: asyncio.Event, cause: str, say: Callable[[str], None]) -> Callable[[], None]:
+    """A handler that says ``cause`` once (a second Ctrl-C while draining says nothing new) and sets ``stop``."""
 
     def handler() -> None:
         if not stop.is_set():
-            log.info("stopping: %s", cause)
+            say(cause)
         stop.set()
 
     return handler
 
 
-def run_until_signal(main: Callable[[asyncio.Event], Awaitable[None]], *, reload: asyncio.Event | None = None) -> None:
+def run_until_signal(
+    main: Callable[[asyncio.Event], Awaitable[None]],
+    *,
+    reload: asyncio.Event | None = None,
+    say_stop: Callable[[str], None] = log_stop,
+) -> None:
     """Run ``main(stop)``; a stop signal or the parent's death sets ``stop`` so it can drain.
 
-    With ``reload``, SIGHUP sets it instead (``main`` re-reads its configuration and clears it)."""
+    With ``reload``, SIGHUP sets it instead (``main`` re-reads its configuration and clears it). ``say_stop`` is
+    given the stop's cause once (``SIGINT received``, ``the parent process (42) died``)."""
 
     async def runner() -> None:
         stop = asyncio.Event()
@@ -65,12 +77,12 @@ def run_until_signal(main: Callable[[asyncio.Event], Awaitable[None]], *, reload
             if sig == signal.SIGHUP and reload is not None:
                 loop.add_signal_handler(sig, reload.set)
             else:
-                loop.add_signal_handler(sig, _stopper(stop, f"{sig.name} received"))
+                loop.add_signal_handler(sig, _stopper(stop, f"{sig.name} received", say_stop))
         watch: asyncio.Task[None] | None = None
         parent = os.getppid()
         if signal.SIGHUP in signals and parent > 1:  # started by init/systemd (or PID 1 itself): no parent to watch
             watch = asyncio.create_task(_parent_gone(parent), name="parent-watch")
-            gone = _stopper(stop, f"the parent process ({parent}) died")
+            gone = _stopper(stop, f"the parent process ({parent}) died", say_stop)
             watch.add_done_callback(lambda task: None if task.cancelled() else gone())
         try:
             await main(stop)

@@ -47,11 +47,11 @@ from interlink_nats.kernel.tasks import cancel_and_wait
 from interlink_nats.kernel.version import __version__
 from interlink_nats.submitters.backends import create_backend
 from interlink_nats.submitters.backends.commands import CommandCheck, start_warnings
-from interlink_nats.submitters.core import fastwire
 from interlink_nats.submitters.core.backend import Backend, BackendContext, BackendError
 from interlink_nats.submitters.core.errors import SubmitterError, Unavailable
 from interlink_nats.submitters.edge.announcer import Announcer
-from interlink_nats.submitters.edge.service import SubmitterServiceImpl
+from interlink_nats.submitters.edge.metrics import SubmitterMetrics
+from interlink_nats.submitters.edge.service import rpc_server
 from interlink_nats.submitters.engine.gangs import Gangs
 from interlink_nats.submitters.engine.polling import Poller, PollStats
 from interlink_nats.submitters.engine.queries import Queries
@@ -120,6 +120,7 @@ class Submitter:
         self.announcer = Announcer(settings, self.backend, self.clock)
         self.commands = CommandCheck(self.backend)
         """The backend's programs: re-checked every poll and after a failed submission; /healthz reads it."""
+        self.metrics = SubmitterMetrics(self.pool)  # what /metrics counts and times; its gauges read this object
         self.submissions = Submissions(
             pool=self.pool,
             state_dir=self.state_dir,
@@ -175,6 +176,7 @@ class Submitter:
             raise SubmitterError(f"cannot create state dir {self.state_dir}: {exc}") from exc
         self.instance_lock.acquire()
         self._stop = asyncio.Event()
+        self.metrics.time_commands()  # every batch command run from here on (the backend's loops too)
         self.submissions.reopen()
         try:
             self.registry = await Registry.open(self.settings.resolved_registry_path(), clock=self.clock)
@@ -210,21 +212,7 @@ class Submitter:
         self.outbox.nc = self.announcer.nc = self.nc
         await self._probe_permissions()
         await self.outbox.ensure_stream()
-        from interlink_nats.services.bus.rpc import RpcServer
-
-        self._rpc = RpcServer(
-            self.nc,
-            [
-                SubmitterServiceImpl(
-                    self.submissions, self.queries, describe=self.describe, clock=self.clock, gangs=self.gangs
-                )
-            ],
-            pool=self.pool,
-            max_concurrency=self.settings.max_concurrency,
-            metadata={"backend": self.backend.name, "instance": self.instance_id},
-            decoders={pb.SubmitRequest: fastwire.submit_request},
-            encoders={pb.SubmitResponse: fastwire.submit_response},
-        )
+        self._rpc = rpc_server(self.nc, self, max_concurrency=self.settings.max_concurrency)
         await self._rpc.start()
         await self._check_subscriptions()
         await self.announcer.discover_capacity()

@@ -182,6 +182,9 @@ async def test_healthz_and_metrics_reflect_the_gateway(nats_url: str, tmp_path: 
         assert 'interlink_gateway_requests_total{code="200",endpoint="create"} 1.0' in text
         assert 'interlink_gateway_requests_total{code="400",endpoint="create"} 1.0' in text
         assert "interlink_gateway_pods{" in text
+        # The create's one Submit, timed from the gateway's side (the pool is known: it rendered with its BuildConfig).
+        submitted = f'interlink_gateway_rpc_seconds_count{{method="Submit",outcome="ok",pool="{stack.pool}"}} 1.0'
+        assert submitted in text, text
         assert p["metadata"]["uid"] not in text, "no pod data in metric labels"
 
 

@@ -43,11 +43,13 @@ from interlink_nats.services.bus.rpc import (
     protocol,
     submitter_client,
 )
+from interlink_nats.services.bus.rpc.latency import RpcLatency
 from interlink_nats.services.gateway.metrics import GatewayMetrics
 from interlink_nats.services.gateway.pool_client import SUBMIT_ROUTE, PoolClient
 from interlink_nats.services.gateway.settings import GatewaySettings
 from nats.aio.client import Client as NATS
 from nats.aio.msg import Msg
+from prometheus_client import CollectorRegistry
 
 SECRET = "db password is hunter2"
 
@@ -508,7 +510,8 @@ async def test_stop_lets_in_flight_calls_finish(server_nc: NATS, client_nc: NATS
 async def test_stop_after_grace_cancels_and_answers_unavailable(server_nc: NATS, client_nc: NATS, pool: str) -> None:
     service = Recorder()
     service.delay = 60
-    server = RpcServer(server_nc, [service], pool=pool)
+    registry = CollectorRegistry()
+    server = RpcServer(server_nc, [service], pool=pool, latency=RpcLatency(registry, "submitter"))
     await server.start()
     call = asyncio.create_task(submitter_client(client_nc, pool).submit(submit_request()))
     await eventually(lambda: service.active == 1)
@@ -519,6 +522,9 @@ async def test_stop_after_grace_cancels_and_answers_unavailable(server_nc: NATS,
     with pytest.raises(GRPCError) as caught:
         await call
     assert caught.value.status is Status.UNAVAILABLE
+    # Its latency is observed with what the caller was told (it was "unknown": the cancel skipped the status).
+    labels = {"pool": pool, "method": "Submit", "outcome": "unavailable"}
+    assert registry.get_sample_value("interlink_submitter_rpc_seconds_count", labels) == 1
 
 
 async def test_get_status_batch(serve: Serve, client_nc: NATS, pool: str) -> None:

@@ -120,6 +120,8 @@ async def test_up_answers_when_it_says_so_and_ctrl_c_stops_running_jobs(tmp_path
     assert address == [shown.splitlines()[-1]], everything
     assert "pool 'local'" in address[0] and "Ctrl-C to stop" in address[0]
     assert [line for line in everything if " INFO " in line] == []
+    # At the default level too, one line says that it stops and why (it was logged at info only).
+    assert [line for line in everything if "stopping" in line] == ["interlink-nats: stopping: SIGINT received"]
 
 
 async def test_up_stopped_by_term_leaves_no_process_of_a_pod_that_escaped_its_group(tmp_path: Path) -> None:
@@ -150,6 +152,9 @@ async def test_up_stopped_by_term_leaves_no_process_of_a_pod_that_escaped_its_gr
         stop(proc)
     assert proc.returncode == 0, err
     assert "cancelled 1 running job(s)" in out
+    assert [line for line in (out + err).splitlines() if "stopping" in line] == [
+        "interlink-nats: stopping: SIGTERM received"
+    ]
     assert processes_mentioning(marker) == [], "stopping up left the pod's escaped processes running"
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection
 
+from interlink_nats.services.bus.rpc.latency import RpcLatency
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 OTHER_POOL = "_other"
@@ -43,6 +44,8 @@ class GatewayMetrics:
             ["pool", "method", "status"],
             registry=self.registry,
         )
+        self.rpc = RpcLatency(self.registry, "gateway")
+        """Latency of each call to a pool, retries included, by pool, method and outcome (``PoolClient``)."""
         self.events = Counter("interlink_gateway_events_applied", "JobEvents applied", registry=self.registry)
         self.log_streams = Gauge(
             "interlink_gateway_log_streams", "Open /getLogs streams (each holds a few chunks)", registry=self.registry

@@ -150,13 +150,14 @@ class PoolClient:
         The retries are a plain loop, not tenacity's ``AsyncRetrying``: its set-up cost every create
         ~10 µs although nearly every call succeeds at once. The schedule is the same: waits of 50 ms
         doubling up to 500 ms, and no wait that would end past ``pool_wait_s`` after the first try.
+        Its latency, retries included, is observed by outcome (``interlink_gateway_rpc_seconds``).
         """
         loop = asyncio.get_running_loop()
         started = loop.time()
         attempt = 0
         while True:
             try:
-                return await call()
+                reply = await call()
             except GRPCError as exc:
                 attempt += 1
                 # no use waiting for the pool while we ourselves cannot reach NATS
@@ -165,9 +166,12 @@ class PoolClient:
                     if loop.time() - started + pause < self.pool_wait_s:
                         await asyncio.sleep(pause)
                         continue
+                self.metrics.rpc.observe(self.metrics.pool_label(pool), method, exc.status, loop.time() - started)
                 if wait and _no_submitter(exc) and not self.nc.is_connected:
                     raise GatewayError(503, NATS_DOWN) from None
                 raise self._failed(pool, method, exc) from None
+            self.metrics.rpc.observe(self.metrics.pool_label(pool), method, Status.OK, loop.time() - started)
+            return reply
 
     def _failed(self, pool: str, method: str, exc: GRPCError) -> PoolError:
         self.metrics.rpc_errors.labels(pool=self.metrics.pool_label(pool), method=method, status=exc.status.name).inc()

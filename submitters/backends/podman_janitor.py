@@ -32,7 +32,7 @@ class PodmanJanitor:
 
     async def _podman(self, *args: str) -> str | None:
         try:
-            done = await run_command([self.executable, *args], time_limit=COMMAND_TIME_LIMIT)
+            done = await run_command([self.executable, *args], time_limit=COMMAND_TIME_LIMIT, command="podman")
         except BackendError as exc:
             log.warning("podman janitor: %s", exc)
             return None

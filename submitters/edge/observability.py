@@ -1,8 +1,9 @@
 """The submitter's /healthz and /metrics: the NATS connection, its permissions, the backend's last poll and
 whether its programs (``sbatch``...) can be run.
 
-Collected when scraped from the runtime's own state, so the job path carries no instrumentation.
-Labels are bounded (the pool is this process's one pool; no pod, namespace or job id is a label).
+The gauges here are collected when scraped from the runtime's own state; what is counted and timed as it happens
+(Submits, batch commands, RPCs) is ``metrics``', in the same registry. Labels are bounded (the pool is this process's
+one pool; no pod, namespace or job id is a label). Every series is listed in docs/metrics.md.
 """
 
 from __future__ import annotations
@@ -15,9 +16,9 @@ from interlink_nats.kernel.nats_connection import connected_server
 from interlink_nats.services.ops.probes import Probes
 from interlink_nats.submitters.backends.commands import CommandCheck
 from interlink_nats.submitters.core.backend import Backend
+from interlink_nats.submitters.edge.metrics import SubmitterMetrics
 from interlink_nats.submitters.engine.polling import PollStats
 from nats.aio.client import Client as NATS
-from prometheus_client import CollectorRegistry
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -35,6 +36,7 @@ class Observed(Protocol):
     last_poll_ok: float | None
     poll_error: str | None
     permission_errors: list[str]
+    metrics: SubmitterMetrics
 
     @property
     def poll_interval_s(self) -> float: ...
@@ -59,10 +61,13 @@ class _ObservedCollector(Collector):
         values = [s.pool, s.backend.name]
 
         def one(
-            kind: type[CounterMetricFamily | GaugeMetricFamily], name: str, doc: str, value: float
+            kind: type[CounterMetricFamily | GaugeMetricFamily], name: str, doc: str, value: float | None
         ) -> CounterMetricFamily | GaugeMetricFamily:
+            """The family, with its one sample unless ``value`` is None (not known yet: the family alone, so every
+            series' name and type is there from the first scrape)."""
             family = kind(name, doc, labels=["pool", "backend"])
-            family.add_metric(values, value)
+            if value is not None:
+                family.add_metric(values, value)
             return family
 
         yield one(GaugeMetricFamily, "interlink_submitter_jobs_tracked", "Live jobs being polled", s.tracked)
@@ -70,15 +75,14 @@ class _ObservedCollector(Collector):
         yield one(GaugeMetricFamily, "interlink_submitter_events_unpublished", waiting, s.unpublished)
         yield one(CounterMetricFamily, "interlink_submitter_polls", "Backend polls that succeeded", s.polls)
         last = s.last_poll
-        if last is not None:
-            seconds = last.seconds
-            yield one(GaugeMetricFamily, "interlink_submitter_last_poll_seconds", "Duration of the last poll", seconds)
-            yield one(
-                GaugeMetricFamily,
-                "interlink_submitter_last_poll_backend_calls",
-                "Backend commands run by the last poll",
-                last.backend_calls,
-            )
+        seconds = last.seconds if last is not None else None
+        yield one(GaugeMetricFamily, "interlink_submitter_last_poll_seconds", "Duration of the last poll", seconds)
+        yield one(
+            GaugeMetricFamily,
+            "interlink_submitter_last_poll_backend_calls",
+            "Backend commands run by the last poll",
+            last.backend_calls if last is not None else None,
+        )
         connected = 1 if connected_server(s.nc) else 0
         yield one(GaugeMetricFamily, "interlink_submitter_nats_connected", "1 when connected to NATS", connected)
         yield one(
@@ -90,8 +94,8 @@ class _ObservedCollector(Collector):
 
 
 def submitter_probes(submitter: Observed) -> Probes:
-    registry = CollectorRegistry()
-    registry.register(_ObservedCollector(submitter))
+    registry = submitter.metrics.registry
+    submitter.metrics.read_state(_ObservedCollector(submitter))
 
     def nats() -> tuple[bool, str]:
         server = connected_server(submitter.nc)

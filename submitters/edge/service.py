@@ -3,7 +3,8 @@
 This is the one place where the submitter's domain errors (``submitters.core.errors``) become RPC
 status codes; nothing below it imports grpclib. It depends on the small interfaces it calls
 (:class:`Submitting`, :class:`Querying`), not on the runtime, so the runtime can build it without an
-import cycle.
+import cycle. Each Submit is counted here, by outcome and reason (``edge.metrics``), where its answer is known;
+:func:`rpc_server` builds the server the service is served by.
 """
 
 from __future__ import annotations
@@ -20,7 +21,9 @@ from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel.clock import Clock
 from interlink_nats.kernel.log_context import log_fields
 from interlink_nats.kernel.names import is_dns_label, is_pod_uid
-from interlink_nats.services.bus.rpc import current_call
+from interlink_nats.services.bus.rpc import RpcServer, current_call
+from interlink_nats.submitters.core import fastwire
+from interlink_nats.submitters.core.backend import Backend
 from interlink_nats.submitters.core.errors import (
     AlreadyExists,
     CannotSubmit,
@@ -32,8 +35,10 @@ from interlink_nats.submitters.core.errors import (
 )
 from interlink_nats.submitters.core.lifecycle import Phase
 from interlink_nats.submitters.core.requests import shown
+from interlink_nats.submitters.edge.metrics import SubmitterMetrics
 from interlink_nats.submitters.engine.queries import LogSource
 from interlink_nats.submitters.jobdirs import logindex, logs
+from nats.aio.client import Client as NATS
 
 FOLLOW_INTERVAL = 0.25
 """How often a followed log is checked for new bytes."""
@@ -103,8 +108,11 @@ class SubmitterServiceImpl(pb.SubmitterServiceBase):
         describe: Callable[[], pb.DescribeResponse],
         clock: Clock,
         gangs: SubmittingGroups | None = None,
+        metrics: SubmitterMetrics | None = None,
     ) -> None:
         self.submissions = submissions
+        self.metrics = metrics if metrics is not None else SubmitterMetrics("")
+        """Where Submits are counted by outcome and reason (the submitter's /metrics)."""
         self.gangs = gangs
         self.queries = queries
         self._describe = describe
@@ -113,19 +121,25 @@ class SubmitterServiceImpl(pb.SubmitterServiceBase):
     async def submit(self, message: pb.SubmitRequest) -> pb.SubmitResponse:
         pod = message.job.pod if message.job is not None else None
         try:
-            if message.job is None:
-                raise InvalidRequest("job is required")
-            fields = {"pod_uid": pod.uid, "namespace": pod.namespace, "pod": pod.name} if pod is not None else {}
-            with log_fields(**fields):
-                return await self.submissions.submit(message.job, deadline=self._deadline())
+            with self.metrics.submit("Submit") as answered:
+                if message.job is None:
+                    raise InvalidRequest("job is required")
+                fields = {"pod_uid": pod.uid, "namespace": pod.namespace, "pod": pod.name} if pod is not None else {}
+                with log_fields(**fields):
+                    reply = await self.submissions.submit(message.job, deadline=self._deadline())
+                answered.created = reply.created
+                return reply
         except SubmitterFault as exc:
             _raise(exc)
 
     async def submit_group(self, message: pb.SubmitGroupRequest) -> pb.SubmitGroupResponse:
         try:
-            if self.gangs is None:
-                raise Refused("this submitter does not run pod groups (SubmitGroup)")
-            return await self.gangs.submit_group(message, deadline=self._deadline())
+            with self.metrics.submit("SubmitGroup") as answered:
+                if self.gangs is None:
+                    raise Refused("this submitter does not run pod groups (SubmitGroup)")
+                reply = await self.gangs.submit_group(message, deadline=self._deadline())
+                answered.created = reply.created
+                return reply
         except SubmitterFault as exc:
             _raise(exc)
 
@@ -249,3 +263,45 @@ def _unix_ns(when: dt.datetime) -> int:
 
 
 _EPOCH = dt.datetime(1970, 1, 1, tzinfo=dt.UTC)
+
+
+class Served(Protocol):
+    """What :func:`rpc_server` serves (``runtime.Submitter`` provides it)."""
+
+    pool: str
+    instance_id: str
+    clock: Clock
+    metrics: SubmitterMetrics
+
+    @property
+    def submissions(self) -> Submitting: ...
+    @property
+    def queries(self) -> Querying: ...
+    @property
+    def gangs(self) -> SubmittingGroups: ...
+    @property
+    def backend(self) -> Backend: ...
+    def describe(self) -> pb.DescribeResponse: ...
+
+
+def rpc_server(nc: NATS, submitter: Served, *, max_concurrency: int) -> RpcServer:
+    """The RPC server of ``submitter``'s pool: its service, the hot messages through ``fastwire`` and every call
+    timed into its metrics (not started)."""
+    service = SubmitterServiceImpl(
+        submitter.submissions,
+        submitter.queries,
+        describe=submitter.describe,
+        clock=submitter.clock,
+        gangs=submitter.gangs,
+        metrics=submitter.metrics,
+    )
+    return RpcServer(
+        nc,
+        [service],
+        pool=submitter.pool,
+        max_concurrency=max_concurrency,
+        metadata={"backend": submitter.backend.name, "instance": submitter.instance_id},
+        decoders={pb.SubmitRequest: fastwire.submit_request},
+        encoders={pb.SubmitResponse: fastwire.submit_response},
+        latency=submitter.metrics.rpc,
+    )

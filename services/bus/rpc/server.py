@@ -27,6 +27,7 @@ from interlink_nats.kernel.version import __version__
 
 from . import protocol, strict
 from .calls import Incoming, ServerCall, StreamGone, StreamServerCall, UnaryServerCall
+from .latency import RpcLatency
 from .micro import EndpointStats, MicroResponder
 
 if TYPE_CHECKING:
@@ -65,7 +66,8 @@ class RpcServer:
     ``decoders`` replaces ``FromString`` for hot request types (e.g. a hand-coded decoder of the
     submitter's ``SubmitRequest``); each must return exactly what ``FromString`` would, and sees
     only bytes that passed the strict wire check. ``encoders`` likewise replaces ``SerializeToString``
-    for hot reply types of unary calls; each must return exactly the bytes it would.
+    for hot reply types of unary calls; each must return exactly the bytes it would. ``latency``: where each
+    call's duration is observed, by method and status (the process's /metrics).
     """
 
     def __init__(
@@ -83,6 +85,7 @@ class RpcServer:
         metadata: Mapping[str, str] | None = None,
         decoders: Mapping[type, Callable[[bytes], Any]] | None = None,
         encoders: Mapping[type, Callable[[Any], bytes]] | None = None,
+        latency: RpcLatency | None = None,
     ) -> None:
         if max_concurrency < 1 or stream_window < 1 or stream_idle_timeout <= 0:
             raise ValueError("max_concurrency and stream_window must be ≥ 1, stream_idle_timeout > 0")
@@ -104,6 +107,7 @@ class RpcServer:
         )
         self._decoders: dict[type, Callable[[bytes], Any]] = dict(decoders or {})
         self._encoders: dict[type, Callable[[Any], bytes]] = dict(encoders or {})
+        self._latency = latency
         self._slots = asyncio.Semaphore(max_concurrency)
         self._subs: list[Subscription] = []
         self._tasks: set[asyncio.Task[None]] = set()
@@ -190,16 +194,22 @@ class RpcServer:
         self._slots.release()
 
     async def _serve(self, endpoint: _Endpoint, msg: Msg, received: float) -> None:
-        """Run one call and record it in the micro stats."""
+        """Run one call and record it in the micro stats and the latency histogram."""
         start = time.perf_counter_ns()
         self._in_flight += 1
         status, message = Status.UNKNOWN, protocol.GENERIC_ERROR
         try:
             status, message = await self._run(endpoint, msg, received)
+        except asyncio.CancelledError:  # the server is stopping: what ``_handle`` told the caller
+            status, message = Status.UNAVAILABLE, "server is stopping"
+            raise
         finally:
             self._in_flight -= 1
             error = None if status is Status.OK else f"{status.name}:{message}"
-            endpoint.stats.record(time.perf_counter_ns() - start, error)
+            took = time.perf_counter_ns() - start
+            endpoint.stats.record(took, error)
+            if self._latency is not None:
+                self._latency.observe(self.pool, endpoint.method, status, took / 1e9)
 
     async def _run(self, endpoint: _Endpoint, msg: Msg, received: float) -> tuple[Status, str]:
         if not msg.reply:

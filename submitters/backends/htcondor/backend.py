@@ -254,7 +254,12 @@ class HTCondorBackend:
         self.calls_by_command[tool] = self.calls_by_command.get(tool, 0) + 1
         try:
             return await run_command(
-                argv, time_limit=self.settings.command_timeout_s, env=self._env(), cwd=cwd, check=False
+                argv,
+                time_limit=self.settings.command_timeout_s,
+                env=self._env(),
+                cwd=cwd,
+                check=False,
+                command=command.value,
             )
         except base.CommandFailed as failed:  # timed out
             raise base.error_for(hp.classify_failure(command, failed.returncode, failed.stderr), failed) from failed

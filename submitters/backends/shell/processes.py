@@ -21,6 +21,7 @@ from collections import deque
 from pathlib import Path
 
 from interlink_nats.kernel import layout
+from interlink_nats.submitters.backends.proc import timed
 from interlink_nats.submitters.backends.shell import jobtree
 from interlink_nats.submitters.backends.shell.jobtree import CLAIM as CLAIM
 from interlink_nats.submitters.backends.shell.jobtree import CLAIM_LAUNCHER, CLAIM_RUNNER, LAUNCHER_NAME, RUNNER_NAME
@@ -199,7 +200,11 @@ class Launcher:
 
     async def launch(self, job_dir: Path, account: str = "") -> int | None:
         """Claim ``job_dir`` and start its runner (job.sh as ``account``, "uid:gid", when given): the runner's
-        pid, or None if the directory was claimed before."""
+        pid, or None if the directory was claimed before. Timed as the shell backend's batch command (``launch``)."""
+        with timed("launch"):
+            return await self._launch(job_dir, account)
+
+    async def _launch(self, job_dir: Path, account: str) -> int | None:
         proc = await self._ensure()
         key = str(job_dir).encode()
         fut: asyncio.Future[int | None] = asyncio.get_running_loop().create_future()

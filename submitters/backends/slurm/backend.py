@@ -182,7 +182,7 @@ class SlurmBackend:
         """The command's stdout; a failure raises the error ``slurm_parse.classify_failure`` names."""
         self.calls += 1
         try:
-            done = await run_command(argv, time_limit=self.settings.command_timeout_s, env=env)
+            done = await run_command(argv, time_limit=self.settings.command_timeout_s, env=env, command=command.value)
         except CommandFailed as failed:
             raise error_for(sp.classify_failure(command, failed.returncode, failed.stderr), failed) from failed
         return done.stdout
