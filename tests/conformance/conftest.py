@@ -164,7 +164,7 @@ class Site:
         try:
             BACKENDS[self.name].config_model().model_validate({**self.settings, "accounting": policy})
         except ValidationError as exc:
-            return str(exc)
+            return "; ".join(error["msg"] for error in exc.errors())
         return None
 
     def spec(self, code: int = 0, *, root: Path | None = None, then: str = "") -> JobSpec:
