@@ -174,13 +174,14 @@ async def test_free_capacity_is_never_more_than_the_total_and_costs_one_call(sit
         assert not cap or have <= cap, f"{what}: free {have} > total {cap}"
 
 
-async def test_a_switched_account_runs_the_job_as_that_account(
-    site: Site, account: ThrowAway, reachable_dir: Path
-) -> None:
-    policy = {"default": {"run_as_user": account.name}}
-    refusal = site.refuses_account_switching(policy)
+async def test_a_switched_account_runs_the_job_as_that_account(site: Site, request: pytest.FixtureRequest) -> None:
+    probe = {"default": {"run_as_user": "nobody"}}
+    refusal = site.refuses_account_switching(probe)
     if refusal is not None:
         pytest.skip(f"{site.name} declares it does not switch accounts: {refusal}")
+    account: ThrowAway = request.getfixturevalue("account")  # made only for a backend that switches
+    reachable_dir: Path = request.getfixturevalue("reachable_dir")
+    policy = {"default": {"run_as_user": account.name}}
     backend = await site.open(accounting=policy)
     job = await site.submit(backend, site.spec(root=reachable_dir, then="id -u > {dir}/who; id -g >> {dir}/who"))
     who = job.dir / "who"
