@@ -232,9 +232,10 @@ async def until_ended(backend: Backend, handle: JobHandle) -> Observation:
 # The sites ------------------------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def kit_slurm() -> Iterator[object]:
-    """One real Slurm (slurmctld + slurmd + munge) for every Slurm scenario of the run."""
+    """One real Slurm (slurmctld + slurmd + munge) for every Slurm scenario of the kit, gone with the module (the
+    other Slurm test modules start their own)."""
     from slurm_cluster import slurm_for_tests
 
     with slurm_for_tests() as cluster:
