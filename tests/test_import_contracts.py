@@ -28,6 +28,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 TOP = "interlink_nats"
 
+BACKEND_PARSERS = tuple(
+    f"{TOP}.submitters.backends.{path.parent.name}.parse"
+    for path in sorted((ROOT / "submitters" / "backends").glob("*/parse.py"))
+)
+"""Every backend's ``parse`` module (its batch system's text, table-tested) is pure by rule: found by its name,
+never typed into PURE_MODULES by hand."""
+
 # Modules that do no I/O. A new pure module belongs here; a module that starts doing I/O leaves.
 PURE_MODULES = (
     "interlink_nats.kernel.layout",
@@ -53,10 +60,9 @@ PURE_MODULES = (
     "interlink_nats.controller.model",
     "interlink_nats.controller.reconcile",
     "interlink_nats.submitters.core",  # the whole package: the submitter's decisions and the backend contract
-    "interlink_nats.submitters.backends.slurm.parse",
-    "interlink_nats.submitters.backends.htcondor.parse",
     "interlink_nats.submitters.backends.htcondor.submit",
     "interlink_nats.submitters.backends.shell.gang_script",
+    *BACKEND_PARSERS,
 )
 IO_LIBRARIES = frozenset({"nats", "sqlite3", "aiosqlite", "redis", "lightkube", "starlette", "subprocess"})
 
@@ -345,3 +351,9 @@ def test_the_backends_independence_contract_lists_every_backend_package() -> Non
     assert set(independence["modules"]) == packages, (  # type: ignore[call-overload]
         f"pyproject's 'backends' contract must list exactly the backend packages: {sorted(packages)}"
     )
+
+
+def test_every_backends_parse_module_is_held_pure_by_its_name() -> None:
+    """``backends/<name>/parse.py`` joins PURE_MODULES by the pattern: a new backend's parser is checked unlisted."""
+    assert {"slurm", "htcondor"} <= {name.split(".")[-2] for name in BACKEND_PARSERS}, BACKEND_PARSERS
+    assert set(BACKEND_PARSERS) <= set(pure_modules())

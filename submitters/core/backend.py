@@ -10,7 +10,9 @@ Adding a backend (see docs/submitters.md, "Adding a backend"): register it in ``
 implement :class:`Backend` and its ``create(config, context)``,
 raise only :class:`BackendError` subclasses, name jobs so ``reconcile`` can find a submission
 whose id was never recorded, and answer ``poll`` with one batch call. ``submitters.testing.FakeBackend``
-is the reference implementation the lifecycle tests run against.
+is the reference implementation the lifecycle tests run against. A backend is done when it passes the
+conformance kit, ``pytest tests/conformance -k <name>``: these promises, and those of each optional protocol
+below it declares.
 """
 
 from __future__ import annotations

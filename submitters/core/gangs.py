@@ -21,7 +21,8 @@ from interlink_nats.submitters.core.requests import shown
 NOT_RUN_REASONS: dict[str, str] = {
     "htcondor": "no CE route for parallel-universe jobs yet, and a gang's members must start together",
 }
-"""Why a backend without ``RunsGangs`` refuses SubmitGroup (the refusal says it)."""
+"""Why a backend without ``RunsGangs`` refuses SubmitGroup (the refusal says it): one entry for each registered
+backend without it, and none for another (tests/conformance/test_registry.py)."""
 
 
 def refusal(backend: str) -> str:

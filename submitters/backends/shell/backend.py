@@ -462,6 +462,9 @@ class ShellBackend(ShellGangs):
 
     async def cancel(self, job: JobHandle) -> None:
         uid = job.uid
+        if uid not in self._queued and (job.job_dir / EXIT_FILE).exists():  # over already: its outcome stands
+            await self._remove_containers(job)
+            return
         self._cancelled.add(uid)
         self._loud.add(uid)
         self._unstarted.pop(uid, None)
