@@ -102,6 +102,7 @@ def build_volume(ctx: RenderContext, spec: pm.VolumeSpec) -> Volume:
         elif isinstance(src, pm.ClaimVolume):
             vol.host_lines += claim_lines(spec, site.resolved)
         return vol
+    assert not isinstance(src, pm.HostPath | pm.ClaimVolume | pm.NfsVolume), "storage volumes: resolved above"
     vol.read_only = True
     if isinstance(src, pm.ObjectVolume):
         obj = (ctx.data.secrets if src.secret else ctx.data.config_maps).get(src.object_name)
