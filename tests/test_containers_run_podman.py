@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from container_runs import RT, Job, Runtime, eventually, make_pod, sh
 from container_runs import start_job as start_job
+from storage_sites import OPEN_HOST_PATHS
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel import layout
 from interlink_nats.submitters.core.backend import BackendState, Observation
@@ -29,7 +30,7 @@ def podman(podman_host: PodmanHost) -> Runtime:
     def left(uid: str) -> list[str]:
         return [c["Id"] for c in podman_host.containers(f"{layout.LABEL_POD_UID}={uid}")]
 
-    return Runtime("podman", pb.BuildConfig(runtime=RT.PODMAN), IMAGE, left)
+    return Runtime("podman", pb.BuildConfig(runtime=RT.PODMAN, storage=OPEN_HOST_PATHS), IMAGE, left)
 
 
 # --- podman only -----------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from container_runs import RT, Job, Runtime, eventually, make_pod, sh
 from container_runs import start_job as start_job
+from storage_sites import OPEN_HOST_PATHS
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel import layout
 from interlink_nats.submitters.jobdirs.files import read_container_files
@@ -28,7 +29,7 @@ def podman(podman_host: PodmanHost) -> Runtime:
     def left(uid: str) -> list[str]:
         return [c["Id"] for c in podman_host.containers(f"{layout.LABEL_POD_UID}={uid}")]
 
-    return Runtime("podman", pb.BuildConfig(runtime=RT.PODMAN), IMAGE, left)
+    return Runtime("podman", pb.BuildConfig(runtime=RT.PODMAN, storage=OPEN_HOST_PATHS), IMAGE, left)
 
 
 def gated(gate: Path, containers: list[dict[str, Any]], **spec: Any) -> dict[str, Any]:

@@ -94,6 +94,8 @@ def none_pod() -> dict[str, Any]:
     return data
 
 
+SRV = pb.StoragePolicy(host_paths=[pb.HostPathRule(namespace="*", prefix="/srv", read_only=False)])
+"""The golden site lets pods mount what is below /srv (the corpus's hostPaths), read-write."""
 BUILD = {
     "apptainer": pb.BuildConfig(
         runtime=RT.APPTAINER,
@@ -105,12 +107,13 @@ BUILD = {
         binds=["/etc/grid-security"],
         gpu_support=True,
         pre_exec="source /etc/profile.d/site.sh",
+        storage=SRV,
     ),
-    "singularity": pb.BuildConfig(runtime=RT.SINGULARITY, gpu_support=True, cache_dir="/scratch/cache"),
+    "singularity": pb.BuildConfig(runtime=RT.SINGULARITY, gpu_support=True, cache_dir="/scratch/cache", storage=SRV),
     "podman": pb.BuildConfig(
-        runtime=RT.PODMAN, runtime_flags=["--network=host"], gpu_support=True, binds=["/data:/data:ro"]
+        runtime=RT.PODMAN, runtime_flags=["--network=host"], gpu_support=True, binds=["/data:/data:ro"], storage=SRV
     ),
-    "none": pb.BuildConfig(runtime=RT.NONE),
+    "none": pb.BuildConfig(runtime=RT.NONE, storage=SRV),
 }
 
 
