@@ -21,11 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from hostile_strings import MARKER, canary_fired
-from storage_sites import OPEN_HOST_PATHS
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel import layout
 from interlink_nats.services.scripts import PodRejected, render_pod
 from pod_placements import UID, Check, Part, Placement, Site
+from storage_sites import OPEN_HOST_PATHS
 
 NONE = pb.BuildConfig(runtime=pb.ContainerRuntime.NONE, storage=OPEN_HOST_PATHS)
 _HOST = re.compile(r"[A-Za-z0-9][A-Za-z0-9.:-]{0,252}")

@@ -5,9 +5,9 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from storage_sites import OPEN_HOST_PATHS
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.services.scripts import PodRejected, render_job
+from storage_sites import OPEN_HOST_PATHS
 
 RT = pb.ContainerRuntime
 NONE = pb.BuildConfig(runtime=RT.NONE, storage=OPEN_HOST_PATHS)

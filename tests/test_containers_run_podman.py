@@ -16,13 +16,13 @@ from typing import Any
 import pytest
 from container_runs import RT, Job, Runtime, eventually, make_pod, sh
 from container_runs import start_job as start_job
-from storage_sites import OPEN_HOST_PATHS
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel import layout
 from interlink_nats.submitters.core.backend import BackendState, Observation
 from interlink_nats.submitters.core.status import JobMeta, map_status
 from interlink_nats.submitters.jobdirs.files import read_container_files
 from podman_host import IMAGE, IMAGE_WITH_ENTRYPOINT, PodmanHost
+from storage_sites import OPEN_HOST_PATHS
 
 
 @pytest.fixture

@@ -15,11 +15,11 @@ from typing import Any
 import pytest
 from container_runs import RT, Job, Runtime, eventually, make_pod, sh
 from container_runs import start_job as start_job
-from storage_sites import OPEN_HOST_PATHS
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel import layout
 from interlink_nats.submitters.jobdirs.files import read_container_files
 from podman_host import IMAGE, PodmanHost
+from storage_sites import OPEN_HOST_PATHS
 
 pytestmark = pytest.mark.podman
 

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from storage_sites import OPEN_HOST_PATHS, OPEN_HOST_PATHS_SECTION
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel import layout
 from interlink_nats.services.scripts import render_job
@@ -23,6 +22,7 @@ from interlink_nats.submitters.runtime import Submitter
 from interlink_nats.submitters.settings import SubmitterSettings
 from podman_host import IMAGE, PodmanHost
 from stack import create_body, eventually, gateway_only, logs_body, new_pool, terminated
+from storage_sites import OPEN_HOST_PATHS, OPEN_HOST_PATHS_SECTION
 
 pytestmark = pytest.mark.podman
 
