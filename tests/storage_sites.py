@@ -6,6 +6,9 @@ its own says so with :data:`OPEN_HOST_PATHS`: every path, read-write, the behavi
 
 from __future__ import annotations
 
+import os
+import tempfile
+from pathlib import Path
 from typing import Any
 
 from interlink_nats.gen.interlink_nats import v1 as pb
@@ -20,3 +23,19 @@ def with_open_host_paths(bc: pb.BuildConfig) -> pb.BuildConfig:
     out = pb.BuildConfig.parse(bytes(bc))
     out.storage = OPEN_HOST_PATHS
     return out
+
+
+STRINGS_ROOT = Path(tempfile.gettempdir()) / f"interlink-nats-storage-{os.getpid()}"
+"""Where the pod-string runs' claims and NFS export live (a test process's own directory)."""
+STRINGS_NFS_SERVER = "ok-1"
+STRINGS_SITE = pb.StoragePolicy(
+    claims=[
+        pb.ClaimRule(
+            namespace="*", path=f"{STRINGS_ROOT}/claims/{{namespace}}/{{claim}}", create=True, create_mode=0o700
+        )
+    ],
+    host_paths=OPEN_HOST_PATHS.host_paths,
+    nfs_exports=[pb.NfsExportRule(namespace="*", server=STRINGS_NFS_SERVER, path="/", site_path=f"{STRINGS_ROOT}/nfs")],
+)
+"""The pod-string runs' site: every claim below :data:`STRINGS_ROOT` (made by the job), the NFS export
+``ok-1:/`` there too, and every hostPath."""

@@ -7,10 +7,18 @@ namespace and name alone. An object of another namespace, or one without a name,
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
+from interlink_nats.kernel.names import is_dns_subdomain
+from interlink_nats.kernel.storage import is_clean_absolute
+
+from .errors import PodRejected
 from .fields import as_list, as_obj, get_obj, get_opt_str
 from .pod_model import ClaimObject
+
+_SERVER = re.compile(r"[A-Za-z0-9][A-Za-z0-9.:\[\]-]{0,252}")
+"""An NFS server as a PersistentVolume names it: a host name or an address."""
 
 CLAIM_LISTS = ("persistentvolumes", "persistentVolumeClaims")
 VOLUME_LISTS = ("persistentVolumeSources", "persistentVolumes")
@@ -27,9 +35,17 @@ def _objects(holders: list[tuple[dict[str, Any], str]], keys: tuple[str, ...]) -
     return found
 
 
-def _meta(obj: dict[str, Any], where: str) -> tuple[str | None, str | None]:
+def _name(obj: dict[str, Any], key: str, where: str) -> str:
+    """A Kubernetes object name (a claim, a volume, a storage class): a DNS subdomain, or absent ("")."""
+    value = get_opt_str(obj, key, where) or ""
+    if value and not is_dns_subdomain(value):
+        raise PodRejected(f"{where}.{key}", f"{value[:80]!r} is not a Kubernetes name (a DNS subdomain)")
+    return value
+
+
+def _meta(obj: dict[str, Any], where: str) -> tuple[str, str | None]:
     meta = get_obj(obj, "metadata", where)
-    return get_opt_str(meta, "name", where + ".metadata"), get_opt_str(meta, "namespace", where + ".metadata")
+    return _name(meta, "name", where + ".metadata"), get_opt_str(meta, "namespace", where + ".metadata")
 
 
 def claim_objects(holders: list[tuple[dict[str, Any], str]], namespace: str) -> dict[str, ClaimObject]:
@@ -44,7 +60,7 @@ def claim_objects(holders: list[tuple[dict[str, Any], str]], namespace: str) -> 
         spec = get_obj(obj, "spec", where)
         volumes[name] = (spec, where + ".spec")
         ref = get_obj(spec, "claimRef", where + ".spec")
-        ref_name = get_opt_str(ref, "name", where + ".spec.claimRef")
+        ref_name = _name(ref, "name", where + ".spec.claimRef")
         if ref_name and get_opt_str(ref, "namespace", where + ".spec.claimRef") == namespace:
             bound[ref_name] = name
     claims: dict[str, ClaimObject] = {}
@@ -53,8 +69,8 @@ def claim_objects(holders: list[tuple[dict[str, Any], str]], namespace: str) -> 
         if not name or ns not in (None, "", namespace):
             continue
         spec = get_obj(obj, "spec", where)
-        volume = get_opt_str(spec, "volumeName", where + ".spec") or bound.get(name, "")
-        storage_class = get_opt_str(spec, "storageClassName", where + ".spec") or ""
+        volume = _name(spec, "volumeName", where + ".spec") or bound.get(name, "")
+        storage_class = _name(spec, "storageClassName", where + ".spec")
         claims[name] = _with_volume(storage_class, volume, volumes.get(volume))
     for name, volume in bound.items():  # a volume bound to a claim interLink did not send
         claims.setdefault(name, _with_volume("", volume, volumes.get(volume)))
@@ -66,9 +82,10 @@ def _with_volume(storage_class: str, volume: str, spec: tuple[dict[str, Any], st
         return ClaimObject(storage_class, volume)
     body, where = spec
     nfs = get_obj(body, "nfs", where)
-    return ClaimObject(
-        storage_class or get_opt_str(body, "storageClassName", where) or "",
-        volume,
-        get_opt_str(nfs, "server", where + ".nfs") or "",
-        get_opt_str(nfs, "path", where + ".nfs") or "",
-    )
+    server = get_opt_str(nfs, "server", where + ".nfs") or ""
+    if server and not _SERVER.fullmatch(server):
+        raise PodRejected(where + ".nfs.server", f"{server[:80]!r} is not a host name or address")
+    path = get_opt_str(nfs, "path", where + ".nfs") or ""
+    if path and not is_clean_absolute(path):
+        raise PodRejected(where + ".nfs.path", f"{path[:80]!r} is not a clean absolute path")
+    return ClaimObject(storage_class or _name(body, "storageClassName", where), volume, server, path)
