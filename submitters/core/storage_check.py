@@ -21,7 +21,7 @@ def check_storage(job: pb.JobScript, policy: pb.StoragePolicy | None) -> None:
             raise InvalidRequest(str(exc)) from None
         if resolved.path != mount.site_path:
             raise InvalidRequest(
-                f"{mount.field}: the site maps it to {shown(resolved.path)}, not {shown(mount.site_path)} "
+                f"{mount.field}: the site maps it to {resolved.path!r}, not {shown(mount.site_path)} "
                 f"(storage[{i}]: the gateway rendered the job with another storage policy than this site's)"
             )
         if resolved.read_only and not mount.read_only:
