@@ -13,11 +13,12 @@ import pytest
 from hostile_strings import CORPUS
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel.names import is_dns_subdomain
-from interlink_nats.kernel.reload import refusal
+from interlink_nats.kernel.reload import merged, plan_reload, refusal
 from interlink_nats.kernel.storage import StorageRefused, StorageRequest, mount_of, resolve
 from interlink_nats.submitters.core.errors import InvalidRequest
 from interlink_nats.submitters.core.storage_check import check_storage
 from interlink_nats.submitters.core.storage_policy import StorageSettings
+from interlink_nats.submitters.edge.reload import LIVE
 from interlink_nats.submitters.settings import SubmitterSettings
 from pydantic import ValidationError
 
@@ -226,3 +227,11 @@ def test_the_submitter_refuses_a_path_its_policy_does_not_give() -> None:
         check_storage(job(writable, namespace="team-x"), SITE)
     with pytest.raises(InvalidRequest, match="the site maps no such claim"):
         check_storage(job(mount_of(request, resolve(SITE, "lab-a", request))), None)
+
+
+def test_a_reload_applies_a_new_storage_section_live_and_announces_it() -> None:
+    old = SubmitterSettings.load(pool="a")
+    new = SubmitterSettings.load(pool="a", storage={"host_paths": [{"prefix": "/cvmfs"}]})
+    plan = plan_reload(old, new, live=LIVE)
+    assert plan.live == ("storage",) and plan.restart == ()
+    assert merged(old, new, plan.live).read_build_config().storage.host_paths[0].prefix == "/cvmfs"
