@@ -240,3 +240,46 @@ async def test_the_submitter_refuses_a_forged_job_with_the_same_words(
             listed = await stub.list_jobs(pb.ListJobsRequest(include_finished=True))
             assert uid not in [s.pod.uid for s in listed.jobs if s.pod is not None]
         assert not await asyncio.to_thread(lambda: list(tmp_path.glob("ran-*")))
+
+
+def test_the_claim_and_volume_objects_interlink_sends_select_the_rule(tmp_path: Path) -> None:
+    """interLink's PVC branch sends the claims (``persistentvolumes``) and their volumes
+    (``persistentVolumeSources``) with the request, or per container: a rule by storage class or by NFS source
+    applies only with them, and a claim of another namespace in them is not the pod's."""
+    policy = pb.StoragePolicy(
+        claims=[
+            pb.ClaimRule(namespace="*", storage_class="fast", path=f"{tmp_path}/fast/{{claim}}"),
+            pb.ClaimRule(namespace="*", nfs_server="nfs1", nfs_path="/export", path=f"{tmp_path}/nfs/{{volume}}"),
+        ]
+    )
+    bc = pb.BuildConfig(runtime=RT.NONE, storage=policy)
+    data = claim_pod("team-x", "true")
+    data["persistentvolumes"] = [
+        {"metadata": {"name": "results", "namespace": "other"}, "spec": {"storageClassName": "fast"}}
+    ]
+    with pytest.raises(PodRejected, match="the site maps no such claim"):
+        render_job(data, bc)  # the only claim sent is another namespace's
+    data["persistentvolumes"].append(
+        {"metadata": {"name": "results", "namespace": "team-x"}, "spec": {"storageClassName": "fast"}}
+    )
+    assert [m.site_path for m in render_job(data, bc).storage] == [f"{tmp_path}/fast/results"]
+    nfs = claim_pod("team-x", "true")
+    nfs["container"] = [
+        {
+            "name": "main",
+            "persistentVolumes": [
+                {
+                    "metadata": {"name": "pv-7"},
+                    "spec": {
+                        "claimRef": {"namespace": "team-x", "name": "results"},
+                        "nfs": {"server": "nfs1", "path": "/export/a"},
+                    },
+                }
+            ],
+        }
+    ]
+    assert [m.site_path for m in render_job(nfs, bc).storage] == [f"{tmp_path}/nfs/pv-7"]
+    nfs["container"][0]["persistentVolumes"][0]["spec"]["nfs"]["path"] = "/export/../etc"
+    with pytest.raises(PodRejected) as refused:
+        render_job(nfs, bc)
+    assert refused.value.field == "container[0].persistentVolumes[0].spec.nfs.path"
