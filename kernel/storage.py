@@ -101,6 +101,16 @@ def _fill(template: str, values: dict[str, str]) -> str:
     return _PLACEHOLDER.sub(lambda m: values[m[1]], template)
 
 
+def _valid_template(template: str) -> bool:
+    """A rule as announced is input too (any client with the pool's credential announces): one the site file
+    could not have held is no rule at all."""
+    try:
+        check_template(template)
+    except ValueError:
+        return False
+    return True
+
+
 def _fixed_prefix(template: str) -> str:
     """The directory a template's paths all lie below: its whole components before the first placeholder."""
     head = template.split("{", 1)[0]
@@ -152,6 +162,8 @@ def _claim(policy: pb.StoragePolicy, namespace: str, req: StorageRequest) -> Res
         if value and not is_dns_subdomain(value):
             raise StorageRefused(field, f"the {optional} interLink sent, {shown(value)}, is not a DNS subdomain")
     for rule in _ordered(policy.claims, namespace):
+        if not _valid_template(rule.path):
+            continue
         if not _name_matches(rule.claim, req.claim) or not _name_matches(rule.storage_class, req.storage_class):
             continue
         if rule.storage_class and not req.storage_class:
@@ -178,7 +190,7 @@ def _host_path(policy: pb.StoragePolicy, namespace: str, req: StorageRequest) ->
         raise StorageRefused(field, f"{shown(req.host_path)} is not a clean absolute path (no '.', '..' or '//')")
     rules = _ordered(policy.host_paths, namespace)
     for rule in rules:
-        if _below(path, rule.prefix):
+        if is_clean_absolute(rule.prefix) and _below(path, rule.prefix):
             return Resolved(rule.prefix, path[len(rule.prefix) :].lstrip("/"), rule.read_only)
     allowed = ", ".join(sorted({r.prefix for r in rules})) or "none"
     raise StorageRefused(
@@ -193,7 +205,8 @@ def _nfs(policy: pb.StoragePolicy, namespace: str, req: StorageRequest) -> Resol
     if not is_clean_absolute(path):
         raise StorageRefused(req.field + ".path", f"{shown(req.nfs_path)} is not a clean absolute path")
     for rule in _ordered(policy.nfs_exports, namespace):
-        if rule.server == req.nfs_server and _below(path, rule.path):
+        valid = is_clean_absolute(rule.path) and is_clean_absolute(rule.site_path)
+        if valid and rule.server == req.nfs_server and _below(path, rule.path):
             return Resolved(rule.site_path, path[len(rule.path) :].lstrip("/"), rule.read_only)
     raise StorageRefused(
         req.field + ".server",

@@ -235,3 +235,24 @@ def test_a_reload_applies_a_new_storage_section_live_and_announces_it() -> None:
     plan = plan_reload(old, new, live=LIVE)
     assert plan.live == ("storage",) and plan.restart == ()
     assert merged(old, new, plan.live).read_build_config().storage.host_paths[0].prefix == "/cvmfs"
+
+
+def test_a_rule_the_site_file_could_not_hold_is_no_rule_when_announced() -> None:
+    """An announcement is input (any client with the pool's credential may publish one): a template with an
+    unknown placeholder or a '..', an empty or relative prefix, maps nothing, and crashes nothing."""
+    announced = pb.StoragePolicy(
+        claims=[
+            pb.ClaimRule(namespace="*", path="/p/{nope}"),
+            pb.ClaimRule(namespace="*", path="/p/../{claim}"),
+            pb.ClaimRule(namespace="*", path=""),
+        ],
+        host_paths=[pb.HostPathRule(namespace="*", prefix=""), pb.HostPathRule(namespace="*", prefix="etc")],
+        nfs_exports=[pb.NfsExportRule(namespace="*", server="s", path="", site_path="/m")],
+    )
+    for request in (
+        claim("c"),
+        StorageRequest("hostPath", "v", host_path="/etc"),
+        StorageRequest("nfs", "v", nfs_server="s", nfs_path="/x"),
+    ):
+        with pytest.raises(StorageRefused):
+            resolve(announced, "lab-a", request)
