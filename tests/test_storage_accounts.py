@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import subprocess
+import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -100,3 +102,42 @@ async def test_a_claim_the_account_cannot_use_is_refused_at_submit(
     message = err.value.message or ""
     assert "spec.volumes[0].persistentVolumeClaim" in message and f"cannot read and write {locked}" in message
     assert not (submitter.settings.state_dir / "jobs" / bad / CLAIM).exists(), "nothing ran"
+
+
+def test_a_submitter_running_as_the_jobs_account_asks_the_kernel(account: ThrowAway, reachable_dir: Path) -> None:
+    """No account switch: the job runs as the submitter's own account, and the submitter asks the kernel
+    (``os.access``, ACLs included) whether that account can use an existing site directory; run here as the
+    throw-away account, as a non-root submitter would be."""
+    locked, open_ = reachable_dir / "locked", reachable_dir / "open"
+    locked.mkdir(mode=0o700)
+    open_.mkdir()
+    os.chown(open_, account.uid, account.gid)
+    probe = (
+        "import sys\n"
+        "from interlink_nats.gen.interlink_nats import v1 as pb\n"
+        "from interlink_nats.submitters.backends.storage_access import check_own_access\n"
+        "from interlink_nats.submitters.core.backend import SubmitRejected\n"
+        "field = 'spec.volumes[0].persistentVolumeClaim'\n"
+        "try:\n"
+        "    check_own_access([pb.StorageMount(field=field, site_path=sys.argv[1])])\n"
+        "except SubmitRejected as exc:\n"
+        "    print(exc)\n"
+        "else:\n"
+        "    print('usable')\n"
+    )
+    as_account = ["setpriv", f"--reuid={account.uid}", f"--regid={account.gid}", "--clear-groups"]
+    seen = {}
+    for path in (locked, open_):
+        ran = subprocess.run(
+            [*as_account, sys.executable, "-c", probe, str(path)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        )
+        seen[path] = ran.stdout.strip()
+    assert seen[open_] == "usable"
+    assert (
+        seen[locked]
+        == f"spec.volumes[0].persistentVolumeClaim: this pool's account cannot read and write {locked} on this site"
+    )

@@ -60,3 +60,18 @@ def check_access(mounts: Iterable[pb.StorageMount], uid: int, gid: int) -> None:
                 f"{mount.field}: the namespace's account ({uid}:{gid}) cannot {what} {path} on this site "
                 f"(mode {stat.S_IMODE(st.st_mode):04o}, owner {st.st_uid}:{st.st_gid})"
             )
+
+
+def check_own_access(mounts: Iterable[pb.StorageMount]) -> None:
+    """:func:`check_access` for a job that runs as this process's own account: the kernel's own answer
+    (``os.access``, ACLs included) for each directory that exists here."""
+    if os.geteuid() == 0:
+        return
+    for mount in mounts:
+        path = mount.site_path
+        if not os.path.isdir(path):
+            continue
+        need = os.R_OK | os.X_OK | (0 if mount.read_only else os.W_OK)
+        if not os.access(path, need):
+            what = "read" if mount.read_only else "read and write"
+            raise SubmitRejected(f"{mount.field}: this pool's account cannot {what} {path} on this site")
