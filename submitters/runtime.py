@@ -131,6 +131,7 @@ class Submitter:
             outbox=self.outbox,
             clock=self.clock,
             commands=self.commands,
+            storage=lambda: self.announcer.build_config.storage,
         )
         self.submissions.on_submit = self.poller.on_start = self.announcer.record_outcome
         self.announcer.queue_load = self.poller.queue_load

@@ -24,6 +24,7 @@ from interlink_nats.kernel.config_files import ConfigFileError, LayeredSettings,
 from interlink_nats.kernel.nats_connection import NatsConnectionSettings
 from interlink_nats.kernel.subjects import DEFAULT_PREFIX, validate_pool
 from interlink_nats.submitters.backends import BACKENDS
+from interlink_nats.submitters.core.storage_policy import StorageSettings
 from pydantic import BaseModel, Field, SerializeAsAny, ValidationError, create_model, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
@@ -37,6 +38,8 @@ def parse_build_config(data: dict[str, Any] | None, *, where: str = "build_confi
     """A BuildConfig from its proto3-JSON form (camelCase or snake_case keys; enum names short or full)."""
     if not data:
         return pb.BuildConfig()
+    if "storage" in data:  # one place for the storage policy: the validated top-level section
+        raise ConfigFileError(f"invalid {where}: storage is set in the site file's top-level storage section")
     try:
         return pb.BuildConfig.from_dict(proto_names(data, RUNTIMES))
     except (KeyError, ValueError, TypeError) as exc:
@@ -120,6 +123,9 @@ class SubmitterSettingsBase(LayeredSettings):
     """Overrides of discovered capacity, as Kubernetes quantities: {"cpu": "64", "pods": "500"}."""
     labels: dict[str, str] = Field(default_factory=dict)
     taints: list[TaintSpec] = Field(default_factory=list)
+    storage: StorageSettings = Field(default_factory=StorageSettings)
+    """Which claims, hostPath prefixes and NFS exports jobs may mount (announced in the BuildConfig); none by
+    default."""
 
     @field_validator("pool")
     @classmethod
@@ -177,14 +183,18 @@ class SubmitterSettingsBase(LayeredSettings):
         return None, None
 
     def read_build_config(self) -> pb.BuildConfig:
+        """The BuildConfig, with the site's storage policy (the ``storage`` section) in it."""
         path, section = self.build_config_source()
         if path is None:
-            return parse_build_config(self.build_config)
-        doc = load_document(path)
-        data = doc.get(section) if section else doc
-        if section and data is None:
-            data = self.build_config  # the file has no section: keep what env/overrides gave
-        return parse_build_config(data, where=f"BuildConfig in {path}")
+            config = parse_build_config(self.build_config)
+        else:
+            doc = load_document(path)
+            data = doc.get(section) if section else doc
+            if section and data is None:
+                data = self.build_config  # the file has no section: keep what env/overrides gave
+            config = parse_build_config(data, where=f"BuildConfig in {path}")
+        config.storage = self.storage.to_proto()
+        return config
 
     def report_taints(self) -> list[pb.Taint]:
         return [pb.Taint(key=t.key, value=t.value, effect=t.effect) for t in self.taints]

@@ -87,7 +87,10 @@ def live(nats_url: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Li
         stop = asyncio.Event()
         box["stop"] = stop
         box["loop"] = asyncio.get_running_loop()
-        async with full_stack(nats_url, state_dir, pool=POOL, max_body_bytes=MAX_BODY, pool_wait_s=0.5) as stack:
+        site = {"storage": {"host_paths": [{"prefix": str(sandbox), "read_only": False}]}}  # defang()'s paths
+        async with full_stack(
+            nats_url, state_dir, pool=POOL, max_body_bytes=MAX_BODY, pool_wait_s=0.5, site=site
+        ) as stack:
             box["url"] = stack.base_url
             ready.set()
             await stop.wait()

@@ -14,12 +14,15 @@ that set a pod-level singleton (``alone``), which get a pod each.
 from __future__ import annotations
 
 import base64
+import contextlib
+import os
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from interlink_nats.services.scripts import expand
 from interlink_nats.services.scripts.fields import member
+from storage_sites import STRINGS_NFS_SERVER, STRINGS_ROOT
 
 UID = "00000000-0000-0000-0000-0000000000c0"
 ENV_PROGRAM = ["/usr/bin/env", "-0"]
@@ -431,6 +434,58 @@ def _host_path_type(s: str, i: int, x: Site) -> Part:
     return part
 
 
+def _claim_name(s: str, i: int, x: Site) -> Part:
+    """A claim the site maps below its storage root, made by the job (storage_sites.STRINGS_SITE)."""
+    volume = {"persistentVolumeClaim": {"claimName": s}}
+    part = _files_part(i, "{v}.persistentVolumeClaim.claimName", volume, {"mountPath": "/m"})
+    part.checks = [Check("dir", f"c{i}", f"{STRINGS_ROOT}/claims/ns/{s}")]
+    return part
+
+
+def _nfs(which: str) -> Callable[[str, int, Site], Part]:
+    """An nfs volume of the site's export ``ok-1:/``: a server (only that one maps), or a path below it (made
+    here when it could be a directory's name: the site's mount has it)."""
+
+    def build(s: str, i: int, x: Site) -> Part:
+        server, path = (s, "/d") if which == "server" else (STRINGS_NFS_SERVER, "/" + s)
+        site = f"{STRINGS_ROOT}/nfs{path}"
+        if "\x00" not in path and ".." not in path.split("/"):
+            with contextlib.suppress(OSError):
+                os.makedirs(site, exist_ok=True)
+        part = _files_part(i, f"{{v}}.nfs.{which}", {"nfs": {"server": server, "path": path}}, {"mountPath": "/m"})
+        part.checks = [Check("dir", f"c{i}", site)]
+        return part
+
+    return build
+
+
+def _claim_object(member_path: str) -> Callable[[str, int, Site], Part]:
+    """A string of a PersistentVolumeClaim (``persistentVolumeClaims``) or PersistentVolume
+    (``persistentVolumes``) interLink sends with a container: the pod mounts claim ``k<i>``."""
+
+    def build(s: str, i: int, x: Site) -> Part:
+        claim = s if member_path == "pvc:metadata.name" else f"k{i}"
+        part = _files_part(i, "", {"persistentVolumeClaim": {"claimName": claim}}, {"mountPath": "/m"})
+        kind, path = member_path.split(":")
+        obj: dict[str, Any] = {"metadata": {"name": claim, "namespace": "ns"}, "spec": {}}
+        key = "persistentVolumeClaims"
+        if kind == "pvc" and path == "spec.storageClassName":
+            obj["spec"]["storageClassName"] = s
+        elif kind == "pvc" and path == "spec.volumeName":
+            obj["spec"]["volumeName"] = s
+        elif kind == "pv":
+            key = "persistentVolumes"
+            nfs = {"server": s, "path": "/d"} if path == "spec.nfs.server" else {"server": "nfs-1", "path": "/" + s}
+            obj = {"metadata": {"name": f"pv{i}"}, "spec": {"claimRef": {"namespace": "ns", "name": claim}, "nfs": nfs}}
+        part.where = f"container[0].{key}[{{d}}].{path}"
+        part.also = ("{v}.persistentVolumeClaim.claimName",)
+        part.data = {key: [obj]}
+        part.checks = [Check("dir", f"c{i}", f"{STRINGS_ROOT}/claims/ns/{claim}")]
+        return part
+
+    return build
+
+
 def _object_name(kind: str) -> Callable[[str, int, Site], Part]:
     def build(s: str, i: int, x: Site) -> Part:
         member = "secretName" if kind == "secret" else "name"
@@ -619,6 +674,14 @@ _POD = {
     "Pod.spec.volumes[].name": [("volume.name", _volume_name, False)],
     "Pod.spec.volumes[].source<HostPath>.path": [("hostPath.path", _host_path, False)],
     "Pod.spec.volumes[].source<HostPath>.path_type": [("hostPath.type", _host_path_type, False)],
+    "Pod.spec.volumes[].source<ClaimVolume>.claim": [("persistentVolumeClaim.claimName", _claim_name, False)],
+    "Pod.spec.volumes[].source<NfsVolume>.server": [("nfs.server", _nfs("server"), False)],
+    "Pod.spec.volumes[].source<NfsVolume>.path": [("nfs.path", _nfs("path"), False)],
+    "Pod.data.claims{key}": [("pvc.metadata.name", _claim_object("pvc:metadata.name"), False)],
+    "Pod.data.claims{}.storage_class": [("pvc.storageClassName", _claim_object("pvc:spec.storageClassName"), False)],
+    "Pod.data.claims{}.volume": [("pvc.volumeName", _claim_object("pvc:spec.volumeName"), False)],
+    "Pod.data.claims{}.nfs_server": [("pv.nfs.server", _claim_object("pv:spec.nfs.server"), False)],
+    "Pod.data.claims{}.nfs_path": [("pv.nfs.path", _claim_object("pv:spec.nfs.path"), False)],
     "Pod.spec.volumes[].source<ObjectVolume>.object_name": [
         ("configMap.name", _object_name("configMap"), False),
         ("secret.secretName", _object_name("secret"), False),

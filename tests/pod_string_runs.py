@@ -25,8 +25,9 @@ from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel import layout
 from interlink_nats.services.scripts import PodRejected, render_pod
 from pod_placements import UID, Check, Part, Placement, Site
+from storage_sites import STRINGS_SITE
 
-NONE = pb.BuildConfig(runtime=pb.ContainerRuntime.NONE)
+NONE = pb.BuildConfig(runtime=pb.ContainerRuntime.NONE, storage=STRINGS_SITE)
 _HOST = re.compile(r"[A-Za-z0-9][A-Za-z0-9.:-]{0,252}")
 
 
@@ -35,7 +36,10 @@ def merge(parts: list[Part], site: Site) -> tuple[dict[str, Any], list[list[str]
     containers: list[dict[str, Any]] = []
     init: list[dict[str, Any]] = []
     volumes: list[dict[str, Any]] = []
-    data: dict[str, list[dict[str, Any]]] = {"configMaps": [], "secrets": [], "projectedvolumemaps": []}
+    data: dict[str, list[dict[str, Any]]] = {
+        **{"configMaps": [], "secrets": [], "projectedvolumemaps": []},
+        **{"persistentVolumeClaims": [], "persistentVolumes": []},
+    }
     pod: dict[str, dict[str, Any]] = {
         "metadata": {"name": "p", "namespace": "ns", "uid": UID, "labels": {}, "annotations": {}},
         "spec": {},

@@ -7,10 +7,11 @@ from typing import Any
 import pytest
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.services.scripts import PodRejected, render_job
+from storage_sites import OPEN_HOST_PATHS
 
 RT = pb.ContainerRuntime
-NONE = pb.BuildConfig(runtime=RT.NONE)
-APPTAINER = pb.BuildConfig(runtime=RT.APPTAINER)
+NONE = pb.BuildConfig(runtime=RT.NONE, storage=OPEN_HOST_PATHS)
+APPTAINER = pb.BuildConfig(runtime=RT.APPTAINER, storage=OPEN_HOST_PATHS)
 
 
 def ctr(name: str = "main", **kw: Any) -> dict[str, Any]:

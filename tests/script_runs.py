@@ -21,8 +21,9 @@ from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel import layout
 from interlink_nats.services.scripts import render_job
 from interlink_nats.submitters.jobdirs.files import prepare_job_dir
+from storage_sites import OPEN_HOST_PATHS
 
-NONE = pb.BuildConfig(runtime=pb.ContainerRuntime.NONE)
+NONE = pb.BuildConfig(runtime=pb.ContainerRuntime.NONE, storage=OPEN_HOST_PATHS)
 PY = sys.executable
 BASH = shutil.which("bash") or "/bin/bash"
 

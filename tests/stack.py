@@ -103,11 +103,13 @@ async def full_stack(
     pool: str | None = None,
     redis_url: str | None = None,
     durable: str | None = None,
+    site: dict[str, Any] | None = None,
     **gateway_settings: Any,
 ) -> AsyncIterator[Stack]:
+    """A shell submitter (``site``: more of its settings) and a gateway whose default pool it serves."""
     pool = pool or new_pool()
     async with (
-        Submitter(submitter_settings(nats_url, pool, state_dir)) as submitter,
+        Submitter(submitter_settings(nats_url, pool, state_dir, **(site or {}))) as submitter,
         gateway_only(nats_url, default_pool=pool, redis_url=redis_url, durable=durable, **gateway_settings) as stack,
     ):
         stack.submitter = submitter

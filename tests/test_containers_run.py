@@ -24,6 +24,7 @@ from container_runs import start_job as start_job
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel import layout
 from podman_host import BUSYBOX, IMAGE, PodmanHost
+from storage_sites import OPEN_HOST_PATHS
 
 
 def _sandbox(root: Path) -> Path:
@@ -54,13 +55,15 @@ def runtime(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
         def podman_left(uid: str) -> list[str]:
             return [c["Id"] for c in host.containers(f"{layout.LABEL_POD_UID}={uid}")]
 
-        return Runtime(name, pb.BuildConfig(runtime=RT.PODMAN), IMAGE, podman_left)
+        return Runtime(name, pb.BuildConfig(runtime=RT.PODMAN, storage=OPEN_HOST_PATHS), IMAGE, podman_left)
     exe = shutil.which(name)
     if exe is None:  # cannot be installed here nor in CI: an opt-in check, never a failure
         pytest.skip(f"{name} is not on PATH")
     rt = RT.APPTAINER if name == "apptainer" else RT.SINGULARITY
     image = _sandbox(tmp_path_factory.mktemp(name))
-    return Runtime(name, pb.BuildConfig(runtime=rt, executable=exe), str(image), lambda uid: [])
+    return Runtime(
+        name, pb.BuildConfig(runtime=rt, executable=exe, storage=OPEN_HOST_PATHS), str(image), lambda uid: []
+    )
 
 
 # --- the pod surface -------------------------------------------------------------------------------

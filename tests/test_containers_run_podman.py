@@ -22,6 +22,7 @@ from interlink_nats.submitters.core.backend import BackendState, Observation
 from interlink_nats.submitters.core.status import JobMeta, map_status
 from interlink_nats.submitters.jobdirs.files import read_container_files
 from podman_host import IMAGE, IMAGE_WITH_ENTRYPOINT, PodmanHost
+from storage_sites import OPEN_HOST_PATHS
 
 
 @pytest.fixture
@@ -29,7 +30,7 @@ def podman(podman_host: PodmanHost) -> Runtime:
     def left(uid: str) -> list[str]:
         return [c["Id"] for c in podman_host.containers(f"{layout.LABEL_POD_UID}={uid}")]
 
-    return Runtime("podman", pb.BuildConfig(runtime=RT.PODMAN), IMAGE, left)
+    return Runtime("podman", pb.BuildConfig(runtime=RT.PODMAN, storage=OPEN_HOST_PATHS), IMAGE, left)
 
 
 # --- podman only -----------------------------------------------------------------------------------

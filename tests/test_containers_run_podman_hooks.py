@@ -19,6 +19,7 @@ from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel import layout
 from interlink_nats.submitters.jobdirs.files import read_container_files
 from podman_host import IMAGE, PodmanHost
+from storage_sites import OPEN_HOST_PATHS
 
 pytestmark = pytest.mark.podman
 
@@ -28,7 +29,7 @@ def podman(podman_host: PodmanHost) -> Runtime:
     def left(uid: str) -> list[str]:
         return [c["Id"] for c in podman_host.containers(f"{layout.LABEL_POD_UID}={uid}")]
 
-    return Runtime("podman", pb.BuildConfig(runtime=RT.PODMAN), IMAGE, left)
+    return Runtime("podman", pb.BuildConfig(runtime=RT.PODMAN, storage=OPEN_HOST_PATHS), IMAGE, left)
 
 
 def gated(gate: Path, containers: list[dict[str, Any]], **spec: Any) -> dict[str, Any]:

@@ -22,11 +22,14 @@ from interlink_nats.submitters.runtime import Submitter
 from interlink_nats.submitters.settings import SubmitterSettings
 from podman_host import IMAGE, PodmanHost
 from stack import create_body, eventually, gateway_only, logs_body, new_pool, terminated
+from storage_sites import OPEN_HOST_PATHS, OPEN_HOST_PATHS_SECTION
 
 pytestmark = pytest.mark.podman
 
-PODMAN = pb.BuildConfig(runtime=pb.ContainerRuntime.PODMAN)
-SITE = pb.BuildConfig(runtime=pb.ContainerRuntime.PODMAN, limits=pb.PodLimits(max_termination_grace_seconds=1))
+PODMAN = pb.BuildConfig(runtime=pb.ContainerRuntime.PODMAN, storage=OPEN_HOST_PATHS)
+SITE = pb.BuildConfig(
+    runtime=pb.ContainerRuntime.PODMAN, limits=pb.PodLimits(max_termination_grace_seconds=1), storage=OPEN_HOST_PATHS
+)
 """The submitter's own site: a longest grace (1 s) far below the pods' (300 s, rendered without it)."""
 
 
@@ -139,6 +142,7 @@ async def podman_stack(podman_host: PodmanHost, nats_url: str, tmp_path: Path) -
                 "announce_interval": 5.0,
                 "kill_grace": 1.0,
                 "build_config": {"runtime": "CONTAINER_RUNTIME_PODMAN", "limits": {"maxTerminationGraceSeconds": 1}},
+                "storage": OPEN_HOST_PATHS_SECTION,
             }
         )
     )

@@ -94,6 +94,13 @@ def none_pod() -> dict[str, Any]:
     return data
 
 
+SRV = pb.StoragePolicy(
+    host_paths=[pb.HostPathRule(namespace="*", prefix="/srv", read_only=False)],
+    claims=[pb.ClaimRule(namespace="ns", path="/lustre/projects/{namespace}/{claim}", create=True, create_mode=0o770)],
+    nfs_exports=[pb.NfsExportRule(namespace="*", server="nfs1.example.org", path="/export", site_path="/mnt/nfs1")],
+)
+"""The golden site: what is below /srv (the corpus's hostPaths) read-write, claims of namespace ns on Lustre (made
+by the job), and the NFS export nfs1.example.org:/export where the site mounts it."""
 BUILD = {
     "apptainer": pb.BuildConfig(
         runtime=RT.APPTAINER,
@@ -105,12 +112,13 @@ BUILD = {
         binds=["/etc/grid-security"],
         gpu_support=True,
         pre_exec="source /etc/profile.d/site.sh",
+        storage=SRV,
     ),
-    "singularity": pb.BuildConfig(runtime=RT.SINGULARITY, gpu_support=True, cache_dir="/scratch/cache"),
+    "singularity": pb.BuildConfig(runtime=RT.SINGULARITY, gpu_support=True, cache_dir="/scratch/cache", storage=SRV),
     "podman": pb.BuildConfig(
-        runtime=RT.PODMAN, runtime_flags=["--network=host"], gpu_support=True, binds=["/data:/data:ro"]
+        runtime=RT.PODMAN, runtime_flags=["--network=host"], gpu_support=True, binds=["/data:/data:ro"], storage=SRV
     ),
-    "none": pb.BuildConfig(runtime=RT.NONE),
+    "none": pb.BuildConfig(runtime=RT.NONE, storage=SRV),
 }
 
 
@@ -137,16 +145,26 @@ def volume_pod(kind: str) -> dict[str, Any]:
         "emptydir": {"emptyDir": {"medium": "Memory"}},
         "hostpath": {"hostPath": {"path": "/srv/shared data", "type": "DirectoryOrCreate"}},
         "subpath": {"configMap": {"name": "cm"}},
+        "claim": {"persistentVolumeClaim": {"claimName": "results"}},
+        "nfs": {"nfs": {"server": "nfs1.example.org", "path": "/export/home/u1", "readOnly": True}},
     }
     mount: dict[str, Any] = {"name": "vol", "mountPath": "/mnt/vol", "readOnly": kind == "hostpath"}
     if kind == "subpath":
         mount = {"name": "vol", "mountPath": "/etc/a.txt", "subPath": "a.txt"}
+    if kind == "claim":
+        mount = {"name": "vol", "mountPath": "/mnt/vol", "subPathExpr": "runs/$(POD)"}
     return {
         "pod": {
             "metadata": {"name": f"vol-{kind}", "namespace": "ns", "uid": UID, "labels": {"app": "x", "tier": "batch"}},
             "spec": {
                 "containers": [
-                    {"name": "c", "image": "busybox", "command": ["ls", "-lR", "/mnt/vol"], "volumeMounts": [mount]}
+                    {
+                        "name": "c",
+                        "image": "busybox",
+                        "command": ["ls", "-lR", "/mnt/vol"],
+                        "env": [{"name": "POD", "value": "one"}] if kind == "claim" else [],
+                        "volumeMounts": [mount],
+                    }
                 ],
                 "volumes": [{"name": "vol", **volumes[kind]}],
             },
@@ -189,9 +207,23 @@ CASES: dict[str, tuple[dict[str, Any], pb.BuildConfig]] = {
     **{f"runtime-{rt}": (none_pod() if rt == "none" else full_pod(), bc) for rt, bc in BUILD.items()},
     **{
         f"volume-{kind}": (volume_pod(kind), BUILD["apptainer"])
-        for kind in ("configmap", "secret", "projected", "downwardapi", "emptydir", "hostpath", "subpath")
+        for kind in (
+            "configmap",
+            "secret",
+            "projected",
+            "downwardapi",
+            "emptydir",
+            "hostpath",
+            "subpath",
+            "claim",
+            "nfs",
+        )
     },
-    **{f"volume-{kind}-none": (volume_pod(kind), BUILD["none"]) for kind in ("configmap", "subpath", "hostpath")},
+    **{
+        f"volume-{kind}-none": (volume_pod(kind), BUILD["none"])
+        for kind in ("configmap", "subpath", "hostpath", "claim")
+    },
+    "volume-claim-podman": (volume_pod("claim"), BUILD["podman"]),
     **{
         f"group-member-{rt}": (group_member(none_pod() if rt == "none" else full_pod()), bc) for rt, bc in BUILD.items()
     },

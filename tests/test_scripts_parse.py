@@ -335,8 +335,8 @@ INVALID: list[tuple[str, Any, str]] = [
     ),
     (
         "volume kind",
-        with_volume({"name": "v", "nfs": {}}),
-        "spec.volumes[0].nfs: volume type 'nfs' is not supported off-cluster",
+        with_volume({"name": "v", "iscsi": {}}),
+        "spec.volumes[0].iscsi: volume type 'iscsi' is not supported off-cluster",
     ),
     (
         "volume typo",

@@ -15,8 +15,9 @@ from render_cases import NONE, RT, ctr, data, rejected
 @pytest.mark.parametrize(
     ("volume", "field"),
     [
-        ({"persistentVolumeClaim": {"claimName": "c"}}, "spec.volumes[0].persistentVolumeClaim"),
-        ({"nfs": {"server": "s", "path": "/"}}, "spec.volumes[0].nfs"),
+        ({"persistentVolumeClaim": {"claimName": "c"}}, "spec.volumes[0].persistentVolumeClaim.claimName"),
+        ({"nfs": {"server": "s", "path": "/"}}, "spec.volumes[0].nfs.server"),
+        ({"iscsi": {"targetPortal": "t"}}, "spec.volumes[0].iscsi"),
         ({"csi": {"driver": "d"}}, "spec.volumes[0].csi"),
         ({"ephemeral": {}}, "spec.volumes[0].ephemeral"),
         ({"hostPath": {"path": "relative"}}, "spec.volumes[0].hostPath.path"),
@@ -185,7 +186,7 @@ def test_fields_that_cannot_be_honoured_are_rejected_not_dropped(patch: dict[str
             "unknown field",
         ),
         (lambda: data(volumes=[{"name": "v", "emptyDri": {}}]), "spec.volumes[0].emptyDri", "unknown volume type"),
-        (lambda: data(volumes=[{"name": "v", "nfs": {}}]), "spec.volumes[0].nfs", "not supported off-cluster"),
+        (lambda: data(volumes=[{"name": "v", "iscsi": {}}]), "spec.volumes[0].iscsi", "not supported off-cluster"),
     ],
 )
 def test_a_typo_is_an_unknown_field_and_a_real_field_is_not_supported(pod_data: Any, field: str, says: str) -> None:

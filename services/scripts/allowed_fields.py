@@ -75,7 +75,14 @@ CONTAINER_IGNORED = frozenset(
 MOUNT_KEYS = frozenset(
     {"name", "mountPath", "readOnly", "subPath", "subPathExpr", "mountPropagation", "recursiveReadOnly"}
 )
-VOLUME_KINDS = frozenset({"configMap", "secret", "projected", "downwardAPI", "emptyDir", "hostPath"})
+VOLUME_KINDS = frozenset(
+    {"configMap", "secret", "projected", "downwardAPI", "emptyDir", "hostPath", "persistentVolumeClaim", "nfs"}
+)
+STORAGE_KEYS = {
+    "persistentVolumeClaim": frozenset({"claimName", "readOnly"}),
+    "nfs": frozenset({"server", "path", "readOnly"}),
+}
+"""The members of a claim or nfs volume (Kubernetes has no others): the site storage policy maps them."""
 
 
 def check_keys(

@@ -54,12 +54,27 @@ class DataObject:
 
 
 @model
+class ClaimObject:
+    """What interLink sent of one PersistentVolumeClaim of the pod's namespace (``persistentvolumes``) and the
+    PersistentVolume bound to it (``persistentVolumeSources``): only what a site storage rule may match on."""
+
+    storage_class: str = ""
+    volume: str = ""  # the PersistentVolume's name
+    nfs_server: str = ""
+    nfs_path: str = ""
+
+
+NO_CLAIM_OBJECT = ClaimObject()
+
+
+@model
 class PodData:
     """The objects interLink attached to the pod, merged over its containers, by name."""
 
     config_maps: dict[str, DataObject]
     secrets: dict[str, DataObject]
     projected: dict[str, DataObject]
+    claims: dict[str, ClaimObject]
 
 
 # --- metadata and status -------------------------------------------------------------------------------
@@ -242,7 +257,24 @@ class DownwardVolume:
     items: Checked[tuple[DownwardItem, ...]]  # empty when interLink resolved the volume (projectedvolumemaps)
 
 
-VolumeSource = EmptyDir | HostPath | ObjectVolume | ProjectedVolume | DownwardVolume
+@model
+class ClaimVolume:
+    """A persistentVolumeClaim volume: the site maps the claim (``storage.claims``)."""
+
+    claim: str
+    read_only: bool
+
+
+@model
+class NfsVolume:
+    """An nfs volume: the site maps the export (``storage.nfs``)."""
+
+    server: str
+    path: str
+    read_only: bool
+
+
+VolumeSource = EmptyDir | HostPath | ObjectVolume | ProjectedVolume | DownwardVolume | ClaimVolume | NfsVolume
 
 
 @model

@@ -17,6 +17,7 @@ from interlink_nats.kernel.names import is_dns_label
 
 from . import kubernetes_fields, pod_annotations, pod_rules
 from .allowed_fields import CONTAINER_IGNORED, CONTAINER_SUPPORTED, MOUNT_KEYS, check_keys, check_spec
+from .claim_objects import claim_objects
 from .errors import Checked, PodRejected, on_demand
 from .fields import (
     absolute_path,
@@ -92,7 +93,8 @@ def _int_on_demand(obj: dict[str, Any], key: str, where: str) -> Checked[int | N
 def parse_pod(pod_data: Any) -> Pod:
     """interLink's RetrievedPodData (>= 0.5: an object; <= 0.4: a one-element list) or a bare pod, checked: the
     API server's rules first (:mod:`.pod_rules`), so nothing reads a name or label Kubernetes would refuse."""
-    raw_pod, entries = _unwrap(pod_data)
+    raw_pod, wrapper = _unwrap(pod_data)
+    entries = wrapper.get("container")
     meta = as_obj(raw_pod.get("metadata"), "metadata")
     spec = as_obj(raw_pod.get("spec"), "spec")
     uid = meta.get("uid")
@@ -107,6 +109,8 @@ def parse_pod(pod_data: Any) -> Pod:
     )
     check_spec(spec)
     data = _interlink_data(entries)
+    holders = [(wrapper, ""), *((e, f"container[{k}]") for k, e in enumerate(entries or ()) if isinstance(e, dict))]
+    data.claims.update(claim_objects(holders, namespace))
     return Pod(metadata, _pod_spec(spec, data), _status(raw_pod), data)
 
 
@@ -119,8 +123,8 @@ def _status(raw_pod: dict[str, Any]) -> Status:
     return Status(_str_on_demand(status, "podIP", "status"), _str_on_demand(status, "hostIP", "status"))
 
 
-def _unwrap(pod_data: Any) -> tuple[dict[str, Any], Any]:
-    """Accept interLink >= 0.5 (object), <= 0.4 (one-element list) and a bare pod."""
+def _unwrap(pod_data: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Accept interLink >= 0.5 (object), <= 0.4 (one-element list) and a bare pod: (the pod, the request)."""
     if isinstance(pod_data, list):
         if len(pod_data) != 1:
             raise PodRejected("pod", "expected one pod")
@@ -131,8 +135,8 @@ def _unwrap(pod_data: Any) -> tuple[dict[str, Any], Any]:
         pod = pod_data["pod"]
         if not isinstance(pod, dict):
             raise wrong_type("pod", "an object", pod)
-        return pod, pod_data.get("container")
-    return pod_data, None
+        return pod, pod_data
+    return pod_data, {}
 
 
 def _annotations(annotations: dict[str, Any]) -> dict[str, str]:
@@ -260,7 +264,7 @@ def _interlink_data(entries: Any) -> PodData:
         {name: _data_object(obj, where, secret) for name, (obj, where) in objects.items()}
         for objects, secret in zip(found, (False, True, False), strict=True)
     )
-    return PodData(config_maps, secrets, projected)
+    return PodData(config_maps, secrets, projected, {})
 
 
 def _data_object(obj: dict[str, Any], where: str, secret: bool) -> DataObject:

@@ -340,6 +340,7 @@ def render_pod(
         dir_modes=[(m, " ".join(paths)) for m, paths in setup.dir_modes.items()],
         file_modes=[(m, " ".join(paths)) for m, paths in setup.file_modes.items()],
         host_lines=host_lines,
+        site_dirs=any(line.startswith("__in_site_dir ") for line in host_lines),
         admin_pre_exec=bc.pre_exec.strip("\n"),
         pod_pre_exec=pre_exec.strip("\n"),
         containers=plans,
@@ -367,5 +368,6 @@ def render_pod(
         layout=[_layout_entry(e) for e in prepared],
         run_as_user=spec.run_as[0],
         run_as_group=spec.run_as[1],
+        storage=[v.storage for v in sorted(plan.used.values(), key=lambda v: v.index) if v.storage is not None],
     )
     return RenderedPod(job, group)

@@ -11,16 +11,18 @@ from typing import Any
 from interlink_nats.kernel.names import is_dns_label
 
 from . import kubernetes_fields
-from .allowed_fields import VOLUME_KINDS
+from .allowed_fields import STORAGE_KEYS, VOLUME_KINDS
 from .errors import PodRejected, on_demand
 from .fields import absolute_path, as_obj, as_str, child, get_bool, get_list, get_obj, get_str, relative_path
 from .pod_model import (
+    ClaimVolume,
     DownwardItem,
     DownwardProjection,
     DownwardVolume,
     EmptyDir,
     HostPath,
     KeyToPath,
+    NfsVolume,
     ObjectProjection,
     ObjectVolume,
     PodData,
@@ -79,6 +81,15 @@ def _volume_source(kind: str, src: dict[str, Any], kw: str, name: str, data: Pod
         if path_type and path_type not in HOSTPATH_TYPES:
             raise PodRejected(kw + ".type", f"unknown hostPath type {path_type!r}")
         return HostPath(path, path_type)
+    if kind in STORAGE_KEYS:
+        for key in src:
+            if key not in STORAGE_KEYS[kind]:
+                raise PodRejected(child(kw, key), f"unknown field of a {kind} volume")
+        read_only = get_bool(src, "readOnly", kw)
+        if kind == "nfs":
+            server = as_str(src.get("server"), kw + ".server")
+            return NfsVolume(server, absolute_path(src.get("path"), kw + ".path"), read_only)
+        return ClaimVolume(as_str(src.get("claimName"), kw + ".claimName"), read_only)
     if kind in ("configMap", "secret"):
         secret = kind == "secret"
         name_key = "secretName" if secret else "name"

@@ -6,6 +6,7 @@ import base64
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel import layout
 
 from . import pod_model as pm
@@ -15,6 +16,7 @@ from .errors import Checked, PodRejected, checked
 from .fields import relative_path
 from .launch import MountPoint, SetupEntry
 from .quoting import quote, quote_field
+from .site_storage import claim_lines, in_site_dir, site_volume, storage_request
 from .sources import downward_value
 
 HOSTPATH_TESTS = {"Directory": "d", "File": "f", "Socket": "S", "CharDevice": "c", "BlockDevice": "b"}
@@ -36,7 +38,9 @@ class Volume:
     name: str
     kind: str
     index: int
-    host_path: str | None = None  # hostPath: the path on the host
+    host_path: str | None = None  # hostPath, claim, nfs: the path on the site
+    site_root: str | None = None  # the site's directory it must stay below (site_storage)
+    storage: pb.StorageMount | None = None  # the job's entry for it (the submitter checks it again)
     read_only: bool = False  # configMap, secret, projected, downwardAPI are always read-only
     files: list[VolumeFile] = field(default_factory=list)
     dirs: list[str] = field(default_factory=list)
@@ -88,20 +92,17 @@ def build_volume(ctx: RenderContext, spec: pm.VolumeSpec) -> Volume:
     if isinstance(src, pm.EmptyDir):
         vol.dir_mode = 0o777  # like Kubernetes; the job dir (0700) keeps other users out
         return vol
-    if isinstance(src, pm.HostPath):
-        path, htype = src.path, src.path_type
-        vol.host_path = path
-        qp = quote_field(path, kw + ".path")
-        if htype == "DirectoryOrCreate":
-            failed = quote_field("cannot create hostPath " + path, kw)
-            vol.host_lines.append(f"mkdir -p -- {qp} || __setup_failed {failed}")
-        elif htype == "FileOrCreate":
-            parent = path.rsplit("/", 1)[0] or "/"
-            failed = quote_field("cannot create " + path, kw)
-            vol.host_lines.append(f"mkdir -p -- {quote_field(parent, kw)} && touch -- {qp} || __setup_failed {failed}")
-        elif htype:
-            vol.host_lines.append(f"__need {HOSTPATH_TESTS[htype]} {qp} {htype}")
+    request = storage_request(spec, ctx.data)
+    if request is not None:
+        site = site_volume(ctx, spec, request)
+        vol.host_path, vol.site_root, vol.storage = site.resolved.path, site.resolved.root, site.mount
+        vol.read_only = site.read_only
+        if isinstance(src, pm.HostPath):
+            _host_path_lines(vol, kw, src.path_type)
+        elif isinstance(src, pm.ClaimVolume):
+            vol.host_lines += claim_lines(spec, site.resolved)
         return vol
+    assert not isinstance(src, pm.HostPath | pm.ClaimVolume | pm.NfsVolume), "storage volumes: resolved above"
     vol.read_only = True
     if isinstance(src, pm.ObjectVolume):
         obj = (ctx.data.secrets if src.secret else ctx.data.config_maps).get(src.object_name)
@@ -125,6 +126,22 @@ def build_volume(ctx: RenderContext, spec: pm.VolumeSpec) -> Volume:
     for source in checked(src.sources):
         _projected_source(ctx, vol, source, src.default_mode)
     return vol
+
+
+def _host_path_lines(vol: Volume, kw: str, htype: str) -> None:
+    """A hostPath's type: made (below its allowed prefix, checked first) or checked at run time."""
+    assert vol.host_path is not None and vol.site_root is not None
+    path = vol.host_path
+    qp = quote_field(path, kw + ".path")
+    if htype == "DirectoryOrCreate":
+        vol.host_lines.append(in_site_dir(vol.site_root, path, kw + ".path", True))
+    elif htype == "FileOrCreate":
+        parent = path.rsplit("/", 1)[0] or "/"
+        failed = quote_field("cannot create " + path, kw)
+        vol.host_lines.append(in_site_dir(vol.site_root, parent, kw + ".path", True))
+        vol.host_lines.append(f"[ -e {qp} ] || touch -- {qp} || __setup_failed {failed}")
+    elif htype:
+        vol.host_lines.append(f"__need {HOSTPATH_TESTS[htype]} {qp} {htype}")
 
 
 def _downward_items(ctx: RenderContext, vol: Volume, items: tuple[pm.DownwardItem, ...], mode: int) -> None:
@@ -189,6 +206,11 @@ def container_mounts(
                 raise PodRejected(mw + ".subPath", "',' and ':' cannot be expressed in a bind mount")
         if sub and vol.kind == "emptyDir":  # Kubernetes creates a missing subPath in an emptyDir
             host_setup.append(layout.LayoutDir(f"{vol.rel_dir}/{sub}"))
+        if vol.site_root is not None and vol.host_path is not None:  # checked at start: see site_storage
+            source = f"{vol.host_path.rstrip('/')}/{sub}" if sub else vol.host_path
+            field = mw + (".subPathExpr" if m.sub_path_expr else ".subPath") if sub else f"{mw}.name"
+            create = bool(sub) and not (m.read_only or vol.read_only)
+            vol.host_lines.append(in_site_dir(vol.site_root, source, field, create))
         if binds and vol.host_path is not None and ("," in vol.host_path or ":" in vol.host_path):
             raise PodRejected(mw + ".name", "a hostPath with ',' or ':' cannot be expressed in a bind mount")
         used[vol.name] = vol

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from interlink_nats.kernel import layout
+from interlink_nats.submitters.backends.storage_access import check_access, check_own_access
 from interlink_nats.submitters.core.backend import JobSpec, SubmitRejected
 from interlink_nats.submitters.core.site_policy import AccountingPolicy, PolicyError, RunAs
 
@@ -145,8 +146,12 @@ def hand_over(job_dir: Path, ident: Identity) -> None:
 
 
 def take_over(policy: AccountingPolicy, spec: JobSpec) -> Identity | None:
-    """:func:`job_identity`, with the job directory handed over when the job runs as another account."""
+    """:func:`job_identity`, with the job directory handed over when the job runs as another account, once
+    that account is known to be able to use the job's storage (where this host can tell)."""
     ident = job_identity(policy, spec)
-    if ident is not None:
-        hand_over(spec.job_dir, ident)
+    if ident is None:
+        check_own_access(spec.storage)
+        return None
+    check_access(spec.storage, ident.uid, ident.gid)
+    hand_over(spec.job_dir, ident)
     return ident

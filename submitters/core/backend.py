@@ -95,6 +95,8 @@ class JobSpec:
     run_as_user: int | None = None
     """``securityContext.runAsUser`` as the pod asked (a request: the site's policy decides)."""
     run_as_group: int | None = None
+    storage: tuple[pb.StorageMount, ...] = ()
+    """The site directories the job mounts (checked with the site's policy at the RPC)."""
 
     @property
     def handle(self) -> JobHandle:

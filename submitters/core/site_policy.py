@@ -16,19 +16,17 @@ itself (:class:`PolicyError`) rather than trust every caller to have checked it.
 
 from __future__ import annotations
 
-import fnmatch
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Literal, TypeVar
 
 from interlink_nats.kernel.names import is_dns_label
+from interlink_nats.kernel.namespace_keys import check_key, is_pattern, key_matches
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 T = TypeVar("T")
 
-_PATTERN_CHARS = frozenset("*?[")
-_KEY = re.compile(r"[a-z0-9*?\[\]!-]{1,63}")
 ACCOUNT_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.@-]{0,127}")
 """An accounting group or user: letters, digits, ``_ . @ -`` (HTCondor groups nest with dots). Nothing a
 batch system's own language could read as more than a name (no ``$``, quotes, spaces or backslashes)."""
@@ -36,17 +34,6 @@ batch system's own language could read as more than a name (no ``$``, quotes, sp
 
 class PolicyError(ValueError):
     """A pod asked for what the site's policy does not allow (the message names the field)."""
-
-
-def is_pattern(key: str) -> bool:
-    return any(c in _PATTERN_CHARS for c in key)
-
-
-def check_key(key: str) -> str:
-    """A table key: a namespace name (RFC 1123 label) or a pattern of one; a clear error otherwise."""
-    if not _KEY.fullmatch(key):
-        raise ValueError(f"namespace key {key!r} is neither a namespace name nor a pattern of one")
-    return key
 
 
 DEFAULT_KEY = "default"
@@ -63,7 +50,7 @@ def match_namespace_key(table: Mapping[str, T], namespace: str, default: T) -> t
     if exact is not None:
         return namespace, exact
     for key, rule in table.items():
-        if is_pattern(key) and fnmatch.fnmatchcase(namespace, key):
+        if is_pattern(key) and key_matches(key, namespace):
             return key, rule
     return DEFAULT_KEY, default
 

@@ -33,6 +33,7 @@ LIVE = (
     "taints",
     "announce_interval_s",
     "retention_days",
+    "storage",
 )
 """Keys read anew at each use (or re-read here): applied without a restart."""
 

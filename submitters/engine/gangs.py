@@ -98,7 +98,7 @@ class Gangs:
             raise InvalidRequest(str(exc)) from None
         for i, job in enumerate(members):
             try:
-                validate_job(job)
+                validate_job(job, self._subs.storage)
             except InvalidRequest as exc:
                 raise InvalidRequest(f"members[{i}]: {exc}") from None
         subs = self._subs

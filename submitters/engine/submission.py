@@ -45,6 +45,7 @@ from interlink_nats.submitters.core.lifecycle import (
 )
 from interlink_nats.submitters.core.requests import check_job
 from interlink_nats.submitters.core.status import JobMeta, cancelled_status, map_status, submit_failed_status
+from interlink_nats.submitters.core.storage_check import check_storage
 from interlink_nats.submitters.engine.polling import Poller, meta_from_row
 from interlink_nats.submitters.jobdirs import files as jobfiles
 from interlink_nats.submitters.state.batching import BatchRunner
@@ -67,10 +68,17 @@ _NO_POD = pb.PodRef()
 value in betterproto2 walks every field for defaults (~6 µs), and a Submit asked it three times."""
 
 
-def validate_job(job: pb.JobScript) -> None:
+def _no_storage() -> pb.StoragePolicy | None:
+    return None
+
+
+def validate_job(job: pb.JobScript, storage: Callable[[], pb.StoragePolicy | None] = _no_storage) -> None:
     """Reject what could never run or is unsafe to use, naming the field (raises :class:`InvalidRequest`):
-    any NATS client may send a job, so it is checked here again (``core.requests``)."""
+    any NATS client may send a job, so it is checked here again (``core.requests``), its storage volumes with
+    the site's policy (``storage``: the one in force; none maps nothing)."""
     check_job(job)
+    if job.storage:
+        check_storage(job, storage())
 
 
 def _job_dirs_runner() -> BatchRunner[jobfiles.JobDirItem, Path]:
@@ -93,6 +101,8 @@ class Submissions:
     clock: Clock
     commands: CommandCheck
     """The backend's programs: checked before a submission while they were missing, and after one failed."""
+    storage: Callable[[], pb.StoragePolicy | None] = _no_storage
+    """The site's storage policy in force (the announced BuildConfig's): a job's volumes are checked with it."""
     inflight: dict[str, asyncio.Task[pb.SubmitResponse]] = field(init=False, default_factory=dict)
     deadlines: dict[str, float | None] = field(init=False, default_factory=dict)
     """By uid, while its Submit runs: when its callers stop waiting (unix time; None: never). A repeat that joins
@@ -120,7 +130,7 @@ class Submissions:
     async def submit(self, job: pb.JobScript, *, deadline: float | None = None) -> pb.SubmitResponse:
         """Idempotent by pod UID; the work is shielded so a caller's deadline cannot interrupt it. ``deadline``:
         when this caller stops waiting (unix time; None: it never does)."""
-        validate_job(job)
+        validate_job(job, self.storage)
         if job.gang is not None:
             raise InvalidRequest("job.gang is set: a member of a pod group is submitted with SubmitGroup")
         pod = job.pod if job.pod is not None else _NO_POD

@@ -167,6 +167,7 @@ class JobRow:
             name=self.name,
             run_as_user=job.run_as_user,
             run_as_group=job.run_as_group,
+            storage=tuple(job.storage),
         )
 
     def job_spec(self) -> pb.JobScript:

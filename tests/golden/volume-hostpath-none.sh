@@ -98,9 +98,22 @@ __setup_failed() { [ -n "$__setup_error" ] || __setup_error=$1; }
 __t() { printf '%s' "$2" > "$1" || __setup_failed "cannot write $1"; }
 __b() { printf '%s' "$2" | base64 -d > "$1" || __setup_failed "cannot write $1"; }
 __need() { test "-$1" "$2" || __setup_failed "hostPath $2 is not of type $3"; }
+__in_site_dir() {
+  local root real
+  root=$(realpath -e -- "$1" 2>/dev/null) || { __setup_failed "$3: $1 does not exist on this site"; return 0; }
+  real=$(realpath -m -- "$2" 2>/dev/null) || real=
+  if [ "$root" != / ]; then
+    case $real/ in "$root"/*) ;; *) __setup_failed "$3: $2 leads outside $1 (a symlink): refused"; return 0 ;; esac
+  fi
+  if [ "$4" = 1 ] && [ ! -e "$real" ]; then
+    mkdir -p -- "$real" || __setup_failed "$3: cannot create $2"
+  fi
+  [ -e "$real" ] || __setup_failed "$3: $2 does not exist on this site"
+}
 
 # --- volumes ---
-mkdir -p -- '/srv/shared data' || __setup_failed 'cannot create hostPath /srv/shared data'
+__in_site_dir /srv '/srv/shared data' 'spec.volumes[0].hostPath.path' 1
+__in_site_dir /srv '/srv/shared data' 'spec.containers[0].volumeMounts[0].name' 0
 mkdir -p -- rootfs/c/mnt && ln -sfn -- '/srv/shared data' rootfs/c/mnt/vol
 mkdir -p -- rootfs/c
 cd -- "$__job_dir" || exit 125

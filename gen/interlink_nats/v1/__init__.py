@@ -7,6 +7,7 @@ __all__ = (
     "BuildConfig",
     "CancelRequest",
     "CancelResponse",
+    "ClaimRule",
     "ConfigMapVolumeSource",
     "Container",
     "ContainerPhase",
@@ -24,6 +25,7 @@ __all__ = (
     "GetLogsResponse",
     "GetStatusRequest",
     "GetStatusResponse",
+    "HostPathRule",
     "HostPathVolumeSource",
     "JobEvent",
     "JobScript",
@@ -34,6 +36,7 @@ __all__ = (
     "LayoutEntryKind",
     "ListJobsRequest",
     "ListJobsResponse",
+    "NfsExportRule",
     "ObjectMeta",
     "Pod",
     "PodLimits",
@@ -46,6 +49,9 @@ __all__ = (
     "SecretVolumeSource",
     "ShellOptions",
     "SlurmOptions",
+    "StorageKind",
+    "StorageMount",
+    "StoragePolicy",
     "SubmitGroupRequest",
     "SubmitGroupResponse",
     "SubmitRequest",
@@ -257,6 +263,34 @@ class LayoutEntryKind(betterproto2.Enum):
         }
 
 
+class StorageKind(betterproto2.Enum):
+    UNSPECIFIED = 0
+
+    CLAIM = 1
+
+    HOST_PATH = 2
+
+    NFS = 3
+
+    @classmethod
+    def betterproto_value_to_renamed_proto_names(cls) -> dict[int, str]:
+        return {
+            0: "STORAGE_KIND_UNSPECIFIED",
+            1: "STORAGE_KIND_CLAIM",
+            2: "STORAGE_KIND_HOST_PATH",
+            3: "STORAGE_KIND_NFS",
+        }
+
+    @classmethod
+    def betterproto_renamed_proto_names_to_value(cls) -> dict[str, int]:
+        return {
+            "STORAGE_KIND_UNSPECIFIED": 0,
+            "STORAGE_KIND_CLAIM": 1,
+            "STORAGE_KIND_HOST_PATH": 2,
+            "STORAGE_KIND_NFS": 3,
+        }
+
+
 @dataclass(eq=False, repr=False)
 class BuildConfig(betterproto2.Message):
     runtime: "ContainerRuntime" = betterproto2.field(
@@ -347,6 +381,17 @@ class BuildConfig(betterproto2.Message):
     (docs/pod-support.md, "Site limits").
     """
 
+    storage: "StoragePolicy | None" = betterproto2.field(
+        16, betterproto2.TYPE_MESSAGE, optional=True
+    )
+    """
+    The site's storage policy: which PersistentVolumeClaims, hostPath
+    prefixes and NFS exports this pool's jobs may mount, and where they are
+    on the site (the submitter's `storage` section). Announced so the gateway
+    refuses an unmapped volume at /create; the submitter checks again.
+    Unset (an older pool): no claim, no hostPath and no nfs volume is mapped.
+    """
+
 
 default_message_pool.register_message("interlink_nats.v1", "BuildConfig", BuildConfig)
 
@@ -376,6 +421,59 @@ class CancelResponse(betterproto2.Message):
 default_message_pool.register_message(
     "interlink_nats.v1", "CancelResponse", CancelResponse
 )
+
+
+@dataclass(eq=False, repr=False)
+class ClaimRule(betterproto2.Message):
+    """
+    Maps PersistentVolumeClaims to a directory on the site.
+    """
+
+    namespace: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    A namespace name or a shell-style pattern of one (`lab-*`).
+    """
+
+    claim: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    A claim name or a pattern of one; empty: any claim.
+    """
+
+    storage_class: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+    """
+    Only claims of this storage class (a name or pattern), when interLink
+    sent the claim; empty: any.
+    """
+
+    nfs_server: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
+    """
+    Only claims bound to a PersistentVolume of this NFS server (and below
+    `nfs_path`), when interLink sent the volume; empty: any.
+    """
+
+    nfs_path: "str" = betterproto2.field(5, betterproto2.TYPE_STRING)
+
+    path: "str" = betterproto2.field(6, betterproto2.TYPE_STRING)
+    """
+    The site path, a template: `{namespace}`, `{claim}`, `{volume}` (the
+    PersistentVolume's name) are substituted, each a whole DNS name.
+    """
+
+    read_only: "bool" = betterproto2.field(7, betterproto2.TYPE_BOOL)
+    """
+    Always mounted read-only, whatever the pod asks.
+    """
+
+    create: "bool" = betterproto2.field(8, betterproto2.TYPE_BOOL)
+    """
+    The job may create the directory (as the namespace's account) when
+    missing, with mode `create_mode`.
+    """
+
+    create_mode: "int" = betterproto2.field(9, betterproto2.TYPE_UINT32)
+
+
+default_message_pool.register_message("interlink_nats.v1", "ClaimRule", ClaimRule)
 
 
 @dataclass(eq=False, repr=False)
@@ -716,6 +814,28 @@ default_message_pool.register_message(
 
 
 @dataclass(eq=False, repr=False)
+class HostPathRule(betterproto2.Message):
+    """
+    A host directory pods of some namespaces may name in a hostPath volume.
+    """
+
+    namespace: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    A namespace name or pattern.
+    """
+
+    prefix: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    An absolute directory: the hostPath must be it or below it.
+    """
+
+    read_only: "bool" = betterproto2.field(3, betterproto2.TYPE_BOOL)
+
+
+default_message_pool.register_message("interlink_nats.v1", "HostPathRule", HostPathRule)
+
+
+@dataclass(eq=False, repr=False)
 class HostPathVolumeSource(betterproto2.Message):
     path: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
 
@@ -821,6 +941,16 @@ class JobScript(betterproto2.Message):
     Set only on the members of a pod group sent with SubmitGroup: the pod is
     one member of a gang that starts as one backend job (docs/pod-support.md,
     "Pod groups"). A plain Submit of a job with it set is refused.
+    """
+
+    storage: "list[StorageMount]" = betterproto2.field(
+        11, betterproto2.TYPE_MESSAGE, repeated=True
+    )
+    """
+    The site storage the script mounts (claims, hostPaths, nfs volumes), as
+    the gateway resolved it with the pool's announced StoragePolicy. The
+    submitter resolves each again with its own policy and refuses the job
+    when one is not mapped, or maps elsewhere.
     """
 
 
@@ -952,6 +1082,34 @@ class ListJobsResponse(betterproto2.Message):
 
 default_message_pool.register_message(
     "interlink_nats.v1", "ListJobsResponse", ListJobsResponse
+)
+
+
+@dataclass(eq=False, repr=False)
+class NfsExportRule(betterproto2.Message):
+    """
+    An NFS export the site mounts at a known path.
+    """
+
+    namespace: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+
+    server: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+
+    path: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+    """
+    The exported directory; a volume's path must be it or below it.
+    """
+
+    site_path: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
+    """
+    Where the site mounts it.
+    """
+
+    read_only: "bool" = betterproto2.field(5, betterproto2.TYPE_BOOL)
+
+
+default_message_pool.register_message(
+    "interlink_nats.v1", "NfsExportRule", NfsExportRule
 )
 
 
@@ -1332,6 +1490,80 @@ class SlurmOptions(betterproto2.Message):
 
 
 default_message_pool.register_message("interlink_nats.v1", "SlurmOptions", SlurmOptions)
+
+
+@dataclass(eq=False, repr=False)
+class StorageMount(betterproto2.Message):
+    """
+    One storage volume of a pod: what the pod named, and where the site has it.
+    """
+
+    kind: "StorageKind" = betterproto2.field(
+        1, betterproto2.TYPE_ENUM, default_factory=lambda: StorageKind(0)
+    )
+
+    field: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    The pod field that named it (`spec.volumes[0].persistentVolumeClaim.claimName`).
+    """
+
+    claim: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+    """
+    A claim's name, and what interLink sent of it (storage class, the NFS
+    source of its PersistentVolume, the PersistentVolume's name).
+    """
+
+    storage_class: "str" = betterproto2.field(4, betterproto2.TYPE_STRING)
+
+    nfs_server: "str" = betterproto2.field(5, betterproto2.TYPE_STRING)
+
+    nfs_path: "str" = betterproto2.field(6, betterproto2.TYPE_STRING)
+
+    volume: "str" = betterproto2.field(7, betterproto2.TYPE_STRING)
+
+    host_path: "str" = betterproto2.field(8, betterproto2.TYPE_STRING)
+    """
+    A hostPath volume's path.
+    """
+
+    site_path: "str" = betterproto2.field(9, betterproto2.TYPE_STRING)
+    """
+    The directory on the site the mounts start from.
+    """
+
+    read_only: "bool" = betterproto2.field(10, betterproto2.TYPE_BOOL)
+    """
+    Every mount of it is read-only (the rule forces it, or the volume asks).
+    """
+
+
+default_message_pool.register_message("interlink_nats.v1", "StorageMount", StorageMount)
+
+
+@dataclass(eq=False, repr=False)
+class StoragePolicy(betterproto2.Message):
+    """
+    Where a site keeps pod data, and who may use it (docs/site-install.md,
+    "Storage"). Rules are tried in order; a namespace key that is the exact
+    namespace wins over every pattern, as in the accounting table.
+    """
+
+    claims: "list[ClaimRule]" = betterproto2.field(
+        1, betterproto2.TYPE_MESSAGE, repeated=True
+    )
+
+    host_paths: "list[HostPathRule]" = betterproto2.field(
+        2, betterproto2.TYPE_MESSAGE, repeated=True
+    )
+
+    nfs_exports: "list[NfsExportRule]" = betterproto2.field(
+        3, betterproto2.TYPE_MESSAGE, repeated=True
+    )
+
+
+default_message_pool.register_message(
+    "interlink_nats.v1", "StoragePolicy", StoragePolicy
+)
 
 
 @dataclass(eq=False, repr=False)

@@ -37,6 +37,8 @@ _JOB_STATE = {v: pb.JobState(v) for v in (0, 1, 2, 3, 4, 5, 6,)}
 _JOB_STATE_VALUES = frozenset(_JOB_STATE)
 _LAYOUT_ENTRY_KIND = {v: pb.LayoutEntryKind(v) for v in (0, 1, 2,)}
 _LAYOUT_ENTRY_KIND_VALUES = frozenset(_LAYOUT_ENTRY_KIND)
+_STORAGE_KIND = {v: pb.StorageKind(v) for v in (0, 1, 2, 3,)}
+_STORAGE_KIND_VALUES = frozenset(_STORAGE_KIND)
 
 
 class PodRefView(NamedTuple):
@@ -79,6 +81,22 @@ class GangMemberView(NamedTuple):
     encoded: bytes
 
 
+class StorageMountView(NamedTuple):
+    """A plain ``StorageMount`` as read: enums as ints, sub-messages as views, ``encoded`` its bytes."""
+
+    kind: int
+    field: str
+    claim: str
+    storage_class: str
+    nfs_server: str
+    nfs_path: str
+    volume: str
+    host_path: str
+    site_path: str
+    read_only: bool
+    encoded: bytes
+
+
 class JobScriptView(NamedTuple):
     """A plain ``JobScript`` as read: enums as ints, sub-messages as views, ``encoded`` its bytes."""
 
@@ -92,6 +110,7 @@ class JobScriptView(NamedTuple):
     run_as_user: int | None
     run_as_group: int | None
     gang: GangMemberView | None
+    storage: list[StorageMountView]
     encoded: bytes
 
 
@@ -1338,6 +1357,653 @@ def gang_member_without(*fields: str) -> Callable[[bytes], bytes]:
     return partial(_without, numbers=frozenset(_GANG_MEMBER_NUMBERS[name] for name in fields))
 
 
+def encode_storage_mount(msg: pb.StorageMount) -> bytes:
+    """``bytes(msg)``, byte for byte, without betterproto2's reflection."""
+    return bytes(_encode_storage_mount(msg))
+
+
+def _encode_storage_mount(msg: pb.StorageMount) -> bytearray:
+    out = bytearray()
+    # kind = 1
+    v = msg.kind
+    if v:
+        v = int(v)
+        out += b"\x08"
+        if 0 <= v < 0x80:
+            out.append(v)
+        else:
+            _varint(out, v)
+    # field = 2
+    v = msg.field
+    if v:
+        b = v.encode()
+        n = len(b)
+        out += b"\x12"
+        if n < 0x80:
+            out.append(n)
+        else:
+            _varint(out, n)
+        out += b
+    # claim = 3
+    v = msg.claim
+    if v:
+        b = v.encode()
+        n = len(b)
+        out += b"\x1a"
+        if n < 0x80:
+            out.append(n)
+        else:
+            _varint(out, n)
+        out += b
+    # storage_class = 4
+    v = msg.storage_class
+    if v:
+        b = v.encode()
+        n = len(b)
+        out += b"\x22"
+        if n < 0x80:
+            out.append(n)
+        else:
+            _varint(out, n)
+        out += b
+    # nfs_server = 5
+    v = msg.nfs_server
+    if v:
+        b = v.encode()
+        n = len(b)
+        out += b"\x2a"
+        if n < 0x80:
+            out.append(n)
+        else:
+            _varint(out, n)
+        out += b
+    # nfs_path = 6
+    v = msg.nfs_path
+    if v:
+        b = v.encode()
+        n = len(b)
+        out += b"\x32"
+        if n < 0x80:
+            out.append(n)
+        else:
+            _varint(out, n)
+        out += b
+    # volume = 7
+    v = msg.volume
+    if v:
+        b = v.encode()
+        n = len(b)
+        out += b"\x3a"
+        if n < 0x80:
+            out.append(n)
+        else:
+            _varint(out, n)
+        out += b
+    # host_path = 8
+    v = msg.host_path
+    if v:
+        b = v.encode()
+        n = len(b)
+        out += b"\x42"
+        if n < 0x80:
+            out.append(n)
+        else:
+            _varint(out, n)
+        out += b
+    # site_path = 9
+    v = msg.site_path
+    if v:
+        b = v.encode()
+        n = len(b)
+        out += b"\x4a"
+        if n < 0x80:
+            out.append(n)
+        else:
+            _varint(out, n)
+        out += b
+    # read_only = 10
+    v = msg.read_only
+    if v:
+        out += b"\x50\x01"
+    out += msg._unknown_fields
+    return out
+
+
+def storage_mount_kind_field(value: pb.StorageKind | None) -> bytes:
+    """``StorageMount.kind`` as ``bytes(msg)`` writes it, from the value."""
+    out = bytearray()
+    # kind = 1
+    v = value
+    if v:
+        v = int(v)
+        out += b"\x08"
+        if 0 <= v < 0x80:
+            out.append(v)
+        else:
+            _varint(out, v)
+    return bytes(out)
+
+
+def storage_mount_field_field(value: str | None) -> bytes:
+    """``StorageMount.field`` as ``bytes(msg)`` writes it, from the value."""
+    out = bytearray()
+    # field = 2
+    v = value
+    if v:
+        b = v.encode()
+        n = len(b)
+        out += b"\x12"
+        if n < 0x80:
+            out.append(n)
+        else:
+            _varint(out, n)
+        out += b
+    return bytes(out)
+
+
+def storage_mount_claim_field(value: str | None) -> bytes:
+    """``StorageMount.claim`` as ``bytes(msg)`` writes it, from the value."""
+    out = bytearray()
+    # claim = 3
+    v = value
+    if v:
+        b = v.encode()
+        n = len(b)
+        out += b"\x1a"
+        if n < 0x80:
+            out.append(n)
+        else:
+            _varint(out, n)
+        out += b
+    return bytes(out)
+
+
+def storage_mount_storage_class_field(value: str | None) -> bytes:
+    """``StorageMount.storage_class`` as ``bytes(msg)`` writes it, from the value."""
+    out = bytearray()
+    # storage_class = 4
+    v = value
+    if v:
+        b = v.encode()
+        n = len(b)
+        out += b"\x22"
+        if n < 0x80:
+            out.append(n)
+        else:
+            _varint(out, n)
+        out += b
+    return bytes(out)
+
+
+def storage_mount_nfs_server_field(value: str | None) -> bytes:
+    """``StorageMount.nfs_server`` as ``bytes(msg)`` writes it, from the value."""
+    out = bytearray()
+    # nfs_server = 5
+    v = value
+    if v:
+        b = v.encode()
+        n = len(b)
+        out += b"\x2a"
+        if n < 0x80:
+            out.append(n)
+        else:
+            _varint(out, n)
+        out += b
+    return bytes(out)
+
+
+def storage_mount_nfs_path_field(value: str | None) -> bytes:
+    """``StorageMount.nfs_path`` as ``bytes(msg)`` writes it, from the value."""
+    out = bytearray()
+    # nfs_path = 6
+    v = value
+    if v:
+        b = v.encode()
+        n = len(b)
+        out += b"\x32"
+        if n < 0x80:
+            out.append(n)
+        else:
+            _varint(out, n)
+        out += b
+    return bytes(out)
+
+
+def storage_mount_volume_field(value: str | None) -> bytes:
+    """``StorageMount.volume`` as ``bytes(msg)`` writes it, from the value."""
+    out = bytearray()
+    # volume = 7
+    v = value
+    if v:
+        b = v.encode()
+        n = len(b)
+        out += b"\x3a"
+        if n < 0x80:
+            out.append(n)
+        else:
+            _varint(out, n)
+        out += b
+    return bytes(out)
+
+
+def storage_mount_host_path_field(value: str | None) -> bytes:
+    """``StorageMount.host_path`` as ``bytes(msg)`` writes it, from the value."""
+    out = bytearray()
+    # host_path = 8
+    v = value
+    if v:
+        b = v.encode()
+        n = len(b)
+        out += b"\x42"
+        if n < 0x80:
+            out.append(n)
+        else:
+            _varint(out, n)
+        out += b
+    return bytes(out)
+
+
+def storage_mount_site_path_field(value: str | None) -> bytes:
+    """``StorageMount.site_path`` as ``bytes(msg)`` writes it, from the value."""
+    out = bytearray()
+    # site_path = 9
+    v = value
+    if v:
+        b = v.encode()
+        n = len(b)
+        out += b"\x4a"
+        if n < 0x80:
+            out.append(n)
+        else:
+            _varint(out, n)
+        out += b
+    return bytes(out)
+
+
+def storage_mount_read_only_field(value: bool | None) -> bytes:
+    """``StorageMount.read_only`` as ``bytes(msg)`` writes it, from the value."""
+    out = bytearray()
+    # read_only = 10
+    v = value
+    if v:
+        out += b"\x50\x01"
+    return bytes(out)
+
+
+def _decode_storage_mount(data: bytes, pos: int, end: int) -> pb.StorageMount:
+    kind: pb.StorageKind = _STORAGE_KIND[0]
+    field: str = ""
+    claim: str = ""
+    storage_class: str = ""
+    nfs_server: str = ""
+    nfs_path: str = ""
+    volume: str = ""
+    host_path: str = ""
+    site_path: str = ""
+    read_only: bool = False
+    seen = 0
+    while pos < end:
+        key = data[pos]
+        if key < 0x80:
+            pos += 1
+        else:
+            key, pos = _read_varint(data, pos)
+        if key == 8:
+            # kind = 1
+            if seen & 1:
+                raise Unusual
+            seen |= 1
+            value = data[pos]
+            if value < 0x80:
+                pos += 1
+            else:
+                value, pos = _read_varint(data, pos)
+            member = _STORAGE_KIND.get(value)
+            if member is None:
+                raise Unusual
+            kind = member
+        elif key == 18:
+            # field = 2
+            if seen & 2:
+                raise Unusual
+            seen |= 2
+            value = data[pos]
+            if value < 0x80:
+                pos += 1
+            else:
+                value, pos = _read_varint(data, pos)
+            stop = pos + value
+            if stop > end:
+                raise Unusual
+            field = str(data[pos:stop], "utf-8")
+            pos = stop
+        elif key == 26:
+            # claim = 3
+            if seen & 4:
+                raise Unusual
+            seen |= 4
+            value = data[pos]
+            if value < 0x80:
+                pos += 1
+            else:
+                value, pos = _read_varint(data, pos)
+            stop = pos + value
+            if stop > end:
+                raise Unusual
+            claim = str(data[pos:stop], "utf-8")
+            pos = stop
+        elif key == 34:
+            # storage_class = 4
+            if seen & 8:
+                raise Unusual
+            seen |= 8
+            value = data[pos]
+            if value < 0x80:
+                pos += 1
+            else:
+                value, pos = _read_varint(data, pos)
+            stop = pos + value
+            if stop > end:
+                raise Unusual
+            storage_class = str(data[pos:stop], "utf-8")
+            pos = stop
+        elif key == 42:
+            # nfs_server = 5
+            if seen & 16:
+                raise Unusual
+            seen |= 16
+            value = data[pos]
+            if value < 0x80:
+                pos += 1
+            else:
+                value, pos = _read_varint(data, pos)
+            stop = pos + value
+            if stop > end:
+                raise Unusual
+            nfs_server = str(data[pos:stop], "utf-8")
+            pos = stop
+        elif key == 50:
+            # nfs_path = 6
+            if seen & 32:
+                raise Unusual
+            seen |= 32
+            value = data[pos]
+            if value < 0x80:
+                pos += 1
+            else:
+                value, pos = _read_varint(data, pos)
+            stop = pos + value
+            if stop > end:
+                raise Unusual
+            nfs_path = str(data[pos:stop], "utf-8")
+            pos = stop
+        elif key == 58:
+            # volume = 7
+            if seen & 64:
+                raise Unusual
+            seen |= 64
+            value = data[pos]
+            if value < 0x80:
+                pos += 1
+            else:
+                value, pos = _read_varint(data, pos)
+            stop = pos + value
+            if stop > end:
+                raise Unusual
+            volume = str(data[pos:stop], "utf-8")
+            pos = stop
+        elif key == 66:
+            # host_path = 8
+            if seen & 128:
+                raise Unusual
+            seen |= 128
+            value = data[pos]
+            if value < 0x80:
+                pos += 1
+            else:
+                value, pos = _read_varint(data, pos)
+            stop = pos + value
+            if stop > end:
+                raise Unusual
+            host_path = str(data[pos:stop], "utf-8")
+            pos = stop
+        elif key == 74:
+            # site_path = 9
+            if seen & 256:
+                raise Unusual
+            seen |= 256
+            value = data[pos]
+            if value < 0x80:
+                pos += 1
+            else:
+                value, pos = _read_varint(data, pos)
+            stop = pos + value
+            if stop > end:
+                raise Unusual
+            site_path = str(data[pos:stop], "utf-8")
+            pos = stop
+        elif key == 80:
+            # read_only = 10
+            if seen & 512:
+                raise Unusual
+            seen |= 512
+            value = data[pos]
+            if value < 0x80:
+                pos += 1
+            else:
+                value, pos = _read_varint(data, pos)
+            if value > 1:
+                raise Unusual
+            read_only = value == 1
+        else:
+            raise Unusual
+    if pos != end:
+        raise Unusual
+    return pb.StorageMount(kind=kind, field=field, claim=claim, storage_class=storage_class, nfs_server=nfs_server, nfs_path=nfs_path, volume=volume, host_path=host_path, site_path=site_path, read_only=read_only)
+
+
+def _view_storage_mount(data: bytes, pos: int, end: int) -> StorageMountView:
+    start = pos
+    kind: int = 0
+    field: str = ""
+    claim: str = ""
+    storage_class: str = ""
+    nfs_server: str = ""
+    nfs_path: str = ""
+    volume: str = ""
+    host_path: str = ""
+    site_path: str = ""
+    read_only: bool = False
+    seen = 0
+    while pos < end:
+        key = data[pos]
+        if key < 0x80:
+            pos += 1
+        else:
+            key, pos = _read_varint(data, pos)
+        if key == 8:
+            # kind = 1
+            if seen & 1:
+                raise Unusual
+            seen |= 1
+            value = data[pos]
+            if value < 0x80:
+                pos += 1
+            else:
+                value, pos = _read_varint(data, pos)
+            if value not in _STORAGE_KIND_VALUES:
+                raise Unusual
+            kind = value
+        elif key == 18:
+            # field = 2
+            if seen & 2:
+                raise Unusual
+            seen |= 2
+            value = data[pos]
+            if value < 0x80:
+                pos += 1
+            else:
+                value, pos = _read_varint(data, pos)
+            stop = pos + value
+            if stop > end:
+                raise Unusual
+            field = str(data[pos:stop], "utf-8")
+            pos = stop
+        elif key == 26:
+            # claim = 3
+            if seen & 4:
+                raise Unusual
+            seen |= 4
+            value = data[pos]
+            if value < 0x80:
+                pos += 1
+            else:
+                value, pos = _read_varint(data, pos)
+            stop = pos + value
+            if stop > end:
+                raise Unusual
+            claim = str(data[pos:stop], "utf-8")
+            pos = stop
+        elif key == 34:
+            # storage_class = 4
+            if seen & 8:
+                raise Unusual
+            seen |= 8
+            value = data[pos]
+            if value < 0x80:
+                pos += 1
+            else:
+                value, pos = _read_varint(data, pos)
+            stop = pos + value
+            if stop > end:
+                raise Unusual
+            storage_class = str(data[pos:stop], "utf-8")
+            pos = stop
+        elif key == 42:
+            # nfs_server = 5
+            if seen & 16:
+                raise Unusual
+            seen |= 16
+            value = data[pos]
+            if value < 0x80:
+                pos += 1
+            else:
+                value, pos = _read_varint(data, pos)
+            stop = pos + value
+            if stop > end:
+                raise Unusual
+            nfs_server = str(data[pos:stop], "utf-8")
+            pos = stop
+        elif key == 50:
+            # nfs_path = 6
+            if seen & 32:
+                raise Unusual
+            seen |= 32
+            value = data[pos]
+            if value < 0x80:
+                pos += 1
+            else:
+                value, pos = _read_varint(data, pos)
+            stop = pos + value
+            if stop > end:
+                raise Unusual
+            nfs_path = str(data[pos:stop], "utf-8")
+            pos = stop
+        elif key == 58:
+            # volume = 7
+            if seen & 64:
+                raise Unusual
+            seen |= 64
+            value = data[pos]
+            if value < 0x80:
+                pos += 1
+            else:
+                value, pos = _read_varint(data, pos)
+            stop = pos + value
+            if stop > end:
+                raise Unusual
+            volume = str(data[pos:stop], "utf-8")
+            pos = stop
+        elif key == 66:
+            # host_path = 8
+            if seen & 128:
+                raise Unusual
+            seen |= 128
+            value = data[pos]
+            if value < 0x80:
+                pos += 1
+            else:
+                value, pos = _read_varint(data, pos)
+            stop = pos + value
+            if stop > end:
+                raise Unusual
+            host_path = str(data[pos:stop], "utf-8")
+            pos = stop
+        elif key == 74:
+            # site_path = 9
+            if seen & 256:
+                raise Unusual
+            seen |= 256
+            value = data[pos]
+            if value < 0x80:
+                pos += 1
+            else:
+                value, pos = _read_varint(data, pos)
+            stop = pos + value
+            if stop > end:
+                raise Unusual
+            site_path = str(data[pos:stop], "utf-8")
+            pos = stop
+        elif key == 80:
+            # read_only = 10
+            if seen & 512:
+                raise Unusual
+            seen |= 512
+            value = data[pos]
+            if value < 0x80:
+                pos += 1
+            else:
+                value, pos = _read_varint(data, pos)
+            if value > 1:
+                raise Unusual
+            read_only = value == 1
+        else:
+            raise Unusual
+    if pos != end:
+        raise Unusual
+    return StorageMountView(kind, field, claim, storage_class, nfs_server, nfs_path, volume, host_path, site_path, read_only, data[start:end])
+
+
+def decode_storage_mount(data: bytes) -> pb.StorageMount:
+    """``pb.StorageMount.parse(data)``: read straight when plain, else by betterproto2 (its result and errors)."""
+    try:
+        return _decode_storage_mount(data, 0, len(data))
+    except (Unusual, IndexError, ValueError, OverflowError):
+        return pb.StorageMount.parse(data)
+
+
+def read_storage_mount(data: bytes) -> StorageMountView | None:
+    """The fields of a plain ``StorageMount``; None when ``data`` is not one (ask betterproto2 then)."""
+    try:
+        return _view_storage_mount(data, 0, len(data))
+    except (Unusual, IndexError, ValueError, OverflowError):
+        return None
+
+
+def check_storage_mount(data: bytes) -> None:
+    """ValueError (or IndexError) unless the top-level fields of ``data`` are a well-formed ``StorageMount``."""
+    _check_top(data, frozenset((8, 18, 26, 34, 42, 50, 58, 66, 74, 80)))
+
+
+_STORAGE_MOUNT_NUMBERS = {"kind": 1, "field": 2, "claim": 3, "storage_class": 4, "nfs_server": 5, "nfs_path": 6, "volume": 7, "host_path": 8, "site_path": 9, "read_only": 10}
+
+
+def storage_mount_without(*fields: str) -> Callable[[bytes], bytes]:
+    """A function that returns an encoded ``StorageMount`` less the named top-level fields (KeyError: no such
+    field); ValueError from it unless the top-level fields are well-formed."""
+    return partial(_without, numbers=frozenset(_STORAGE_MOUNT_NUMBERS[name] for name in fields))
+
+
 def encode_job_script(msg: pb.JobScript) -> bytes:
     """``bytes(msg)``, byte for byte, without betterproto2's reflection."""
     return bytes(_encode_job_script(msg))
@@ -1442,6 +2108,16 @@ def _encode_job_script(msg: pb.JobScript) -> bytearray:
         b = _encode_gang_member(v)
         n = len(b)
         out += b"\x52"
+        if n < 0x80:
+            out.append(n)
+        else:
+            _varint(out, n)
+        out += b
+    # storage = 11
+    for item in msg.storage:
+        b = _encode_storage_mount(item)
+        n = len(b)
+        out += b"\x5a"
         if n < 0x80:
             out.append(n)
         else:
@@ -1569,6 +2245,7 @@ def _decode_job_script(data: bytes, pos: int, end: int) -> pb.JobScript:
     run_as_user: int | None = None
     run_as_group: int | None = None
     gang: pb.GangMember | None = None
+    storage: list[pb.StorageMount] = []
     seen = 0
     while pos < end:
         key = data[pos]
@@ -1714,11 +2391,24 @@ def _decode_job_script(data: bytes, pos: int, end: int) -> pb.JobScript:
                 raise Unusual
             gang = _decode_gang_member(data, pos, stop)
             pos = stop
+        elif key == 90:
+            # storage = 11
+            value = data[pos]
+            if value < 0x80:
+                pos += 1
+            else:
+                value, pos = _read_varint(data, pos)
+            stop = pos + value
+            if stop > end:
+                raise Unusual
+            item = _decode_storage_mount(data, pos, stop)
+            pos = stop
+            storage.append(item)
         else:
             raise Unusual
     if pos != end:
         raise Unusual
-    return pb.JobScript(pod=pod, script=script, init_containers=init_containers, containers=containers, resources=resources, backend_flags=backend_flags, layout=layout, run_as_user=run_as_user, run_as_group=run_as_group, gang=gang)
+    return pb.JobScript(pod=pod, script=script, init_containers=init_containers, containers=containers, resources=resources, backend_flags=backend_flags, layout=layout, run_as_user=run_as_user, run_as_group=run_as_group, gang=gang, storage=storage)
 
 
 def _view_job_script(data: bytes, pos: int, end: int) -> JobScriptView:
@@ -1733,6 +2423,7 @@ def _view_job_script(data: bytes, pos: int, end: int) -> JobScriptView:
     run_as_user: int | None = None
     run_as_group: int | None = None
     gang: GangMemberView | None = None
+    storage: list[StorageMountView] = []
     seen = 0
     while pos < end:
         key = data[pos]
@@ -1878,11 +2569,24 @@ def _view_job_script(data: bytes, pos: int, end: int) -> JobScriptView:
                 raise Unusual
             gang = _view_gang_member(data, pos, stop)
             pos = stop
+        elif key == 90:
+            # storage = 11
+            value = data[pos]
+            if value < 0x80:
+                pos += 1
+            else:
+                value, pos = _read_varint(data, pos)
+            stop = pos + value
+            if stop > end:
+                raise Unusual
+            item = _view_storage_mount(data, pos, stop)
+            pos = stop
+            storage.append(item)
         else:
             raise Unusual
     if pos != end:
         raise Unusual
-    return JobScriptView(pod, script, init_containers, containers, resources, backend_flags, layout, run_as_user, run_as_group, gang, data[start:end])
+    return JobScriptView(pod, script, init_containers, containers, resources, backend_flags, layout, run_as_user, run_as_group, gang, storage, data[start:end])
 
 
 def decode_job_script(data: bytes) -> pb.JobScript:
@@ -1903,10 +2607,10 @@ def read_job_script(data: bytes) -> JobScriptView | None:
 
 def check_job_script(data: bytes) -> None:
     """ValueError (or IndexError) unless the top-level fields of ``data`` are a well-formed ``JobScript``."""
-    _check_top(data, frozenset((10, 18, 26, 34, 42, 50, 58, 64, 72, 82)))
+    _check_top(data, frozenset((10, 18, 26, 34, 42, 50, 58, 64, 72, 82, 90)))
 
 
-_JOB_SCRIPT_NUMBERS = {"pod": 1, "script": 2, "init_containers": 3, "containers": 4, "resources": 5, "backend_flags": 6, "layout": 7, "run_as_user": 8, "run_as_group": 9, "gang": 10}
+_JOB_SCRIPT_NUMBERS = {"pod": 1, "script": 2, "init_containers": 3, "containers": 4, "resources": 5, "backend_flags": 6, "layout": 7, "run_as_user": 8, "run_as_group": 9, "gang": 10, "storage": 11}
 
 
 def job_script_without(*fields: str) -> Callable[[bytes], bytes]:

@@ -63,6 +63,7 @@ from interlink_nats.submitters.backends.shell.processes import (
     read_int_and_mtime,
 )
 from interlink_nats.submitters.backends.shell.stopping import Stopping
+from interlink_nats.submitters.backends.storage_access import check_own_access
 from interlink_nats.submitters.core.backend import (
     GONE,
     BackendContext,
@@ -206,6 +207,8 @@ class ShellBackend(ShellGangs):
             policy = self._accounting  # a refusal raises before anything is queued; NSS lookups may block
             if policy is not None and (ident := await asyncio.to_thread(take_over, policy, spec)):
                 self._accounts[spec.uid] = str(ident)
+            elif policy is None and spec.storage:
+                await asyncio.to_thread(check_own_access, spec.storage)
             self._enqueue(spec)
         return spec.uid
 

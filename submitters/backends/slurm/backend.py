@@ -30,6 +30,7 @@ from interlink_nats.submitters.backends.reconcile import reconcile_by_uid
 from interlink_nats.submitters.backends.slurm import flags as sf
 from interlink_nats.submitters.backends.slurm import gang as sg
 from interlink_nats.submitters.backends.slurm import parse as sp
+from interlink_nats.submitters.backends.storage_access import check_access, check_own_access
 from interlink_nats.submitters.core.backend import (
     GONE,
     BackendContext,
@@ -197,6 +198,7 @@ class SlurmBackend:
             pass  # sbatch cannot read it either, and says so
         flags = self._flag_policy.check(spec.backend_flags, account_by_policy=policy is not None)
         if policy is None:
+            check_own_access(spec.storage)
             return flags, []
         pod_flags, asked = sf.take_account(flags)
         try:
@@ -248,6 +250,8 @@ class SlurmBackend:
         site = [f"--account={account}"] if account else []
         ident = sg.same_for_all(members, [job_identity(policy, m) for m in members], "site accounts to run as")
         if ident is not None:
+            for member in members:
+                check_access(member.storage, ident.uid, ident.gid)
             for directory in (*(m.job_dir for m in members), gang.job_dir):
                 hand_over(directory, ident)
             site += [f"--uid={ident.uid}", f"--gid={ident.gid}"]
