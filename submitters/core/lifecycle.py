@@ -23,6 +23,7 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.submitters.core import usage
 from interlink_nats.submitters.core.backend import (
     BackendError,
     BackendUnavailable,
@@ -116,8 +117,12 @@ def plan_poll(
 ) -> PollPlan:
     """One tracked job's poll snapshot → what to do: store a new revision, untrack, or nothing."""
     status = map_status(meta, observation, files, now=now)
-    raw = encode_status(status)  # == bytes(status), without betterproto2's cost
     terminal = is_terminal(status.state)
+    if terminal:  # once: the job is untracked with this status
+        ran = files.values()
+        starts, ends = (f.started_at for f in ran), (f.finished_at for f in ran)
+        status.usage = usage.ended_usage(observation, usage.requested(meta.spec), starts, ends, now=now)
+    raw = encode_status(status)  # == bytes(status), without betterproto2's cost
     remove_layout = terminal and status.state is not pb.JobState.LOST
     if raw == last_status:
         return PollPlan(None, terminal, remove_layout)

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.gen.interlink_nats.v1 import fastwire
+from interlink_nats.submitters.core import usage
 from interlink_nats.submitters.core.backend import BackendState, Observation
 
 LOST_EXIT_CODE = 255
@@ -81,6 +82,8 @@ class JobMeta:
     init_containers: tuple[str, ...]
     containers: tuple[str, ...]
     backend: str = ""
+    spec: bytes = b""
+    """The stored JobScript (less its script): the pod's request, read once, when its job ends (``core.usage``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -355,7 +358,9 @@ def cancelled_status(meta: JobMeta, previous: pb.JobStatus | None, *, now: float
         state, reason, message = previous.state, previous.reason, previous.message
     else:
         state, reason, message = pb.JobState.CANCELLED, "Cancelled", "cancelled by request"
-    return _job_status(meta, state, statuses, reason, message, deleted=True)
+    status = _job_status(meta, state, statuses, reason, message, deleted=True)
+    status.usage = usage.deleted_usage(usage.requested(meta.spec), previous, now=now)
+    return status
 
 
 # Encoding ----------------------------------------------------------------------------------------
