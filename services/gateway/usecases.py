@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +27,7 @@ from interlink_nats.services.gateway.routing import pool_for_pod
 from interlink_nats.services.gateway.settings import GatewaySettings
 from interlink_nats.services.gateway.store import PodStore
 from interlink_nats.services.gateway.submit_wire import encode_submit_request
+from interlink_nats.services.gateway.usage import allowance_of
 from interlink_nats.services.scripts import PodRejected, render_pod
 from interlink_nats.services.scripts.errors import PodMistyped
 from interlink_nats.services.scripts.pod_model import Pod
@@ -94,6 +96,7 @@ class PodUseCases:
             init_containers=list(job.init_containers),
             containers=list(job.containers),
             images={c.name: c.image for c in (*spec.init_containers, *spec.containers) if isinstance(c.image, str)},
+            allowance=allowance_of(job.resources, time.time()),
         )
         if rendered.group is not None:  # held until its whole group has arrived (docs/gateway.md, "Pod groups")
             if existing is not None and existing.is_final():  # its group failed before it was sent: it stays so
