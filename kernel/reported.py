@@ -118,7 +118,8 @@ def recent_usage(
         ("usage.memory", Fraction(memory_mib_seconds) * MIB, capacity.get("memory", Fraction(0)) * wall),
         ("usage.gpu", Fraction(milligpu_seconds, 1000), gpus * wall),
     )
-    cpu, memory, gpu = (_clamped(name, value, min(most, INT64_MAX), refused) for name, value, most in figures)
+    cap = Fraction(INT64_MAX)
+    cpu, memory, gpu = (_clamped(name, value, min(most, cap), refused) for name, value, most in figures)
     return RecentUsage(cpu, memory, gpu, max(0, window_seconds), refused)
 
 
