@@ -214,3 +214,18 @@ def test_usages_add_up_and_are_read_back_from_an_encoded_status() -> None:
     assert kernel_usage.usage_in_status(bytes(pb.JobStatus(usage=a))) == a
     assert kernel_usage.usage_in_status(bytes(pb.JobStatus())) is None
     assert kernel_usage.usage_in_status(b"\xff\xff") is None
+
+
+def test_the_event_of_a_status_with_usage_is_the_job_event_on_the_wire() -> None:
+    """A poll hands the outbox the status's bytes to stamp; ``usage`` follows ``updated_at`` in field order, so the
+    one status of a job that carries it is encoded whole: the event is still ``bytes(JobEvent)``."""
+    from interlink_nats.kernel.clock import SYSTEM_CLOCK
+    from interlink_nats.submitters.core.status import encode_status
+    from interlink_nats.submitters.state.outbox import Outbox
+
+    outbox = Outbox(pool="p", subject_prefix="", instance_id="sub-1", clock=SYSTEM_CLOCK, registry=lambda: None)
+    status = pb.JobStatus(
+        pod=pb.PodRef(uid="u1"), state=pb.JobState.SUCCEEDED, usage=pb.JobUsage(millicpu_seconds=5, source=ALLOCATION)
+    )
+    event = outbox.event(status, 3, unstamped=encode_status(status))
+    assert event.data == bytes(pb.JobEvent(status=status, revision=3, instance_id="sub-1"))
