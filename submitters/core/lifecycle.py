@@ -23,7 +23,6 @@ from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from interlink_nats.gen.interlink_nats import v1 as pb
-from interlink_nats.submitters.core import usage
 from interlink_nats.submitters.core.backend import (
     BackendError,
     BackendUnavailable,
@@ -32,6 +31,7 @@ from interlink_nats.submitters.core.backend import (
     SubmitRejected,
 )
 from interlink_nats.submitters.core.status import ContainerFiles, JobMeta, encode_status, is_terminal, map_status
+from interlink_nats.submitters.core.usage import ended_usage, requested
 
 
 class Phase(enum.StrEnum):
@@ -121,7 +121,7 @@ def plan_poll(
     if terminal:  # once: the job is untracked with this status
         ran = files.values()
         starts, ends = (f.started_at for f in ran), (f.finished_at for f in ran)
-        status.usage = usage.ended_usage(observation, usage.requested(meta.spec), starts, ends, now=now)
+        status.usage = ended_usage(observation, requested(meta.spec), starts, ends, now=now)
     raw = encode_status(status)  # == bytes(status), without betterproto2's cost
     remove_layout = terminal and status.state is not pb.JobState.LOST
     if raw == last_status:

@@ -21,8 +21,8 @@ from dataclasses import dataclass
 
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.gen.interlink_nats.v1 import fastwire
-from interlink_nats.submitters.core import usage
 from interlink_nats.submitters.core.backend import BackendState, Observation
+from interlink_nats.submitters.core.usage import deleted_usage, requested
 
 LOST_EXIT_CODE = 255
 """Exit code reported for containers of a job that vanished without leaving exit files."""
@@ -359,7 +359,7 @@ def cancelled_status(meta: JobMeta, previous: pb.JobStatus | None, *, now: float
     else:
         state, reason, message = pb.JobState.CANCELLED, "Cancelled", "cancelled by request"
     status = _job_status(meta, state, statuses, reason, message, deleted=True)
-    status.usage = usage.deleted_usage(usage.requested(meta.spec), previous, now=now)
+    status.usage = deleted_usage(requested(meta.spec), previous, now=now)
     return status
 
 
