@@ -229,3 +229,34 @@ def test_the_event_of_a_status_with_usage_is_the_job_event_on_the_wire() -> None
     )
     event = outbox.event(status, 3, unstamped=encode_status(status))
     assert event.data == bytes(pb.JobEvent(status=status, revision=3, instance_id="sub-1"))
+
+
+def test_an_htcondor_history_ad_carries_what_the_ended_job_was_allocated() -> None:
+    from interlink_nats.submitters.backends.htcondor import parse as hp
+
+    assert "RemoteWallClockTime" in hp.attributes(hp.Command.HISTORY).split(",")
+    assert "RemoteWallClockTime" not in hp.attributes(hp.Command.QUEUE).split(",")  # the poll's queue answer stays lean
+    # condor_history -json, a completed job of a partitionable slot (the provisioned share wins over the request)
+    ad = {
+        "ClusterId": 7,
+        "ProcId": 0,
+        "JobStatus": 4,
+        "ExitCode": 0,
+        "JobStartDate": 1_700_000_000,
+        "CompletionDate": 1_700_000_030,
+        "RequestCpus": 1,
+        "CpusProvisioned": 2,
+        "RequestMemory": 100,
+        "MemoryProvisioned": 128,
+        "RequestGPUs": 1,
+        "RemoteWallClockTime": 28.0,
+    }
+    observation = hp.observe(ad, now=0)
+    assert observation is not None and observation.accounted == Accounted(2000, 128 * MIB, 1, 28.0)
+    u = usage.ended_usage(observation, Accounted(1000), [], [], now=0)
+    assert u is not None and (u.millicpu_seconds, u.wall_millis, u.source) == (56_000, 28_000, ACCOUNTING)
+    # a request that is an unevaluated expression: no record, the pod's request stands in
+    expression = {**ad, "RequestCpus": "ifThenElse(x, 1, 2)", "CpusProvisioned": None}
+    assert hp.observe(expression, now=0).accounted is None  # type: ignore[union-attr]
+    running = {**ad, "JobStatus": 2}
+    assert hp.observe(running, now=0).accounted is None  # type: ignore[union-attr]
