@@ -119,6 +119,8 @@ def test_a_pod_deleted_while_it_runs_bills_its_request_until_the_delete_and_an_e
     )
     tomb = cancelled_status(meta(spec), running, now=130.0)
     assert tomb.usage == pb.JobUsage(millicpu_seconds=30_000, wall_millis=30_000, source=ALLOCATION)
+    seen = cancelled_status(meta(spec), running, now=130.0, started_at=100.4)  # the backend's start, not rounded
+    assert seen.usage == pb.JobUsage(millicpu_seconds=29_600, wall_millis=29_600, source=ALLOCATION)
     ended = pb.JobStatus(state=pb.JobState.SUCCEEDED, usage=pb.JobUsage(millicpu_seconds=7, source=ACCOUNTING))
     assert cancelled_status(meta(spec), ended, now=130.0).usage == ended.usage
     queued = pb.JobStatus(state=pb.JobState.PENDING, containers=[pb.ContainerStatus(name="main")])

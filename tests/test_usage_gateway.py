@@ -200,3 +200,30 @@ async def test_a_hostile_pools_usage_is_clamped_to_the_pods_request_and_billed_o
             assert (await stack.post("/delete", p)).status_code == 200
     finally:
         await nc.close()
+
+
+async def test_a_pod_deleted_while_it_runs_is_billed_its_request_until_the_delete(
+    nats_url: str, redis_url: str, tmp_path: Path
+) -> None:
+    pool, durable = new_pool(), f"gw-{uuid.uuid4().hex[:8]}"
+    async with (
+        Submitter(submitter_settings(nats_url, pool, tmp_path / "state")),
+        gateway(nats_url, pool, redis_url, durable) as stack,
+    ):
+        p = sized_pod("team-d", ["sleep", "60"], "1", "10Mi")
+        created = time.monotonic()
+        assert (await stack.post("/create", create_body(p))).status_code == 200
+
+        async def running() -> bool:
+            status = await stack.status_of(p)
+            return "running" in status["containers"][0]["state"]
+
+        await eventually(running, within=30, what="the pod to run")
+        assert (await stack.post("/delete", p)).status_code == 200
+        lived = time.monotonic() - created
+        got = await samples(stack)  # billed by the delete itself: the pod's record is gone after it
+        team = labels(namespace="team-d", pool=pool)
+        assert got[(PODS, team)] == 1
+        assert 0 < got[(CPU, team)] <= lived  # 1 CPU from its container's start to the delete
+        # 10 MiB for as long, in whole MiB-seconds (the wire's unit: half a MiB-second off at most)
+        assert abs(got[(MEMORY, team)] - got[(CPU, team)] * 10 * 2**20) <= 2**19

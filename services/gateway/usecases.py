@@ -180,10 +180,13 @@ class PodUseCases:
             return f"pod {identity.uid} deleted"
         self.client.require_nats()
         try:
-            await self.client.cancel(record.pool, identity.uid)
+            reply = await self.client.cancel(record.pool, identity.uid)
         except PoolError as exc:
             if exc.rpc_status is not Status.NOT_FOUND:
                 raise  # keep the record so a retried delete (interLink retries) can still cancel the job
+        else:  # a job stopped by the delete ends here: its usage is billed before its record goes (docs/usage.md)
+            if reply.status is not None and reply.status.usage is not None:
+                self.store.apply_status(identity.uid, reply.status, 0)
         await self.store.delete(identity.uid)
         log.info("deleted pod %s/%s uid=%s pool=%s", identity.namespace, identity.name, identity.uid, record.pool)
         return f"pod {identity.uid} deleted"

@@ -342,8 +342,11 @@ def submit_failed_status(meta: JobMeta, message: str, *, now: float) -> pb.JobSt
     )
 
 
-def cancelled_status(meta: JobMeta, previous: pb.JobStatus | None, *, now: float) -> pb.JobStatus:
-    """Status after a Cancel request: finished containers keep their codes, the rest are terminated."""
+def cancelled_status(
+    meta: JobMeta, previous: pb.JobStatus | None, *, now: float, started_at: float | None = None
+) -> pb.JobStatus:
+    """Status after a Cancel request: finished containers keep their codes, the rest are terminated. A job still
+    running (``started_at``: when the backend saw it start) carries its usage up to ``now``."""
     old = {c.name: c for c in (previous.containers if previous is not None else [])}
     statuses = []
     for init, names in ((True, meta.init_containers), (False, meta.containers)):
@@ -359,7 +362,7 @@ def cancelled_status(meta: JobMeta, previous: pb.JobStatus | None, *, now: float
     else:
         state, reason, message = pb.JobState.CANCELLED, "Cancelled", "cancelled by request"
     status = _job_status(meta, state, statuses, reason, message, deleted=True)
-    status.usage = deleted_usage(requested(meta.spec), previous, now=now)
+    status.usage = deleted_usage(requested(meta.spec), previous, now=now, started_at=started_at)
     return status
 
 

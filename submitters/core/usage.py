@@ -81,17 +81,21 @@ def ended_usage(
     return usage_of(allocation, end - start, source)
 
 
-def deleted_usage(request: Accounted | None, previous: pb.JobStatus | None, *, now: float) -> pb.JobUsage | None:
-    """The usage of a pod deleted while its job ran: its request from its first container's start to ``now``;
-    a job that had ended keeps the usage it was given then (the tombstone may supersede that event)."""
+def deleted_usage(
+    request: Accounted | None, previous: pb.JobStatus | None, *, now: float, started_at: float | None = None
+) -> pb.JobUsage | None:
+    """The usage of a pod deleted while its job ran: its request from the job's start (``started_at``, as the
+    backend saw it; else its first container's, which the job script writes to the second) to ``now``. A job that
+    had ended keeps the usage it was given then (the tombstone may supersede that event)."""
     if previous is None:
         return None
     if previous.usage is not None or previous.state in _ENDED:
         return previous.usage
     starts = [c.started_at.timestamp() for c in previous.containers if c.started_at is not None]
-    if request is None or not starts:
+    start = started_at if started_at is not None else min(starts, default=None)
+    if request is None or start is None:
         return None
-    return usage_of(request, now - min(starts), pb.UsageSource.ALLOCATION)
+    return usage_of(request, now - start, pb.UsageSource.ALLOCATION)
 
 
 _ENDED = frozenset({pb.JobState.SUCCEEDED, pb.JobState.FAILED, pb.JobState.CANCELLED, pb.JobState.LOST})
