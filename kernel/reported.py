@@ -5,7 +5,9 @@ one pool's ``cpu: -1000`` once wiped the gateway's whole ping (``"resources": {}
 the node) while ``1e18`` became a Kueue quota. So each figure is refused on its own when it is not a quantity,
 negative, or above the most a pool may report of that resource (a site setting; defaults far above any real
 pool); a refused figure counts as unknown, which removes only that pool's share of that resource. Pure: the
-gateway (ping) and the controller (quotas) share this one rule, and each says where it refused what.
+gateway (ping) and the controller (quotas) share this one rule, and each says where it refused what. A pool's
+recent usage (``recent_usage``, shown in the MasterQueue's status) is checked in the same spirit, clamped rather
+than dropped: never negative, never more than its capacity could have held.
 """
 
 from __future__ import annotations
