@@ -13,7 +13,6 @@ from collections.abc import Iterable
 
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.gen.interlink_nats.v1 import fastwire
-from interlink_nats.kernel import usage as kernel_usage
 from interlink_nats.submitters.core.backend import Accounted, Observation
 
 MIB = 2**20
@@ -99,7 +98,3 @@ def deleted_usage(
 
 
 _ENDED = frozenset({pb.JobState.SUCCEEDED, pb.JobState.FAILED, pb.JobState.CANCELLED, pb.JobState.LOST})
-
-
-summed = kernel_usage.summed
-usage_in_status = kernel_usage.usage_in_status
