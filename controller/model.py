@@ -16,7 +16,7 @@ from typing import Any
 from interlink_nats.controller.capacity import CapacityPolicy, Policy
 from interlink_nats.kernel import quantities
 from interlink_nats.kernel.names import is_dns_subdomain
-from interlink_nats.kernel.reported import DEFAULT_MAXIMA, Maxima, check
+from interlink_nats.kernel.reported import DEFAULT_MAXIMA, Maxima, RecentUsage, check, recent_usage
 
 GROUP = "vk.io"
 VERSION = "v1"
@@ -168,6 +168,8 @@ class PoolReport:
     attempts: int = 0
     failures: int = 0
     interval_s: float = 0.0
+    usage: RecentUsage | None = None
+    """What the pool's jobs that ended recently used, as it reported it (checked); None: it did not say."""
 
 
 def report_from_proto(report: Any, received_at: float, maxima: Maxima = DEFAULT_MAXIMA) -> PoolReport:
@@ -176,10 +178,23 @@ def report_from_proto(report: Any, received_at: float, maxima: Maxima = DEFAULT_
     raw, raw_free = dict(report.capacity), dict(report.free)
     capacity, free = check(raw, maxima), check(raw_free, maxima)
     reported = report.reported_at
+    recent, checked = report.usage_recent, None
+    if recent is not None:
+        values = capacity.values
+        checked = recent_usage(
+            recent.millicpu_seconds,
+            recent.memory_mib_seconds,
+            recent.milligpu_seconds,
+            recent.wall_millis,
+            int(report.usage_window_seconds),
+            values,
+        )
     return PoolReport(
         pool=report.pool,
         capacity={k: raw[k] for k in capacity.values},
-        refused=capacity.refused | {f"free.{k}": why for k, why in free.refused.items()},
+        refused=capacity.refused
+        | {f"free.{k}": why for k, why in free.refused.items()}
+        | (checked.refused if checked else {}),
         received_at=received_at,
         labels=dict(report.labels),
         taints=tuple(Taint(t.key, t.value, t.effect) for t in report.taints),
@@ -190,6 +205,7 @@ def report_from_proto(report: Any, received_at: float, maxima: Maxima = DEFAULT_
         attempts=int(report.recent_attempts),
         failures=min(int(report.recent_failures), int(report.recent_attempts)),
         interval_s=float(report.interval_seconds),
+        usage=checked,
     )
 
 

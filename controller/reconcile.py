@@ -36,6 +36,7 @@ from interlink_nats.controller.model import (
 )
 from interlink_nats.kernel import quantities
 from interlink_nats.kernel.names import is_dns_label, is_label_value, is_qualified_name
+from interlink_nats.kernel.reported import RecentUsage
 
 KUEUE_GROUP = "kueue.x-k8s.io"
 KUEUE_VERSIONS = ("v1beta2", "v1beta1")
@@ -84,6 +85,8 @@ class PoolStatus:
     reason: str = ""
     refused: Mapping[str, str] = field(default_factory=dict)
     """The report's figures refused as not a quantity, negative or absurd (``PoolReport.refused``)."""
+    usage: RecentUsage | None = None
+    """What the pool's jobs that ended within its usage window used (``PoolReport.usage``)."""
 
 
 @dataclass
@@ -357,12 +360,19 @@ def reconcile(
                     admission=decision.admission if decision else Admission.STALE,
                     reason=decision.reason if decision else "",
                     refused=dict(report.refused),
+                    usage=report.usage,
                 )
             )
             if state is PoolState.EXCLUDED:
                 continue
             for resource, why in sorted(report.refused.items()):
-                instead = "its total stands in" if resource.startswith("free.") else "counted as 0"
+                instead = (
+                    "its total stands in"
+                    if resource.startswith("free.")
+                    else "shown clamped"
+                    if resource.startswith("usage.")
+                    else "counted as 0"
+                )
                 desired.warnings.append(f"pool {pool}: reported {resource}={why}; {instead}")
             desired.flavors.append(resource_flavor(mq, group, report, api_version, desired.warnings))
             if decision is not None and state is PoolState.LIVE:

@@ -14,7 +14,7 @@ from typing import Any
 from interlink_nats.controller.capacity import Admission
 from interlink_nats.controller.reconcile import Desired, PoolState
 
-VOLATILE = frozenset({"lastReport", "free", "used", "quota", "queuedJobs", "reason", "refused"})
+VOLATILE = frozenset({"lastReport", "free", "used", "quota", "queuedJobs", "reason", "refused", "usageLastHour"})
 """Pool fields that move with every report: written at most every ``status_refresh_s`` (states at once; the
 quota Kueue uses is in the ClusterQueue, written at once)."""
 
@@ -56,6 +56,13 @@ def pool_rows(desired: Desired | None) -> list[dict[str, Any]]:
                 row["reason"] = p.reason
         elif p.state is PoolState.TIMED_OUT:
             row["admission"] = str(Admission.STALE)
+        if p.usage is not None:
+            row["usageLastHour"] = {
+                "cpuSeconds": p.usage.cpu_seconds,
+                "memoryByteSeconds": p.usage.memory_byte_seconds,
+                "gpuSeconds": p.usage.gpu_seconds,
+                "windowSeconds": p.usage.window_seconds,
+            }
         if p.refused:
             row["refused"] = dict(p.refused)
         if p.labels:

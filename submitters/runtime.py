@@ -135,7 +135,8 @@ class Submitter:
         )
         self.submissions.on_submit = self.poller.on_start = self.announcer.record_outcome
         self.announcer.queue_load = self.poller.queue_load
-        self.announcer.held_specs = self._held_specs
+        self.announcer.held_specs = lambda: self._reg().live_specs(self.instance_id)
+        self.announcer.ended_statuses = lambda since: self._reg().statuses_ended_since(since)
         self.gangs = Gangs(self.submissions)
         self.recovery = Recovery(self.submissions)
         self.queries = Queries(registry=self._reg, backend=self.backend)
@@ -315,10 +316,6 @@ class Submitter:
         if self.registry is None:
             raise Unavailable("submitter is not running")
         return self.registry
-
-    async def _held_specs(self) -> list[bytes]:
-        """The stored JobScripts of this instance's unfinished jobs (what they hold, for the ResourceReport)."""
-        return [row.spec for row in await self._reg().live(self.instance_id)]
 
     async def reload_settings(self, reread: Callable[[], SubmitterSettings]) -> None:
         """SIGHUP: re-read the configuration, apply what can change while serving (``edge.reload``), announce."""

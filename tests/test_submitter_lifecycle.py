@@ -278,6 +278,7 @@ PURE_IMPORTS = {
     "interlink_nats.gen.interlink_nats",
     "interlink_nats.submitters.core.backend",
     "interlink_nats.submitters.core.status",
+    "interlink_nats.submitters.core.usage",
     "interlink_nats.gen.interlink_nats.v1",
 }
 

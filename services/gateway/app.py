@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel.gc_tuning import collect_rarely, freeze_long_lived
 from interlink_nats.kernel.nats_connection import connected_server
 from interlink_nats.services.bus.rpc import SERVICE_NAME
@@ -21,9 +23,11 @@ from interlink_nats.services.gateway.held import HeldGroups
 from interlink_nats.services.gateway.metrics import GatewayMetrics
 from interlink_nats.services.gateway.pool_client import PoolClient
 from interlink_nats.services.gateway.pools import PoolDirectory, discover_pools
+from interlink_nats.services.gateway.record import PodRecord
 from interlink_nats.services.gateway.recovery import StaleStatusRefresher, rebuild_from_pools
 from interlink_nats.services.gateway.settings import GatewaySettings
 from interlink_nats.services.gateway.store import PodStore, RedisLike
+from interlink_nats.services.gateway.usage import billed as bound_usage
 from interlink_nats.services.gateway.usecases import PodUseCases
 from nats.aio.client import Client as NatsClient
 from tenacity import AsyncRetrying, RetryCallState, wait_exponential
@@ -93,7 +97,16 @@ class Gateway:
         self.metrics.watch_groups(
             lambda: len(self.groups.held.groups), self.groups.held.members, lambda: self.groups.held.bytes_total
         )
+        self.store.on_usage = self._bill
         self.calls = PodUseCases(self.settings, self.store, self.pools, self.client, self.groups)
+
+    def _bill(self, record: PodRecord, usage: pb.JobUsage) -> None:
+        """An ended pod's usage, reported by its pool, bounded by its request and billed (once: ``PodStore``)."""
+        billed = bound_usage(usage, record.allowance, now=time.time())
+        if billed.refused:
+            why = "; ".join(f"{figure} {reason}" for figure, reason in sorted(billed.refused.items()))
+            log.warning("usage of pod %s/%s reported by pool %s: %s", record.namespace, record.name, record.pool, why)
+        self.metrics.bill(record.namespace, record.pool, billed)
 
     async def start(self) -> None:
         collect_rarely()  # before the table is restored (kernel/gc_tuning.py)

@@ -22,6 +22,7 @@ from interlink_nats.services.gateway.held import HeldGroups
 from interlink_nats.services.gateway.pool_client import PoolClient
 from interlink_nats.services.gateway.record import PodRecord
 from interlink_nats.services.gateway.store import PodStore
+from interlink_nats.services.gateway.usage import allowance_of
 from interlink_nats.services.scripts import PodGroup
 
 log = logging.getLogger("interlink_nats.gateway")
@@ -239,4 +240,5 @@ class PodGroups:
             init_containers=job.init_containers,
             containers=job.containers,
             images=member.images,
+            allowance=allowance_of(job.resources, self.clock.time()),
         )

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 
 from interlink_nats.services.bus.rpc.latency import RpcLatency
+from interlink_nats.services.gateway.usage import Billed
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 OTHER_POOL = "_other"
@@ -50,6 +51,41 @@ class GatewayMetrics:
         self.log_streams = Gauge(
             "interlink_gateway_log_streams", "Open /getLogs streams (each holds a few chunks)", registry=self.registry
         )
+        usage = ["namespace", "pool"]
+        self.usage_cpu = Counter(
+            "interlink_gateway_usage_cpu_seconds",
+            "interlink_gateway_usage_cpu_seconds_total: CPU-seconds the site allocated to ended pods, by namespace "
+            "and pool (docs/usage.md)",
+            usage,
+            registry=self.registry,
+        )
+        self.usage_memory = Counter(
+            "interlink_gateway_usage_memory_byte_seconds",
+            "interlink_gateway_usage_memory_byte_seconds_total: memory byte-seconds the site allocated to ended pods,"
+            " by namespace and pool",
+            usage,
+            registry=self.registry,
+        )
+        self.usage_gpu = Counter(
+            "interlink_gateway_usage_gpu_seconds",
+            "interlink_gateway_usage_gpu_seconds_total: GPU-seconds the site allocated to ended pods, by namespace "
+            "and pool",
+            usage,
+            registry=self.registry,
+        )
+        self.usage_pods = Counter(
+            "interlink_gateway_usage_pods",
+            "interlink_gateway_usage_pods_total: ended pods whose usage was counted, by namespace and pool",
+            usage,
+            registry=self.registry,
+        )
+        self.usage_clamped = Counter(
+            "interlink_gateway_usage_clamped",
+            "interlink_gateway_usage_clamped_total: usage figures a pool reported that were negative or beyond the "
+            "pod's request x its wall time, counted clamped, by pool and figure (cpu, memory, gpu, wall, usage)",
+            ["pool", "figure"],
+            registry=self.registry,
+        )
         pods = Gauge("interlink_gateway_pods", "Tracked pods by state", ["state"], registry=self.registry)
         pools = Gauge("interlink_gateway_pools_live", "Pools that reported recently", registry=self.registry)
         pools.set_function(lambda: float(live_pools()))
@@ -73,6 +109,17 @@ class GatewayMetrics:
             registry=self.registry,
         )
         size.set_function(lambda: float(held_bytes()))
+
+    def bill(self, namespace: str, pool: str, billed: Billed) -> None:
+        """One ended pod's usage, already bounded (``gateway.usage``). ``namespace`` is a validated name (pods are
+        recorded only once validated), ``pool`` a known one: both are bounded label sets."""
+        labels = {"namespace": namespace, "pool": self.pool_label(pool)}
+        self.usage_cpu.labels(**labels).inc(billed.cpu_seconds)
+        self.usage_memory.labels(**labels).inc(billed.memory_byte_seconds)
+        self.usage_gpu.labels(**labels).inc(billed.gpu_seconds)
+        self.usage_pods.labels(**labels).inc()
+        for figure in billed.refused:
+            self.usage_clamped.labels(pool=labels["pool"], figure=figure).inc()
 
     def pool_label(self, pool: str) -> str:
         """``pool`` if it announced itself, else OTHER_POOL: user input never mints new series."""

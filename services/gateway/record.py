@@ -16,6 +16,7 @@ from typing import Any
 
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.gen.interlink_nats.v1 import fastwire
+from interlink_nats.services.gateway.usage import Allowance, shared_allowance
 from interlink_nats.services.gateway.wire import PodIdentity, container_views, containers_status_json, pod_status_json
 from interlink_nats.services.gateway.wire import dumps as wire_dumps
 
@@ -37,6 +38,7 @@ class PodRecord:
         "_state",
         "_status",
         "_status_json",
+        "allowance",
         "heard_at",
         "job_id",
         "name",
@@ -58,6 +60,7 @@ class PodRecord:
         images: dict[str, str] | None = None,
         status: pb.JobStatus | None = None,
         revision: int = 0,
+        allowance: Allowance | None = None,
     ) -> None:
         self.uid = uid
         self.namespace = _intern(namespace)
@@ -71,6 +74,9 @@ class PodRecord:
         else:
             self.status = status
         self.revision = revision
+        self.allowance = allowance
+        """The pod's request and creation minute, which bound the usage its pool reports (``gateway.usage``);
+        None: not known here (a record rebuilt from a pool's job list)."""
         self.heard_at = heard_now()
         """When the pool last told us about this pod (event, pull or create), to the second; not persisted."""
         self._status_json: bytes | None = None
@@ -180,6 +186,7 @@ class PodRecord:
                 "revision": self.revision,
                 "status_body": base64.b64encode(self._status).decode() if self._status is not None else None,
                 "state": self._state,
+                "allowance": list(self.allowance) if self.allowance is not None else None,
             }
         )
 
@@ -196,6 +203,7 @@ class PodRecord:
             containers=data.get("containers", ()),
             images=data.get("images"),
             revision=int(data.get("revision", 0)),
+            allowance=_allowance(data.get("allowance")),
         )
         # "status_body": the status less what the record holds (may be empty: a status of only those and
         # defaults); "status": the whole status, as gateways wrote it before
@@ -209,6 +217,13 @@ class PodRecord:
                 state = pb.JobStatus.parse(encoded).state
             record._set_status(encoded, state)
         return record
+
+
+def _allowance(value: object) -> Allowance | None:
+    """A stored allowance (four integers); None when absent (written before usage was billed) or not one."""
+    if not isinstance(value, list) or len(value) != 4 or not all(type(v) is int for v in value):
+        return None
+    return shared_allowance(Allowance(*value))
 
 
 _without_identity = fastwire.job_status_without("pod", "pool", "job_id")

@@ -15,6 +15,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.kernel.usage import usage_in_status
 from interlink_nats.services.gateway.record import FINAL_STATES, STATE_NAMES, PodRecord, heard_now
 
 log = logging.getLogger(__name__)
@@ -69,6 +70,8 @@ class PodStore:
         self._writes = 0
         self._drained: asyncio.Event | None = None
         self._resync_done: asyncio.Event | None = None
+        self.on_usage: Callable[[PodRecord, pb.JobUsage], None] | None = None
+        """Called once per pod with the usage its ended status carries (the gateway bills it)."""
 
     async def load(self) -> int:
         """Fill memory from redis; returns how many pods were loaded. Redis then mirrors memory exactly.
@@ -138,11 +141,25 @@ class PodStore:
         if encoded is None:
             assert status is not None, "a status comes encoded or as a message"
             encoded = bytes(status)
+        if state in FINAL_STATES and self.on_usage is not None:
+            self._bill(record, encoded)
         record._set_status(encoded, state)
         if job_id:
             record.job_id = job_id
         record.revision = max(record.revision, revision)
         return record
+
+    def _bill(self, record: PodRecord, encoded: bytes) -> None:
+        """Hand on the usage of an ended pod the first time its record holds any: the record (mirrored to redis)
+        is the memory of what was billed, so a status delivered again, or after a restart, is not billed twice."""
+        assert self.on_usage is not None
+        usage = usage_in_status(encoded)
+        if usage is None or (record._status is not None and usage_in_status(record._status) is not None):
+            return
+        try:
+            self.on_usage(record, usage)
+        except Exception:  # billing must never stop a status from being applied
+            log.exception("counting the usage of pod %s failed", record.uid)
 
     async def save(self, record: PodRecord) -> None:
         """Mirror a record changed in place (its job id, say): its cached PodStatus is dropped too."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Any
@@ -26,6 +27,7 @@ from interlink_nats.services.gateway.routing import pool_for_pod
 from interlink_nats.services.gateway.settings import GatewaySettings
 from interlink_nats.services.gateway.store import PodStore
 from interlink_nats.services.gateway.submit_wire import encode_submit_request
+from interlink_nats.services.gateway.usage import allowance_of
 from interlink_nats.services.scripts import PodRejected, render_pod
 from interlink_nats.services.scripts.errors import PodMistyped
 from interlink_nats.services.scripts.pod_model import Pod
@@ -94,6 +96,7 @@ class PodUseCases:
             init_containers=list(job.init_containers),
             containers=list(job.containers),
             images={c.name: c.image for c in (*spec.init_containers, *spec.containers) if isinstance(c.image, str)},
+            allowance=allowance_of(job.resources, time.time()),
         )
         if rendered.group is not None:  # held until its whole group has arrived (docs/gateway.md, "Pod groups")
             if existing is not None and existing.is_final():  # its group failed before it was sent: it stays so
@@ -177,10 +180,13 @@ class PodUseCases:
             return f"pod {identity.uid} deleted"
         self.client.require_nats()
         try:
-            await self.client.cancel(record.pool, identity.uid)
+            reply = await self.client.cancel(record.pool, identity.uid)
         except PoolError as exc:
             if exc.rpc_status is not Status.NOT_FOUND:
                 raise  # keep the record so a retried delete (interLink retries) can still cancel the job
+        else:  # a job stopped by the delete ends here: its usage is billed before its record goes (docs/usage.md)
+            if reply.status is not None and reply.status.usage is not None:
+                self.store.apply_status(identity.uid, reply.status, 0)
         await self.store.delete(identity.uid)
         log.info("deleted pod %s/%s uid=%s pool=%s", identity.namespace, identity.name, identity.uid, record.pool)
         return f"pod {identity.uid} deleted"

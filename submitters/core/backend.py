@@ -50,6 +50,18 @@ class BackendState(enum.Enum):
 
 
 @dataclass(frozen=True, slots=True)
+class Accounted:
+    """What the batch system itself records of a job's allocation (Slurm's TRES): the usage of an ended job is
+    this times its run time, where the backend has it; else the pod's request is (``core.usage``)."""
+
+    cpu_millis: int = 0
+    memory_bytes: int = 0
+    gpus: int = 0
+    elapsed_s: float | None = None
+    """The run time the batch system counted (sacct's ElapsedRaw); None: from ``started_at`` to ``finished_at``."""
+
+
+@dataclass(frozen=True, slots=True)
 class Observation:
     """One job as the backend saw it during one poll."""
 
@@ -63,6 +75,8 @@ class Observation:
     raw_state: str = ""
     started_at: float | None = None
     finished_at: float | None = None
+    accounted: Accounted | None = None
+    """The batch system's record of what it allocated (None: it keeps none, or did not say)."""
     gang_stopped: bool = False
     """A pod-group member the gang's launcher stopped because another member failed (``FAIL_GANG``): its
     status names that, not a bare SIGTERM (``reason`` says which member)."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel.names import is_label_value, is_pod_uid
@@ -140,7 +140,7 @@ def member_observation(gang: Observation, exit_code: int | None, stopped: bool, 
     member's own exit code (``layout.GANG_MEMBER_EXIT``): then that code, so a member that succeeded reads
     as succeeded although another failed, and one stopped for another's failure says so."""
     if exit_code is None or gang.state not in (BackendState.COMPLETED, BackendState.FAILED):
-        return gang
+        return gang if gang.accounted is None else replace(gang, accounted=None)
     if exit_code == 0:
         return Observation(BackendState.COMPLETED, 0, started_at=gang.started_at, finished_at=gang.finished_at)
     sig = exit_code - 128 if 128 < exit_code < 160 else None

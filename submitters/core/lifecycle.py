@@ -31,6 +31,7 @@ from interlink_nats.submitters.core.backend import (
     SubmitRejected,
 )
 from interlink_nats.submitters.core.status import ContainerFiles, JobMeta, encode_status, is_terminal, map_status
+from interlink_nats.submitters.core.usage import ended_usage, requested
 
 
 class Phase(enum.StrEnum):
@@ -116,8 +117,12 @@ def plan_poll(
 ) -> PollPlan:
     """One tracked job's poll snapshot → what to do: store a new revision, untrack, or nothing."""
     status = map_status(meta, observation, files, now=now)
-    raw = encode_status(status)  # == bytes(status), without betterproto2's cost
     terminal = is_terminal(status.state)
+    if terminal:  # once: the job is untracked with this status
+        ran = files.values()
+        starts, ends = (f.started_at for f in ran), (f.finished_at for f in ran)
+        status.usage = ended_usage(observation, requested(meta.spec), starts, ends, now=now)
+    raw = encode_status(status)  # == bytes(status), without betterproto2's cost
     remove_layout = terminal and status.state is not pb.JobState.LOST
     if raw == last_status:
         return PollPlan(None, terminal, remove_layout)

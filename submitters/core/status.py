@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.gen.interlink_nats.v1 import fastwire
 from interlink_nats.submitters.core.backend import BackendState, Observation
+from interlink_nats.submitters.core.usage import deleted_usage, requested
 
 LOST_EXIT_CODE = 255
 """Exit code reported for containers of a job that vanished without leaving exit files."""
@@ -81,6 +82,8 @@ class JobMeta:
     init_containers: tuple[str, ...]
     containers: tuple[str, ...]
     backend: str = ""
+    spec: bytes = b""
+    """The stored JobScript (less its script): the pod's request, read once, when its job ends (``core.usage``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -339,8 +342,11 @@ def submit_failed_status(meta: JobMeta, message: str, *, now: float) -> pb.JobSt
     )
 
 
-def cancelled_status(meta: JobMeta, previous: pb.JobStatus | None, *, now: float) -> pb.JobStatus:
-    """Status after a Cancel request: finished containers keep their codes, the rest are terminated."""
+def cancelled_status(
+    meta: JobMeta, previous: pb.JobStatus | None, *, now: float, started_at: float | None = None
+) -> pb.JobStatus:
+    """Status after a Cancel request: finished containers keep their codes, the rest are terminated. A job still
+    running (``started_at``: when the backend saw it start) carries its usage up to ``now``."""
     old = {c.name: c for c in (previous.containers if previous is not None else [])}
     statuses = []
     for init, names in ((True, meta.init_containers), (False, meta.containers)):
@@ -355,7 +361,9 @@ def cancelled_status(meta: JobMeta, previous: pb.JobStatus | None, *, now: float
         state, reason, message = previous.state, previous.reason, previous.message
     else:
         state, reason, message = pb.JobState.CANCELLED, "Cancelled", "cancelled by request"
-    return _job_status(meta, state, statuses, reason, message, deleted=True)
+    status = _job_status(meta, state, statuses, reason, message, deleted=True)
+    status.usage = deleted_usage(requested(meta.spec), previous, now=now, started_at=started_at)
+    return status
 
 
 # Encoding ----------------------------------------------------------------------------------------
@@ -372,7 +380,8 @@ def encode_status(s: pb.JobStatus) -> bytes:
 
 def stamp_status(raw: bytes, updated_at: dt.datetime) -> bytes:
     """``encode_status`` of a status whose bytes without ``updated_at`` are ``raw``, once it is set, for a
-    status that is not ``deleted`` (``updated_at`` is its last field but ``deleted``).
+    status that is not ``deleted`` and carries no ``usage`` (``updated_at`` is its last field but those two; the
+    one status of a job with usage is encoded whole).
 
     Why: a poll encodes each new status to compare it with the stored one, then stamps and publishes it;
     appending the stamp to those bytes saves encoding the status a second time (~15 µs per event)."""

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 
 import nats.errors
 from interlink_nats.gen.interlink_nats import v1 as pb
-from interlink_nats.kernel import quantities
+from interlink_nats.kernel import quantities, usage
 from interlink_nats.kernel.clock import Clock
 from interlink_nats.kernel.subjects import config_subject, resources_subject
 from interlink_nats.submitters.core.backend import Backend, BackendError, Capacity, ReportsFree
@@ -33,6 +33,8 @@ def _no_queue(now: float) -> QueueLoad:
 
 
 CONFIG_CHECK_INTERVAL = 2.0
+USAGE_WINDOW_S = 3600
+"""The pool's recent usage (``ResourceReport.usage_recent``) adds up the jobs that ended within this: the last hour."""
 
 
 class Announcer:
@@ -52,6 +54,10 @@ class Announcer:
         self.held = Capacity()
         self.held_specs: Callable[[], Awaitable[list[bytes]]] | None = None
         """The stored JobScripts of the pool's unfinished jobs (the runtime reads them from the registry)."""
+        self.ended_statuses: Callable[[float], Awaitable[list[bytes]]] | None = None
+        """The last statuses of the pool's jobs that ended since a time (the runtime reads them from the registry)."""
+        self.recent_usage = pb.JobUsage()
+        """What the pool's jobs that ended within ``USAGE_WINDOW_S`` used (summed), at the last discovery."""
         self.queue_load: Callable[[float], QueueLoad] = _no_queue
         """The pool's jobs waiting at the site (the runtime sets the poller's)."""
         self._config_mtime: float | None = None
@@ -104,6 +110,12 @@ class Announcer:
                 self.held = held_by(await self.held_specs())
             except Exception as exc:  # the registry closed under us (stopping): keep the last figure
                 log.debug("cannot count what the pool's jobs hold: %s", exc)
+        if self.ended_statuses is not None:
+            try:
+                raw = await self.ended_statuses(self.clock.time() - USAGE_WINDOW_S)
+                self.recent_usage = usage.summed(u for u in map(usage.usage_in_status, raw) if u is not None)
+            except Exception as exc:  # the registry closed under us (stopping): keep the last figure
+                log.debug("cannot add up the pool's recent usage: %s", exc)
         return self.capacity
 
     def free_report(self, capacity: dict[str, str]) -> dict[str, str]:
@@ -144,6 +156,8 @@ class Announcer:
             recent_attempts=attempts,
             recent_failures=failures,
             failure_window_seconds=int(self.settings.failure_window_s),
+            usage_recent=self.recent_usage,
+            usage_window_seconds=USAGE_WINDOW_S,
         )
 
     async def announce(self) -> None:

@@ -65,7 +65,8 @@ def _never_started(obs: Observation) -> bool:
 
 
 def meta_from_row(row: JobRow, pool: str, backend: str) -> JobMeta:
-    return JobMeta(row.uid, row.namespace, row.name, pool, row.job_id, row.init_containers, row.containers, backend)
+    r = row
+    return JobMeta(r.uid, r.namespace, r.name, pool, r.job_id, r.init_containers, r.containers, backend, r.spec)
 
 
 @dataclass(slots=True)
@@ -251,8 +252,8 @@ class Poller:
                 if ended:
                     code, stopped = jobfiles.read_member_exit(t.handle.job_dir)
                     observed[member] = member_observation(obs, code, stopped, uid)
-                else:
-                    observed[member] = obs
+                else:  # the gang's record of its allocation is the whole gang's: a member bills its own request
+                    observed[member] = member_observation(obs, None, False, uid)
 
     def _journal_for(self, job_dir: Path) -> Path:
         """``layout.changes_path(job_dir)``, one Path per parent directory (every Submit tracks a job: the

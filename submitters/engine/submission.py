@@ -338,6 +338,8 @@ class Submissions:
     ) -> pb.CancelResponse:
         """Cancel's work once it is to be a tombstone: untrack, stop the job, store and publish, remove the files."""
         uid = row.uid
+        seen = self.poller.tracked.get(uid)
+        started = seen.obs.started_at if seen is not None and seen.obs is not None else None  # its job's start
         if plan.untrack:
             async with self.poller.lock:
                 self.poller.untrack(uid)
@@ -347,9 +349,8 @@ class Submissions:
                 await self.backend.cancel(target)
             except BackendError as exc:
                 raise Unavailable(f"cannot cancel job {row.job_id or uid}: {exc}") from None
-        status = cancelled_status(
-            meta_from_row(row, self.pool, self.backend.name), row.job_status(), now=self.clock.time()
-        )
+        meta = meta_from_row(row, self.pool, self.backend.name)
+        status = cancelled_status(meta, row.job_status(), now=self.clock.time(), started_at=started)
         revision = await reg.mark_deleted(uid, bytes(status), int(status.state), row.revision + 1)
         self.poller.files.forget(row.job_dir)
         await asyncio.to_thread(jobfiles.remove_job_dir, row.job_dir)

@@ -123,7 +123,7 @@ class Outbox:
         encoded without ``updated_at`` (a poll's comparison bytes), so it is not encoded again."""
         if status.updated_at is None:
             status.updated_at = self.clock.utcnow()
-        if unstamped is not None and not status.deleted:
+        if unstamped is not None and not status.deleted and status.usage is None:  # see ``stamp_status``
             encoded = stamp_status(unstamped, status.updated_at)
         else:
             encoded = encode_status(status)

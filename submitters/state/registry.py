@@ -374,6 +374,16 @@ class Registry:
             f"SELECT {COLUMNS} FROM jobs WHERE owner = ? AND phase IN (?, ?)", (owner, *LIVE_PHASES)
         )
 
+    async def live_specs(self, owner: str) -> list[bytes]:
+        """The stored JobScripts of ``owner``'s unfinished jobs (what they hold, for the ResourceReport)."""
+        return [row.spec for row in await self.live(owner)]
+
+    async def statuses_ended_since(self, since: float) -> list[bytes]:
+        """The last statuses of the jobs that ended at or after ``since`` (their usage, for the ResourceReport)."""
+        sql = "SELECT status FROM jobs WHERE finished_at >= ? AND status IS NOT NULL"
+        async with self._db.execute(sql, (since,)) as cur:
+            return [bytes(r[0]) for r in await cur.fetchall()]
+
     async def unpublished(self, owner: str) -> list[JobRow]:
         return await self._fetch(f"SELECT {COLUMNS} FROM jobs WHERE owner = ? AND published < revision", (owner,))
 

@@ -31,6 +31,7 @@ __all__ = (
     "JobScript",
     "JobState",
     "JobStatus",
+    "JobUsage",
     "KeyToPath",
     "LayoutEntry",
     "LayoutEntryKind",
@@ -60,6 +61,7 @@ __all__ = (
     "SubmitterServiceStub",
     "Taint",
     "Toleration",
+    "UsageSource",
     "Volume",
     "VolumeMount",
 )
@@ -263,6 +265,7 @@ class LayoutEntryKind(betterproto2.Enum):
         }
 
 
+<<<<<<< HEAD
 class StorageKind(betterproto2.Enum):
     UNSPECIFIED = 0
 
@@ -271,23 +274,56 @@ class StorageKind(betterproto2.Enum):
     HOST_PATH = 2
 
     NFS = 3
+=======
+class UsageSource(betterproto2.Enum):
+    """
+    Where a job's usage figures come from.
+    """
+
+    UNSPECIFIED = 0
+
+    ACCOUNTING = 1
+    """
+    The batch system's own record of the job's allocation and run time
+    (Slurm: squeue's tres-alloc with its start and end, or sacct's AllocTRES
+    and ElapsedRaw).
+    """
+
+    ALLOCATION = 2
+    """
+    The pod's requested resources times the job's start to end, where the
+    backend keeps no accounting (shell, podman).
+    """
+>>>>>>> usage42
 
     @classmethod
     def betterproto_value_to_renamed_proto_names(cls) -> dict[int, str]:
         return {
+<<<<<<< HEAD
             0: "STORAGE_KIND_UNSPECIFIED",
             1: "STORAGE_KIND_CLAIM",
             2: "STORAGE_KIND_HOST_PATH",
             3: "STORAGE_KIND_NFS",
+=======
+            0: "USAGE_SOURCE_UNSPECIFIED",
+            1: "USAGE_SOURCE_ACCOUNTING",
+            2: "USAGE_SOURCE_ALLOCATION",
+>>>>>>> usage42
         }
 
     @classmethod
     def betterproto_renamed_proto_names_to_value(cls) -> dict[str, int]:
         return {
+<<<<<<< HEAD
             "STORAGE_KIND_UNSPECIFIED": 0,
             "STORAGE_KIND_CLAIM": 1,
             "STORAGE_KIND_HOST_PATH": 2,
             "STORAGE_KIND_NFS": 3,
+=======
+            "USAGE_SOURCE_UNSPECIFIED": 0,
+            "USAGE_SOURCE_ACCOUNTING": 1,
+            "USAGE_SOURCE_ALLOCATION": 2,
+>>>>>>> usage42
         }
 
 
@@ -995,8 +1031,55 @@ class JobStatus(betterproto2.Message):
     include_finished still lists it until the retention prunes it.
     """
 
+    usage: "JobUsage | None" = betterproto2.field(
+        10, betterproto2.TYPE_MESSAGE, optional=True
+    )
+    """
+    What the site allocated to the job, set once, on the status that ends it
+    (docs/usage.md). Unset while the job runs, and on a job that never
+    started.
+    """
+
 
 default_message_pool.register_message("interlink_nats.v1", "JobStatus", JobStatus)
+
+
+@dataclass(eq=False, repr=False)
+class JobUsage(betterproto2.Message):
+    """
+    The resources a site allocated to one ended job, integrated over its run
+    time: what a platform team bills a namespace for. Integers in small units
+    (no float can be NaN on the wire; int64 holds 10M cores for 29 years).
+    Untrusted at the gateway: each figure is clamped there to the pod's own
+    request times its wall time.
+    """
+
+    millicpu_seconds: "int" = betterproto2.field(1, betterproto2.TYPE_INT64)
+    """
+    CPU-seconds × 1000 (a Kubernetes millicore for one second).
+    """
+
+    memory_mib_seconds: "int" = betterproto2.field(2, betterproto2.TYPE_INT64)
+    """
+    Memory in MiB (2^20 bytes) for one second.
+    """
+
+    milligpu_seconds: "int" = betterproto2.field(3, betterproto2.TYPE_INT64)
+    """
+    GPU-seconds × 1000.
+    """
+
+    wall_millis: "int" = betterproto2.field(4, betterproto2.TYPE_INT64)
+    """
+    The job's run time, start to end, in milliseconds.
+    """
+
+    source: "UsageSource" = betterproto2.field(
+        5, betterproto2.TYPE_ENUM, default_factory=lambda: UsageSource(0)
+    )
+
+
+default_message_pool.register_message("interlink_nats.v1", "JobUsage", JobUsage)
 
 
 @dataclass(eq=False, repr=False)
@@ -1368,6 +1451,17 @@ class ResourceReport(betterproto2.Message):
     What this pool's unfinished jobs asked of the site (requests summed), set with `free`: the gateway's
     node capacity is held + free (capped by `capacity`), so the scheduler sees only what could start now.
     """
+
+    usage_recent: "JobUsage | None" = betterproto2.field(
+        15, betterproto2.TYPE_MESSAGE, optional=True
+    )
+    """
+    The usage of this pool's jobs that ended within the last
+    `usage_window_seconds` (summed JobUsage; `wall_millis` summed too): the
+    controller shows it per pool in the MasterQueue's status.
+    """
+
+    usage_window_seconds: "int" = betterproto2.field(16, betterproto2.TYPE_UINT32)
 
 
 default_message_pool.register_message(

@@ -37,8 +37,13 @@ _JOB_STATE = {v: pb.JobState(v) for v in (0, 1, 2, 3, 4, 5, 6,)}
 _JOB_STATE_VALUES = frozenset(_JOB_STATE)
 _LAYOUT_ENTRY_KIND = {v: pb.LayoutEntryKind(v) for v in (0, 1, 2,)}
 _LAYOUT_ENTRY_KIND_VALUES = frozenset(_LAYOUT_ENTRY_KIND)
+<<<<<<< HEAD
 _STORAGE_KIND = {v: pb.StorageKind(v) for v in (0, 1, 2, 3,)}
 _STORAGE_KIND_VALUES = frozenset(_STORAGE_KIND)
+=======
+_USAGE_SOURCE = {v: pb.UsageSource(v) for v in (0, 1, 2,)}
+_USAGE_SOURCE_VALUES = frozenset(_USAGE_SOURCE)
+>>>>>>> usage42
 
 
 class PodRefView(NamedTuple):
@@ -136,6 +141,17 @@ class ContainerStatusView(NamedTuple):
     encoded: bytes
 
 
+class JobUsageView(NamedTuple):
+    """A plain ``JobUsage`` as read: enums as ints, sub-messages as views, ``encoded`` its bytes."""
+
+    millicpu_seconds: int
+    memory_mib_seconds: int
+    milligpu_seconds: int
+    wall_millis: int
+    source: int
+    encoded: bytes
+
+
 class JobStatusView(NamedTuple):
     """A plain ``JobStatus`` as read: enums as ints, sub-messages as views, ``encoded`` its bytes."""
 
@@ -148,6 +164,7 @@ class JobStatusView(NamedTuple):
     message: str
     updated_at: _dt.datetime | None
     deleted: bool
+    usage: JobUsageView | None
     encoded: bytes
 
 
@@ -3319,6 +3336,339 @@ def container_status_without(*fields: str) -> Callable[[bytes], bytes]:
     return partial(_without, numbers=frozenset(_CONTAINER_STATUS_NUMBERS[name] for name in fields))
 
 
+def encode_job_usage(msg: pb.JobUsage) -> bytes:
+    """``bytes(msg)``, byte for byte, without betterproto2's reflection."""
+    return bytes(_encode_job_usage(msg))
+
+
+def _encode_job_usage(msg: pb.JobUsage) -> bytearray:
+    out = bytearray()
+    # millicpu_seconds = 1
+    v = msg.millicpu_seconds
+    if v:
+        v = int(v)
+        out += b"\x08"
+        if 0 <= v < 0x80:
+            out.append(v)
+        else:
+            _varint(out, v)
+    # memory_mib_seconds = 2
+    v = msg.memory_mib_seconds
+    if v:
+        v = int(v)
+        out += b"\x10"
+        if 0 <= v < 0x80:
+            out.append(v)
+        else:
+            _varint(out, v)
+    # milligpu_seconds = 3
+    v = msg.milligpu_seconds
+    if v:
+        v = int(v)
+        out += b"\x18"
+        if 0 <= v < 0x80:
+            out.append(v)
+        else:
+            _varint(out, v)
+    # wall_millis = 4
+    v = msg.wall_millis
+    if v:
+        v = int(v)
+        out += b"\x20"
+        if 0 <= v < 0x80:
+            out.append(v)
+        else:
+            _varint(out, v)
+    # source = 5
+    v = msg.source
+    if v:
+        v = int(v)
+        out += b"\x28"
+        if 0 <= v < 0x80:
+            out.append(v)
+        else:
+            _varint(out, v)
+    out += msg._unknown_fields
+    return out
+
+
+def job_usage_millicpu_seconds_field(value: int | None) -> bytes:
+    """``JobUsage.millicpu_seconds`` as ``bytes(msg)`` writes it, from the value."""
+    out = bytearray()
+    # millicpu_seconds = 1
+    v = value
+    if v:
+        v = int(v)
+        out += b"\x08"
+        if 0 <= v < 0x80:
+            out.append(v)
+        else:
+            _varint(out, v)
+    return bytes(out)
+
+
+def job_usage_memory_mib_seconds_field(value: int | None) -> bytes:
+    """``JobUsage.memory_mib_seconds`` as ``bytes(msg)`` writes it, from the value."""
+    out = bytearray()
+    # memory_mib_seconds = 2
+    v = value
+    if v:
+        v = int(v)
+        out += b"\x10"
+        if 0 <= v < 0x80:
+            out.append(v)
+        else:
+            _varint(out, v)
+    return bytes(out)
+
+
+def job_usage_milligpu_seconds_field(value: int | None) -> bytes:
+    """``JobUsage.milligpu_seconds`` as ``bytes(msg)`` writes it, from the value."""
+    out = bytearray()
+    # milligpu_seconds = 3
+    v = value
+    if v:
+        v = int(v)
+        out += b"\x18"
+        if 0 <= v < 0x80:
+            out.append(v)
+        else:
+            _varint(out, v)
+    return bytes(out)
+
+
+def job_usage_wall_millis_field(value: int | None) -> bytes:
+    """``JobUsage.wall_millis`` as ``bytes(msg)`` writes it, from the value."""
+    out = bytearray()
+    # wall_millis = 4
+    v = value
+    if v:
+        v = int(v)
+        out += b"\x20"
+        if 0 <= v < 0x80:
+            out.append(v)
+        else:
+            _varint(out, v)
+    return bytes(out)
+
+
+def job_usage_source_field(value: pb.UsageSource | None) -> bytes:
+    """``JobUsage.source`` as ``bytes(msg)`` writes it, from the value."""
+    out = bytearray()
+    # source = 5
+    v = value
+    if v:
+        v = int(v)
+        out += b"\x28"
+        if 0 <= v < 0x80:
+            out.append(v)
+        else:
+            _varint(out, v)
+    return bytes(out)
+
+
+def _decode_job_usage(data: bytes, pos: int, end: int) -> pb.JobUsage:
+    millicpu_seconds: int = 0
+    memory_mib_seconds: int = 0
+    milligpu_seconds: int = 0
+    wall_millis: int = 0
+    source: pb.UsageSource = _USAGE_SOURCE[0]
+    seen = 0
+    while pos < end:
+        key = data[pos]
+        if key < 0x80:
+            pos += 1
+        else:
+            key, pos = _read_varint(data, pos)
+        if key == 8:
+            # millicpu_seconds = 1
+            if seen & 1:
+                raise Unusual
+            seen |= 1
+            value = data[pos]
+            if value < 0x80:
+                pos += 1
+            else:
+                value, pos = _read_varint(data, pos)
+            if value >> 63:
+                value -= 1 << 64
+            millicpu_seconds = value
+        elif key == 16:
+            # memory_mib_seconds = 2
+            if seen & 2:
+                raise Unusual
+            seen |= 2
+            value = data[pos]
+            if value < 0x80:
+                pos += 1
+            else:
+                value, pos = _read_varint(data, pos)
+            if value >> 63:
+                value -= 1 << 64
+            memory_mib_seconds = value
+        elif key == 24:
+            # milligpu_seconds = 3
+            if seen & 4:
+                raise Unusual
+            seen |= 4
+            value = data[pos]
+            if value < 0x80:
+                pos += 1
+            else:
+                value, pos = _read_varint(data, pos)
+            if value >> 63:
+                value -= 1 << 64
+            milligpu_seconds = value
+        elif key == 32:
+            # wall_millis = 4
+            if seen & 8:
+                raise Unusual
+            seen |= 8
+            value = data[pos]
+            if value < 0x80:
+                pos += 1
+            else:
+                value, pos = _read_varint(data, pos)
+            if value >> 63:
+                value -= 1 << 64
+            wall_millis = value
+        elif key == 40:
+            # source = 5
+            if seen & 16:
+                raise Unusual
+            seen |= 16
+            value = data[pos]
+            if value < 0x80:
+                pos += 1
+            else:
+                value, pos = _read_varint(data, pos)
+            member = _USAGE_SOURCE.get(value)
+            if member is None:
+                raise Unusual
+            source = member
+        else:
+            raise Unusual
+    if pos != end:
+        raise Unusual
+    return pb.JobUsage(millicpu_seconds=millicpu_seconds, memory_mib_seconds=memory_mib_seconds, milligpu_seconds=milligpu_seconds, wall_millis=wall_millis, source=source)
+
+
+def _view_job_usage(data: bytes, pos: int, end: int) -> JobUsageView:
+    start = pos
+    millicpu_seconds: int = 0
+    memory_mib_seconds: int = 0
+    milligpu_seconds: int = 0
+    wall_millis: int = 0
+    source: int = 0
+    seen = 0
+    while pos < end:
+        key = data[pos]
+        if key < 0x80:
+            pos += 1
+        else:
+            key, pos = _read_varint(data, pos)
+        if key == 8:
+            # millicpu_seconds = 1
+            if seen & 1:
+                raise Unusual
+            seen |= 1
+            value = data[pos]
+            if value < 0x80:
+                pos += 1
+            else:
+                value, pos = _read_varint(data, pos)
+            if value >> 63:
+                value -= 1 << 64
+            millicpu_seconds = value
+        elif key == 16:
+            # memory_mib_seconds = 2
+            if seen & 2:
+                raise Unusual
+            seen |= 2
+            value = data[pos]
+            if value < 0x80:
+                pos += 1
+            else:
+                value, pos = _read_varint(data, pos)
+            if value >> 63:
+                value -= 1 << 64
+            memory_mib_seconds = value
+        elif key == 24:
+            # milligpu_seconds = 3
+            if seen & 4:
+                raise Unusual
+            seen |= 4
+            value = data[pos]
+            if value < 0x80:
+                pos += 1
+            else:
+                value, pos = _read_varint(data, pos)
+            if value >> 63:
+                value -= 1 << 64
+            milligpu_seconds = value
+        elif key == 32:
+            # wall_millis = 4
+            if seen & 8:
+                raise Unusual
+            seen |= 8
+            value = data[pos]
+            if value < 0x80:
+                pos += 1
+            else:
+                value, pos = _read_varint(data, pos)
+            if value >> 63:
+                value -= 1 << 64
+            wall_millis = value
+        elif key == 40:
+            # source = 5
+            if seen & 16:
+                raise Unusual
+            seen |= 16
+            value = data[pos]
+            if value < 0x80:
+                pos += 1
+            else:
+                value, pos = _read_varint(data, pos)
+            if value not in _USAGE_SOURCE_VALUES:
+                raise Unusual
+            source = value
+        else:
+            raise Unusual
+    if pos != end:
+        raise Unusual
+    return JobUsageView(millicpu_seconds, memory_mib_seconds, milligpu_seconds, wall_millis, source, data[start:end])
+
+
+def decode_job_usage(data: bytes) -> pb.JobUsage:
+    """``pb.JobUsage.parse(data)``: read straight when plain, else by betterproto2 (its result and errors)."""
+    try:
+        return _decode_job_usage(data, 0, len(data))
+    except (Unusual, IndexError, ValueError, OverflowError):
+        return pb.JobUsage.parse(data)
+
+
+def read_job_usage(data: bytes) -> JobUsageView | None:
+    """The fields of a plain ``JobUsage``; None when ``data`` is not one (ask betterproto2 then)."""
+    try:
+        return _view_job_usage(data, 0, len(data))
+    except (Unusual, IndexError, ValueError, OverflowError):
+        return None
+
+
+def check_job_usage(data: bytes) -> None:
+    """ValueError (or IndexError) unless the top-level fields of ``data`` are a well-formed ``JobUsage``."""
+    _check_top(data, frozenset((8, 16, 24, 32, 40)))
+
+
+_JOB_USAGE_NUMBERS = {"millicpu_seconds": 1, "memory_mib_seconds": 2, "milligpu_seconds": 3, "wall_millis": 4, "source": 5}
+
+
+def job_usage_without(*fields: str) -> Callable[[bytes], bytes]:
+    """A function that returns an encoded ``JobUsage`` less the named top-level fields (KeyError: no such
+    field); ValueError from it unless the top-level fields are well-formed."""
+    return partial(_without, numbers=frozenset(_JOB_USAGE_NUMBERS[name] for name in fields))
+
+
 def encode_job_status(msg: pb.JobStatus) -> bytes:
     """``bytes(msg)``, byte for byte, without betterproto2's reflection."""
     return bytes(_encode_job_status(msg))
@@ -3415,6 +3765,17 @@ def _encode_job_status(msg: pb.JobStatus) -> bytearray:
     v = msg.deleted
     if v:
         out += b"\x48\x01"
+    # usage = 10
+    v = msg.usage
+    if v is not None:
+        b = _encode_job_usage(v)
+        n = len(b)
+        out += b"\x52"
+        if n < 0x80:
+            out.append(n)
+        else:
+            _varint(out, n)
+        out += b
     out += msg._unknown_fields
     return out
 
@@ -3549,6 +3910,26 @@ def job_status_deleted_field(value: bool | None) -> bytes:
     return bytes(out)
 
 
+def job_status_usage_field(value: bytes | None) -> bytes:
+    """``JobStatus.usage`` as ``bytes(msg)`` writes it, from the encoded sub-message."""
+    out = bytearray()
+    v = value
+    if v is not None:
+        n = len(v)
+        out += b"\x52"
+        if n < 0x80:
+            out.append(n)
+        else:
+            _varint(out, n)
+        out += v
+    return bytes(out)
+
+
+def job_status_usage_once(data: bytes) -> bytes | None:
+    """``JobStatus.usage``'s bytes as they came in ``data``, when it occurs exactly once."""
+    return _field_once(data, 82)
+
+
 def _decode_job_status(data: bytes, pos: int, end: int) -> pb.JobStatus:
     pod: pb.PodRef | None = None
     pool: str = ""
@@ -3559,6 +3940,7 @@ def _decode_job_status(data: bytes, pos: int, end: int) -> pb.JobStatus:
     message: str = ""
     updated_at: _dt.datetime | None = None
     deleted: bool = False
+    usage: pb.JobUsage | None = None
     seen = 0
     while pos < end:
         key = data[pos]
@@ -3696,11 +4078,26 @@ def _decode_job_status(data: bytes, pos: int, end: int) -> pb.JobStatus:
             if value > 1:
                 raise Unusual
             deleted = value == 1
+        elif key == 82:
+            # usage = 10
+            if seen & 512:
+                raise Unusual
+            seen |= 512
+            value = data[pos]
+            if value < 0x80:
+                pos += 1
+            else:
+                value, pos = _read_varint(data, pos)
+            stop = pos + value
+            if stop > end:
+                raise Unusual
+            usage = _decode_job_usage(data, pos, stop)
+            pos = stop
         else:
             raise Unusual
     if pos != end:
         raise Unusual
-    return pb.JobStatus(pod=pod, pool=pool, job_id=job_id, state=state, containers=containers, reason=reason, message=message, updated_at=updated_at, deleted=deleted)
+    return pb.JobStatus(pod=pod, pool=pool, job_id=job_id, state=state, containers=containers, reason=reason, message=message, updated_at=updated_at, deleted=deleted, usage=usage)
 
 
 def _view_job_status(data: bytes, pos: int, end: int) -> JobStatusView:
@@ -3714,6 +4111,7 @@ def _view_job_status(data: bytes, pos: int, end: int) -> JobStatusView:
     message: str = ""
     updated_at: _dt.datetime | None = None
     deleted: bool = False
+    usage: JobUsageView | None = None
     seen = 0
     while pos < end:
         key = data[pos]
@@ -3850,11 +4248,26 @@ def _view_job_status(data: bytes, pos: int, end: int) -> JobStatusView:
             if value > 1:
                 raise Unusual
             deleted = value == 1
+        elif key == 82:
+            # usage = 10
+            if seen & 512:
+                raise Unusual
+            seen |= 512
+            value = data[pos]
+            if value < 0x80:
+                pos += 1
+            else:
+                value, pos = _read_varint(data, pos)
+            stop = pos + value
+            if stop > end:
+                raise Unusual
+            usage = _view_job_usage(data, pos, stop)
+            pos = stop
         else:
             raise Unusual
     if pos != end:
         raise Unusual
-    return JobStatusView(pod, pool, job_id, state, containers, reason, message, updated_at, deleted, data[start:end])
+    return JobStatusView(pod, pool, job_id, state, containers, reason, message, updated_at, deleted, usage, data[start:end])
 
 
 def decode_job_status(data: bytes) -> pb.JobStatus:
@@ -3875,10 +4288,10 @@ def read_job_status(data: bytes) -> JobStatusView | None:
 
 def check_job_status(data: bytes) -> None:
     """ValueError (or IndexError) unless the top-level fields of ``data`` are a well-formed ``JobStatus``."""
-    _check_top(data, frozenset((10, 18, 26, 32, 42, 50, 58, 66, 72)))
+    _check_top(data, frozenset((10, 18, 26, 32, 42, 50, 58, 66, 72, 82)))
 
 
-_JOB_STATUS_NUMBERS = {"pod": 1, "pool": 2, "job_id": 3, "state": 4, "containers": 5, "reason": 6, "message": 7, "updated_at": 8, "deleted": 9}
+_JOB_STATUS_NUMBERS = {"pod": 1, "pool": 2, "job_id": 3, "state": 4, "containers": 5, "reason": 6, "message": 7, "updated_at": 8, "deleted": 9, "usage": 10}
 
 
 def job_status_without(*fields: str) -> Callable[[bytes], bytes]:

@@ -265,7 +265,7 @@ class HTCondorBackend:
             raise base.error_for(hp.classify_failure(command, failed.returncode, failed.stderr), failed) from failed
 
     async def _query(self, command: hp.Command, tool: str, constraint: str, *extra: str) -> list[dict[str, object]]:
-        argv = [tool, *self._target(), "-json", "-attributes", ",".join(hp.QUERY_ATTRS), "-constraint", constraint]
+        argv = [tool, *self._target(), "-json", "-attributes", hp.attributes(command), "-constraint", constraint]
         out = await self._run(command, [*argv, *extra])
         try:
             return hp.parse_ads(out, what=Path(tool).name)

@@ -20,11 +20,12 @@ import json
 import math
 import re
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from interlink_nats.submitters.core import backend as base
 from interlink_nats.submitters.core.backend import (
+    Accounted,
     BackendError,
     BackendState,
     BackendUnavailable,
@@ -66,6 +67,35 @@ QUERY_ATTRS = (
     "CompletionDate",
 )
 """The only attributes asked for (``-attributes``): the answer for 10,000 jobs stays small."""
+USAGE_ATTRS = (
+    "CpusProvisioned",
+    "MemoryProvisioned",
+    "GPUsProvisioned",
+    "RequestCpus",
+    "RequestMemory",
+    "RequestGPUs",
+    "RemoteWallClockTime",
+)
+"""What an ended job was allocated (the slot's provisioned share, else its request; memory in MiB) and its run time:
+asked of ``condor_history`` only, where ended jobs are, in the call the poll makes anyway."""
+
+
+def attributes(command: Command) -> str:
+    """The ``-attributes`` of a query: the usage ones too for the history."""
+    return ",".join((*QUERY_ATTRS, *USAGE_ATTRS) if command is Command.HISTORY else QUERY_ATTRS)
+
+
+def accounted(ad: Mapping[str, Any]) -> Accounted | None:
+    """An ended job's allocation and run time as its ad records them; None when it names no CPUs (not asked, or an
+    unevaluated expression)."""
+    cpus = _int(ad.get("CpusProvisioned")) or _int(ad.get("RequestCpus"))
+    if cpus is None or cpus <= 0:
+        return None
+    memory = _int(ad.get("MemoryProvisioned")) or _int(ad.get("RequestMemory")) or 0
+    gpus = _int(ad.get("GPUsProvisioned")) or _int(ad.get("RequestGPUs")) or 0
+    wall = _int(ad.get("RemoteWallClockTime"))
+    return Accounted(cpus * 1000, max(0, memory) * 2**20, max(0, gpus), float(wall) if wall and wall > 0 else None)
+
 
 DURATION_HOLD_CODES = frozenset({46, 47})
 """JobDurationExceeded / JobExecuteExceeded: a site's own time limit, reported as DeadlineExceeded."""
@@ -170,7 +200,16 @@ def _ts(value: Any) -> float | None:
 
 
 def observe(ad: Mapping[str, Any], *, now: float, hold_timeout: float = 0.0) -> Observation | None:
-    """A job ad → what the runtime needs to know. None for a status this code does not know."""
+    """A job ad → what the runtime needs to know. None for a status this code does not know. An ended job carries
+    its ad's record of what it was allocated (``accounted``), when the ad has one."""
+    obs = _observe(ad, now=now, hold_timeout=hold_timeout)
+    if obs is None or not obs.state.terminal:
+        return obs
+    record = accounted(ad)
+    return obs if record is None else replace(obs, accounted=record)
+
+
+def _observe(ad: Mapping[str, Any], *, now: float, hold_timeout: float) -> Observation | None:
     status = _int(ad.get("JobStatus"))
     started = _ts(ad.get("JobCurrentStartDate")) or _ts(ad.get("JobStartDate"))
     entered = _ts(ad.get("EnteredCurrentStatus"))

@@ -19,6 +19,7 @@ from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.submitters.backends.slurm.flags import Flag
 from interlink_nats.submitters.core import backend as base
 from interlink_nats.submitters.core.backend import (
+    Accounted,
     BackendError,
     BackendState,
     Capacity,
@@ -29,9 +30,11 @@ from interlink_nats.submitters.core.backend import (
     SubmitRejected,
 )
 
-SQUEUE_FORMAT = "JobID:|,Name:|,State:|,Reason:|,exit_code:|,StartTime:|,EndTime:"
-"""``squeue -O``: '|' after each field, full widths (no padding); exit_code is a raw wait status."""
-SACCT_FIELDS = "JobID,JobName,State,ExitCode,Start,End"
+SQUEUE_FORMAT = "JobID:|,Name:|,State:|,Reason:|,exit_code:|,StartTime:|,EndTime:|,tres-alloc:"
+"""``squeue -O``: '|' after each field, full widths (no padding); exit_code is a raw wait status; tres-alloc is
+what slurmctld allocated (``cpu=2,mem=512M,node=1,billing=2,gres/gpu=1``): an ended job's usage (``core.usage``)."""
+SACCT_FIELDS = "JobID,JobName,State,ExitCode,Start,End,AllocTRES,ElapsedRaw"
+"""``sacct -X -P -o``: the allocation's TRES and its run time in seconds come in the same call as the state."""
 SINFO_FORMAT = "%N|%c|%m|%G"
 
 _STATES: dict[str, BackendState] = {
@@ -197,8 +200,41 @@ class SlurmJob:
     observation: Observation
 
 
+_TRES_UNITS = {"": 2**20, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40, "P": 2**50}
+"""Slurm writes a TRES memory figure in MB unless a suffix says otherwise (powers of 1024)."""
+_TRES_MEM = re.compile(r"([0-9]+(?:\.[0-9]+)?)([KMGTP]?)")
+
+
+@functools.lru_cache(maxsize=1024)
+def parse_tres(text: str, elapsed_s: float | None = None) -> Accounted | None:
+    """A TRES string (squeue's tres-alloc, sacct's AllocTRES) → the allocation; None when it names no CPUs (a
+    job never allocated, or text that is not TRES). GPUs: ``gres/gpu`` (the typed ``gres/gpu:<type>`` entries
+    repeat it), else the typed ones summed."""
+    values: dict[str, str] = {}
+    for item in text.strip().split(","):
+        key, sep, value = item.partition("=")
+        if sep:
+            values[key.strip()] = value.strip()
+    if not values.get("cpu", "").isdigit():
+        return None
+    memory = 0
+    m = _TRES_MEM.fullmatch(values.get("mem", ""))
+    if m is not None:
+        memory = round(float(m.group(1)) * _TRES_UNITS[m.group(2)])
+    gpu_text = values.get("gres/gpu")
+    typed = [v for k, v in values.items() if k.startswith("gres/gpu:") and v.isdigit()]
+    gpus = int(gpu_text) if gpu_text is not None and gpu_text.isdigit() else sum(map(int, typed))
+    return Accounted(int(values["cpu"]) * 1000, memory, gpus, elapsed_s)
+
+
 def _observation(
-    state_raw: str, reason: str, code: int | None, sig: int | None, start: str, end: str
+    state_raw: str,
+    reason: str,
+    code: int | None,
+    sig: int | None,
+    start: str,
+    end: str,
+    accounted: Accounted | None = None,
 ) -> Observation | None:
     state = map_state(state_raw)
     if state is None:
@@ -211,6 +247,7 @@ def _observation(
         raw_state=state_raw.strip(),
         started_at=parse_time(start),
         finished_at=parse_time(end),
+        accounted=accounted,
     )
 
 
@@ -222,11 +259,12 @@ def parse_squeue_line(line: str) -> SlurmJob | None:
     job_id, name, state, reason, raw_exit, start, end = (p.strip() for p in parts[:7])
     if not job_id.isdigit():
         return None
+    accounted = parse_tres(parts[7]) if len(parts) > 7 else None
     code = sig = None
     if raw_exit.isdigit():
         status = int(raw_exit)
         code, sig = (status >> 8) & 0xFF, status & 0x7F
-    obs = _observation(state, reason, code, sig or None, start, end)
+    obs = _observation(state, reason, code, sig or None, start, end, accounted)
     return None if obs is None else SlurmJob(job_id, name, obs)
 
 
@@ -323,7 +361,8 @@ def squeue_changes(text: str, last: SqueueSnapshot) -> tuple[SqueueSnapshot, set
 
 
 def parse_sacct(text: str) -> dict[str, SlurmJob]:
-    """Lines of ``sacct -X -n -P -o SACCT_FIELDS`` (ExitCode is ``code:signal``)."""
+    """Lines of ``sacct -X -n -P -o SACCT_FIELDS`` (ExitCode is ``code:signal``; AllocTRES and ElapsedRaw may be
+    absent: lines of the fields before them still parse)."""
     jobs: dict[str, SlurmJob] = {}
     for line in text.splitlines():
         parts = line.split("|")
@@ -337,7 +376,9 @@ def parse_sacct(text: str) -> dict[str, SlurmJob]:
             a, b = exit_code.split(":", 1)
             code = int(a) if a.isdigit() else None
             sig = int(b) if b.isdigit() and int(b) else None
-        obs = _observation(state, "", code, sig, start, end)
+        elapsed = parts[7].strip() if len(parts) > 7 else ""
+        accounted = parse_tres(parts[6], float(elapsed) if elapsed.isdigit() else None) if len(parts) > 6 else None
+        obs = _observation(state, "", code, sig, start, end, accounted)
         if obs is not None:
             jobs[job_id] = SlurmJob(job_id, name, obs)
     return jobs
