@@ -265,7 +265,6 @@ class LayoutEntryKind(betterproto2.Enum):
         }
 
 
-<<<<<<< HEAD
 class StorageKind(betterproto2.Enum):
     UNSPECIFIED = 0
 
@@ -274,7 +273,26 @@ class StorageKind(betterproto2.Enum):
     HOST_PATH = 2
 
     NFS = 3
-=======
+
+    @classmethod
+    def betterproto_value_to_renamed_proto_names(cls) -> dict[int, str]:
+        return {
+            0: "STORAGE_KIND_UNSPECIFIED",
+            1: "STORAGE_KIND_CLAIM",
+            2: "STORAGE_KIND_HOST_PATH",
+            3: "STORAGE_KIND_NFS",
+        }
+
+    @classmethod
+    def betterproto_renamed_proto_names_to_value(cls) -> dict[str, int]:
+        return {
+            "STORAGE_KIND_UNSPECIFIED": 0,
+            "STORAGE_KIND_CLAIM": 1,
+            "STORAGE_KIND_HOST_PATH": 2,
+            "STORAGE_KIND_NFS": 3,
+        }
+
+
 class UsageSource(betterproto2.Enum):
     """
     Where a job's usage figures come from.
@@ -294,36 +312,21 @@ class UsageSource(betterproto2.Enum):
     The pod's requested resources times the job's start to end, where the
     backend keeps no accounting (shell, podman).
     """
->>>>>>> usage42
 
     @classmethod
     def betterproto_value_to_renamed_proto_names(cls) -> dict[int, str]:
         return {
-<<<<<<< HEAD
-            0: "STORAGE_KIND_UNSPECIFIED",
-            1: "STORAGE_KIND_CLAIM",
-            2: "STORAGE_KIND_HOST_PATH",
-            3: "STORAGE_KIND_NFS",
-=======
             0: "USAGE_SOURCE_UNSPECIFIED",
             1: "USAGE_SOURCE_ACCOUNTING",
             2: "USAGE_SOURCE_ALLOCATION",
->>>>>>> usage42
         }
 
     @classmethod
     def betterproto_renamed_proto_names_to_value(cls) -> dict[str, int]:
         return {
-<<<<<<< HEAD
-            "STORAGE_KIND_UNSPECIFIED": 0,
-            "STORAGE_KIND_CLAIM": 1,
-            "STORAGE_KIND_HOST_PATH": 2,
-            "STORAGE_KIND_NFS": 3,
-=======
             "USAGE_SOURCE_UNSPECIFIED": 0,
             "USAGE_SOURCE_ACCOUNTING": 1,
             "USAGE_SOURCE_ALLOCATION": 2,
->>>>>>> usage42
         }
 
 

@@ -37,13 +37,10 @@ _JOB_STATE = {v: pb.JobState(v) for v in (0, 1, 2, 3, 4, 5, 6,)}
 _JOB_STATE_VALUES = frozenset(_JOB_STATE)
 _LAYOUT_ENTRY_KIND = {v: pb.LayoutEntryKind(v) for v in (0, 1, 2,)}
 _LAYOUT_ENTRY_KIND_VALUES = frozenset(_LAYOUT_ENTRY_KIND)
-<<<<<<< HEAD
 _STORAGE_KIND = {v: pb.StorageKind(v) for v in (0, 1, 2, 3,)}
 _STORAGE_KIND_VALUES = frozenset(_STORAGE_KIND)
-=======
 _USAGE_SOURCE = {v: pb.UsageSource(v) for v in (0, 1, 2,)}
 _USAGE_SOURCE_VALUES = frozenset(_USAGE_SOURCE)
->>>>>>> usage42
 
 
 class PodRefView(NamedTuple):
