@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel import sbatch_grammar
+from interlink_nats.kernel.backend_options import backend_options
 
 from .errors import PodRejected
 from .fields import member
@@ -41,11 +42,13 @@ def words(text: str, key: str) -> list[str]:
 
 def slurm_flags(text: str, bc: pb.BuildConfig) -> list[str]:
     """The words of the :data:`FLAGS` annotation. On a pool that announces its allowlist
-    (``slurm.allowed_pod_flags``) each option sbatch would read in them must be on it, else the pod is refused
-    here (422 naming the annotation) rather than failed by the submitter, which checks again (it is the
-    authority; ``--account`` is its accounting policy's, so it passes here)."""
+    (``backends.slurm.allowed_pod_flags``; an older pool's ``slurm.allowed_pod_flags``) each option sbatch would
+    read in them must be on it, else the pod is refused here (422 naming the annotation) rather than failed by the
+    submitter, which checks again (it is the authority; ``--account`` is its accounting policy's, so it passes
+    here)."""
     flags = words(text, FLAGS)
-    allow = bc.slurm.allowed_pod_flags if bc.slurm is not None else []
+    slurm = backend_options(bc).slurm
+    allow = slurm.allowed_pod_flags if slurm is not None else []
     if allow:
         try:
             sbatch_grammar.allowed(

@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 import nats.errors
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel import quantities, usage
+from interlink_nats.kernel.backend_options import with_legacy_fields
 from interlink_nats.kernel.clock import Clock
 from interlink_nats.kernel.subjects import config_subject, resources_subject
 from interlink_nats.submitters.core.backend import Backend, BackendError, Capacity, ReportsFree
@@ -87,7 +88,7 @@ class Announcer:
                 raise SubmitterError(f"invalid BuildConfig: {exc}") from exc
             log.error("keeping the previous BuildConfig: %s", exc)
             return False
-        self.build_config = config
+        self.build_config = with_legacy_fields(config)  # an older gateway reads only the old fields
         return True
 
     def record_outcome(self, ok: bool) -> None:

@@ -4,6 +4,7 @@
 # This file has been @generated
 
 __all__ = (
+    "BackendOptions",
     "BuildConfig",
     "CancelRequest",
     "CancelResponse",
@@ -67,6 +68,7 @@ __all__ = (
 )
 
 import datetime
+import warnings
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -331,6 +333,29 @@ class UsageSource(betterproto2.Enum):
 
 
 @dataclass(eq=False, repr=False)
+class BackendOptions(betterproto2.Message):
+    """
+    The options only one backend reads; the pool's own backend reads its
+    field, the others are ignored. A gateway or submitter built before a
+    backend's field existed keeps it as an unknown field and reads nothing
+    from it.
+    """
+
+    slurm: "SlurmOptions | None" = betterproto2.field(
+        1, betterproto2.TYPE_MESSAGE, optional=True
+    )
+
+    shell: "ShellOptions | None" = betterproto2.field(
+        2, betterproto2.TYPE_MESSAGE, optional=True
+    )
+
+
+default_message_pool.register_message(
+    "interlink_nats.v1", "BackendOptions", BackendOptions
+)
+
+
+@dataclass(eq=False, repr=False)
 class BuildConfig(betterproto2.Message):
     runtime: "ContainerRuntime" = betterproto2.field(
         1, betterproto2.TYPE_ENUM, default_factory=lambda: ContainerRuntime(0)
@@ -386,6 +411,12 @@ class BuildConfig(betterproto2.Message):
     slurm: "SlurmOptions | None" = betterproto2.field(
         11, betterproto2.TYPE_MESSAGE, optional=True
     )
+    """
+    Moved to `backends.slurm` and `backends.shell`. A submitter still writes
+    them (a copy of its `backends` section) and readers still read them where
+    `backends` lacks that backend, for one release: an older peer knows only
+    these (docs/rpc.md, "Backend options").
+    """
 
     shell: "ShellOptions | None" = betterproto2.field(
         12, betterproto2.TYPE_MESSAGE, optional=True
@@ -430,6 +461,21 @@ class BuildConfig(betterproto2.Message):
     refuses an unmapped volume at /create; the submitter checks again.
     Unset (an older pool): no claim, no hostPath and no nfs volume is mapped.
     """
+
+    backends: "BackendOptions | None" = betterproto2.field(
+        17, betterproto2.TYPE_MESSAGE, optional=True
+    )
+    """
+    Each backend's own options, one field per backend: a backend that has
+    options adds one message and one field there, nothing here.
+    """
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.is_set("slurm"):
+            warnings.warn("BuildConfig.slurm is deprecated", DeprecationWarning)
+        if self.is_set("shell"):
+            warnings.warn("BuildConfig.shell is deprecated", DeprecationWarning)
 
 
 default_message_pool.register_message("interlink_nats.v1", "BuildConfig", BuildConfig)

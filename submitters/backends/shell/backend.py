@@ -40,6 +40,7 @@ from pathlib import Path
 
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel import layout
+from interlink_nats.kernel.backend_options import backend_options
 from interlink_nats.kernel.clock import SYSTEM_CLOCK, Clock
 from interlink_nats.kernel.pod_limits import max_grace_s
 from interlink_nats.kernel.tasks import cancel_and_wait
@@ -155,7 +156,8 @@ class ShellBackend(ShellGangs):
 
     def configure(self, build_config: pb.BuildConfig) -> None:
         if not self._fixed_limit:
-            wanted = build_config.shell.max_concurrent_jobs if build_config.shell else 0
+            shell = backend_options(build_config).shell
+            wanted = shell.max_concurrent_jobs if shell is not None else 0
             self._limit = wanted or (len(os.sched_getaffinity(0)) or 1)
             self._wake.set()
         limits = build_config.limits or pb.PodLimits()

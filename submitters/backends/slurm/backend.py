@@ -23,6 +23,7 @@ from pathlib import Path
 
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel import layout
+from interlink_nats.kernel.backend_options import backend_options
 from interlink_nats.kernel.config_files import renamed
 from interlink_nats.submitters.backends.accounts import hand_over, job_identity, take_over, warn_about_root
 from interlink_nats.submitters.backends.proc import environ_with, run_command
@@ -71,7 +72,7 @@ class SlurmConfig(BaseModel):
     partition: str | None = None
     """Limit capacity discovery (sinfo) to this partition; jobs pick theirs with sbatch flags."""
     use_sacct: bool | None = None
-    """Ask sacct about jobs that left squeue; None: as the BuildConfig says (slurm.use_sacct)."""
+    """Ask sacct about jobs that left squeue; None: as the BuildConfig says (backends.slurm.use_sacct)."""
     squeue_all_users: bool = False
     """Poll every user's jobs instead of ``--me`` (when jobs are submitted as another user)."""
     command_timeout_s: float = Field(60.0, gt=0, validation_alias=renamed("command_timeout_s", "command_timeout"))
@@ -136,9 +137,10 @@ class SlurmBackend:
 
     def configure(self, build_config: pb.BuildConfig) -> None:
         """Take the pool's flags (parsed: a flag sbatch would refuse, or one the submitter controls, is a config
-        error), and write this submitter's pod allowlist into ``build_config`` (``slurm.allowed_pod_flags``): the
-        pool announces it, and the gateway refuses a pod using another flag before sending it."""
-        slurm = build_config.slurm = build_config.slurm or pb.SlurmOptions()
+        error), and write this submitter's pod allowlist into ``build_config`` (``backends.slurm.allowed_pod_flags``):
+        the pool announces it, and the gateway refuses a pod using another flag before sending it."""
+        options = build_config.backends = backend_options(build_config)
+        slurm = options.slurm = options.slurm or pb.SlurmOptions()
         slurm.allowed_pod_flags = sorted(self.settings.allowed_pod_flags)
         pool_flags = sf.site_flags(slurm.sbatch_flags, source="pool sbatch")
         flavors = {
