@@ -125,12 +125,15 @@ def test_the_site_changes_the_allowlist_by_canonical_names() -> None:
 def test_the_sites_own_flags_are_parsed_too_and_a_flavors_are_the_sites() -> None:
     backend = SlurmBackend()
     with pytest.raises(sf.FlagError, match="pool sbatch flag '--arr=1-3'"):
-        backend.configure(pb.BuildConfig(slurm=pb.SlurmOptions(sbatch_flags=["--arr=1-3"])))
+        backend.configure(pb.BuildConfig(backends=pb.BackendOptions(slurm=pb.SlurmOptions(sbatch_flags=["--arr=1-3"]))))
     with pytest.raises(sf.FlagError, match="flavor big flag '-o/tmp/x'"):
         backend.configure(pb.BuildConfig(flavors={"big": pb.Flavor(backend_flags=["-o/tmp/x"])}))
     flavors = {"short": pb.Flavor(backend_flags=["--qos=short", "-N", "2"]), "none": pb.Flavor()}
     backend.configure(
-        pb.BuildConfig(slurm=pb.SlurmOptions(sbatch_flags=["--acco=physics", "-p", "batch"]), flavors=flavors)
+        pb.BuildConfig(
+            backends=pb.BackendOptions(slurm=pb.SlurmOptions(sbatch_flags=["--acco=physics", "-p", "batch"])),
+            flavors=flavors,
+        )
     )
     assert [f.argv() for f in backend._pool_flags] == ["--account=physics", "--partition=batch"]
     check = backend._flag_policy.check
@@ -245,7 +248,8 @@ def test_the_pool_announces_its_allowlist_and_the_gateway_refuses_early() -> Non
     pod whose flags sbatch would read as another option (422 naming the annotation), before it reaches a pool."""
     bc = pb.BuildConfig(runtime=pb.ContainerRuntime.NONE)
     SlurmBackend(SlurmConfig.model_validate({"allowed_pod_flags": ["time", "qos"]})).configure(bc)
-    assert bc.slurm is not None and bc.slurm.allowed_pod_flags == ["qos", "time"]
+    slurm = bc.backends.slurm if bc.backends else None
+    assert slurm is not None and slurm.allowed_pod_flags == ["qos", "time"]
     pod = pod_dict("0f3bd293-bef1-4af9-b11f-3af7d25b8f85", {"main": "true"})
     for text in ("--arr=0-2 --acco=other", "-t5 -vAx", "--ti=5 --nod 2"):
         pod["metadata"]["annotations"] = {"slurm-job.vk.io/flags": text}

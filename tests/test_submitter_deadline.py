@@ -184,7 +184,7 @@ def test_each_backend_declares_the_programs_it_runs_on_this_host() -> None:
         ("scancel", "slurm.scancel"),
         ("sinfo", "slurm.sinfo"),
     ]
-    slurm.configure(pb.BuildConfig(slurm=pb.SlurmOptions(use_sacct=True)))
+    slurm.configure(pb.BuildConfig(backends=pb.BackendOptions(slurm=pb.SlurmOptions(use_sacct=True))))
     assert ("sacct", "slurm.sacct") in names(slurm.commands())
     condor = HTCondorBackend(HTCondorConfig(mode="remote", use_condor_status=True), pool="p")
     assert [p for p, _ in names(condor.commands())] == [
