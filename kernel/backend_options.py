@@ -17,12 +17,20 @@ from interlink_nats.gen.interlink_nats import v1 as pb
 
 def backend_options(bc: pb.BuildConfig) -> pb.BackendOptions:
     """The pool's backend sections: ``bc.backends``, with a section it lacks taken from the old field of the same
-    name (an older submitter announced only that). ``bc`` is left as it is."""
+    name (an older submitter announced only that). Every other field of ``bc.backends`` is kept, those of backends
+    this release does not know too (unknown fields). ``bc`` is left as it is; the answer may be ``bc.backends``
+    itself, so a caller that changes it assigns it back."""
     current = bc.backends or pb.BackendOptions()
-    return pb.BackendOptions(
-        slurm=current.slurm if current.slurm is not None else bc.slurm,
-        shell=current.shell if current.shell is not None else bc.shell,
-    )
+    missing_slurm = current.slurm is None and bc.slurm is not None
+    missing_shell = current.shell is None and bc.shell is not None
+    if not (missing_slurm or missing_shell):
+        return current
+    merged = pb.BackendOptions.parse(bytes(current))  # a copy, unknown fields and all
+    if missing_slurm:
+        merged.slurm = bc.slurm
+    if missing_shell:
+        merged.shell = bc.shell
+    return merged
 
 
 def with_legacy_fields(bc: pb.BuildConfig) -> pb.BuildConfig:

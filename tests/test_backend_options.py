@@ -130,6 +130,8 @@ def test_a_backend_this_peer_does_not_know_is_kept_and_ignored() -> None:
     bc = pb.BuildConfig.parse(data)
     assert backend_options(bc) == pb.BackendOptions(slurm=pb.SlurmOptions(use_sacct=True))
     assert bytes(pb.BuildConfig.parse(bytes(bc))) == data
+    SlurmBackend().configure(bc)  # a submitter of this release, handed such a BuildConfig, and its announcer
+    assert top_fields(bytes(with_legacy_fields(bc)))[17].endswith(unknown), "the unknown backend is still there"
 
 
 def test_the_site_files_old_spelling_is_read_into_backends() -> None:

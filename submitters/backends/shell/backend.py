@@ -40,13 +40,12 @@ from pathlib import Path
 
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel import layout
-from interlink_nats.kernel.backend_options import backend_options
 from interlink_nats.kernel.clock import SYSTEM_CLOCK, Clock
 from interlink_nats.kernel.pod_limits import max_grace_s
 from interlink_nats.kernel.tasks import cancel_and_wait
 from interlink_nats.submitters.backends.accounts import take_over, warn_about_root
 from interlink_nats.submitters.backends.podman_janitor import PodmanJanitor
-from interlink_nats.submitters.backends.shell.config import ShellCommands, ShellConfig, shell_commands
+from interlink_nats.submitters.backends.shell.config import ShellCommands, ShellConfig, pool_slots, shell_commands
 from interlink_nats.submitters.backends.shell.gang import ShellGangs, member_alive, pods_of
 from interlink_nats.submitters.backends.shell.host import host_capacity, host_free
 from interlink_nats.submitters.backends.shell.processes import (
@@ -156,9 +155,7 @@ class ShellBackend(ShellGangs):
 
     def configure(self, build_config: pb.BuildConfig) -> None:
         if not self._fixed_limit:
-            shell = backend_options(build_config).shell
-            wanted = shell.max_concurrent_jobs if shell is not None else 0
-            self._limit = wanted or (len(os.sched_getaffinity(0)) or 1)
+            self._limit = pool_slots(build_config)
             self._wake.set()
         limits = build_config.limits or pb.PodLimits()
         self._stopping.max_grace_s = max_grace_s(limits.max_termination_grace_seconds)

@@ -3,6 +3,10 @@
 
 from __future__ import annotations
 
+import os
+
+from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.kernel.backend_options import backend_options
 from interlink_nats.submitters.core.backend import BatchCommand
 from interlink_nats.submitters.core.site_policy import AccountingPolicy
 from pydantic import BaseModel, ConfigDict, Field
@@ -16,11 +20,18 @@ class ShellConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     max_concurrent_jobs: int = Field(0, ge=0)
-    """Jobs running at once; 0 means the BuildConfig's value, else the number of CPUs."""
+    """Jobs running at once; 0 means the BuildConfig's value (:func:`pool_slots`)."""
     bash: str = "bash"
     accounting: AccountingPolicy | None = None
     """Whose account a namespace's jobs run as (``run_as_*`` of each rule; docs/security.md): job.sh runs
     through ``setpriv`` as that account, which needs the submitter to be root. None: the submitter's own."""
+
+
+def pool_slots(build_config: pb.BuildConfig) -> int:
+    """Jobs running at once where the section's ``max_concurrent_jobs`` is 0: the pool's BuildConfig's
+    (``backends.shell.max_concurrent_jobs``, or an older file's ``shell``), else the CPUs this process may use."""
+    shell = backend_options(build_config).shell
+    return (shell.max_concurrent_jobs if shell is not None else 0) or (len(os.sched_getaffinity(0)) or 1)
 
 
 def shell_commands(bash: str, accounting: AccountingPolicy | None, podman: str | None) -> ShellCommands:
