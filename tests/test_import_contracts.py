@@ -51,6 +51,7 @@ PURE_MODULES = (
     "interlink_nats.kernel.checks",
     "interlink_nats.kernel.namespace_keys",
     "interlink_nats.kernel.storage",
+    "interlink_nats.kernel.backend_options",
     "interlink_nats.services.scripts",  # the whole package but its CLI (see pure_modules())
     "interlink_nats.services.gateway.wire",
     "interlink_nats.services.gateway.submit_wire",

@@ -243,9 +243,9 @@ async def test_a_flavor_of_the_site_file_reaches_sbatch_and_the_pods_own_flags_w
     async with Submitter(settings):
         bc = (await client.describe(pb.DescribeRequest())).build_config
         assert bc.flavors["tagged"].backend_flags == ["--comment=from-flavor", "--nice=5"]
-        slurm = bc.backends.slurm if bc.backends else None
-        assert slurm is not None and set(slurm.allowed_pod_flags) == DEFAULT_ALLOWED, "the pool announces it"
-        assert bc.slurm == slurm, "and copies it into the old field, for a gateway of the release before"
+        options = bc.backends.slurm if bc.backends else None
+        assert options is not None and set(options.allowed_pod_flags) == DEFAULT_ALLOWED, "the pool announces it"
+        assert bc.slurm == options, "and copies it into the old field, for a gateway of the release before"
         u = str(uuid.uuid4())
         pod = pod_dict(u, {"main": "true"}, annotations={"slurm-job.vk.io/flavor": "tagged"})
         pod["metadata"]["annotations"]["slurm-job.vk.io/flags"] = "--comm from-pod"
