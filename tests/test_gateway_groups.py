@@ -143,3 +143,42 @@ async def test_the_wait_runs_on_the_injected_clock() -> None:
     assert status is not None and status.state == pb.JobState.FAILED
     assert status.containers[0].message == "pod group ns/train: only 1 of 2 members arrived within 60 s"
     assert not hold.holds("u1")
+
+
+async def test_the_runner_does_what_its_policy_decides_not_what_a_gang_would() -> None:
+    """The seam a second kind of group uses: a policy of its own, and the same holding, store and sweep. This one
+    refuses after 5 s with its own reason, where a gang would hold for ``wait_s``."""
+
+    class Impatient:
+        def admit(
+            self,
+            group: PodGroup | None,
+            member: PodGroupMember,
+            spec: PodGroupSpec,
+            *,
+            namespace: str,
+            pool: str,
+            now: float,
+        ) -> PodGroup:
+            return group or PodGroup(namespace, spec.name, pool, spec.total, int(spec.failure_policy), now)
+
+        def decide(self, group: PodGroup, now: float) -> Hold | SubmitAsOne | Refuse:
+            return Refuse("Impatient", "gave up") if now - group.first_at >= 5 else Hold("wait")
+
+        def submission(self, group: PodGroup) -> list[pb.JobScript]:
+            raise AssertionError("never complete here")
+
+    clock = ManualClock()
+    store = PodStore()
+    runner = PodGroupRunner(store, PodGroupStore(), cast(PoolClient, None), wait_s=60, clock=clock, policy=Impatient())
+    record = PodRecord("u1", "ns", "w-0", "a", containers=["main"])
+    job = pb.JobScript(pod=pb.PodRef(uid="u1", namespace="ns", name="w-0"), containers=["main"])
+    await runner.hold(record, job, PodGroupSpec("train", 2, pb.GangFailurePolicy.FAIL_GANG, None))
+    clock.advance(4.9)
+    await runner.sweep()
+    assert store.pods["u1"].state == pb.JobState.PENDING
+    clock.advance(0.1)
+    await runner.sweep()
+    status = store.pods["u1"].status
+    assert status is not None and (status.state, status.reason) == (pb.JobState.FAILED, "Impatient")
+    assert not runner.holds("u1")
