@@ -110,7 +110,7 @@ class PodGroupRunner:
                 await self.held.put(held)
                 await self.store.put(record)
                 self._show_waiting(held)
-                log.info("holding pod %s/%s into pod group %s", record.namespace, record.name, key)
+                log.info("holding pod %s/%s: %s", record.namespace, record.name, pod_group.waiting_message(held))
             if isinstance(self._policy.decide(held, now), SubmitAsOne):
                 self._submit_later(key)
         return self.jid(record.namespace, group)
