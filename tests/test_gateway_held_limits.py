@@ -16,9 +16,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel.names import is_label_value
-from interlink_nats.services.gateway import groups
-from interlink_nats.services.gateway.groups import HeldGroup, HeldMember
-from interlink_nats.services.gateway.held import REDIS_GROUPS_KEY, HeldGroups
+from interlink_nats.services.gateway import pod_group as groups
+from interlink_nats.services.gateway.group_store import REDIS_GROUPS_KEY, PodGroupStore
+from interlink_nats.services.gateway.pod_group import PodGroup, PodGroupMember
 from interlink_nats.services.gateway.settings import GatewaySettings
 from interlink_nats.services.scripts.pod_group import GROUP_NAME_LABEL, GROUP_TOTAL_ANNOTATION
 from pydantic import ValidationError
@@ -133,28 +133,30 @@ def test_a_namespace_limit_below_the_group_size_is_a_settings_error() -> None:
 
 
 async def test_what_is_held_is_counted_per_namespace_as_members_come_and_go() -> None:
-    held = HeldGroups()
+    held = PodGroupStore()
 
-    def group(namespace: str, name: str, *sizes: int) -> HeldGroup:
-        g = HeldGroup(namespace, name, "a", 9, 0, 0.0)
+    def group(namespace: str, name: str, *sizes: int) -> PodGroup:
+        g = PodGroup(namespace, name, "a", 9, 0, 0.0)
         for i, size in enumerate(sizes):
-            g.members[f"{name}-{i}"] = HeldMember(f"{name}-{i}", f"p{i}", None, b"x" * size)
+            g.members[f"{name}-{i}"] = PodGroupMember(f"{name}-{i}", f"p{i}", None, pb.JobScript(), b"x" * size)
         return g
 
     first = group("ns", "one", 10, 20)
     await held.put(first)
     await held.put(group("ns", "two", 5))
     await held.put(group("other", "three", 100))
-    assert held.usage("ns") == groups.HeldUsage(18, 35, 135)  # two groups of 9 seats
-    first.members["one-2"] = HeldMember("one-2", "p2", None, b"x" * 7)  # a new arrival changes it in place
+    assert held.usage("ns") == groups.PodGroupUsage(18, 35, 135)  # two groups of 9 seats
+    first.members["one-2"] = PodGroupMember(
+        "one-2", "p2", None, pb.JobScript(), b"x" * 7
+    )  # a new arrival changes it in place
     await held.put(first)
-    assert held.usage("ns") == groups.HeldUsage(18, 42, 142)
+    assert held.usage("ns") == groups.PodGroupUsage(18, 42, 142)
     await held.release("one-0")
-    assert held.usage("ns") == groups.HeldUsage(18, 32, 132)
+    assert held.usage("ns") == groups.PodGroupUsage(18, 32, 132)
     await held.drop(groups.group_key("other", "three"))
     await held.drop(groups.group_key("ns", "two"))
     await held.drop(groups.group_key("ns", "one"))
-    assert held.usage("ns") == groups.HeldUsage(0, 0, 0) and held.bytes_total == 0
+    assert held.usage("ns") == groups.PodGroupUsage(0, 0, 0) and held.bytes_total == 0
 
 
 # --- group names and keys -------------------------------------------------------------------------------
@@ -225,11 +227,11 @@ async def test_a_group_stored_under_an_old_ambiguous_key_is_read_and_moved_to_it
     key = f"{REDIS_GROUPS_KEY}:{uuid.uuid4().hex[:8]}"
     try:
         job = bytes(pb.JobScript(script="true"))
-        odd, plain = HeldGroup("x/y", "z", "a", 2, 0, 1.0), HeldGroup("ns", "train", "a", 2, 0, 1.0)
+        odd, plain = PodGroup("x/y", "z", "a", 2, 0, 1.0), PodGroup("ns", "train", "a", 2, 0, 1.0)
         for g in (odd, plain):
-            g.members["u-" + g.name] = HeldMember("u-" + g.name, "w-0", None, job)
+            g.members["u-" + g.name] = PodGroupMember("u-" + g.name, "w-0", None, pb.JobScript.parse(job), job)
             await client.hset(key, f"{g.namespace}/{g.name}", g.to_json())
-        held = HeldGroups(client, key=key)
+        held = PodGroupStore(client, key=key)
         assert await held.load() == 2
         assert set(held.groups) == {"x%2Fy/z", "ns/train"}
         stored = await client.hgetall(key)

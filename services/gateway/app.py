@@ -18,8 +18,8 @@ from interlink_nats.kernel.gc_tuning import collect_rarely, freeze_long_lived
 from interlink_nats.kernel.nats_connection import connected_server
 from interlink_nats.services.bus.rpc import SERVICE_NAME
 from interlink_nats.services.gateway.events import EventConsumer
-from interlink_nats.services.gateway.gangs import PodGroups
-from interlink_nats.services.gateway.held import HeldGroups
+from interlink_nats.services.gateway.group_runner import PodGroupRunner
+from interlink_nats.services.gateway.group_store import PodGroupStore
 from interlink_nats.services.gateway.metrics import GatewayMetrics
 from interlink_nats.services.gateway.pool_client import PoolClient
 from interlink_nats.services.gateway.pools import PoolDirectory, discover_pools
@@ -52,7 +52,7 @@ class Gateway:
     pools: PoolDirectory = field(init=False)
     events: EventConsumer = field(init=False)
     refresher: StaleStatusRefresher = field(init=False)
-    groups: PodGroups = field(init=False)
+    groups: PodGroupRunner = field(init=False)
     calls: PodUseCases = field(init=False)
 
     def __post_init__(self) -> None:
@@ -87,9 +87,9 @@ class Gateway:
             stale_after_s=self.settings.stale_after_s,
             timeout_s=self.settings.status_fallback_timeout_s,
         )
-        self.groups = PodGroups(
+        self.groups = PodGroupRunner(
             self.store,
-            HeldGroups(self.redis),
+            PodGroupStore(self.redis),
             self.client,
             wait_s=self.settings.group_wait_s,
             limits=self.settings.held_limits(),

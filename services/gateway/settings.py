@@ -19,7 +19,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import SettingsConfigDict
 
 if TYPE_CHECKING:
-    from interlink_nats.services.gateway.groups import HeldLimits
+    from interlink_nats.services.gateway.pod_group import PodGroupLimits
 
 
 class GatewayNatsSettings(NatsConnectionSettings):
@@ -148,12 +148,12 @@ class GatewaySettings(LayeredSettings):
             other=self.max_reported_other,
         )
 
-    def held_limits(self) -> HeldLimits:
+    def held_limits(self) -> PodGroupLimits:
         # Imported here: the settings are read by every command's CLI, and the gateway's modules need the
         # gateway extra (jinja2), which a submitter-only install does not have.
-        from interlink_nats.services.gateway.groups import HeldLimits
+        from interlink_nats.services.gateway.pod_group import PodGroupLimits
 
-        return HeldLimits(
+        return PodGroupLimits(
             group_size=self.max_group_size,
             members_per_namespace=self.max_held_members_per_namespace,
             bytes_per_namespace=self.max_held_bytes_per_namespace,

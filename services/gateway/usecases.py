@@ -19,7 +19,7 @@ from grpclib.const import Status
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.services.gateway import wire
 from interlink_nats.services.gateway.errors import GatewayError, PoolError, pool_error
-from interlink_nats.services.gateway.gangs import PodGroups
+from interlink_nats.services.gateway.group_runner import PodGroupRunner
 from interlink_nats.services.gateway.pool_client import PoolClient
 from interlink_nats.services.gateway.pools import PoolDirectory
 from interlink_nats.services.gateway.record import PodRecord
@@ -71,7 +71,7 @@ class PodUseCases:
     store: PodStore
     pools: PoolDirectory
     client: PoolClient
-    groups: PodGroups
+    groups: PodGroupRunner
 
     async def create(self, body: bytes) -> dict[str, str]:
         data, identity = wire.read_create(body)

@@ -7,13 +7,13 @@ from __future__ import annotations
 
 from .environment import expand
 from .errors import PodRejected
-from .pod_group import PodGroup
+from .pod_group import PodGroupSpec
 from .pod_parse import pod_resources
 from .pod_resources import parse_quantity
 from .render import RenderedPod, render_job, render_pod
 
 __all__ = [
-    "PodGroup",
+    "PodGroupSpec",
     "PodRejected",
     "RenderedPod",
     "expand",

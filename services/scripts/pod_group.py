@@ -28,8 +28,9 @@ FAILURE_POLICIES = {"FailGang": pb.GangFailurePolicy.FAIL_GANG, "Continue": pb.G
 
 
 @dataclass(frozen=True, slots=True)
-class PodGroup:
-    """One pod's view of its group."""
+class PodGroupSpec:
+    """What one member pod declares of its pod group (its labels and annotations): the gateway's `PodGroup` is
+    the group those members form."""
 
     name: str
     total: int
@@ -46,7 +47,7 @@ def _annotation_field(key: str) -> str:
     return member("metadata.annotations", key)
 
 
-def pod_group(meta: Metadata) -> PodGroup | None:
+def pod_group(meta: Metadata) -> PodGroupSpec | None:
     """The pod's group, ``None`` for a pod in no group; :class:`PodRejected` naming the label or annotation
     that is malformed or missing (a group name without a count, or a count without a name)."""
     total_text = meta.annotation(GROUP_TOTAL_ANNOTATION)
@@ -83,7 +84,7 @@ def pod_group(meta: Metadata) -> PodGroup | None:
             allowed = " or ".join(FAILURE_POLICIES)
             raise PodRejected(_annotation_field(FAILURE_POLICY_ANNOTATION), f"must be {allowed}, got {policy_text!r}")
         policy = found
-    return PodGroup(name, total, policy, _completion_index(meta, labels))
+    return PodGroupSpec(name, total, policy, _completion_index(meta, labels))
 
 
 def _completion_index(meta: Metadata, labels: dict[str, str]) -> int | None:

@@ -31,7 +31,7 @@ from .flavors import apply_flavor, select_flavor
 from .hooks import HOOKS, ExecHandler, Handler, TcpSocketHandler, handler_body
 from .launch import HostLink, Launch, PodOptions, SetupEntry
 from .limits import Limits
-from .pod_group import PodGroup, pod_group
+from .pod_group import PodGroupSpec, pod_group
 from .pod_model import Container, Pod
 from .pod_parse import parse_pod
 from .pod_resources import GPU_RESOURCE, ContainerResources, pod_resources_from
@@ -250,7 +250,7 @@ class RenderedPod:
     """A rendered pod and the pod group it belongs to (``None``: a pod on its own)."""
 
     job: pb.JobScript
-    group: PodGroup | None
+    group: PodGroupSpec | None
 
 
 def render_job(

@@ -78,7 +78,7 @@ class Submitting(Protocol):
 
 
 class SubmittingGroups(Protocol):
-    """SubmitGroup (``gangs.Gangs``)."""
+    """SubmitGroup (``gangs.PodGroupSubmissions``)."""
 
     async def submit_group(
         self, req: pb.SubmitGroupRequest, *, deadline: float | None = None

@@ -1,11 +1,13 @@
-"""SubmitGroup and a gang's recovery: every member claimed durably, the gang handed to the backend ONCE.
+"""SubmitGroup and a gang's recovery: every member of a pod group claimed durably, the group handed to the backend
+ONCE, as one gang.
 
 A gang is several ordinary registry rows (one per member pod: GetStatus, GetLogs, Cancel and events work
 on each as on a single pod) whose ``gang`` column names the group; all share the gang's one backend job
 id. Order of the durable steps, as for a single pod: claim every member (row + job directory) → the gang's
 directory → ``find_gang`` when resuming, else ``submit_gang`` → mark every member submitted → track. The
 caller's deadline, the check of the backend's programs and an error answer ending the wait work as for a single
-pod (:mod:`.submission`). The decisions are :mod:`submitters.core.gangs`'; this module does the I/O.
+pod: through :class:`MemberSubmissions`, the few steps of :class:`.submission.Submissions` a member goes through,
+never its state. The decisions are :mod:`submitters.core.gangs`'; this module does the I/O.
 """
 
 from __future__ import annotations
@@ -15,9 +17,11 @@ import logging
 import os
 from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
+from typing import Protocol
 
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel import layout
+from interlink_nats.kernel.clock import Clock
 from interlink_nats.submitters.core.backend import Backend, BackendError, GangSpec, Reconciled, RunsGangs
 from interlink_nats.submitters.core.errors import CannotSubmit, InvalidRequest, Refused, Unavailable
 from interlink_nats.submitters.core.gangs import (
@@ -37,13 +41,9 @@ from interlink_nats.submitters.core.lifecycle import (
     RetryLater,
     SubmitAction,
     gave_up,
-    needs_owner_check,
     past_deadline,
-    plan_submit,
 )
-from interlink_nats.submitters.core.status import submit_failed_status
-from interlink_nats.submitters.engine.polling import Poller, meta_from_row
-from interlink_nats.submitters.engine.submission import Submissions, validate_job
+from interlink_nats.submitters.engine.polling import Poller
 from interlink_nats.submitters.jobdirs import files as jobfiles
 from interlink_nats.submitters.state.registry import Registry
 from interlink_nats.submitters.state.schema import JobRow
@@ -77,14 +77,44 @@ def _make_gang_dir(path: Path) -> None:
     os.makedirs(path, mode=0o700, exist_ok=True)
 
 
-class Gangs:
-    """SubmitGroup for one instance, beside (and through) :class:`Submissions`."""
+class MemberSubmissions(Protocol):
+    """What a pod group's submission needs of single pods' (``Submissions``): each member is claimed, failed and
+    tracked as a single pod is, the group submitted once with the same check of the backend's programs."""
 
-    def __init__(self, submissions: Submissions) -> None:
+    @property
+    def backend(self) -> Backend: ...
+    @property
+    def state_dir(self) -> Path: ...
+    @property
+    def clock(self) -> Clock: ...
+    @property
+    def stopping(self) -> bool: ...
+    @property
+    def on_step(self) -> Callable[[str], None]: ...
+    @property
+    def registry(self) -> Callable[[], Registry]: ...
+
+    def validate(self, job: pb.JobScript) -> None: ...
+    def submitting_group(self, uids: list[str], task: asyncio.Task[pb.SubmitGroupResponse]) -> None: ...
+    async def claim(
+        self, job: pb.JobScript, job_dir: Path, *, gang: str = "", deadline: float | None = None
+    ) -> tuple[bool, JobRow]: ...
+    async def take_over(self, rows: list[JobRow]) -> bool: ...
+    async def rewrite_job_dir(self, job_dir: Path, job: pb.JobScript) -> None: ...
+    async def submit_planned(self, submission: Callable[[], Awaitable[str]], *, created: bool) -> SubmitAction: ...
+    async def give_up(self, uids: list[str]) -> None: ...
+    async def fail_submission(self, row: JobRow, reason: str) -> None: ...
+    async def track_submitted(self, rows: list[JobRow], job_id: str) -> None: ...
+
+
+class PodGroupSubmissions:
+    """SubmitGroup for one instance: a pod group run as one gang, its members through :class:`MemberSubmissions`."""
+
+    def __init__(self, submissions: MemberSubmissions) -> None:
         self._subs = submissions
         self.inflight: dict[str, asyncio.Task[pb.SubmitGroupResponse]] = {}
         """By group uid: concurrent identical SubmitGroups share one task (each member's uid is also in
-        ``Submissions.group_inflight``, so a Cancel and recovery wait for it)."""
+        ``MemberSubmissions.submitting_group``, so a Cancel and recovery wait for it)."""
 
     async def submit_group(
         self, req: pb.SubmitGroupRequest, *, deadline: float | None = None
@@ -98,7 +128,7 @@ class Gangs:
             raise InvalidRequest(str(exc)) from None
         for i, job in enumerate(members):
             try:
-                validate_job(job, self._subs.storage)
+                self._subs.validate(job)
             except InvalidRequest as exc:
                 raise InvalidRequest(f"members[{i}]: {exc}") from None
         subs = self._subs
@@ -113,16 +143,8 @@ class Gangs:
         task = asyncio.ensure_future(self._submit_group(group, members, deadline))
         uids = [m.pod.uid for m in members if m.pod is not None]
         self.inflight[group] = task
-        for uid in uids:
-            subs.group_inflight[uid] = task
-
-        def done(_t: object) -> None:
-            self.inflight.pop(group, None)
-            for uid in uids:
-                if subs.group_inflight.get(uid) is task:
-                    del subs.group_inflight[uid]
-
-        task.add_done_callback(done)
+        subs.submitting_group(uids, task)
+        task.add_done_callback(lambda _t: self.inflight.pop(group, None))
         return await asyncio.shield(task)
 
     async def _answer(self, uids: Sequence[str], job_id: str) -> pb.SubmitGroupResponse:
@@ -149,12 +171,8 @@ class Gangs:
             if row.gang != group:
                 what = f"in pod group {row.gang}" if row.gang else "as a single pod"
                 raise Refused(f"members[{i}].pod.uid {row.uid} was already submitted {what}")
-        me = subs.lock.instance_id
-        for owner in {r.owner for r in rows if needs_owner_check(r.phase, r.owner, me)}:
-            if not await asyncio.to_thread(subs.lock.owner_is_dead, owner):
-                return await self._answer(uids, known_job_id([_member_row(r) for r in rows]))
-            await reg.adopt(owner, me)
-            subs.recover_needed = True
+        if not await subs.take_over(rows):  # another instance, alive, is submitting them
+            return await self._answer(uids, known_job_id([_member_row(r) for r in rows]))
         plan = plan_group([_member_row(r) for r in rows], created)
         if plan is GroupPlan.ANSWER:
             return await self._answer(uids, known_job_id([_member_row(r) for r in rows]))
@@ -177,26 +195,21 @@ class Gangs:
                 return await self._answer(uids, found.job_id)
             for i, row in enumerate(rows):  # resuming: a member's directory may be missing or partial
                 if not created[i]:
-                    try:
-                        await subs.job_dirs.run((row.job_dir, jobs[i].script, jobs[i].layout))
-                    except OSError as exc:
-                        raise Unavailable(f"cannot write the job directory: {exc}") from None
+                    await subs.rewrite_job_dir(row.job_dir, jobs[i])
         job_id = await submit_gang(subs, spec, rows, created=all(created), deadline=deadline)
         if all(created):
             return pb.SubmitGroupResponse(job_id=job_id, created=True)  # pending; the caller knows the containers
         return await self._answer(uids, job_id)
 
     async def _fail(self, rows: Sequence[JobRow], reason: str) -> None:
-        subs = self._subs
         for row in rows:
             if row.phase is Phase.SUBMITTING:
-                meta = meta_from_row(row, subs.pool, subs.backend.name)
-                await subs.record_final(row, submit_failed_status(meta, reason, now=subs.clock.time()))
+                await self._subs.fail_submission(row, reason)
         raise Refused(reason)
 
 
 async def submit_gang(
-    subs: Submissions, spec: GangSpec, rows: Sequence[JobRow], *, created: bool, deadline: float | None
+    subs: MemberSubmissions, spec: GangSpec, rows: Sequence[JobRow], *, created: bool, deadline: float | None
 ) -> str:
     """The gang's directory, then ONE backend submission (unless the caller's ``deadline`` passed), then every
     member recorded and tracked."""
@@ -211,32 +224,25 @@ async def submit_gang(
     if past_deadline(deadline, subs.clock.time()):
         action = FailPod(gave_up(backend.name), gave_up(backend.name))
     else:
-        outcome = await subs.attempt(lambda: backend.submit_gang(spec))
-        action = plan_submit(backend.name, outcome, created=created, unusable=subs.commands.problem)
+        action = await subs.submit_planned(lambda: backend.submit_gang(spec), created=created)
     if isinstance(action, RetryLater | CannotRun):
         await subs.give_up([r.uid for r in rows])
         raise Unavailable(action.message) if isinstance(action, RetryLater) else CannotSubmit(action.message)
     if isinstance(action, FailPod):
         for row in rows:
-            meta = meta_from_row(row, subs.pool, backend.name)
-            await subs.record_final(row, submit_failed_status(meta, action.reason, now=subs.clock.time()))
+            await subs.fail_submission(row, action.reason)
         raise Refused(action.message)
     await record_gang(subs, rows, action.job_id)
     return action.job_id
 
 
-async def record_gang(subs: Submissions, rows: Sequence[JobRow], job_id: str) -> None:
+async def record_gang(subs: MemberSubmissions, rows: Sequence[JobRow], job_id: str) -> None:
     """Every member waiting for its id gets the gang's; every live member is tracked (SUBMITTING → ACTIVE)."""
     reg = subs.registry()
     waiting = [r for r in rows if r.phase is Phase.SUBMITTING]
     await asyncio.gather(*(reg.mark_submitted(r.uid, job_id) for r in waiting))
     subs.on_step("marked")
-    async with subs.poller.lock:
-        for row in rows:
-            if row.phase in (Phase.SUBMITTING, Phase.ACTIVE):
-                row.job_id = job_id
-                row.phase = Phase.ACTIVE
-                subs.poller.track(row)
+    await subs.track_submitted(list(rows), job_id)
 
 
 async def recover_gangs(

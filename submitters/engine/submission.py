@@ -372,3 +372,57 @@ class Submissions:
             return None
         job_id = row.job_id or next((r.job_id for r in others if r.job_id), "")
         return JobHandle(row.gang, jobfiles.gang_dir_of(row.job_dir, row.gang), job_id)
+
+    # --- what a pod group's submission uses (``engine.gangs.MemberSubmissions``) ------------------------
+    def validate(self, job: pb.JobScript) -> None:
+        """:func:`validate_job` with the site's storage policy in force."""
+        validate_job(job, self.storage)
+
+    def submitting_group(self, uids: list[str], task: asyncio.Task[pb.SubmitGroupResponse]) -> None:
+        """``task`` submits these members' group: a Cancel of one (and recovery) waits for it to end."""
+        for uid in uids:
+            self.group_inflight[uid] = task
+
+        def done(_t: object) -> None:
+            for uid in uids:
+                if self.group_inflight.get(uid) is task:
+                    del self.group_inflight[uid]
+
+        task.add_done_callback(done)
+
+    async def take_over(self, rows: list[JobRow]) -> bool:
+        """Adopt the rows another instance claimed when that instance is dead (its jobs are tracked on the next
+        poll); False, adopting nothing more, as soon as one of those owners is alive (it is submitting them)."""
+        me = self.lock.instance_id
+        for owner in {r.owner for r in rows if needs_owner_check(r.phase, r.owner, me)}:
+            if not await asyncio.to_thread(self.lock.owner_is_dead, owner):
+                return False
+            await self.registry().adopt(owner, me)
+            self.recover_needed = True
+        return True
+
+    async def rewrite_job_dir(self, job_dir: Path, job: pb.JobScript) -> None:
+        """A resumed submission's job directory (it may be missing or partial), written again."""
+        try:
+            await self.job_dirs.run((job_dir, job.script, job.layout))
+        except OSError as exc:
+            raise Unavailable(f"cannot write the job directory: {exc}") from None
+
+    async def submit_planned(self, submission: Callable[[], Awaitable[str]], *, created: bool) -> SubmitAction:
+        """One backend submission (:meth:`attempt`) and what ``plan_submit`` makes of its outcome."""
+        outcome = await self.attempt(submission)
+        return plan_submit(self.backend.name, outcome, created=created, unusable=self.commands.problem)
+
+    async def fail_submission(self, row: JobRow, reason: str) -> None:
+        """The pod failed before it ran (``reason`` in its status), recorded and published."""
+        meta = meta_from_row(row, self.pool, self.backend.name)
+        await self.record_final(row, submit_failed_status(meta, reason, now=self.clock.time()))
+
+    async def track_submitted(self, rows: list[JobRow], job_id: str) -> None:
+        """The live rows among these (a pod group's members) run as job ``job_id``: polled from now on."""
+        async with self.poller.lock:
+            for row in rows:
+                if row.phase in (Phase.SUBMITTING, Phase.ACTIVE):
+                    row.job_id = job_id
+                    row.phase = Phase.ACTIVE
+                    self.poller.track(row)

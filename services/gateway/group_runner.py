@@ -1,8 +1,10 @@
-"""Pod groups (gangs): members held until the whole group has arrived, then ONE ``SubmitGroup`` to the pool.
+"""Pod groups: members held until their policy says "submit as one", then ONE ``SubmitGroup`` to the pool.
 
-Decisions are in ``groups`` (pure); this module does the I/O around them: the pod table (each member is an
-ordinary pod record, so ``/status`` answers it as any pod), the held groups (``held``, mirrored to redis),
-the pool's ``SubmitGroup`` with back-off, and one background task that fails groups which waited too long.
+When to hold, submit or refuse is the policy's (``group_policy``, pure); what a group is, ``pod_group``'s
+(pure); this module does the I/O around them, the same for every policy: the pod table (each member is an
+ordinary pod record, so ``/status`` answers it as any pod), the held groups (``group_store``, mirrored to
+redis), the pool's ``SubmitGroup`` with back-off, and one background task that asks the policy about every
+group as time passes (a gang that waited too long is refused).
 """
 
 from __future__ import annotations
@@ -15,15 +17,16 @@ from dataclasses import KW_ONLY, dataclass, field
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel.clock import SYSTEM_CLOCK, Clock
 from interlink_nats.kernel.tasks import cancel_and_wait
-from interlink_nats.services.gateway import groups as decide
+from interlink_nats.services.gateway import pod_group
 from interlink_nats.services.gateway.errors import GatewayError, PoolError
-from interlink_nats.services.gateway.groups import HeldGroup, HeldMember
-from interlink_nats.services.gateway.held import HeldGroups
+from interlink_nats.services.gateway.group_policy import GangPolicy, GroupPolicy, Refuse, SubmitAsOne
+from interlink_nats.services.gateway.group_store import PodGroupStore
+from interlink_nats.services.gateway.pod_group import PodGroup, PodGroupMember
 from interlink_nats.services.gateway.pool_client import PoolClient
 from interlink_nats.services.gateway.record import PodRecord
 from interlink_nats.services.gateway.store import PodStore
 from interlink_nats.services.gateway.usage import allowance_of
-from interlink_nats.services.scripts import PodGroup
+from interlink_nats.services.scripts import PodGroupSpec
 
 log = logging.getLogger("interlink_nats.gateway")
 
@@ -32,20 +35,31 @@ RETRY_MAX_S = 5.0
 
 
 @dataclass(eq=False, repr=False, slots=True)
-class PodGroups:
-    """The gang use cases: hold members, submit a complete group once, fail those that waited too long."""
+class PodGroupRunner:
+    """The pod-group use cases: hold members, submit a group once when its policy says so, fail those it
+    refuses. The policy is a gang's (``wait_s``, ``limits``) unless another is given."""
 
     store: PodStore
-    held: HeldGroups
+    held: PodGroupStore
     client: PoolClient
     _: KW_ONLY
     wait_s: float
-    limits: decide.HeldLimits = field(default_factory=decide.HeldLimits)
+    limits: pod_group.PodGroupLimits = field(default_factory=pod_group.PodGroupLimits)
     clock: Clock = SYSTEM_CLOCK
+    policy: GroupPolicy | None = None
     _submitting: dict[str, asyncio.Task[None]] = field(default_factory=dict, init=False)
     _sweeper: asyncio.Task[None] | None = field(default=None, init=False)
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock, init=False)
     """Arrivals, departures and outcomes of groups one at a time: each reads a group and writes it back."""
+
+    def __post_init__(self) -> None:
+        if self.policy is None:
+            self.policy = GangPolicy(self.wait_s, self.limits)
+
+    @property
+    def _policy(self) -> GroupPolicy:
+        assert self.policy is not None  # set by __post_init__
+        return self.policy
 
     # --- life cycle ----------------------------------------------------------------------------
     async def start(self) -> None:
@@ -62,7 +76,7 @@ class PodGroups:
                 if self.store.get(member.uid) is None:
                     await self.store.put(self._record(group, member))
             self._show_waiting(group)
-            if group.complete:
+            if isinstance(self._policy.decide(group, self.clock.time()), SubmitAsOne):
                 self._submit_later(group.key)
         self._sweeper = asyncio.create_task(self._sweep_forever(), name="gateway-pod-groups")
         if loaded:
@@ -74,43 +88,43 @@ class PodGroups:
         self._sweeper = None
 
     # --- calls ---------------------------------------------------------------------------------
-    async def hold(self, record: PodRecord, job: pb.JobScript, group: PodGroup) -> str:
+    async def hold(self, record: PodRecord, job: pb.JobScript, group: PodGroupSpec) -> str:
         """Hold a member (its ``/create``); returns its ``PodJID``. Raises a 4xx GatewayError when it does not
-        fit its group (another pool, another count) or the site's limits (``groups.HeldLimits``); a member held
-        already (interLink retries) is answered as before."""
-        member = HeldMember(record.uid, record.name, group.index, bytes(job), record.images)
-        key = decide.group_key(record.namespace, group.name)
+        fit its group (another pool, another count) or the site's limits (``pod_group.PodGroupLimits``); a member
+        held already (interLink retries) is answered as before."""
+        member = PodGroupMember.arrived(record.uid, record.name, group.index, job, record.images)
+        key = pod_group.group_key(record.namespace, group.name)
         async with self._lock:
             known = self.store.get(record.uid)
             if known is not None and not self.holds(record.uid) and (known.job_id or known.is_final()):
                 # a retried create that raced its group's outcome (sent, or failed): that answer stands
                 return known.job_id or self.jid(record.namespace, group)
-            held = decide.admit(
-                self.held.get(key), member, group, namespace=record.namespace, pool=record.pool, now=self.clock.time()
+            now = self.clock.time()
+            held = self._policy.admit(
+                self.held.get(key), member, group, namespace=record.namespace, pool=record.pool, now=now
             )
             if record.uid not in held.members:
-                decide.check_size(group, self.limits, record.namespace)
-                decide.check_room(self.limits, self.held.usage(record.namespace), held, member)
+                pod_group.check_room(self.limits, self.held.usage(record.namespace), held, member)
                 held.members[record.uid] = member
                 # redis first: once the member is answered it must survive a restart
                 await self.held.put(held)
                 await self.store.put(record)
                 self._show_waiting(held)
-                log.info("holding pod %s/%s: %s", record.namespace, record.name, decide.waiting_message(held))
-            if held.complete:
+                log.info("holding pod %s/%s: %s", record.namespace, record.name, pod_group.waiting_message(held))
+            if isinstance(self._policy.decide(held, now), SubmitAsOne):
                 self._submit_later(key)
         return self.jid(record.namespace, group)
 
-    def jid(self, namespace: str, group: PodGroup) -> str:
+    def jid(self, namespace: str, group: PodGroupSpec) -> str:
         """A member's ``PodJID`` before its group is sent."""
-        return decide.held_jid(decide.group_key(namespace, group.name))
+        return pod_group.held_jid(pod_group.group_key(namespace, group.name))
 
     def holds(self, uid: str) -> bool:
         return self.held.group_of(uid) is not None
 
     def waiting_message(self, uid: str) -> str | None:
         group = self.held.group_of(uid)
-        return None if group is None else decide.waiting_message(group)
+        return None if group is None else pod_group.waiting_message(group)
 
     async def release(self, uid: str) -> bool:
         """A held member's pod was deleted: it leaves the group, which then waits for a replacement (as the Job
@@ -138,20 +152,20 @@ class PodGroups:
         try:
             while True:
                 group = self.held.get(key)
-                if group is None or not group.complete:
+                if group is None or not isinstance(self._policy.decide(group, self.clock.time()), SubmitAsOne):
                     return  # a member was deleted meanwhile: the group waits for its replacement again
-                jobs = decide.gang_jobs(group)
+                jobs = self._policy.submission(group)
                 try:
                     reply = await self.client.submit_group(group.pool, jobs)
                 except GatewayError as exc:
                     rpc = exc.rpc_status.name if isinstance(exc, PoolError) else "UNAVAILABLE"  # our NATS is down
-                    if rpc in decide.TRANSIENT and self.clock.monotonic() < deadline:
+                    if rpc in pod_group.TRANSIENT and self.clock.monotonic() < deadline:
                         attempt += 1
                         pause = min(RETRY_FIRST_S * 2 ** (attempt - 1), RETRY_MAX_S)
                         log.warning("pod group %s: SubmitGroup failed (%s), retrying in %gs", key, exc.message, pause)
                         await asyncio.sleep(pause)
                         continue
-                    reason = decide.UNAVAILABLE_REASON if rpc in decide.TRANSIENT else decide.REJECTED_REASON
+                    reason = pod_group.UNAVAILABLE_REASON if rpc in pod_group.TRANSIENT else pod_group.REJECTED_REASON
                     async with self._lock:
                         await self._fail(group, reason, f"pod group {key}: {exc.message}")
                     return
@@ -166,7 +180,7 @@ class PodGroups:
             if self._submitting.get(key) is asyncio.current_task():
                 del self._submitting[key]
 
-    async def _submitted(self, group: HeldGroup, jobs: list[pb.JobScript], reply: pb.SubmitGroupResponse) -> None:
+    async def _submitted(self, group: PodGroup, jobs: list[pb.JobScript], reply: pb.SubmitGroupResponse) -> None:
         """Every member's record gets the gang's job id; from here statuses flow per member as for any pod."""
         gone: list[str] = []
         for rank, job in enumerate(jobs):
@@ -189,11 +203,11 @@ class PodGroups:
             with contextlib.suppress(GatewayError):
                 await self.client.cancel(group.pool, uid)
 
-    async def _fail(self, group: HeldGroup, reason: str, message: str) -> None:
+    async def _fail(self, group: PodGroup, reason: str, message: str) -> None:
         for uid in group.members:
             record = self.store.get(uid)
             if record is not None:
-                status = decide.member_status(
+                status = pod_group.member_status(
                     record.init_containers, record.containers, final=True, reason=reason, message=message
                 )
                 self.store.apply_status(uid, status, 0)
@@ -212,26 +226,30 @@ class PodGroups:
                 log.exception("checking held pod groups failed")
 
     async def sweep(self) -> None:
-        """Fail the members of every group that waited ``wait_s`` for the rest."""
+        """Fail the members of every group its policy refuses now (a gang that waited ``wait_s`` for the rest);
+        a group to submit is being submitted already (``hold`` and ``start`` send it)."""
         async with self._lock:
-            for group in decide.expired(list(self.held.groups.values()), self.clock.time(), self.wait_s):
-                await self._fail(group, decide.INCOMPLETE_REASON, decide.incomplete_message(group, self.wait_s))
+            now = self.clock.time()
+            for group in list(self.held.groups.values()):
+                decision = self._policy.decide(group, now)
+                if isinstance(decision, Refuse):
+                    await self._fail(group, decision.reason, decision.message)
 
-    def _show_waiting(self, group: HeldGroup) -> None:
+    def _show_waiting(self, group: PodGroup) -> None:
         """Every member's status says how many of the group have arrived (it changes with each arrival). In
         memory only: the count is derived from the held group (redis has it), and ``start`` shows it again after
         a restart, so an arrival costs no redis write per member already there."""
-        message = decide.waiting_message(group)
+        message = pod_group.waiting_message(group)
         for uid in group.members:
             record = self.store.get(uid)
             if record is None or record.is_final() or record.job_id:
                 continue
-            record.status = decide.member_status(
-                record.init_containers, record.containers, final=False, reason=decide.WAITING_REASON, message=message
+            record.status = pod_group.member_status(
+                record.init_containers, record.containers, final=False, reason=pod_group.WAITING_REASON, message=message
             )
 
-    def _record(self, group: HeldGroup, member: HeldMember) -> PodRecord:
-        job = pb.JobScript.parse(member.job)
+    def _record(self, group: PodGroup, member: PodGroupMember) -> PodRecord:
+        job = member.job
         return PodRecord(
             uid=member.uid,
             namespace=group.namespace,

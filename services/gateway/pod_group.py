@@ -1,10 +1,10 @@
-"""Pod groups held by the gateway until every member has arrived: the decisions, with no I/O.
+"""A pod group at the gateway: pods submitted as one, held until their policy says to send them. No I/O.
 
 Why the gateway holds them: a gang must start as ONE backend job (``SubmitGroup``), but interLink sends its pods
 one ``/create`` at a time and needs a 200 for each at once. So each member is rendered and answered at once,
-kept here (and in redis, by ``held``), and the whole group is sent when the last one arrives. What a held group
-is, who may join it, the members' ranks, the group's uid and the statuses a waiting or failed member shows
-are decided here; ``gangs`` does the I/O.
+kept (in memory and in redis, by ``group_store``), and the group is sent as one when its policy
+(``group_policy``) says so. What a group and a member are, the group's key and uid, the site's limits on what
+is held, and the statuses a waiting or failed member shows are here; ``group_runner`` does the I/O.
 """
 
 from __future__ import annotations
@@ -19,10 +19,6 @@ from urllib.parse import quote
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel.pod_limits import GROUP_SIZE_MAX
 from interlink_nats.services.gateway.errors import GatewayError
-from interlink_nats.services.scripts.pod_group import FAILURE_POLICY_ANNOTATION as POLICY_ANNOTATION
-from interlink_nats.services.scripts.pod_group import GROUP_NAME_LABEL as NAME_LABEL
-from interlink_nats.services.scripts.pod_group import GROUP_TOTAL_ANNOTATION as TOTAL_ANNOTATION
-from interlink_nats.services.scripts.pod_group import PodGroup
 
 WAITING_REASON = "PodGroupWaiting"
 INCOMPLETE_REASON = "PodGroupIncomplete"
@@ -46,15 +42,28 @@ def held_jid(key: str) -> str:
 
 
 @dataclass(slots=True)
-class HeldMember:
+class PodGroupMember:
     """One arrived member: what it needs to be submitted, and to answer ``/status`` after a restart."""
 
     uid: str
     name: str
     index: int | None
-    job: bytes
-    """Its rendered ``JobScript``, encoded (sent as is, with ``gang`` set, in ``SubmitGroup``)."""
+    job: pb.JobScript
+    """Its rendered job, parsed once (on arrival, or when loaded from redis): never changed, the group's
+    submission sends copies with their place in the group set."""
+    encoded: bytes
+    """The same job encoded once: what redis keeps and what the site's limits count, never encoded again."""
     images: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def arrived(
+        cls, uid: str, name: str, index: int | None, job: pb.JobScript, images: dict[str, str]
+    ) -> PodGroupMember:
+        return cls(uid, name, index, job, bytes(job), images)
+
+    @property
+    def size(self) -> int:
+        return len(self.encoded)
 
     def rank_key(self) -> tuple[bool, int, str, str]:
         """Completion index first (Indexed Jobs, JobSets), then pod name; the uid only breaks exact ties."""
@@ -62,7 +71,7 @@ class HeldMember:
 
 
 @dataclass(slots=True)
-class HeldGroup:
+class PodGroup:
     namespace: str
     name: str
     pool: str
@@ -70,7 +79,7 @@ class HeldGroup:
     failure_policy: int
     first_at: float
     """Wall time of the first member's arrival: the wait is counted from it, across gateway restarts."""
-    members: dict[str, HeldMember] = field(default_factory=dict)
+    members: dict[str, PodGroupMember] = field(default_factory=dict)
 
     @property
     def key(self) -> str:
@@ -80,8 +89,8 @@ class HeldGroup:
     def complete(self) -> bool:
         return len(self.members) >= self.total
 
-    def ranked(self) -> list[HeldMember]:
-        return sorted(self.members.values(), key=HeldMember.rank_key)
+    def ranked(self) -> list[PodGroupMember]:
+        return sorted(self.members.values(), key=PodGroupMember.rank_key)
 
     def to_json(self) -> str:
         return json.dumps(
@@ -97,7 +106,7 @@ class HeldGroup:
                         "uid": m.uid,
                         "name": m.name,
                         "index": m.index,
-                        "job": base64.b64encode(m.job).decode(),
+                        "job": base64.b64encode(m.encoded).decode(),
                         "images": m.images,
                     }
                     for m in self.members.values()
@@ -106,7 +115,7 @@ class HeldGroup:
         )
 
     @classmethod
-    def from_json(cls, text: str | bytes) -> HeldGroup:
+    def from_json(cls, text: str | bytes) -> PodGroup:
         data: dict[str, Any] = json.loads(text)
         group = cls(
             namespace=str(data["namespace"]),
@@ -118,58 +127,20 @@ class HeldGroup:
         )
         for m in data["members"]:
             index = m.get("index")
-            group.members[str(m["uid"])] = HeldMember(
+            encoded = base64.b64decode(m["job"])
+            group.members[str(m["uid"])] = PodGroupMember(
                 uid=str(m["uid"]),
                 name=str(m["name"]),
                 index=None if index is None else int(index),
-                job=base64.b64decode(m["job"]),
+                job=pb.JobScript.parse(encoded),
+                encoded=encoded,
                 images={str(k): str(v) for k, v in (m.get("images") or {}).items()},
             )
         return group
 
 
-def admit(
-    group: HeldGroup | None, member: HeldMember, view: PodGroup, *, namespace: str, pool: str, now: float
-) -> HeldGroup:
-    """The group ``member`` may join (a new group for its first member), as the member's pod sees it (``view``,
-    ``namespace``, ``pool``): a 422 naming both pods when it does not fit the members already there (another
-    pool, count or failure policy), or comes after the group is already complete. A member arriving again
-    (interLink retries) is the same member. The caller adds it."""
-    if group is None:
-        return HeldGroup(namespace, view.name, pool, view.total, int(view.failure_policy), now)
-    if member.uid in group.members:
-        return group
-    other = next(iter(group.members.values())).name if group.members else "?"
-    where = f"pod group {group.key}"
-    if pool != group.pool:
-        raise GatewayError(
-            422,
-            f"spec.tolerations: {where}: pod {member.name} is for pool {pool!r} but pod {other} of the "
-            f"same group is for pool {group.pool!r}; a pod group runs in one pool",
-        )
-    if view.total != group.total:
-        raise GatewayError(
-            422,
-            f'metadata.annotations["{TOTAL_ANNOTATION}"]: {where}: pod {member.name} says {view.total} members '
-            f"but pod {other} of the same group says {group.total}",
-        )
-    if int(view.failure_policy) != group.failure_policy:
-        raise GatewayError(
-            422,
-            f'metadata.annotations["{POLICY_ANNOTATION}"]: {where}: pod {member.name}\'s policy differs from pod '
-            f"{other}'s",
-        )
-    if group.complete:
-        raise GatewayError(
-            409,
-            f'metadata.labels["{NAME_LABEL}"]: {where}: all {group.total} members have arrived already; '
-            f"pod {member.name} is one more",
-        )
-    return group
-
-
 @dataclass(frozen=True, slots=True)
-class HeldLimits:
+class PodGroupLimits:
     """The site's bounds on what pod groups may make the gateway hold (settings ``max_group_size``,
     ``max_held_members_per_namespace``, ``max_held_bytes_per_namespace``, ``max_held_bytes``)."""
 
@@ -180,7 +151,7 @@ class HeldLimits:
 
 
 @dataclass(frozen=True, slots=True)
-class HeldUsage:
+class PodGroupUsage:
     members: int
     """The members one namespace's waiting groups declared (their total counts added up): a group's seats are
     taken by its first member, so a namespace at its limit can still complete every group it has."""
@@ -190,23 +161,11 @@ class HeldUsage:
     """Every namespace's held jobs, in bytes."""
 
 
-def check_size(view: PodGroup, limits: HeldLimits, namespace: str) -> None:
-    """A 422 naming the annotation when the group declares more members than the site runs as one gang:
-    retrying never helps."""
-    if view.total > limits.group_size:
-        raise GatewayError(
-            422,
-            f'metadata.annotations["{TOTAL_ANNOTATION}"]: pod group {group_key(namespace, view.name)} has '
-            f"{view.total} members, more than this site's limit of {limits.group_size} (gateway setting "
-            "max_group_size)",
-        )
-
-
-def check_room(limits: HeldLimits, usage: HeldUsage, group: HeldGroup, member: HeldMember) -> None:
+def check_room(limits: PodGroupLimits, usage: PodGroupUsage, group: PodGroup, member: PodGroupMember) -> None:
     """A 429 when holding ``member`` would take its namespace (or the gateway) past a limit on what it holds:
     the room comes back as that namespace's groups are sent or fail, so a later create may pass. A new group
-    takes all its members' seats at once (``HeldUsage.members``); its later members need only bytes."""
-    size = len(member.job)
+    takes all its members' seats at once (``PodGroupUsage.members``); its later members need only bytes."""
+    size = member.size
     where = f"pod group {group.key}: pod {member.name} ({size} bytes) cannot be held"
     later = "; it can be once groups now waiting are sent or fail"
     if not group.members and usage.members + group.total > limits.members_per_namespace:
@@ -230,41 +189,16 @@ def check_room(limits: HeldLimits, usage: HeldUsage, group: HeldGroup, member: H
         )
 
 
-def group_uid(group: HeldGroup) -> str:
+def waiting_message(group: PodGroup) -> str:
+    """What every held member's status says (it changes with each arrival)."""
+    return f"waiting for pod group {group.key}: {len(group.members)} of {group.total} members have arrived"
+
+
+def group_uid(group: PodGroup) -> str:
     """The gang's id: the same for the same pods (a resubmission after a crash is found again by it), another
     for a group of the same name made again of new pods. A valid job-directory name, like a pod UID."""
     digest = hashlib.sha256("\0".join([group.namespace, group.name, *sorted(group.members)]).encode())
     return "g-" + digest.hexdigest()[:40]
-
-
-def gang_jobs(group: HeldGroup) -> list[pb.JobScript]:
-    """The members' jobs in rank order, each with its place in the gang (``SubmitGroupRequest.members``)."""
-    uid = group_uid(group)
-    jobs = []
-    for rank, member in enumerate(group.ranked()):
-        job = pb.JobScript.parse(member.job)
-        job.gang = pb.GangMember(
-            group_uid=uid,
-            group_name=group.name,
-            rank=rank,
-            size=len(group.members),
-            failure_policy=pb.GangFailurePolicy(group.failure_policy),
-        )
-        jobs.append(job)
-    return jobs
-
-
-def waiting_message(group: HeldGroup) -> str:
-    return f"waiting for pod group {group.key}: {len(group.members)} of {group.total} members have arrived"
-
-
-def incomplete_message(group: HeldGroup, wait_s: float) -> str:
-    return f"pod group {group.key}: only {len(group.members)} of {group.total} members arrived within {wait_s:g} s"
-
-
-def expired(groups: list[HeldGroup], now: float, wait_s: float) -> list[HeldGroup]:
-    """Incomplete groups whose first member came ``wait_s`` ago or more (a complete one is being submitted)."""
-    return [g for g in groups if not g.complete and now - g.first_at >= wait_s]
 
 
 TRANSIENT = frozenset({"UNAVAILABLE", "DEADLINE_EXCEEDED", "ABORTED", "UNKNOWN", "INTERNAL"})

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 
-from interlink_nats.services.gateway.groups import HeldGroup, HeldUsage
+from interlink_nats.services.gateway.pod_group import PodGroup, PodGroupUsage
 from interlink_nats.services.gateway.store import RedisLike
 
 log = logging.getLogger(__name__)
@@ -18,11 +18,11 @@ log = logging.getLogger(__name__)
 REDIS_GROUPS_KEY = "interlink-nats:pod-groups"
 
 
-class HeldGroups:
+class PodGroupStore:
     def __init__(self, redis: RedisLike | None = None, *, key: str = REDIS_GROUPS_KEY) -> None:
         self.redis = redis
         self.key = key
-        self.groups: dict[str, HeldGroup] = {}
+        self.groups: dict[str, PodGroup] = {}
         self.by_member: dict[str, str] = {}
         """Pod uid -> its group's key."""
         self._counted: dict[str, tuple[str, int, int]] = {}
@@ -30,7 +30,7 @@ class HeldGroups:
         self._members: dict[str, int] = {}
         self._bytes: dict[str, int] = {}
         self.bytes_total = 0
-        """The held members' rendered jobs, in bytes: what the site limits bound (``groups.HeldLimits``)."""
+        """The held members' rendered jobs, in bytes: what the site limits bound (``groups.PodGroupLimits``)."""
 
     async def load(self) -> int:
         """The groups redis holds; returns how many."""
@@ -38,7 +38,7 @@ class HeldGroups:
             return 0
         for key, text in (await self.redis.hgetall(self.key)).items():
             try:
-                group = HeldGroup.from_json(text)
+                group = PodGroup.from_json(text)
             except (ValueError, KeyError, TypeError) as exc:
                 log.warning("skipping unreadable pod group %s in redis: %s", key.decode(errors="replace"), exc)
                 continue
@@ -47,7 +47,7 @@ class HeldGroups:
                 await self._move(key, group)
         return len(self.groups)
 
-    async def _move(self, old: bytes, group: HeldGroup) -> None:
+    async def _move(self, old: bytes, group: PodGroup) -> None:
         """A group an older gateway stored under the field ``<namespace>/<name>`` unescaped: written again under
         its key, the old field removed (a valid name's key is unchanged, so only odd names ever move)."""
         assert self.redis is not None
@@ -57,21 +57,21 @@ class HeldGroups:
         except Exception as exc:
             log.warning("could not move pod group %s in redis: %s", group.key, exc)
 
-    def get(self, key: str) -> HeldGroup | None:
+    def get(self, key: str) -> PodGroup | None:
         return self.groups.get(key)
 
-    def group_of(self, uid: str) -> HeldGroup | None:
+    def group_of(self, uid: str) -> PodGroup | None:
         key = self.by_member.get(uid)
         return None if key is None else self.groups.get(key)
 
     def members(self) -> int:
         return len(self.by_member)
 
-    def usage(self, namespace: str) -> HeldUsage:
+    def usage(self, namespace: str) -> PodGroupUsage:
         """What ``namespace`` holds now, and all namespaces together."""
-        return HeldUsage(self._members.get(namespace, 0), self._bytes.get(namespace, 0), self.bytes_total)
+        return PodGroupUsage(self._members.get(namespace, 0), self._bytes.get(namespace, 0), self.bytes_total)
 
-    async def put(self, group: HeldGroup) -> None:
+    async def put(self, group: PodGroup) -> None:
         """Keep ``group`` as it is now (after a member arrived or left)."""
         old = self.groups.get(group.key)
         if old is not None:
@@ -84,7 +84,7 @@ class HeldGroups:
             except Exception as exc:  # memory stays right; the group's next change rewrites it
                 log.warning("could not save pod group %s to redis: %s", group.key, exc)
 
-    async def release(self, uid: str) -> HeldGroup | None:
+    async def release(self, uid: str) -> PodGroup | None:
         """Take member ``uid`` out of its group (its pod was deleted); the group as it is left, ``None`` when
         it is left empty and so forgotten."""
         key = self.by_member.pop(uid, None)
@@ -111,12 +111,12 @@ class HeldGroups:
             except Exception as exc:
                 log.warning("could not remove pod group %s from redis: %s", key, exc)
 
-    def _remember(self, group: HeldGroup) -> None:
+    def _remember(self, group: PodGroup) -> None:
         self.groups[group.key] = group
         for uid in group.members:
             self.by_member[uid] = group.key
         self._uncount(group.key)
-        size = sum(len(m.job) for m in group.members.values())
+        size = sum(m.size for m in group.members.values())
         self._counted[group.key] = (group.namespace, group.total, size)
         self._members[group.namespace] = self._members.get(group.namespace, 0) + group.total
         self._bytes[group.namespace] = self._bytes.get(group.namespace, 0) + size
