@@ -149,7 +149,7 @@ class PodGroups:
                         attempt += 1
                         pause = min(RETRY_FIRST_S * 2 ** (attempt - 1), RETRY_MAX_S)
                         log.warning("pod group %s: SubmitGroup failed (%s), retrying in %gs", key, exc.message, pause)
-                        await asyncio.sleep(pause)
+                        await self.clock.sleep(pause)
                         continue
                     reason = decide.UNAVAILABLE_REASON if rpc in decide.TRANSIENT else decide.REJECTED_REASON
                     async with self._lock:
@@ -205,7 +205,7 @@ class PodGroups:
     async def _sweep_forever(self) -> None:
         tick = min(1.0, max(0.05, self.wait_s / 20))
         while True:
-            await asyncio.sleep(tick)
+            await self.clock.sleep(tick)
             try:
                 await self.sweep()
             except Exception:  # never let the timeout die

@@ -1,0 +1,182 @@
+"""Back-offs and periodic loops wait on the injected clock (``Clock.sleep``), so a test moves time instead of waiting.
+
+Each test gives one component a :class:`ManualClock`, waits until the component is sleeping
+(``ManualClock.next_sleep``, which says for how long), advances, and sees the component go on. The waits are long
+(minutes) on purpose: were one still ``asyncio.sleep``, the test would hang into its deadline instead of passing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from pathlib import Path
+from typing import cast
+
+import nats
+import pytest
+from interlink_nats.controller import kube, listening, runner
+from interlink_nats.controller.model import SecretRef
+from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.kernel import layout
+from interlink_nats.kernel.clock import ManualClock
+from interlink_nats.services.gateway.errors import PoolError
+from interlink_nats.services.gateway.gangs import PodGroups
+from interlink_nats.services.gateway.held import HeldGroups
+from interlink_nats.services.gateway.metrics import GatewayMetrics
+from interlink_nats.services.gateway.pool_client import PoolClient
+from interlink_nats.services.gateway.record import PodRecord
+from interlink_nats.services.gateway.recovery import StaleStatusRefresher
+from interlink_nats.services.gateway.store import PodStore
+from interlink_nats.services.scripts import PodGroup
+from interlink_nats.submitters.edge.service import FOLLOW_INTERVAL, SubmitterServiceImpl
+from interlink_nats.submitters.testing import FakeBackend, offline_submitter
+from kube_emulator import KubeEmulator
+
+DEADLINE_S = 60.0
+"""Generous: the machine is shared; a test that passes does so in milliseconds."""
+
+
+async def next_sleep(clock: ManualClock) -> float:
+    return await asyncio.wait_for(clock.next_sleep(), DEADLINE_S)
+
+
+async def test_a_manual_sleep_ends_only_when_time_is_advanced_to_its_end() -> None:
+    clock = ManualClock()
+    sleeper = asyncio.create_task(clock.sleep(10.0))
+    assert await next_sleep(clock) == 10.0
+    clock.advance(9.5)
+    await asyncio.sleep(0)  # let the sleeper run, were it woken
+    assert not sleeper.done()
+    clock.advance(0.5)
+    await asyncio.wait_for(sleeper, DEADLINE_S)
+    await clock.sleep(0)  # no wait at all: a bare yield, nothing to advance
+
+
+async def test_the_pool_clients_back_off_for_a_missing_submitter_runs_on_the_clock(nats_url: str) -> None:
+    """No submitter answers: waits of 50 ms doubling, none ending past ``pool_wait_s``, then the pool's error."""
+    clock = ManualClock()
+    nc = await nats.connect(nats_url)
+    try:
+        client = PoolClient(
+            nc, GatewayMetrics(dict, lambda: 0), call_timeout_s=5.0, pool_wait_s=1.0, submit_resend_s=None, clock=clock
+        )
+        job = pb.JobScript(pod=pb.PodRef(uid=str(uuid.uuid4()), namespace="ns", name="p"), containers=["main"])
+        call = asyncio.create_task(client.submit("nobody-serves-this", job))
+        waits = []
+        for _ in range(4):
+            waits.append(await next_sleep(clock))
+            clock.advance(waits[-1])
+        with pytest.raises(PoolError):
+            await asyncio.wait_for(call, DEADLINE_S)
+        assert waits == [0.05, 0.1, 0.2, 0.4]  # the next, 0.5, would end at 1.25 s: past pool_wait_s
+    finally:
+        await nc.close()
+
+
+async def test_the_stale_status_refresher_sweeps_on_the_clock() -> None:
+    clock = ManualClock()
+    refresher = StaleStatusRefresher(
+        PodStore(), cast(PoolClient, None), stale_after_s=3600.0, timeout_s=5.0, clock=clock
+    )
+    refresher.start()
+    try:
+        assert await next_sleep(clock) == 1800.0
+        clock.advance(1800.0)
+        assert await next_sleep(clock) == 1800.0, "one sweep ran, and the loop waits again"
+    finally:
+        await refresher.stop()
+
+
+async def test_the_gateways_pod_group_sweep_runs_on_the_clock() -> None:
+    """The sweep that fails a group whose members did not all arrive in time ticks on the injected clock."""
+    clock = ManualClock()
+    store = PodStore()
+    hold = PodGroups(store, HeldGroups(), cast(PoolClient, None), wait_s=600, clock=clock)
+    await hold.start()
+    try:
+        record = PodRecord("u1", "ns", "w-0", "a", containers=["main"])
+        job = pb.JobScript(pod=pb.PodRef(uid="u1", namespace="ns", name="w-0"), containers=["main"])
+        await hold.hold(record, job, PodGroup("train", 2, pb.GangFailurePolicy.FAIL_GANG, None))
+        tick = await next_sleep(clock)
+        assert tick == 1.0
+        clock.advance(600)
+        await next_sleep(clock)  # the loop came round: its sweep is done
+        status = store.pods["u1"].status
+        assert status is not None and status.state == pb.JobState.FAILED
+    finally:
+        await hold.stop()
+
+
+async def test_the_controllers_wait_for_kueue_runs_on_the_clock() -> None:
+    clock = ManualClock()
+    async with KubeEmulator(served={"vk.io": ["v1"]}) as emu:  # no Kueue installed yet
+        api = kube.LightkubeApi.from_server(emu.url)
+        try:
+            controller = runner.Controller(api, settings=runner.Settings(clock=clock))
+            detect = asyncio.create_task(controller.detect_version())
+            assert await next_sleep(clock) == 1.0
+            clock.advance(1.0)
+            assert await next_sleep(clock) == 2.0, "doubled"
+            emu.served["kueue.x-k8s.io"] = ["v1beta2"]
+            clock.advance(2.0)
+            assert await asyncio.wait_for(detect, DEADLINE_S) == "v1beta2"
+        finally:
+            await api.close()
+
+
+async def test_the_controllers_connect_back_off_runs_on_the_clock(nats_url: str) -> None:
+    """A MasterQueue's Secret not there yet: the connection is tried again after a wait the clock gives."""
+    clock = ManualClock()
+    async with KubeEmulator() as emu:
+        api = kube.LightkubeApi.from_server(emu.url)
+        hub = listening.NatsHub(listening.ReportStore(clock=clock), secret_reader=api.read_secret)
+        conn = listening._Connection((nats_url, SecretRef(name="pool-creds", namespace="kueue-nats")))
+        connecting = asyncio.create_task(hub._connect(conn))
+        try:
+            assert await next_sleep(clock) == 0.5  # the Secret is not found
+            assert conn.nc is None
+            emu.put_object("", "secrets", SECRET, namespace="kueue-nats")
+            clock.advance(0.5)
+            await asyncio.wait_for(connecting, DEADLINE_S)
+            assert conn.nc is not None and conn.nc.is_connected
+        finally:
+            connecting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await connecting
+            if conn.nc is not None:
+                await conn.nc.close()
+            await api.close()
+
+
+SECRET = {
+    "apiVersion": "v1",
+    "kind": "Secret",
+    "metadata": {"name": "pool-creds", "namespace": "kueue-nats"},
+    "data": {},
+}
+
+
+async def test_a_followed_log_is_read_again_on_the_clock(tmp_path: Path) -> None:
+    clock = ManualClock()
+    uid = str(uuid.uuid4())
+    async with offline_submitter(tmp_path, FakeBackend(), instance_id="a", clock=clock) as sub:
+        job = pb.JobScript(pod=pb.PodRef(uid=uid, namespace="ns", name="p"), containers=["main"], script="true\n")
+        await sub.submissions.submit(job)
+        assert sub.registry is not None
+        row = await sub.registry.get(uid)
+        assert row is not None
+        log = layout.log_path(row.job_dir, "main")
+        log.write_bytes(b"one\n")
+        service = SubmitterServiceImpl(sub.submissions, sub.queries, describe=sub.describe, clock=clock)
+        chunks = service.get_logs(pb.GetLogsRequest(pod_uid=uid, container="main", follow=True))
+        try:
+            assert (await asyncio.wait_for(anext(chunks), DEADLINE_S)).data == b"one\n"
+            following = asyncio.create_task(anext(chunks))
+            assert await next_sleep(clock) == FOLLOW_INTERVAL
+            with log.open("ab") as out:
+                out.write(b"two\n")
+            clock.advance(FOLLOW_INTERVAL)
+            assert (await asyncio.wait_for(following, DEADLINE_S)).data == b"two\n"
+        finally:
+            await chunks.aclose()
