@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import sys
 import uuid
 from pathlib import Path
 from typing import cast
@@ -29,8 +30,12 @@ from interlink_nats.services.gateway.record import PodRecord
 from interlink_nats.services.gateway.recovery import StaleStatusRefresher
 from interlink_nats.services.gateway.store import PodStore
 from interlink_nats.services.scripts import PodGroup
+from interlink_nats.submitters.backends.shell.backend import ShellBackend
+from interlink_nats.submitters.backends.shell.processes import PID_FILE
+from interlink_nats.submitters.core.backend import JobSpec
 from interlink_nats.submitters.edge.service import FOLLOW_INTERVAL, SubmitterServiceImpl
-from interlink_nats.submitters.testing import FakeBackend, offline_submitter
+from interlink_nats.submitters.jobdirs import files as jobfiles
+from interlink_nats.submitters.testing import FakeBackend, offline_submitter, wait_for
 from kube_emulator import KubeEmulator
 
 DEADLINE_S = 60.0
@@ -180,3 +185,28 @@ async def test_a_followed_log_is_read_again_on_the_clock(tmp_path: Path) -> None
             assert (await asyncio.wait_for(following, DEADLINE_S)).data == b"two\n"
         finally:
             await chunks.aclose()
+
+
+async def test_the_shell_backends_launch_retry_runs_on_the_clock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The launcher cannot be started (its interpreter is missing): the launch is tried again after a clock wait."""
+    clock = ManualClock()
+    backend = ShellBackend(max_concurrent=1, clock=clock)
+    job_dir = tmp_path / "u1"
+    spec = JobSpec("u1", job_dir, jobfiles.prepare_job_dir(job_dir, "#!/bin/bash\ntrue\n"))
+    monkeypatch.setattr(sys, "executable", str(tmp_path / "no-such-python"))
+    await backend.start()
+    try:
+        await backend.submit(spec)
+        assert await next_sleep(clock) == 0.1  # the first attempt failed
+        assert not (job_dir / PID_FILE).exists()
+        monkeypatch.undo()  # the interpreter is back
+        clock.advance(0.1)
+
+        async def launched() -> bool | None:
+            return (job_dir / PID_FILE).exists() or None
+
+        await wait_for(launched, timeout=DEADLINE_S, what="the second attempt to launch the job")
+    finally:
+        await backend.close()
