@@ -16,11 +16,13 @@ from typing import cast
 
 import nats
 import pytest
+import redis.asyncio as aioredis
 from interlink_nats.controller import kube, listening, runner
 from interlink_nats.controller.model import SecretRef
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel import layout
 from interlink_nats.kernel.clock import ManualClock
+from interlink_nats.services.gateway.app import Gateway
 from interlink_nats.services.gateway.errors import PoolError
 from interlink_nats.services.gateway.gangs import PodGroups
 from interlink_nats.services.gateway.held import HeldGroups
@@ -28,7 +30,9 @@ from interlink_nats.services.gateway.metrics import GatewayMetrics
 from interlink_nats.services.gateway.pool_client import PoolClient
 from interlink_nats.services.gateway.record import PodRecord
 from interlink_nats.services.gateway.recovery import StaleStatusRefresher
-from interlink_nats.services.gateway.store import PodStore
+from interlink_nats.services.gateway.server import _redis_watchdog
+from interlink_nats.services.gateway.settings import GatewayNatsSettings, GatewaySettings
+from interlink_nats.services.gateway.store import PodStore, RedisLike
 from interlink_nats.services.scripts import PodGroup
 from interlink_nats.submitters.backends.shell.backend import ShellBackend
 from interlink_nats.submitters.backends.shell.processes import PID_FILE
@@ -37,6 +41,7 @@ from interlink_nats.submitters.edge.service import FOLLOW_INTERVAL, SubmitterSer
 from interlink_nats.submitters.jobdirs import files as jobfiles
 from interlink_nats.submitters.testing import FakeBackend, offline_submitter, wait_for
 from kube_emulator import KubeEmulator
+from nats.aio.client import Client as NatsClient
 
 DEADLINE_S = 60.0
 """Generous: the machine is shared; a test that passes does so in milliseconds."""
@@ -210,3 +215,30 @@ async def test_the_shell_backends_launch_retry_runs_on_the_clock(
         await wait_for(launched, timeout=DEADLINE_S, what="the second attempt to launch the job")
     finally:
         await backend.close()
+
+
+async def test_the_gateways_redis_watchdog_repairs_the_mirror_on_the_clock(redis_url: str) -> None:
+    """The mirror lost (a flushed redis): repaired at the watchdog's next tick, which the clock gives."""
+    clock = ManualClock()
+    client = aioredis.from_url(redis_url)
+    key = f"test-pods-{uuid.uuid4().hex[:8]}"  # the redis-server is shared by the session
+    try:
+        store = PodStore(cast(RedisLike, client), key=key)
+        await store.load()
+        await store.put(PodRecord(uid="uid-1", namespace="default", name="pod-1", pool="p", containers=["main"]))
+        settings = GatewaySettings(nats=GatewayNatsSettings(url="nats://127.0.0.1:1"), default_pool="p")
+        gateway = Gateway(settings, NatsClient(), store, redis=cast(RedisLike, client), clock=clock)
+        watchdog = asyncio.create_task(_redis_watchdog(gateway))
+        try:
+            assert await next_sleep(clock) == 5.0
+            await client.delete(key, store.epoch_key)
+            clock.advance(5.0)
+            assert await next_sleep(clock) == 5.0  # the loop came round: its resync is done
+            assert await client.hkeys(key) == [b"uid-1"]
+        finally:
+            watchdog.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watchdog
+    finally:
+        await client.delete(key)
+        await client.aclose()
