@@ -22,8 +22,11 @@ from interlink_nats.controller.model import SecretRef
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel import layout
 from interlink_nats.kernel.clock import ManualClock
+from interlink_nats.kernel.nats_connection import LEADER_RETRY_BASE_S
+from interlink_nats.kernel.subjects import EVENTS_STREAM
 from interlink_nats.services.gateway.app import Gateway
 from interlink_nats.services.gateway.errors import PoolError
+from interlink_nats.services.gateway.events import EventConsumer
 from interlink_nats.services.gateway.gangs import PodGroups
 from interlink_nats.services.gateway.held import HeldGroups
 from interlink_nats.services.gateway.metrics import GatewayMetrics
@@ -242,3 +245,27 @@ async def test_the_gateways_redis_watchdog_repairs_the_mirror_on_the_clock(redis
     finally:
         await client.delete(key)
         await client.aclose()
+
+
+async def test_the_gateways_event_fetch_retry_runs_on_the_clock(nats_url: str) -> None:
+    """The connection gone under the event consumer: each failed fetch waits a (jittered) retry delay the clock
+    gives, and nothing more happens until time is advanced."""
+    clock = ManualClock()
+    nc = await nats.connect(nats_url)
+    durable = f"clock-waits-{uuid.uuid4().hex[:8]}"  # the stream is the session's, this consumer the test's
+    events = EventConsumer(nc, PodStore(), durable=durable, clock=clock)
+    await events.start()
+    try:
+        await nc.close()
+        first = await next_sleep(clock)
+        assert LEADER_RETRY_BASE_S / 2 <= first <= LEADER_RETRY_BASE_S
+        clock.advance(first)
+        second = await next_sleep(clock)
+        assert LEADER_RETRY_BASE_S / 2 <= second <= 2 * LEADER_RETRY_BASE_S, "the next try waits again"
+    finally:
+        await events.stop()
+        admin = await nats.connect(nats_url)
+        try:
+            await admin.jetstream().delete_consumer(EVENTS_STREAM, durable)
+        finally:
+            await admin.close()

@@ -84,6 +84,7 @@ class Gateway:
             durable=self.settings.events_durable,
             replicas=self.settings.events_replicas,
             on_applied=lambda _record: self.metrics.events.inc(),
+            clock=self.clock,
         )
         self.refresher = StaleStatusRefresher(
             self.store,
