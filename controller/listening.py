@@ -243,7 +243,7 @@ class NatsHub:
                 raise
             except Exception as exc:
                 log.warning("NATS %s: connect failed (%s); retrying in %.1fs", conn.key[0], exc, delay)
-                await asyncio.sleep(delay)
+                await self.store.clock.sleep(delay)
                 delay = min(self.nats.reconnect_wait_max_s, delay * 2)
         conn.ready.set()
         for source in list(conn.sources):

@@ -143,7 +143,7 @@ class Controller:
                     log.info("writing Kueue %s (%s)", candidate, reason)
                     return candidate
             log.warning("Kueue API not available (%s); retrying in %.0fs", reason, delay)
-            await asyncio.sleep(delay)
+            await self.settings.clock.sleep(delay)
             delay = min(60.0, delay * 2)
 
     async def load_owned(self) -> None:
@@ -177,7 +177,7 @@ class Controller:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(self.settings.tick_s):
                     await self._wake.wait()
-            await asyncio.sleep(self.settings.debounce_s)
+            await self.settings.clock.sleep(self.settings.debounce_s)
             self._wake.clear()
             try:
                 await self.step()

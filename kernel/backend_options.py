@@ -14,6 +14,8 @@ from __future__ import annotations
 
 from interlink_nats.gen.interlink_nats import v1 as pb
 
+__pure__ = True  # no I/O, not even through what it imports (held by tests/test_import_contracts.py)
+
 
 def backend_options(bc: pb.BuildConfig) -> pb.BackendOptions:
     """The pool's backend sections: ``bc.backends``, with a section it lacks taken from the old field of the same

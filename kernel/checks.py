@@ -9,6 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+__pure__ = True  # no I/O, not even through what it imports (held by tests/test_import_contracts.py)
+
 OK = "ok"
 FAILED = "FAILED"
 WARNING = "warning"

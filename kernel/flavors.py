@@ -14,6 +14,8 @@ from typing import Any
 
 from . import quantities
 
+__pure__ = True  # no I/O, not even through what it imports (held by tests/test_import_contracts.py)
+
 FLAVORS = "flavors"
 DEFAULT_FLAVOR = "default_flavor"
 KEYS = {

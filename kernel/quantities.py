@@ -13,6 +13,8 @@ import re
 from collections.abc import Callable
 from fractions import Fraction
 
+__pure__ = True  # no I/O, not even through what it imports (held by tests/test_import_contracts.py)
+
 _SUFFIXES: dict[str, Fraction] = {
     "": Fraction(1),
     # decimal SI suffixes, 10^-9 … 10^-3 and 10^3 … 10^18 (apimachinery resource/suffix.go)

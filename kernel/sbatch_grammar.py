@@ -97,7 +97,7 @@ where and when its job runs, never who runs or pays for it (``--account`` is sit
 ``--wckey``), how much it takes beyond what Kueue admitted (``--nodes``, ``--ntasks``, ``--mem``, ``--gres``,
 ``--exclusive``: the pod's resources size the job), its priority (``--nice``, ``--priority``), the submitter's
 files (``--nodefile``, ``--open-mode``), mail, reboots, containers, burst buffers or requeues.
-docs/submitters.md lists it with the reasons."""
+docs/backends/slurm.md lists it with the reasons."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-DOCS = sorted((ROOT / "docs").glob("*.md"))
+DOCS = sorted((ROOT / "docs").rglob("*.md"))  # docs/backends/ too: one page per backend
 # `tests/test_x.py::test_name` or `tests/test_x.py`, and a following `::other` that names a test of the same file.
 _REFERENCE = re.compile(r"`(tests/[\w/]+\.py)((?:::[\w\[\]-]+)?)`((?:,?\s*`::[\w\[\]-]+`)*)")
 _SIBLING = re.compile(r"`::([\w\[\]-]+)`")
@@ -35,7 +35,7 @@ def _references(doc: Path) -> list[tuple[str, str | None]]:
     return found
 
 
-@pytest.mark.parametrize("doc", DOCS, ids=[d.name for d in DOCS])
+@pytest.mark.parametrize("doc", DOCS, ids=[str(d.relative_to(ROOT / "docs")) for d in DOCS])
 def test_every_test_a_doc_names_exists(doc: Path) -> None:
     missing = []
     for file, name in _references(doc):

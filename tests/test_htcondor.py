@@ -1,6 +1,6 @@
 """Level 2 of the htcondor backend's tests: the command-line contract, against the condor_* STAND-INS.
 
-No HTCondor daemon can run here (see docs/submitters.md): ``tests/htcondor_standin.py`` provides
+No HTCondor daemon can run here (see docs/backends/htcondor.md): ``tests/htcondor_standin.py`` provides
 condor_submit/condor_q/condor_history/condor_rm/condor_transfer_data that follow the documented
 formats and really run each job as a local process. The submitter, its registry, NATS and the job
 script are all real.

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.kernel.clock import SYSTEM_CLOCK, Clock
 from interlink_nats.kernel.gc_tuning import collect_rarely, freeze_long_lived
 from interlink_nats.kernel.nats_connection import connected_server
 from interlink_nats.services.bus.rpc import SERVICE_NAME
@@ -47,6 +48,8 @@ class Gateway:
     nc: NatsClient
     store: PodStore
     redis: RedisLike | None = None
+    clock: Clock = SYSTEM_CLOCK
+    """What the gateway's back-offs and periodic loops wait on (tests move it instead of waiting)."""
     metrics: GatewayMetrics = field(init=False)
     client: PoolClient = field(init=False)
     pools: PoolDirectory = field(init=False)
@@ -65,6 +68,7 @@ class Gateway:
             call_timeout_s=self.settings.submit_timeout_s,
             pool_wait_s=self.settings.pool_wait_s,
             submit_resend_s=self.settings.submit_resend_s,
+            clock=self.clock,
         )
         self.pools = PoolDirectory(
             self.nc,
@@ -80,12 +84,14 @@ class Gateway:
             durable=self.settings.events_durable,
             replicas=self.settings.events_replicas,
             on_applied=lambda _record: self.metrics.events.inc(),
+            clock=self.clock,
         )
         self.refresher = StaleStatusRefresher(
             self.store,
             self.client,
             stale_after_s=self.settings.stale_after_s,
             timeout_s=self.settings.status_fallback_timeout_s,
+            clock=self.clock,
         )
         self.groups = PodGroupRunner(
             self.store,
@@ -93,6 +99,7 @@ class Gateway:
             self.client,
             wait_s=self.settings.group_wait_s,
             limits=self.settings.held_limits(),
+            clock=self.clock,
         )
         self.metrics.watch_groups(
             lambda: len(self.groups.held.groups), self.groups.held.members, lambda: self.groups.held.bytes_total

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import KW_ONLY, dataclass, field
 
 from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.kernel.clock import SYSTEM_CLOCK, Clock
 from interlink_nats.kernel.nats_connection import leader_retry_delay
 from interlink_nats.kernel.subjects import (
     DEFAULT_PREFIX,
@@ -60,6 +61,8 @@ class EventConsumer:
     replicas: int | None = None
     """Stream (and consumer) replicas; None: by the cluster size (see ``services.bus.events_stream``)."""
     on_applied: Callable[[PodRecord], None] | None = None
+    clock: Clock = SYSTEM_CLOCK
+    """What the retries wait on (tests move it instead of waiting)."""
     stream: StreamState | None = field(default=None, init=False)
     applied: int = field(default=0, init=False)
     foreign: int = field(default=0, init=False)
@@ -113,7 +116,7 @@ class EventConsumer:
                 return
             except BadRequestError as exc:
                 if "exceeds parent stream" in str(exc.description) and attempt + 1 < CONSUMER_RETRIES:
-                    await asyncio.sleep(0.5)
+                    await self.clock.sleep(0.5)
                     continue
                 if info is None:
                     raise
@@ -151,7 +154,7 @@ class EventConsumer:
                 raise
             except Exception as exc:  # disconnected, or the consumer has no leader (a node lost): ask again soon
                 log.debug("event fetch failed: %s", exc)
-                await asyncio.sleep(leader_retry_delay(failures))
+                await self.clock.sleep(leader_retry_delay(failures))
                 failures += 1
                 continue
             failures = 0

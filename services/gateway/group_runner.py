@@ -163,7 +163,7 @@ class PodGroupRunner:
                         attempt += 1
                         pause = min(RETRY_FIRST_S * 2 ** (attempt - 1), RETRY_MAX_S)
                         log.warning("pod group %s: SubmitGroup failed (%s), retrying in %gs", key, exc.message, pause)
-                        await asyncio.sleep(pause)
+                        await self.clock.sleep(pause)
                         continue
                     reason = pod_group.UNAVAILABLE_REASON if rpc in pod_group.TRANSIENT else pod_group.REJECTED_REASON
                     async with self._lock:
@@ -219,7 +219,7 @@ class PodGroupRunner:
     async def _sweep_forever(self) -> None:
         tick = min(1.0, max(0.05, self.wait_s / 20))
         while True:
-            await asyncio.sleep(tick)
+            await self.clock.sleep(tick)
             try:
                 await self.sweep()
             except Exception:  # never let the timeout die

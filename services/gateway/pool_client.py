@@ -6,7 +6,6 @@ Nothing above this module sees a ``GRPCError``.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import TypeVar, cast
@@ -14,6 +13,7 @@ from typing import TypeVar, cast
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.kernel.clock import SYSTEM_CLOCK, Clock
 from interlink_nats.services.bus.rpc import NatsChannel, submitter_client
 from interlink_nats.services.gateway.errors import GatewayError, PoolError, pool_error
 from interlink_nats.services.gateway.metrics import GatewayMetrics
@@ -47,8 +47,10 @@ class PoolClient:
         call_timeout_s: float,
         pool_wait_s: float,
         submit_resend_s: float | None = None,
+        clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         self.nc = nc
+        self.clock = clock
         self.metrics = metrics
         self.call_timeout_s = call_timeout_s
         self.pool_wait_s = pool_wait_s
@@ -152,8 +154,8 @@ class PoolClient:
         doubling up to 500 ms, and no wait that would end past ``pool_wait_s`` after the first try.
         Its latency, retries included, is observed by outcome (``interlink_gateway_rpc_seconds``).
         """
-        loop = asyncio.get_running_loop()
-        started = loop.time()
+        clock = self.clock
+        started = clock.monotonic()
         attempt = 0
         while True:
             try:
@@ -163,14 +165,14 @@ class PoolClient:
                 # no use waiting for the pool while we ourselves cannot reach NATS
                 if wait and _no_submitter(exc) and self.nc.is_connected:
                     pause = min(RETRY_FIRST_WAIT_S * 2 ** (attempt - 1), RETRY_MAX_WAIT_S)
-                    if loop.time() - started + pause < self.pool_wait_s:
-                        await asyncio.sleep(pause)
+                    if clock.monotonic() - started + pause < self.pool_wait_s:
+                        await clock.sleep(pause)
                         continue
-                self.metrics.rpc.observe(self.metrics.pool_label(pool), method, exc.status, loop.time() - started)
+                self.metrics.rpc.observe(self.metrics.pool_label(pool), method, exc.status, clock.monotonic() - started)
                 if wait and _no_submitter(exc) and not self.nc.is_connected:
                     raise GatewayError(503, NATS_DOWN) from None
                 raise self._failed(pool, method, exc) from None
-            self.metrics.rpc.observe(self.metrics.pool_label(pool), method, Status.OK, loop.time() - started)
+            self.metrics.rpc.observe(self.metrics.pool_label(pool), method, Status.OK, clock.monotonic() - started)
             return reply
 
     def _failed(self, pool: str, method: str, exc: GRPCError) -> PoolError:

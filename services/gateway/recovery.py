@@ -13,6 +13,7 @@ import asyncio
 import logging
 from collections.abc import Iterable
 
+from interlink_nats.kernel.clock import SYSTEM_CLOCK, Clock
 from interlink_nats.kernel.tasks import cancel_and_wait
 from interlink_nats.services.gateway.errors import PoolError
 from interlink_nats.services.gateway.pool_client import PoolClient
@@ -68,8 +69,17 @@ class StaleStatusRefresher:
 
     MAX_PER_SWEEP = 10_000
 
-    def __init__(self, store: PodStore, client: PoolClient, *, stale_after_s: float, timeout_s: float) -> None:
+    def __init__(
+        self,
+        store: PodStore,
+        client: PoolClient,
+        *,
+        stale_after_s: float,
+        timeout_s: float,
+        clock: Clock = SYSTEM_CLOCK,
+    ) -> None:
         self.store = store
+        self.clock = clock
         self.client = client
         self.stale_after_s = stale_after_s
         self.timeout_s = timeout_s
@@ -84,7 +94,7 @@ class StaleStatusRefresher:
 
     async def _run(self) -> None:
         while True:
-            await asyncio.sleep(self.stale_after_s / 2)
+            await self.clock.sleep(self.stale_after_s / 2)
             try:
                 await self.sweep()
             except Exception:  # never let the safety net die

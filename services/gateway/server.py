@@ -153,7 +153,7 @@ async def _redis_check(url: str) -> Check:
 async def _redis_watchdog(gateway: Gateway, every_s: float = 5.0) -> None:
     """Repair the redis mirror: the writes it missed while down, or everything when it was flushed."""
     while True:
-        await asyncio.sleep(every_s)
+        await gateway.clock.sleep(every_s)
         await gateway.store.resync_redis()
 
 

@@ -41,6 +41,8 @@ from .permissions import (
     pool_permissions,
 )
 
+__pure__ = True  # no I/O, not even through what it imports (held by tests/test_import_contracts.py)
+
 DEFAULT_CLUSTER_PORT = 6222
 
 

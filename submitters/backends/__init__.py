@@ -91,7 +91,7 @@ BACKENDS: Mapping[str, BackendEntry] = {
         "HTCondorConfig",
         "HTCondorBackend",
         help="Submit pods as HTCondor jobs (condor_submit/condor_q/condor_history/condor_rm/condor_transfer_data)."
-        "\n\nToken secrets come from files or the environment (see docs/submitters.md), never from options.",
+        "\n\nToken secrets come from files or the environment (see docs/backends/htcondor.md), never from options.",
         flags=(
             Flag("mode", str, "local (submit node, shared filesystem) or remote (an HTCondor-CE)"),
             Flag("collector", str, "-pool of the condor commands (the CE's collector)"),

@@ -4,3 +4,5 @@
 legal moves and the plans the engine carries out; ``status``: observations → ``JobStatus``; ``errors``:
 what went wrong in the submitter's own terms; ``fastwire``: the hot messages' bytes, from the generated codecs.
 """
+
+__pure__ = True  # no I/O, not even through what it imports (held by tests/test_import_contracts.py)

@@ -1,7 +1,7 @@
 """Pure status mapping: (backend observation, per-container files) → ``pb.JobStatus``.
 
 No I/O here: the runtime reads the files (``jobfiles.read_container_files``) and asks the
-backend (``Backend.poll``), then calls :func:`map_status`. Rules (see docs/submitters.md):
+backend (``Backend.poll``), then calls :func:`map_status`. Rules (see docs/submitter-engine.md):
 
 - every container is reported, init containers first, never an empty list (an empty list
   makes the virtual kubelet call the pod Succeeded);

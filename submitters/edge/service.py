@@ -232,7 +232,7 @@ class SubmitterServiceImpl(pb.SubmitterServiceBase):
                 yield pb.GetLogsResponse(data=out, offset=offset)
             if not message.follow or finished or budget.spent:
                 return
-            await asyncio.sleep(FOLLOW_INTERVAL)
+            await clock.sleep(FOLLOW_INTERVAL)
             if stamper is not None:  # a follower checkpoints what it is about to read: its lines get this time
                 now_ns = clock.time_ns()
                 size = await asyncio.to_thread(

@@ -87,7 +87,7 @@ class HTCondorConfig(BaseModel):
     default); a pod may set them only where a row allows it. None: pods may not set them at all."""
     allowed_pod_commands: frozenset[str] = hs.DEFAULT_POD_COMMANDS
     """The submit commands a pod's annotation may set (case-insensitive; ``+Attr``/``MY.Attr`` for a custom
-    attribute); default ``submit.DEFAULT_POD_COMMANDS`` (docs/submitters.md). The accounting commands are the
+    attribute); default ``submit.DEFAULT_POD_COMMANDS`` (docs/backends/htcondor.md). The accounting commands are the
     ``accounting`` policy's; the commands the submitter writes cannot be listed."""
 
     @field_validator("allowed_pod_commands", mode="before")

@@ -30,6 +30,8 @@ from interlink_nats.submitters.backends.htcondor.parse import POD_UID_ATTR, POOL
 from interlink_nats.submitters.core.backend import JobSpec
 from interlink_nats.submitters.core.site_policy import AccountingPolicy, PolicyError
 
+__pure__ = True  # no I/O, not even through what it imports (held by tests/test_import_contracts.py)
+
 # Submit commands the submitter writes itself: a site or a pod may not change them, or the job
 # would run something else, write elsewhere, or hide from the submitter's queries.
 RESERVED_COMMANDS = frozenset(

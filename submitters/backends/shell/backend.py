@@ -255,7 +255,7 @@ class ShellBackend(ShellGangs):
                         log.error("launching job %s failed: %s; it will be reported as lost", spec.uid, exc)
                         return
                     log.warning("launching job %s failed (%s); retrying", spec.uid, exc)
-                    await asyncio.sleep(0.1 * attempt)
+                    await self._clock.sleep(0.1 * attempt)
                     continue
                 if pid is None:
                     return  # claimed before (a retry after a crash): the poll finds its runner by the pid file

@@ -10,7 +10,7 @@ cannot fork), walks again until nothing new appears, and SIGKILLs them all.
 
 Why not a cgroup per job: the one mechanism no process can leave, but a submitter can make one only with a
 delegated cgroup v2 subtree (root, or systemd's ``Delegate=``), which neither the compose container nor an
-unprivileged site install has; the subreaper works for every submitter. Its limits (docs/submitters.md): a
+unprivileged site install has; the subreaper works for every submitter. Its limits (docs/backends/shell.md): a
 process that leaves the tree by other means than its parent ending (started by another daemon: ``at``,
 ``systemd-run``, ``ssh localhost``; podman's containers are under conmon, which the janitor removes), or a
 setuid process an unprivileged submitter may not signal, is not reached; and a runner killed from outside

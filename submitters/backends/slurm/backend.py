@@ -82,7 +82,7 @@ class SlurmConfig(BaseModel):
     which needs the submitter to be root; the poll then lists every user's jobs)."""
     allowed_pod_flags: frozenset[str] = sf.DEFAULT_ALLOWED
     """The sbatch options (canonical long names, e.g. ``nodes``, ``qos``) a pod's ``slurm-job.vk.io/flags`` may
-    use, however it spells them; default ``flags.DEFAULT_ALLOWED`` (docs/submitters.md). ``--account`` is
+    use, however it spells them; default ``flags.DEFAULT_ALLOWED`` (docs/backends/slurm.md). ``--account`` is
     decided by ``accounting`` where there is one; the options the submitter controls cannot be listed."""
 
     @field_validator("allowed_pod_flags", mode="before")

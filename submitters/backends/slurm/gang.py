@@ -4,7 +4,7 @@ One homogeneous allocation (``--ntasks=<members>``, every task the largest membe
 than a heterogeneous job: a het job is listed by squeue as one line per component (``<id>+<n>``), which the
 single-job poll, cancel and crash recovery would not recognise; every Slurm since 20.11 sizes ``--ntasks``
 allocations over one node or many alike; and a member's step then fits any task slot. The cost: a member gets
-the largest member's share (docs/submitters.md, "Pod groups on Slurm").
+the largest member's share (docs/backends/slurm.md, "Pod groups on Slurm").
 
 The launcher (bash, the batch script) maps ranks to hosts from the allocation (``SLURM_JOB_NODELIST`` and
 ``SLURM_TASKS_PER_NODE``: ranks fill nodes in order), starts one ``srun`` step per member, and applies the
@@ -209,5 +209,5 @@ def launcher_script(
         f"exit_name={shlex.quote(layout.GANG_MEMBER_EXIT)}",
         f"stopped_name={shlex.quote(layout.GANG_MEMBER_STOPPED)}",
     ]
-    head = "#!/bin/bash\n# interlink-nats gang launcher: one srun step per pod-group member (docs/submitters.md).\n"
+    head = "#!/bin/bash\n# interlink-nats gang launcher: one srun step per pod-group member (docs/backends/slurm.md).\n"
     return head + "\n".join(values) + "\n" + _LAUNCHER_BODY.lstrip("\n")
