@@ -2,7 +2,7 @@
 
 Stack: a nats-server, ``interlink-nats gateway`` and two ``interlink-nats submitter shell`` processes, one
 pool per runtime, each configured by its own config file (``build_config.runtime``). Podman is rootful,
-configured in a temp dir exactly as the tests do it (tests/podman_host.py: runc, no network namespace,
+configured in a temp dir exactly as the tests do it (tests/harness/podman_host.py: runc, no network namespace,
 a busybox image from ``podman import``).
 
 The same pod goes to both pools (only the pool toleration differs): one container that touches a file

@@ -3,7 +3,7 @@
 Slurm: a fake ``squeue`` on PATH prints 10,000 lines (the batched call) or one line when asked
 for one job (``-j``, the per-pod baseline that the original plugins use). Shell: 10,000 job
 directories whose jobs have ended (the file-reading path). HTCondor: the condor_* STAND-INS of
-tests/htcondor_standin.py hold 10,000 job ads (9,000 in the queue, 1,000 that left it), so one poll
+tests/harness/htcondor_standin.py hold 10,000 job ads (9,000 in the queue, 1,000 that left it), so one poll
 is one ``condor_q -json`` plus one ``condor_history -json``; the per-pod baseline is the old
 condor-CE plugin's one ``condor_q -constraint 'JobBatchName == ...'`` per pod. For all, the whole runtime poll
 (``Submitter.poll_once``: backend poll + container files + status mapping + one registry

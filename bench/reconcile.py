@@ -12,7 +12,7 @@ Measures
 
 Kueue caps a ClusterQueue at 64 flavors per resource group, so each MasterQueue lists 64 of its
 ~167 pools (the rest are reported as Excluded in its status); all 500 reports are still received
-and evaluated every pass. Every Kueue object left in the emulator (tests/kube_emulator.py)
+and evaluated every pass. Every Kueue object left in the emulator (tests/harness/kube_emulator.py)
 is validated against the real Kueue CRDs at the end (not during timing: it shares our CPU).
 
 Usage: python bench/reconcile.py [--pools 500] [--masterqueues 3] [--rounds 40]

@@ -10,5 +10,5 @@ Layers (upper may import lower only):
 - ``reconcile``  pure: (MasterQueue, reports, Kueue version, now) → desired objects;
 - ``model``      pure data (quantities are ``interlink_nats.kernel.quantities``).
 
-``reconcile`` and ``model`` do no I/O and read no clock (tests/test_import_contracts.py checks the I/O part).
+``reconcile`` and ``model`` do no I/O and read no clock (tests/contracts/test_import_contracts.py checks the I/O part).
 """

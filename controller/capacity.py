@@ -2,7 +2,7 @@
 
 Pure: the inputs of one pass plus the pool's ``Memory`` of the previous pass give a ``Decision`` and
 the next memory; the runner keeps the memory between passes, so hysteresis, smoothing and back-off
-are table-tested without a clock or an API server (tests/test_controller_capacity.py).
+are table-tested without a clock or an API server (tests/controller/test_controller_capacity.py).
 
 - ``capacity: Total`` (default): quota = min(total, nominalQuota), as before.
 - ``capacity: Free``: quota = min(used + free, total, nominalQuota), where ``used`` is what this

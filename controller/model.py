@@ -18,7 +18,7 @@ from interlink_nats.kernel import quantities
 from interlink_nats.kernel.names import is_dns_subdomain
 from interlink_nats.kernel.reported import DEFAULT_MAXIMA, Maxima, RecentUsage, check, recent_usage
 
-__pure__ = True  # no I/O, not even through what it imports (held by tests/test_import_contracts.py)
+__pure__ = True  # no I/O, not even through what it imports (held by tests/contracts/test_import_contracts.py)
 
 GROUP = "vk.io"
 VERSION = "v1"

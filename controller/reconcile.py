@@ -38,7 +38,7 @@ from interlink_nats.kernel import quantities
 from interlink_nats.kernel.names import is_dns_label, is_label_value, is_qualified_name
 from interlink_nats.kernel.reported import RecentUsage
 
-__pure__ = True  # no I/O, not even through what it imports (held by tests/test_import_contracts.py)
+__pure__ = True  # no I/O, not even through what it imports (held by tests/contracts/test_import_contracts.py)
 
 KUEUE_GROUP = "kueue.x-k8s.io"
 KUEUE_VERSIONS = ("v1beta2", "v1beta1")

@@ -8,7 +8,7 @@ Subpackages (each folder at the repository's top level is one of them):
 - ``interlink_nats.controller``: kueue-nats, MasterQueue → Kueue objects.
 
 This folder itself is the CLI (``interlink-nats``, ``up``, logging and signal set-up): only entry points
-import it (tests/test_import_contracts.py).
+import it (tests/contracts/test_import_contracts.py).
 """
 
 from interlink_nats.kernel.version import __version__

@@ -8,6 +8,6 @@
 - ``version``: the installed version, which processes announce;
 - ``fastwire_runtime``: the wire primitives the generated codecs (``gen/.../fastwire.py``) import.
 
-It imports nothing else of the project (tests/test_import_contracts.py checks it), so any layer can
+It imports nothing else of the project (tests/contracts/test_import_contracts.py checks it), so any layer can
 depend on it without cycles. Everything but ``nats_connection`` is pure.
 """

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from interlink_nats.gen.interlink_nats import v1 as pb
 
-__pure__ = True  # no I/O, not even through what it imports (held by tests/test_import_contracts.py)
+__pure__ = True  # no I/O, not even through what it imports (held by tests/contracts/test_import_contracts.py)
 
 
 def backend_options(bc: pb.BuildConfig) -> pb.BackendOptions:

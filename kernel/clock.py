@@ -13,7 +13,7 @@ import datetime as dt
 import time
 from typing import Protocol
 
-__pure__ = True  # no I/O, not even through what it imports (held by tests/test_import_contracts.py)
+__pure__ = True  # no I/O, not even through what it imports (held by tests/contracts/test_import_contracts.py)
 
 
 class Clock(Protocol):

@@ -6,7 +6,7 @@ and ``interlink_nats.errors`` recognises it without each layer importing the CLI
 
 from __future__ import annotations
 
-__pure__ = True  # no I/O, not even through what it imports (held by tests/test_import_contracts.py)
+__pure__ = True  # no I/O, not even through what it imports (held by tests/contracts/test_import_contracts.py)
 
 BAD_INPUT = 2
 """The exit code of a usage error (click's, too): systemd units do not restart on it."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import datetime as _dt
 
-__pure__ = True  # no I/O, not even through what it imports (held by tests/test_import_contracts.py)
+__pure__ = True  # no I/O, not even through what it imports (held by tests/contracts/test_import_contracts.py)
 
 _UINT64 = 1 << 64
 _INT64_MIN = -(1 << 63)

@@ -14,7 +14,7 @@ from typing import Any
 
 from . import quantities
 
-__pure__ = True  # no I/O, not even through what it imports (held by tests/test_import_contracts.py)
+__pure__ = True  # no I/O, not even through what it imports (held by tests/contracts/test_import_contracts.py)
 
 FLAVORS = "flavors"
 DEFAULT_FLAVOR = "default_flavor"

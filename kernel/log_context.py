@@ -12,7 +12,7 @@ import contextlib
 from collections.abc import Iterator
 from contextvars import ContextVar
 
-__pure__ = True  # no I/O, not even through what it imports (held by tests/test_import_contracts.py)
+__pure__ = True  # no I/O, not even through what it imports (held by tests/contracts/test_import_contracts.py)
 
 FIELDS = ("pod_uid", "namespace", "pod", "pool", "job_id", "masterqueue")
 """The names a formatter may write; anything else passed to log_fields is rejected (typos stay visible)."""

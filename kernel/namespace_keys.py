@@ -13,7 +13,7 @@ import re
 
 from interlink_nats.kernel.names import is_dns_label
 
-__pure__ = True  # no I/O, not even through what it imports (held by tests/test_import_contracts.py)
+__pure__ = True  # no I/O, not even through what it imports (held by tests/contracts/test_import_contracts.py)
 
 _PATTERN_CHARS = frozenset("*?[")
 _KEY = re.compile(r"[a-z0-9*?\[\]!-]{1,63}")

@@ -13,7 +13,7 @@ import re
 from collections.abc import Callable
 from fractions import Fraction
 
-__pure__ = True  # no I/O, not even through what it imports (held by tests/test_import_contracts.py)
+__pure__ = True  # no I/O, not even through what it imports (held by tests/contracts/test_import_contracts.py)
 
 _SUFFIXES: dict[str, Fraction] = {
     "": Fraction(1),

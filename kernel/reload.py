@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-__pure__ = True  # no I/O, not even through what it imports (held by tests/test_import_contracts.py)
+__pure__ = True  # no I/O, not even through what it imports (held by tests/contracts/test_import_contracts.py)
 
 Settings = TypeVar("Settings", bound=BaseModel)
 

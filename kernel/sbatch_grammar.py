@@ -7,7 +7,8 @@ options bundle (``-vAacct`` is ``-v -A acct``), a value comes as ``--opt=v``, ``
 by its canonical long name, and :meth:`Flag.argv` writes it back as ``--name=value`` for sbatch to read exactly
 what was checked. In the kernel because both sides use it: the Slurm submitter (the authority,
 ``submitters.backends.slurm.flags``) and the gateway, which refuses a pod early when its pool announced its
-allowlist. Tested in tests/test_slurm_flags.py, and against the real sbatch in tests/test_slurm_flags_real.py.
+allowlist. Tested in tests/backends/slurm/test_slurm_flags.py, and against the real sbatch in
+tests/backends/slurm/test_slurm_flags_real.py.
 """
 
 from __future__ import annotations

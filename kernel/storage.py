@@ -24,7 +24,7 @@ from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel.names import is_dns_label, is_dns_subdomain
 from interlink_nats.kernel.namespace_keys import is_pattern, key_matches
 
-__pure__ = True  # no I/O, not even through what it imports (held by tests/test_import_contracts.py)
+__pure__ = True  # no I/O, not even through what it imports (held by tests/contracts/test_import_contracts.py)
 
 PLACEHOLDERS = ("namespace", "claim", "volume")
 """What a claim rule's path template may name; each is replaced by a DNS name (no ``/``, never ``..``)."""

@@ -10,7 +10,7 @@ from enum import StrEnum
 
 from .names import is_dns_label
 
-__pure__ = True  # no I/O, not even through what it imports (held by tests/test_import_contracts.py)
+__pure__ = True  # no I/O, not even through what it imports (held by tests/contracts/test_import_contracts.py)
 
 DEFAULT_PREFIX = "interlink"
 """Prefix of announcement and event subjects (a MasterQueue's `natsSubject: interlink.resources` matches)."""

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Mapping
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.gen.interlink_nats.v1 import fastwire
 
-__pure__ = True  # no I/O, not even through what it imports (held by tests/test_import_contracts.py)
+__pure__ = True  # no I/O, not even through what it imports (held by tests/contracts/test_import_contracts.py)
 
 
 def summed(usages: Iterable[pb.JobUsage]) -> pb.JobUsage:

@@ -6,7 +6,7 @@ Always semver: NATS micro's ``$SRV.INFO`` requires it, also from a bare checkout
 import re
 from importlib.metadata import PackageNotFoundError, version
 
-__pure__ = True  # no I/O, not even through what it imports (held by tests/test_import_contracts.py)
+__pure__ = True  # no I/O, not even through what it imports (held by tests/contracts/test_import_contracts.py)
 
 _SEMVER = re.compile(
     r"(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)"

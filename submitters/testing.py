@@ -6,7 +6,7 @@
   cancel and replica races run in milliseconds, without NATS or processes.
 * :func:`settings_for`, :func:`wait_for`: settings for a test pool, and polling with a deadline.
 
-Pods rendered with the real renderer live in ``tests/jobs.py``: submitters do not import
+Pods rendered with the real renderer live in ``tests/harness/jobs.py``: submitters do not import
 pod rendering.
 """
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from interlink_nats.gen.interlink_nats.v1 import fastwire
 
-__pure__ = True  # no I/O, not even through what it imports (held by tests/test_import_contracts.py)
+__pure__ = True  # no I/O, not even through what it imports (held by tests/contracts/test_import_contracts.py)
 
 
 @dataclass(frozen=True, slots=True)

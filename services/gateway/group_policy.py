@@ -30,7 +30,7 @@ from interlink_nats.services.scripts.pod_group import GROUP_NAME_LABEL as NAME_L
 from interlink_nats.services.scripts.pod_group import GROUP_TOTAL_ANNOTATION as TOTAL_ANNOTATION
 from interlink_nats.services.scripts.pod_group import PodGroupSpec
 
-__pure__ = True  # no I/O, not even through what it imports (held by tests/test_import_contracts.py)
+__pure__ = True  # no I/O, not even through what it imports (held by tests/contracts/test_import_contracts.py)
 
 
 @dataclass(frozen=True, slots=True)

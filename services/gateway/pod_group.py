@@ -20,7 +20,7 @@ from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel.pod_limits import GROUP_SIZE_MAX
 from interlink_nats.services.gateway.errors import GatewayError
 
-__pure__ = True  # no I/O, not even through what it imports (held by tests/test_import_contracts.py)
+__pure__ = True  # no I/O, not even through what it imports (held by tests/contracts/test_import_contracts.py)
 
 WAITING_REASON = "PodGroupWaiting"
 INCOMPLETE_REASON = "PodGroupIncomplete"

@@ -12,7 +12,7 @@ from interlink_nats.kernel.subjects import InvalidPoolNameError, validate_pool
 from interlink_nats.services.gateway.wire import BadRequest
 from interlink_nats.services.scripts.pod_model import PodSpec
 
-__pure__ = True  # no I/O, not even through what it imports (held by tests/test_import_contracts.py)
+__pure__ = True  # no I/O, not even through what it imports (held by tests/contracts/test_import_contracts.py)
 
 POOL_KEY = "pool.vk.io"
 SELECTOR_FIELD = f'spec.nodeSelector["{POOL_KEY}"]'

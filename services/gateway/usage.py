@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 from interlink_nats.gen.interlink_nats import v1 as pb
 
-__pure__ = True  # no I/O, not even through what it imports (held by tests/test_import_contracts.py)
+__pure__ = True  # no I/O, not even through what it imports (held by tests/contracts/test_import_contracts.py)
 
 TOLERANCE = 0.1
 """A pool may report up to this fraction more than the pod's request x its wall time (clock rounding)."""

@@ -21,7 +21,7 @@ from interlink_nats.gen.interlink_nats.v1 import fastwire
 from interlink_nats.kernel import quantities, reported
 from interlink_nats.kernel.names import is_pod_uid
 
-__pure__ = True  # no I/O, not even through what it imports (held by tests/test_import_contracts.py)
+__pure__ = True  # no I/O, not even through what it imports (held by tests/contracts/test_import_contracts.py)
 
 GO_ZERO_TIME_PREFIX = "0001-01-01"
 

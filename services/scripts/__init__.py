@@ -12,7 +12,7 @@ from .pod_parse import pod_resources
 from .pod_resources import parse_quantity
 from .render import RenderedPod, render_job, render_pod
 
-__pure__ = True  # no I/O, not even through what it imports (held by tests/test_import_contracts.py)
+__pure__ = True  # no I/O, not even through what it imports (held by tests/contracts/test_import_contracts.py)
 
 __all__ = [
     "PodGroupSpec",

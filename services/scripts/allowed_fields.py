@@ -1,7 +1,7 @@
 """Which pod fields the renderer honours, ignores, or accepts only in a harmless form.
 
 Everything not listed here is rejected naming the field: a field silently dropped could change what the user's
-code does. docs/pod-support.md lists the same fields (tests/test_scripts_allowed_fields.py keeps them in step).
+code does. docs/pod-support.md lists the same fields (tests/scripts/test_scripts_allowed_fields.py keeps them in step).
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ from interlink_nats.kernel.subjects import inbox_prefix
 from .config import Credential, NatsConfigOptions, render_server_config
 from .permissions import ACCOUNT, identity_name
 
-__pure__ = True  # no I/O, not even through what it imports (held by tests/test_import_contracts.py)
+__pure__ = True  # no I/O, not even through what it imports (held by tests/contracts/test_import_contracts.py)
 
 
 def new_user_seed() -> str:

@@ -41,7 +41,7 @@ from .permissions import (
     pool_permissions,
 )
 
-__pure__ = True  # no I/O, not even through what it imports (held by tests/test_import_contracts.py)
+__pure__ = True  # no I/O, not even through what it imports (held by tests/contracts/test_import_contracts.py)
 
 DEFAULT_CLUSTER_PORT = 6222
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from interlink_nats.kernel import subjects
 from interlink_nats.kernel.subjects import INBOX_ROOT, Role, inbox_prefix
 
-__pure__ = True  # no I/O, not even through what it imports (held by tests/test_import_contracts.py)
+__pure__ = True  # no I/O, not even through what it imports (held by tests/contracts/test_import_contracts.py)
 
 ACCOUNT = "INTERLINK"
 """The one application account; JetStream is enabled for it."""

@@ -1,8 +1,9 @@
 """The lists a backend author used to extend by hand, checked against the registry (``backends.BACKENDS``): the kit
 runs every registered backend, and a backend that refuses pod groups says why in ``NOT_RUN_REASONS`` (and only
 such a backend). The others are derived or checked where they live: ``pyproject.toml``'s ``packages``
-(tests/test_contracts.py), the backends' independence contract (tests/test_import_contracts.py) and the pure
-``backends/*/parse.py`` modules (``BACKEND_PARSERS``, tests/test_import_contracts.py)."""
+(tests/contracts/test_contracts.py), the backends' independence contract
+(tests/contracts/test_import_contracts.py) and the pure
+``backends/*/parse.py`` modules (``BACKEND_PARSERS``, tests/contracts/test_import_contracts.py)."""
 
 from __future__ import annotations
 

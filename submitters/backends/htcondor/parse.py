@@ -1,7 +1,7 @@
 """Pure HTCondor text handling: ``condor_q``/``condor_history -json`` parsing, state mapping, constraints.
 
-No I/O: tested directly (tests/test_htcondor_parse.py); the backend (``htcondor``) only runs the commands.
-Submit descriptions are written by ``submit.py``.
+No I/O: tested directly (tests/backends/htcondor/test_htcondor_parse.py); the backend (``htcondor``) only runs the
+commands. Submit descriptions are written by ``submit.py``.
 
 Facts relied on (HTCondor manual and sources): ``condor_submit -terse`` prints
 ``<cluster>.<proc> - <cluster>.<proc>``, with ``-spool`` before it spools the input (so a spool failure

@@ -1,7 +1,7 @@
 """Pure: the submit description of one pod's job, written so that nothing from outside can bend it.
 
 No I/O: tested directly, and every description is parsed back by the real ``htcondor2.Submit`` in the
-tests (tests/test_htcondor_submit.py), value by value.
+tests (tests/backends/htcondor/test_htcondor_submit.py), value by value.
 
 The submit language's own rules (htcondor ``docs/man-pages/htcondor-jdl.rst``, and the real parser):
 a line whose value ends in ``\\`` (trailing blanks allowed) continues on the next line, so such a value
@@ -30,7 +30,7 @@ from interlink_nats.submitters.backends.htcondor.parse import POD_UID_ATTR, POOL
 from interlink_nats.submitters.core.backend import JobSpec
 from interlink_nats.submitters.core.site_policy import AccountingPolicy, PolicyError
 
-__pure__ = True  # no I/O, not even through what it imports (held by tests/test_import_contracts.py)
+__pure__ = True  # no I/O, not even through what it imports (held by tests/contracts/test_import_contracts.py)
 
 # Submit commands the submitter writes itself: a site or a pod may not change them, or the job
 # would run something else, write elsewhere, or hide from the submitter's queries.

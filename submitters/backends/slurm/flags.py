@@ -3,8 +3,8 @@ inputs sbatch reads options from (the script's header, its environment).
 
 Comparing the words a pod wrote with names (the old denylist) let ``--arr``, ``--ui`` and ``-vAgrp`` through; here
 every word is parsed first, each option is checked by its canonical long name against the pool's allowlist, and
-what passes is handed to sbatch re-written as ``--name=value``. Tested in tests/test_slurm_flags.py, and against
-the real sbatch in tests/test_slurm_flags_real.py.
+what passes is handed to sbatch re-written as ``--name=value``. Tested in tests/backends/slurm/test_slurm_flags.py,
+and against the real sbatch in tests/backends/slurm/test_slurm_flags_real.py.
 """
 
 from __future__ import annotations

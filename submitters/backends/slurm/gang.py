@@ -8,8 +8,8 @@ the largest member's share (docs/backends/slurm.md, "Pod groups on Slurm").
 
 The launcher (bash, the batch script) maps ranks to hosts from the allocation (``SLURM_JOB_NODELIST`` and
 ``SLURM_TASKS_PER_NODE``: ranks fill nodes in order), starts one ``srun`` step per member, and applies the
-failure policy. Tested directly in tests/test_slurm_gang_text.py (with fake srun/scontrol/scancel) and on a
-real two-node Slurm in tests/test_slurm_gangs.py.
+failure policy. Tested directly in tests/backends/slurm/test_slurm_gang_text.py (with fake srun/scontrol/scancel) and
+on a real two-node Slurm in tests/backends/slurm/test_slurm_gangs.py.
 """
 
 from __future__ import annotations

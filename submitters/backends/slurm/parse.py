@@ -1,6 +1,6 @@
 """Pure Slurm text handling: sbatch argument building, squeue/sacct/sinfo parsing, state mapping.
 
-Tested from recorded output (tests/test_slurm_parse.py); the backend only runs the commands.
+Tested from recorded output (tests/backends/slurm/test_slurm_parse.py); the backend only runs the commands.
 """
 
 from __future__ import annotations
