@@ -1,26 +1,34 @@
-"""The whole life of N pods at a site: ``/create`` → the job runs (``true``) → it ends → its statuses reach the
-gateway → its layout is removed; with the jobs running beside the creates, at 64 and at 1 in flight.
+"""The whole life of N pods at a site: ``/create`` -> the job runs (``true``) -> it ends -> its statuses reach the
+gateway -> its layout is removed; with the jobs running beside the creates, at 64 and at 1 in flight.
 
 Stack: ``interlink-nats gateway`` and ``interlink-nats submitter shell`` (runtime none) as their own processes, a
 nats-server. Two pod shapes from ``_pods``, interleaved within each rep (each rep starts with the next shape):
-``minimal`` and ``interlink`` (2 containers × 15 env vars, an emptyDir, a configMap with ``items``). A window is
-one shape at one in-flight: its creates, then the wait until every pod's job has ended, every container reads
-terminated at the gateway and the layout is gone from every job directory (the bench watches the files, then asks
-``/status`` once to confirm, so its own calls barely count in the gateway's figure).
+``minimal`` and ``interlink`` (2 containers with 15 env vars each, an emptyDir, a configMap with ``items``). A
+window is one shape at one in-flight: its creates, then the wait until every pod's job has ended, every container
+reads terminated at the gateway and the layout is gone from every job directory (the bench watches the files, then
+asks ``/status`` once to confirm, so its own calls barely count in the gateway's figure).
 
 CPU per pod, from ``/proc/<pid>/stat`` deltas over a window (``CpuMeter`` of ``create.py``): the gateway's own, the
-submitter's own, its children's (the launcher bash's own CPU) and the jobs' (what the submitter and the launcher
-reaped: each runner and everything below it) apart. Unlike ``create.py`` (whose README row holds
-the jobs with ``--hold-jobs``), these figures run them: launching each job, the polls that see it end, the
-statuses it publishes, the removal of its layout are all in. ``pods/s`` is N over the window's wall time, which the
-poll interval bounds from below (the submitter's shipped 5 s unless ``--poll-interval``).
+submitter's own (``of it kernel``: its system time), its children's (the launcher's own CPU) and the jobs' (a
+cgroup v1 ``cpuacct`` group around the submitter's tree, less the two: the launcher lets the kernel reap the
+runners, so no ``cutime`` counts them) apart. Unlike ``create.py`` (whose README row holds the jobs with
+``--hold-jobs``), these figures run them: launching each job, the polls that see it end, the statuses it
+publishes, the removal of its layout are all in. ``pods/s`` is N over the window's wall time, which the poll
+interval bounds from below (the submitter's shipped 5 s unless ``--poll-interval``).
 
 Where the submitter's CPU goes: the submitter runs under ``_sampler.py`` (a CPU-time sampling profiler the bench
 alone uses; ``--no-profile`` runs it bare). Each sampled stack is put in one phase by the innermost frame a rule
-of ``PHASES`` names: create (Submit: rendering the request, the registry, the job directory), launch (the
-launcher's pipe, the pidfd watch), poll (the backend poll, container files, the plan), publish (the outbox, events
-to NATS), cleanup (the ended layout's removal), nats (the client's reads and writes, not placed in a phase above),
-loop (no Python frame above the event loop's: uvloop's own C code, epoll, socket and pipe I/O), other. The sampler costs about 1 % at its default 2 ms.
+of ``PHASES`` names: create (Submit: the request, the registry, the job directory), launch (the launcher's pipe,
+the pidfd watch), poll (the backend poll, container files, the plan), publish (the outbox, events to NATS),
+cleanup (the ended layout's removal), nats (the client's reads and writes), loop (no Python frame above the event
+loop's and no worker thread busy: uvloop's own C code, epoll, socket and pipe I/O), other. ``--stacks N`` prints
+the stacks sampled most.
+
+Found with it (2026-11-29, 2 shared cores): on ext4 without a journal, 85-90 % of the submitter's whole-life CPU
+for an interLink-shaped pod is the kernel's (``of it kernel``), in ``prepare_job_dir`` (create) and
+``remove_ended_layout`` (cleanup): the layout's 14 inodes are made and freed again per pod, and on such a file
+system a new inode costs more the more were freed nearby just before (``create.py`` says more).
+``--state-root /dev/shm`` takes the file system out.
 
 Ceiling, in the same run (once per rep): a raw nats-py request-reply between two processes (64 in flight, the
 minimal pod's Submit bytes); its CPU per call (client + responder) is the machine's yardstick, printed beside
@@ -88,6 +96,12 @@ PHASES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("create", ("engine/submission.py:", "edge/service.py:", "shell/backend.py:submit", "state/batching.py:")),
     ("nats", ("nats/",)),
 )
+
+
+def system_seconds(pid: int) -> float:
+    """The kernel's CPU on the process's behalf (``stime``): on the create path mostly the file system's inodes."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat[stat.rindex(")") + 2 :].split()[12]) / os.sysconf("SC_CLK_TCK")
 
 
 def phase_of(stack: list[str]) -> str:
@@ -289,13 +303,14 @@ def main() -> None:
                     pods = [shape.make(i, run, pool) for i in range(count)]
                     requests = [http_request("POST", "/create", json.dumps(p).encode()) for p in pods]
                     stacks = profile.read() if profile else Counter()
-                    before, tree_before = meter.read(), tree.read()
+                    before, tree_before, sys_before = meter.read(), tree.read(), system_seconds(submitter.pid)
                     started = time.perf_counter()
                     _, _, errors = asyncio.run(closed_loop(port, requests, in_flight))
                     asyncio.run(wait_lives(port, pods, jobs))
                     elapsed = time.perf_counter() - started
                     cpu = CpuMeter.per_request_ms(before, meter.read(), count)
                     tree_after = tree.read()
+                    cpu["submitter_system"] = (system_seconds(submitter.pid) - sys_before) * 1e3 / count
                     if tree_before is not None and tree_after is not None:  # the rest of the tree is the jobs'
                         cpu["jobs"] = (tree_after - tree_before) * 1e3 / count - cpu["submitter"] - cpu["launcher"]
                     stacks_after = profile.read() if profile else Counter()
@@ -316,6 +331,7 @@ def main() -> None:
                             f"{cpu['pods_per_s']:.0f}",
                             f"{cpu['gateway']:.2f}",
                             f"{cpu['submitter']:.2f}",
+                            f"{cpu['submitter_system']:.2f}",
                             f"{cpu['launcher']:.2f}",
                             f"{cpu['jobs']:.2f}",
                             f"{cpu['vs_raw']:.1f}",
@@ -341,6 +357,7 @@ def main() -> None:
                 "pods/s",
                 "gateway",
                 "submitter",
+                "of it kernel",
                 "children",
                 "jobs",
                 "vs raw",
@@ -394,6 +411,7 @@ def summarize(
                 return round(median([c.get(key, 0.0) for c in cpus]), 3)
 
             result[f"submitter_cpu_ms_per_pod{suffix}"] = med("submitter")
+            result[f"submitter_system_cpu_ms_per_pod{suffix}"] = med("submitter_system")
             result[f"submitter_cpu_vs_raw{suffix}"] = round(med("submitter") / raw_cpu, 2)
             result[f"gateway_cpu_ms_per_pod{suffix}"] = med("gateway")
             result[f"children_cpu_ms_per_pod{suffix}"] = med("launcher")
