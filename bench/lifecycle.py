@@ -34,26 +34,32 @@ Ceiling, in the same run (once per rep): a raw nats-py request-reply between two
 minimal pod's Submit bytes); its CPU per call (client + responder) is the machine's yardstick, printed beside
 every figure (``vs raw``: the submitter's CPU per pod in raw request-replies).
 
-Slurm is not measured yet (``"slurm": null`` in the JSON).
+Slurm (``--backend``; default both): a real one-node cluster (``tests/slurm_cluster.py``: slurmctld, slurmd,
+munged on free ports, as the tests start it) and a ``submitter slurm`` on its own pool. There ``children`` is the
+batch commands' CPU (sbatch, squeue, sacct: the submitter's cgroup less the submitter), ``slurm daemons`` the
+own CPU of slurmctld, slurmd and munged, and ``jobs`` what the daemons started (slurmstepd and the job, a
+cgroup around the daemons less their own). Slurm starts a few jobs a second here, so its windows hold fewer
+pods (``--slurm-pods``) and last longer: what the submitter and the gateway spend meanwhile (polls, timers; the
+idle line) weighs more per pod.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
 import time
 import uuid
 from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parent.parent / "tests"))  # the tests' real one-node Slurm
 
 from _harness import (
     HttpConnection,
@@ -67,117 +73,27 @@ from _harness import (
     stop_process,
     wait_http,
 )
+from _meters import CgroupCpu, Profile, own_cpu, phase_of, system_seconds
 from _pods import SHAPES, Shape, pod_data
 from create import RAW_RESPONDER, CpuMeter, closed_loop, raw_ceiling
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel import layout
 from interlink_nats.services.ops.nats_server import NatsServerProcess
 from interlink_nats.services.scripts import render_job
+from slurm_cluster import SlurmCluster
 
 IN_FLIGHT = 64
 IDLE_WINDOW_S = 5.0
 SHAPE_NAMES = ("interlink", "minimal")
 
-PHASES: tuple[tuple[str, tuple[str, ...]], ...] = (
-    # (phase, substrings of "file:function"); the innermost frame any rule names decides (rules in this order).
-    ("cleanup", ("jobdirs/files.py:remove_ended_layout",)),
-    ("publish", ("state/outbox.py:", "edge/announcer.py:")),
-    (
-        "launch",
-        (
-            "shell/processes.py:",
-            "shell/backend.py:_launch",
-            "shell/backend.py:_watch_exit",
-            "shell/backend.py:exited",
-            "shell/backend.py:_reap",
-        ),
-    ),
-    ("poll", ("engine/polling.py:", "shell/backend.py:poll", "core/lifecycle.py:", "core/status.py:")),
-    ("create", ("engine/submission.py:", "edge/service.py:", "shell/backend.py:submit", "state/batching.py:")),
-    ("nats", ("nats/",)),
-)
-
-
-def system_seconds(pid: int) -> float:
-    """The kernel's CPU on the process's behalf (``stime``): on the create path mostly the file system's inodes."""
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    return int(stat[stat.rindex(")") + 2 :].split()[12]) / os.sysconf("SC_CLK_TCK")
-
-
-def phase_of(stack: list[str]) -> str:
-    """The phase of one sampled stack (outermost frame first)."""
-    if stack and stack[-1].endswith("asyncio/runners.py:run"):
-        return "loop"  # no Python frame above the loop's: uvloop's C code (epoll, socket and pipe I/O, timers)
-    for frame in reversed(stack):
-        for phase, markers in PHASES:
-            if any(m in frame for m in markers):
-                return phase
-    return "other"
-
-
-class CgroupCpu:
-    """The CPU of the submitter and every process below it (jobs included), from a cgroup v1 ``cpuacct`` group
-    the bench makes: the launcher ignores SIGCHLD (the kernel reaps the runners), so no ``cutime`` counts them.
-    ``None`` figures where the bench may not make one (not root, no cpuacct hierarchy)."""
-
-    ROOT = Path("/sys/fs/cgroup/cpuacct")
-
-    def __init__(self, pid: int) -> None:
-        self.path: Path | None = self.ROOT / f"bench-lifecycle-{os.getpid()}"
-        try:
-            self.path.mkdir()
-            (self.path / "cgroup.procs").write_text(str(pid))
-        except OSError:
-            self.path = None
-
-    def read(self) -> float | None:
-        return int((self.path / "cpuacct.usage").read_text()) / 1e9 if self.path else None
-
-    def remove(self) -> None:
-        if self.path:
-            for pid in (self.path / "cgroup.procs").read_text().split():
-                with contextlib.suppress(OSError):
-                    (self.ROOT / "cgroup.procs").write_text(pid)
-            with contextlib.suppress(OSError):
-                self.path.rmdir()
-
-
-class Profile:
-    """The submitter's sampled stacks, read at a window's edges (SIGUSR2 makes the sampler write them)."""
-
-    def __init__(self, pid: int, path: Path) -> None:
-        self.pid, self.path = pid, path
-
-    def read(self) -> Counter[tuple[str, ...]]:
-        before = self.path.stat().st_mtime_ns if self.path.exists() else 0
-        os.kill(self.pid, signal.SIGUSR2)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            if self.path.exists() and self.path.stat().st_mtime_ns != before:
-                try:
-                    data = json.loads(self.path.read_text())
-                except ValueError:
-                    time.sleep(0.01)
-                    continue
-                return Counter({tuple(s[1:]): int(s[0]) for s in data["stacks"]})
-            time.sleep(0.01)
-        raise RuntimeError("the submitter's sampler did not answer SIGUSR2")
-
-    @staticmethod
-    def phases(before: Counter[tuple[str, ...]], after: Counter[tuple[str, ...]]) -> Counter[str]:
-        out: Counter[str] = Counter()
-        for stack, n in (after - before).items():
-            out[phase_of(list(stack))] += n
-        return out
-
 
 def start_submitter(
-    nats_url: str, tmp: Path, pool: str, poll_s: float | None, profile: Path | None
+    nats_url: str, tmp: Path, pool: str, backend: str, poll_s: float | None, profile: Path | None, env: dict[str, str]
 ) -> subprocess.Popen[bytes]:
     config = tmp / f"{pool}.json"
     settings: dict[str, object] = {
         "pool": pool,
-        "backend": "shell",
+        "backend": backend,
         "nats": {"url": [nats_url]},
         "state_dir": str(tmp / pool),
         "build_config": {"runtime": "CONTAINER_RUNTIME_NONE"},
@@ -185,7 +101,7 @@ def start_submitter(
     if poll_s is not None:
         settings["poll_interval"] = poll_s
     config.write_text(json.dumps(settings))
-    args = ["submitter", "shell", "--config", str(config)]
+    args = ["submitter", backend, "--config", str(config)]
     exe = Path(sys.executable).with_name("interlink-nats")
     command = (
         [sys.executable, str(Path(__file__).with_name("_sampler.py")), str(profile), "2", "--", *args]
@@ -193,7 +109,23 @@ def start_submitter(
         else [str(exe), *args]
     )
     out = (tmp / f"{pool}.log").open("ab")
-    return subprocess.Popen(command, stdout=out, stderr=out, start_new_session=True)
+    return subprocess.Popen(command, stdout=out, stderr=out, start_new_session=True, env={**os.environ, **env})
+
+
+@dataclass
+class Site:
+    """One backend's submitter, its pool, and what measures it (Slurm: its daemons too)."""
+
+    backend: str
+    pool: str
+    submitter: subprocess.Popen[bytes]
+    tree: CgroupCpu
+    profile: Profile | None
+    jobs: Path
+    daemons: list[int] = field(default_factory=list)
+    """Slurm's own daemons (slurmctld, slurmd, munged), whose CPU is reported apart."""
+    batch: CgroupCpu | None = None
+    """Slurm: the daemons and everything they start (slurmstepd, the jobs)."""
 
 
 def pod_done(job_dir: Path, containers: int) -> bool:
@@ -245,40 +177,64 @@ def main() -> None:
     parser.add_argument("--pods", type=int, default=256, help="pods per rep and shape at 64 in flight")
     parser.add_argument("--serial-pods", type=int, default=64, help="pods per rep and shape at 1 in flight")
     parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--quick", action="store_true", help="128 and 32 pods, 3 reps (a minute or two)")
+    parser.add_argument("--quick", action="store_true", help="128 and 32 pods (Slurm: 32 and 8), 3 reps")
     parser.add_argument("--shape", action="append", choices=SHAPE_NAMES, help="a pod shape (default: both)")
-    parser.add_argument("--poll-interval", type=float, default=None, help="the submitter's poll interval, s")
+    parser.add_argument("--backend", action="append", choices=("shell", "slurm"), help="default: both")
+    parser.add_argument("--slurm-pods", type=int, default=64, help="Slurm: pods per window at 64 in flight")
+    parser.add_argument("--slurm-serial-pods", type=int, default=16, help="Slurm: pods per window at 1 in flight")
+    parser.add_argument("--poll-interval", type=float, default=None, help="the submitters' poll interval, s")
     parser.add_argument("--state-root", type=Path, default=None, help="where the job directories go")
     parser.add_argument("--stacks", type=int, default=0, help="print the N stacks sampled most (interLink, 64)")
-    parser.add_argument("--no-profile", action="store_true", help="run the submitter without the sampler")
+    parser.add_argument("--no-profile", action="store_true", help="run the submitters without the sampler")
     args = parser.parse_args()
     if args.quick:
-        args.pods, args.serial_pods = 128, 32
+        args.pods, args.serial_pods, args.slurm_pods, args.slurm_serial_pods = 128, 32, 32, 8
     shapes: list[Shape] = [SHAPES[name] for name in args.shape or SHAPE_NAMES]
-    pool = shapes[0].pool  # runtime none: both shapes go to the same pool
+    backends = args.backend or ["shell", "slurm"]
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-lifecycle-", dir=args.state_root))
     state_fs = file_system_of(tmp)
-    jobs = tmp / pool / "jobs"
     nats_server = NatsServerProcess().start_blocking()
     port = free_port()
-    profile_path = None if args.no_profile else tmp / "profile.json"
-    submitter = start_submitter(nats_server.url, tmp, pool, args.poll_interval, profile_path)
-    tree = CgroupCpu(submitter.pid)  # before the first create: the launcher starts with it
+    sites: list[Site] = []
+    slurm = None
     gateway = start_gateway(nats_server.url, port, tmp / "gateway.log")
     responder = subprocess.Popen([sys.executable, "-c", RAW_RESPONDER, nats_server.url], stdout=subprocess.PIPE)
     try:
+        for backend in backends:
+            env: dict[str, str] = {}
+            daemons: list[int] = []
+            if backend == "slurm":
+                slurm = SlurmCluster().start()
+                env = {"SLURM_CONF": str(slurm.conf)}
+                munged = int((slurm.dir / "munge" / "munged.pid").read_text())
+                daemons = [p.pid for p in slurm._procs] + [munged]
+            pool = f"bench-{backend}"
+            profile_path = None if args.no_profile else tmp / f"profile-{backend}.json"
+            submitter = start_submitter(nats_server.url, tmp, pool, backend, args.poll_interval, profile_path, env)
+            sites.append(
+                Site(
+                    backend,
+                    pool,
+                    submitter,
+                    CgroupCpu([submitter.pid], backend),  # before the first create: the launcher starts with it
+                    Profile(submitter.pid, profile_path) if profile_path else None,
+                    tmp / pool / "jobs",
+                    daemons,
+                    CgroupCpu(daemons, "slurm-daemons") if daemons else None,
+                )
+            )
         assert responder.stdout is not None and responder.stdout.readline().strip() == b"ready"
         wait_http(f"http://127.0.0.1:{port}/healthz")
         raw_payload = bytes(
             pb.SubmitRequest(job=render_job(pod_data(0, "size"), pb.BuildConfig(runtime=pb.ContainerRuntime.NONE)))
         )
-        meter = CpuMeter(gateway.pid, submitter.pid)
-        profile = Profile(submitter.pid, profile_path) if profile_path else None
-        for shape in shapes:  # the pool announced, every code path warm
-            warm = [shape.make(i, f"warm-{shape.name}", pool) for i in range(64)]
-            asyncio.run(closed_loop(port, [http_request("POST", "/create", json.dumps(p).encode()) for p in warm]))
-            asyncio.run(wait_lives(port, warm, jobs))
+        for site in sites:
+            for shape in shapes:  # the pool announced, every code path warm
+                warm = [shape.make(i, f"warm-{site.backend}-{shape.name}", site.pool) for i in range(16)]
+                asyncio.run(closed_loop(port, [http_request("POST", "/create", json.dumps(p).encode()) for p in warm]))
+                asyncio.run(wait_lives(port, warm, site.jobs))
+        meter = CpuMeter(gateway.pid, sites[0].submitter.pid)
         idle_before = meter.read()
         time.sleep(IDLE_WINDOW_S)
         idle = CpuMeter.per_request_ms(idle_before, meter.read(), 1)
@@ -286,7 +242,7 @@ def main() -> None:
 
         raw_cpus: list[float] = []
         rows: list[list[object]] = []
-        figures: dict[tuple[str, int], list[dict[str, float]]] = {}
+        figures: dict[tuple[str, str, int], list[dict[str, float]]] = {}
         top_stacks: Counter[tuple[str, ...]] = Counter()
         for rep in range(args.reps):
             raw_count = 2000
@@ -296,62 +252,49 @@ def main() -> None:
                 (time.process_time() - raw_before[0] + cpu_seconds(responder.pid)[0] - raw_before[1]) * 1e3 / raw_count
             )
             first = rep % len(shapes)
-            for shape in shapes[first:] + shapes[:first]:
-                for in_flight in (IN_FLIGHT, 1):
-                    count = args.pods if in_flight > 1 else args.serial_pods
-                    run = f"r{rep}-{in_flight}-{uuid.uuid4().hex[:6]}"
-                    pods = [shape.make(i, run, pool) for i in range(count)]
-                    requests = [http_request("POST", "/create", json.dumps(p).encode()) for p in pods]
-                    stacks = profile.read() if profile else Counter()
-                    before, tree_before, sys_before = meter.read(), tree.read(), system_seconds(submitter.pid)
-                    started = time.perf_counter()
-                    _, _, errors = asyncio.run(closed_loop(port, requests, in_flight))
-                    asyncio.run(wait_lives(port, pods, jobs))
-                    elapsed = time.perf_counter() - started
-                    cpu = CpuMeter.per_request_ms(before, meter.read(), count)
-                    tree_after = tree.read()
-                    cpu["submitter_system"] = (system_seconds(submitter.pid) - sys_before) * 1e3 / count
-                    if tree_before is not None and tree_after is not None:  # the rest of the tree is the jobs'
-                        cpu["jobs"] = (tree_after - tree_before) * 1e3 / count - cpu["submitter"] - cpu["launcher"]
-                    stacks_after = profile.read() if profile else Counter()
-                    phases = Profile.phases(stacks, stacks_after)
-                    if shape.name == "interlink" and in_flight > 1:
-                        top_stacks.update(stacks_after - stacks)
-                    total = sum(phases.values()) or 1
-                    for phase, n in phases.items():  # the submitter's CPU per pod, split by the samples' shares
-                        cpu[f"phase_{phase}"] = cpu["submitter"] * n / total
-                    cpu["pods_per_s"] = count / elapsed
-                    cpu["vs_raw"] = cpu["submitter"] / raw_cpus[-1]
-                    figures.setdefault((shape.name, in_flight), []).append(cpu)
-                    rows.append(
-                        [
-                            rep + 1,
-                            shape.name,
-                            in_flight,
-                            f"{cpu['pods_per_s']:.0f}",
-                            f"{cpu['gateway']:.2f}",
-                            f"{cpu['submitter']:.2f}",
-                            f"{cpu['submitter_system']:.2f}",
-                            f"{cpu['launcher']:.2f}",
-                            f"{cpu['jobs']:.2f}",
-                            f"{cpu['vs_raw']:.1f}",
-                            f"{raw_cpus[-1]:.3f}",
-                            " ".join(
-                                f"{p}={phases[p] * 100 / total:.0f}%"
-                                for p in sorted(phases, key=phases.get, reverse=True)
-                            ),  # type: ignore[arg-type]
-                            errors,
-                        ]
-                    )
+            for site in sites:
+                for shape in shapes[first:] + shapes[:first]:
+                    for in_flight in (IN_FLIGHT, 1):
+                        if site.backend == "slurm":
+                            count = args.slurm_pods if in_flight > 1 else args.slurm_serial_pods
+                        else:
+                            count = args.pods if in_flight > 1 else args.serial_pods
+                        cpu, phases = window(port, site, shape, in_flight, count, f"r{rep}", gateway.pid, top_stacks)
+                        cpu["vs_raw"] = cpu["submitter"] / raw_cpus[-1]
+                        figures.setdefault((site.backend, shape.name, in_flight), []).append(cpu)
+                        total = sum(phases.values()) or 1
+                        rows.append(
+                            [
+                                rep + 1,
+                                site.backend,
+                                shape.name,
+                                in_flight,
+                                f"{cpu['pods_per_s']:.1f}",
+                                f"{cpu['gateway']:.2f}",
+                                f"{cpu['submitter']:.2f}",
+                                f"{cpu['submitter_system']:.2f}",
+                                f"{cpu['children']:.2f}",
+                                f"{cpu['jobs']:.2f}",
+                                f"{cpu['daemons']:.2f}" if site.daemons else "-",
+                                f"{cpu['vs_raw']:.1f}",
+                                f"{raw_cpus[-1]:.3f}",
+                                " ".join(f"{p}={n * 100 / total:.0f}%" for p, n in phases.most_common()),
+                                int(cpu["errors"]),
+                            ]
+                        )
         raw_cpu = median(raw_cpus)
-        print(f"idle, gateway + submitter: {idle_ms_per_s:.2f} ms of CPU per second over {IDLE_WINDOW_S:g} s")
+        print(f"idle, gateway + shell submitter: {idle_ms_per_s:.2f} ms of CPU per second over {IDLE_WINDOW_S:g} s")
         print(f"raw NATS request-reply: {raw_cpu:.3f} ms of CPU per call (client + responder), median of {args.reps}")
         print_table(
-            f"whole life of a pod, {args.pods} pods per window at {IN_FLIGHT} in flight, {args.serial_pods} at 1 "
-            f"(shell backend, runtime none, jobs run beside the creates; job directories on {state_fs}); CPU in ms "
-            "per pod; 'vs raw' = the submitter's CPU in raw request-replies; 'raw' = that rep's raw request-reply CPU",
+            f"whole life of a pod, shell: {args.pods} pods per window at {IN_FLIGHT} in flight, {args.serial_pods}"
+            " at 1;"
+            f" Slurm: {args.slurm_pods} and {args.slurm_serial_pods} (runtime none, jobs run beside the creates; job"
+            f" directories on {state_fs}); CPU in ms per pod; 'children': the shell launcher's own CPU, or the batch"
+            " commands' (sbatch, squeue...); 'slurm daemons': slurmctld, slurmd and munged; 'vs raw' = the"
+            " submitter's CPU in raw request-replies; 'raw' = that rep's raw request-reply CPU",
             [
                 "rep",
+                "backend",
                 "pod",
                 "in flight",
                 "pods/s",
@@ -360,6 +303,7 @@ def main() -> None:
                 "of it kernel",
                 "children",
                 "jobs",
+                "slurm daemons",
                 "vs raw",
                 "raw",
                 "submitter by phase",
@@ -369,43 +313,98 @@ def main() -> None:
         )
         for stack, n in top_stacks.most_common(args.stacks):
             print(f"{n:5d} {phase_of(list(stack)):8s} " + " > ".join(f.rsplit("/", 1)[-1] for f in stack[-7:]))
-        summary = summarize(figures, shapes, raw_cpu)
-        for shape in shapes:
-            phases = summary[shape.name]["submitter_phase_ms_per_pod"]
-            print(f"{shape.name} at {IN_FLIGHT} in flight, submitter ms per pod by phase (medians): {phases}")
-        print(
-            json.dumps(
-                {
-                    "shell": summary,
-                    "slurm": None,
-                    "raw_cpu_ms_per_req": round(raw_cpu, 4),
-                    "idle_cpu_ms_per_s": round(idle_ms_per_s, 2),
-                    "in_flight": IN_FLIGHT,
-                    "pods": args.pods,
-                    "serial_pods": args.serial_pods,
-                    "reps": args.reps,
-                    "state_fs": state_fs,
-                    "profiled": profile is not None,
-                }
-            )
+        result: dict[str, object] = {"shell": None, "slurm": None}
+        for site in sites:
+            result[site.backend] = summary = summarize(figures, site.backend, shapes, raw_cpu)
+            for shape in shapes:
+                phases = summary[shape.name]["submitter_phase_ms_per_pod"]
+                print(f"{site.backend}, {shape.name} at {IN_FLIGHT} in flight, submitter ms per pod by phase: {phases}")
+        result.update(
+            {
+                "raw_cpu_ms_per_req": round(raw_cpu, 4),
+                "idle_cpu_ms_per_s": round(idle_ms_per_s, 2),
+                "in_flight": IN_FLIGHT,
+                "pods": {"shell": [args.pods, args.serial_pods], "slurm": [args.slurm_pods, args.slurm_serial_pods]},
+                "reps": args.reps,
+                "state_fs": state_fs,
+                "profiled": not args.no_profile,
+            }
         )
+        print(json.dumps(result))
     finally:
         responder.kill()
         stop_process(gateway)
-        stop_process(submitter)
-        tree.remove()
+        for site in sites:
+            stop_process(site.submitter)
+            site.tree.remove()
+            if site.batch:
+                site.batch.remove()
+        if slurm is not None:
+            slurm.stop()
         nats_server.stop_blocking()
 
 
+def window(
+    port: int,
+    site: Site,
+    shape: Shape,
+    in_flight: int,
+    count: int,
+    rep: str,
+    gateway_pid: int,
+    top_stacks: Counter[tuple[str, ...]],
+) -> tuple[dict[str, float], Counter[str]]:
+    """One shape's ``count`` pods through their whole life at one site: CPU per pod, pods/s, the profile's phases."""
+    run = f"{rep}-{in_flight}-{uuid.uuid4().hex[:6]}"
+    pods = [shape.make(i, run, site.pool) for i in range(count)]
+    requests = [http_request("POST", "/create", json.dumps(p).encode()) for p in pods]
+    meter = CpuMeter(gateway_pid, site.submitter.pid)
+    pid = site.submitter.pid
+    stacks = site.profile.read() if site.profile else Counter()
+    before, tree_before, sys_before = meter.read(), site.tree.read(), system_seconds(pid)
+    batch_before, daemons_before = (site.batch.read() if site.batch else None), own_cpu(site.daemons)
+    started = time.perf_counter()
+    _, _, errors = asyncio.run(closed_loop(port, requests, in_flight))
+    asyncio.run(wait_lives(port, pods, site.jobs))
+    elapsed = time.perf_counter() - started
+    cpu = CpuMeter.per_request_ms(before, meter.read(), count)
+    tree_after, batch_after = site.tree.read(), (site.batch.read() if site.batch else None)
+    cpu["submitter_system"] = (system_seconds(pid) - sys_before) * 1e3 / count
+    cpu["daemons"] = (own_cpu(site.daemons) - daemons_before) * 1e3 / count
+    cpu["children"] = cpu["launcher"]
+    if tree_before is not None and tree_after is not None:  # below the submitter: the launcher and the jobs, or
+        below = (tree_after - tree_before) * 1e3 / count - cpu["submitter"]  # the batch commands
+        if site.backend == "shell":
+            cpu["jobs"] = below - cpu["launcher"]
+        else:
+            cpu["children"] = below
+    if site.backend == "slurm":
+        cpu["jobs"] = (
+            (batch_after - batch_before) * 1e3 / count - cpu["daemons"]
+            if batch_before is not None and batch_after is not None
+            else float("nan")
+        )
+    stacks_after = site.profile.read() if site.profile else Counter()
+    phases = Profile.phases(stacks, stacks_after)
+    if shape.name == "interlink" and in_flight > 1 and site.backend == "shell":
+        top_stacks.update(stacks_after - stacks)
+    total = sum(phases.values()) or 1
+    for phase, n in phases.items():  # the submitter's CPU per pod, split by the samples' shares
+        cpu[f"phase_{phase}"] = cpu["submitter"] * n / total
+    cpu["pods_per_s"] = count / elapsed
+    cpu["errors"] = errors
+    return cpu, phases
+
+
 def summarize(
-    figures: dict[tuple[str, int], list[dict[str, float]]], shapes: list[Shape], raw_cpu: float
+    figures: dict[tuple[str, str, int], list[dict[str, float]]], backend: str, shapes: list[Shape], raw_cpu: float
 ) -> dict[str, dict[str, object]]:
     """Per shape, medians over the reps; ``_1`` = at 1 in flight."""
     out: dict[str, dict[str, object]] = {}
     for shape in shapes:
         result: dict[str, object] = {}
         for in_flight, suffix in ((IN_FLIGHT, ""), (1, "_1")):
-            cpus = figures[(shape.name, in_flight)]
+            cpus = figures[(backend, shape.name, in_flight)]
 
             def med(key: str, cpus: list[dict[str, float]] = cpus) -> float:
                 return round(median([c.get(key, 0.0) for c in cpus]), 3)
@@ -414,7 +413,9 @@ def summarize(
             result[f"submitter_system_cpu_ms_per_pod{suffix}"] = med("submitter_system")
             result[f"submitter_cpu_vs_raw{suffix}"] = round(med("submitter") / raw_cpu, 2)
             result[f"gateway_cpu_ms_per_pod{suffix}"] = med("gateway")
-            result[f"children_cpu_ms_per_pod{suffix}"] = med("launcher")
+            result[f"children_cpu_ms_per_pod{suffix}"] = med("children")
+            if backend == "slurm":
+                result[f"slurm_daemons_cpu_ms_per_pod{suffix}"] = med("daemons")
             result[f"jobs_cpu_ms_per_pod{suffix}"] = med("jobs")
             result[f"pods_per_s{suffix}"] = round(med("pods_per_s"), 1)
             phases = sorted({k for c in cpus for k in c if k.startswith("phase_")})
