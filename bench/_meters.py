@@ -20,7 +20,9 @@ PHASES: tuple[tuple[str, tuple[str, ...]], ...] = (
     (
         "launch",
         (
-            "shell/processes.py:",
+            "shell/processes.py:launch",  # not the module's file reads: the poll's too
+            "shell/processes.py:_read",
+            "shell/processes.py:_ensure",
             "shell/backend.py:_launch",
             "shell/backend.py:_watch_exit",
             "shell/backend.py:exited",
