@@ -49,6 +49,7 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -198,6 +199,7 @@ def main() -> None:
     port = free_port()
     sites: list[Site] = []
     slurm = None
+    keep = True  # until the figures are out: a failed run's logs tell why
     gateway = start_gateway(nats_server.url, port, tmp / "gateway.log")
     responder = subprocess.Popen([sys.executable, "-c", RAW_RESPONDER, nats_server.url], stdout=subprocess.PIPE)
     try:
@@ -331,6 +333,7 @@ def main() -> None:
             }
         )
         print(json.dumps(result))
+        keep = False
     finally:
         responder.kill()
         stop_process(gateway)
@@ -342,6 +345,10 @@ def main() -> None:
         if slurm is not None:
             slurm.stop()
         nats_server.stop_blocking()
+        if keep:
+            print(f"logs and profiles kept in {tmp}", file=sys.stderr)
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def window(
