@@ -21,6 +21,7 @@ from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel import layout
 from interlink_nats.kernel.names import is_dns_label, is_pod_uid
 from interlink_nats.submitters.core.status import ContainerFiles, container_file_number, exit_reason
+from interlink_nats.submitters.jobdirs.spread import spread_subdirectories
 
 _SETTLE_NS = 2_000_000_000
 
@@ -101,6 +102,7 @@ def prepare_job_dir(job_dir: Path, script: str, entries: Sequence[pb.LayoutEntry
         os.mkdir(directory, 0o700)
     except FileNotFoundError:
         os.makedirs(os.path.dirname(directory), 0o700, exist_ok=True)
+        spread_subdirectories(os.path.dirname(directory))  # a new jobs/ (one made before: sweep_removals)
         os.mkdir(directory, 0o700)
     except FileExistsError:
         fresh = False  # a retried submission
@@ -269,7 +271,10 @@ def remove_ended_layouts(job_dirs: Iterable[Path]) -> None:
 def sweep_removals(jobs: Path) -> int:
     """Remove what :func:`remove_job_dir` left behind (a crash between its rename and its last ``rmtree``, or a
     script that kept writing past the attempts); returns how many were left. Run at start, when no job of
-    this instance is being removed; another replica's removal in progress is harmless to sweep with it."""
+    this instance is being removed; another replica's removal in progress is harmless to sweep with it. Also
+    marks ``jobs`` to have its subdirectories spread over the file system (:mod:`.spread`: a ``jobs/`` made by an
+    earlier version has no mark)."""
+    spread_subdirectories(os.fspath(jobs))
     try:
         names = [e.name for e in os.scandir(jobs) if e.name.startswith(REMOVING_PREFIX)]
     except FileNotFoundError:

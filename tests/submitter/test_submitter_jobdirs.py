@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,7 @@ from interlink_nats.kernel import layout
 from interlink_nats.submitters.core.status import container_file_number
 from interlink_nats.submitters.jobdirs import files as jobfiles
 from interlink_nats.submitters.jobdirs import logs
+from interlink_nats.submitters.jobdirs.spread import spread_subdirectories
 
 
 def test_tail_and_limit_offsets(tmp_path: Path) -> None:
@@ -231,3 +233,44 @@ def test_removing_an_ended_layout_never_follows_a_link_the_job_put_there(tmp_pat
     assert sorted(p.name for p in job_dir.iterdir()) == [layout.CONTAINERS_DIR]
     assert (outside / "keep" / "file").read_text() == "precious"
     assert layout.exit_path(job_dir, "main").read_text() == "0\n"
+
+
+def _file_system_of(path: Path) -> str:
+    """The type of the mount ``path`` is on (the longest mount point above it in /proc/mounts)."""
+    best, kind = "", "unknown"
+    real = os.path.realpath(path)
+    for line in Path("/proc/mounts").read_text().splitlines():
+        point, fs_type = line.split()[1].replace("\\040", " "), line.split()[2]
+        if (real == point or real.startswith(point.rstrip("/") + "/")) and len(point) > len(best):
+            best, kind = point, fs_type
+    return kind
+
+
+def _lsattr_flags(path: Path) -> str:
+    """The flags e2fsprogs' ``lsattr -d`` reads (``T``: FS_TOPDIR_FL); empty where the file system has none."""
+    done = subprocess.run(["lsattr", "-d", str(path)], capture_output=True, text=True, check=False)
+    return done.stdout.split()[0] if done.returncode == 0 and done.stdout else ""
+
+
+def test_the_jobs_directory_spreads_its_job_directories_where_the_file_system_can(tmp_path: Path) -> None:
+    """ext2/3/4 take ``chattr +T`` (each job directory then goes to a block group of its own: a new inode no
+    longer scans the thousands the ended layouts freed in one group); other file systems refuse it, and the jobs
+    are made as before. A new ``jobs/`` is marked by the first job, one made before by the start's sweep; the
+    directory's other flags stay."""
+    ext = _file_system_of(tmp_path) in ("ext2", "ext3", "ext4")
+    state = tmp_path / "state"
+    uid = "0f8b3c1e-2d4a-4b6c-8e9f-a1b2c3d4e5f6"
+    jobfiles.prepare_job_dir(jobfiles.job_dir_for(state, uid), "true\n")
+    jobs = jobfiles.jobs_root(state)
+    assert ("T" in _lsattr_flags(jobs)) is ext
+    assert "T" not in _lsattr_flags(jobs / uid), "not inherited: a job's own layout stays near its directory"
+
+    older = tmp_path / "older-jobs"
+    older.mkdir()
+    if ext:
+        subprocess.run(["chattr", "+d", str(older)], check=True)  # nodump: a flag of the site's, to be kept
+    assert jobfiles.sweep_removals(older) == 0
+    flags = _lsattr_flags(older)
+    assert ("T" in flags) is ext and ("d" in flags) is ext
+    assert spread_subdirectories(str(older)) is ext, "marked before: said so again, nothing changed"
+    assert spread_subdirectories(str(tmp_path / "missing")) is False
