@@ -34,7 +34,7 @@ Ceiling, in the same run (once per rep): a raw nats-py request-reply between two
 minimal pod's Submit bytes); its CPU per call (client + responder) is the machine's yardstick, printed beside
 every figure (``vs raw``: the submitter's CPU per pod in raw request-replies).
 
-Slurm (``--backend``; default both): a real one-node cluster (``tests/slurm_cluster.py``: slurmctld, slurmd,
+Slurm (``--backend``; default both): a real one-node cluster (``tests/harness/slurm_cluster.py``: slurmctld, slurmd,
 munged on free ports, as the tests start it) and a ``submitter slurm`` on its own pool. There ``children`` is the
 batch commands' CPU (sbatch, squeue, sacct: the submitter's cgroup less the submitter), ``slurm daemons`` the
 own CPU of slurmctld, slurmd and munged, and ``jobs`` what the daemons started (slurmstepd and the job, a
@@ -60,7 +60,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-sys.path.insert(0, str(Path(__file__).parent.parent / "tests"))  # the tests' real one-node Slurm
+sys.path.insert(0, str(Path(__file__).parent.parent / "tests" / "harness"))  # the tests' real one-node Slurm
 
 from _harness import (
     HttpConnection,

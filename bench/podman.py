@@ -26,7 +26,7 @@ import uuid
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-sys.path.insert(0, str(Path(__file__).parent.parent / "tests"))
+sys.path.insert(0, str(Path(__file__).parent.parent / "tests" / "harness"))
 
 from _harness import free_port, median, percentile, print_table, start_cli, start_gateway, stop_process, wait_http
 from interlink_nats.kernel import layout
