@@ -26,7 +26,7 @@ Measured on a 2-core machine, 20 losses each, interleaved: the elections the gat
 the consumer's when it led from the lost node too) took 5.3 s median before and 5.5 s after, ours after them
 0.17 s median / 4.96 s max before and 0.08 s / 0.20 s after (±0.05 s: the leaders are asked every 50 ms).
 So while statuses wait for the stream, a median of 3 s is out of reach. They no longer wait for it: the live
-path (issue 30, P9; ``submitters/state/outbox.py``, docs/rpc.md "The live path") sends an event whose ack is late
+path (P9; ``submitters/state/outbox.py``, docs/rpc.md "The live path") sends an event whose ack is late
 once more on core NATS, which needs no leader, and the gateway applies it; the stream's copy follows after the
 election. The losses alternate between the live path on and off (off: the baseline, events reach the gateway
 only through the stream, as before), in the same run; ``loss_to_first_update_ratio`` is on ÷ off.
@@ -199,7 +199,7 @@ async def stream_current(cluster: NatsCluster) -> int:
 
 def live_path(submitter: Submitter, on: bool) -> None:
     """The submitter's live path on, or off (the baseline: events wait for the stream's new leader, as before
-    issue 30's P9 change), by shadowing ``Outbox._send_live`` on this one instance."""
+    the P9 change), by shadowing ``Outbox._send_live`` on this one instance."""
     outbox = submitter.outbox
     if on:
         outbox.__dict__.pop("_send_live", None)

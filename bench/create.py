@@ -24,10 +24,10 @@ same request bytes as one Submit of the minimal pod and 64 in flight. The ratio 
 Its CPU per call (client + responder, ``raw_cpu_ms_per_req``) is the machine's yardstick: CPU figures
 in ms differ twofold between the machines this project runs on, so ``create_cpu_vs_raw`` (a create's
 plumbing CPU in raw request-replies; ``_1`` at 1 in flight) is the figure to compare across machines
-and sessions. Issue 30's goals: ``create_cpu_vs_raw`` <= 5, ``create_cpu_vs_raw_1`` <= 10 and
+and sessions. The goals: ``create_cpu_vs_raw`` <= 5, ``create_cpu_vs_raw_1`` <= 10 and
 ``create_p50_ms_1`` <= 1 on a quiet machine, for every shape.
 
-CPU per create (issue 14, P1), from ``/proc/<pid>/stat`` deltas over the creates of a rep: the gateway's
+CPU per create (P1), from ``/proc/<pid>/stat`` deltas over the creates of a rep: the gateway's
 and the submitter's own CPU (the plumbing: ``create_cpu_ms_per_req`` is their sum), the shell launcher's
 own CPU apart, and the jobs' CPU (reaped children of the submitter and its launcher, counted until the
 rep's jobs have all finished) apart again, so the plumbing figure does not include the pods' work. The

@@ -1,4 +1,4 @@
-"""A pod group as one job (issue 28): the last member's /create → every member running, against N single pods.
+"""A pod group as one job: the last member's /create → every member running, against N single pods.
 
 Stack: ``interlink-nats gateway`` (with redis, where held members live), one ``interlink-nats submitter shell``
 (runtime none) and a nats-server, each its own process. For each group size N (2, 8, 32 by default), in the

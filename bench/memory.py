@@ -10,7 +10,7 @@ restart path, with a status per pod (init + two containers, as in bench/status.p
 - RSS once every pod's status has been asked for (``/status`` in batches of 500 pods, as the VK polls):
   whatever the gateway keeps per pod to answer fast counts too.
 
-Goals (issue 14, P6): RSS <= 250 MB at 100,000 pods, restart <= 5 s; issue 30's P6: <= 500 B per pod.
+Goals (P6): RSS <= 250 MB at 100,000 pods, restart <= 5 s; and <= 500 B per pod.
 """
 
 from __future__ import annotations

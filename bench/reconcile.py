@@ -5,7 +5,7 @@ Measures
   server-side apply of the ClusterQueue holding the new quota returns;
 - API writes per tick while every pool keeps announcing the same capacity (goal: 0);
 - the cost of one reconcile pass over all MasterQueues (pure reconcile + diff, no writes);
-- live capacity (issue 27, ``capacity: Free``): every pool's free capacity changes every few seconds (a random
+- live capacity (``capacity: Free``): every pool's free capacity changes every few seconds (a random
   walk, now and then a jump); API writes per minute (Kueue objects + MasterQueue status) without smoothing
   (the baseline, same run) and with it (``minChangeFraction`` 0.1, ``minIntervalSeconds`` 10), medians over
   windows, and report → applied quota (p50/p99) for big changes of pools kept out of the churn.

@@ -2,7 +2,7 @@
 
 Each job is what a submitter runs: a job directory written by the submitter's own code, then
 ``bash script.sh`` with runtime ``none`` (the container's command runs on the host), for a pod of two
-containers with 15 env vars each, an emptyDir and a configMap volume (the pod of issue 14's table).
+containers with 15 env vars each, an emptyDir and a configMap volume (the pod of the README's benchmark table).
 
 - CPU per job: ``getrusage(RUSAGE_CHILDREN)`` deltas around the jobs (bash and everything it forks).
 - Baseline in the same run: a bare bash script that only runs the two containers' commands
@@ -13,13 +13,13 @@ containers with 15 env vars each, an emptyDir and a configMap volume (the pod of
 - The submitter's side: ``prepare_job_dir`` (which makes the layout the script declares, so that the
   script does not fork for it) and ``remove_ended_layout`` once the job ended (so that the script forks no
   ``rm``), in this process's CPU time, per job, against the bare script's ("submitter CPU ms";
-  ``prepare_cpu_ms`` in the JSON before issue 30's stop 33, when it held ``prepare_job_dir`` alone).
+  ``prepare_cpu_ms`` in the JSON in earlier versions, when it held ``prepare_job_dir`` alone).
 
-Probes (issue 26): a container sleeping ``--probe-seconds`` with one readiness probe (period 1 s), against
+Probes: a container sleeping ``--probe-seconds`` with one readiness probe (period 1 s), against
 the same container without it: the probe loop's CPU per period, per handler (exec ``true``, tcpSocket).
 
-Goals (issue 30, P8): wrapper CPU <= 3 ms per job over the bare script, <= 2 spawns before the first
-container starts (issue 14's were 10 ms and 5).
+Goals (P8): wrapper CPU <= 3 ms per job over the bare script, <= 2 spawns before the first
+container starts (the first goals were 10 ms and 5).
 
 The job directory's file system is named in the table and the JSON (``state_fs``): on ext4 without a
 journal, creating inodes right after many were deleted nearby (``bench/poll.py`` just before, in
@@ -132,7 +132,7 @@ def spawn_counts(job_dir: Path, job: pb.JobScript, tmp: Path) -> tuple[int, int]
 
 def probe_cpu_per_period_ms(tmp: Path, seconds: int) -> dict[str, float]:
     """CPU ms one readiness probe costs per period (1 s), by handler: a container sleeping ``seconds`` with
-    the probe, against the same container without it (issue 26: the probe loop's cost per probe period)."""
+    the probe, against the same container without it (the probe loop's cost per probe period)."""
     sleep = shutil.which("sleep") or "/bin/sleep"
     probes: dict[str, dict[str, Any] | None] = {
         "none": None,

@@ -1,4 +1,4 @@
-"""Quota from live capacity (issue 27): a pool's report and what Kueue says it uses → its quota and state.
+"""Quota from live capacity: a pool's report and what Kueue says it uses → its quota and state.
 
 Pure: the inputs of one pass plus the pool's ``Memory`` of the previous pass give a ``Decision`` and
 the next memory; the runner keeps the memory between passes, so hysteresis, smoothing and back-off

@@ -121,7 +121,7 @@ the script before it kills it; the script then writes it after the code in the c
 
 
 def deadline_path(job_dir: Path) -> Path:
-    """The marker's path (scripts rendered before issue 25 wrote ``<job_dir>/deadline-exceeded`` instead)."""
+    """The marker's path (older scripts wrote ``<job_dir>/deadline-exceeded`` instead)."""
     return Path(containers_dir(job_dir), DEADLINE_FILE)
 
 
@@ -133,7 +133,7 @@ LABEL_JOB_DIR = "interlink-nats.job-dir"
 """The job directory (absolute, as the script saw it): its runner pid file tells whether the job still runs."""
 
 
-# The job-dir layout a rendered script declares (issue 14, P8). Making directories and symlinks costs a
+# The job-dir layout a rendered script declares (P8). Making directories and symlinks costs a
 # process each in bash; the submitter makes them in the pass that writes the script instead, and the script
 # only makes them itself when the submitter did not (a standalone run, an HTCondor sandbox, a rerun).
 PREPARED_FILE = ".prepared"

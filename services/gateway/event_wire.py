@@ -2,10 +2,10 @@
 betterproto2.
 
 Every job sends the gateway at least one event, and betterproto2 spends ~130 µs parsing one: a tenth of a
-create's whole cost at the gateway (issue 14, P1). The store keeps statuses encoded and decodes them only
+create's whole cost at the gateway (P1). The store keeps statuses encoded and decodes them only
 when ``/status`` needs them, so applying an event needs just these few fields.
 
-The reading is generated from proto/ (``gen/.../fastwire.py``, issue 24): only the plain shape every
+The reading is generated from proto/ (``gen/.../fastwire.py``): only the plain shape every
 submitter writes is read (each field of a known number and wire type, each singular field at most once,
 strings valid UTF-8, enums, timestamps and ints in range, no unknown fields). Anything else answers None and
 the caller parses the event with betterproto2 as before, so an unusual or malformed event is handled exactly

@@ -1,7 +1,7 @@
 """One pod as the gateway knows it: compact, because a gateway tracks up to ~100,000 of them.
 
 Kept apart from :mod:`store` (the table and its redis mirror): what a record holds and how it is encoded
-changes for memory's sake (issues 14 and 30, P6), the table's rules for consistency's sake.
+changes for memory's sake (P6), the table's rules for consistency's sake.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from interlink_nats.services.gateway.wire import dumps as wire_dumps
 class PodRecord:
     """What the gateway knows about one pod; enough to answer interLink with no NATS round trip.
 
-    A gateway tracks up to ~100,000 of these, so the record is compact (issues 14 and 30, P6): slots, shared
+    A gateway tracks up to ~100,000 of these, so the record is compact (P6): slots, shared
     strings for values many pods repeat (namespace, pool), one shared shape per distinct list of
     containers and images (pods of one template repeat it), the last status kept as its protobuf
     encoding with only its state decoded, less what the record holds already (the pod, the pool, the
@@ -243,7 +243,7 @@ _heard_tick = 0.0
 
 def heard_now() -> float:
     """``time.monotonic()`` to the second, the same float object within it: the pods heard of together (an
-    events batch, a restart's restore) share one instead of 24 bytes each (issue 30, P6). A pod may so look
+    events batch, a restart's restore) share one instead of 24 bytes each (P6). A pod may so look
     up to a second older than it is to :meth:`PodStore.stale`, whose periods are minutes."""
     global _heard_tick
     now = time.monotonic()
@@ -262,7 +262,7 @@ SHARED_MAX = 4096
 
 
 def _shape(init_containers: Iterable[str], containers: Iterable[str], images: dict[str, str]) -> Shape:
-    """One object per distinct shape: pods of one template repeat it, ~200 B a pod (issue 30, P6)."""
+    """One object per distinct shape: pods of one template repeat it, ~200 B a pod (P6)."""
     shape = (
         tuple(map(_intern, init_containers)),
         tuple(map(_intern, containers)),

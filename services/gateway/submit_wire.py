@@ -1,8 +1,8 @@
 """The protobuf bytes of ``SubmitRequest`` and the few fields of ``SubmitResponse``, without betterproto2's cost.
 
 Every ``/create`` encodes one ``SubmitRequest`` (a ~4 KB script) and decodes one ``SubmitResponse``;
-betterproto2 spends ~100 µs on the pair, a third of the gateway's own work per create (issue 14, P1).
-The codecs are generated from proto/ (``gen/.../fastwire.py``, issue 24), byte for byte betterproto2's;
+betterproto2 spends ~100 µs on the pair, a third of the gateway's own work per create (P1).
+The codecs are generated from proto/ (``gen/.../fastwire.py``), byte for byte betterproto2's;
 this module only shapes the reply the way the gateway keeps it. Pure: no I/O.
 """
 

@@ -1,4 +1,4 @@
-"""Pod -> bash job script (issue 3): one code path, jinja2 templates, every pod string shell-quoted.
+"""Pod -> bash job script: one code path, jinja2 templates, every pod string shell-quoted.
 
 Pure: rendering does no I/O. The job directory contract the script follows is in :mod:`interlink_nats.kernel.layout`.
 """

@@ -1,4 +1,4 @@
-"""What the Kubernetes API server refuses in a pod, checked once while the pod is parsed (issue 38, "one check at
+"""What the Kubernetes API server refuses in a pod, checked once while the pod is parsed ("one check at
 the door").
 
 A pod that reaches us through interLink has passed these rules, but the gateway can be called directly (loopback,

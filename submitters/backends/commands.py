@@ -1,7 +1,7 @@
 """Whether the programs a backend runs are there: a submitter that cannot submit says so.
 
 Why: a Slurm submitter without ``sbatch`` used to start, answer /healthz 200 and turn every Submit into a
-transient failure the gateway waited out (issue 38, finding 8). Each backend declares its programs
+transient failure the gateway waited out. Each backend declares its programs
 (``Backend.commands``); the runtime refuses to start while one is missing, the poll loop re-checks them, and
 /healthz and Submit read the last result. A check looks again where each program was found last (an
 ``access`` and a ``stat`` each: ~70 µs for Slurm's four on a loaded host; a full PATH search, ~0.15 ms a program,

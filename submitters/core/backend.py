@@ -309,7 +309,7 @@ class AnswersQueries(Protocol):
 
 @runtime_checkable
 class RunsGangs(Protocol):
-    """A backend that can start a pod group as one job (issue 28). Optional (the submitter checks with
+    """A backend that can start a pod group as one job. Optional (the submitter checks with
     ``isinstance``): ``SubmitGroup`` on a backend without it is refused, naming the backend.
 
     The gang's one job runs a launcher that starts each member's script (``bash <member dir>/job.sh`` with
@@ -349,7 +349,7 @@ class ReportsChanges(Protocol):
 
 @runtime_checkable
 class ReportsFree(Protocol):
-    """A backend that can say what the site has free now, for the ResourceReport's ``free`` (issue 27).
+    """A backend that can say what the site has free now, for the ResourceReport's ``free``.
 
     Optional (the announcer checks with ``isinstance``): without it the report leaves ``free`` empty
     and the controller treats the pool's whole capacity as available (``capacity: Total``).

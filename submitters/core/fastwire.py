@@ -1,7 +1,7 @@
 """The protobuf bytes of what every Submit handles: the request it decodes, the three it encodes.
 
 Why: betterproto2 spends ~40-60 µs per message on reflection; these are made of a few strings, so the
-codecs generated from proto/ (``gen/.../fastwire.py``, issue 24) cost a few µs, byte for byte
+codecs generated from proto/ (``gen/.../fastwire.py``) cost a few µs, byte for byte
 betterproto2's. This module only puts together what the registry keeps (a spec without its script, a
 pending status) from those parts; the parts that need the status mapping are cached per container list.
 Decoding (:func:`submit_request`) reads the plain encoding every client sends and hands anything else to

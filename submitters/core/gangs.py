@@ -1,4 +1,4 @@
-"""Pod groups (gangs, issue 28) as pure decisions: a request's validity, what a SubmitGroup does after its
+"""Pod groups (gangs) as pure decisions: a request's validity, what a SubmitGroup does after its
 claims, what recovery does with a gang's rows, and each member's own observation of the gang's one job.
 
 Why pure (like :mod:`.lifecycle`): a gang is several registry rows sharing one backend job, so a crash can

@@ -1,4 +1,4 @@
-"""How the pool fares at its site, for the ResourceReport (issue 27): its jobs waiting in the site's
+"""How the pool fares at its site, for the ResourceReport: its jobs waiting in the site's
 queue and its recent submit/start failures.
 
 Pure (the caller passes the time), so the counting rules are tested directly; the runtime feeds

@@ -90,7 +90,7 @@ def prepare_job_dir(job_dir: Path, script: str, entries: Sequence[pb.LayoutEntry
     The job-dir layout (volume directories, runtime ``none``'s links) comes in ``entries``
     (``JobScript.layout``), or, for a script rendered before that field existed, on the script's layout
     line: it is made here too, and the script, finding it there, skips the processes that would make it
-    (issue 14, P8). When the layout cannot be made the script makes it itself, as it would have.
+    (P8). When the layout cannot be made the script makes it itself, as it would have.
 
     Idempotent, so a retried submission after a crash rewrites the same content. On the create
     path of every job, so it spends few syscalls: plain ``os`` calls on string paths, the parent

@@ -10,7 +10,7 @@ the next poll, and the rest follow once it is acked. Every event carries ``Nats-
 so one that was stored but whose ack was lost lands once when it is sent again (the stream's
 ``duplicate_window``).
 
-The live path (issue 30, P9): a stream that lost its leader stores nothing until its survivors elect
+The live path (P9): a stream that lost its leader stores nothing until its survivors elect
 another, 4-9 s after the loss by nats-server's raft timers. Meanwhile every event whose ack is late
 (``LIVE_AFTER_S``) or that waits while publishing is paused is also sent once, unacknowledged, on
 ``<prefix>.live.<pool>`` (core NATS, no stream), and the gateway applies it at once; the stored copy that

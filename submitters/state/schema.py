@@ -61,13 +61,13 @@ def _stamp_unversioned(conn: sqlite3.Connection) -> None:
 
 
 def _add_gang(conn: sqlite3.Connection) -> None:
-    """1 → 2 (issue 28): ``gang``, the group uid of a pod-group member ('' for a single pod), so recovery never
+    """1 → 2: ``gang``, the group uid of a pod-group member ('' for a single pod), so recovery never
     submits a member alone and the poller knows which rows share one backend job."""
     conn.execute("ALTER TABLE jobs ADD COLUMN gang TEXT NOT NULL DEFAULT ''")
 
 
 def _add_deadline(conn: sqlite3.Connection) -> None:
-    """2 → 3 (issue 38): ``deadline``, when the caller of a Submit stops waiting for it (NULL: never), so a
+    """2 → 3: ``deadline``, when the caller of a Submit stops waiting for it (NULL: never), so a
     submission nobody waits for any more is never started later, by a resumed Submit or by recovery."""
     conn.execute("ALTER TABLE jobs ADD COLUMN deadline REAL")
 

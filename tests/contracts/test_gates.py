@@ -117,7 +117,7 @@ def test_import_linter_keeps_every_contract(tmp_path: Path) -> None:
 
 
 MAX_MODULE_LINES = 500
-"""A hand-written module past this many lines holds more than one room's worth (issue 24): split it."""
+"""A hand-written module past this many lines holds more than one room's worth: split it."""
 
 
 def test_no_hand_written_module_is_over_500_lines() -> None:

@@ -1,4 +1,4 @@
-"""No pod string in a comment or header of any generated file (issue 38, finding 1).
+"""No pod string in a comment or header of any generated file.
 
 A comment ends at a newline, so a pod string written into one becomes code once it holds a newline; and
 sbatch reads ``#SBATCH`` lines from a script's leading comments. Every generator is fed pod strings that carry

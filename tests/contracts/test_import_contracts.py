@@ -45,7 +45,7 @@ a module that starts doing I/O fails this test until its line goes."""
 IO_LIBRARIES = frozenset({"nats", "sqlite3", "aiosqlite", "redis", "lightkube", "starlette", "subprocess"})
 
 # Violations that exist on this branch and are being removed elsewhere. The coordinator empties this list
-# once the "lifecycle" work of issue 10 is merged; an entry that no longer occurs fails the test, so the
+# once the work removing them is merged; an entry that no longer occurs fails the test, so the
 # list can only shrink. Format: (importer, imported) as module names.
 ALLOWED: frozenset[tuple[str, str]] = frozenset()
 

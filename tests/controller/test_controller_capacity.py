@@ -1,4 +1,4 @@
-"""The live-capacity policy (issue 27) as tables: free/used/queued/failures → quota and state, hysteresis,
+"""The live-capacity policy as tables: free/used/queued/failures → quota and state, hysteresis,
 smoothing and back-off. Pure: no clock, no API server (controller/capacity.py)."""
 
 from __future__ import annotations

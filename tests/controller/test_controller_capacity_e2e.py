@@ -1,4 +1,4 @@
-"""Live capacity end to end (issue 27): real nats-server, the Kubernetes API emulator standing in for the API
+"""Live capacity end to end: real nats-server, the Kubernetes API emulator standing in for the API
 server and Kueue (a ClusterQueue's ``status.flavorsReservation`` is what Kueue would write), real submitters.
 
 - ``capacity: Free``: a pool's quota is what its admitted workloads use plus what is free at its site;

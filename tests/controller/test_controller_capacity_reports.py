@@ -1,4 +1,4 @@
-"""A pool's report never becomes an absurd quota (issue 38, finding 4): with no ``nominalQuota``, a reported
+"""A pool's report never becomes an absurd quota: with no ``nominalQuota``, a reported
 ``cpu: 1e18`` was the ClusterQueue's quota. Figures that are not quantities, negative or above the controller's
 ``--max-reported-*`` are refused: counted as 0 for that pool only, warned about, and listed in the pool's status
 row (``refused``). Pure: reports decoded as the listener decodes them, then reconcile and the status rows."""

@@ -1,5 +1,5 @@
 """Pod groups end to end over HTTP, as interLink drives them: gateway (holding the members) → one SubmitGroup →
-shell submitter → one launcher → every member's job script → bash (issue 28)."""
+shell submitter → one launcher → every member's job script → bash."""
 
 from __future__ import annotations
 

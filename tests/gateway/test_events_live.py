@@ -1,4 +1,4 @@
-"""The gateway's live path for JobEvents (issue 30, P9): while the events stream cannot store anything, statuses
+"""The gateway's live path for JobEvents (P9): while the events stream cannot store anything, statuses
 still reach ``/status``; and whichever way an event comes, only its pod's own pool may change that pod."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""One check at the door (issue 38): ``/create`` refuses, through the gateway's HTTP app, what the Kubernetes API
+"""One check at the door: ``/create`` refuses, through the gateway's HTTP app, what the Kubernetes API
 server would refuse, before routing, groups or rendering read the pod: a 422 naming the field for a rule, a 400
 for a value of the wrong JSON type.
 

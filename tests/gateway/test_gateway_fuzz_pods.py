@@ -297,7 +297,7 @@ def pod_bodies(draw: st.DrawFn, pool: str) -> Any:
         meta["labels"] = draw(
             st.dictionaries(
                 mostly(dns, st.sampled_from([GROUP_NAME_LABEL, COMPLETION_INDEX]), odds=3),
-                mostly(label_value, text, odds=4),  # the door refuses a value Kubernetes would (issue 38)
+                mostly(label_value, text, odds=4),  # the door refuses a value Kubernetes would
                 max_size=3,
             )
         )

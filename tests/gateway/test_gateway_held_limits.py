@@ -1,4 +1,4 @@
-"""Held pod-group members are bounded (issue 38, finding 5): a member too large for NATS is a 413 as a standalone
+"""Held pod-group members are bounded: a member too large for NATS is a 413 as a standalone
 pod is, the site's limits on group size and on what a namespace (and the gateway) holds answer 422/429 naming the
 setting, and the group key cannot be shared by two groups. Real gateway, nats-server and redis; the pool is the
 gang stand-in (tests/harness/gang_standin.py)."""

@@ -1,4 +1,4 @@
-"""Pools' reports are untrusted (issue 38, finding 4): one pool's negative, malformed or absurd figure removes only
+"""Pools' reports are untrusted: one pool's negative, malformed or absurd figure removes only
 its own share of that resource from the ping, never the whole answer, and sums stay within Kubernetes' int64.
 Real gateway and nats-server; the reports are published as any NATS client allowed on the subject could."""
 

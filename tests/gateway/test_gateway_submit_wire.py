@@ -1,6 +1,6 @@
 """The gateway's own SubmitRequest encoder and SubmitResponse reader give exactly betterproto2's bytes and values.
 
-The wire must not change (issue 14, P1): every check compares with the generated classes, on rendered pods
+The wire must not change (P1): every check compares with the generated classes, on rendered pods
 and on generated edge cases (empty and unicode strings, negative and huge int64s, durations, empty messages).
 """
 

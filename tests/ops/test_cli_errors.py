@@ -159,7 +159,7 @@ CASES = {
         "'--response-expires'",
     ),
     "controller, an unknown option": (["controller", "render", "--nope"], "No such option"),
-    # Issue 42: each of these was a traceback, a word-less acceptance, or named what the user never wrote.
+    # Each of these was once a traceback, a word-less acceptance, or named what the user never wrote.
     "gateway, a seed file others can read": (
         ["gateway", "--nats-nkey-seed-file", "{open_seed}", "--nats-url", "nats://127.0.0.1:9", "--port", "0"],
         "open.nk: permissions 0644 are too open",

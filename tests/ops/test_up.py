@@ -113,7 +113,7 @@ async def test_up_answers_when_it_says_so_and_ctrl_c_stops_running_jobs(tmp_path
     assert proc.returncode == 0, err
     assert "cancelled 1 running job(s)" in out
     assert processes_mentioning(marker) == [], "Ctrl-C of up left the job running"
-    # Issue 42: what a user needs (where the gateway listens, the pool, how to stop) once, not thrice among the
+    # What a user needs (where the gateway listens, the pool, how to stop) once, not thrice among the
     # parts' start-up logs; --log-level info shows those.
     everything = (shown + out + err).splitlines()
     address = [line for line in everything if f"127.0.0.1:{port}" in line]
@@ -125,7 +125,7 @@ async def test_up_answers_when_it_says_so_and_ctrl_c_stops_running_jobs(tmp_path
 
 
 async def test_up_stopped_by_term_leaves_no_process_of_a_pod_that_escaped_its_group(tmp_path: Path) -> None:
-    """Issue 38, finding 2: processes that setsid or double-fork, and ignore TERM, survived stopping ``up``."""
+    """processes that setsid or double-fork, and ignore TERM, survived stopping ``up``."""
     port = free_port()
     marker = f"up-tree-{uuid.uuid4().hex}"
     ignore = "trap '' TERM; while :; do sleep 1; done"

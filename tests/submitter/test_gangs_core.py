@@ -162,7 +162,7 @@ def test_every_path_is_shell_quoted() -> None:
 
 
 def test_a_group_name_never_reaches_a_comment_and_a_newline_in_it_runs_nothing(tmp_path: Path) -> None:
-    """Issue 38, finding 1: the quoted name sat in the header comment, where a newline ended the comment."""
+    """the quoted name sat in the header comment, where a newline ended the comment."""
     marker = "zzgroup$(id)"
     text = render_gang_launcher(
         [MemberRun("/s/jobs/zzdir")], group_name=marker, host="h", policy=pb.GangFailurePolicy.CONTINUE

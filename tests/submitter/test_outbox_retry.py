@@ -182,7 +182,7 @@ async def live_events(nc: NATS) -> tuple[list[pb.JobEvent], asyncio.Event]:
 
 
 async def test_while_the_stream_cannot_store_every_event_goes_live_once_and_stays_pending(nc: NATS) -> None:
-    """Issue 30, P9: during a leader election the stream stores nothing for seconds; the gateway hears of each
+    """P9: during a leader election the stream stores nothing for seconds; the gateway hears of each
     change at once on the live subject, and the outbox still keeps every event until the stream acks it."""
     heard, _ = await live_events(nc)
     box = outbox_on(nc)

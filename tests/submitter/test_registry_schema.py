@@ -147,7 +147,7 @@ async def test_a_version_1_registry_gains_the_gang_column_and_keeps_its_jobs(tmp
 
 
 async def test_a_version_2_registry_gains_the_deadline_column_and_keeps_its_jobs(tmp_path: Path) -> None:
-    """2 → 3 (issue 38): an existing job has no caller's deadline (recovery submits it as before); a new claim
+    """2 → 3: an existing job has no caller's deadline (recovery submits it as before); a new claim
     keeps its caller's, and an error answer moves it to now, only while the job is still submitting."""
     path = tmp_path / "registry.sqlite3"
     make_0_1_0_registry(path)

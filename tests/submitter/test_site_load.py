@@ -1,4 +1,4 @@
-"""The submitter's half of issue 27 as pure functions: free capacity from sinfo / condor_status, the pool's
+"""The submitter's half of live capacity as pure functions: free capacity from sinfo / condor_status, the pool's
 waiting jobs and its recent failures (recorded output; the real-Slurm test is test_capacity_slurm.py)."""
 
 from __future__ import annotations

@@ -29,7 +29,7 @@ def test_an_exact_name_wins_then_the_first_pattern_written_then_the_default() ->
     "namespace", ["lab-x/../team-b", "lab-$(id)", "lab-x\nteam-b", "lab-*", "lab-" + "x" * 296, "lab-x\n"]
 )
 def test_a_namespace_kubernetes_would_refuse_matches_no_rule_and_is_refused(namespace: str) -> None:
-    """Issue 38, finding 6: each matched ``lab-*`` (fnmatch's ``*`` matches anything) and ran as that tenant."""
+    """each matched ``lab-*`` (fnmatch's ``*`` matches anything) and ran as that tenant."""
     rules = {"lab-*": {"run_as_user": "lab", "group": "lab"}}
     policy = AccountingPolicy.model_validate({"default": {"run_as_user": "nobody"}, "namespaces": rules})
     assert policy.run_as("lab-x") == RunAs("lab") and policy.decide("lab-x").group == "lab"

@@ -1,4 +1,4 @@
-"""A submitter that cannot submit says so, and never submits what its caller gave up on (issue 38, finding 8).
+"""A submitter that cannot submit says so, and never submits what its caller gave up on.
 
 Against the in-memory FakeBackend with a manual clock (milliseconds each): a Submit's deadline (its ``Rpc-Timeout``)
 is kept with the claim; a job not handed to the backend by then is never submitted, by the Submit itself or by

@@ -1,4 +1,4 @@
-"""Pod groups (issue 28) end to end on the shell backend: real nats-server, real RPC layer, real bash.
+"""Pod groups end to end on the shell backend: real nats-server, real RPC layer, real bash.
 
 A gang is one backend job (the launcher) whose members are ordinary pods to GetStatus, Cancel and events.
 What is counted: the backend's submissions (``CountingShell``) and what each member's container really did.

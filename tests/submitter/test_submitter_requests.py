@@ -1,4 +1,4 @@
-"""What any NATS client sends a submitter is checked again there (issue 38): a real shell submitter over a real
+"""What any NATS client sends a submitter is checked again there: a real shell submitter over a real
 nats-server refuses a malformed job or pod group with INVALID_ARGUMENT naming the field, before anything is
 written to disk, recorded or run. The pure checks (``core.requests``, ``core.gangs.validate_group``) too.
 """

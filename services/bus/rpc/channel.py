@@ -237,7 +237,7 @@ class UnaryCall(_Call, Generic[R]):
         when our connection reconnects meanwhile, with nats-py's TimeoutError when ``budget`` runs out.
 
         One future, one timer and two callbacks per call: no task of its own, no ``asyncio.wait`` and no
-        ``wait_for`` (what ``nc.request`` plus a race against the failover cost, issue 14 P1).
+        ``wait_for`` (what ``nc.request`` plus a race against the failover cost, P1).
         """
         assert self._payload is not None
         replies = Replies.of(self._nc)

@@ -454,7 +454,7 @@ class HTCondorBackend:
             raise base.BackendUnavailable(str(exc)) from exc
 
     async def free(self) -> base.Capacity | None:
-        """The unclaimed slots now (``ReportsFree``, issue 27; ``htcondor.free``): one condor_status call."""
+        """The unclaimed slots now (``ReportsFree``; ``htcondor.free``): one condor_status call."""
         if not self.settings.use_condor_status:
             return None  # capacity comes from the site config: what is free is unknown
         argv = [self.settings.condor_status, *self._target(), "-constraint", free.UNCLAIMED, "-json"]

@@ -1,4 +1,4 @@
-"""HTCondor's free capacity for the ResourceReport (issue 27): the unclaimed slots of ``condor_status``.
+"""HTCondor's free capacity for the ResourceReport: the unclaimed slots of ``condor_status``.
 
 Kept apart from ``parse`` so the free-capacity reading stays one small function: a partitionable
 slot advertises what it has left (its dynamic children are claimed), a static slot is free whole.

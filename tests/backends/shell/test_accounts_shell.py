@@ -1,8 +1,8 @@
 """Whose account a pod runs as, through the shell backend (real bash, setpriv, real throw-away accounts).
 
 Site policy decides (``shell.accounting``); a pod's ``securityContext`` is honoured only inside its
-namespace's rule. The tests run as root: a namespace whose rule names no account is refused (issue 38,
-finding 7: it ran as root), unless the rule says ``run_as_user: root``.
+namespace's rule. The tests run as root: a namespace whose rule names no account is refused (it once ran
+as root), unless the rule says ``run_as_user: root``.
 """
 
 from __future__ import annotations
@@ -115,7 +115,7 @@ async def test_a_pod_runs_as_the_ids_it_asks_for_only_inside_its_namespaces_rule
 async def test_a_root_submitter_refuses_a_namespace_whose_rule_names_no_account_and_runs_root_only_when_said(
     submitter: Submitter, nc: nats.NATS, pool: str
 ) -> None:
-    """Issue 38, finding 7: an unmapped namespace (the default sets no user) ran as root, with no warning."""
+    """an unmapped namespace (the default sets no user) ran as root, with no warning."""
     client = submitter_client(nc, pool)
     for namespace, rule in (("elsewhere", "'default'"), ("lab", "'lab'")):  # lab: a pod asking for no id
         bad = uid()

@@ -1,4 +1,4 @@
-"""A deleted pod on a shell pool ends with its whole process tree, within the site's grace (issue 38, finding 2).
+"""A deleted pod on a shell pool ends with its whole process tree, within the site's grace.
 
 Real processes, read from ``/proc`` (not the submitter's state): a pod asking for a grace period of 10**12 seconds,
 one container that ignores TERM, one that ``setsid``s a child, one whose child double-forks. Before the fix the

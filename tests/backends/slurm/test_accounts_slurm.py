@@ -37,7 +37,7 @@ async def submitter(
         "default": {"group": "general", "run_as_user": "root"},  # a root submitter runs root only when said
         "namespaces": {
             "team-*": {"run_as_user": account.name, "group": "physics", "run_as_users": ["5000-5999"]},
-            "lab-*": {"group": "physics"},  # names no account: refused on this root submitter (issue 38, finding 7)
+            "lab-*": {"group": "physics"},  # names no account: refused on this root submitter
         },
     }
     settings = settings_for(

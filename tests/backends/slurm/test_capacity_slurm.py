@@ -1,4 +1,4 @@
-"""Live capacity against a real one-node Slurm (issue 27; ``pytest -m slurm``): jobs of "another user" submitted
+"""Live capacity against a real one-node Slurm (``pytest -m slurm``): jobs of "another user" submitted
 straight to the partition take its CPUs; the pool's report shows its free capacity shrink and grow back, and the
 controller's quota (``capacity: Free``; Kueue emulated by the API emulator, tests/harness/kube_emulator.py)
 follows within one report interval plus the smoothing interval. A pool job that cannot start makes the pool

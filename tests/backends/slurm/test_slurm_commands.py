@@ -1,4 +1,4 @@
-"""A Slurm submitter that cannot submit says so (issue 38, finding 8), as a real process on a real Slurm.
+"""A Slurm submitter that cannot submit says so, as a real process on a real Slurm.
 
 Before: without ``sbatch`` on PATH it started, answered /healthz 200, turned every Submit into a transient error
 the gateway waited out ("no submitter answered within 5s"), logged nothing, and once restarted with ``sbatch``

@@ -19,7 +19,7 @@ from interlink_nats.submitters.core.site_policy import AccountingPolicy
 from jobs import pod_dict
 from pydantic import ValidationError
 
-# issue 38, finding 3: each ran on the old denylist (exact names), each is refused naming the flag as written.
+# each ran on the old denylist (exact names), each is refused naming the flag as written.
 REPRODUCTIONS = [
     (["--arr=0-2", "--acco=other"], "'--arr=0-2' (sbatch --array)"),
     (["--ui=62001"], "'--ui=62001' (sbatch --uid)"),

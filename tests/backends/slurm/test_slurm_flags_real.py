@@ -25,7 +25,7 @@ NOBODY = 65534
 
 # (the words a pod wrote, the scontrol fields sbatch must show for them)
 CORPUS: list[tuple[list[str], dict[str, str]]] = [
-    (["--arr=0-2", "--acco=other"], {"ArrayTaskId": "0-2", "Account": "other"}),  # issue 38's reproductions
+    (["--arr=0-2", "--acco=other"], {"ArrayTaskId": "0-2", "Account": "other"}),  # abbreviations sbatch accepts
     ([f"--ui={NOBODY}"], {"UserId": f"nobody({NOBODY})"}),
     (["-vAgrp-b"], {"Account": "grp-b"}),
     ([f"--gi={NOBODY}"], {"GroupId": f"nogroup({NOBODY})"}),

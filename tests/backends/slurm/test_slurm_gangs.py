@@ -1,4 +1,4 @@
-"""Pod groups (gangs, issue 28) through a real two-node Slurm: driving the backend directly (one allocation, one
+"""Pod groups (gangs) through a real two-node Slurm: driving the backend directly (one allocation, one
 ``srun`` step per member, the failure policy, one scancel, finding a gang by name after a crash), and through a
 submitter over RPC (killed right after its sbatch: found again, not resubmitted; a delete cancels it once).
 
