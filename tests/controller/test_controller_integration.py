@@ -11,9 +11,11 @@ import nats
 from controller_stack import (
     POOL_TIMEOUT,
     RETENTION,
+    emu,  # noqa: F401  (a fixture, named by the tests' parameters)
     eventually,
     listening,
     masterqueue,
+    publisher,  # noqa: F401  (a fixture)
     quotas,
     running_controller,
 )
