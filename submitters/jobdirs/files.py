@@ -149,10 +149,11 @@ def layout_entries(entries: Sequence[pb.LayoutEntry]) -> list[layout.LayoutEntry
 
 
 def _prepare_layout(directory: str, script: str, proto_entries: Sequence[pb.LayoutEntry], fresh: bool) -> None:
-    """Make the layout a rendered script declares. With links in it, ``.prepared`` last: a symlink to the job
-    dir as this process names it, so ``[ .prepared -ef . ]`` in the script holds only where the links made
-    here, which use that name, lead into the directory the script runs in. Without links, no marker: the
-    script tests each directory itself (``layout.PREPARED_FILE``), and a new job saves an inode."""
+    """Make the layout a rendered script declares. For a script that tests it (``layout.tests_marker``),
+    ``.prepared`` last: a symlink to the job dir as this process names it, so ``[ .prepared -ef . ]`` in the
+    script holds only where the links made here, which use that name, lead into the directory the script runs
+    in. Otherwise no marker: the script tests each entry itself (``layout.PREPARED_FILE``), and a new job saves
+    an inode."""
     marker = os.path.join(directory, layout.PREPARED_FILE)
     if not fresh:
         with contextlib.suppress(FileNotFoundError):
@@ -181,7 +182,7 @@ def _prepare_layout(directory: str, script: str, proto_entries: Sequence[pb.Layo
             except FileExistsError:  # like `ln -sfn`: a link or file there is replaced
                 os.unlink(path)
                 os.symlink(target, path)
-        if layout.needs_marker(entries):
+        if layout.tests_marker(script):
             os.symlink(absolute, marker)
     except OSError:
         return  # the script makes what is missing itself

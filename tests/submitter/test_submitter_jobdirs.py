@@ -159,17 +159,20 @@ def test_prepare_job_dir_makes_the_declared_layout(tmp_path: Path, declared_by: 
         pb.LayoutEntry(kind=pb.LayoutEntryKind.DIRECTORY, path="rootfs/main/etc/app/inside"),
     ]
     assert jobfiles.layout_entries(field) == entries
-    if declared_by == "field":
+    if declared_by == "field":  # the script tests each entry: no marker
         script, declared = "#!/bin/bash\ntrue\n", field
-    else:
-        script, declared = f"#!/bin/bash\n{layout.layout_line(entries)}\ntrue\n", []
+    else:  # an older renderer's script, which tests the marker
+        script, declared = f"#!/bin/bash\n{layout.layout_line(entries)}\n{layout.PREPARED_TEST} && true\n", []
     for _ in range(2):  # a retried submission makes the same layout again
         jobfiles.prepare_job_dir(job_dir, script, declared)
         assert oct((job_dir / "volumes/cfg").stat().st_mode & 0o777) == "0o755"
         assert oct((job_dir / "volumes/scratch/a").stat().st_mode & 0o777) == "0o700"
         assert os.readlink(job_dir / "rootfs/main/etc/app") == str(job_dir.absolute() / "volumes/cfg")
         assert (job_dir / "volumes/cfg/inside").is_dir()
-        assert os.readlink(job_dir / layout.PREPARED_FILE) == str(job_dir.absolute())
+        if declared_by == "field":
+            assert not (job_dir / layout.PREPARED_FILE).is_symlink(), "a script that does not test it: no marker"
+        else:
+            assert os.readlink(job_dir / layout.PREPARED_FILE) == str(job_dir.absolute())
 
 
 def test_prepare_job_dir_leaves_a_layout_it_cannot_make_to_the_script(tmp_path: Path) -> None:
