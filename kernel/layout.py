@@ -137,11 +137,16 @@ LABEL_JOB_DIR = "interlink-nats.job-dir"
 # process each in bash; the submitter makes them in the pass that writes the script instead, and the script
 # only makes them itself when the submitter did not (a standalone run, an HTCondor sandbox, a rerun).
 PREPARED_FILE = ".prepared"
-"""Made last by the submitter's job-dir preparation when the layout has links: a symlink to the job dir (absolute,
-as the submitter names it, like the links' targets). The script skips its own set-up (job dir 0700,
-``containers/``, the layout) when ``[ .prepared -ef . ]`` (the name leads to the directory it runs in). A
-layout of directories only needs no marker: the script tests each directory (``containers/`` too), so a rerun
-after the clean-up removed them, or a half-made layout, fails the test."""
+"""Made last by the submitter's job-dir preparation for a script that tests it (:func:`tests_marker`): a symlink to
+the job dir (absolute, as the submitter names it, like the links' targets). Such a script skips its own set-up
+(job dir 0700, ``containers/``, the layout) when ``[ .prepared -ef . ]`` (the name leads to the directory it runs
+in). Only a layout with a link to something the script writes itself (a ``subPath`` to a file) is rendered with
+that test now: every other layout is tested entry by entry (``containers/`` too; a link with ``-ef`` against its
+target directory, which holds only where the submitter's absolute link leads into the directory the script runs
+in), so a rerun after the clean-up removed it, or a half-made layout, fails the test, and a new job saves the
+marker's inode (made, then freed when the job ends: tens of microseconds of the submitter's kernel time)."""
+PREPARED_TEST = f"[ {PREPARED_FILE} -ef . ]"
+"""The marker's test, as rendered scripts spell it."""
 JOBS_FILE = ".jobs"
 """Written by the script only after a cancel, when a container it waits for is gone: ``jobs -rp``'s answer, read
 back with builtins, to tell whether bash lost that container's status (see the template's ``__lost``)."""
@@ -185,9 +190,17 @@ LayoutEntry = LayoutDir | LayoutLink
 
 
 def needs_marker(entries: Sequence[LayoutEntry]) -> bool:
-    """Whether the script learns from ``PREPARED_FILE`` that the layout was made (the submitter then makes it
-    last), rather than from testing each directory: only a marker says where links' absolute targets lead."""
-    return any(isinstance(e, LayoutLink) for e in entries)
+    """Whether the script learns from ``PREPARED_FILE`` that the layout was made, rather than from testing each
+    entry: only when a link leads to something that is not one of the layout's directories (a file the script
+    writes later, through a ``subPath``), which ``-ef`` cannot test before it exists."""
+    dirs = {e.path for e in entries if isinstance(e, LayoutDir)}
+    return any(isinstance(e, LayoutLink) and e.target not in dirs for e in entries)
+
+
+def tests_marker(script: str) -> bool:
+    """Whether a rendered script tests ``PREPARED_FILE`` (:func:`needs_marker`, or any script with links rendered
+    before the entries were tested one by one): the submitter then makes the marker last."""
+    return PREPARED_TEST in script
 
 
 def layout_line(entries: list[LayoutEntry]) -> str:

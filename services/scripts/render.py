@@ -224,12 +224,20 @@ def _layout_entry(entry: layout.LayoutEntry) -> pb.LayoutEntry:
 
 
 def _prepared_test(entries: list[layout.LayoutEntry]) -> str:
-    """The script's test that the submitter made its layout (``layout.PREPARED_FILE``): a layout of
-    directories is tested entry by entry, with builtins, so it needs no marker (an inode made and removed
-    per job); one with links needs the marker, as only it says where the links' absolute targets lead."""
+    """The script's test that the submitter made its layout (``layout.PREPARED_FILE``), entry by entry with
+    builtins, so it needs no marker (an inode made and freed per job): a directory with ``-d``, a link with
+    ``-ef`` against its target, which holds only where the submitter's absolute link leads into the directory
+    the script runs in. The marker only where a link's target is not one of the layout's directories (a
+    ``subPath`` file the script writes later: ``-ef`` cannot test it yet)."""
     if layout.needs_marker(entries):
-        return f"[ {layout.PREPARED_FILE} -ef . ]"
-    return " && ".join([f"[ -d {layout.CONTAINERS_DIR} ]", *(f"[ -d {quote(e.path)} ]" for e in entries)])
+        return layout.PREPARED_TEST
+    tests = [f"[ -d {layout.CONTAINERS_DIR} ]"]
+    for e in entries:
+        if isinstance(e, layout.LayoutDir):
+            tests.append(f"[ -d {quote(e.path)} ]")
+        else:
+            tests.append(f"[ {quote(e.path)} -ef {quote(e.target)} ]")
+    return " && ".join(tests)
 
 
 def _setup_line(entry: SetupEntry) -> str:

@@ -14,7 +14,7 @@ cd -- "$__job_dir" || exit 125
 __job_dir=$PWD
 export INTERLINK_JOB_DIR="$__job_dir"
 __prepared=0
-[ .prepared -ef . ] && __prepared=1
+[ -d containers ] && [ -d volumes/vol ] && [ -d volumes/vol/dir ] && [ rootfs/c/mnt/vol -ef volumes/vol ] && [ -d rootfs/c ] && __prepared=1
 if [ "$__prepared" = 0 ]; then
   chmod 0700 -- "$__job_dir"
   mkdir -p -- containers

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import base64
 import os
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
 from interlink_nats.kernel import layout
 from interlink_nats.services.scripts import render_job
 from interlink_nats.submitters.jobdirs.files import prepare_job_dir, remove_ended_layout
@@ -34,29 +34,31 @@ def test_prepared_layout_of_directories_needs_no_marker(job_dir: Path, tmp_path:
     assert log(job_dir, "main") == "True\n"
 
 
-def test_layout_prepared_for_another_path_is_not_trusted(job_dir: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("marker", [False, True], ids=["links-tested", "marker"])
+def test_layout_prepared_for_another_path_is_not_trusted(job_dir: Path, tmp_path: Path, marker: bool) -> None:
     """The submitter's links point into the job dir as it named it: when that name leads elsewhere on the
-    node running the script (another file system mounted there), the script makes its own layout."""
-    data = job_dir_volume_pod(tmp_path)
+    node running the script (another file system mounted there), the script makes its own layout, whether it
+    tests each link against its target or (a ``subPath`` to a file among them) the marker."""
+    data = job_dir_volume_pod(tmp_path) if marker else directory_links_pod(tmp_path)
     job = render_job(data, NONE)
+    assert (layout.PREPARED_TEST in job.script) == marker
     prepare_job_dir(job_dir, job.script, job.layout)
-    shutil.rmtree(job_dir / layout.VOLUMES_DIR)  # trusting the layout would fail to write the files
-    (job_dir / layout.PREPARED_FILE).unlink()
-    (tmp_path / "elsewhere").mkdir()
-    (job_dir / layout.PREPARED_FILE).symlink_to(tmp_path / "elsewhere")
-    assert run_written(job_dir) == 0
-    files = dump(job_dir, "main")["files"]
+    here = tmp_path / "here"
+    job_dir.rename(here)  # the script runs here; the submitter's name for it now leads to another directory,
+    prepare_job_dir(job_dir, job.script, job.layout)  # with a layout of its own, which the links lead into
+    assert run_written(here) == 0  # trusting the layout, the container would read the other one's empty volumes
+    files = dump(here, "main")["files"]
     assert base64.b64decode(files["etc/cfg/app.conf"]["b64"]) == b"x=1\n"
     assert base64.b64decode(files["sec/password"]["b64"]) == b"hunter2\n"
 
 
 def test_rerun_of_a_prepared_job_makes_its_own_layout(job_dir: Path, tmp_path: Path) -> None:
-    """The submitter's clean-up removes .prepared with the volumes: a rerun (Slurm requeue) sets the pod up
-    again."""
+    """The submitter's clean-up removes the volumes and the rootfs: a rerun (Slurm requeue) finds its links'
+    targets gone and sets the pod up again."""
     assert run(job_dir, job_dir_volume_pod(tmp_path), prepared=True) == 0
-    assert (job_dir / layout.PREPARED_FILE).is_symlink()
+    assert (job_dir / layout.VOLUMES_DIR).is_dir(), "the submitter's layout, left for the submitter to remove"
     remove_ended_layout(job_dir)
-    assert not (job_dir / layout.PREPARED_FILE).is_symlink()
+    assert not (job_dir / layout.VOLUMES_DIR).exists() and not (job_dir / layout.ROOTFS_DIR).exists()
     layout.exit_path(job_dir, "main").unlink()
     assert run_written(job_dir) == 0
     assert base64.b64decode(dump(job_dir, "main")["files"]["etc/cfg/app.conf"]["b64"]) == b"x=1\n"
@@ -79,6 +81,15 @@ def job_dir_volume_pod(tmp_path: Path) -> dict[str, Any]:
     return data
 
 
+def directory_links_pod(tmp_path: Path) -> dict[str, Any]:
+    """:func:`job_dir_volume_pod` without its ``subPath`` mount (a link to a file): every link leads to one of
+    the layout's directories, so the script tests each one and needs no marker."""
+    data = job_dir_volume_pod(tmp_path)
+    container = data["pod"]["spec"]["containers"][0]
+    container["volumeMounts"] = [m for m in container["volumeMounts"] if "subPath" not in m]
+    return data
+
+
 def test_a_pod_whose_layout_the_script_makes_removes_it_itself(job_dir: Path, tmp_path: Path) -> None:
     """Runtime none with only a hostPath mount: the submitter makes no layout (a link to a host path is the
     script's to make), so the script, which made the rootfs, removes it at exit; the host's file stays."""
@@ -94,11 +105,12 @@ def test_a_pod_whose_layout_the_script_makes_removes_it_itself(job_dir: Path, tm
     assert exit_code(job_dir, "main") == 0
 
 
-def test_prepared_job_runs_no_set_up_command(job_dir: Path, tmp_path: Path) -> None:
+@pytest.mark.parametrize("marker", [False, True], ids=["links-tested", "marker"])
+def test_prepared_job_runs_no_set_up_command(job_dir: Path, tmp_path: Path, marker: bool) -> None:
     """With the layout prepared (no hostPath link to make), the script starts no mkdir, chmod, ln nor rm (the
     submitter removes its layout once the job ended): only base64 (binary data) and env (the containers) are
-    on its PATH."""
-    data = job_dir_volume_pod(tmp_path)
+    on its PATH. The submitter makes the marker only for a script that tests it (a ``subPath`` to a file)."""
+    data = job_dir_volume_pod(tmp_path) if marker else directory_links_pod(tmp_path)
     data["pod"]["spec"]["containers"][0]["workingDir"] = "/scratch/work"
     path = only_commands(tmp_path, "base64", "env")
     assert run(job_dir, data, prepared=True, path=path) == 0
@@ -109,7 +121,8 @@ def test_prepared_job_runs_no_set_up_command(job_dir: Path, tmp_path: Path) -> N
     assert files["etc/items/sub/dir/renamed.conf"]["mode"] == 0o400
     assert base64.b64decode(files["etc/items/blob.bin"]["b64"]) == b"\x00\xff\x01"
     assert (base64.b64decode(files["sec/password"]["b64"]), files["sec/password"]["mode"]) == (b"hunter2\n", 0o600)
-    assert (job_dir / layout.PREPARED_FILE).is_symlink() and (job_dir / layout.VOLUMES_DIR).is_dir()
+    assert (job_dir / layout.PREPARED_FILE).is_symlink() == marker
+    assert (job_dir / layout.VOLUMES_DIR).is_dir()
     remove_ended_layout(job_dir)
     assert not (job_dir / layout.VOLUMES_DIR).exists() and not (job_dir / layout.ROOTFS_DIR).exists()
     assert not (job_dir / layout.PREPARED_FILE).is_symlink()

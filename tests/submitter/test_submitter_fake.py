@@ -366,7 +366,7 @@ async def test_an_ended_jobs_layout_is_removed_by_the_submitter_that_made_it(tmp
             script.layout = entries
             await a.submissions.submit(script)
             dirs[uid] = jobfiles.job_dir_for(tmp_path, uid)
-            assert (dirs[uid] / layout.PREPARED_FILE).is_symlink()
+            assert (dirs[uid] / layout.ROOTFS_DIR / "main" / "s").is_symlink()
             (dirs[uid] / layout.VOLUMES_DIR / "scratch" / "data").write_text("scratch data")
         layout.exit_path(dirs[done], "main").write_text("0\n")  # the lost one left none: its end is unknown
         await a.submissions.submit(job(own))

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -157,17 +159,20 @@ def test_prepare_job_dir_makes_the_declared_layout(tmp_path: Path, declared_by: 
         pb.LayoutEntry(kind=pb.LayoutEntryKind.DIRECTORY, path="rootfs/main/etc/app/inside"),
     ]
     assert jobfiles.layout_entries(field) == entries
-    if declared_by == "field":
+    if declared_by == "field":  # the script tests each entry: no marker
         script, declared = "#!/bin/bash\ntrue\n", field
-    else:
-        script, declared = f"#!/bin/bash\n{layout.layout_line(entries)}\ntrue\n", []
+    else:  # an older renderer's script, which tests the marker
+        script, declared = f"#!/bin/bash\n{layout.layout_line(entries)}\n{layout.PREPARED_TEST} && true\n", []
     for _ in range(2):  # a retried submission makes the same layout again
         jobfiles.prepare_job_dir(job_dir, script, declared)
         assert oct((job_dir / "volumes/cfg").stat().st_mode & 0o777) == "0o755"
         assert oct((job_dir / "volumes/scratch/a").stat().st_mode & 0o777) == "0o700"
         assert os.readlink(job_dir / "rootfs/main/etc/app") == str(job_dir.absolute() / "volumes/cfg")
         assert (job_dir / "volumes/cfg/inside").is_dir()
-        assert os.readlink(job_dir / layout.PREPARED_FILE) == str(job_dir.absolute())
+        if declared_by == "field":
+            assert not (job_dir / layout.PREPARED_FILE).is_symlink(), "a script that does not test it: no marker"
+        else:
+            assert os.readlink(job_dir / layout.PREPARED_FILE) == str(job_dir.absolute())
 
 
 def test_prepare_job_dir_leaves_a_layout_it_cannot_make_to_the_script(tmp_path: Path) -> None:
@@ -233,6 +238,35 @@ def test_removing_an_ended_layout_never_follows_a_link_the_job_put_there(tmp_pat
     assert sorted(p.name for p in job_dir.iterdir()) == [layout.CONTAINERS_DIR]
     assert (outside / "keep" / "file").read_text() == "precious"
     assert layout.exit_path(job_dir, "main").read_text() == "0\n"
+
+
+def test_removing_an_ended_layout_takes_what_the_job_wrote_and_survives_what_it_cannot_take(tmp_path: Path) -> None:
+    """The volumes hold what the job wrote (files, directories in directories): all of it goes; a file where
+    ``rootfs/`` was expected goes too; directories nested deeper than Python recurses stay for the pod's
+    deletion without an error reaching the poll; logs and exit files stay."""
+    job_dir = jobfiles.job_dir_for(tmp_path / "state", "00000000-0000-4000-8000-000000000002")
+    (job_dir / layout.CONTAINERS_DIR).mkdir(parents=True)
+    layout.exit_path(job_dir, "main").write_text("0\n")
+    data = job_dir / layout.VOLUMES_DIR / "scratch" / "a" / "b"
+    data.mkdir(parents=True)
+    (data / "out.txt").write_text("result")
+    (data.parent / "c.txt").write_text("x")
+    (job_dir / layout.ROOTFS_DIR).write_text("not a directory")
+    jobfiles.remove_ended_layout(job_dir)
+    assert sorted(p.name for p in job_dir.iterdir()) == [layout.CONTAINERS_DIR]
+    deep = job_dir / layout.VOLUMES_DIR / "/".join(["d"] * 120)
+    deep.mkdir(parents=True)
+    limit = sys.getrecursionlimit()
+    sys.setrecursionlimit(len(inspect.stack()) + 60)  # fewer frames left than the directories are deep
+    try:
+        jobfiles.remove_ended_layout(job_dir)  # no RecursionError
+    finally:
+        sys.setrecursionlimit(limit)
+    assert deep.is_dir(), "left for the pod's deletion"
+    jobfiles.remove_ended_layout(job_dir)
+    assert sorted(p.name for p in job_dir.iterdir()) == [layout.CONTAINERS_DIR]
+    assert layout.exit_path(job_dir, "main").read_text() == "0\n"
+    jobfiles.remove_ended_layout(job_dir / "gone")  # a job directory deleted meanwhile: nothing to do
 
 
 def _file_system_of(path: Path) -> str:
