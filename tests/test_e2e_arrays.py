@@ -104,8 +104,12 @@ async def test_deleting_one_pod_of_an_array_cancels_only_it(nats_url: str, tmp_p
             return not (state / "jobs" / uid_of(pods[0])).exists()
 
         await eventually(first_gone, within=60, what="the deleted pod's job stopped and removed")
-        status = await stack.status_of(pods[1])
-        assert "running" in status["containers"][0]["state"], status
+
+        async def other_running() -> bool:
+            return "running" in (await stack.status_of(pods[1]))["containers"][0]["state"]
+
+        await eventually(other_running, within=60, what="the other pod still running")
+        assert (started / "1").exists() and not ended(await stack.status_of(pods[1]))
         assert (await stack.post("/delete", pods[1])).status_code == 200
 
 

@@ -182,12 +182,12 @@ async def test_a_crash_after_the_backend_took_the_array_finds_it_again_never_res
     runs = tmp_path / "runs"
     runs.mkdir()
     gate = tmp_path / "gate"
-    members = array([f"echo run >> {runs}/{i}; while [ ! -e {gate} ]; do sleep 0.05; done" for i in range(3)])
+    members = array([f"echo run >> {runs}/{i}; while [ ! -e {gate} ]; do sleep 0.05; done" for i in range(2)])
     settings = settings_for(tmp_path / "state", nats_url, pool=pool)
     a, first = await submit_until_crash(settings, members, "submitted")
 
     async def launched() -> bool:
-        return len(list(runs.iterdir())) == 3
+        return len(list(runs.iterdir())) == 2  # the host may run only 2 at once
 
     await wait_for(launched, timeout=30, what="the array's tasks to start")
     assert first.array_submits == [members[0].array.array_uid]
@@ -201,7 +201,7 @@ async def test_a_crash_after_the_backend_took_the_array_finds_it_again_never_res
         assert not again.created and list(again.member_job_ids) == uids(members)
         gate.touch()
         final = await statuses(client, uids(members))
-        assert [s.state for s in final] == [pb.JobState.SUCCEEDED] * 3
+        assert [s.state for s in final] == [pb.JobState.SUCCEEDED] * 2
         assert second.array_submits == [] and second.single_submits == [], "found again, never resubmitted"
     assert {p.read_text() for p in runs.iterdir()} == {"run\n"}, "each task ran exactly once"
 
