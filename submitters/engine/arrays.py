@@ -138,7 +138,7 @@ class ArraySubmissions:
         ids = [rows[u].job_id if u in rows else "" for u in uids]
         statuses = [] if created else [rows[u].job_status() or pb.JobStatus() for u in uids if u in rows]
         return pb.SubmitGroupResponse(
-            job_id=ids[0] if ids else "", created=created, statuses=statuses, member_job_ids=ids
+            job_id=next((i for i in ids if i), ""), created=created, statuses=statuses, member_job_ids=ids
         )
 
     async def _submit_array(
