@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from conftest import RedisServer
+from interlink_nats.submitters.backends.shell.backend import ShellBackend
 from interlink_nats.submitters.runtime import Submitter
 from stack import Stack, create_body, eventually, full_stack, gateway_only, logs_body, new_pool, pod, submitter_settings
 from stack import terminated as ended
@@ -194,3 +195,23 @@ async def test_a_gateway_restart_while_an_array_forms_loses_nothing_and_sends_it
                 log = await stack.get("/getLogs", logs_body(p, "main"))
                 assert log.text == f"{i}\n"
         assert len(arrays(state)) == 1, "sent once"
+
+
+async def test_a_pool_whose_backend_takes_no_arrays_gets_each_pod_at_once(nats_url: str, tmp_path: Path) -> None:
+    class NoArrays(ShellBackend):
+        """The shell backend as a backend without ``RunsArrays`` looks (its BuildConfig says no arrays)."""
+
+        submit_array = None  # type: ignore[assignment]
+
+    pool = new_pool()
+    state = tmp_path / "state"
+    pods = [job_pod("plain", str(uuid.uuid4()), i, ["true"]) for i in range(3)]
+    async with (
+        Submitter(submitter_settings(nats_url, pool, state), backend=NoArrays(kill_grace_s=3.0)),
+        gateway_only(nats_url, default_pool=pool, array_window_s=60) as stack,
+    ):
+        for p in pods:
+            await create(stack, p)
+            assert (await stack.post("/create", create_body(p))).json()["PodJID"] == uid_of(p), "submitted alone"
+        await all_ended(stack, pods)  # long before the 60 s window would have closed
+        assert not (state / "arrays").exists()
