@@ -133,9 +133,13 @@ class ArraySubmissions:
             member_job_ids=[r.job_id for r in replies],
         )
 
-    async def _answer(self, uids: Sequence[str], *, created: bool = False) -> pb.SubmitGroupResponse:
+    async def _answer(
+        self, uids: Sequence[str], *, created: bool = False, known: dict[str, str] | None = None
+    ) -> pb.SubmitGroupResponse:
+        """Every member's id (``known``: those this call recorded, as recorded) and, unless new, status."""
         rows = await self._subs.registry().get_many(list(uids))
-        ids = [rows[u].job_id if u in rows else "" for u in uids]
+        known = known or {}
+        ids = [known.get(u) or (rows[u].job_id if u in rows else "") for u in uids]
         statuses = [] if created else [rows[u].job_status() or pb.JobStatus() for u in uids if u in rows]
         return pb.SubmitGroupResponse(
             job_id=next((i for i in ids if i), ""), created=created, statuses=statuses, member_job_ids=ids
@@ -179,14 +183,16 @@ class ArraySubmissions:
                 except BackendError as exc:
                     raise Unavailable(f"{backend.name} is unavailable: {exc}") from None
                 if found.job_id is not None:
-                    await record_array(subs, [r for r, _ in sent], backend.member_job_ids(spec, found.job_id))
-                    return await self._answer(uids)
+                    ids = backend.member_job_ids(spec, found.job_id)
+                    await record_array(subs, [r for r, _ in sent], ids)
+                    return await self._answer(uids, known=dict(zip(prior, ids, strict=False)))
             for i in todo:
                 if not created[i]:
                     await subs.rewrite_job_dir(rows[i].job_dir, jobs[i])
         spec = self._spec(array_uid, array_dir, [(rows[i], jobs[i]) for i in todo])
-        await submit_array(subs, spec, [rows[i] for i in todo], created=all(created), deadline=deadline)
-        return await self._answer(uids, created=all(created))
+        ids = await submit_array(subs, spec, [rows[i] for i in todo], created=all(created), deadline=deadline)
+        known = {rows[i].uid: job_id for i, job_id in zip(todo, ids, strict=True)}
+        return await self._answer(uids, created=all(created), known=known)
 
     def _spec(self, array_uid: str, array_dir: Path, members: Sequence[tuple[JobRow, pb.JobScript]]) -> ArraySpec:
         """The backend's view of the members to submit (in task order; a resumed array's: those still wanted)."""
@@ -203,7 +209,7 @@ class ArraySubmissions:
 
 async def submit_array(
     subs: MemberSubmissions, spec: ArraySpec, rows: Sequence[JobRow], *, created: bool, deadline: float | None
-) -> None:
+) -> tuple[str, ...]:
     """The array's member list, then ONE backend submission (unless the caller's ``deadline`` passed), then every
     member recorded with its own id and tracked."""
     backend = subs.backend
@@ -238,6 +244,7 @@ async def submit_array(
     except ValueError as exc:
         raise Unavailable(f"{backend.name}: {exc}") from None
     await record_array(subs, rows, ids)
+    return ids
 
 
 async def record_array(subs: MemberSubmissions, rows: Sequence[JobRow], ids: Sequence[str]) -> None:

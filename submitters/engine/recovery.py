@@ -85,6 +85,8 @@ class Recovery:
         if arrayed:  # an array's members are found (or submitted) as their array, never alone
             for row in arrayed:
                 del rows[row.uid]
+            # claimed by a SubmitGroup that began after ``busy`` was taken: that call submits them, not recovery
+            arrayed = [r for r in arrayed if r.uid not in self._subs.group_inflight]
             await recover_arrays(self._subs, arrayed, warned=self._waiting_retry)
         if not rows:
             return
