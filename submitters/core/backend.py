@@ -134,6 +134,26 @@ class GangSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class ArraySpec:
+    """The pods of one Kubernetes Job as ONE array submission (``SubmitGroup`` with kind ``GROUP_KIND_ARRAY``):
+    every member's script already sits in its own job directory, as a single pod's does; task *i* runs
+    ``members[i]``. Unlike a gang, each task starts, ends and is cancelled alone."""
+
+    array_uid: str
+    """The array's ``array_uid``: stable, so the backend names its submission by it and ``find_array`` finds it
+    after a crash."""
+    members: tuple[JobSpec, ...]
+    """Task i runs ``members[i]`` (i = 0..n-1, the order the gateway sent)."""
+    job_dir: Path
+    """The array's own directory (``<state>/arrays/<uid>``): its task table or launcher, if the backend needs one."""
+    throttle: int = 0
+    """At most this many tasks run at once (Slurm's ``--array=…%N``, a site setting); 0: no limit."""
+    name: str = ""
+    """The Job's name, for the batch system's job name next to the uid."""
+    namespace: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class Capacity:
     """What the backend can run in total (not what is free: Kueue does the accounting)."""
 
@@ -323,6 +343,31 @@ class RunsGangs(Protocol):
     async def find_gang(self, gang: GangSpec) -> Reconciled:
         """After a crash mid-submit: the gang's job when a submission reached the batch system (found by its
         name), ``Reconciled(None)`` when none did."""
+
+
+@runtime_checkable
+class RunsArrays(Protocol):
+    """A backend that takes many independent pods as ONE submission (a Slurm job array, an HTCondor cluster).
+    Optional (the submitter checks with ``isinstance``, and announces it in the BuildConfig's ``runs_arrays``):
+    a backend without it gets each member of an array as a single submit, from the submitter.
+
+    Each member is then tracked, polled, logged and cancelled as an ordinary :class:`JobHandle` carrying its own
+    member job id: ``poll`` and ``cancel`` understand those ids (Slurm: ``squeue`` lists pending tasks as a range
+    ``<id>_[3-19]``, expanded; ``scancel <id>_<i>`` cancels one task).
+    """
+
+    async def submit_array(self, array: ArraySpec) -> tuple[str, tuple[str, ...]]:
+        """One batch submission for every member, named by ``array.array_uid``: returns the array's job id and
+        each member's own job id in member order (Slurm ``<id>_<i>``, HTCondor ``<cluster>.<proc>``)."""
+
+    async def find_array(self, array: ArraySpec) -> Reconciled:
+        """After a crash mid-submit: the array's job id when a submission reached the batch system (found by
+        its ``array_uid`` in the job's name or attributes), ``Reconciled(None)`` when none did. The members'
+        ids follow from it as :meth:`member_job_ids` says."""
+
+    def member_job_ids(self, array: ArraySpec, array_job_id: str) -> tuple[str, ...]:
+        """Each member's own job id, in member order, given the array's job id (what ``submit_array`` returns
+        with it): recovery rebuilds the members' ids from what ``find_array`` found."""
 
 
 @runtime_checkable

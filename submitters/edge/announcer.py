@@ -17,7 +17,7 @@ from interlink_nats.kernel import quantities, usage
 from interlink_nats.kernel.backend_options import with_legacy_fields
 from interlink_nats.kernel.clock import Clock
 from interlink_nats.kernel.subjects import config_subject, resources_subject
-from interlink_nats.submitters.core.backend import Backend, BackendError, Capacity, ReportsFree
+from interlink_nats.submitters.core.backend import Backend, BackendError, Capacity, ReportsFree, RunsArrays
 from interlink_nats.submitters.core.errors import SubmitterError
 from interlink_nats.submitters.core.load import FailureWindow, QueueLoad, held_by
 from interlink_nats.submitters.settings import SubmitterSettings
@@ -88,6 +88,7 @@ class Announcer:
                 raise SubmitterError(f"invalid BuildConfig: {exc}") from exc
             log.error("keeping the previous BuildConfig: %s", exc)
             return False
+        config.runs_arrays = isinstance(self.backend, RunsArrays)  # the backend's, never the site file's to claim
         self.build_config = with_legacy_fields(config)  # an older gateway reads only the old fields
         return True
 

@@ -25,6 +25,7 @@ from interlink_nats.kernel import layout
 from interlink_nats.kernel.clock import SYSTEM_CLOCK
 from interlink_nats.submitters.backends import BACKENDS, create_backend
 from interlink_nats.submitters.core.backend import (
+    ArraySpec,
     Backend,
     BackendContext,
     BackendState,
@@ -192,6 +193,20 @@ class Site:
         gang_dir = gang_dir_for(self.root, group)
         gang_dir.mkdir(mode=0o700, parents=True)
         return GangSpec(group, "kit-group", gang_dir, tuple(members), pb.GangFailurePolicy.FAIL_GANG, "kit")
+
+    def array(self, size: int) -> ArraySpec:
+        """An array of ``size`` members: member ``i`` writes ``i`` to its own directory's ``ran``."""
+        members = []
+        for task in range(size):
+            uid = str(uuid.uuid4())
+            job_dir = job_dir_for(self.root, uid)
+            script = prepare_job_dir(job_dir, f"#!/bin/bash\necho {task} > {shlex.quote(str(job_dir))}/ran\n")
+            resources = pb.ResourceRequest(cpu_millis=1000, memory_bytes=64 * 2**20)
+            members.append(JobSpec(uid, job_dir, script, resources, namespace="kit", name=f"task-{task}"))
+        array_uid = f"a-{uuid.uuid4().hex}"
+        array_dir = self.root / "arrays" / array_uid
+        array_dir.mkdir(mode=0o700, parents=True)
+        return ArraySpec(array_uid, tuple(members), array_dir, name="kit-array", namespace="kit")
 
     async def close(self) -> None:
         if self.opened:

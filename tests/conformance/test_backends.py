@@ -21,6 +21,7 @@ from interlink_nats.submitters.core.backend import (
     Observation,
     ReportsChanges,
     ReportsFree,
+    RunsArrays,
     RunsGangs,
 )
 from interlink_nats.submitters.testing import wait_for
@@ -153,6 +154,28 @@ async def test_a_group_runs_as_one_job_and_is_found_again_by_its_group(site: Sit
     assert isinstance(again, RunsGangs)
     assert (await again.find_gang(gang)).job_id == job_id
     assert (await again.find_gang(site.gang(2))).job_id is None, "a group never submitted is not found"
+
+
+async def test_an_array_is_one_submission_each_member_its_own_job_found_again_by_its_uid(site: Site) -> None:
+    backend = await site.open()
+    declared(site, backend, RunsArrays, "RunsArrays")
+    assert isinstance(backend, RunsArrays)
+    array = site.array(2)
+    array_id, ids = await backend.submit_array(array)
+    assert array_id and len(ids) == 2 and all(ids) and len(set(ids)) == 2, (array_id, ids)
+    assert backend.member_job_ids(array, array_id) == ids
+    handles = [JobHandle(m.uid, m.job_dir, job_id) for m, job_id in zip(array.members, ids, strict=True)]
+    site.handles.extend(handles)
+    for handle in handles:  # each member followed on its own, by its own id
+        seen = await until_ended(backend, handle)
+        assert seen.state is BackendState.COMPLETED, seen
+    assert [(m.job_dir / "ran").read_text().strip() for m in array.members] == ["0", "1"], "every task ran its own"
+
+    await site.crash(backend)
+    again = await site.open()
+    assert isinstance(again, RunsArrays)
+    assert (await again.find_array(array)).job_id == array_id
+    assert (await again.find_array(site.array(2))).job_id is None, "an array never submitted is not found"
 
 
 async def test_free_capacity_is_never_more_than_the_total_and_costs_one_call(site: Site) -> None:

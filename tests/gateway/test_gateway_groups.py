@@ -150,6 +150,11 @@ async def test_the_runner_does_what_its_policy_decides_not_what_a_gang_would() -
     refuses after 5 s with its own reason, where a gang would hold for ``wait_s``."""
 
     class Impatient:
+        kind = pb.GroupKind.UNSPECIFIED
+
+        def name_for(self, held: object, namespace: str, spec: PodGroupSpec, now: float) -> str:
+            return spec.name
+
         def admit(
             self,
             group: PodGroup | None,

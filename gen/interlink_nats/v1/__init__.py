@@ -4,6 +4,7 @@
 # This file has been @generated
 
 __all__ = (
+    "ArrayMember",
     "BackendOptions",
     "BuildConfig",
     "CancelRequest",
@@ -26,6 +27,7 @@ __all__ = (
     "GetLogsResponse",
     "GetStatusRequest",
     "GetStatusResponse",
+    "GroupKind",
     "HostPathRule",
     "HostPathVolumeSource",
     "JobEvent",
@@ -194,6 +196,44 @@ class GangFailurePolicy(betterproto2.Enum):
         }
 
 
+class GroupKind(betterproto2.Enum):
+    """
+    What kind of group a SubmitGroup sends.
+    """
+
+    UNSPECIFIED = 0
+    """
+    A gang: what every request without the field means (added in v1).
+    """
+
+    GANG = 1
+    """
+    A gang: the members start together as one backend job.
+    """
+
+    ARRAY = 2
+    """
+    An array: one submission, each member its own task that starts, ends
+    and is cancelled alone; nothing waits for the others.
+    """
+
+    @classmethod
+    def betterproto_value_to_renamed_proto_names(cls) -> dict[int, str]:
+        return {
+            0: "GROUP_KIND_UNSPECIFIED",
+            1: "GROUP_KIND_GANG",
+            2: "GROUP_KIND_ARRAY",
+        }
+
+    @classmethod
+    def betterproto_renamed_proto_names_to_value(cls) -> dict[str, int]:
+        return {
+            "GROUP_KIND_UNSPECIFIED": 0,
+            "GROUP_KIND_GANG": 1,
+            "GROUP_KIND_ARRAY": 2,
+        }
+
+
 class JobState(betterproto2.Enum):
     UNSPECIFIED = 0
 
@@ -333,6 +373,53 @@ class UsageSource(betterproto2.Enum):
 
 
 @dataclass(eq=False, repr=False)
+class ArrayMember(betterproto2.Message):
+    """
+    One pod's place in an array submission: the pods of one Kubernetes Job
+    that reached the gateway for one pool within its coalescing window.
+    """
+
+    array_uid: "str" = betterproto2.field(1, betterproto2.TYPE_STRING)
+    """
+    The array's id, the same for every member: chosen by the gateway, unique
+    per array (a Job's later pods form another), a valid job-directory name
+    like a pod UID. The backend names its submission by it, so it is found
+    again after a crash.
+    """
+
+    job_name: "str" = betterproto2.field(2, betterproto2.TYPE_STRING)
+    """
+    The Job the pods belong to (its name, and its uid from the
+    batch.kubernetes.io/controller-uid label or the owner reference).
+    """
+
+    job_uid: "str" = betterproto2.field(3, betterproto2.TYPE_STRING)
+
+    task: "int" = betterproto2.field(4, betterproto2.TYPE_UINT32)
+    """
+    0 .. size-1, distinct within the array: the member's task (Slurm's
+    SLURM_ARRAY_TASK_ID, HTCondor's $(Process)). Not the Job's completion
+    index: the pod's own script carries that.
+    """
+
+    size: "int" = betterproto2.field(5, betterproto2.TYPE_UINT32)
+    """
+    How many members the array has.
+    """
+
+    completion_index: "int | None" = betterproto2.field(
+        6, betterproto2.TYPE_UINT32, optional=True
+    )
+    """
+    The pod's batch.kubernetes.io/job-completion-index (an Indexed Job);
+    unset for a NonIndexed Job's pod.
+    """
+
+
+default_message_pool.register_message("interlink_nats.v1", "ArrayMember", ArrayMember)
+
+
+@dataclass(eq=False, repr=False)
 class BackendOptions(betterproto2.Message):
     """
     The options only one backend reads; the pool's own backend reads its
@@ -468,6 +555,15 @@ class BuildConfig(betterproto2.Message):
     """
     Each backend's own options, one field per backend: a backend that has
     options adds one message and one field there, nothing here.
+    """
+
+    runs_arrays: "bool" = betterproto2.field(18, betterproto2.TYPE_BOOL)
+    """
+    The pool's backend takes an array (SubmitGroup with kind
+    GROUP_KIND_ARRAY) as one submission: the gateway coalesces a Job's pods
+    for this pool only when set. Set by the submitter from its backend, not
+    from the site's config. Added in v1: an older pool leaves it false and
+    gets single submits.
     """
 
     def __post_init__(self) -> None:
@@ -1036,6 +1132,16 @@ class JobScript(betterproto2.Message):
     the gateway resolved it with the pool's announced StoragePolicy. The
     submitter resolves each again with its own policy and refuses the job
     when one is not mapped, or maps elsewhere.
+    """
+
+    array: "ArrayMember | None" = betterproto2.field(
+        12, betterproto2.TYPE_MESSAGE, optional=True
+    )
+    """
+    Set only on the members of an array sent with SubmitGroup (kind
+    GROUP_KIND_ARRAY): the pod is one task of an array submission
+    (docs/pod-support.md, "Job arrays"). A plain Submit of a job with it set
+    is refused. Added in v1.
     """
 
 
@@ -1717,6 +1823,15 @@ class SubmitGroupRequest(betterproto2.Message):
     """
     Every member of the gang, in rank order; each carries `gang` with the
     same group_uid, size = the number of members and rank = its index here.
+    For an array: each carries `array` with the same array_uid, size = the
+    number of members and task = its index here (and no `gang`).
+    """
+
+    kind: "GroupKind" = betterproto2.field(
+        2, betterproto2.TYPE_ENUM, default_factory=lambda: GroupKind(0)
+    )
+    """
+    Added in v1: unset is a gang, as before.
     """
 
 
@@ -1742,6 +1857,16 @@ class SubmitGroupResponse(betterproto2.Message):
     )
     """
     Every member's last status, in rank order, set only when created is false.
+    """
+
+    member_job_ids: "list[str]" = betterproto2.field(
+        4, betterproto2.TYPE_STRING, repeated=True
+    )
+    """
+    Each member's own job id, in the request's order (added in v1): an
+    array's task ids (Slurm `<job_id>_<task>`, HTCondor `<cluster>.<proc>`,
+    or each member's own id where the backend ran them as single jobs); a
+    gang's members all carry `job_id`. Empty from an older submitter.
     """
 
 
@@ -2013,6 +2138,11 @@ class SubmitterServiceStub(betterproto2_grpclib.ServiceStub):
         allocation, one step per member). Idempotent by the gang's group_uid and
         by each member's pod UID. Refused (FAILED_PRECONDITION) by a backend that
         cannot run gangs, naming the backend.
+        With kind = GROUP_KIND_ARRAY: the pods of one Kubernetes Job as ONE
+        array submission (a Slurm job array, an HTCondor cluster), each member
+        its own task with its own job id; sent only to a pool whose BuildConfig
+        says runs_arrays. Idempotent by the array's array_uid and by each
+        member's pod UID.
         """
 
         return await self._unary_unary(
@@ -2087,6 +2217,11 @@ class SubmitterServiceBase(betterproto2_grpclib.ServiceBase):
         allocation, one step per member). Idempotent by the gang's group_uid and
         by each member's pod UID. Refused (FAILED_PRECONDITION) by a backend that
         cannot run gangs, naming the backend.
+        With kind = GROUP_KIND_ARRAY: the pods of one Kubernetes Job as ONE
+        array submission (a Slurm job array, an HTCondor cluster), each member
+        its own task with its own job id; sent only to a pool whose BuildConfig
+        says runs_arrays. Idempotent by the array's array_uid and by each
+        member's pod UID.
         """
 
         raise grpclib.GRPCError(grpclib.const.Status.UNIMPLEMENTED)

@@ -99,6 +99,18 @@ class StorageMountView(NamedTuple):
     encoded: bytes
 
 
+class ArrayMemberView(NamedTuple):
+    """A plain ``ArrayMember`` as read: enums as ints, sub-messages as views, ``encoded`` its bytes."""
+
+    array_uid: str
+    job_name: str
+    job_uid: str
+    task: int
+    size: int
+    completion_index: int | None
+    encoded: bytes
+
+
 class JobScriptView(NamedTuple):
     """A plain ``JobScript`` as read: enums as ints, sub-messages as views, ``encoded`` its bytes."""
 
@@ -113,6 +125,7 @@ class JobScriptView(NamedTuple):
     run_as_group: int | None
     gang: GangMemberView | None
     storage: list[StorageMountView]
+    array: ArrayMemberView | None
     encoded: bytes
 
 
@@ -2018,6 +2031,414 @@ def storage_mount_without(*fields: str) -> Callable[[bytes], bytes]:
     return partial(_without, numbers=frozenset(_STORAGE_MOUNT_NUMBERS[name] for name in fields))
 
 
+def encode_array_member(msg: pb.ArrayMember) -> bytes:
+    """``bytes(msg)``, byte for byte, without betterproto2's reflection."""
+    return bytes(_encode_array_member(msg))
+
+
+def _encode_array_member(msg: pb.ArrayMember) -> bytearray:
+    out = bytearray()
+    # array_uid = 1
+    v = msg.array_uid
+    if v:
+        b = v.encode()
+        n = len(b)
+        out += b"\x0a"
+        if n < 0x80:
+            out.append(n)
+        else:
+            _varint(out, n)
+        out += b
+    # job_name = 2
+    v = msg.job_name
+    if v:
+        b = v.encode()
+        n = len(b)
+        out += b"\x12"
+        if n < 0x80:
+            out.append(n)
+        else:
+            _varint(out, n)
+        out += b
+    # job_uid = 3
+    v = msg.job_uid
+    if v:
+        b = v.encode()
+        n = len(b)
+        out += b"\x1a"
+        if n < 0x80:
+            out.append(n)
+        else:
+            _varint(out, n)
+        out += b
+    # task = 4
+    v = msg.task
+    if v:
+        v = int(v)
+        out += b"\x20"
+        if 0 <= v < 0x80:
+            out.append(v)
+        else:
+            _varint(out, v)
+    # size = 5
+    v = msg.size
+    if v:
+        v = int(v)
+        out += b"\x28"
+        if 0 <= v < 0x80:
+            out.append(v)
+        else:
+            _varint(out, v)
+    # completion_index = 6
+    v = msg.completion_index
+    if v is not None:
+        v = int(v)
+        out += b"\x30"
+        if 0 <= v < 0x80:
+            out.append(v)
+        else:
+            _varint(out, v)
+    out += msg._unknown_fields
+    return out
+
+
+def array_member_array_uid_field(value: str | None) -> bytes:
+    """``ArrayMember.array_uid`` as ``bytes(msg)`` writes it, from the value."""
+    out = bytearray()
+    # array_uid = 1
+    v = value
+    if v:
+        b = v.encode()
+        n = len(b)
+        out += b"\x0a"
+        if n < 0x80:
+            out.append(n)
+        else:
+            _varint(out, n)
+        out += b
+    return bytes(out)
+
+
+def array_member_job_name_field(value: str | None) -> bytes:
+    """``ArrayMember.job_name`` as ``bytes(msg)`` writes it, from the value."""
+    out = bytearray()
+    # job_name = 2
+    v = value
+    if v:
+        b = v.encode()
+        n = len(b)
+        out += b"\x12"
+        if n < 0x80:
+            out.append(n)
+        else:
+            _varint(out, n)
+        out += b
+    return bytes(out)
+
+
+def array_member_job_uid_field(value: str | None) -> bytes:
+    """``ArrayMember.job_uid`` as ``bytes(msg)`` writes it, from the value."""
+    out = bytearray()
+    # job_uid = 3
+    v = value
+    if v:
+        b = v.encode()
+        n = len(b)
+        out += b"\x1a"
+        if n < 0x80:
+            out.append(n)
+        else:
+            _varint(out, n)
+        out += b
+    return bytes(out)
+
+
+def array_member_task_field(value: int | None) -> bytes:
+    """``ArrayMember.task`` as ``bytes(msg)`` writes it, from the value."""
+    out = bytearray()
+    # task = 4
+    v = value
+    if v:
+        v = int(v)
+        out += b"\x20"
+        if 0 <= v < 0x80:
+            out.append(v)
+        else:
+            _varint(out, v)
+    return bytes(out)
+
+
+def array_member_size_field(value: int | None) -> bytes:
+    """``ArrayMember.size`` as ``bytes(msg)`` writes it, from the value."""
+    out = bytearray()
+    # size = 5
+    v = value
+    if v:
+        v = int(v)
+        out += b"\x28"
+        if 0 <= v < 0x80:
+            out.append(v)
+        else:
+            _varint(out, v)
+    return bytes(out)
+
+
+def array_member_completion_index_field(value: int | None) -> bytes:
+    """``ArrayMember.completion_index`` as ``bytes(msg)`` writes it, from the value."""
+    out = bytearray()
+    # completion_index = 6
+    v = value
+    if v is not None:
+        v = int(v)
+        out += b"\x30"
+        if 0 <= v < 0x80:
+            out.append(v)
+        else:
+            _varint(out, v)
+    return bytes(out)
+
+
+def _decode_array_member(data: bytes, pos: int, end: int) -> pb.ArrayMember:
+    array_uid: str = ""
+    job_name: str = ""
+    job_uid: str = ""
+    task: int = 0
+    size: int = 0
+    completion_index: int | None = None
+    seen = 0
+    while pos < end:
+        key = data[pos]
+        if key < 0x80:
+            pos += 1
+        else:
+            key, pos = _read_varint(data, pos)
+        if key == 10:
+            # array_uid = 1
+            if seen & 1:
+                raise Unusual
+            seen |= 1
+            value = data[pos]
+            if value < 0x80:
+                pos += 1
+            else:
+                value, pos = _read_varint(data, pos)
+            stop = pos + value
+            if stop > end:
+                raise Unusual
+            array_uid = str(data[pos:stop], "utf-8")
+            pos = stop
+        elif key == 18:
+            # job_name = 2
+            if seen & 2:
+                raise Unusual
+            seen |= 2
+            value = data[pos]
+            if value < 0x80:
+                pos += 1
+            else:
+                value, pos = _read_varint(data, pos)
+            stop = pos + value
+            if stop > end:
+                raise Unusual
+            job_name = str(data[pos:stop], "utf-8")
+            pos = stop
+        elif key == 26:
+            # job_uid = 3
+            if seen & 4:
+                raise Unusual
+            seen |= 4
+            value = data[pos]
+            if value < 0x80:
+                pos += 1
+            else:
+                value, pos = _read_varint(data, pos)
+            stop = pos + value
+            if stop > end:
+                raise Unusual
+            job_uid = str(data[pos:stop], "utf-8")
+            pos = stop
+        elif key == 32:
+            # task = 4
+            if seen & 8:
+                raise Unusual
+            seen |= 8
+            value = data[pos]
+            if value < 0x80:
+                pos += 1
+            else:
+                value, pos = _read_varint(data, pos)
+            if value >> 32:
+                raise Unusual
+            task = value
+        elif key == 40:
+            # size = 5
+            if seen & 16:
+                raise Unusual
+            seen |= 16
+            value = data[pos]
+            if value < 0x80:
+                pos += 1
+            else:
+                value, pos = _read_varint(data, pos)
+            if value >> 32:
+                raise Unusual
+            size = value
+        elif key == 48:
+            # completion_index = 6
+            if seen & 32:
+                raise Unusual
+            seen |= 32
+            value = data[pos]
+            if value < 0x80:
+                pos += 1
+            else:
+                value, pos = _read_varint(data, pos)
+            if value >> 32:
+                raise Unusual
+            completion_index = value
+        else:
+            raise Unusual
+    if pos != end:
+        raise Unusual
+    return pb.ArrayMember(array_uid=array_uid, job_name=job_name, job_uid=job_uid, task=task, size=size, completion_index=completion_index)
+
+
+def _view_array_member(data: bytes, pos: int, end: int) -> ArrayMemberView:
+    start = pos
+    array_uid: str = ""
+    job_name: str = ""
+    job_uid: str = ""
+    task: int = 0
+    size: int = 0
+    completion_index: int | None = None
+    seen = 0
+    while pos < end:
+        key = data[pos]
+        if key < 0x80:
+            pos += 1
+        else:
+            key, pos = _read_varint(data, pos)
+        if key == 10:
+            # array_uid = 1
+            if seen & 1:
+                raise Unusual
+            seen |= 1
+            value = data[pos]
+            if value < 0x80:
+                pos += 1
+            else:
+                value, pos = _read_varint(data, pos)
+            stop = pos + value
+            if stop > end:
+                raise Unusual
+            array_uid = str(data[pos:stop], "utf-8")
+            pos = stop
+        elif key == 18:
+            # job_name = 2
+            if seen & 2:
+                raise Unusual
+            seen |= 2
+            value = data[pos]
+            if value < 0x80:
+                pos += 1
+            else:
+                value, pos = _read_varint(data, pos)
+            stop = pos + value
+            if stop > end:
+                raise Unusual
+            job_name = str(data[pos:stop], "utf-8")
+            pos = stop
+        elif key == 26:
+            # job_uid = 3
+            if seen & 4:
+                raise Unusual
+            seen |= 4
+            value = data[pos]
+            if value < 0x80:
+                pos += 1
+            else:
+                value, pos = _read_varint(data, pos)
+            stop = pos + value
+            if stop > end:
+                raise Unusual
+            job_uid = str(data[pos:stop], "utf-8")
+            pos = stop
+        elif key == 32:
+            # task = 4
+            if seen & 8:
+                raise Unusual
+            seen |= 8
+            value = data[pos]
+            if value < 0x80:
+                pos += 1
+            else:
+                value, pos = _read_varint(data, pos)
+            if value >> 32:
+                raise Unusual
+            task = value
+        elif key == 40:
+            # size = 5
+            if seen & 16:
+                raise Unusual
+            seen |= 16
+            value = data[pos]
+            if value < 0x80:
+                pos += 1
+            else:
+                value, pos = _read_varint(data, pos)
+            if value >> 32:
+                raise Unusual
+            size = value
+        elif key == 48:
+            # completion_index = 6
+            if seen & 32:
+                raise Unusual
+            seen |= 32
+            value = data[pos]
+            if value < 0x80:
+                pos += 1
+            else:
+                value, pos = _read_varint(data, pos)
+            if value >> 32:
+                raise Unusual
+            completion_index = value
+        else:
+            raise Unusual
+    if pos != end:
+        raise Unusual
+    return ArrayMemberView(array_uid, job_name, job_uid, task, size, completion_index, data[start:end])
+
+
+def decode_array_member(data: bytes) -> pb.ArrayMember:
+    """``pb.ArrayMember.parse(data)``: read straight when plain, else by betterproto2 (its result and errors)."""
+    try:
+        return _decode_array_member(data, 0, len(data))
+    except (Unusual, IndexError, ValueError, OverflowError):
+        return pb.ArrayMember.parse(data)
+
+
+def read_array_member(data: bytes) -> ArrayMemberView | None:
+    """The fields of a plain ``ArrayMember``; None when ``data`` is not one (ask betterproto2 then)."""
+    try:
+        return _view_array_member(data, 0, len(data))
+    except (Unusual, IndexError, ValueError, OverflowError):
+        return None
+
+
+def check_array_member(data: bytes) -> None:
+    """ValueError (or IndexError) unless the top-level fields of ``data`` are a well-formed ``ArrayMember``."""
+    _check_top(data, frozenset((10, 18, 26, 32, 40, 48)))
+
+
+_ARRAY_MEMBER_NUMBERS = {"array_uid": 1, "job_name": 2, "job_uid": 3, "task": 4, "size": 5, "completion_index": 6}
+
+
+def array_member_without(*fields: str) -> Callable[[bytes], bytes]:
+    """A function that returns an encoded ``ArrayMember`` less the named top-level fields (KeyError: no such
+    field); ValueError from it unless the top-level fields are well-formed."""
+    return partial(_without, numbers=frozenset(_ARRAY_MEMBER_NUMBERS[name] for name in fields))
+
+
 def encode_job_script(msg: pb.JobScript) -> bytes:
     """``bytes(msg)``, byte for byte, without betterproto2's reflection."""
     return bytes(_encode_job_script(msg))
@@ -2137,6 +2558,17 @@ def _encode_job_script(msg: pb.JobScript) -> bytearray:
         else:
             _varint(out, n)
         out += b
+    # array = 12
+    v = msg.array
+    if v is not None:
+        b = _encode_array_member(v)
+        n = len(b)
+        out += b"\x62"
+        if n < 0x80:
+            out.append(n)
+        else:
+            _varint(out, n)
+        out += b
     out += msg._unknown_fields
     return out
 
@@ -2248,6 +2680,26 @@ def job_script_gang_once(data: bytes) -> bytes | None:
     return _field_once(data, 82)
 
 
+def job_script_array_field(value: bytes | None) -> bytes:
+    """``JobScript.array`` as ``bytes(msg)`` writes it, from the encoded sub-message."""
+    out = bytearray()
+    v = value
+    if v is not None:
+        n = len(v)
+        out += b"\x62"
+        if n < 0x80:
+            out.append(n)
+        else:
+            _varint(out, n)
+        out += v
+    return bytes(out)
+
+
+def job_script_array_once(data: bytes) -> bytes | None:
+    """``JobScript.array``'s bytes as they came in ``data``, when it occurs exactly once."""
+    return _field_once(data, 98)
+
+
 def _decode_job_script(data: bytes, pos: int, end: int) -> pb.JobScript:
     pod: pb.PodRef | None = None
     script: str = ""
@@ -2260,6 +2712,7 @@ def _decode_job_script(data: bytes, pos: int, end: int) -> pb.JobScript:
     run_as_group: int | None = None
     gang: pb.GangMember | None = None
     storage: list[pb.StorageMount] = []
+    array: pb.ArrayMember | None = None
     seen = 0
     while pos < end:
         key = data[pos]
@@ -2418,11 +2871,26 @@ def _decode_job_script(data: bytes, pos: int, end: int) -> pb.JobScript:
             item = _decode_storage_mount(data, pos, stop)
             pos = stop
             storage.append(item)
+        elif key == 98:
+            # array = 12
+            if seen & 2048:
+                raise Unusual
+            seen |= 2048
+            value = data[pos]
+            if value < 0x80:
+                pos += 1
+            else:
+                value, pos = _read_varint(data, pos)
+            stop = pos + value
+            if stop > end:
+                raise Unusual
+            array = _decode_array_member(data, pos, stop)
+            pos = stop
         else:
             raise Unusual
     if pos != end:
         raise Unusual
-    return pb.JobScript(pod=pod, script=script, init_containers=init_containers, containers=containers, resources=resources, backend_flags=backend_flags, layout=layout, run_as_user=run_as_user, run_as_group=run_as_group, gang=gang, storage=storage)
+    return pb.JobScript(pod=pod, script=script, init_containers=init_containers, containers=containers, resources=resources, backend_flags=backend_flags, layout=layout, run_as_user=run_as_user, run_as_group=run_as_group, gang=gang, storage=storage, array=array)
 
 
 def _view_job_script(data: bytes, pos: int, end: int) -> JobScriptView:
@@ -2438,6 +2906,7 @@ def _view_job_script(data: bytes, pos: int, end: int) -> JobScriptView:
     run_as_group: int | None = None
     gang: GangMemberView | None = None
     storage: list[StorageMountView] = []
+    array: ArrayMemberView | None = None
     seen = 0
     while pos < end:
         key = data[pos]
@@ -2596,11 +3065,26 @@ def _view_job_script(data: bytes, pos: int, end: int) -> JobScriptView:
             item = _view_storage_mount(data, pos, stop)
             pos = stop
             storage.append(item)
+        elif key == 98:
+            # array = 12
+            if seen & 2048:
+                raise Unusual
+            seen |= 2048
+            value = data[pos]
+            if value < 0x80:
+                pos += 1
+            else:
+                value, pos = _read_varint(data, pos)
+            stop = pos + value
+            if stop > end:
+                raise Unusual
+            array = _view_array_member(data, pos, stop)
+            pos = stop
         else:
             raise Unusual
     if pos != end:
         raise Unusual
-    return JobScriptView(pod, script, init_containers, containers, resources, backend_flags, layout, run_as_user, run_as_group, gang, storage, data[start:end])
+    return JobScriptView(pod, script, init_containers, containers, resources, backend_flags, layout, run_as_user, run_as_group, gang, storage, array, data[start:end])
 
 
 def decode_job_script(data: bytes) -> pb.JobScript:
@@ -2621,10 +3105,10 @@ def read_job_script(data: bytes) -> JobScriptView | None:
 
 def check_job_script(data: bytes) -> None:
     """ValueError (or IndexError) unless the top-level fields of ``data`` are a well-formed ``JobScript``."""
-    _check_top(data, frozenset((10, 18, 26, 34, 42, 50, 58, 64, 72, 82, 90)))
+    _check_top(data, frozenset((10, 18, 26, 34, 42, 50, 58, 64, 72, 82, 90, 98)))
 
 
-_JOB_SCRIPT_NUMBERS = {"pod": 1, "script": 2, "init_containers": 3, "containers": 4, "resources": 5, "backend_flags": 6, "layout": 7, "run_as_user": 8, "run_as_group": 9, "gang": 10, "storage": 11}
+_JOB_SCRIPT_NUMBERS = {"pod": 1, "script": 2, "init_containers": 3, "containers": 4, "resources": 5, "backend_flags": 6, "layout": 7, "run_as_user": 8, "run_as_group": 9, "gang": 10, "storage": 11, "array": 12}
 
 
 def job_script_without(*fields: str) -> Callable[[bytes], bytes]:

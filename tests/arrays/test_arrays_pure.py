@@ -1,0 +1,136 @@
+"""The pure parts of arrays: which Job a pod belongs to, the gateway's coalescing policy, and the submitter's check
+of an array request. No I/O: called directly."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+import pytest
+from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.services.gateway.array_policy import ArrayPolicy, array_spec, array_uid, batch_shape
+from interlink_nats.services.gateway.group_policy import Hold, SubmitAsOne
+from interlink_nats.services.gateway.pod_group import PodGroup, PodGroupMember, group_key
+from interlink_nats.services.scripts.job_array import JobOfPod
+from interlink_nats.services.scripts.render import render_pod
+from interlink_nats.submitters.core.arrays import validate_array
+
+
+def raw_pod(labels: dict[str, str], owners: Any = None) -> dict[str, Any]:
+    meta: dict[str, Any] = {"uid": "u1", "name": "p-0", "namespace": "ns", "labels": labels}
+    if owners is not None:
+        meta["ownerReferences"] = owners
+    return {"metadata": meta, "spec": {"containers": [{"name": "c", "image": "busybox", "command": ["true"]}]}}
+
+
+def test_a_jobs_pod_is_read_from_its_labels_else_its_owner_reference() -> None:
+    labels = {
+        "batch.kubernetes.io/controller-uid": "6d3c5a4e-1111-2222-3333-444455556666",
+        "batch.kubernetes.io/job-name": "scan",
+        "batch.kubernetes.io/job-completion-index": "4",
+    }
+    assert render_pod(raw_pod(labels)).owner == JobOfPod("6d3c5a4e-1111-2222-3333-444455556666", "scan", 4)
+    assert render_pod(raw_pod({"controller-uid": "abc", "job-name": "old"})).owner == JobOfPod("abc", "old", None)
+    owner = [{"apiVersion": "batch/v1", "kind": "Job", "name": "scan2", "uid": "0f0e-12", "controller": True}]
+    assert render_pod(raw_pod({}, owner)).owner == JobOfPod("0f0e-12", "scan2", None)
+    not_a_job = [{"apiVersion": "apps/v1", "kind": "ReplicaSet", "name": "rs", "uid": "1"}]
+    malformed = [{"apiVersion": "batch/v1", "kind": "Job", "name": "Bad Name", "uid": "1"}, "x"]
+    for refs in (not_a_job, malformed, "nonsense"):
+        assert render_pod(raw_pod({}, refs)).owner is None, refs
+
+
+def test_a_gang_member_is_never_an_array_member() -> None:
+    labels = {
+        "batch.kubernetes.io/controller-uid": "abc",
+        "kueue.x-k8s.io/pod-group-name": "g",
+    }
+    p = raw_pod(labels)
+    p["metadata"]["annotations"] = {"kueue.x-k8s.io/pod-group-total-count": "2"}
+    rendered = render_pod(p)
+    assert rendered.group is not None and rendered.owner is None
+
+
+def member(uid: str, index: int | None, job: pb.JobScript | None = None) -> PodGroupMember:
+    return PodGroupMember.arrived(uid, f"p-{uid}", index, job or pb.JobScript(pod=pb.PodRef(uid=uid)), {})
+
+
+def test_an_array_is_sent_when_its_window_closes_or_it_is_full_never_refused() -> None:
+    policy = ArrayPolicy(window_s=2.0, max_count=3)
+    spec = array_spec(JobOfPod("j1", "scan", 0), "pool-a", pb.JobScript(), 3)
+    group = policy.admit(None, member("a", 0), spec, namespace="ns", pool="pool-a", now=100.0)
+    group.members["a"] = member("a", 0)
+    assert isinstance(policy.decide(group, 101.9), Hold)
+    assert isinstance(policy.decide(group, 102.0), SubmitAsOne), "the window closed: sent as it is"
+    group.members["b"] = member("b", 1)
+    group.members["c"] = member("c", 2)
+    assert isinstance(policy.decide(group, 100.1), SubmitAsOne), "full: sent at once"
+
+
+def test_a_later_pod_joins_the_next_array_of_its_job() -> None:
+    policy = ArrayPolicy(window_s=2.0, max_count=2)
+    spec = array_spec(JobOfPod("j1", "scan", 0), "pool-a", pb.JobScript(), 2)
+    held: dict[str, PodGroup] = {}
+    first = policy.name_for(held.get, "ns", spec, 100.0)
+    held[group_key("ns", first)] = group = PodGroup("ns", first, "pool-a", 2, 0, 100.0)
+    group.members["a"] = member("a", 0)
+    assert policy.name_for(held.get, "ns", spec, 101.0) == first, "still forming: joins it"
+    second = policy.name_for(held.get, "ns", spec, 102.5)
+    assert second != first, "its window closed (the array is being sent): the next one"
+    group.members["b"] = member("b", 1)
+    assert policy.name_for(held.get, "ns", spec, 100.5) == second, "full: the next one"
+
+
+def test_pods_of_other_jobs_pools_or_batch_options_never_share_an_array() -> None:
+    job = pb.JobScript(resources=pb.ResourceRequest(cpu_millis=1000))
+    base = array_spec(JobOfPod("j1", "scan", 0), "pool-a", job, 10).name
+    assert array_spec(JobOfPod("j2", "scan", 0), "pool-a", job, 10).name != base
+    assert array_spec(JobOfPod("j1", "scan", 0), "pool-b", job, 10).name != base
+    other = pb.JobScript(resources=pb.ResourceRequest(cpu_millis=2000))
+    assert batch_shape(other) != batch_shape(job)
+    assert array_spec(JobOfPod("j1", "scan", 0), "pool-a", other, 10).name != base
+    script_only = pb.JobScript(script="echo other", resources=pb.ResourceRequest(cpu_millis=1000))
+    assert batch_shape(script_only) == batch_shape(job), "each pod keeps its own script"
+
+
+def test_the_submission_is_in_completion_index_order_each_with_its_place() -> None:
+    policy = ArrayPolicy(window_s=2.0, max_count=10)
+    spec = array_spec(JobOfPod("j1", "scan", 0), "pool-a", pb.JobScript(), 10)
+    group = PodGroup("ns", policy.name_for({}.get, "ns", spec, 0.0), "pool-a", 10, 0, 0.0)
+    for uid, index in (("c", 2), ("a", 0), ("b", 1)):
+        group.members[uid] = member(uid, index)
+    jobs = policy.submission(group)
+    assert [j.pod.uid for j in jobs if j.pod] == ["a", "b", "c"]
+    uid = array_uid(group)
+    for task, job in enumerate(jobs):
+        assert job.array == pb.ArrayMember(
+            array_uid=uid, job_name="scan", job_uid="j1", task=task, size=3, completion_index=task
+        )
+    assert all(m.job.array is None for m in group.members.values()), "the held jobs stay as they arrived"
+    assert policy.kind == pb.GroupKind.ARRAY
+    validate_array(jobs)  # what the gateway sends, the submitter takes
+
+
+def array_members(n: int) -> list[pb.JobScript]:
+    return [
+        pb.JobScript(pod=pb.PodRef(uid=f"u{i}"), array=pb.ArrayMember(array_uid="a-1", task=i, size=n))
+        for i in range(n)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        (lambda m: setattr(m[1].array, "task", 0), "members[1].array.task"),
+        (lambda m: setattr(m[1].array, "array_uid", "a-2"), "members[1].array.array_uid"),
+        (lambda m: setattr(m[0].array, "size", 5), "members[0].array.size"),
+        (lambda m: setattr(m[1], "gang", pb.GangMember(group_uid="g")), "members[1].gang"),
+        (lambda m: setattr(m[1], "array", None), "members[1].array"),
+        (lambda m: setattr(m[1].pod, "uid", "u0"), "members[1].pod.uid"),
+        (lambda m: setattr(m[0].array, "array_uid", "../x"), "members[0].array.array_uid"),
+    ],
+)
+def test_a_malformed_array_request_is_refused_naming_the_field(change: Any, field: str) -> None:
+    members = array_members(2)
+    change(members)
+    with pytest.raises(ValueError, match="^" + re.escape(field)):
+        validate_array(members)
