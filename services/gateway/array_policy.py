@@ -23,7 +23,7 @@ from interlink_nats.services.gateway.pod_group import PodGroup, PodGroupMember, 
 from interlink_nats.services.scripts.job_array import JobOfPod
 from interlink_nats.services.scripts.pod_group import PodGroupSpec
 
-__pure__ = True  # no I/O, not even through what it imports (held by tests/test_import_contracts.py)
+__pure__ = True  # no I/O, not even through what it imports (held by tests/contracts/test_import_contracts.py)
 
 ARRAY_UID_PREFIX = "a-"
 SEPARATOR = ":"

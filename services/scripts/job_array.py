@@ -17,7 +17,7 @@ from interlink_nats.kernel.names import is_dns_subdomain, is_label_value, is_pod
 from .pod_group import completion_index
 from .pod_model import Metadata
 
-__pure__ = True  # no I/O, not even through what it imports (held by tests/test_import_contracts.py)
+__pure__ = True  # no I/O, not even through what it imports (held by tests/contracts/test_import_contracts.py)
 
 CONTROLLER_UID_LABELS = ("batch.kubernetes.io/controller-uid", "controller-uid")
 JOB_NAME_LABELS = ("batch.kubernetes.io/job-name", "job-name")

@@ -15,7 +15,7 @@ from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel.names import is_pod_uid
 from interlink_nats.submitters.core.lifecycle import Phase
 
-__pure__ = True  # no I/O, not even through what it imports (held by tests/test_import_contracts.py)
+__pure__ = True  # no I/O, not even through what it imports (held by tests/contracts/test_import_contracts.py)
 
 ARRAY_DIR = "arrays"
 """Below the state directory, beside ``jobs`` and ``gangs``: one directory per array uid."""

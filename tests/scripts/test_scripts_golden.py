@@ -1,6 +1,6 @@
 """Golden scripts: one per runtime and one per volume kind (tests/golden/*.sh).
 
-Regenerate after an intended change with ``UPDATE_GOLDEN=1 .venv/bin/pytest tests/test_scripts_golden.py``
+Regenerate after an intended change with ``UPDATE_GOLDEN=1 .venv/bin/pytest tests/scripts/test_scripts_golden.py``
 and review the diff: it is the exact shell every site will run.
 """
 
