@@ -15,7 +15,7 @@ from interlink_nats.submitters.backends.slurm import array as sa
 from interlink_nats.submitters.backends.slurm import flags as sf
 from interlink_nats.submitters.core.backend import JobSpec
 
-HOSTILE = ["plain", "it's $(touch pwned)", "line\n#SBATCH --uid=0", "`id` ; \\ \"q\""]
+HOSTILE = ["plain", "it's $(touch pwned)", "line\n#SBATCH --uid=0", '`id` ; \\ "q"']
 
 
 def members(root: Path) -> list[JobSpec]:
