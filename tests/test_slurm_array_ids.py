@@ -51,7 +51,7 @@ def test_indexes_follow_the_array_grammar() -> None:
     assert ai.task_indexes("1,3,5,7") == [1, 3, 5, 7]
     assert ai.task_indexes("1-7:2") == [1, 3, 5, 7]
     for bad in ("", "1,", "-1", "1-", "x", "1-3%2"):
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match="not an array index list"):
             ai.task_indexes(bad)
 
 
@@ -59,7 +59,7 @@ def test_the_array_flag_and_the_members_ids() -> None:
     assert ai.array_flag(20) == "--array=0-19"
     assert ai.array_flag(1000, 50) == "--array=0-999%50"
     assert ai.array_flag(1, 0) == "--array=0-0"
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="at least one task"):
         ai.array_flag(0)
     assert ai.member_job_ids("77", 3) == ("77_0", "77_1", "77_2")
     assert ai.base_id("77_2") == ai.base_id("77") == "77"

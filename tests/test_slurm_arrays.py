@@ -128,7 +128,7 @@ async def test_a_new_backend_finds_the_array_by_its_uid_and_never_submits_it_aga
 
     async def ended() -> bool | None:
         seen = await again.poll(handles(array, [f"{array_id}_{i}" for i in range(5)]))
-        return all(o.state is BackendState.COMPLETED for o in seen.values()) and len(seen) == 5 or None
+        return (len(seen) == 5 and all(o.state is BackendState.COMPLETED for o in seen.values())) or None
 
     await wait_for(ended, timeout=200, interval=0.5, what="the array to complete")
     assert (await SlurmBackend().find_array(array)).job_id == array_id, "still found once its tasks ended"
