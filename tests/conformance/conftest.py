@@ -25,6 +25,7 @@ from interlink_nats.kernel import layout
 from interlink_nats.kernel.clock import SYSTEM_CLOCK
 from interlink_nats.submitters.backends import BACKENDS, create_backend
 from interlink_nats.submitters.core.backend import (
+    ArraySpec,
     Backend,
     BackendContext,
     BackendState,
@@ -192,6 +193,17 @@ class Site:
         gang_dir = gang_dir_for(self.root, group)
         gang_dir.mkdir(mode=0o700, parents=True)
         return GangSpec(group, "kit-group", gang_dir, tuple(members), pb.GangFailurePolicy.FAIL_GANG, "kit")
+
+    def array(self, codes: list[int]) -> ArraySpec:
+        """An array whose member i runs the kit's waiting script (it waits for ``go``) and exits with ``codes[i]``."""
+        members = []
+        for code in codes:
+            uid = str(uuid.uuid4())
+            job_dir = job_dir_for(self.root, uid)
+            script = prepare_job_dir(job_dir, waiting_script(job_dir, code))
+            members.append(JobSpec(uid, job_dir, script, namespace="kit", name=f"kit-{uid[:8]}"))
+        array_uid = str(uuid.uuid4())
+        return ArraySpec(array_uid, tuple(members), self.root / "arrays" / array_uid, name="kit-array", namespace="kit")
 
     async def close(self) -> None:
         if self.opened:

@@ -367,12 +367,16 @@ class SlurmBackend:
             array_id = sp.parse_sbatch_id(out)
         except ValueError as exc:
             raise BackendUnavailable(str(exc)) from exc
-        return array_id, array_ids.member_job_ids(array_id, len(members))
+        return array_id, self.member_job_ids(array, array_id)
 
     async def find_array(self, array: ArraySpec) -> Reconciled:
         """``RunsArrays``: the array is named by its uid; squeue (and sacct) list its tasks under it: the array's
         own id (``names_to_ids`` reads it from a task's or a pending range's)."""
         return (await self.reconcile([JobHandle(array.array_uid, array.job_dir)]))[array.array_uid]
+
+    def member_job_ids(self, array: ArraySpec, array_job_id: str) -> tuple[str, ...]:
+        """``RunsArrays``: member i is task i, ``<id>_<i>``."""
+        return array_ids.member_job_ids(array_job_id, len(array.members))
 
     async def _squeue(self) -> str:
         argv = [self.settings.squeue, "-h", *self._me, "--states=all", "-O", sp.SQUEUE_FORMAT]
