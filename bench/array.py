@@ -23,6 +23,7 @@ default ``poll_interval_s`` (pods handed over one every 0.37 s, so they fall any
 ``--quick``: N = 100 only and fewer single-pod samples (a few minutes). The last line is one JSON object.
 """
 
+# ruff: noqa: E402  (the path is fixed before any import that reaches ``socket``, see below)
 from __future__ import annotations
 
 import sys

@@ -2,9 +2,10 @@
 scenarios against every backend (``site``, conftest.py). A backend is done when it passes:
 ``pytest tests/conformance -k <name>``.
 
-What a backend does not declare (``RunsGangs``, ``RunsArrays``, ``ReportsChanges``, ``ReportsFree``, switching accounts) is
-skipped for it, saying so; what it declares is held to the protocol's word. The per-backend tests keep what is
-particular to one batch system (its flags, its texts, its failure modes); these are the answers all must give.
+What a backend does not declare (``RunsGangs``, ``RunsArrays``, ``ReportsChanges``, ``ReportsFree``, switching
+accounts) is skipped for it, saying so; what it declares is held to the protocol's word. The per-backend tests
+keep what is particular to one batch system (its flags, its texts, its failure modes); these are the answers all
+must give.
 """
 
 from __future__ import annotations
