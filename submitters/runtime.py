@@ -52,6 +52,7 @@ from interlink_nats.submitters.core.errors import SubmitterError, Unavailable
 from interlink_nats.submitters.edge.announcer import Announcer
 from interlink_nats.submitters.edge.metrics import SubmitterMetrics
 from interlink_nats.submitters.edge.service import rpc_server
+from interlink_nats.submitters.engine.arrays import ArraySubmissions
 from interlink_nats.submitters.engine.gangs import PodGroupSubmissions
 from interlink_nats.submitters.engine.polling import Poller, PollStats
 from interlink_nats.submitters.engine.queries import Queries
@@ -137,7 +138,7 @@ class Submitter:
         self.announcer.queue_load = self.poller.queue_load
         self.announcer.held_specs = lambda: self._reg().live_specs(self.instance_id)
         self.announcer.ended_statuses = lambda since: self._reg().statuses_ended_since(since)
-        self.gangs = PodGroupSubmissions(self.submissions)
+        self.gangs = PodGroupSubmissions(self.submissions, ArraySubmissions(self.submissions))
         self.recovery = Recovery(self.submissions)
         self.queries = Queries(registry=self._reg, backend=self.backend)
         self._stop = asyncio.Event()

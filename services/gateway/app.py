@@ -18,9 +18,10 @@ from interlink_nats.kernel.clock import SYSTEM_CLOCK, Clock
 from interlink_nats.kernel.gc_tuning import collect_rarely, freeze_long_lived
 from interlink_nats.kernel.nats_connection import connected_server
 from interlink_nats.services.bus.rpc import SERVICE_NAME
+from interlink_nats.services.gateway.array_policy import ArrayPolicy
 from interlink_nats.services.gateway.events import EventConsumer
 from interlink_nats.services.gateway.group_runner import PodGroupRunner
-from interlink_nats.services.gateway.group_store import PodGroupStore
+from interlink_nats.services.gateway.group_store import REDIS_ARRAYS_KEY, PodGroupStore
 from interlink_nats.services.gateway.metrics import GatewayMetrics
 from interlink_nats.services.gateway.pool_client import PoolClient
 from interlink_nats.services.gateway.pools import PoolDirectory, discover_pools
@@ -56,6 +57,7 @@ class Gateway:
     events: EventConsumer = field(init=False)
     refresher: StaleStatusRefresher = field(init=False)
     groups: PodGroupRunner = field(init=False)
+    arrays: PodGroupRunner = field(init=False)
     calls: PodUseCases = field(init=False)
 
     def __post_init__(self) -> None:
@@ -101,11 +103,21 @@ class Gateway:
             limits=self.settings.held_limits(),
             clock=self.clock,
         )
+        self.arrays = PodGroupRunner(  # the second policy of the same mechanism, with its own held groups
+            self.store,
+            PodGroupStore(self.redis, key=REDIS_ARRAYS_KEY),
+            self.client,
+            wait_s=max(self.settings.array_window_s, 0.1),
+            retry_s=self.settings.group_wait_s,
+            limits=self.settings.array_limits(),
+            clock=self.clock,
+            policy=ArrayPolicy(self.settings.array_window_s, self.settings.array_max_count),
+        )
         self.metrics.watch_groups(
             lambda: len(self.groups.held.groups), self.groups.held.members, lambda: self.groups.held.bytes_total
         )
         self.store.on_usage = self._bill
-        self.calls = PodUseCases(self.settings, self.store, self.pools, self.client, self.groups)
+        self.calls = PodUseCases(self.settings, self.store, self.pools, self.client, self.groups, self.arrays)
 
     def _bill(self, record: PodRecord, usage: pb.JobUsage) -> None:
         """An ended pod's usage, reported by its pool, bounded by its request and billed (once: ``PodStore``)."""
@@ -134,6 +146,7 @@ class Gateway:
         self.refresher.start()
         # After the events: a restored complete group is sent again, and its members' events must land.
         await self.groups.start()
+        await self.arrays.start()
         # The restored table is long-lived: keep it out of the cyclic GC's full scans, whose pauses
         # would otherwise show up as /status tail latency at thousands of calls per second; and collect
         # young objects less often (kernel/gc_tuning.py).
@@ -145,6 +158,7 @@ class Gateway:
 
     async def close(self) -> None:
         await self.groups.stop()
+        await self.arrays.stop()
         await self.refresher.stop()
         await self.events.stop()
         await self.pools.stop()

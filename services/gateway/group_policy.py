@@ -4,13 +4,15 @@ A policy is asked two questions, with the members arrived so far, what the arriv
 limits and the time: may this pod join (``admit``: the group to add it to, or a 4xx naming what the pod got
 wrong), and what now (``decide``: go on holding, submit the group as one, or refuse it, failing its members).
 ``submission`` is the group as sent. ``group_runner`` does every I/O around these answers, the same for every
-policy: the gang below is the first; coalescing a Job's pods into one array within a time or count window is
-meant to be a second (it would submit, not refuse, when its window closes), with no second copy of the holding.
+policy: the gang below is the first; coalescing a Job's pods into one array within a time or count window is the
+second (``array_policy``: it submits, never refuses, when its window closes), with no second copy of the holding.
+``name_for`` says which group of a pod's declared name it joins (a gang: that one; a Job: its array still forming).
 """
 
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -59,6 +61,15 @@ Decision = Hold | SubmitAsOne | Refuse
 class GroupPolicy(Protocol):
     """What ``group_runner`` asks of a kind of pod group; everything else about holding is the same for all."""
 
+    @property
+    def kind(self) -> pb.GroupKind:
+        """What ``SubmitGroupRequest.kind`` says of its groups."""
+        ...
+
+    def name_for(
+        self, held: Callable[[str], PodGroup | None], namespace: str, spec: PodGroupSpec, now: float
+    ) -> str: ...
+
     def admit(
         self,
         group: PodGroup | None,
@@ -82,6 +93,14 @@ class GangPolicy:
 
     wait_s: float
     limits: PodGroupLimits = field(default_factory=PodGroupLimits)
+
+    @property
+    def kind(self) -> pb.GroupKind:
+        return pb.GroupKind.UNSPECIFIED  # a gang, as every submitter reads a request without the field
+
+    def name_for(self, held: Callable[[str], PodGroup | None], namespace: str, spec: PodGroupSpec, now: float) -> str:
+        """A gang is the group its pods name."""
+        return spec.name
 
     def admit(
         self,

@@ -4,7 +4,8 @@ When to hold, submit or refuse is the policy's (``group_policy``, pure); what a 
 (pure); this module does the I/O around them, the same for every policy: the pod table (each member is an
 ordinary pod record, so ``/status`` answers it as any pod), the held groups (``group_store``, mirrored to
 redis), the pool's ``SubmitGroup`` with back-off, and one background task that asks the policy about every
-group as time passes (a gang that waited too long is refused).
+group as time passes (a gang that waited too long is refused, an array whose window closed is sent). A gateway
+runs one runner per policy (gangs, and arrays: ``array_policy``), each with its own held groups.
 """
 
 from __future__ import annotations
@@ -12,14 +13,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from dataclasses import KW_ONLY, dataclass, field
+from dataclasses import KW_ONLY, dataclass, field, replace
 
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel.clock import SYSTEM_CLOCK, Clock
 from interlink_nats.kernel.tasks import cancel_and_wait
 from interlink_nats.services.gateway import pod_group
 from interlink_nats.services.gateway.errors import GatewayError, PoolError
-from interlink_nats.services.gateway.group_policy import GangPolicy, GroupPolicy, Refuse, SubmitAsOne
+from interlink_nats.services.gateway.group_policy import GangPolicy, GroupPolicy, Hold, Refuse, SubmitAsOne
 from interlink_nats.services.gateway.group_store import PodGroupStore
 from interlink_nats.services.gateway.pod_group import PodGroup, PodGroupMember
 from interlink_nats.services.gateway.pool_client import PoolClient
@@ -47,6 +48,8 @@ class PodGroupRunner:
     limits: pod_group.PodGroupLimits = field(default_factory=pod_group.PodGroupLimits)
     clock: Clock = SYSTEM_CLOCK
     policy: GroupPolicy | None = None
+    retry_s: float | None = None
+    """How long a group's transient ``SubmitGroup`` failures are retried; None: ``wait_s``."""
     _submitting: dict[str, asyncio.Task[None]] = field(default_factory=dict, init=False)
     _sweeper: asyncio.Task[None] | None = field(default=None, init=False)
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock, init=False)
@@ -93,13 +96,20 @@ class PodGroupRunner:
         fit its group (another pool, another count) or the site's limits (``pod_group.PodGroupLimits``); a member
         held already (interLink retries) is answered as before."""
         member = PodGroupMember.arrived(record.uid, record.name, group.index, job, record.images)
-        key = pod_group.group_key(record.namespace, group.name)
         async with self._lock:
             known = self.store.get(record.uid)
             if known is not None and not self.holds(record.uid) and (known.job_id or known.is_final()):
                 # a retried create that raced its group's outcome (sent, or failed): that answer stands
                 return known.job_id or self.jid(record.namespace, group)
             now = self.clock.time()
+            already = self.held.group_of(record.uid)
+            name = (
+                already.name
+                if already is not None
+                else self._policy.name_for(self.held.get, record.namespace, group, now)
+            )
+            group = replace(group, name=name)
+            key = pod_group.group_key(record.namespace, name)
             held = self._policy.admit(
                 self.held.get(key), member, group, namespace=record.namespace, pool=record.pool, now=now
             )
@@ -110,7 +120,7 @@ class PodGroupRunner:
                 await self.held.put(held)
                 await self.store.put(record)
                 self._show_waiting(held)
-                log.info("holding pod %s/%s: %s", record.namespace, record.name, pod_group.waiting_message(held))
+                log.info("holding pod %s/%s: %s", record.namespace, record.name, self._waiting(held))
             if isinstance(self._policy.decide(held, now), SubmitAsOne):
                 self._submit_later(key)
         return self.jid(record.namespace, group)
@@ -124,7 +134,12 @@ class PodGroupRunner:
 
     def waiting_message(self, uid: str) -> str | None:
         group = self.held.group_of(uid)
-        return None if group is None else pod_group.waiting_message(group)
+        return None if group is None else self._waiting(group)
+
+    def _waiting(self, group: PodGroup) -> str:
+        """What a held member's status says: the policy's words while it holds, else a gang's count."""
+        decision = self._policy.decide(group, self.clock.time())
+        return decision.message if isinstance(decision, Hold) else pod_group.waiting_message(group)
 
     async def release(self, uid: str) -> bool:
         """A held member's pod was deleted: it leaves the group, which then waits for a replacement (as the Job
@@ -147,7 +162,7 @@ class PodGroupRunner:
     async def _submit(self, key: str) -> None:
         """Send the complete group until the pool answers; transient failures are retried with back-off for
         ``wait_s``, a refusal fails every member with the pool's message."""
-        deadline = self.clock.monotonic() + self.wait_s
+        deadline = self.clock.monotonic() + (self.wait_s if self.retry_s is None else self.retry_s)
         attempt = 0
         try:
             while True:
@@ -156,7 +171,7 @@ class PodGroupRunner:
                     return  # a member was deleted meanwhile: the group waits for its replacement again
                 jobs = self._policy.submission(group)
                 try:
-                    reply = await self.client.submit_group(group.pool, jobs)
+                    reply = await self.client.submit_group(group.pool, jobs, self._policy.kind)
                 except GatewayError as exc:
                     rpc = exc.rpc_status.name if isinstance(exc, PoolError) else "UNAVAILABLE"  # our NATS is down
                     if rpc in pod_group.TRANSIENT and self.clock.monotonic() < deadline:
@@ -181,7 +196,8 @@ class PodGroupRunner:
                 del self._submitting[key]
 
     async def _submitted(self, group: PodGroup, jobs: list[pb.JobScript], reply: pb.SubmitGroupResponse) -> None:
-        """Every member's record gets the gang's job id; from here statuses flow per member as for any pod."""
+        """Every member's record gets its job id (a gang's: the gang's; an array's: its task's); from here statuses
+        flow per member as for any pod."""
         gone: list[str] = []
         for rank, job in enumerate(jobs):
             uid = job.pod.uid if job.pod else ""
@@ -189,7 +205,7 @@ class PodGroupRunner:
             if record is None:
                 gone.append(uid)  # deleted while the group was in flight
                 continue
-            record.job_id = reply.job_id
+            record.job_id = reply.member_job_ids[rank] if rank < len(reply.member_job_ids) else reply.job_id
             if not reply.created and rank < len(reply.statuses):
                 self.store.apply_status(uid, reply.statuses[rank], 0)
             elif not record.revision:  # no event came first: the pod now waits as any submitted pod
@@ -199,7 +215,7 @@ class PodGroupRunner:
         log.info(
             "submitted pod group %s (%d members) to pool %s: job %s", group.key, len(jobs), group.pool, reply.job_id
         )
-        for uid in gone:  # the gang cannot run without it: its cancel stops the whole gang
+        for uid in gone:  # a gang cannot run without it: its cancel stops the whole gang (an array's: its task)
             with contextlib.suppress(GatewayError):
                 await self.client.cancel(group.pool, uid)
 
@@ -227,19 +243,21 @@ class PodGroupRunner:
 
     async def sweep(self) -> None:
         """Fail the members of every group its policy refuses now (a gang that waited ``wait_s`` for the rest);
-        a group to submit is being submitted already (``hold`` and ``start`` send it)."""
+        send every group it says to send now and no task sends (an array whose window closed)."""
         async with self._lock:
             now = self.clock.time()
             for group in list(self.held.groups.values()):
                 decision = self._policy.decide(group, now)
                 if isinstance(decision, Refuse):
                     await self._fail(group, decision.reason, decision.message)
+                elif isinstance(decision, SubmitAsOne):
+                    self._submit_later(group.key)
 
     def _show_waiting(self, group: PodGroup) -> None:
         """Every member's status says how many of the group have arrived (it changes with each arrival). In
         memory only: the count is derived from the held group (redis has it), and ``start`` shows it again after
         a restart, so an arrival costs no redis write per member already there."""
-        message = pod_group.waiting_message(group)
+        message = self._waiting(group)
         for uid in group.members:
             record = self.store.get(uid)
             if record is None or record.is_final() or record.job_id:

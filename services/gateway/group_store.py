@@ -16,6 +16,8 @@ from interlink_nats.services.gateway.store import RedisLike
 log = logging.getLogger(__name__)
 
 REDIS_GROUPS_KEY = "interlink-nats:pod-groups"
+REDIS_ARRAYS_KEY = "interlink-nats:pod-arrays"
+"""The arrays being coalesced (``array_policy``): the same store, another hash."""
 
 
 class PodGroupStore:

@@ -98,10 +98,12 @@ class PoolClient:
             invalid = GRPCError(Status.INTERNAL, "RPC protocol error: reply is not a valid SubmitResponse")
             raise self._failed(pool, "Submit", invalid) from None
 
-    async def submit_group(self, pool: str, members: list[pb.JobScript]) -> pb.SubmitGroupResponse:
-        """``SubmitGroup``, through the generated stub (rare: once per gang). Not retried here: the caller
-        retries what is transient until the group's own deadline."""
-        request = pb.SubmitGroupRequest(members=members)
+    async def submit_group(
+        self, pool: str, members: list[pb.JobScript], kind: pb.GroupKind = pb.GroupKind.UNSPECIFIED
+    ) -> pb.SubmitGroupResponse:
+        """``SubmitGroup``, through the generated stub (rare: once per gang or array). Not retried here: the
+        caller retries what is transient until the group's own deadline."""
+        request = pb.SubmitGroupRequest(members=members, kind=kind)
         reply = await self._call(
             pool, "SubmitGroup", lambda: self.stub(pool).submit_group(request, timeout=self.call_timeout_s)
         )

@@ -82,6 +82,20 @@ class GatewaySettings(LayeredSettings):
         description="a pod group not complete this long after its first member arrived fails its members "
         "(PodGroupIncomplete); a complete group's submission is retried this long",
     )
+    array_window_s: float = Field(
+        2.0,
+        ge=0,
+        le=60,
+        description="the pods of one Kubernetes Job arriving for a pool whose backend takes arrays within this "
+        'long of the first are sent as one array (docs/gateway.md, "Job arrays"); 0: every pod alone',
+    )
+    array_max_count: int = Field(
+        1000,
+        ge=1,
+        le=GROUP_SIZE_MAX,
+        description="the most pods one array holds (a full array is sent at once; Slurm's MaxArraySize is 1001 by "
+        "default)",
+    )
     max_body_bytes: int = Field(32 * 1024 * 1024, description="larger request bodies get a 413")
     max_group_size: int = Field(
         GROUP_SIZE_MAX,
@@ -156,6 +170,18 @@ class GatewaySettings(LayeredSettings):
         return PodGroupLimits(
             group_size=self.max_group_size,
             members_per_namespace=self.max_held_members_per_namespace,
+            bytes_per_namespace=self.max_held_bytes_per_namespace,
+            bytes_total=self.max_held_bytes,
+        )
+
+    def array_limits(self) -> PodGroupLimits:
+        """What arrays being coalesced may hold: the bytes bounds of pod groups (an array holds pods for at most
+        ``array_window_s``, so no bound on seats: each array's ``total`` is only its most, ``array_max_count``)."""
+        from interlink_nats.services.gateway.pod_group import PodGroupLimits
+
+        return PodGroupLimits(
+            group_size=self.array_max_count,
+            members_per_namespace=2**62,
             bytes_per_namespace=self.max_held_bytes_per_namespace,
             bytes_total=self.max_held_bytes,
         )

@@ -18,6 +18,7 @@ from typing import Any
 from grpclib.const import Status
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.services.gateway import wire
+from interlink_nats.services.gateway.array_policy import array_spec
 from interlink_nats.services.gateway.errors import GatewayError, PoolError, pool_error
 from interlink_nats.services.gateway.group_runner import PodGroupRunner
 from interlink_nats.services.gateway.pool_client import PoolClient
@@ -72,6 +73,15 @@ class PodUseCases:
     pools: PoolDirectory
     client: PoolClient
     groups: PodGroupRunner
+    arrays: PodGroupRunner | None = None
+    """The pods of one Job coalesced into arrays (``array_policy``); None: every such pod alone."""
+
+    def _runner_of(self, uid: str) -> PodGroupRunner | None:
+        """The runner holding pod ``uid`` now, if any."""
+        for runner in (self.groups, self.arrays):
+            if runner is not None and runner.holds(uid):
+                return runner
+        return None
 
     async def create(self, body: bytes) -> dict[str, str]:
         data, identity = wire.read_create(body)
@@ -105,6 +115,17 @@ class PodUseCases:
             if size > self.client.nc.max_payload:
                 raise self._too_large(size)
             return {"PodUID": identity.uid, "PodJID": await self.groups.hold(record, job, rendered.group)}
+        if (
+            rendered.owner is not None
+            and self.arrays is not None
+            and self.settings.array_window_s > 0
+            and build_config.runs_arrays
+        ):  # coalesced with its Job's other pods for this pool (docs/gateway.md, "Job arrays")
+            size = len(encode_submit_request(job))
+            if size > self.client.nc.max_payload:
+                raise self._too_large(size)
+            array = array_spec(rendered.owner, pool, job, self.settings.array_max_count)
+            return {"PodUID": identity.uid, "PodJID": await self.arrays.hold(record, job, array)}
         # Record the pod before submitting: if we crash after the pool accepted it, the events
         # stream and ListJobs still find a record to attach to.
         await self.store.put(record)
@@ -172,6 +193,8 @@ class PodUseCases:
         identity = wire.parse_delete(body)
         if await self.groups.release(identity.uid):
             return f"pod {identity.uid} deleted; its pod group waits for a replacement"
+        if self.arrays is not None and await self.arrays.release(identity.uid):
+            return f"pod {identity.uid} deleted before its array was sent"
         record = self.store.get(identity.uid)
         if record is None:
             return f"pod {identity.uid} is not known; nothing to delete"
@@ -199,7 +222,8 @@ class PodUseCases:
             raise GatewayError(404, f"pod {request.pod_uid} is not known to this gateway")
         if request.container not in (*record.init_containers, *record.containers):
             raise GatewayError(404, f"pod {request.pod_uid} has no container {request.container!r}")
-        waiting = self.groups.waiting_message(record.uid)
+        runner = self._runner_of(record.uid)
+        waiting = None if runner is None else runner.waiting_message(record.uid)
         if waiting is not None:
             raise GatewayError(409, f"pod {record.namespace}/{record.name} has no log yet: {waiting}")
         if not record.job_id and record.is_final():  # its group failed before it was sent: it never ran

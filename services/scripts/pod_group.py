@@ -87,6 +87,11 @@ def pod_group(meta: Metadata) -> PodGroupSpec | None:
     return PodGroupSpec(name, total, policy, _completion_index(meta, labels))
 
 
+def completion_index(meta: Metadata) -> int | None:
+    """The pod's ``batch.kubernetes.io/job-completion-index`` (a :class:`PodRejected` naming it when malformed)."""
+    return _completion_index(meta, meta.labels)
+
+
 def _completion_index(meta: Metadata, labels: dict[str, str]) -> int | None:
     """The label first (newer Kubernetes), else the annotation; both are set by the Job controller."""
     text = labels.get(COMPLETION_INDEX)

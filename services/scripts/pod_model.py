@@ -89,6 +89,8 @@ class Metadata:
     namespace: str
     labels: dict[str, str]
     annotations: dict[str, str]  # null values are absent
+    owner_job: tuple[str, str] | None = None
+    """The owner reference of kind Job (``batch/…``), as (name, uid), when it has one and both are well formed."""
 
     def annotation(self, key: str) -> str | None:
         """An annotation's value, ``None`` when absent."""

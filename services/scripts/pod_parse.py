@@ -36,6 +36,7 @@ from .fields import (
     wrong_type,
 )
 from .hooks import parse_lifecycle
+from .job_array import owner_job
 from .launch import EnvVar
 from .pod_model import (
     Container,
@@ -105,7 +106,12 @@ def parse_pod(pod_data: Any) -> Pod:
     labels = str_map(meta.get("labels"), "metadata.labels")
     pod_rules.check_labels(labels, "metadata.labels")
     metadata = Metadata(
-        uid, name, namespace, labels, _annotations(as_obj(meta.get("annotations"), "metadata.annotations"))
+        uid,
+        name,
+        namespace,
+        labels,
+        _annotations(as_obj(meta.get("annotations"), "metadata.annotations")),
+        owner_job(meta.get("ownerReferences")),
     )
     check_spec(spec)
     data = _interlink_data(entries)

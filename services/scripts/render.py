@@ -29,6 +29,7 @@ from .errors import PodRejected, checked
 from .fields import member
 from .flavors import apply_flavor, select_flavor
 from .hooks import HOOKS, ExecHandler, Handler, TcpSocketHandler, handler_body
+from .job_array import JobOfPod, job_of
 from .launch import HostLink, Launch, PodOptions, SetupEntry
 from .limits import Limits
 from .pod_group import PodGroupSpec, pod_group
@@ -251,6 +252,8 @@ class RenderedPod:
 
     job: pb.JobScript
     group: PodGroupSpec | None
+    owner: JobOfPod | None = None
+    """The Kubernetes Job the pod belongs to (``job_array``): the gateway may coalesce its pods into an array."""
 
 
 def render_job(
@@ -370,4 +373,4 @@ def render_pod(
         run_as_group=spec.run_as[1],
         storage=[v.storage for v in sorted(plan.used.values(), key=lambda v: v.index) if v.storage is not None],
     )
-    return RenderedPod(job, group)
+    return RenderedPod(job, group, job_of(pod.metadata) if group is None else None)

@@ -95,6 +95,7 @@ class MemberSubmissions(Protocol):
     def registry(self) -> Callable[[], Registry]: ...
 
     def validate(self, job: pb.JobScript) -> None: ...
+    async def submit(self, job: pb.JobScript, *, deadline: float | None = None) -> pb.SubmitResponse: ...
     def submitting_group(self, uids: list[str], task: asyncio.Task[pb.SubmitGroupResponse]) -> None: ...
     async def claim(
         self, job: pb.JobScript, job_dir: Path, *, gang: str = "", deadline: float | None = None
@@ -107,11 +108,21 @@ class MemberSubmissions(Protocol):
     async def track_submitted(self, rows: list[JobRow], job_id: str) -> None: ...
 
 
+class SubmitsArrays(Protocol):
+    """SubmitGroup of kind ARRAY (``engine.arrays.ArraySubmissions``, built on this module)."""
+
+    async def submit_array(
+        self, req: pb.SubmitGroupRequest, *, deadline: float | None = None
+    ) -> pb.SubmitGroupResponse: ...
+
+
 class PodGroupSubmissions:
     """SubmitGroup for one instance: a pod group run as one gang, its members through :class:`MemberSubmissions`."""
 
-    def __init__(self, submissions: MemberSubmissions) -> None:
+    def __init__(self, submissions: MemberSubmissions, arrays: SubmitsArrays | None = None) -> None:
         self._subs = submissions
+        self.arrays = arrays
+        """SubmitGroup of kind ARRAY: the second kind of group, each member its own job (``engine.arrays``)."""
         self.inflight: dict[str, asyncio.Task[pb.SubmitGroupResponse]] = {}
         """By group uid: concurrent identical SubmitGroups share one task (each member's uid is also in
         ``MemberSubmissions.submitting_group``, so a Cancel and recovery wait for it)."""
@@ -120,7 +131,11 @@ class PodGroupSubmissions:
         self, req: pb.SubmitGroupRequest, *, deadline: float | None = None
     ) -> pb.SubmitGroupResponse:
         """Idempotent by group uid and by member uid; shielded like Submit, and with its ``deadline`` (when the
-        caller stops waiting) kept by every member's row."""
+        caller stops waiting) kept by every member's row. An array (``kind`` ARRAY) goes to ``engine.arrays``."""
+        if req.kind == pb.GroupKind.ARRAY:
+            if self.arrays is None:
+                raise Refused("this submitter does not run arrays (SubmitGroup of kind GROUP_KIND_ARRAY)")
+            return await self.arrays.submit_array(req, deadline=deadline)
         members = list(req.members)
         try:
             group = validate_group(members)

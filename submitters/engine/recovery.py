@@ -28,6 +28,7 @@ from interlink_nats.submitters.core.lifecycle import (
     plan_recovery,
 )
 from interlink_nats.submitters.core.status import submit_failed_status
+from interlink_nats.submitters.engine.arrays import array_of, recover_arrays
 from interlink_nats.submitters.engine.gangs import recover_gangs
 from interlink_nats.submitters.engine.polling import meta_from_row
 from interlink_nats.submitters.engine.submission import Submissions
@@ -80,6 +81,11 @@ class Recovery:
                 now=now,
                 drop=self._drop,
             )
+        arrayed = [r for r in rows.values() if r.phase is Phase.SUBMITTING and not r.job_id and array_of(r) is not None]
+        if arrayed:  # an array's members are found (or submitted) as their array, never alone
+            for row in arrayed:
+                del rows[row.uid]
+            await recover_arrays(self._subs, arrayed, warned=self._waiting_retry)
         if not rows:
             return
         found = await self._subs.backend.reconcile([JobHandle(r.uid, r.job_dir, r.job_id) for r in rows.values()])

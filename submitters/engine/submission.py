@@ -133,6 +133,8 @@ class Submissions:
         validate_job(job, self.storage)
         if job.gang is not None:
             raise InvalidRequest("job.gang is set: a member of a pod group is submitted with SubmitGroup")
+        if job.array is not None:
+            raise InvalidRequest("job.array is set: a member of an array is submitted with SubmitGroup")
         pod = job.pod if job.pod is not None else _NO_POD
         if self.stopping:
             raise Unavailable("submitter is stopping")

@@ -45,6 +45,7 @@ from interlink_nats.kernel.pod_limits import max_grace_s
 from interlink_nats.kernel.tasks import cancel_and_wait
 from interlink_nats.submitters.backends.accounts import take_over, warn_about_root
 from interlink_nats.submitters.backends.podman_janitor import PodmanJanitor
+from interlink_nats.submitters.backends.shell.arrays import ShellArrays
 from interlink_nats.submitters.backends.shell.config import ShellCommands, ShellConfig, pool_slots, shell_commands
 from interlink_nats.submitters.backends.shell.gang import ShellGangs, member_alive, pods_of
 from interlink_nats.submitters.backends.shell.host import host_capacity, host_free
@@ -97,7 +98,7 @@ class _Running:
     """The RUNNING observation a poll returns, without any I/O, while ``watched``."""
 
 
-class ShellBackend(ShellGangs):
+class ShellBackend(ShellGangs, ShellArrays):
     """Local processes, at most ``max_concurrent`` at once (others wait in a FIFO); a pod group is one job."""
 
     name = "shell"
