@@ -1,7 +1,8 @@
 """The pods of one Job as ONE job array on a real Slurm, driving the backend (``RunsArrays``) directly: 20 members
 are one ``sbatch`` (counted from slurmctld's own log and from each task's ``ArrayJobId``), task i runs member i
 with its own output, statuses while 2 tasks run and 18 wait on a 2-CPU node, a delete cancels one task, one member
-failing fails only its own, and a new backend instance (as after kill -9) finds the array by its uid.
+failing fails only its own, and a new backend instance (as after kill -9) finds the array by its uid; then through a
+submitter over RPC, killed right after its sbatch: the restarted one finds the array, submits nothing again.
 
 Members are real rendered pod scripts (runtime ``none``) in job directories made as the submitter makes them.
 """
@@ -14,15 +15,19 @@ import uuid
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+import nats
 import pytest
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel import layout
+from interlink_nats.services.bus.events_stream import ensure_events_stream
+from interlink_nats.services.bus.rpc import submitter_client
 from interlink_nats.services.scripts import render_job
 from interlink_nats.submitters.backends.slurm.backend import SlurmBackend, SlurmConfig
 from interlink_nats.submitters.core.backend import ArraySpec, BackendState, JobHandle, JobSpec, Observation
 from interlink_nats.submitters.jobdirs.files import job_dir_for, prepare_job_dir
-from interlink_nats.submitters.testing import wait_for
-from jobs import pod_dict
+from interlink_nats.submitters.runtime import Submitter
+from interlink_nats.submitters.testing import SimulatedCrash, crash, settings_for, wait_for
+from jobs import pod_dict, pod_job
 from slurm_cluster import SlurmCluster, slurm_for_tests
 
 pytestmark = [pytest.mark.slurm, pytest.mark.timeout(400)]
@@ -133,3 +138,74 @@ async def test_a_new_backend_finds_the_array_by_its_uid_and_never_submits_it_aga
     await wait_for(ended, timeout=200, interval=0.5, what="the array to complete")
     assert (await SlurmBackend().find_array(array)).job_id == array_id, "still found once its tasks ended"
     assert submissions(slurm) - before == 1
+
+
+def array_jobs(commands: Sequence[str]) -> list[pb.JobScript]:
+    """One array of rendered pod jobs (runtime none) of one Indexed Job: member i runs ``commands[i]``."""
+    array_uid, job_uid = f"a-{uuid.uuid4()}", str(uuid.uuid4())
+    jobs = []
+    for i, command in enumerate(commands):
+        job = pod_job(str(uuid.uuid4()), {"main": command}, name=f"scan-{i}", limits={"cpu": "1", "memory": "32Mi"})
+        job.array = pb.ArrayMember(
+            array_uid=array_uid, job_name="scan", job_uid=job_uid, task=i, size=len(commands), completion_index=i
+        )
+        jobs.append(job)
+    return jobs
+
+
+async def test_through_the_submitter_a_killed_submitter_finds_its_array_again_and_submits_nothing_twice(
+    slurm: SlurmCluster, tmp_path: Path, nats_url: str
+) -> None:
+    pool = f"slurm{uuid.uuid4().hex[:8]}"
+    release = tmp_path / "release"
+    members = array_jobs([f"until [ -e {shlex.quote(str(release))} ]; do sleep 0.1; done; echo done-$((1+1))"] * 6)
+    uids = [m.pod.uid for m in members if m.pod is not None]
+    array_uid = members[0].array.array_uid if members[0].array is not None else ""
+    settings = settings_for(tmp_path / "state", nats_url, pool=pool, backend="slurm", poll_interval=0.5)
+    nc = await nats.connect(nats_url)
+    await ensure_events_stream(nc.jetstream(timeout=5))
+    before = submissions(slurm)
+    dead = Submitter(settings, backend=SlurmBackend())
+    await dead.start()
+
+    def die(step: str) -> None:
+        if step == "submitted":
+            raise SimulatedCrash(step)
+
+    dead.submissions.on_step = die
+    request = pb.SubmitGroupRequest(members=members, kind=pb.GroupKind.ARRAY)
+    with pytest.raises(SimulatedCrash):
+        await dead.gangs.submit_group(request)
+    await crash(dead)
+    await dead.stop()
+    assert submissions(slurm) - before == 1
+    [array_id] = {i.split("_")[0] for i in slurm.run("squeue", "-h", f"--name={array_uid}", "-o", "%i").stdout.split()}
+    try:
+        async with Submitter(settings, backend=SlurmBackend()):
+            client = submitter_client(nc, pool, timeout=60)
+            again = await client.submit_group(request)  # the gateway's retry: answered from what Slurm has
+            assert list(again.member_job_ids) == [f"{array_id}_{i}" for i in range(6)], again
+
+            async def two_running() -> list[pb.JobStatus] | None:
+                states = list((await client.get_status(pb.GetStatusRequest(pod_uids=uids))).statuses)
+                running = sum(s.state == pb.JobState.RUNNING for s in states)
+                return states if running == 2 else None
+
+            states = await wait_for(two_running, timeout=120, interval=0.3, what="two tasks running on 2 CPUs")
+            assert sorted(s.state for s in states).count(pb.JobState.PENDING) == 4, states
+            await client.cancel(pb.CancelRequest(pod_uid=uids[5]))  # a delete: that task only
+            release.touch()
+
+            async def all_ended() -> list[pb.JobStatus] | None:
+                now = list((await client.get_status(pb.GetStatusRequest(pod_uids=uids))).statuses)
+                done = [s for s in now if s.state in (pb.JobState.SUCCEEDED, pb.JobState.CANCELLED)]
+                return now if len(done) == 6 else None
+
+            ended = {
+                s.pod.uid: s.state for s in await wait_for(all_ended, timeout=200, what="every member to end") if s.pod
+            }
+            assert ended[uids[5]] == pb.JobState.CANCELLED
+            assert [ended[u] for u in uids[:5]] == [pb.JobState.SUCCEEDED] * 5
+    finally:
+        await nc.close()
+    assert submissions(slurm) - before == 1, "never submitted twice"
