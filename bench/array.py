@@ -1,9 +1,10 @@
 """The pods of one Indexed Job as ONE Slurm job array, against the same pods submitted one by one (real Slurm).
 
 Drives the Slurm backend directly (``SlurmBackend.submit_array`` vs ``SlurmBackend.submit``), not through the
-gateway and a submitter process: the gateway's coalescing was being built on another branch when this was written.
-So "submitter CPU" is this process's own CPU plus its reaped children's (sbatch, squeue), the part the backend
-costs, without the gateway's and the NATS hops (equal for both modes: one ``/create`` per pod either way).
+gateway and a submitter process: the gateway's coalescing was built on another branch at the same time, and a
+mode through the whole stack is not written yet. So "submitter CPU" is this process's own CPU plus its reaped
+children's (sbatch, squeue), the part the backend costs, without the gateway's and the NATS hops (about equal for
+both modes: one ``/create`` per pod either way).
 
 Each measurement starts its own one-node Slurm (``tests/slurm_cluster.py``) whose node declares N + 2 CPUs
 (``config_overrides``), so every task can run at once; each pod asks 1 CPU and 8 MiB, its one container runs
@@ -19,6 +20,11 @@ reps, with array and singles interleaved in each rep (alternating which goes fir
 
 Also, for single pods on the same kind of Slurm, submit → Running p50 and p99 when polled at the submitter's
 default ``poll_interval_s`` (pods handed over one every 0.37 s, so they fall anywhere in the poll cycle).
+
+On one host, "burst → all running" is bound by how fast the one slurmd launches batch jobs (a slurmstepd and a
+bash per task, ~25 ms each on 2 cores), whichever way they were submitted: the singles' submissions overlap
+those launches, so the array's one sbatch does not make every pod run sooner here; across many nodes the launches
+run in parallel while the singles' sbatch calls still queue at one slurmctld.
 
 ``--quick``: N = 100 only and fewer single-pod samples (a few minutes). The last line is one JSON object.
 """
