@@ -1,10 +1,9 @@
 """The pods of one Indexed Job as ONE Slurm job array, against the same pods submitted one by one (real Slurm).
 
-Drives the Slurm backend directly (``SlurmBackend.submit_array`` vs ``SlurmBackend.submit``), not through the
-gateway and a submitter process: the gateway's coalescing was built on another branch at the same time, and a
-mode through the whole stack is not written yet. So "submitter CPU" is this process's own CPU plus its reaped
-children's (sbatch, squeue), the part the backend costs, without the gateway's and the NATS hops (about equal for
-both modes: one ``/create`` per pod either way).
+By default drives the Slurm backend directly (``SlurmBackend.submit_array`` vs ``SlurmBackend.submit``): "submitter
+CPU" is then this process's own CPU plus its reaped children's (sbatch, squeue), the part the backend costs. With
+``--stack`` the same burst goes through nats-server, the gateway (which coalesces the Job's pods) and a submitter
+process, and the CPU is the gateway's and the submitter's (``_array_stack.py`` says how).
 
 Each measurement starts its own one-node Slurm (``tests/slurm_cluster.py``) whose node declares N + 2 CPUs
 (``config_overrides``), so every task can run at once; each pod asks 1 CPU and 8 MiB, its one container runs
@@ -164,6 +163,7 @@ async def measure(mode: str, n: int) -> dict[str, float]:
         done = time.perf_counter()
         return {
             "all_up_s": done - started,
+            "from_first_s": done - started,  # the burst is handed over at once: its first pod is its last
             "submit_s": submitted - started,
             "submissions": submissions(cluster) - before_subs,
             "cpu_per_pod_ms": (own_cpu() - before_cpu) / n * 1000,
@@ -204,7 +204,12 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         for n in sizes:
             modes = ["array", "singles"] if rep % 2 == 0 else ["singles", "array"]
             for mode in modes:
-                runs.setdefault((mode, n), []).append(await measure(mode, n))
+                if args.stack:
+                    from _array_stack import measure_stack
+
+                    runs.setdefault((mode, n), []).append(await asyncio.to_thread(measure_stack, mode, n))
+                else:
+                    runs.setdefault((mode, n), []).append(await measure(mode, n))
                 print(f"rep {rep} n={n} {mode}: {runs[(mode, n)][-1]}", file=sys.stderr)
 
     def med(mode: str, n: int, key: str) -> float:
@@ -220,11 +225,12 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                     f"{med(mode, n, 'submissions') / n * 1000:.0f}",
                     f"{med(mode, n, 'submit_s'):.2f}",
                     f"{med(mode, n, 'all_up_s'):.2f}",
+                    f"{med(mode, n, 'from_first_s'):.2f}",
                     f"{med(mode, n, 'cpu_per_pod_ms'):.2f}",
                     f"{med(mode, n, 'ctld_per_pod_ms'):.2f}",
                 ]
             )
-    header = ["N", "mode", "subs/1000 pods", "submit s", "burst→all up s", "submitter CPU ms/pod", "slurmctld ms/pod"]
+    header = ["N", "mode", "subs/1000", "submit s", "last→all up s", "first→all up s", "CPU ms/pod", "slurmctld ms/pod"]
     print_table(f"One Indexed Job as one Slurm array vs single pods (medians of {args.reps})", header, rows)
     poll_s = float(SubmitterSettings.model_fields["poll_interval_s"].default)
     lat = await single_latencies(args.samples or (12 if args.quick else 40), poll_s)
@@ -236,7 +242,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
     top = sizes[-1]
     out: dict[str, Any] = {
         "bench": "array",
-        "driven": "backend",
+        "driven": "stack" if args.stack else "backend",
         "reps": args.reps,
         "largest_n": top,
         "submissions_per_1000_pods": med("array", top, "submissions") / top * 1000,
@@ -254,6 +260,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         out[f"all_running_speedup_{n}"] = med("singles", n, "all_up_s") / med("array", n, "all_up_s")
         out[f"all_running_array_s_{n}"] = med("array", n, "all_up_s")
         out[f"all_running_singles_s_{n}"] = med("singles", n, "all_up_s")
+        out[f"first_to_all_running_speedup_{n}"] = med("singles", n, "from_first_s") / med("array", n, "from_first_s")
     return out
 
 
@@ -261,6 +268,7 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--quick", action="store_true", help="N = 100 only, fewer single-pod samples")
     parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--stack", action="store_true", help="through nats-server, gateway and submitter processes")
     parser.add_argument("--samples", type=int, default=0, help="single-pod latency samples (default 40, quick 12)")
     result = asyncio.run(main(parser.parse_args()))
     print(json.dumps(result))
