@@ -18,7 +18,8 @@ reps, with array and singles interleaved in each rep (alternating which goes fir
 - submitter CPU per pod (this process + its children), and slurmctld's CPU per pod (``/proc/<pid>/stat``).
 
 Also, for single pods on the same kind of Slurm, submit → Running p50 and p99 when polled at the submitter's
-default ``poll_interval_s`` (through the backend, in both modes) (pods handed over one every 0.37 s, so they fall anywhere in the poll cycle).
+default ``poll_interval_s``, through the backend in both modes (pods handed over one every 0.37 s, so they fall
+anywhere in the poll cycle).
 
 On one host, "burst → all running" is bound by how fast the one slurmd launches batch jobs (a slurmstepd and a
 bash per task, ~25 ms each on 2 cores), whichever way they were submitted: the singles' submissions overlap
