@@ -194,19 +194,16 @@ class Site:
         gang_dir.mkdir(mode=0o700, parents=True)
         return GangSpec(group, "kit-group", gang_dir, tuple(members), pb.GangFailurePolicy.FAIL_GANG, "kit")
 
-    def array(self, size: int) -> ArraySpec:
-        """An array of ``size`` members: member ``i`` writes ``i`` to its own directory's ``ran``."""
+    def array(self, codes: list[int]) -> ArraySpec:
+        """An array whose member i runs the kit's waiting script (it waits for ``go``) and exits with ``codes[i]``."""
         members = []
-        for task in range(size):
+        for code in codes:
             uid = str(uuid.uuid4())
             job_dir = job_dir_for(self.root, uid)
-            script = prepare_job_dir(job_dir, f"#!/bin/bash\necho {task} > {shlex.quote(str(job_dir))}/ran\n")
-            resources = pb.ResourceRequest(cpu_millis=1000, memory_bytes=64 * 2**20)
-            members.append(JobSpec(uid, job_dir, script, resources, namespace="kit", name=f"task-{task}"))
-        array_uid = f"a-{uuid.uuid4().hex}"
-        array_dir = self.root / "arrays" / array_uid
-        array_dir.mkdir(mode=0o700, parents=True)
-        return ArraySpec(array_uid, tuple(members), array_dir, name="kit-array", namespace="kit")
+            script = prepare_job_dir(job_dir, waiting_script(job_dir, code))
+            members.append(JobSpec(uid, job_dir, script, namespace="kit", name=f"kit-{uid[:8]}"))
+        array_uid = str(uuid.uuid4())
+        return ArraySpec(array_uid, tuple(members), self.root / "arrays" / array_uid, name="kit-array", namespace="kit")
 
     async def close(self) -> None:
         if self.opened:

@@ -2,9 +2,10 @@
 scenarios against every backend (``site``, conftest.py). A backend is done when it passes:
 ``pytest tests/conformance -k <name>``.
 
-What a backend does not declare (``RunsGangs``, ``ReportsChanges``, ``ReportsFree``, switching accounts) is
-skipped for it, saying so; what it declares is held to the protocol's word. The per-backend tests keep what is
-particular to one batch system (its flags, its texts, its failure modes); these are the answers all must give.
+What a backend does not declare (``RunsGangs``, ``RunsArrays``, ``ReportsChanges``, ``ReportsFree``, switching
+accounts) is skipped for it, saying so; what it declares is held to the protocol's word. The per-backend tests
+keep what is particular to one batch system (its flags, its texts, its failure modes); these are the answers all
+must give.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from interlink_nats.submitters.testing import wait_for
 from conformance.conftest import (
     OUTPUT_MARK,
     WAIT_S,
+    Job,
     Site,
     declared,
     layout_output,
@@ -156,26 +158,36 @@ async def test_a_group_runs_as_one_job_and_is_found_again_by_its_group(site: Sit
     assert (await again.find_gang(site.gang(2))).job_id is None, "a group never submitted is not found"
 
 
-async def test_an_array_is_one_submission_each_member_its_own_job_found_again_by_its_uid(site: Site) -> None:
+async def test_an_array_is_one_submission_whose_members_run_end_and_are_cancelled_each_alone(site: Site) -> None:
     backend = await site.open()
     declared(site, backend, RunsArrays, "RunsArrays")
     assert isinstance(backend, RunsArrays)
-    array = site.array(2)
+    array = site.array([0, 3, 0])
     array_id, ids = await backend.submit_array(array)
-    assert array_id and len(ids) == 2 and all(ids) and len(set(ids)) == 2, (array_id, ids)
-    assert backend.member_job_ids(array, array_id) == ids
-    handles = [JobHandle(m.uid, m.job_dir, job_id) for m, job_id in zip(array.members, ids, strict=True)]
-    site.handles.extend(handles)
-    for handle in handles:  # each member followed on its own, by its own id
-        seen = await until_ended(backend, handle)
-        assert seen.state is BackendState.COMPLETED, seen
-    assert [(m.job_dir / "ran").read_text().strip() for m in array.members] == ["0", "1"], "every task ran its own"
+    assert array_id and len(ids) == 3 and len(set(ids)) == 3, (array_id, ids)
+    jobs = [Job(JobHandle(m.uid, m.job_dir, i)) for m, i in zip(array.members, ids, strict=True)]
+    site.handles.extend(j.handle for j in jobs)
+    seen = await backend.poll([j.handle for j in jobs])
+    assert all(seen[j.handle.uid].state in (BackendState.QUEUED, BackendState.RUNNING) for j in jobs), seen
+
+    await backend.cancel(jobs[2].handle)  # a delete of one member: the others run on
+    for job in jobs[:2]:
+        await until_running(backend, job)
+        job.go()
+    ok, failed = await until_ended(backend, jobs[0].handle), await until_ended(backend, jobs[1].handle)
+    assert ok.state is BackendState.COMPLETED and ok.exit_code in (None, 0), ok
+    assert failed.state is BackendState.FAILED and failed.exit_code in (None, 3), "one member fails alone"
+    for job in jobs[:2]:
+        assert OUTPUT_MARK in _text(layout_output(backend, job.dir)), "each member's output in its own directory"
+    gone = (await backend.poll([jobs[2].handle])).get(jobs[2].handle.uid, GONE)
+    assert gone.state in (BackendState.CANCELLED, BackendState.GONE), gone
+    assert OUTPUT_MARK not in _text(layout_output(backend, jobs[2].dir))
 
     await site.crash(backend)
     again = await site.open()
     assert isinstance(again, RunsArrays)
-    assert (await again.find_array(array)).job_id == array_id
-    assert (await again.find_array(site.array(2))).job_id is None, "an array never submitted is not found"
+    assert (await again.find_array(array)).job_id == array_id, "found by the array's uid, not submitted again"
+    assert (await again.find_array(site.array([0]))).job_id is None, "an array never submitted is not found"
 
 
 async def test_free_capacity_is_never_more_than_the_total_and_costs_one_call(site: Site) -> None:

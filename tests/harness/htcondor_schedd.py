@@ -1,11 +1,11 @@
 """STAND-IN for an HTCondor schedd's queue, for the command-line stand-ins in ``htcondor_standin.py``.
 
 NOT HTCondor. The queue model the stand-in tools share: job ads as JSON files under ``$HTCONDOR_STANDIN_DIR``
-(``queue/<cluster>.json`` for jobs still in the queue, ``history/<cluster>.json`` for ads that left it,
-``spool/<cluster>/`` for spooled sandboxes), one lock for the whole queue, the user job event log that the real
-``htcondor2.JobEventLog`` reads, and the job itself: run as a local process family, held, removed by
-``periodic_remove`` (evaluated by the real ClassAd library, ``classad2``) or by ``condor_rm``, then moved to
-the history.
+(``queue/<cluster>.<proc>.json`` for jobs still in the queue, ``history/<cluster>.<proc>.json`` for ads that left
+it, ``spool/<cluster>.<proc>/`` for spooled sandboxes: a schedd keeps one job ad and one spool directory per
+proc), one lock for the whole queue, the user job event log that the real ``htcondor2.JobEventLog`` reads, and
+the job itself: run as a local process family, held, removed by ``periodic_remove`` (evaluated by the real
+ClassAd library, ``classad2``) or by ``condor_rm``, then moved to the history.
 """
 
 from __future__ import annotations
@@ -85,7 +85,12 @@ def _event(ad: dict[str, Any], code: int, text: str, body: list[str] | None = No
 # The job itself ----------------------------------------------------------------------------------
 
 
-def _update(root: Path, cluster: int, **attrs: Any) -> dict[str, Any] | None:
+def job_key(ad: dict[str, Any]) -> str:
+    """``<cluster>.<proc>``: a job's id, and the name of its files here."""
+    return f"{ad['ClusterId']}.{ad.get('ProcId', 0)}"
+
+
+def _update(root: Path, cluster: str, **attrs: Any) -> dict[str, Any] | None:
     """Set attributes of a queued job unless it already left the queue or was removed."""
     with _locked(root):
         path = root / "queue" / f"{cluster}.json"
@@ -99,7 +104,7 @@ def _update(root: Path, cluster: int, **attrs: Any) -> dict[str, Any] | None:
 
 def _leave_queue(root: Path, ad: dict[str, Any]) -> None:
     """Move a job to the history (the caller holds the lock)."""
-    cluster = ad["ClusterId"]
+    cluster = job_key(ad)
     _write(root / "history" / f"{cluster}.json", ad)
     (root / "queue" / f"{cluster}.json").unlink(missing_ok=True)
     if ad.get("_spool"):
@@ -115,7 +120,7 @@ def _periodic_remove(ad: dict[str, Any]) -> bool:
     return bool(classad2.ExprTree(expr).eval(_classad(ad)))
 
 
-def run(cluster: int, root: Path) -> None:
+def run(cluster: str, root: Path) -> None:
     ad = _read(root / "queue" / f"{cluster}.json")
     if ad is None:
         return
@@ -241,7 +246,7 @@ def _alive(pid: int) -> bool:
     return state[state.rindex(")") + 2] != "Z"
 
 
-def _finish_removed(root: Path, cluster: int, reason: str) -> None:
+def _finish_removed(root: Path, cluster: str, reason: str) -> None:
     with _locked(root):
         ad = _read(root / "queue" / f"{cluster}.json")
         if ad is None:

@@ -9,8 +9,8 @@ writer, and every job writes a user job event log that the real ``htcondor2.JobE
 
     install(bin_dir, state_dir)      # writes condor_* wrappers into bin_dir (put it first on PATH)
 
-State lives in ``$HTCONDOR_STANDIN_DIR``: ``queue/<cluster>.json`` (job ads still in the queue),
-``history/<cluster>.json`` (ads that left it), ``spool/<cluster>/`` (spooled sandboxes) and
+State lives in ``$HTCONDOR_STANDIN_DIR``: ``queue/<cluster>.<proc>.json`` (job ads still in the queue),
+``history/<cluster>.<proc>.json`` (ads that left it), ``spool/<cluster>.<proc>/`` (spooled sandboxes) and
 ``calls.log`` (one line per command: tool and its -pool/-name, so tests count calls per poll).
 
 CE mode (``install(..., ce=True)``, env ``STANDIN_CE=1``): the schedd is an HTCondor-CE's, and its job router
@@ -35,6 +35,7 @@ schedd stand-in in ``htcondor_schedd.py``.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import signal
@@ -56,6 +57,7 @@ from htcondor_schedd import (
     _read,
     _root,
     _write,
+    job_key,
     run,
 )
 
@@ -79,7 +81,7 @@ def seed(state_dir: Path, queued: list[dict[str, Any]], finished: list[dict[str,
     for folder, ads in (("queue", queued), ("history", finished)):
         (state_dir / folder).mkdir(parents=True, exist_ok=True)
         for ad in ads:
-            _write(state_dir / folder / f"{ad['ClusterId']}.json", ad)
+            _write(state_dir / folder / f"{job_key(ad)}.json", ad)
     top = max((int(ad["ClusterId"]) for ad in [*queued, *finished]), default=0)
     (state_dir / "next_cluster").write_text(str(top + 1))
 
@@ -148,15 +150,86 @@ def submit(args: list[str], root: Path) -> None:
     for need in ("executable",):
         if need not in cmds:
             _die(f"ERROR: submit file {path} has no {need}")
-    iwd = Path(cmds.get("initialdir") or os.getcwd())
+    count = _queue_count(desc, path)
     with _locked(root):
         counter = root / "next_cluster"
         cluster = int(counter.read_text()) if counter.exists() else 1
         counter.write_text(str(cluster + 1))
+    ads = [_proc_ad(desc, cluster, proc, spool, root) for proc in range(count)]
+    spool_fails = spool and os.environ.get("STANDIN_SPOOL_FAIL") == "1"
+    for ad in ads:
+        if spool_fails:
+            # condor_submit queues the job on hold (HoldReasonCode 16, SpoolingInput) and prints its id before it
+            # spools the input (htcondor src/condor_utils/submit_utils.cpp sets the hold, src/condor_submit.V6/
+            # submit.cpp spools after queueing and prints "Failed to spool job files."); a failed spool leaves it so.
+            ad.update(JobStatus=5, HoldReason="Spooling input data files", HoldReasonCode=16)
+        _write(root / "queue" / f"{job_key(ad)}.json", ad)
+        _event(ad, 0, "Job submitted from host: <127.0.0.1:9618>")
+    ids = f"{cluster}.0 - {cluster}.{count - 1}"  # -terse: the first and the last job id (condor_submit.rst)
+    if spool_fails:
+        print(ids)
+        _die("ERROR: Failed to spool job files.")
+    for ad in ads:
+        subprocess.Popen(
+            [sys.executable, __file__, "__run", job_key(ad)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+            env={**os.environ, "HTCONDOR_STANDIN_DIR": str(root)},
+        )
+    if terse:
+        print(ids)
+    else:
+        print(f"Submitting job(s){'.' * count}\n{count} job(s) submitted to cluster {cluster}.")
+    crash_once = os.environ.get("STANDIN_KILL_CALLER_AFTER_SUBMIT")
+    if crash_once and not Path(crash_once).exists():
+        # The crash test: the job is queued, then the submitter dies before it hears the id.
+        Path(crash_once).write_text(f"{cluster}.0\n")
+        sys.stdout.flush()
+        os.kill(os.getppid(), signal.SIGKILL)
+
+
+_QUEUE_N = re.compile(r"\s*([0-9]*)\s*")
+_CHOICE = re.compile(r"\$CHOICE\(\s*(?:Process|ProcId)\s*,([^)]*)\)", re.IGNORECASE)
+_PROCESS = re.compile(r"\$\((?:Process|ProcId)\)", re.IGNORECASE)
+
+
+def _queue_count(desc: Any, path: Path) -> int:
+    """``queue`` / ``queue N``: N jobs (procs 0..N-1) of one cluster (htcondor docs/man-pages/condor_submit.rst,
+    "queue [<int expr>]"). Only this form: the backend writes no other (``queue ... from`` is refused here)."""
+    m = _QUEUE_N.fullmatch(desc.getQArgs() or "")
+    if m is None:
+        _die(f"ERROR: the stand-in reads only 'queue [N]' (submit file {path})")
+    count = int(m.group(1) or 1)
+    if count < 1:
+        _die(f"ERROR: submit file {path} queues no job")
+    return count
+
+
+def _for_proc(value: str, proc: int) -> str:
+    """A submit value as condor_submit expands it for one proc: ``$(Process)`` (alias ``$(ProcId)``) is the proc
+    number, and ``$CHOICE(Process, a, b, ...)`` the proc's item of the list, the first at index 0 (htcondor
+    docs/man-pages/condor_submit.rst, "Pre-defined macros" and "$CHOICE(index, item1, item2, ...)")."""
+
+    def choice(m: re.Match[str]) -> str:
+        items = [item.strip() for item in m.group(1).split(",")]
+        if proc >= len(items):
+            _die(f"ERROR: $CHOICE() macro: index {proc} is out of range")
+        return items[proc]
+
+    return _PROCESS.sub(str(proc), _CHOICE.sub(choice, value))
+
+
+def _proc_ad(desc: Any, cluster: int, proc: int, spool: bool, root: Path) -> dict[str, Any]:
+    """The job ad of proc ``proc``: every value expanded for it (each proc is its own job ad in the schedd)."""
+    raw = {key: _for_proc(value, proc) for key, value in desc.items()}
+    cmds = {k.lower(): v for k, v in raw.items()}
+    iwd = Path(cmds.get("initialdir") or os.getcwd())
     now = _now()
     ad: dict[str, Any] = {
         "ClusterId": cluster,
-        "ProcId": 0,
+        "ProcId": proc,
         "JobStatus": 1,
         "QDate": now,
         "EnteredCurrentStatus": now,
@@ -165,9 +238,9 @@ def submit(args: list[str], root: Path) -> None:
         "JobUniverse": 5,
         "Owner": _user(),
     }
-    for key, raw in desc.items():
+    for key, value in raw.items():
         if key.upper().startswith("MY."):
-            ad[key[3:]] = _value(raw)
+            ad[key[3:]] = _value(value)
     for key, attr in (
         ("request_cpus", "RequestCpus"),
         ("request_memory", "RequestMemory"),
@@ -179,8 +252,13 @@ def submit(args: list[str], root: Path) -> None:
     if "periodic_remove" in cmds:
         ad["PeriodicRemove"] = {"_expr": cmds["periodic_remove"]}
     if _ce():
+        # The CE's router takes job ads one by one: JOB_ROUTER_SOURCE_JOB_CONSTRAINT selects by JobUniverse alone
+        # and the route limits count jobs (JOB_ROUTER_DEFAULT_MAX_IDLE_JOBS_PER_ROUTE = 2000,
+        # JOB_ROUTER_DEFAULT_MAX_JOBS_PER_ROUTE = CONDORCE_MAX_JOBS = 10000; htcondor-ce
+        # config/01-ce-router-defaults.conf): each proc of a cluster is routed as its own job, by the same
+        # transforms. (The idle limit is not modelled: the tests' arrays are far below 2000 procs.)
         _route(ad)
-    run_dir = root / "spool" / str(cluster) if spool else iwd
+    run_dir = root / "spool" / job_key(ad) if spool else iwd
     ad["_spool"] = spool
     ad["_run_dir"] = str(run_dir)
     ad["_exe"] = cmds["executable"]
@@ -198,35 +276,7 @@ def submit(args: list[str], root: Path) -> None:
         shutil.copy2(exe if exe.is_absolute() else iwd / exe, run_dir / exe.name)
         ad["_exe"] = exe.name
         ad["LeaveJobInQueue"] = True
-    spool_fails = spool and os.environ.get("STANDIN_SPOOL_FAIL") == "1"
-    if spool_fails:
-        # condor_submit queues the job on hold (HoldReasonCode 16, SpoolingInput) and prints its id before it
-        # spools the input (htcondor src/condor_utils/submit_utils.cpp sets the hold, src/condor_submit.V6/submit.cpp
-        # spools after queueing and prints "Failed to spool job files."); a failed spool leaves it so.
-        ad.update(JobStatus=5, HoldReason="Spooling input data files", HoldReasonCode=16)
-    _write(root / "queue" / f"{cluster}.json", ad)
-    _event(ad, 0, "Job submitted from host: <127.0.0.1:9618>")
-    if spool_fails:
-        print(f"{cluster}.0 - {cluster}.0")
-        _die("ERROR: Failed to spool job files.")
-    subprocess.Popen(
-        [sys.executable, __file__, "__run", str(cluster)],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
-        env={**os.environ, "HTCONDOR_STANDIN_DIR": str(root)},
-    )
-    if terse:
-        print(f"{cluster}.0 - {cluster}.0")
-    else:
-        print(f"Submitting job(s).\n1 job(s) submitted to cluster {cluster}.")
-    crash_once = os.environ.get("STANDIN_KILL_CALLER_AFTER_SUBMIT")
-    if crash_once and not Path(crash_once).exists():
-        # The crash test: the job is queued, then the submitter dies before it hears the id.
-        Path(crash_once).write_text(f"{cluster}.0\n")
-        sys.stdout.flush()
-        os.kill(os.getppid(), signal.SIGKILL)
+    return ad
 
 
 def _ce() -> bool:
@@ -285,11 +335,11 @@ def _matching(folder: Path, opts: dict[str, str], ids: list[str]) -> list[dict[s
     import classad2
 
     constraint = classad2.ExprTree(opts["-constraint"]) if opts.get("-constraint") else None
-    wanted = {i.split(".", 1)[0] for i in ids}
+    wanted = set(ids)  # "<cluster>" names every proc of the cluster, "<cluster>.<proc>" one (condor_rm.rst)
     out = []
     for path in folder.glob("*.json"):
         ad = _read(path)
-        if ad is None or (wanted and str(ad["ClusterId"]) not in wanted):
+        if ad is None or (wanted and str(ad["ClusterId"]) not in wanted and job_key(ad) not in wanted):
             continue
         if constraint is not None and constraint.eval(_classad(ad)) is not True:
             continue
@@ -315,7 +365,9 @@ def _print_json(ads: list[dict[str, Any]], attributes: str, *, brackets: bool = 
 
 def query(args: list[str], root: Path, folder: str) -> None:
     opts, ids = _options(args)
-    ads = sorted(_matching(root / folder, opts, ids), key=lambda a: a["ClusterId"], reverse=folder == "history")
+    ads = sorted(
+        _matching(root / folder, opts, ids), key=lambda a: (a["ClusterId"], a["ProcId"]), reverse=folder == "history"
+    )
     if folder == "queue" and "-allusers" not in opts:
         # condor_q shows only the current user's jobs unless -allusers (docs/man-pages/condor_q.rst).
         ads = [a for a in ads if a.get("Owner") == _user()]
@@ -337,13 +389,13 @@ def remove(args: list[str], root: Path) -> None:
     denied = [a for a in ads if a.get("Owner") != user]
     mine = [a for a in ads if a.get("Owner") == user]
     for ad in mine:  # like the schedd: the job is Removed at once, then its processes are killed
-        _finish_removed(root, ad["ClusterId"], f"via condor_rm (by user {user})")
+        _finish_removed(root, job_key(ad), f"via condor_rm (by user {user})")
         if ad.get("_pid"):
             _kill(int(ad["_pid"]))
-    found = {str(a["ClusterId"]) for a in ads}
-    missing = [i for i in ids if i.split(".", 1)[0] not in found]
+    found = {str(a["ClusterId"]) for a in ads} | {job_key(a) for a in ads}
+    missing = [i for i in ids if i not in found]
     for ad in mine:
-        print(f"Job {ad['ClusterId']}.0 marked for removal")
+        print(f"Job {job_key(ad)} marked for removal")
     if "-totals" in opts:
         # The counts line of src/condor_rm.V6/rm.cpp (doWorkByList / doWorkByConstraint with -totals).
         print(
@@ -352,7 +404,7 @@ def remove(args: list[str], root: Path) -> None:
         )
     if missing or denied or (not ads and opts.get("-constraint")):
         # The same text whether the jobs are gone or not the caller's to remove (rm.cpp).
-        what = ", ".join(missing + [f"{a['ClusterId']}.0" for a in denied]) if ids else "constraint"
+        what = ", ".join(missing + [job_key(a) for a in denied]) if ids else "constraint"
         _die(f"Couldn't find/remove all jobs matching {what}")
 
 
@@ -387,7 +439,7 @@ def main(argv: list[str]) -> None:
     tool, args = argv[0], argv[1:]
     root = _root()
     if tool == "__run":
-        run(int(args[0]), root)
+        run(args[0], root)
         return
     target = " ".join(f"{a} {args[i + 1]}" for i, a in enumerate(args[:-1]) if a in ("-pool", "-name"))
     with _locked(root), open(root / "calls.log", "a") as fh, open(root / "args.log", "a") as sizes:

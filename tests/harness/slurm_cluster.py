@@ -114,7 +114,8 @@ class SlurmCluster:
             node_lines=node_lines,
             node_names=",".join(self.nodes),
         )
-        self.conf.write_text(conf + (_MULTI if multi else ""))
+        # One node declaring more CPUs than the host has (a benchmark's) also needs config_overrides.
+        self.conf.write_text(conf + (_MULTI if multi or self.cpus > (os.cpu_count() or 1) else ""))
         for n in self.nodes if multi else ():
             (d / f"spool-{n}").mkdir(mode=0o755)
         m = d / "munge"

@@ -40,6 +40,7 @@ from interlink_nats.kernel.config_files import renamed
 from interlink_nats.submitters.backends.htcondor import free
 from interlink_nats.submitters.backends.htcondor import parse as hp
 from interlink_nats.submitters.backends.htcondor import submit as hs
+from interlink_nats.submitters.backends.htcondor.array_submit import SubmitsArrays
 from interlink_nats.submitters.backends.htcondor.tokens import OidcTokenSource, TokenConfig, TokenError
 from interlink_nats.submitters.backends.proc import Completed, run_command
 from interlink_nats.submitters.backends.reconcile import reconcile_by_uid
@@ -126,7 +127,7 @@ class HTCondorConfig(BaseModel):
         return value
 
 
-class HTCondorBackend:
+class HTCondorBackend(SubmitsArrays):
     name = "htcondor"
 
     @classmethod

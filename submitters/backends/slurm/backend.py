@@ -9,6 +9,8 @@
 - reconcile after a crash: jobs are named by pod UID, so ``squeue --name`` (and sacct) finds a
   submission whose id was never recorded; a job directory with output proves it ran;
 - cancel: ``scancel <id>`` (or ``scancel --name=<uid>`` when the id was never recorded);
+- job arrays (``RunsArrays``): the pods of one Job as one ``sbatch --array``, named by the array uid, task i
+  running member i's script (``array``); each member is then polled and cancelled as ``<id>_<i>``;
 - pod groups (``RunsGangs``): one sbatch for the whole group, named by the group uid, whose launcher runs one
   ``srun`` step per member (``gang``); poll, cancel and reconcile then treat it as one job.
 """
@@ -28,12 +30,15 @@ from interlink_nats.kernel.config_files import renamed
 from interlink_nats.submitters.backends.accounts import hand_over, job_identity, take_over, warn_about_root
 from interlink_nats.submitters.backends.proc import environ_with, run_command
 from interlink_nats.submitters.backends.reconcile import reconcile_by_uid
+from interlink_nats.submitters.backends.slurm import array as sa
+from interlink_nats.submitters.backends.slurm import array_ids
 from interlink_nats.submitters.backends.slurm import flags as sf
 from interlink_nats.submitters.backends.slurm import gang as sg
 from interlink_nats.submitters.backends.slurm import parse as sp
 from interlink_nats.submitters.backends.storage_access import check_access, check_own_access
 from interlink_nats.submitters.core.backend import (
     GONE,
+    ArraySpec,
     BackendContext,
     BackendError,
     BackendUnavailable,
@@ -80,6 +85,8 @@ class SlurmConfig(BaseModel):
     """By pod namespace (docs/security.md): ``group`` is the job's ``--account`` (a pod's own ``--account``
     flag only where ``pod_may_set`` has ``group``), ``run_as_*`` whom it runs as (``sbatch --uid/--gid``,
     which needs the submitter to be root; the poll then lists every user's jobs)."""
+    array_throttle: int = Field(0, ge=0)
+    """At most this many tasks of one job array run at once (``sbatch --array=…%N``); 0: no limit."""
     allowed_pod_flags: frozenset[str] = sf.DEFAULT_ALLOWED
     """The sbatch options (canonical long names, e.g. ``nodes``, ``qos``) a pod's ``slurm-job.vk.io/flags`` may
     use, however it spells them; default ``flags.DEFAULT_ALLOWED`` (docs/backends/slurm.md). ``--account`` is
@@ -236,9 +243,11 @@ class SlurmBackend:
             raise BackendUnavailable(str(exc)) from exc
 
     def _gang_site_flags(self, gang: GangSpec) -> tuple[list[sf.Flag], list[str]]:
-        """:meth:`_site_flags` for a gang: one set of pod flags, one account and one identity for every member
-        (else SubmitRejected naming two pods); the identity gets every member's directory and the gang's."""
-        members = gang.members
+        return self._group_site_flags(gang.members, gang.job_dir)
+
+    def _group_site_flags(self, members: Sequence[JobSpec], group_dir: Path) -> tuple[list[sf.Flag], list[str]]:
+        """:meth:`_site_flags` for a gang or an array: one set of pod flags, one account and one identity for every
+        member (else SubmitRejected naming two pods); the identity gets every member's directory and the group's."""
         policy = self.settings.accounting
         flags = self._flag_policy.check(sg.agreed_flags(members), account_by_policy=policy is not None)
         if policy is None:
@@ -254,7 +263,7 @@ class SlurmBackend:
         if ident is not None:
             for member in members:
                 check_access(member.storage, ident.uid, ident.gid)
-            for directory in (*(m.job_dir for m in members), gang.job_dir):
+            for directory in (*(m.job_dir for m in members), group_dir):
                 hand_over(directory, ident)
             site += [f"--uid={ident.uid}", f"--gid={ident.gid}"]
         return pod_flags, site
@@ -308,6 +317,66 @@ class SlurmBackend:
     async def find_gang(self, gang: GangSpec) -> Reconciled:
         """``RunsGangs``: the gang's job is named by the group uid, as a single job by its pod uid."""
         return (await self.reconcile([JobHandle(gang.uid, gang.job_dir)]))[gang.uid]
+
+    def _write_array(self, array: ArraySpec) -> Path:
+        """The array's directory: ``tasks/<i>`` linked to member i's directory and the task script, written
+        atomically (a retried submission rewrites the same)."""
+        text = sa.task_script(array.members)
+        tasks = array.job_dir / sa.TASKS_DIR
+        tasks.mkdir(mode=0o700, parents=True, exist_ok=True)
+        for i, member in enumerate(array.members):
+            link = tasks / str(i)
+            if not link.is_symlink() or link.readlink() != member.job_dir:
+                tmp = tasks / f".{i}.tmp"
+                tmp.unlink(missing_ok=True)
+                tmp.symlink_to(member.job_dir)
+                tmp.replace(link)
+        path = array.job_dir / layout.SCRIPT_NAME
+        tmp = path.with_name(f".{layout.SCRIPT_NAME}.tmp")
+        tmp.write_text(text)
+        tmp.chmod(0o700)
+        tmp.replace(path)
+        return path
+
+    async def submit_array(self, array: ArraySpec) -> tuple[str, tuple[str, ...]]:
+        """``RunsArrays``: ONE ``sbatch --array=0-<n-1>[%throttle]`` for every member (``array`` says how); member
+        i's job id is ``<id>_<i>``, polled and cancelled alone."""
+        members = array.members
+        if not members:
+            raise SubmitRejected(f"job array {array.name or array.array_uid!r} has no members")
+        try:
+            sg.agreed_flags(members)  # refused before anything is written
+            script = await asyncio.to_thread(self._write_array, array)
+            pod_flags, site = await asyncio.to_thread(self._group_site_flags, members, array.job_dir)
+            argv = sa.array_sbatch_argv(
+                self.settings.sbatch,
+                array_uid=array.array_uid,
+                array_dir=str(array.job_dir),
+                script=str(script),
+                count=len(members),
+                throttle=sa.throttle_for(array.throttle, self.settings.array_throttle),
+                pool_flags=self._pool_flags,
+                pod_flags=pod_flags,
+                resources=[m.resources for m in members],
+                site=site,
+            )
+        except sf.FlagError as exc:
+            raise SubmitRejected(str(exc)) from exc
+        out = await self._run(sp.Command.SBATCH, argv, env=sf.sbatch_environment(environ_with({})))
+        try:
+            array_id = sp.parse_sbatch_id(out)
+        except ValueError as exc:
+            raise BackendUnavailable(str(exc)) from exc
+        return array_id, self.member_job_ids(array, array_id)
+
+    async def find_array(self, array: ArraySpec) -> Reconciled:
+        """``RunsArrays``: the array is named by its uid; squeue (and sacct) list its tasks under it: the array's
+        own id (``names_to_ids`` reads it from a task's or a pending range's)."""
+        return (await self.reconcile([JobHandle(array.array_uid, array.job_dir)]))[array.array_uid]
+
+    def member_job_ids(self, array: ArraySpec, array_job_id: str) -> tuple[str, ...]:
+        """``RunsArrays``: member i is task i, ``<id>_<i>``."""
+        return array_ids.member_job_ids(array_job_id, len(array.members))
 
     async def _squeue(self) -> str:
         argv = [self.settings.squeue, "-h", *self._me, "--states=all", "-O", sp.SQUEUE_FORMAT]

@@ -16,6 +16,7 @@ from itertools import compress
 from operator import ne
 
 from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.submitters.backends.slurm import array_ids
 from interlink_nats.submitters.backends.slurm.flags import Flag
 from interlink_nats.submitters.core import backend as base
 from interlink_nats.submitters.core.backend import (
@@ -30,8 +31,9 @@ from interlink_nats.submitters.core.backend import (
     SubmitRejected,
 )
 
-SQUEUE_FORMAT = "JobID:|,Name:|,State:|,Reason:|,exit_code:|,StartTime:|,EndTime:|,tres-alloc:"
-"""``squeue -O``: '|' after each field, full widths (no padding); exit_code is a raw wait status; tres-alloc is
+SQUEUE_FORMAT = "JobArrayID:|,Name:|,State:|,Reason:|,exit_code:|,StartTime:|,EndTime:|,tres-alloc:"
+"""``squeue -O``: '|' after each field (JobArrayID: a plain job's id, an array task's ``<id>_<i>``, pending tasks'
+``<id>_[3-19]``: ``array_ids``), full widths (no padding); exit_code is a raw wait status; tres-alloc is
 what slurmctld allocated (``cpu=2,mem=512M,node=1,billing=2,gres/gpu=1``): an ended job's usage (``core.usage``)."""
 SACCT_FIELDS = "JobID,JobName,State,ExitCode,Start,End,AllocTRES,ElapsedRaw"
 """``sacct -X -P -o``: the allocation's TRES and its run time in seconds come in the same call as the state."""
@@ -257,7 +259,7 @@ def parse_squeue_line(line: str) -> SlurmJob | None:
     if len(parts) < 7:
         return None
     job_id, name, state, reason, raw_exit, start, end = (p.strip() for p in parts[:7])
-    if not job_id.isdigit():
+    if not array_ids.is_job_id(job_id):
         return None
     accounted = parse_tres(parts[7]) if len(parts) > 7 else None
     code = sig = None
@@ -269,12 +271,13 @@ def parse_squeue_line(line: str) -> SlurmJob | None:
 
 
 def parse_squeue(text: str) -> dict[str, SlurmJob]:
-    """Lines of ``squeue -h -O SQUEUE_FORMAT`` → jobs by id (array/het sub-jobs are ignored)."""
+    """Lines of ``squeue -h -O SQUEUE_FORMAT`` → jobs by id (a pending range under each of its tasks' ids; het
+    sub-jobs are ignored)."""
     jobs: dict[str, SlurmJob] = {}
     for line in text.splitlines():
         job = parse_squeue_line(line)
         if job is not None:
-            jobs[job.job_id] = job
+            jobs.update(dict.fromkeys(array_ids.expand(job.job_id), job))
     return jobs
 
 
@@ -344,20 +347,27 @@ def squeue_changes(text: str, last: SqueueSnapshot) -> tuple[SqueueSnapshot, set
         last.text, last.rows = text, rows
     if not gone and not new:
         return last, set()  # the same lines in another order
-    changed = {line.split("|", 1)[0].strip() for line in gone}
-    changed.update(line.split("|", 1)[0].strip() for line in new)
+    changed = {i for line in gone | new for i in _ids_of(line)}
     if last is EMPTY_SQUEUE:
         last = SqueueSnapshot({}, {}, text, rows)
         lines, by_id = last.lines, last.by_id
     for line in gone:
         job = lines.pop(line)
-        if job is not None and by_id.get(job.job_id) is job:
-            del by_id[job.job_id]
+        for job_id in _ids_of(line) if job is not None else ():
+            if by_id.get(job_id) is job:
+                del by_id[job_id]
     for line in new:
         job = lines[line] = parse_squeue_line(line)
         if job is not None:
-            by_id[job.job_id] = job
+            by_id.update(dict.fromkeys(_ids_of(line), job))
     return last, changed
+
+
+def _ids_of(line: str) -> list[str]:
+    """The ids a squeue line stands for, read from its first field (a pending range: each of its tasks; a field
+    outside the grammar: itself, which names no tracked job)."""
+    job_id = line.split("|", 1)[0].strip()
+    return [job_id] if job_id.isdigit() else (array_ids.expand(job_id) or [job_id])
 
 
 def parse_sacct(text: str) -> dict[str, SlurmJob]:
@@ -369,7 +379,7 @@ def parse_sacct(text: str) -> dict[str, SlurmJob]:
         if len(parts) < 6:
             continue
         job_id, name, state, exit_code, start, end = (p.strip() for p in parts[:6])
-        if not job_id.isdigit():
+        if not array_ids.is_job_id(job_id):
             continue
         code = sig = None
         if ":" in exit_code:
@@ -380,7 +390,7 @@ def parse_sacct(text: str) -> dict[str, SlurmJob]:
         accounted = parse_tres(parts[6], float(elapsed) if elapsed.isdigit() else None) if len(parts) > 6 else None
         obs = _observation(state, "", code, sig, start, end, accounted)
         if obs is not None:
-            jobs[job_id] = SlurmJob(job_id, name, obs)
+            jobs.update(dict.fromkeys(array_ids.expand(job_id), SlurmJob(job_id, name, obs)))
     return jobs
 
 
@@ -443,8 +453,8 @@ def parse_sinfo_free(text: str) -> Capacity:
 
 
 def names_to_ids(jobs: Mapping[str, SlurmJob]) -> dict[str, str]:
-    """Job name (pod UID) → newest job id with that name."""
+    """Job name (pod UID, or an array's uid) → newest job id with that name (an array's own id, not a task's)."""
     out: dict[str, str] = {}
-    for job in sorted(jobs.values(), key=lambda j: int(j.job_id)):
-        out[job.name] = job.job_id
+    for job in sorted(jobs.values(), key=lambda j: int(array_ids.base_id(j.job_id))):
+        out[job.name] = array_ids.base_id(job.job_id)
     return out
