@@ -52,7 +52,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-sys.path.append(str(Path(__file__).parent.parent / "tests"))
+sys.path.append(str(Path(__file__).parent.parent / "tests" / "harness"))
 
 from _harness import cpu_seconds, median, percentile, print_table
 from interlink_nats.gen.interlink_nats import v1 as pb

@@ -13,7 +13,8 @@ written once with marks in place of the per-proc values, so the two cannot drift
 An HTCondor-CE routes each proc as its own job: its router selects job ads by ``JobUniverse`` alone and counts its
 route limits in jobs (htcondor-ce ``config/01-ce-router-defaults.conf``: ``JOB_ROUTER_SOURCE_JOB_CONSTRAINT``,
 ``JOB_ROUTER_DEFAULT_MAX_IDLE_JOBS_PER_ROUTE``), so the CE accepts the cluster as N routed jobs, each transformed
-as a single pod's is. Tested in tests/backends/htcondor/test_htcondor_arrays.py, descriptions checked by the real ``htcondor2``.
+as a single pod's is. Tested in tests/backends/htcondor/test_htcondor_arrays.py, descriptions checked by the real
+``htcondor2``.
 """
 
 from __future__ import annotations

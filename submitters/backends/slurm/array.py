@@ -6,7 +6,8 @@ batch script is a small wrapper that runs the member whose index is ``SLURM_ARRA
 its own directory, ``INTERLINK_JOB_DIR`` and output: the backend links ``<array dir>/tasks/<i>`` to member i's
 directory, and the array's ``--output=<array dir>/tasks/%a/job.out`` (``%a``: the task index) is then that
 member's own ``job.out`` (Slurm's own messages, a cancel or an out-of-memory kill, land there too, as a single
-job's do). Tested in tests/backends/slurm/test_slurm_array_text.py; on a real Slurm in tests/backends/slurm/test_slurm_arrays.py.
+job's do). Tested in tests/backends/slurm/test_slurm_array_text.py; on a real Slurm in
+tests/backends/slurm/test_slurm_arrays.py.
 """
 
 from __future__ import annotations
