@@ -370,6 +370,25 @@ def _label_key(s: str, i: int, x: Site) -> Part:
     return part
 
 
+def _owner_job(field_name: str) -> Callable[[str, int, Site], Part]:
+    """An owner reference of kind Job holding the string (read only to coalesce a Job's pods into an array: a
+    malformed one is ignored; it must never reach the job, nor crash it)."""
+
+    def build(s: str, i: int, x: Site) -> Part:
+        ref = {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "name": f"job-{i}",
+            "uid": "00000000-0000-0000-0000-0000000000b0",
+        }
+        ref[field_name] = s
+        part = Part(f"metadata.ownerReferences[0].{field_name}", _c(i, ENV_PROGRAM))
+        part.pod = {"metadata": {"ownerReferences": [ref]}}
+        return part
+
+    return build
+
+
 def _label_value(s: str, i: int, x: Site) -> Part:
     part = Part(member("metadata.labels", f"k{i}"), _field_env(i, f"metadata.labels['k{i}']"), [_env_check(i, "F", s)])
     part.labels = {f"k{i}": s}
@@ -651,6 +670,8 @@ _POD = {
     "Pod.metadata.name": [("metadata.name", _pod_field("metadata.name", "metadata", "name"), True)],
     "Pod.metadata.namespace": [("metadata.namespace", _pod_field("metadata.namespace", "metadata", "namespace"), True)],
     "Pod.metadata.labels{key}": [("label.key", _label_key, False)],
+    "Pod.metadata.owner_job[0]": [("ownerReference.name", _owner_job("name"), True)],
+    "Pod.metadata.owner_job[1]": [("ownerReference.uid", _owner_job("uid"), True)],
     "Pod.metadata.labels{}": [("label.value", _label_value, False)],
     "Pod.metadata.annotations{key}": [
         ("annotation.key", _annotation_key, False),

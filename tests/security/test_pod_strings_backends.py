@@ -34,8 +34,8 @@ from interlink_nats.submitters.backends.slurm.gang import launcher_script
 from interlink_nats.submitters.core.backend import BackendError, JobSpec
 from pod_placements import Placement, Site
 from pod_string_runs import merge, render_alone, run_pods, sbatch_directives
+from slurm_fakes import FAKE_SCANCEL, FAKE_SCONTROL, FAKE_SRUN
 from test_pod_strings import PLACEMENTS
-from test_slurm_gang_text import FAKE_SCANCEL, FAKE_SCONTROL, FAKE_SRUN
 
 GROUP_LABEL = "kueue.x-k8s.io/pod-group-name"
 FLAGS = "slurm-job.vk.io/flags"

@@ -21,10 +21,10 @@ from interlink_nats.submitters.runtime import Submitter
 from interlink_nats.submitters.testing import settings_for
 from jobs import pod_dict
 from slurm_cluster import SlurmCluster
-from test_slurm import nc as nc
-from test_slurm import pool as pool
-from test_slurm import slurm as slurm
-from test_slurm import status_of, until_terminal
+from slurm_stack import nc as nc
+from slurm_stack import pool as pool
+from slurm_stack import slurm as slurm
+from slurm_stack import status_of, until_terminal
 
 pytestmark = pytest.mark.slurm
 

@@ -21,7 +21,7 @@ from interlink_nats.submitters.testing import settings_for
 from jobs import pod_job
 from kube_emulator import KubeEmulator
 from slurm_cluster import SlurmCluster
-from test_slurm import slurm
+from slurm_stack import slurm
 
 __all__ = ["emu", "slurm"]  # fixtures
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import nats
@@ -13,7 +13,6 @@ from grpclib.exceptions import GRPCError
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel.sbatch_grammar import DEFAULT_ALLOWED
 from interlink_nats.kernel.subjects import events_subject
-from interlink_nats.services.bus.events_stream import ensure_events_stream
 from interlink_nats.services.bus.rpc import submitter_client
 from interlink_nats.services.scripts import render_job
 from interlink_nats.submitters.backends.slurm.backend import SlurmBackend
@@ -21,23 +20,15 @@ from interlink_nats.submitters.core.backend import JobHandle
 from interlink_nats.submitters.runtime import Submitter
 from interlink_nats.submitters.testing import settings_for, wait_for
 from jobs import pod_dict, pod_job
-from slurm_cluster import SlurmCluster, slurm_for_tests
+from slurm_cluster import SlurmCluster
+from slurm_stack import nc as nc
+from slurm_stack import pool as pool
+from slurm_stack import slurm as slurm
+from slurm_stack import status_of, until_terminal
 
 pytestmark = pytest.mark.slurm
 
 Phase = pb.ContainerPhase
-TERMINAL = {pb.JobState.SUCCEEDED, pb.JobState.FAILED, pb.JobState.CANCELLED, pb.JobState.LOST}
-
-
-@pytest.fixture(scope="module")
-def slurm() -> Iterator[SlurmCluster]:
-    with slurm_for_tests() as cluster:
-        yield cluster
-
-
-@pytest.fixture
-def pool() -> str:
-    return f"slurm{uuid.uuid4().hex[:8]}"
 
 
 @pytest.fixture
@@ -52,27 +43,6 @@ async def client(nats_url: str, pool: str) -> AsyncIterator[pb.SubmitterServiceS
     nc = await nats.connect(nats_url)
     yield submitter_client(nc, pool, timeout=30)
     await nc.close()
-
-
-async def status_of(client: pb.SubmitterServiceStub, u: str) -> pb.JobStatus:
-    return (await client.get_status(pb.GetStatusRequest(pod_uids=[u]))).statuses[0]
-
-
-async def until_terminal(client: pb.SubmitterServiceStub, u: str, within: float = 60) -> pb.JobStatus:
-    async def check() -> pb.JobStatus | None:
-        st = await status_of(client, u)
-        return st if st.state in TERMINAL else None
-
-    return await wait_for(check, timeout=within, interval=0.25, what=f"pod {u} to end")
-
-
-@pytest.fixture
-async def nc(nats_url: str) -> AsyncIterator[nats.NATS]:
-    """A client, with the events stream made as the gateway makes it (submitters only look it up)."""
-    conn = await nats.connect(nats_url)
-    await ensure_events_stream(conn.jetstream(timeout=5))
-    yield conn
-    await conn.close()
 
 
 async def test_a_job_runs_through_slurm_with_exact_exit_codes_logs_and_events(

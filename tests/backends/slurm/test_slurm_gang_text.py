@@ -19,6 +19,7 @@ from interlink_nats.submitters.backends.slurm.gang import agreed_flags, gang_res
 from interlink_nats.submitters.backends.slurm.parse import sbatch_argv
 from interlink_nats.submitters.core.backend import GangSpec, JobSpec, SubmitRejected
 from interlink_nats.submitters.core.site_policy import AccountingPolicy
+from slurm_fakes import FAKE_SCANCEL, FAKE_SCONTROL, FAKE_SRUN
 
 Policy = pb.GangFailurePolicy
 HOSTILE = 'it\'s "$(touch pwned)" `touch pwned2` $HOME\nsecond line; exit 9'
@@ -117,22 +118,6 @@ async def test_the_backend_refuses_a_gang_before_any_sbatch(tmp_path: Path) -> N
 
 
 # --- the launcher, run by bash with fakes ---------------------------------------------------------------------
-
-FAKE_SRUN = r"""#!/bin/bash
-# Records its arguments and the group environment, then runs the member's script (the last argument) itself.
-uid=; for a in "$@"; do case $a in --job-name=*) uid=${a#*=};; esac; done
-printf '%s\n' "$@" > "$FAKE/$uid.argv"
-env | grep -a '^INTERLINK_' > "$FAKE/$uid.env"
-printf '%s=%q\n' NAME "$INTERLINK_GROUP_NAME" >> "$FAKE/$uid.env"
-echo $$ > "$FAKE/$uid.pid"
-exec bash "${!#}"
-"""
-FAKE_SCONTROL = '#!/bin/bash\n[ "$1 $2" = "show hostnames" ] && printf "%s\\n" $FAKE_NODES\n'
-FAKE_SCANCEL = r"""#!/bin/bash
-# --signal=TERM <job>: TERM to every member still running (what Slurm does to the steps).
-echo "$@" >> "$FAKE/scancel.log"
-for p in "$FAKE"/*.pid; do kill -TERM "$(cat "$p")" 2>/dev/null; done
-"""
 
 
 @pytest.fixture
