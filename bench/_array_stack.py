@@ -1,4 +1,4 @@
-"""``bench/array.py --stack``: the same burst through the whole stack, nats-server, ``interlink-nats gateway``
+"""``bench/arrays.py --stack``: the same burst through the whole stack, nats-server, ``interlink-nats gateway``
 (with redis) and ``interlink-nats submitter slurm``, each its own process, on a fresh one-node Slurm.
 
 The pods are created one by one over HTTP (each ``/create`` answered before the next is sent, as interLink does).
