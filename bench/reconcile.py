@@ -36,7 +36,7 @@ from typing import Any
 import nats
 from nats.aio.client import Client as NATS
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "harness"))
 
 from interlink_nats.controller import kube, runner
 from interlink_nats.gen.interlink_nats import v1 as pb
