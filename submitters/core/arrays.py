@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel.names import is_pod_uid
+from interlink_nats.kernel.pod_limits import GROUP_SIZE_MAX
 from interlink_nats.submitters.core.lifecycle import Phase
 
 __pure__ = True  # no I/O, not even through what it imports (held by tests/contracts/test_import_contracts.py)
@@ -27,6 +28,8 @@ def validate_array(members: Sequence[pb.JobScript]) -> str:
     """The array uid when ``members`` form one array in task order; else ValueError naming the field."""
     if not members:
         raise ValueError("members: an array needs at least one member")
+    if len(members) > GROUP_SIZE_MAX:  # any client with the pool's credential may send this, not only the gateway
+        raise ValueError(f"members: {len(members)} members, more than an array may have ({GROUP_SIZE_MAX})")
     array_uid = ""
     seen: set[str] = set()
     for i, job in enumerate(members):

@@ -134,3 +134,12 @@ def test_a_malformed_array_request_is_refused_naming_the_field(change: Any, fiel
     change(members)
     with pytest.raises(ValueError, match="^" + re.escape(field)):
         validate_array(members)
+
+
+def test_an_array_larger_than_any_the_gateway_sends_is_refused_at_the_submitter() -> None:
+    """Any client with the pool's credential may send a SubmitGroup: the bound holds there too, not only at the door."""
+    from interlink_nats.kernel.pod_limits import GROUP_SIZE_MAX
+
+    assert validate_array(array_members(GROUP_SIZE_MAX)) == "a-1"
+    with pytest.raises(ValueError, match=r"^members: 1025 members, more than an array may have \(1024\)"):
+        validate_array(array_members(GROUP_SIZE_MAX + 1))
