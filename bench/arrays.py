@@ -21,23 +21,19 @@ Also, for single pods on the same kind of Slurm, submit → Running p50 and p99 
 default ``poll_interval_s``, through the backend in both modes (pods handed over one every 0.37 s, so they fall
 anywhere in the poll cycle).
 
-On one host, "burst → all running" is bound by how fast the one slurmd launches batch jobs (a slurmstepd and a
-bash per task, ~25 ms each on 2 cores), whichever way they were submitted: the singles' submissions overlap
-those launches, so the array's one sbatch does not make every pod run sooner here; across many nodes the launches
-run in parallel while the singles' sbatch calls still queue at one slurmctld.
+What bounds "burst → all running" here is slurmctld itself, not the submissions. Slurm schedules at events (a
+submission, a completion) and then considers ``default_queue_depth`` jobs, each task of an array counting as one
+(slurm.schedmd.com/sched_config.html; default 100): a 1,000-task array starts ~100 tasks per event, the next
+event being their completions, while each single is considered at its own submission. ``--queue-depth`` sets it
+(``burst``: N + 100, what a site running such arrays would set), the same for both modes. Even so, starting a
+task costs slurmctld as much as starting a single job (the array's record is split per task as it starts), and
+its completion as much (``sdiag``'s per-RPC times, printed per pod): a task saves only the submission's RPC.
+Both slurmctld figures are given: until all are up, and over the pods' whole life (until none is in ``squeue``).
 
 ``--quick``: N = 100 only and fewer single-pod samples (a few minutes). The last line is one JSON object.
 """
 
-# ruff: noqa: E402  (the path is fixed before any import that reaches ``socket``, see below)
 from __future__ import annotations
-
-import sys
-
-# This file is named like the standard library's ``array`` module (which ``socket`` imports): its directory,
-# which Python puts first on the path, goes last, so the standard one is found.
-_HERE = sys.path.pop(0)
-sys.path.append(_HERE)
 
 import argparse
 import asyncio
@@ -45,6 +41,8 @@ import json
 import os
 import re
 import resource
+import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -115,8 +113,8 @@ def submissions(cluster: SlurmCluster) -> int:
 class Slurm:
     """A fresh one-node Slurm for one measurement, its SLURM_CONF in this process's environment."""
 
-    def __init__(self, cpus: int) -> None:
-        self.cluster = SlurmCluster(cpus=cpus)
+    def __init__(self, cpus: int, queue_depth: int | None = None) -> None:
+        self.cluster = SlurmCluster(cpus=cpus, queue_depth=queue_depth)
 
     def __enter__(self) -> SlurmCluster:
         self.cluster.start()
@@ -138,9 +136,31 @@ async def until_all_up(backend: SlurmBackend, jobs: Sequence[JobHandle]) -> None
         await asyncio.sleep(POLL_S)
 
 
-async def measure(mode: str, n: int) -> dict[str, float]:
+RPC_LINE = re.compile(r"^\s+([A-Z_]+)\s+\(\s*\d+\)\s+count:(\d+)\s+ave_time:\d+\s+total_time:(\d+)", re.M)
+
+
+def rpc_ms(cluster: SlurmCluster) -> dict[str, float]:
+    """slurmctld's own account of the time its RPC handlers took, by message type (``sdiag``), in ms: where its
+    work goes (a wall time under slurmctld's locks, not CPU)."""
+    out = subprocess.run(["sdiag"], env=cluster.env, capture_output=True, text=True, timeout=60).stdout
+    by_type = out.split("Remote Procedure Call statistics by message type", 1)[-1].split("by user", 1)[0]
+    return {name: int(total) / 1000 for name, _count, total in RPC_LINE.findall(by_type)}
+
+
+async def until_all_ended(cluster: SlurmCluster) -> None:
+    while True:
+        queue = await asyncio.to_thread(cluster.run, "squeue", "-h", "-r", "-o", "%i")
+        if not queue.stdout.strip():
+            return
+        await asyncio.sleep(POLL_S)
+
+
+async def measure(mode: str, n: int, queue_depth: int | None = None) -> dict[str, Any]:
     """One burst of N pods, as one array or as N singles, on its own Slurm."""
-    with tempfile.TemporaryDirectory(prefix="bench-array-", ignore_cleanup_errors=True) as tmp, Slurm(n + 2) as cluster:
+    with (
+        tempfile.TemporaryDirectory(prefix="bench-array-", ignore_cleanup_errors=True) as tmp,
+        Slurm(n + 2, queue_depth) as cluster,
+    ):
         specs = indexed_job_pods(Path(tmp) / "state", n)
         backend = SlurmBackend()
         ctld = cluster._procs[0].pid
@@ -162,13 +182,17 @@ async def measure(mode: str, n: int) -> dict[str, float]:
         submitted = time.perf_counter()
         await until_all_up(backend, [JobHandle(s.uid, s.job_dir, i) for s, i in zip(specs, ids, strict=True)])
         done = time.perf_counter()
+        ctld_up = cpu_seconds(ctld)[0]
+        await until_all_ended(cluster)
         return {
             "all_up_s": done - started,
             "from_first_s": done - started,  # the burst is handed over at once: its first pod is its last
             "submit_s": submitted - started,
             "submissions": submissions(cluster) - before_subs,
             "cpu_per_pod_ms": (own_cpu() - before_cpu) / n * 1000,
-            "ctld_per_pod_ms": (cpu_seconds(ctld)[0] - before_ctld) / n * 1000,
+            "ctld_per_pod_ms": (ctld_up - before_ctld) / n * 1000,
+            "ctld_life_per_pod_ms": (cpu_seconds(ctld)[0] - before_ctld) / n * 1000,
+            "rpc_ms_per_pod": {k: v / n for k, v in rpc_ms(cluster).items()},
         }
 
 
@@ -198,9 +222,13 @@ async def single_latencies(samples: int, poll_s: float) -> list[float]:
         return [seen_at[uid] - handed[uid][0] for uid in handed]
 
 
+def queue_depth_for(setting: str, n: int) -> int | None:
+    return None if setting == "slurm" else n + 100 if setting == "burst" else int(setting)
+
+
 async def main(args: argparse.Namespace) -> dict[str, Any]:
     sizes = [100] if args.quick else [100, 1000]
-    runs: dict[tuple[str, int], list[dict[str, float]]] = {}
+    runs: dict[tuple[str, int], list[dict[str, Any]]] = {}
     for rep in range(args.reps):
         for n in sizes:
             modes = ["array", "singles"] if rep % 2 == 0 else ["singles", "array"]
@@ -210,7 +238,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
 
                     runs.setdefault((mode, n), []).append(await asyncio.to_thread(measure_stack, mode, n))
                 else:
-                    runs.setdefault((mode, n), []).append(await measure(mode, n))
+                    depth = queue_depth_for(args.queue_depth, n)
+                    runs.setdefault((mode, n), []).append(await measure(mode, n, depth))
                 print(f"rep {rep} n={n} {mode}: {runs[(mode, n)][-1]}", file=sys.stderr)
 
     def med(mode: str, n: int, key: str) -> float:
@@ -232,7 +261,28 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                 ]
             )
     header = ["N", "mode", "subs/1000", "submit s", "last→all up s", "first→all up s", "CPU ms/pod", "slurmctld ms/pod"]
-    print_table(f"One Indexed Job as one Slurm array vs single pods (medians of {args.reps})", header, rows)
+    if not args.stack:
+        header.append("slurmctld whole life ms/pod")
+        for row in rows:
+            row.append(f"{med(str(row[1]), int(row[0]), 'ctld_life_per_pod_ms'):.2f}")
+    print_table(
+        f"One Indexed Job as one Slurm array vs single pods (medians of {args.reps}; Slurm's default_queue_depth: "
+        f"{args.queue_depth})",
+        header,
+        rows,
+    )
+    top_n = sizes[-1]
+    rpc: dict[str, dict[str, float]] = {}
+    if not args.stack:
+        for mode in ("array", "singles"):
+            types = sorted({t for r in runs[(mode, top_n)] for t in r["rpc_ms_per_pod"]})
+            rpc[mode] = {t: median([r["rpc_ms_per_pod"].get(t, 0.0) for r in runs[(mode, top_n)]]) for t in types}
+        shown = sorted(set(rpc["array"]) | set(rpc["singles"]), key=lambda t: -rpc["singles"].get(t, 0.0))
+        print_table(
+            f"slurmctld's RPC handling time per pod by message type at N = {top_n} (sdiag, ms, medians)",
+            ["message", "array", "singles"],
+            [[t, f"{rpc['array'].get(t, 0.0):.3f}", f"{rpc['singles'].get(t, 0.0):.3f}"] for t in shown],
+        )
     poll_s = float(SubmitterSettings.model_fields["poll_interval_s"].default)
     lat = await single_latencies(args.samples or (12 if args.quick else 40), poll_s)
     print_table(
@@ -256,7 +306,13 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         "single_pod_running_p50_s": percentile(lat, 50),
         "single_pod_running_p99_s": percentile(lat, 99),
         "poll_interval_s": poll_s,
+        "queue_depth": args.queue_depth,
     }
+    if not args.stack:
+        out["slurmctld_whole_life_cpu_ratio"] = med("array", top, "ctld_life_per_pod_ms") / med(
+            "singles", top, "ctld_life_per_pod_ms"
+        )
+        out["slurmctld_rpc_ms_per_pod"] = rpc
     for n in sizes:
         out[f"all_running_speedup_{n}"] = med("singles", n, "all_up_s") / med("array", n, "all_up_s")
         out[f"all_running_array_s_{n}"] = med("array", n, "all_up_s")
@@ -271,5 +327,11 @@ if __name__ == "__main__":
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--stack", action="store_true", help="through nats-server, gateway and submitter processes")
     parser.add_argument("--samples", type=int, default=0, help="single-pod latency samples (default 40, quick 12)")
+    parser.add_argument(
+        "--queue-depth",
+        default="slurm",
+        help="Slurm's SchedulerParameters default_queue_depth: 'slurm' (its default, 100), 'burst' (N + 100) or a "
+        "number; backend-driven runs only",
+    )
     result = asyncio.run(main(parser.parse_args()))
     print(json.dumps(result))

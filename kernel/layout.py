@@ -42,6 +42,11 @@ only the jobs that changed; a lost line (e.g. two NFS clients appending at once)
 until the poller's sweep reads that job anyway."""
 JOB_DIR_ENV = "INTERLINK_JOB_DIR"
 """Env var set by the submitter to the job directory; the script also defaults to its cwd."""
+JOB_REMOVES_LAYOUT_ENV = "INTERLINK_JOB_REMOVES_LAYOUT"
+"""Set (non-empty) by a backend whose jobs run away from the submitter (Slurm): the script removes the ended
+layout at exit even where the submitter made it, so the removal's file-system work is done on the job's node
+instead of by the submitter on the login node, which serves every pod of the pool. The submitter's poll still
+removes what a job killed outright left (then, usually, nothing)."""
 
 GANG_DIR = "gangs"
 """Beside the job directories: ``gangs/<group uid>/`` holds what a backend writes for a whole pod group (its

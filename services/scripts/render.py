@@ -138,6 +138,7 @@ _LAYOUT_NAMES = {
     "jobs_file": layout.JOBS_FILE,
     "hook_suffix": layout.HOOK_SUFFIX,
     "ready_suffix": layout.READY_SUFFIX,
+    "job_removes_layout_env": layout.JOB_REMOVES_LAYOUT_ENV,
 }
 """Template names whose values never change. They are written into the template's text before it is
 compiled, so a render looks up only what the pod decides (each lookup costs, per render, every time)."""

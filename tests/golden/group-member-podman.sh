@@ -61,7 +61,7 @@ __cleanup() {
   for t in ${__timers[@]+"${__timers[@]}"}; do kill -- "-$t" 2>/dev/null; done
   [ "$__cancelled" = 0 ] || podman rm -f -t 0 --filter label=interlink-nats.pod-uid=6f1c2e9a-1111-2222-3333-444455556666 >/dev/null 2>&1
   __terminate_rest 143 "interlink-nats: the job script ended before this container ended"
-  [ "$__prepared" = 1 ] || rm -rf -- "$__job_dir"/.prepared "$__job_dir"/volumes "$__job_dir"/rootfs
+  [ "$__prepared" = 1 ] && [ -z "${INTERLINK_JOB_REMOVES_LAYOUT-}" ] || rm -rf -- "$__job_dir"/.prepared "$__job_dir"/volumes "$__job_dir"/rootfs
 }
 trap __on_signal TERM INT
 trap __cleanup EXIT

@@ -58,7 +58,7 @@ __cleanup() {
   trap : TERM INT
   for t in ${__timers[@]+"${__timers[@]}"}; do kill -- "-$t" 2>/dev/null; done
   __terminate_rest 143 "interlink-nats: the job script ended before this container ended"
-  [ "$__prepared" = 1 ] || rm -rf -- "$__job_dir"/.prepared "$__job_dir"/volumes "$__job_dir"/rootfs
+  [ "$__prepared" = 1 ] && [ -z "${INTERLINK_JOB_REMOVES_LAYOUT-}" ] || rm -rf -- "$__job_dir"/.prepared "$__job_dir"/volumes "$__job_dir"/rootfs
 }
 trap __on_signal TERM INT
 trap __cleanup EXIT

@@ -67,18 +67,26 @@ def py(name: str, code: str, *args: str, **extra: Any) -> dict[str, Any]:
     return {"name": name, "image": "unused", "command": [PY, "-c", code], "args": list(args), **extra}
 
 
-def run(job_dir: Path, data: dict[str, Any], timeout: float = 60, *, prepared: bool = False, path: str = "") -> int:
+def run(
+    job_dir: Path,
+    data: dict[str, Any],
+    timeout: float = 60,
+    *,
+    prepared: bool = False,
+    path: str = "",
+    env: dict[str, str] | None = None,
+) -> int:
     """Run the script in ``job_dir``: written alone (the script makes its own layout), or ``prepared`` by
-    the submitter's ``prepare_job_dir``; ``path`` replaces PATH."""
+    the submitter's ``prepare_job_dir``; ``path`` replaces PATH; ``env`` adds to the environment."""
     job = render_job(data, NONE)
     script = job.script
     if prepared:
         prepare_job_dir(job_dir, script, job.layout)
     else:
         (job_dir / layout.SCRIPT_NAME).write_text(script)
-    env = {**os.environ, layout.JOB_DIR_ENV: str(job_dir), **({"PATH": path} if path else {})}
+    full = {**os.environ, layout.JOB_DIR_ENV: str(job_dir), **({"PATH": path} if path else {}), **(env or {})}
     proc = subprocess.run(
-        [BASH, layout.SCRIPT_NAME], cwd=job_dir, env=env, timeout=timeout, capture_output=True, text=True
+        [BASH, layout.SCRIPT_NAME], cwd=job_dir, env=full, timeout=timeout, capture_output=True, text=True
     )
     return proc.returncode
 

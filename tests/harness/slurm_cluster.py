@@ -55,7 +55,7 @@ ReturnToService=2
 MinJobAge=300
 KillWait=2
 OverTimeLimit=0
-SchedulerParameters=batch_sched_delay=0,sched_min_interval=0
+SchedulerParameters={scheduler_parameters}
 {node_lines}
 PartitionName=debug Nodes={node_names} Default=YES MaxTime=INFINITE State=UP
 """
@@ -77,8 +77,14 @@ def _port() -> int:
 
 
 class SlurmCluster:
-    def __init__(self, nodes: int = 1, cpus: int | None = None) -> None:
-        """One node ``localnode`` with this host's CPUs (the default), or ``nodes`` nodes ``node1``... of ``cpus``."""
+    def __init__(self, nodes: int = 1, cpus: int | None = None, *, queue_depth: int | None = None) -> None:
+        """One node ``localnode`` with this host's CPUs (the default), or ``nodes`` nodes ``node1``... of ``cpus``.
+
+        ``queue_depth``: ``SchedulerParameters=default_queue_depth``, how many jobs (each task of an array counts)
+        slurmctld's event-triggered scheduling considers; None keeps Slurm's default (100)."""
+        self.scheduler_parameters = "batch_sched_delay=0,sched_min_interval=0" + (
+            f",default_queue_depth={queue_depth}" if queue_depth else ""
+        )
         self.dir = Path(tempfile.mkdtemp(prefix="slurm-", dir="/tmp"))
         self.conf = self.dir / "slurm.conf"
         self.env = dict(os.environ, SLURM_CONF=str(self.conf))
@@ -113,6 +119,7 @@ class SlurmCluster:
             per_node="-%n" if multi else "",
             node_lines=node_lines,
             node_names=",".join(self.nodes),
+            scheduler_parameters=self.scheduler_parameters,
         )
         # One node declaring more CPUs than the host has (a benchmark's) also needs config_overrides.
         self.conf.write_text(conf + (_MULTI if multi or self.cpus > (os.cpu_count() or 1) else ""))

@@ -105,6 +105,19 @@ def test_a_pod_whose_layout_the_script_makes_removes_it_itself(job_dir: Path, tm
     assert exit_code(job_dir, "main") == 0
 
 
+def test_a_batch_backend_asks_the_script_to_remove_the_layout_the_submitter_made(job_dir: Path, tmp_path: Path) -> None:
+    """Slurm's jobs run on a node, away from the submitter: the backend sets ``JOB_REMOVES_LAYOUT_ENV`` and the
+    script removes the submitter's layout (volumes, secrets among them, the rootfs, the marker) at exit, so the
+    login node's submitter does not; logs and exit files stay. Without it the layout is the submitter's."""
+    data = job_dir_volume_pod(tmp_path)
+    assert run(job_dir, data, prepared=True, env={layout.JOB_REMOVES_LAYOUT_ENV: "1"}) == 0
+    assert not (job_dir / layout.VOLUMES_DIR).exists() and not (job_dir / layout.ROOTFS_DIR).exists()
+    assert not (job_dir / layout.PREPARED_FILE).is_symlink()
+    assert exit_code(job_dir, "main") == 0, "logs and exit files stay"
+    assert base64.b64decode(dump(job_dir, "main")["files"]["sec/password"]["b64"]) == b"hunter2\n", "it ran prepared"
+    remove_ended_layout(job_dir)  # the submitter's poll after it: nothing left to remove, nothing fails
+
+
 @pytest.mark.parametrize("marker", [False, True], ids=["links-tested", "marker"])
 def test_prepared_job_runs_no_set_up_command(job_dir: Path, tmp_path: Path, marker: bool) -> None:
     """With the layout prepared (no hostPath link to make), the script starts no mkdir, chmod, ln nor rm (the
