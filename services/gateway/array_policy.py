@@ -31,6 +31,8 @@ __pure__ = True  # no I/O, not even through what it imports (held by tests/contr
 ARRAY_UID_PREFIX = "a-"
 SEPARATOR = ":"
 """Between the parts of an array's group name: in none of them (a Job name, a label value, a pool name)."""
+NAME_GAP = 8
+"""Free array numbers in a row after which no array of the Job is still forming (``ArrayPolicy.name_for``)."""
 
 
 def batch_shape(job: pb.JobScript) -> str:
@@ -83,14 +85,25 @@ class ArrayPolicy:
         return pb.GroupKind.ARRAY
 
     def name_for(self, held: Callable[[str], PodGroup | None], namespace: str, spec: PodGroupSpec, now: float) -> str:
-        """The array a pod joins: the Job's array still forming, else a new one (the first free number)."""
-        n = 0
-        while True:
+        """The array a pod joins: the Job's array still forming, else a new one (the first free number). An array
+        sent and forgotten leaves its number free while a later one may still form, so the search goes past free
+        numbers (up to ``NAME_GAP`` in a row: as many of a Job's arrays in flight at once) before it decides that
+        none is forming."""
+        free: str | None = None
+        gap, n = 0, 0
+        while gap < NAME_GAP:
             name = f"{spec.name}{SEPARATOR}{n}"
             group = held(group_key(namespace, name))
-            if group is None or isinstance(self.decide(group, now), Hold):
+            if group is None:
+                free = free or name
+                gap += 1
+            elif isinstance(self.decide(group, now), Hold):
                 return name
+            else:
+                gap = 0
             n += 1
+        assert free is not None
+        return free
 
     def admit(
         self,
