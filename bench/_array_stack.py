@@ -3,7 +3,8 @@
 
 The pods are created one by one over HTTP (each ``/create`` answered before the next is sent, as interLink does).
 As an array they carry an Indexed Job's label and annotation, so the gateway coalesces them (its default
-``array_window_s``, 2 s, and ``array_max_count``, 1,000: a burst longer than the window makes more than one array);
+``array_window_s``, 2 s of quiet, ``array_max_wait_s``, 30 s, and ``array_max_count``, 1,000: a burst longer than
+the longest wait makes more than one array);
 as singles the same pods carry no Job label. The clock runs from the last ``/create`` to the first ``/status`` (every
 0.2 s) in which every container of every pod is running or terminated; the submitter polls Slurm every 0.5 s.
 CPU is the gateway's and the submitter's own and their reaped children's (sbatch, squeue), from ``/proc``.

@@ -111,7 +111,9 @@ class Gateway:
             retry_s=self.settings.group_wait_s,
             limits=self.settings.array_limits(),
             clock=self.clock,
-            policy=ArrayPolicy(self.settings.array_window_s, self.settings.array_max_count),
+            policy=ArrayPolicy(
+                self.settings.array_window_s, self.settings.array_max_count, self.settings.array_max_wait_s
+            ),
         )
         self.metrics.watch_groups(
             lambda: len(self.groups.held.groups), self.groups.held.members, lambda: self.groups.held.bytes_total

@@ -1,9 +1,11 @@
 """The second policy of the pod-group mechanism: the pods of one Kubernetes Job coalesced into arrays. No I/O.
 
 A gang holds until every member has arrived; an array never waits for the whole Job. The pods of one Job that
-reach the gateway for one pool within ``window_s`` of the first (at most ``max_count`` of them) are sent as ONE
-``SubmitGroup`` of kind ``GROUP_KIND_ARRAY``; a pod arriving after the window closed (or once it is full) opens
-the next array of that Job, so a Job's pods never deadlock and none waits longer than the window. Pods of a Job
+reach the gateway for one pool are sent as ONE ``SubmitGroup`` of kind ``GROUP_KIND_ARRAY`` once none of them
+arrived for ``window_s`` (a quiet window: a Job whose pods come steadily, however long its burst, forms one
+array), or ``max_wait_s`` after its first pod, or when it holds ``max_count``, whichever comes first; a pod
+arriving after that opens the next array of that Job, so a Job's pods never deadlock and none waits longer than
+``max_wait_s``. Pods of a Job
 whose batch options differ (resources, backend flags, account, storage: what one array's tasks must share, as
 Slurm's ``--array`` gives every task the same options) form separate arrays. ``group_runner`` does the I/O,
 the same as for gangs; this module only answers its questions.
@@ -12,6 +14,7 @@ the same as for gangs; this module only answers its questions.
 from __future__ import annotations
 
 import copy
+import datetime as dt
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -28,6 +31,8 @@ __pure__ = True  # no I/O, not even through what it imports (held by tests/contr
 ARRAY_UID_PREFIX = "a-"
 SEPARATOR = ":"
 """Between the parts of an array's group name: in none of them (a Job name, a label value, a pool name)."""
+NAME_GAP = 8
+"""Free array numbers in a row after which no array of the Job is still forming (``ArrayPolicy.name_for``)."""
 
 
 def batch_shape(job: pb.JobScript) -> str:
@@ -49,6 +54,11 @@ def array_spec(owner: JobOfPod, pool: str, job: pb.JobScript, max_count: int) ->
     return PodGroupSpec(name, max_count, pb.GangFailurePolicy.UNSPECIFIED, owner.index)
 
 
+def _utc(at: float) -> str:
+    when = dt.datetime.fromtimestamp(at, dt.UTC)
+    return f"{when:%Y-%m-%dT%H:%M:%S}.{when.microsecond // 100_000}Z"
+
+
 def array_uid(group: PodGroup) -> str:
     """The array's id: the same for the same pods (found again after a crash), another for the Job's next array."""
     digest = hashlib.sha256("\0".join([group.namespace, group.name, *sorted(group.members)]).encode())
@@ -63,25 +73,37 @@ def job_of_group(group: PodGroup) -> tuple[str, str]:
 
 @dataclass(frozen=True, slots=True)
 class ArrayPolicy:
-    """Coalesce a Job's pods for one pool: submit once ``window_s`` has passed since the first arrived or
-    ``max_count`` have; never refuse (a pod that cannot join goes into the next array)."""
+    """Coalesce a Job's pods for one pool: submit once none arrived for ``window_s``, or ``max_wait_s`` after
+    the first, or once ``max_count`` have; never refuse (a pod that cannot join goes into the next array)."""
 
     window_s: float
     max_count: int
+    max_wait_s: float = 30.0
 
     @property
     def kind(self) -> pb.GroupKind:
         return pb.GroupKind.ARRAY
 
     def name_for(self, held: Callable[[str], PodGroup | None], namespace: str, spec: PodGroupSpec, now: float) -> str:
-        """The array a pod joins: the Job's array still forming, else a new one (the first free number)."""
-        n = 0
-        while True:
+        """The array a pod joins: the Job's array still forming, else a new one (the first free number). An array
+        sent and forgotten leaves its number free while a later one may still form, so the search goes past free
+        numbers (up to ``NAME_GAP`` in a row: as many of a Job's arrays in flight at once) before it decides that
+        none is forming."""
+        free: str | None = None
+        gap, n = 0, 0
+        while gap < NAME_GAP:
             name = f"{spec.name}{SEPARATOR}{n}"
             group = held(group_key(namespace, name))
-            if group is None or isinstance(self.decide(group, now), Hold):
+            if group is None:
+                free = free or name
+                gap += 1
+            elif isinstance(self.decide(group, now), Hold):
                 return name
+            else:
+                gap = 0
             n += 1
+        assert free is not None
+        return free
 
     def admit(
         self,
@@ -101,15 +123,21 @@ class ArrayPolicy:
             raise GatewayError(500, f"array {group.key}: pod {member.name} is for another pool ({pool!r})")
         return group
 
+    def send_at(self, group: PodGroup) -> float:
+        """When the array is sent unless another pod arrives first: a quiet ``window_s`` after the last
+        arrival, never later than ``max_wait_s`` after the first (wall time)."""
+        return min(group.last_at + self.window_s, group.first_at + self.max_wait_s)
+
     def decide(self, group: PodGroup, now: float) -> Decision:
-        """Full, or its window has passed: submit. Else hold (the status says until when)."""
-        if len(group.members) >= self.max_count or now - group.first_at >= self.window_s:
+        """Full, quiet for the window, or held for the longest wait: submit. Else hold (the status says until
+        when at most)."""
+        if len(group.members) >= self.max_count or now >= self.send_at(group):
             return SubmitAsOne()
-        left = max(0.0, self.window_s - (now - group.first_at))
         job_name, _ = job_of_group(group)
         return Hold(
             f"coalescing the pods of Job {group.namespace}/{job_name or '?'} into one array: {len(group.members)} "
-            f"so far, sent within {left:.1f} s"
+            f"so far; sent at {_utc(self.send_at(group))} unless more arrive within {self.window_s:g} s, at "
+            f"{_utc(group.first_at + self.max_wait_s)} at the latest"
         )
 
     def submission(self, group: PodGroup) -> list[pb.JobScript]:

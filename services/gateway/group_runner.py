@@ -53,6 +53,8 @@ class PodGroupRunner:
     _submitting: dict[str, asyncio.Task[None]] = field(default_factory=dict, init=False)
     _sweeper: asyncio.Task[None] | None = field(default=None, init=False)
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock, init=False)
+    _stale: set[str] = field(default_factory=set, init=False)
+    """Groups whose members' waiting statuses are shown again by the next sweep (a member arrived)."""
     """Arrivals, departures and outcomes of groups one at a time: each reads a group and writes it back."""
 
     def __post_init__(self) -> None:
@@ -115,11 +117,10 @@ class PodGroupRunner:
             )
             if record.uid not in held.members:
                 pod_group.check_room(self.limits, self.held.usage(record.namespace), held, member)
-                held.members[record.uid] = member
                 # redis first: once the member is answered it must survive a restart
-                await self.held.put(held)
+                await self.held.add(held, member, now)
                 await self.store.put(record)
-                self._show_waiting(held)
+                self._show_waiting(held, record)
                 log.info("holding pod %s/%s: %s", record.namespace, record.name, self._waiting(held))
             if isinstance(self._policy.decide(held, now), SubmitAsOne):
                 self._submit_later(key)
@@ -246,20 +247,26 @@ class PodGroupRunner:
         send every group it says to send now and no task sends (an array whose window closed)."""
         async with self._lock:
             now = self.clock.time()
+            stale, self._stale = self._stale, set()
             for group in list(self.held.groups.values()):
                 decision = self._policy.decide(group, now)
+                if isinstance(decision, Hold) and group.key in stale:
+                    self._show_waiting(group)
                 if isinstance(decision, Refuse):
                     await self._fail(group, decision.reason, decision.message)
                 elif isinstance(decision, SubmitAsOne):
                     self._submit_later(group.key)
 
-    def _show_waiting(self, group: PodGroup) -> None:
-        """Every member's status says how many of the group have arrived (it changes with each arrival). In
-        memory only: the count is derived from the held group (redis has it), and ``start`` shows it again after
-        a restart, so an arrival costs no redis write per member already there."""
+    def _show_waiting(self, group: PodGroup, arrived: PodRecord | None = None) -> None:
+        """Held members' statuses say how many of the group have arrived (and, for an array, until when it is
+        sent at the latest). In memory only: the message is derived from the held group (redis has it), and
+        ``start`` shows it again after a restart. With ``arrived``, only that member's status is set now, the
+        others' at the next sweep tick (their count may be one tick stale): an arrival costs the same whatever
+        the group's size, never a status per member already there."""
         message = self._waiting(group)
-        for uid in group.members:
-            record = self.store.get(uid)
+        if arrived is not None:
+            self._stale.add(group.key)
+        for record in (arrived,) if arrived is not None else (self.store.get(uid) for uid in group.members):
             if record is None or record.is_final() or record.job_id:
                 continue
             record.status = pod_group.member_status(

@@ -82,6 +82,12 @@ class PodGroup:
     first_at: float
     """Wall time of the first member's arrival: the wait is counted from it, across gateway restarts."""
     members: dict[str, PodGroupMember] = field(default_factory=dict)
+    last_at: float = 0.0
+    """Wall time of the latest member's arrival (an array's quiet window counts from it); ``first_at`` until a
+    second member comes, and for a group an older gateway stored without it."""
+
+    def __post_init__(self) -> None:
+        self.last_at = max(self.last_at, self.first_at)
 
     @property
     def key(self) -> str:
@@ -94,7 +100,9 @@ class PodGroup:
     def ranked(self) -> list[PodGroupMember]:
         return sorted(self.members.values(), key=PodGroupMember.rank_key)
 
-    def to_json(self) -> str:
+    def header_json(self) -> str:
+        """What redis keeps of the group itself; each member is kept apart (``member_json``), so an arrival
+        writes one member and this header, whatever the group's size."""
         return json.dumps(
             {
                 "namespace": self.namespace,
@@ -103,21 +111,14 @@ class PodGroup:
                 "total": self.total,
                 "failure_policy": self.failure_policy,
                 "first_at": self.first_at,
-                "members": [
-                    {
-                        "uid": m.uid,
-                        "name": m.name,
-                        "index": m.index,
-                        "job": base64.b64encode(m.encoded).decode(),
-                        "images": m.images,
-                    }
-                    for m in self.members.values()
-                ],
+                "last_at": self.last_at,
             }
         )
 
     @classmethod
-    def from_json(cls, text: str | bytes) -> PodGroup:
+    def from_header(cls, text: str | bytes) -> tuple[PodGroup, list[dict[str, Any]] | None]:
+        """A group read back from its header, without members; and the members an older gateway stored in the
+        same JSON (``to_json``), or None for a header of the present format."""
         data: dict[str, Any] = json.loads(text)
         group = cls(
             namespace=str(data["namespace"]),
@@ -126,19 +127,67 @@ class PodGroup:
             total=int(data["total"]),
             failure_policy=int(data["failure_policy"]),
             first_at=float(data["first_at"]),
+            last_at=float(data.get("last_at") or 0.0),
         )
-        for m in data["members"]:
-            index = m.get("index")
-            encoded = base64.b64decode(m["job"])
-            group.members[str(m["uid"])] = PodGroupMember(
-                uid=str(m["uid"]),
-                name=str(m["name"]),
-                index=None if index is None else int(index),
-                job=pb.JobScript.parse(encoded),
-                encoded=encoded,
-                images={str(k): str(v) for k, v in (m.get("images") or {}).items()},
-            )
+        old = data.get("members")
+        return group, None if old is None else list(old)
+
+    def to_json(self) -> str:
+        """The format an older gateway stored: the whole group, every member's job inside, as one JSON value
+        (read back by ``from_json``, and moved to the present format when loaded)."""
+        return json.dumps(
+            {
+                "namespace": self.namespace,
+                "name": self.name,
+                "pool": self.pool,
+                "total": self.total,
+                "failure_policy": self.failure_policy,
+                "first_at": self.first_at,
+                "members": [member_data(m) for m in self.members.values()],
+            }
+        )
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> PodGroup:
+        group, members = cls.from_header(text)
+        for m in members or ():
+            member = member_from_data(m)
+            group.members[member.uid] = member
         return group
+
+
+def member_data(member: PodGroupMember) -> dict[str, Any]:
+    return {
+        "uid": member.uid,
+        "name": member.name,
+        "index": member.index,
+        "job": base64.b64encode(member.encoded).decode(),
+        "images": member.images,
+    }
+
+
+def member_json(key: str, member: PodGroupMember) -> str:
+    """What redis keeps of one held member, with its group's key."""
+    return json.dumps({"group": key, **member_data(member)})
+
+
+def member_from_data(m: dict[str, Any]) -> PodGroupMember:
+    index = m.get("index")
+    encoded = base64.b64decode(m["job"])
+    return PodGroupMember(
+        uid=str(m["uid"]),
+        name=str(m["name"]),
+        index=None if index is None else int(index),
+        job=pb.JobScript.parse(encoded),
+        encoded=encoded,
+        images={str(k): str(v) for k, v in (m.get("images") or {}).items()},
+    )
+
+
+def member_from_json(text: str | bytes) -> tuple[str, PodGroupMember]:
+    """(its group's key, the member) of what ``member_json`` wrote."""
+    data: dict[str, Any] = json.loads(text)
+    return str(data["group"]), member_from_data(data)
 
 
 @dataclass(frozen=True, slots=True)

@@ -86,8 +86,15 @@ class GatewaySettings(LayeredSettings):
         2.0,
         ge=0,
         le=60,
-        description="the pods of one Kubernetes Job arriving for a pool whose backend takes arrays within this "
-        'long of the first are sent as one array (docs/gateway.md, "Job arrays"); 0: every pod alone',
+        description="the pods of one Kubernetes Job arriving for a pool whose backend takes arrays are sent as one "
+        'array once none of them arrived for this long (docs/gateway.md, "Job arrays"); 0: every pod alone',
+    )
+    array_max_wait_s: float = Field(
+        30.0,
+        gt=0,
+        le=600,
+        description="an array being coalesced is sent this long after its first pod arrived at the latest, even "
+        "if its Job's pods still come (at least array_window_s)",
     )
     array_max_count: int = Field(
         1000,
@@ -147,6 +154,15 @@ class GatewaySettings(LayeredSettings):
             )
         return self
 
+    @model_validator(mode="after")
+    def _array_wait_holds_its_window(self) -> GatewaySettings:
+        if self.array_max_wait_s < self.array_window_s:
+            raise ValueError(
+                f"array_max_wait_s ({self.array_max_wait_s:g}) must be at least array_window_s "
+                f"({self.array_window_s:g}): an array could never wait its quiet window"
+            )
+        return self
+
     @field_validator("max_reported_cpu", "max_reported_memory", "max_reported_pods", "max_reported_other")
     @classmethod
     def _quantity(cls, value: str) -> str:
@@ -176,7 +192,7 @@ class GatewaySettings(LayeredSettings):
 
     def array_limits(self) -> PodGroupLimits:
         """What arrays being coalesced may hold: the bytes bounds of pod groups (an array holds pods for at most
-        ``array_window_s``, so no bound on seats: each array's ``total`` is only its most, ``array_max_count``)."""
+        ``array_max_wait_s``, so no bound on seats: each array's ``total`` is only its most, ``array_max_count``)."""
         from interlink_nats.services.gateway.pod_group import PodGroupLimits
 
         return PodGroupLimits(

@@ -143,3 +143,80 @@ def test_an_array_larger_than_any_the_gateway_sends_is_refused_at_the_submitter(
     assert validate_array(array_members(GROUP_SIZE_MAX)) == "a-1"
     with pytest.raises(ValueError, match=r"^members: 1025 members, more than an array may have \(1024\)"):
         validate_array(array_members(GROUP_SIZE_MAX + 1))
+
+
+def joined(policy: ArrayPolicy, group: PodGroup, uid: str, now: float) -> None:
+    """A pod arriving at ``now`` into ``group`` (what ``PodGroupStore.add`` does to it)."""
+    group.members[uid] = member(uid, len(group.members))
+    group.last_at = max(group.last_at, now)
+
+
+def test_pods_arriving_steadily_stay_one_array_until_a_quiet_window() -> None:
+    """The window is a quiet one: pods every window/2, for three windows, all join the first array; it is sent
+    once none arrived for the window. Before: the window counted from the first pod, so a Job's burst longer than
+    the window made several arrays (11 for 1,000 pods created in 12.9 s)."""
+    policy = ArrayPolicy(window_s=2.0, max_count=1000, max_wait_s=30.0)
+    spec = array_spec(JobOfPod("j1", "scan", 0), "pool-a", pb.JobScript(), 1000)
+    held: dict[str, PodGroup] = {}
+    name = policy.name_for(held.get, "ns", spec, 100.0)
+    group = held[group_key("ns", name)] = PodGroup("ns", name, "pool-a", 1000, 0, 100.0)
+    now = 100.0
+    for i in range(13):  # 0 .. 6 s after the first: three windows long
+        assert policy.name_for(held.get, "ns", spec, now) == name, f"pod {i} joins the forming array"
+        joined(policy, group, f"u{i}", now)
+        assert isinstance(policy.decide(group, now + 0.99), Hold)
+        now += 1.0
+    assert group.last_at == 112.0
+    assert isinstance(policy.decide(group, 113.99), Hold), "not yet quiet for the window"
+    assert isinstance(policy.decide(group, 114.0), SubmitAsOne), "quiet for the window: sent"
+    assert policy.name_for(held.get, "ns", spec, 114.5) != name, "a pod after the gap opens the next array"
+
+
+def test_the_longest_wait_bounds_an_array_whose_pods_keep_coming() -> None:
+    policy = ArrayPolicy(window_s=2.0, max_count=1000, max_wait_s=5.0)
+    group = PodGroup("ns", "scan:j1:pool-a:x:0", "pool-a", 1000, 0, 100.0)
+    joined(policy, group, "u0", 100.0)
+    for i in range(1, 5):
+        joined(policy, group, f"u{i}", 100.0 + i)
+        assert isinstance(policy.decide(group, 100.0 + i), Hold)
+    assert policy.send_at(group) == 105.0, "never later than max_wait_s after the first"
+    assert isinstance(policy.decide(group, 104.99), Hold)
+    assert isinstance(policy.decide(group, 105.0), SubmitAsOne)
+
+
+def test_a_held_array_members_status_says_until_when_at_most() -> None:
+    policy = ArrayPolicy(window_s=2.0, max_count=10, max_wait_s=30.0)
+    first = 1_800_000_000.0  # 2027-01-15T08:00:00Z
+    group = PodGroup("ns", "scan:j1:pool-a:x:0", "pool-a", 10, 0, first)
+    joined(policy, group, "u0", first)
+    joined(policy, group, "u1", first + 1.25)
+    decision = policy.decide(group, first + 2)
+    assert decision == Hold(
+        "coalescing the pods of Job ns/scan into one array: 2 so far; sent at 2027-01-15T08:00:03.2Z unless more "
+        "arrive within 2 s, at 2027-01-15T08:00:30.0Z at the latest"
+    )
+
+
+def test_a_group_stored_before_its_last_arrival_was_kept_counts_from_its_first() -> None:
+    old = PodGroup("ns", "scan:j1:pool-a:x:0", "pool-a", 10, 0, 100.0)
+    old.members["u0"] = member("u0", 0)
+    text = old.to_json()
+    assert "last_at" not in text
+    back = PodGroup.from_json(text)
+    assert back.last_at == 100.0 and back == old
+    header, members = PodGroup.from_header(back.header_json())
+    assert members is None and (header.first_at, header.last_at) == (100.0, 100.0)
+
+
+def test_a_pod_joins_the_forming_array_even_when_an_earlier_one_was_sent_and_forgotten() -> None:
+    """Before: the first free number was taken, so a pod arriving once array 0 was sent (and forgotten) while array
+    1 formed opened a third array beside it."""
+    policy = ArrayPolicy(window_s=2.0, max_count=100, max_wait_s=30.0)
+    spec = array_spec(JobOfPod("j1", "scan", 0), "pool-a", pb.JobScript(), 100)
+    held: dict[str, PodGroup] = {}
+    names = [f"{spec.name}:{n}" for n in range(4)]
+    for n in (1, 2):  # 1: sent, its reply not yet in; 2: forming
+        group = held[group_key("ns", names[n])] = PodGroup("ns", names[n], "pool-a", 100, 0, 100.0 + n)
+        joined(policy, group, f"u{n}", 100.0 + n)
+    assert policy.name_for(held.get, "ns", spec, 103.5) == names[2]
+    assert policy.name_for(held.get, "ns", spec, 104.5) == names[0], "none forming: the first free number"

@@ -71,7 +71,7 @@ async def test_an_indexed_job_of_20_pods_is_one_array_each_pod_its_own_logs_and_
     argv = ["sh", "-c", 'echo "index $I"; [ "$I" != 7 ]']  # index 7 fails, alone
     pods = [job_pod(job, job_uid, i, argv) for i in range(20)]
     state = tmp_path / "state"
-    async with full_stack(nats_url, state, array_window_s=60, array_max_count=20) as stack:
+    async with full_stack(nats_url, state, array_window_s=60, array_max_wait_s=60, array_max_count=20) as stack:
         for p in reversed(pods):  # out of order: the tasks are in completion-index order all the same
             await create(stack, p)
         [sent] = await arrays_sent(state, 1)
@@ -91,7 +91,7 @@ async def test_deleting_one_pod_of_an_array_cancels_only_it(nats_url: str, tmp_p
     job_uid = str(uuid.uuid4())
     pods = [job_pod("sleepy", job_uid, i, ["sh", "-c", f"touch {started}/$I; exec sleep 300"]) for i in range(2)]
     state = tmp_path / "state"
-    async with full_stack(nats_url, state, array_window_s=60, array_max_count=2) as stack:
+    async with full_stack(nats_url, state, array_window_s=60, array_max_wait_s=60, array_max_count=2) as stack:
         for p in pods:
             await create(stack, p)
 
@@ -140,7 +140,7 @@ async def test_pods_of_two_jobs_interleaved_form_one_array_each(nats_url: str, t
     pods_a = [job_pod("ja", a, i, ["true"]) for i in range(3)]
     pods_b = [job_pod("jb", b, i, ["true"]) for i in range(3)]
     state = tmp_path / "state"
-    async with full_stack(nats_url, state, array_window_s=60, array_max_count=3) as stack:
+    async with full_stack(nats_url, state, array_window_s=60, array_max_wait_s=60, array_max_count=3) as stack:
         for pa, pb_ in zip(pods_a, pods_b, strict=True):
             await create(stack, pa)
             await create(stack, pb_)
@@ -153,7 +153,7 @@ async def test_one_jobs_pods_for_two_pools_form_one_array_per_pool(nats_url: str
     job_uid = str(uuid.uuid4())
     other = new_pool()
     async with (
-        full_stack(nats_url, tmp_path / "one", array_window_s=60, array_max_count=2) as stack,
+        full_stack(nats_url, tmp_path / "one", array_window_s=60, array_max_wait_s=60, array_max_count=2) as stack,
         Submitter(submitter_settings(nats_url, other, tmp_path / "two")),
     ):
         pods = [job_pod("split", job_uid, i, ["true"], pool=other if i % 2 else None) for i in range(4)]
@@ -177,6 +177,7 @@ async def test_a_gateway_restart_while_an_array_forms_loses_nothing_and_sends_it
         "redis_url": redis_server.url,
         "durable": f"gw-{uuid.uuid4().hex[:8]}",
         "array_window_s": 60,
+        "array_max_wait_s": 60,
         "array_max_count": 3,
     }
     async with Submitter(submitter_settings(nats_url, pool, state)):
@@ -208,7 +209,7 @@ async def test_a_pool_whose_backend_takes_no_arrays_gets_each_pod_at_once(nats_u
     pods = [job_pod("plain", str(uuid.uuid4()), i, ["true"]) for i in range(3)]
     async with (
         Submitter(submitter_settings(nats_url, pool, state), backend=NoArrays(kill_grace_s=3.0)),
-        gateway_only(nats_url, default_pool=pool, array_window_s=60) as stack,
+        gateway_only(nats_url, default_pool=pool, array_window_s=60, array_max_wait_s=60) as stack,
     ):
         for p in pods:
             await create(stack, p)

@@ -73,11 +73,18 @@ async def test_members_out_of_order_and_twice_make_one_submit_group_ranked_by_co
         assert jid == f"held:default/{group}"
         await create(stack, pods[0])
         assert await create(stack, pods[0]) == jid  # interLink retried: still one member
-        status = waiting(await stack.status_of(pods[2]))
-        assert status == {
+        assert waiting(await stack.status_of(pods[0])) == {  # the arriving member's status: at once
             "reason": "PodGroupWaiting",
             "message": f"waiting for pod group default/{group}: 2 of 4 members have arrived",
         }
+
+        async def counted() -> bool:  # the others': at the next sweep tick (an arrival writes one status)
+            return waiting(await stack.status_of(pods[2])) == {
+                "reason": "PodGroupWaiting",
+                "message": f"waiting for pod group default/{group}: 2 of 4 members have arrived",
+            }
+
+        await eventually(counted, what="the first member's status to count the second")
         logs = await stack.get("/getLogs", logs_body(pods[0], "main"))
         assert logs.status_code == 409 and "2 of 4" in logs.text
         await create(stack, pods[3])

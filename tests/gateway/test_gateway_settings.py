@@ -107,3 +107,23 @@ def test_cli_reports_a_bad_gateway_config_in_one_line(tmp_path: Path) -> None:
     assert result.stderr.strip().splitlines() == [
         "interlink-nats: error: invalid settings: prot: Extra inputs are not permitted"
     ]
+
+
+def test_an_arrays_longest_wait_shorter_than_its_window_or_out_of_bounds_is_one_line_naming_it(tmp_path: Path) -> None:
+    with pytest.raises(ValidationError, match=r"array_max_wait_s \(5\) must be at least array_window_s \(10\)"):
+        GatewaySettings(array_window_s=10, array_max_wait_s=5)
+    for bad in (0, -1, 601):
+        with pytest.raises(ValidationError, match="array_max_wait_s"):
+            GatewaySettings(array_max_wait_s=bad)
+    assert GatewaySettings().array_max_wait_s == 30.0
+    config = tmp_path / "short.yaml"
+    config.write_text("array_window_s: 10\narray_max_wait_s: 5\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "interlink_nats.cli", "gateway", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert result.returncode == 2
+    [line] = result.stderr.strip().splitlines()
+    assert "array_max_wait_s (5) must be at least array_window_s (10)" in line, line
