@@ -118,6 +118,9 @@ class Gateway:
         self.metrics.watch_groups(
             lambda: len(self.groups.held.groups), self.groups.held.members, lambda: self.groups.held.bytes_total
         )
+        self.metrics.watch_arrays(
+            lambda: len(self.arrays.held.groups), self.arrays.held.members, lambda: self.arrays.held.bytes_total
+        )
         self.store.on_usage = self._bill
         self.calls = PodUseCases(self.settings, self.store, self.pools, self.client, self.groups, self.arrays)
 

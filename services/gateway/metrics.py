@@ -110,6 +110,22 @@ class GatewayMetrics:
         )
         size.set_function(lambda: float(held_bytes()))
 
+    def watch_arrays(self, arrays: Callable[[], int], members: Callable[[], int], held_bytes: Callable[[], int]) -> None:
+        """The Job arrays being coalesced (``array_policy``): apart from the pod groups above, whose figures mean a
+        group still missing members, while a forming array is sent within ``array_max_wait_s`` whatever comes."""
+        forming = Gauge("interlink_gateway_arrays_forming", "Job arrays being coalesced", registry=self.registry)
+        forming.set_function(lambda: float(arrays()))
+        waiting = Gauge(
+            "interlink_gateway_array_members_held", "Pods held while their Job's array forms", registry=self.registry
+        )
+        waiting.set_function(lambda: float(members()))
+        size = Gauge(
+            "interlink_gateway_array_bytes_held",
+            "Bytes of the rendered jobs held while their Job's array forms",
+            registry=self.registry,
+        )
+        size.set_function(lambda: float(held_bytes()))
+
     def bill(self, namespace: str, pool: str, billed: Billed) -> None:
         """One ended pod's usage, already bounded (``gateway.usage``). ``namespace`` is a validated name (pods are
         recorded only once validated), ``pool`` a known one: both are bounded label sets."""

@@ -59,6 +59,18 @@ async def all_ended(stack: Stack, pods: list[dict[str, Any]], within: float = 12
     await eventually(check, within=within, what="every pod terminated")
 
 
+async def gauges(stack: Stack) -> dict[str, float]:
+    """The gateway's unlabelled gauges, scraped from ``/metrics`` as Prometheus does."""
+    response = await stack.http.get("/metrics")
+    assert response.status_code == 200
+    out = {}
+    for line in response.text.splitlines():
+        if line.startswith("interlink_gateway_") and "{" not in line:
+            name, value = line.split()
+            out[name] = float(value)
+    return out
+
+
 def exit_code(status: dict[str, Any]) -> int:
     [container] = status["containers"]
     return int(container["state"]["terminated"]["exitCode"])
@@ -141,10 +153,21 @@ async def test_pods_of_two_jobs_interleaved_form_one_array_each(nats_url: str, t
     pods_b = [job_pod("jb", b, i, ["true"]) for i in range(3)]
     state = tmp_path / "state"
     async with full_stack(nats_url, state, array_window_s=60, array_max_wait_s=60, array_max_count=3) as stack:
-        for pa, pb_ in zip(pods_a, pods_b, strict=True):
+        for pa, pb_ in zip(pods_a[:2], pods_b[:2], strict=True):
             await create(stack, pa)
             await create(stack, pb_)
+        forming = await gauges(stack)
+        assert (forming["interlink_gateway_arrays_forming"], forming["interlink_gateway_array_members_held"]) == (2, 4)
+        assert forming["interlink_gateway_array_bytes_held"] > 0
+        assert forming["interlink_gateway_pod_groups_held"] == 0, "arrays are not counted as pod groups"
+        await create(stack, pods_a[2])
+        await create(stack, pods_b[2])
         sent = await arrays_sent(state, 2)
+
+        async def none_forming() -> bool:
+            return (await gauges(stack))["interlink_gateway_array_members_held"] == 0
+
+        await eventually(none_forming, within=30, what="the held gauges back to 0 once both arrays were sent")
         assert sorted(sent) == sorted([[uid_of(p) for p in pods_a], [uid_of(p) for p in pods_b]])
         await all_ended(stack, pods_a + pods_b)
 
