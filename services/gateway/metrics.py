@@ -110,7 +110,9 @@ class GatewayMetrics:
         )
         size.set_function(lambda: float(held_bytes()))
 
-    def watch_arrays(self, arrays: Callable[[], int], members: Callable[[], int], held_bytes: Callable[[], int]) -> None:
+    def watch_arrays(
+        self, arrays: Callable[[], int], members: Callable[[], int], held_bytes: Callable[[], int]
+    ) -> None:
         """The Job arrays being coalesced (``array_policy``): apart from the pod groups above, whose figures mean a
         group still missing members, while a forming array is sent within ``array_max_wait_s`` whatever comes."""
         forming = Gauge("interlink_gateway_arrays_forming", "Job arrays being coalesced", registry=self.registry)
