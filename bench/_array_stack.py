@@ -95,10 +95,11 @@ def _cpu(pid: int) -> float:
     return own + children
 
 
-def measure_stack(mode: str, n: int) -> dict[str, float]:
-    """One burst of N pods through the stack, as one Job's pods (coalesced) or as N unrelated pods."""
+def measure_stack(mode: str, n: int, queue_depth: int | None = None) -> dict[str, float]:
+    """One burst of N pods through the stack, as one Job's pods (coalesced) or as N unrelated pods, on a Slurm
+    whose ``default_queue_depth`` is ``queue_depth`` (None: Slurm's)."""
     tmp = Path(tempfile.mkdtemp(prefix="bench-array-stack-"))
-    cluster = SlurmCluster(cpus=n + 2).start()
+    cluster = SlurmCluster(cpus=n + 2, queue_depth=queue_depth).start()
     nats_server = NatsServerProcess().start_blocking()
     redis = RedisProcess()
     config = tmp / "submitter.json"

@@ -227,18 +227,18 @@ def queue_depth_for(setting: str, n: int) -> int | None:
 
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
-    sizes = [100] if args.quick else [100, 1000]
+    sizes = [100] if args.quick else [int(n) for n in args.sizes.split(",")]
     runs: dict[tuple[str, int], list[dict[str, Any]]] = {}
     for rep in range(args.reps):
         for n in sizes:
             modes = ["array", "singles"] if rep % 2 == 0 else ["singles", "array"]
             for mode in modes:
+                depth = queue_depth_for(args.queue_depth, n)
                 if args.stack:
                     from _array_stack import measure_stack
 
-                    runs.setdefault((mode, n), []).append(await asyncio.to_thread(measure_stack, mode, n))
+                    runs.setdefault((mode, n), []).append(await asyncio.to_thread(measure_stack, mode, n, depth))
                 else:
-                    depth = queue_depth_for(args.queue_depth, n)
                     runs.setdefault((mode, n), []).append(await measure(mode, n, depth))
                 print(f"rep {rep} n={n} {mode}: {runs[(mode, n)][-1]}", file=sys.stderr)
 
@@ -325,13 +325,14 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--quick", action="store_true", help="N = 100 only, fewer single-pod samples")
     parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--sizes", default="100,1000", help="burst sizes N, comma-separated (default 100,1000)")
     parser.add_argument("--stack", action="store_true", help="through nats-server, gateway and submitter processes")
     parser.add_argument("--samples", type=int, default=0, help="single-pod latency samples (default 40, quick 12)")
     parser.add_argument(
         "--queue-depth",
         default="slurm",
         help="Slurm's SchedulerParameters default_queue_depth: 'slurm' (its default, 100), 'burst' (N + 100) or a "
-        "number; backend-driven runs only",
+        "number",
     )
     result = asyncio.run(main(parser.parse_args()))
     print(json.dumps(result))
