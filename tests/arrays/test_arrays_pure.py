@@ -159,5 +159,5 @@ def test_a_member_deleted_while_its_array_was_submitted_is_cancelled_not_tracked
     assert settle(rows, [0, 1], [True, False]) == ([0], [1, 2, 4])
     assert settle(rows, [0, 1], [True, True]) == ([0, 1], [2, 4])
     assert settle(rows[:2], [], []) == ([], [])
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="zip"):
         settle(rows, [0, 1], [True])
