@@ -77,6 +77,19 @@ def to_cancel(rows: Sequence[MemberState]) -> list[int]:
     return [i for i, r in enumerate(rows) if r.phase is not Phase.SUBMITTING and r.phase is not Phase.ACTIVE]
 
 
+def settle(rows: Sequence[MemberState], waited: Sequence[int], recorded: Sequence[bool]) -> tuple[list[int], list[int]]:
+    """Once the backend has the array and each member in ``waited`` was offered its id (``recorded[k]``: whether
+    ``waited[k]``'s row was still submitting and took it): the members to track, and those whose task to cancel.
+
+    Cancelled: every member whose pod was deleted (or that ended) before the submission without an id of its own
+    (``to_cancel``), and every waiting member whose id could not be recorded because its pod was deleted while
+    the backend submitted (a Cancel that found it still submitting: no task to stop yet). A deleted member that
+    had an id stopped its task with its own cancel."""
+    track = [i for i, ok in zip(waited, recorded, strict=True) if ok]
+    lost = [i for i, ok in zip(waited, recorded, strict=True) if not ok]
+    return track, sorted({*(i for i in to_cancel(rows) if not rows[i].job_id), *lost})
+
+
 def member_ids(answered: Sequence[str], size: int) -> tuple[str, ...]:
     """The backend's member ids, checked: one per member, none empty (else the array cannot be followed)."""
     if len(answered) != size or not all(answered):

@@ -12,6 +12,7 @@ single ``Submit`` (the array field dropped): the single pod's path, idempotency 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import logging
 import os
@@ -25,7 +26,7 @@ from interlink_nats.submitters.core.arrays import (
     ARRAY_MEMBERS,
     MemberState,
     member_ids,
-    to_cancel,
+    settle,
     validate_array,
     waiting,
 )
@@ -107,13 +108,18 @@ class ArraySubmissions:
             raise Unavailable("submitter is stopping")
         if not isinstance(self._subs.backend, RunsArrays):
             return await self._singly(members, deadline)
+        uids = [m.pod.uid for m in members if m.pod is not None]
+        ours = self.inflight.get(array_uid)
+        for other in {t for u in uids if (t := self._subs.group_inflight.get(u)) is not None and t is not ours}:
+            with contextlib.suppress(Exception):  # recovery submitting this array: it submits, this answers
+                await asyncio.shield(other)
         running = self.inflight.get(array_uid)
         if running is not None:
             await asyncio.shield(running)
-            return await self._answer([m.pod.uid for m in members if m.pod is not None])
+            return await self._answer(uids)
         task = asyncio.ensure_future(self._submit_array(array_uid, members, deadline))
         self.inflight[array_uid] = task
-        self._subs.submitting_group([m.pod.uid for m in members if m.pod is not None], task)
+        self._subs.submitting_group(uids, task)
         task.add_done_callback(lambda _t: self.inflight.pop(array_uid, None))
         return await asyncio.shield(task)
 
@@ -252,14 +258,13 @@ async def record_array(subs: MemberSubmissions, rows: Sequence[JobRow], ids: Seq
     cancelled (its pod is gone: its task must not run)."""
     reg = subs.registry()
     state = _state(rows)
-    for i in waiting(state):
-        await reg.mark_submitted(rows[i].uid, ids[i])
+    todo = waiting(state)
+    recorded = [await reg.mark_submitted(rows[i].uid, ids[i]) for i in todo]  # not when tombstoned meanwhile
     subs.on_step("marked")
-    for i in waiting(state):
+    track, cancel = settle(state, todo, recorded)
+    for i in track:
         await subs.track_submitted([rows[i]], ids[i])
-    for i in to_cancel(state):
-        if rows[i].job_id:  # recorded before: its own cancel stopped it
-            continue
+    for i in cancel:
         try:
             await subs.backend.cancel(JobHandle(rows[i].uid, rows[i].job_dir, ids[i]))
             log.info("cancelled task %s of pod %s, deleted while its array was submitted", ids[i], rows[i].uid)
@@ -271,47 +276,62 @@ async def recover_arrays(subs: MemberSubmissions, rows: Sequence[JobRow], *, war
     """After a restart: members claimed in an array and never recorded as submitted, by array: found again
     (``find_array``: recorded, never submitted twice), else submitted once when every member's script is
     stored, else left for the gateway's retry of the same SubmitGroup (or failed once its deadline passed)."""
-    backend = subs.backend
     by_array: dict[str, list[JobRow]] = {}
     for row in rows:
         array = array_of(row)
         by_array.setdefault(array.array_uid if array else "", []).append(row)
+    for array_uid, live in by_array.items():
+        if any(r.uid in subs.group_inflight for r in live):  # a SubmitGroup (the gateway's retry) submits it
+            continue
+        # In flight as a SubmitGroup is: a Cancel of a member (and a retry of the array) waits for it to end, so
+        # it finds the member's task recorded and stops it, instead of finding it still submitting.
+        task = asyncio.ensure_future(_recover_array(subs, array_uid, live, warned))
+        subs.submitting_group([r.uid for r in live], task)
+        await task
+
+
+async def _recover_array(
+    subs: MemberSubmissions, array_uid: str, live: list[JobRow], warned: set[str]
+) -> pb.SubmitGroupResponse:
+    """One array of :func:`recover_arrays`; what it answers is not read."""
+    backend = subs.backend
     reg = subs.registry()
     now = subs.clock.time()
-    for array_uid, live in by_array.items():
-        array_dir = array_dir_for(subs.state_dir, array_uid)
-        uids = await asyncio.to_thread(read_members, array_dir)
-        if uids is None or not isinstance(backend, RunsArrays):  # never handed to the backend
-            if all(past_deadline(r.deadline, now) for r in live):
-                for row in live:
-                    await subs.fail_submission(row, gave_up(backend.name))
-            elif array_uid not in warned:
-                warned.add(array_uid)
-                log.warning("array %s was interrupted before it was submitted; waiting for a retry", array_uid)
-            continue
-        every = await reg.get_many(uids)
-        members = [every[u] for u in uids if u in every]
-        if len(members) != len(uids):
-            log.warning("array %s: %d of its members are no longer known", array_uid, len(uids) - len(members))
-            continue
-        spec = ArraySpec(
-            array_uid=array_uid,
-            members=tuple(r.backend_spec() for r in members),
-            job_dir=array_dir,
-            namespace=members[0].namespace,
-        )
-        try:
-            found = await backend.find_array(spec)
-            if found.job_id is not None:
-                await record_array(subs, members, member_ids(backend.member_job_ids(spec, found.job_id), len(members)))
-                continue
-            members = [members[i] for i in waiting(_state(members))]  # never submitted: only those still wanted
-            if not members or not await asyncio.to_thread(_scripts_stored, members):
-                continue
-            spec = ArraySpec(array_uid, tuple(r.backend_spec() for r in members), array_dir, namespace=spec.namespace)
-            await asyncio.to_thread(_write_members, array_dir, [r.uid for r in members])
-            array_id, ids = await backend.submit_array(spec)
-            log.info("array %s: submitted after a restart as %s", array_uid, array_id)
-            await record_array(subs, members, member_ids(ids, len(members)))
-        except (BackendError, OSError, ValueError) as exc:
-            log.warning("recovering array %s failed: %s", array_uid, exc)
+    done = pb.SubmitGroupResponse()
+    array_dir = array_dir_for(subs.state_dir, array_uid)
+    uids = await asyncio.to_thread(read_members, array_dir)
+    if uids is None or not isinstance(backend, RunsArrays):  # never handed to the backend
+        if all(past_deadline(r.deadline, now) for r in live):
+            for row in live:
+                await subs.fail_submission(row, gave_up(backend.name))
+        elif array_uid not in warned:
+            warned.add(array_uid)
+            log.warning("array %s was interrupted before it was submitted; waiting for a retry", array_uid)
+        return done
+    every = await reg.get_many(uids)
+    members = [every[u] for u in uids if u in every]
+    if len(members) != len(uids):
+        log.warning("array %s: %d of its members are no longer known", array_uid, len(uids) - len(members))
+        return done
+    spec = ArraySpec(
+        array_uid=array_uid,
+        members=tuple(r.backend_spec() for r in members),
+        job_dir=array_dir,
+        namespace=members[0].namespace,
+    )
+    try:
+        found = await backend.find_array(spec)
+        if found.job_id is not None:
+            await record_array(subs, members, member_ids(backend.member_job_ids(spec, found.job_id), len(members)))
+            return done
+        members = [members[i] for i in waiting(_state(members))]  # never submitted: only those still wanted
+        if not members or not await asyncio.to_thread(_scripts_stored, members):
+            return done
+        spec = ArraySpec(array_uid, tuple(r.backend_spec() for r in members), array_dir, namespace=spec.namespace)
+        await asyncio.to_thread(_write_members, array_dir, [r.uid for r in members])
+        array_id, ids = await backend.submit_array(spec)
+        log.info("array %s: submitted after a restart as %s", array_uid, array_id)
+        await record_array(subs, members, member_ids(ids, len(members)))
+    except (BackendError, OSError, ValueError) as exc:
+        log.warning("recovering array %s failed: %s", array_uid, exc)
+    return done

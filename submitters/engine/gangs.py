@@ -15,7 +15,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -93,6 +93,10 @@ class MemberSubmissions(Protocol):
     def on_step(self) -> Callable[[str], None]: ...
     @property
     def registry(self) -> Callable[[], Registry]: ...
+    @property
+    def group_inflight(self) -> Mapping[str, asyncio.Task[pb.SubmitGroupResponse]]:
+        """By member uid: the SubmitGroup (or an array's recovery) submitting that pod now."""
+        ...
 
     def validate(self, job: pb.JobScript) -> None: ...
     async def submit(self, job: pb.JobScript, *, deadline: float | None = None) -> pb.SubmitResponse: ...

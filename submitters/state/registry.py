@@ -295,14 +295,18 @@ class Registry:
                 out[row.uid] = row
         return out
 
-    async def mark_submitted(self, uid: str, job_id: str) -> None:
+    async def mark_submitted(self, uid: str, job_id: str) -> bool:
+        """The job's id, and the job active; False when the row was no longer submitting (cancelled meanwhile)."""
         params = (Phase.ACTIVE, job_id, self._clock.time(), uid, Phase.SUBMITTING)
-        await self._write(
-            lambda conn: (
-                conn.execute(
-                    "UPDATE jobs SET phase = ?, job_id = ?, updated_at = ? WHERE uid = ? AND phase = ?", params
-                ).rowcount
+        return (
+            await self._write(
+                lambda conn: (
+                    conn.execute(
+                        "UPDATE jobs SET phase = ?, job_id = ?, updated_at = ? WHERE uid = ? AND phase = ?", params
+                    ).rowcount
+                )
             )
+            > 0
         )
 
     async def set_deadline(self, uids: Sequence[str], deadline: float | None) -> None:

@@ -13,7 +13,8 @@ from interlink_nats.services.gateway.group_policy import Hold, SubmitAsOne
 from interlink_nats.services.gateway.pod_group import PodGroup, PodGroupMember, group_key
 from interlink_nats.services.scripts.job_array import JobOfPod
 from interlink_nats.services.scripts.render import render_pod
-from interlink_nats.submitters.core.arrays import validate_array
+from interlink_nats.submitters.core.arrays import MemberState, settle, validate_array
+from interlink_nats.submitters.core.lifecycle import Phase
 
 
 def raw_pod(labels: dict[str, str], owners: Any = None) -> dict[str, Any]:
@@ -220,3 +221,20 @@ def test_a_pod_joins_the_forming_array_even_when_an_earlier_one_was_sent_and_for
         joined(policy, group, f"u{n}", 100.0 + n)
     assert policy.name_for(held.get, "ns", spec, 103.5) == names[2]
     assert policy.name_for(held.get, "ns", spec, 104.5) == names[0], "none forming: the first free number"
+
+
+def test_a_member_deleted_while_its_array_was_submitted_is_cancelled_not_tracked() -> None:
+    submitting, deleted, done = Phase.SUBMITTING, Phase.DELETED, Phase.DONE
+    rows = [
+        MemberState("a", submitting, ""),  # waiting, its id recorded: tracked
+        MemberState("b", submitting, ""),  # waiting, but its row was tombstoned while the backend submitted
+        MemberState("c", deleted, ""),  # deleted before the submission, without an id: its task is cancelled
+        MemberState("d", deleted, "7_3"),  # deleted with an id of its own: its own cancel stopped the task
+        MemberState("e", done, ""),  # ended before it was submitted (its caller gave up): never to run
+        MemberState("f", Phase.ACTIVE, "7_5"),  # recorded before: left as it is
+    ]
+    assert settle(rows, [0, 1], [True, False]) == ([0], [1, 2, 4])
+    assert settle(rows, [0, 1], [True, True]) == ([0, 1], [2, 4])
+    assert settle(rows[:2], [], []) == ([], [])
+    with pytest.raises(ValueError, match="zip"):
+        settle(rows, [0, 1], [True])

@@ -6,6 +6,7 @@ counted: the backend's array and single submissions (``CountingShell``) and what
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
@@ -15,10 +16,11 @@ import pytest
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.kernel.subjects import rpc_subject
 from interlink_nats.services.bus.events_stream import ensure_events_stream
 from interlink_nats.services.bus.rpc import submitter_client
 from interlink_nats.submitters.backends.shell.backend import ShellBackend
-from interlink_nats.submitters.core.backend import ArraySpec, JobHandle, JobSpec
+from interlink_nats.submitters.core.backend import ArraySpec, BackendUnavailable, JobHandle, JobSpec, Reconciled
 from interlink_nats.submitters.runtime import Submitter
 from interlink_nats.submitters.settings import SubmitterSettings
 from interlink_nats.submitters.testing import SimulatedCrash, crash, settings_for, wait_for
@@ -206,29 +208,75 @@ async def test_a_crash_after_the_backend_took_the_array_finds_it_again_never_res
     assert {p.read_text() for p in runs.iterdir()} == {"run\n"}, "each task ran exactly once"
 
 
+class HeldShell(CountingShell):
+    """CountingShell unreachable for array lookups while ``down`` (as a backend at a submitter's restart), whose
+    array submission is held in flight (``entered`` set) until ``release``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.down = True
+        self.entered = asyncio.Event()
+        self.release = asyncio.Event()
+        self.cancelled_ids: list[str] = []
+
+    async def cancel(self, job: JobHandle) -> None:
+        self.cancelled_ids.append(job.job_id)
+        await super().cancel(job)
+
+    async def find_array(self, array: ArraySpec) -> Reconciled:
+        if self.down:
+            raise BackendUnavailable("unreachable")
+        return await super().find_array(array)
+
+    async def submit_array(self, array: ArraySpec) -> tuple[str, tuple[str, ...]]:
+        self.entered.set()
+        await self.release.wait()
+        return await super().submit_array(array)
+
+
 async def test_a_crash_before_the_submission_submits_once_and_cancels_a_member_deleted_meanwhile(
     tmp_path: Path, nats_url: str, pool: str, nc: nats.NATS
 ) -> None:
+    """Killed between the member list and the backend's answer; restarted while the backend is unreachable (its
+    start's recovery leaves the members submitting); the pod of task 2 deleted (a Cancel over NATS) while the
+    next recovery submits the array: that task is cancelled once the backend has it and never runs."""
     await ensure_events_stream(nc.jetstream())
-    runs = tmp_path / "runs"
+    runs, gate = tmp_path / "runs", tmp_path / "gate"
     runs.mkdir()
-    members = array([f"echo run >> {runs}/{i}" for i in range(3)])
+    members = array([f"until [ -e {gate} ]; do sleep 0.05; done; echo run >> {runs}/{i}" for i in range(3)])
+    deleted = uids(members)[2]
     settings = settings_for(tmp_path / "state", nats_url, pool=pool)
     a, first = await submit_until_crash(settings, members, "job_dir")  # claimed, member list written, not submitted
     await crash(a)
     await first.close()
     await a.stop()
     assert first.array_submits == []
-    second = CountingShell()
+    second = HeldShell()
     async with Submitter(settings, backend=second) as b:
-        client = submitter_client(nc, pool, timeout=30)
-        final = await statuses(client, uids(members))
-        assert [s.state for s in final] == [pb.JobState.SUCCEEDED] * 3, "recovery submitted the array once"
-        assert second.array_submits == [members[0].array.array_uid] and second.single_submits == []
-        again = await client.submit_group(request(members))
+        assert second.array_submits == [] and not second.entered.is_set(), "its start could not reach the backend"
+        client = submitter_client(nc, pool, timeout=60)
+        second.down = False
+        recovery = asyncio.create_task(b.recover())  # what the poll loop runs now and then
+        await asyncio.wait_for(second.entered.wait(), timeout=30)
+        heard = await nc.subscribe(rpc_subject("Cancel", pool))
+        cancel = asyncio.create_task(client.cancel(pb.CancelRequest(pod_uid=deleted)))  # the pod deleted now
+        await heard.next_msg(timeout=30)
+        second.release.set()
+        await recovery
+        reply = await cancel
+        assert reply.found and reply.status.state == pb.JobState.CANCELLED
+        assert second.array_submits == [members[0].array.array_uid], "recovery submitted the array once"
+        assert second.cancels == [deleted], "its task cancelled once the backend had it"
+        gate.touch()
+        final = await statuses(client, uids(members)[:2])
+        assert [s.state for s in final] == [pb.JobState.SUCCEEDED] * 2
+        again = await client.submit_group(request(members))  # the gateway's retry
         assert not again.created and second.array_submits == [members[0].array.array_uid]
-        assert b.tracked == 0
-    assert {p.read_text() for p in runs.iterdir()} == {"run\n"}
+        assert second.single_submits == []
+        assert again.member_job_ids[2] and second.cancelled_ids == [again.member_job_ids[2]], "its task, by its id"
+        assert deleted not in b.poller.tracked, "a deleted pod is not polled"
+    assert sorted(p.name for p in runs.iterdir()) == ["0", "1"], "the deleted member's command never ran"
+    assert {p.read_text() for p in runs.iterdir()} == {"run\n"}, "the others ran once"
 
 
 async def test_a_backend_without_arrays_gets_each_member_as_a_single_submit(

@@ -2,13 +2,16 @@
 are one ``sbatch`` (counted from slurmctld's own log and from each task's ``ArrayJobId``), task i runs member i
 with its own output, statuses while 2 tasks run and 18 wait on a 2-CPU node, a delete cancels one task, one member
 failing fails only its own, and a new backend instance (as after kill -9) finds the array by its uid; then through a
-submitter over RPC, killed right after its sbatch: the restarted one finds the array, submits nothing again.
+submitter over RPC, killed right after its sbatch: the restarted one finds the array, submits nothing again; and
+killed before its sbatch, restarted while Slurm is unreachable: a pod deleted while the next recovery's sbatch is
+in flight has its (still pending) task cancelled by Slurm, never run.
 
 Members are real rendered pod scripts (runtime ``none``) in job directories made as the submitter makes them.
 """
 
 from __future__ import annotations
 
+import asyncio
 import re
 import shlex
 import uuid
@@ -19,11 +22,20 @@ import nats
 import pytest
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel import layout
+from interlink_nats.kernel.subjects import rpc_subject
 from interlink_nats.services.bus.events_stream import ensure_events_stream
 from interlink_nats.services.bus.rpc import submitter_client
 from interlink_nats.services.scripts import render_job
 from interlink_nats.submitters.backends.slurm.backend import SlurmBackend, SlurmConfig
-from interlink_nats.submitters.core.backend import ArraySpec, BackendState, JobHandle, JobSpec, Observation
+from interlink_nats.submitters.core.backend import (
+    ArraySpec,
+    BackendState,
+    BackendUnavailable,
+    JobHandle,
+    JobSpec,
+    Observation,
+    Reconciled,
+)
 from interlink_nats.submitters.jobdirs.files import job_dir_for, prepare_job_dir
 from interlink_nats.submitters.runtime import Submitter
 from interlink_nats.submitters.testing import SimulatedCrash, crash, settings_for, wait_for
@@ -209,3 +221,91 @@ async def test_through_the_submitter_a_killed_submitter_finds_its_array_again_an
     finally:
         await nc.close()
     assert submissions(slurm) - before == 1, "never submitted twice"
+
+
+class HeldSlurm(SlurmBackend):
+    """The real Slurm backend, unreachable for array lookups while ``down`` (as at a submitter's restart while
+    slurmctld is), its array's sbatch held in flight (``entered`` set) until ``release``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.down = True
+        self.entered = asyncio.Event()
+        self.release = asyncio.Event()
+
+    async def find_array(self, array: ArraySpec) -> Reconciled:
+        if self.down:
+            raise BackendUnavailable("slurmctld unreachable")
+        return await super().find_array(array)
+
+    async def submit_array(self, array: ArraySpec) -> tuple[str, tuple[str, ...]]:
+        self.entered.set()
+        await self.release.wait()
+        return await super().submit_array(array)
+
+
+async def test_a_pod_deleted_while_recovery_submits_its_array_has_its_task_cancelled_by_slurm_never_run(
+    slurm: SlurmCluster, tmp_path: Path, nats_url: str
+) -> None:
+    pool = f"slurm{uuid.uuid4().hex[:8]}"
+    runs, release = tmp_path / "runs", tmp_path / "release"
+    runs.mkdir()
+    hold = f"until [ -e {shlex.quote(str(release))} ]; do sleep 0.1; done; "
+    # tasks 0 and 1 fill the 2-CPU node until released: task 2, the deleted one, is still pending when cancelled
+    members = array_jobs([f"{hold if i < 2 else ''}echo run >> {shlex.quote(str(runs / str(i)))}" for i in range(3)])
+    uids = [m.pod.uid for m in members if m.pod is not None]
+    array_uid = members[0].array.array_uid if members[0].array is not None else ""
+    settings = settings_for(tmp_path / "state", nats_url, pool=pool, backend="slurm", poll_interval=0.5)
+    nc = await nats.connect(nats_url)
+    await ensure_events_stream(nc.jetstream(timeout=5))
+    before = submissions(slurm)
+    dead = Submitter(settings, backend=SlurmBackend())
+    await dead.start()
+
+    def die(step: str) -> None:
+        if step == "job_dir":  # claimed, the member list written, no sbatch yet
+            raise SimulatedCrash(step)
+
+    dead.submissions.on_step = die
+    request = pb.SubmitGroupRequest(members=members, kind=pb.GroupKind.ARRAY)
+    with pytest.raises(SimulatedCrash):
+        await dead.gangs.submit_group(request)
+    await crash(dead)
+    await dead.stop()
+    assert submissions(slurm) == before
+    backend = HeldSlurm()
+    try:
+        async with Submitter(settings, backend=backend) as restarted:
+            assert not backend.entered.is_set(), "its start's recovery could not reach Slurm"
+            client = submitter_client(nc, pool, timeout=60)
+            backend.down = False
+            recovery = asyncio.create_task(restarted.recover())  # what the poll loop runs now and then
+            await asyncio.wait_for(backend.entered.wait(), timeout=30)
+            heard = await nc.subscribe(rpc_subject("Cancel", pool))
+            cancel = asyncio.create_task(client.cancel(pb.CancelRequest(pod_uid=uids[2])))  # the pod deleted now
+            await heard.next_msg(timeout=30)
+            backend.release.set()  # the sbatch goes on, the Cancel already received
+            await recovery
+            reply = await cancel
+            assert reply.found and reply.status.state == pb.JobState.CANCELLED
+            [array_id] = {
+                i.split("_")[0] for i in slurm.run("squeue", "-h", f"--name={array_uid}", "-o", "%i").stdout.split()
+            }
+            listed = slurm.run("squeue", "-h", "-t", "all", "-j", array_id, "-o", "%i %T").stdout.split("\n")
+            tasks = dict(line.split() for line in listed if line.strip())
+            # scancel of a pending task: Slurm drops it from the pending range (or shows it cancelled a while)
+            assert tasks.get(f"{array_id}_2", "CANCELLED") == "CANCELLED", tasks
+            assert not any(t.endswith("_[2]") or "-2]" in t for t in tasks), tasks
+            release.touch()
+
+            async def others_ended() -> list[pb.JobStatus] | None:
+                now = list((await client.get_status(pb.GetStatusRequest(pod_uids=uids[:2]))).statuses)
+                return now if all(s.state == pb.JobState.SUCCEEDED for s in now) and len(now) == 2 else None
+
+            await wait_for(others_ended, timeout=200, what="the other members to succeed")
+            assert uids[2] not in restarted.poller.tracked, "a deleted pod is not polled"
+    finally:
+        await nc.close()
+    assert sorted(p.name for p in runs.iterdir()) == ["0", "1"], "the deleted member's command never ran"
+    assert {p.read_text() for p in runs.iterdir()} == {"run\n"}, "the others ran once"
+    assert submissions(slurm) - before == 1, "one sbatch"
