@@ -65,6 +65,11 @@ async def _all_up(conn: HttpConnection, pods: list[dict[str, Any]]) -> bool:
     if status != 200:
         raise RuntimeError(f"/status answered {status}: {body[:200]!r}")
     answers = json.loads(body)
+    for s in answers:  # a pod that failed (its array refused by the pool, say) is not "up": the run is void
+        for c in s["containers"]:
+            ended = c.get("state", {}).get("terminated")
+            if ended is not None and ended.get("exitCode") != 0:
+                raise RuntimeError(f"pod {s.get('name')} failed: {ended.get('reason')}: {ended.get('message')}")
     return len(answers) == len(pods) and all(
         c.get("state", {}).get("running") is not None or c.get("state", {}).get("terminated") is not None
         for s in answers

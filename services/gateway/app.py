@@ -114,6 +114,7 @@ class Gateway:
             policy=ArrayPolicy(
                 self.settings.array_window_s, self.settings.array_max_count, self.settings.array_max_wait_s
             ),
+            max_payload=lambda: self.client.nc.max_payload,
         )
         self.metrics.watch_groups(
             lambda: len(self.groups.held.groups), self.groups.held.members, lambda: self.groups.held.bytes_total

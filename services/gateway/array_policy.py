@@ -84,11 +84,20 @@ class ArrayPolicy:
     def kind(self) -> pb.GroupKind:
         return pb.GroupKind.ARRAY
 
-    def name_for(self, held: Callable[[str], PodGroup | None], namespace: str, spec: PodGroupSpec, now: float) -> str:
-        """The array a pod joins: the Job's array still forming, else a new one (the first free number). An array
-        sent and forgotten leaves its number free while a later one may still form, so the search goes past free
-        numbers (up to ``NAME_GAP`` in a row: as many of a Job's arrays in flight at once) before it decides that
-        none is forming."""
+    def name_for(
+        self,
+        held: Callable[[str], PodGroup | None],
+        namespace: str,
+        spec: PodGroupSpec,
+        now: float,
+        fits: Callable[[PodGroup], bool] = lambda _: True,
+    ) -> str:
+        """The array a pod joins: the Job's array still forming that it ``fits`` (the caller's word: one more
+        member keeps the array's ``SubmitGroup`` within NATS's max_payload), else a new one (the first free
+        number). An array sent and forgotten leaves its number free while a later one may still form, so the
+        search goes past free numbers (up to ``NAME_GAP`` in a row: as many of a Job's arrays in flight at once)
+        before it decides that none is forming. An array the pod does not fit takes no more members and is sent
+        when its quiet window or its longest wait ends."""
         free: str | None = None
         gap, n = 0, 0
         while gap < NAME_GAP:
@@ -97,7 +106,7 @@ class ArrayPolicy:
             if group is None:
                 free = free or name
                 gap += 1
-            elif isinstance(self.decide(group, now), Hold):
+            elif isinstance(self.decide(group, now), Hold) and fits(group):
                 return name
             else:
                 gap = 0

@@ -67,7 +67,12 @@ class GroupPolicy(Protocol):
         ...
 
     def name_for(
-        self, held: Callable[[str], PodGroup | None], namespace: str, spec: PodGroupSpec, now: float
+        self,
+        held: Callable[[str], PodGroup | None],
+        namespace: str,
+        spec: PodGroupSpec,
+        now: float,
+        fits: Callable[[PodGroup], bool] = ...,
     ) -> str: ...
 
     def admit(
@@ -98,8 +103,15 @@ class GangPolicy:
     def kind(self) -> pb.GroupKind:
         return pb.GroupKind.UNSPECIFIED  # a gang, as every submitter reads a request without the field
 
-    def name_for(self, held: Callable[[str], PodGroup | None], namespace: str, spec: PodGroupSpec, now: float) -> str:
-        """A gang is the group its pods name."""
+    def name_for(
+        self,
+        held: Callable[[str], PodGroup | None],
+        namespace: str,
+        spec: PodGroupSpec,
+        now: float,
+        fits: Callable[[PodGroup], bool] = lambda _: True,
+    ) -> str:
+        """A gang is the group its pods name (whether it fits one message is the pool's to answer)."""
         return spec.name
 
     def admit(

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+from collections.abc import Callable
 from dataclasses import KW_ONLY, dataclass, field, replace
 
 from interlink_nats.gen.interlink_nats import v1 as pb
@@ -33,6 +34,11 @@ log = logging.getLogger("interlink_nats.gateway")
 
 RETRY_FIRST_S = 0.2
 RETRY_MAX_S = 5.0
+MEMBER_OVERHEAD = 512
+"""Bytes a member adds to a ``SubmitGroup`` beyond its job: the field's tag and length, its ``ArrayMember``
+(an array uid, a Job name and uid of at most 63 + 36 characters, three integers), with room to spare."""
+REQUEST_OVERHEAD = 16 * 1024
+"""The request's other fields and the NATS headers the RPC layer adds (deadline, reply subject), with room."""
 
 
 @dataclass(eq=False, repr=False, slots=True)
@@ -50,6 +56,9 @@ class PodGroupRunner:
     policy: GroupPolicy | None = None
     retry_s: float | None = None
     """How long a group's transient ``SubmitGroup`` failures are retried; None: ``wait_s``."""
+    max_payload: Callable[[], int] | None = None
+    """The most bytes one ``SubmitGroup`` may carry (NATS's ``max_payload``, known once connected): a policy that
+    chooses groups (arrays) starts the next one rather than grow one past it. None: no bound here."""
     _submitting: dict[str, asyncio.Task[None]] = field(default_factory=dict, init=False)
     _sweeper: asyncio.Task[None] | None = field(default=None, init=False)
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock, init=False)
@@ -108,7 +117,7 @@ class PodGroupRunner:
             name = (
                 already.name
                 if already is not None
-                else self._policy.name_for(self.held.get, record.namespace, group, now)
+                else self._policy.name_for(self.held.get, record.namespace, group, now, lambda g: self._fits(g, member))
             )
             group = replace(group, name=name)
             key = pod_group.group_key(record.namespace, name)
@@ -125,6 +134,15 @@ class PodGroupRunner:
             if isinstance(self._policy.decide(held, now), SubmitAsOne):
                 self._submit_later(key)
         return self.jid(record.namespace, group)
+
+    def _fits(self, group: PodGroup, member: PodGroupMember) -> bool:
+        """Whether ``group``'s ``SubmitGroup`` with ``member`` added stays within the NATS message limit: each
+        member travels as its job plus its place in the group (``MEMBER_OVERHEAD`` at most), the request's own
+        fields and NATS's headers within ``REQUEST_OVERHEAD``."""
+        if self.max_payload is None or not group.members:
+            return True
+        size = self.held.group_bytes(group.key) + member.size + MEMBER_OVERHEAD * (len(group.members) + 1)
+        return size + REQUEST_OVERHEAD <= self.max_payload()
 
     def jid(self, namespace: str, group: PodGroupSpec) -> str:
         """A member's ``PodJID`` before its group is sent."""

@@ -134,6 +134,11 @@ class PodGroupStore:
     def members(self) -> int:
         return len(self.by_member)
 
+    def group_bytes(self, key: str) -> int:
+        """The rendered jobs of ``key``'s arrived members, in bytes (counted as they arrive)."""
+        counted = self._counted.get(key)
+        return 0 if counted is None else counted.bytes
+
     def usage(self, namespace: str) -> PodGroupUsage:
         """What ``namespace`` holds now, and all namespaces together."""
         return PodGroupUsage(self._members.get(namespace, 0), self._bytes.get(namespace, 0), self.bytes_total)

@@ -103,7 +103,14 @@ def new_key() -> str:
 
 
 def runner(
-    redis: Any, key: str, clock: ManualClock, pool: Pool, *, max_wait_s: float = 30.0, store: PodStore | None = None
+    redis: Any,
+    key: str,
+    clock: ManualClock,
+    pool: Pool,
+    *,
+    max_wait_s: float = 30.0,
+    store: PodStore | None = None,
+    max_payload: int | None = None,
 ) -> PodGroupRunner:
     return PodGroupRunner(
         store or PodStore(),
@@ -114,6 +121,7 @@ def runner(
         limits=PodGroupLimits(group_size=1000, members_per_namespace=2**62),
         clock=clock,
         policy=ArrayPolicy(WINDOW, 1000, max_wait_s),
+        max_payload=None if max_payload is None else (lambda: max_payload),
     )
 
 
@@ -160,6 +168,26 @@ async def test_pods_arriving_every_half_window_form_one_array_and_a_gap_opens_th
 
 async def _empty(r: PodGroupRunner) -> bool:
     return not r.held.groups
+
+
+async def test_an_array_never_grows_past_what_one_nats_message_carries(client: Any) -> None:
+    """1,000 pods of ~3 KB under a 1 MiB max_payload (NATS's default) cannot travel as one SubmitGroup: each
+    array takes pods while the next one still fits, the next pod opens the next array, and every array the pool
+    gets encodes within the limit; together they are every pod once, in order."""
+    limit = 1024 * 1024
+    clock, pool = ManualClock(), Pool()
+    r = runner(client, new_key(), clock, pool, max_payload=limit)
+    for i in range(1000):
+        await hold(r, i, pad=3000)
+    assert len(r.held.groups) == 4, "four arrays forming (290 pods each at most), none past the limit"
+    clock.advance(WINDOW)
+    await r.sweep()
+    sent = [await pool.next_array() for _ in range(4)]
+    assert sorted(u for a in sent for u in a) == uids(*range(1000))
+    for array in sent:
+        size = len(bytes(pb.SubmitGroupRequest(members=[job(int(u[2:]), pad=3000) for u in array])))
+        assert size <= limit - 16 * 1024, (len(array), size)
+    assert sorted(len(a) for a in sent)[1:] == [290, 290, 290], "each array but the last as full as the limit allows"
 
 
 async def test_the_longest_wait_bounds_an_array_whose_pods_keep_coming(client: Any) -> None:

@@ -81,6 +81,20 @@ def test_a_later_pod_joins_the_next_array_of_its_job() -> None:
     assert policy.name_for(held.get, "ns", spec, 100.5) == second, "full: the next one"
 
 
+def test_a_pod_that_does_not_fit_the_forming_array_opens_the_next() -> None:
+    """``fits`` is the caller's word that one more member keeps the array within one NATS message."""
+    policy = ArrayPolicy(window_s=2.0, max_count=100)
+    spec = array_spec(JobOfPod("j1", "scan", 0), "pool-a", pb.JobScript(), 100)
+    held: dict[str, PodGroup] = {}
+    first = policy.name_for(held.get, "ns", spec, 100.0)
+    held[group_key("ns", first)] = group = PodGroup("ns", first, "pool-a", 100, 0, 100.0)
+    group.members["a"] = member("a", 0)
+    assert policy.name_for(held.get, "ns", spec, 100.5, lambda g: True) == first
+    second = policy.name_for(held.get, "ns", spec, 100.5, lambda g: g is not group)
+    assert second != first, "the forming array takes no more: the next number"
+    assert isinstance(policy.decide(group, 100.5), Hold), "the first is sent when its window ends, as any"
+
+
 def test_pods_of_other_jobs_pools_or_batch_options_never_share_an_array() -> None:
     job = pb.JobScript(resources=pb.ResourceRequest(cpu_millis=1000))
     base = array_spec(JobOfPod("j1", "scan", 0), "pool-a", job, 10).name
