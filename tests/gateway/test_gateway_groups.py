@@ -152,7 +152,7 @@ async def test_the_runner_does_what_its_policy_decides_not_what_a_gang_would() -
     class Impatient:
         kind = pb.GroupKind.UNSPECIFIED
 
-        def name_for(self, held: object, namespace: str, spec: PodGroupSpec, now: float) -> str:
+        def name_for(self, held: object, namespace: str, spec: PodGroupSpec, now: float, fits: object = None) -> str:
             return spec.name
 
         def admit(
