@@ -100,11 +100,8 @@ class Tracked:
     gang: str = ""
     """The group uid of a pod-group member: the backend is polled for its gang's one job, not for it."""
     layout: bool = True
-    """The submitter made a layout for it (``JobScript.layout``), which it removes once the job ended; False
-    spares a job without one the attempt (unknown, after a restart: tried)."""
-    runner_layout: bool = False
-    """The backend's runner made the layout and removes it before the job's end can be seen (``MakesLayout``):
-    the poll removes only what it finds left (``remove_ended_layout(if_left=True)``: a runner that could not)."""
+    """It has a layout (``JobScript.layout``), removed once the job ended; False spares the attempt (restart: tried)."""
+    runner_layout: bool = False  # ``MakesLayout``: the runner removed it; the poll removes only what is left
 
 
 @dataclass(slots=True)
@@ -454,7 +451,7 @@ class Poller:
         updates: list[StatusUpdate],
         events: dict[str, PendingEvent],
         finished: list[Tracked],
-        ended: list[tuple[Path, bool]],
+        ended: list[tuple[Path, bool]],  # (job dir, only what is left)
     ) -> None:
         """New inputs: run the pure plan and note the update, event, untracking and layout removal it asks for."""
         plan = plan_poll(t.meta, obs, files, last_status=t.status, revision=t.revision, now=now)
