@@ -26,6 +26,7 @@ from typing import Protocol, runtime_checkable
 
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel.clock import Clock
+from interlink_nats.kernel.layout import LayoutEntry
 
 
 class BackendState(enum.Enum):
@@ -111,6 +112,11 @@ class JobSpec:
     run_as_group: int | None = None
     storage: tuple[pb.StorageMount, ...] = ()
     """The site directories the job mounts (checked with the site's policy at the RPC)."""
+    layout: tuple[LayoutEntry, ...] = ()
+    """For a backend that :class:`MakesLayout`: the job's layout (``JobScript.layout``, validated), which the
+    submitter did not make; its runner makes it before the script starts. Empty for every other backend."""
+    layout_marker: bool = False
+    """With ``layout``: the script tests ``layout.PREPARED_FILE``, made last (``layout.tests_marker``)."""
 
     @property
     def handle(self) -> JobHandle:
@@ -390,6 +396,21 @@ class ReportsChanges(Protocol):
         and ``added`` is every tracked job: the answer is complete, as :meth:`Backend.poll`'s. The
         caller restarts after any call that raised, or whose answer it could not finish mapping.
         """
+
+
+@runtime_checkable
+class MakesLayout(Protocol):
+    """A backend whose per-job runner makes the job's layout and removes it when the job ended (the shell backend).
+
+    Optional (the submitter checks with ``isinstance`` and the flag): the submitter then writes only the job
+    directory, ``containers/`` and ``job.sh``, and hands the layout over in ``JobSpec.layout``; the runner makes it
+    before the script starts (the script finds it and forks nothing), as the job's account where the site switches
+    accounts, and removes ``layout.ENDED_JOB_LAYOUT`` once the script ended and before the job's end can be
+    observed. The submitter still removes what it finds left when it sees the job end (a runner that could not:
+    its launcher gone, a restart), at the cost of one ``lstat`` a name otherwise.
+    """
+
+    makes_layout: bool
 
 
 @runtime_checkable

@@ -100,8 +100,8 @@ class Tracked:
     gang: str = ""
     """The group uid of a pod-group member: the backend is polled for its gang's one job, not for it."""
     layout: bool = True
-    """The submitter made a layout for it (``JobScript.layout``), which it removes once the job ended; False
-    spares a job without one the attempt (unknown, after a restart: tried)."""
+    """It has a layout (``JobScript.layout``), removed once the job ended; False spares the attempt (restart: tried)."""
+    runner_layout: bool = False  # ``MakesLayout``: the runner removed it; the poll removes only what is left
 
 
 @dataclass(slots=True)
@@ -168,7 +168,7 @@ class Poller:
     def __post_init__(self) -> None:
         self._changes = self.backend if isinstance(self.backend, ReportsChanges) else None
 
-    def track(self, row: JobRow, *, layout: bool = True) -> Tracked:
+    def track(self, row: JobRow, *, layout: bool = True, runner_layout: bool = False) -> Tracked:
         t = Tracked(
             meta_from_row(row, self.pool, self.backend.name),
             JobHandle(row.uid, row.job_dir, row.job_id),
@@ -177,6 +177,7 @@ class Poller:
             row.revision,
             submitted_at=row.created_at,
             layout=layout,
+            runner_layout=runner_layout,
         )
         old = self.tracked.get(row.uid)
         if old is not None:
@@ -402,12 +403,12 @@ class Poller:
         now: float,
         journals: list[Path],
         seen: tuple[dict[str, Tracked], list[Tracked]] | None = None,
-    ) -> tuple[list[StatusUpdate], dict[str, PendingEvent], list[Tracked], list[Path]]:
+    ) -> tuple[list[StatusUpdate], dict[str, PendingEvent], list[Tracked], list[tuple[Path, bool]]]:
         """Map the changed jobs' inputs to their status; only this poll touches ``Tracked`` fields."""
         updates: list[StatusUpdate] = []
         events: dict[str, PendingEvent] = {}
         finished: list[Tracked] = []
-        ended: list[Path] = []
+        ended: list[tuple[Path, bool]] = []
         now_ns = self.clock.time_ns()
         # The journal before the files: a file written after this read leaves a line for the next one.
         # It names job directories, which are named by pod UID (``jobfiles.job_dir_for``).
@@ -450,14 +451,14 @@ class Poller:
         updates: list[StatusUpdate],
         events: dict[str, PendingEvent],
         finished: list[Tracked],
-        ended: list[Path],
+        ended: list[tuple[Path, bool]],  # (job dir, only what is left)
     ) -> None:
         """New inputs: run the pure plan and note the update, event, untracking and layout removal it asks for."""
         plan = plan_poll(t.meta, obs, files, last_status=t.status, revision=t.revision, now=now)
         if plan.untrack:
             finished.append(t)
         if plan.remove_layout and t.layout:
-            ended.append(t.handle.job_dir)
+            ended.append((t.handle.job_dir, t.runner_layout))
         change = plan.change
         if change is None:
             return

@@ -19,11 +19,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.kernel import layout
 from interlink_nats.kernel.clock import Clock
 from interlink_nats.kernel.log_context import bind as bind_log_fields
 from interlink_nats.submitters.backends.commands import CommandCheck
 from interlink_nats.submitters.core import fastwire
-from interlink_nats.submitters.core.backend import Backend, BackendError, BackendUnavailable, JobHandle, Reconciled
+from interlink_nats.submitters.core.backend import (
+    Backend,
+    BackendError,
+    BackendUnavailable,
+    JobHandle,
+    MakesLayout,
+    Reconciled,
+)
 from interlink_nats.submitters.core.errors import CannotSubmit, InvalidRequest, Refused, Unavailable
 from interlink_nats.submitters.core.lifecycle import (
     Answer,
@@ -122,6 +130,23 @@ class Submissions:
     the seam crash tests use to stop a submitter between any two steps. A new claim's ``claimed``
     is called on the registry's writer thread (between the commit and the job directory)."""
 
+    runner_makes_layout: bool = field(init=False, default=False)
+    """The backend's runner makes a single job's layout and removes it (``MakesLayout``): the submitter writes
+    only the job directory, ``containers/`` and ``job.sh``, and hands the layout over in ``JobSpec.layout``."""
+
+    def __post_init__(self) -> None:
+        self.runner_makes_layout = isinstance(self.backend, MakesLayout) and self.backend.makes_layout
+
+    def handed_layout(self, job: pb.JobScript) -> tuple[layout.LayoutEntry, ...] | None:
+        """The layout the backend's runner makes for this single job (``MakesLayout``), or None: the submitter
+        makes it (another backend, no layout, or one it cannot take: the script then makes it, as before)."""
+        if not self.runner_makes_layout or not job.layout:
+            return None
+        try:
+            return tuple(jobfiles.layout_entries(job.layout))
+        except ValueError:
+            return None
+
     def reopen(self) -> None:
         """Fresh job-directory writer (after a stop closed the previous one)."""
         self.stopping = False
@@ -155,17 +180,24 @@ class Submissions:
         return await asyncio.shield(task)
 
     async def claim(
-        self, job: pb.JobScript, job_dir: Path, *, gang: str = "", deadline: float | None = None
+        self,
+        job: pb.JobScript,
+        job_dir: Path,
+        *,
+        gang: str = "",
+        deadline: float | None = None,
+        make_layout: bool = True,
     ) -> tuple[bool, JobRow]:
         """The durable intent (the registry row, with its caller's ``deadline``) and, for a new one, the job
         directory, written on the registry's writer thread right after the claim's commit: (created, row). A
-        gang's members are claimed alike (``gang``: their group uid)."""
+        gang's members are claimed alike (``gang``: their group uid). ``make_layout`` False: the backend's runner
+        makes the layout (:meth:`handed_layout`)."""
         pod = job.pod if job.pod is not None else _NO_POD
         script, entries = job.script, job.layout
 
         def write_job_dir() -> None:
             self.on_step("claimed")
-            jobfiles.prepare_job_dir(job_dir, script, entries)
+            jobfiles.prepare_job_dir(job_dir, script, entries, make_layout=make_layout)
 
         try:
             return await self.registry().claim(
@@ -212,7 +244,9 @@ class Submissions:
         )
         script = job.script
         entries = job.layout
-        created, row = await self.claim(job, job_dir, deadline=deadline)
+        handed = self.handed_layout(job)
+        by_runner = handed is not None
+        created, row = await self.claim(job, job_dir, deadline=deadline, make_layout=not by_runner)
         if not created:
             self.on_step("claimed")
             if row.gang and row.phase is Phase.SUBMITTING:  # never resumed alone: its group is one job
@@ -240,19 +274,25 @@ class Submissions:
                 found = exc
             resumed = plan_resume(self.backend.name, found)
             if resumed is not None:
-                return await self._execute(resumed, row, meta, layout=bool(entries))
+                return await self._execute(resumed, row, meta, layout=bool(entries), by_runner=by_runner)
         if not created:  # resuming an interrupted submission: its directory may be missing or partial
             try:
-                await self.job_dirs.run((job_dir, script, entries))
+                if by_runner:
+                    await asyncio.to_thread(jobfiles.prepare_job_dir, job_dir, script, entries, make_layout=False)
+                else:
+                    await self.job_dirs.run((job_dir, script, entries))
             except OSError as exc:
                 raise Unavailable(f"cannot write the job directory: {exc}") from None
         self.on_step("job_dir")
         if past_deadline(self.deadlines.get(row.uid, deadline), self.clock.time()):
             reason = gave_up(self.backend.name)
             return await self._execute(FailPod(reason, reason), row, meta, layout=bool(entries))
-        outcome = await self.attempt(lambda: self.backend.submit(row.backend_spec(job)))
+        spec = row.backend_spec(job)
+        if handed is not None:
+            spec = dataclasses.replace(spec, layout=handed, layout_marker=layout.tests_marker(script))
+        outcome = await self.attempt(lambda: self.backend.submit(spec))
         action = plan_submit(self.backend.name, outcome, created=created, unusable=self.commands.problem)
-        return await self._execute(action, row, meta, layout=bool(entries))
+        return await self._execute(action, row, meta, layout=bool(entries), by_runner=by_runner)
 
     async def attempt(self, submission: Callable[[], Awaitable[str]]) -> str | BackendError:
         """One backend submission (a job's or a gang's): its id, or the error as data for ``plan_submit`` to
@@ -277,7 +317,9 @@ class Submissions:
         """An error answer ends its callers' wait: from now on only a new Submit (never recovery) submits these."""
         await self.registry().set_deadline(uids, self.clock.time())
 
-    async def _execute(self, action: SubmitAction, row: JobRow, meta: JobMeta, *, layout: bool) -> pb.SubmitResponse:
+    async def _execute(
+        self, action: SubmitAction, row: JobRow, meta: JobMeta, *, layout: bool, by_runner: bool = False
+    ) -> pb.SubmitResponse:
         """Carry out what ``plan_submit``/``plan_resume`` decided; the answer, or the domain error to raise."""
         if isinstance(action, RetryLater | CannotRun):
             await self.give_up([row.uid])
@@ -291,7 +333,7 @@ class Submissions:
         row.job_id = job_id
         bind_log_fields(job_id=job_id)
         async with self.poller.lock:
-            self.poller.track(row, layout=layout)
+            self.poller.track(row, layout=layout, runner_layout=by_runner)
         if action.answer is Answer.CREATED:
             return pb.SubmitResponse(job_id=job_id, created=True)  # pending; the caller knows the containers
         if action.answer is Answer.STORED:

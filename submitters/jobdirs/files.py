@@ -84,13 +84,16 @@ def _umask_keeps_owner_bits() -> bool:
     return False
 
 
-def prepare_job_dir(job_dir: Path, script: str, entries: Sequence[pb.LayoutEntry] = ()) -> Path:
+def prepare_job_dir(
+    job_dir: Path, script: str, entries: Sequence[pb.LayoutEntry] = (), *, make_layout: bool = True
+) -> Path:
     """Create the job directory (0700) with ``containers/`` and write the script (0700) atomically.
 
     The job-dir layout (volume directories, runtime ``none``'s links) comes in ``entries``
     (``JobScript.layout``), or, for a script rendered before that field existed, on the script's layout
     line: it is made here too, and the script, finding it there, skips the processes that would make it
-    (P8). When the layout cannot be made the script makes it itself, as it would have.
+    (P8). When the layout cannot be made the script makes it itself, as it would have. ``make_layout`` False:
+    the backend's runner makes it (``MakesLayout``: the shell backend), and this writes only the rest.
 
     Idempotent, so a retried submission after a crash rewrites the same content. On the create
     path of every job, so it spends few syscalls: plain ``os`` calls on string paths, the parent
@@ -127,7 +130,8 @@ def prepare_job_dir(job_dir: Path, script: str, entries: Sequence[pb.LayoutEntry
     finally:
         os.close(fd)
     os.replace(tmp, path)
-    _prepare_layout(directory, script, entries, fresh)
+    if make_layout:
+        _prepare_layout(directory, script, entries, fresh)
     return Path(path)
 
 
@@ -246,12 +250,17 @@ def remove_job_dir(job_dir: Path) -> None:
         time.sleep(REMOVE_PAUSE_S)
 
 
-def remove_ended_layout(job_dir: Path) -> None:
+def remove_ended_layout(job_dir: Path, *, if_left: bool = False) -> None:
     """Remove an ended job's layout (``layout.ENDED_JOB_LAYOUT``: its volumes, secrets among them, the
     containers' rootfs and the marker), keeping logs and exit files. The script leaves this to the submitter
     where it found the submitter's layout; where it made its own, it removed it at exit and this finds nothing
     (one failed open a name). The poll calls it after it published the statuses. A link is removed, never
-    followed, whatever the job's account put there (:func:`_remove_tree`)."""
+    followed, whatever the job's account put there (:func:`_remove_tree`).
+
+    ``if_left``: a job whose runner removed its layout before its end could be seen (``MakesLayout``); only
+    what is still there is removed (a runner that could not: its launcher was gone), for one ``lstat`` a name."""
+    if if_left and not any(os.path.lexists(os.path.join(job_dir, name)) for name in layout.ENDED_JOB_LAYOUT):
+        return
     try:
         fd = os.open(job_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError:
@@ -302,10 +311,10 @@ def _remove_tree(name: str, parent_fd: int) -> None:
         os.rmdir(name, dir_fd=parent_fd)
 
 
-def remove_ended_layouts(job_dirs: Iterable[Path]) -> None:
-    """:func:`remove_ended_layout` for each of a poll's ended jobs, in one thread hop."""
-    for job_dir in job_dirs:
-        remove_ended_layout(job_dir)
+def remove_ended_layouts(job_dirs: Iterable[tuple[Path, bool]]) -> None:
+    """:func:`remove_ended_layout` for each of a poll's ended jobs (with its ``if_left``), in one thread hop."""
+    for job_dir, if_left in job_dirs:
+        remove_ended_layout(job_dir, if_left=if_left)
 
 
 def sweep_removals(jobs: Path) -> int:

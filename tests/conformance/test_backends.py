@@ -2,23 +2,26 @@
 scenarios against every backend (``site``, conftest.py). A backend is done when it passes:
 ``pytest tests/conformance -k <name>``.
 
-What a backend does not declare (``RunsGangs``, ``RunsArrays``, ``ReportsChanges``, ``ReportsFree``, switching
-accounts) is skipped for it, saying so; what it declares is held to the protocol's word. The per-backend tests
-keep what is particular to one batch system (its flags, its texts, its failure modes); these are the answers all
-must give.
+What a backend does not declare (``RunsGangs``, ``RunsArrays``, ``ReportsChanges``, ``ReportsFree``,
+``MakesLayout``, switching accounts) is skipped for it, saying so; what it declares is held to the protocol's word.
+The per-backend tests keep what is particular to one batch system (its flags, its texts, its failure modes); these
+are the answers all must give.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
 from accounts import ThrowAway
+from interlink_nats.kernel import layout
 from interlink_nats.submitters.core.backend import (
     GONE,
     BackendState,
     JobHandle,
+    MakesLayout,
     Observation,
     ReportsChanges,
     ReportsFree,
@@ -224,6 +227,25 @@ async def test_a_switched_account_runs_the_job_as_that_account(site: Site, reque
     job.go()
     assert (await until_ended(backend, job.handle)).state is BackendState.COMPLETED
     assert who.read_text().split() == [str(account.uid), str(account.gid)]
+
+
+async def test_a_runner_that_makes_the_layout_has_removed_it_when_the_end_is_seen(site: Site) -> None:
+    """``MakesLayout``: the layout handed over in ``JobSpec.layout`` is there when the script runs, and gone (logs
+    and the script's own files kept) by the time a poll sees the job end."""
+    backend = await site.open()
+    declared(site, backend, MakesLayout, "MakesLayout")
+    assert isinstance(backend, MakesLayout) and backend.makes_layout
+    found = "[ -d {dir}/volumes/v ] && [ {dir}/rootfs/c/v -ef {dir}/volumes/v ] && echo found > {dir}/found"
+    entries = (layout.LayoutDir("volumes/v", 0o750), layout.LayoutLink("rootfs/c/v", "volumes/v"))
+    job = await site.submit(backend, dataclasses.replace(site.spec(then=found), layout=entries))
+    await until_running(backend, job)
+    job.go()
+    assert (await until_ended(backend, job.handle)).state is BackendState.COMPLETED
+    assert (job.dir / "found").exists(), "the script found the layout"
+    assert [
+        name for name in layout.ENDED_JOB_LAYOUT if (job.dir / name).is_symlink() or (job.dir / name).exists()
+    ] == []
+    assert OUTPUT_MARK in _text(layout_output(backend, job.dir))
 
 
 def _text(path: Path) -> str:

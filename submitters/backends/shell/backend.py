@@ -80,10 +80,8 @@ from interlink_nats.submitters.core.site_policy import AccountingPolicy
 
 log = logging.getLogger(__name__)
 
-LAUNCH_ATTEMPTS = 3
-"""Tries per job when the launcher itself fails (a retry of a started job is a no-op)."""
-REAP_FALLBACK_S = 0.5
-"""How often full slots are re-checked when no pidfd told us a runner ended."""
+LAUNCH_ATTEMPTS = 3  # tries per job when the launcher itself fails (a retry of a started job is a no-op)
+REAP_FALLBACK_S = 0.5  # how often full slots are re-checked when no pidfd told us a runner ended
 
 
 @dataclass(slots=True)
@@ -102,6 +100,7 @@ class ShellBackend(ShellGangs, ShellArrays):
     """Local processes, at most ``max_concurrent`` at once (others wait in a FIFO); a pod group is one job."""
 
     name = "shell"
+    makes_layout = True  # ``MakesLayout``: each runner makes its job's layout and removes it (:mod:`.jobtree`)
 
     @classmethod
     def create(cls, config: ShellConfig, context: BackendContext) -> ShellBackend:
@@ -250,7 +249,7 @@ class ShellBackend(ShellGangs, ShellArrays):
             for attempt in range(1, LAUNCH_ATTEMPTS + 1):
                 self.calls += 1
                 try:
-                    pid = await self._launcher.launch(spec.job_dir, self._accounts.get(spec.uid, ""))
+                    pid = await self._launcher.launch(spec, self._accounts.get(spec.uid, ""))
                 except BackendUnavailable as exc:
                     if attempt == LAUNCH_ATTEMPTS:
                         log.error("launching job %s failed: %s; it will be reported as lost", spec.uid, exc)

@@ -25,7 +25,7 @@ from interlink_nats.submitters.backends.proc import timed
 from interlink_nats.submitters.backends.shell import jobtree
 from interlink_nats.submitters.backends.shell.jobtree import CLAIM as CLAIM
 from interlink_nats.submitters.backends.shell.jobtree import CLAIM_LAUNCHER, CLAIM_RUNNER, LAUNCHER_NAME, RUNNER_NAME
-from interlink_nats.submitters.core.backend import BackendUnavailable
+from interlink_nats.submitters.core.backend import BackendUnavailable, JobSpec
 
 log = logging.getLogger(__name__)
 
@@ -40,7 +40,10 @@ NEVER_STARTED = "the job never started: it was claimed, but the launcher stopped
 # A constant program, never formatted: the only inputs are positional arguments. The launcher (:mod:`.jobtree`,
 # a small Python, one per submitter) forks it per job in a process group of its own (cancel signals that group),
 # made a subreaper (the job's orphans stay below it), with "$1" the job directory, "$3" the account ("uid:gid" or
-# empty), "$4" "$5" the Python and jobtree.py that kill what job.sh leaves behind. With an account the runner
+# empty), "$4" "$5" the Python and jobtree.py that kill what job.sh leaves behind, "$6" set when the launcher
+# removes the job's ended layout: once job.sh ended the runner writes its directory to fd 3 and waits (bounded)
+# for the launcher to close fd 4 (jobtree's docstring says why; PIPE ignored from then on: a launcher gone
+# must not kill the runner before its exit file). Neither descriptor reaches job.sh. With an account the runner
 # (still the submitter's user: it writes the pid and exit files) runs job.sh through setpriv as that account,
 # without the submitter's groups. It outlives a cancel's TERM (a trap: job.sh gets the default) and ends only
 # once nothing of its job is left, so its end frees the job's slot: what job.sh leaves is killed (as a node ends
@@ -50,17 +53,35 @@ cd "$1" || exit 97
 trap : TERM
 echo $$ > .shell.pid.tmp && mv -f .shell.pid.tmp .shell.pid
 if [ -n "$3" ]; then
-  setpriv --reuid="${3%%:*}" --regid="${3##*:}" --clear-groups -- "$2" ./job.sh >> job.out 2>&1 </dev/null
+  setpriv --reuid="${3%%:*}" --regid="${3##*:}" --clear-groups -- "$2" ./job.sh >> job.out 2>&1 </dev/null 3>&- 4>&-
 else
-  "$2" ./job.sh >> job.out 2>&1 </dev/null
+  "$2" ./job.sh >> job.out 2>&1 </dev/null 3>&- 4>&-
 fi
 rc=$?
 kids=unknown
 read -r kids < "/proc/$$/task/$$/children" 2>/dev/null
-[ -z "$kids" ] || "$4" -I -S "$5" reap "$$"
+[ -z "$kids" ] || "$4" -I -S "$5" reap "$$" 3>&- 4>&-
+if [ -n "$6" ]; then
+  trap '' PIPE
+  printf '%s\0' "$1" >&3 2>/dev/null && read -r -d '' -t 60 _ <&4
+  exec 3>&- 4>&-
+fi
 echo $rc > .shell.exit.tmp && mv -f .shell.exit.tmp .shell.exit
 exit $rc
 """
+
+
+def runner_layout(spec: JobSpec) -> bytes:
+    """``spec.layout`` as the launcher reads it (empty: none, the runner makes nothing and asks no removal)."""
+    if not spec.layout:
+        return b""
+    items: list[tuple[str, str, int | str | None]] = []
+    for entry in spec.layout:
+        if isinstance(entry, layout.LayoutDir):
+            items.append(("d", entry.path, entry.mode))
+        else:
+            items.append(("l", entry.path, entry.target))
+    return jobtree.encode_layout(items, spec.layout_marker)
 
 
 def proc_start_ticks(pid: int) -> tuple[int, str] | None:
@@ -198,20 +219,21 @@ class Launcher:
             self._reader = asyncio.create_task(self._read(proc), name="shell-launcher-read")
             return proc
 
-    async def launch(self, job_dir: Path, account: str = "") -> int | None:
-        """Claim ``job_dir`` and start its runner (job.sh as ``account``, "uid:gid", when given): the runner's
-        pid, or None if the directory was claimed before. Timed as the shell backend's batch command (``launch``)."""
+    async def launch(self, spec: JobSpec, account: str = "") -> int | None:
+        """Claim the job's directory and start its runner (job.sh as ``account``, "uid:gid", when given; the
+        runner makes ``spec.layout`` first): the runner's pid, or None if the directory was claimed before.
+        Timed as the shell backend's batch command (``launch``)."""
         with timed("launch"):
-            return await self._launch(job_dir, account)
+            return await self._launch(spec.job_dir, account, runner_layout(spec))
 
-    async def _launch(self, job_dir: Path, account: str) -> int | None:
+    async def _launch(self, job_dir: Path, account: str, job_layout: bytes) -> int | None:
         proc = await self._ensure()
         key = str(job_dir).encode()
         fut: asyncio.Future[int | None] = asyncio.get_running_loop().create_future()
         self._waiting.setdefault(key, deque()).append(fut)
         assert proc.stdin is not None
         try:
-            proc.stdin.write(key + b"\0" + account.encode() + b"\0")
+            proc.stdin.write(key + b"\0" + account.encode() + b"\0" + job_layout + b"\0")
             await proc.stdin.drain()
         except (ConnectionError, RuntimeError) as exc:
             self._forget(key, fut)

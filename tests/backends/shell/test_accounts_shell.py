@@ -224,3 +224,33 @@ async def test_each_member_of_a_pod_group_runs_as_its_own_account_and_a_refused_
         for st in (await client.get_status(pb.GetStatusRequest(pod_uids=[ok, bad]))).statuses:
             assert st.state == pb.JobState.FAILED and st.reason == "SubmitFailed"
         assert not (submitter.settings.state_dir / "gangs" / group / CLAIM).exists(), "nothing ran"
+
+
+async def test_the_runner_makes_the_layout_as_the_account_and_removes_it_before_the_end_is_seen(
+    submitter: Submitter, nc: nats.NATS, pool: str, account: ThrowAway
+) -> None:
+    """On a shell pool the runner makes the job's layout (not the submitter): as the job's account, owned and moded
+    as the submitter's layout was after the hand-over; gone once the job's end is published, the logs kept."""
+    client = submitter_client(nc, pool)
+    u = uid()
+    d = f'"${layout.JOB_DIR_ENV}"'
+    mounted = f'[ -d "${layout.ROOTFS_ENV}/mnt/s" ] && echo mounted'
+    listing = f"stat -c '%n %u:%g %a' {d}/volumes {d}/volumes/scratch {d}/rootfs {d}/rootfs/main; {mounted}"
+    pod = pod_dict(u, {"main": listing}, namespace="team-a")
+    pod["spec"]["volumes"] = [{"name": "scratch", "emptyDir": {}}]
+    pod["spec"]["containers"][0]["volumeMounts"] = [{"name": "scratch", "mountPath": "/mnt/s"}]
+    job_script = render_job(pod, pb.BuildConfig(runtime=pb.ContainerRuntime.NONE))
+    assert job_script.layout, "a pod whose layout the runner makes"
+    await client.submit(pb.SubmitRequest(job=job_script))
+    st = await final_status(client, u)
+    job_dir = submitter.settings.state_dir / "jobs" / u
+    lines = layout.log_path(job_dir, "main").read_text().splitlines()
+    assert st.state == pb.JobState.SUCCEEDED, (st, lines)
+    assert lines[-1] == "mounted", lines
+    owned = [line.split()[1:] for line in lines[:-1]]
+    modes = {e.path: e.mode for e in job_script.layout if e.mode is not None}
+    assert modes == {"volumes/scratch": 0o777}, modes  # an emptyDir, as Kubernetes makes it; the rest as umask 077
+    mine = f"{account.uid}:{account.gid}"
+    assert owned == [[mine, "700"], [mine, "777"], [mine, "700"], [mine, "700"]], lines
+    for name in layout.ENDED_JOB_LAYOUT:
+        assert not (job_dir / name).exists() and not (job_dir / name).is_symlink(), name
