@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,8 +28,9 @@ from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel import layout
 from interlink_nats.kernel.backend_options import backend_options
 from interlink_nats.kernel.config_files import renamed
+from interlink_nats.submitters.backends import job_environment as je
 from interlink_nats.submitters.backends.accounts import hand_over, job_identity, take_over, warn_about_root
-from interlink_nats.submitters.backends.proc import environ_with, run_command
+from interlink_nats.submitters.backends.proc import run_command
 from interlink_nats.submitters.backends.reconcile import reconcile_by_uid
 from interlink_nats.submitters.backends.slurm import array as sa
 from interlink_nats.submitters.backends.slurm import array_ids
@@ -91,6 +93,10 @@ class SlurmConfig(BaseModel):
     """The sbatch options (canonical long names, e.g. ``nodes``, ``qos``) a pod's ``slurm-job.vk.io/flags`` may
     use, however it spells them; default ``flags.DEFAULT_ALLOWED`` (docs/backends/slurm.md). ``--account`` is
     decided by ``accounting`` where there is one; the options the submitter controls cannot be listed."""
+    job_environment: tuple[str, ...] = je.DEFAULT_JOB_ENVIRONMENT
+    """The submitter's environment variables sbatch (and so every job: sbatch exports its environment) gets, by
+    name or ``PREFIX*``; besides them only ``flags.SBATCH_NEEDS`` and what interlink-nats sets for the job. The
+    variables sbatch would read as options (``SBATCH_*``...) and the submitter's settings are removed even if listed."""
 
     @field_validator("allowed_pod_flags", mode="before")
     @classmethod
@@ -98,6 +104,11 @@ class SlurmConfig(BaseModel):
         if isinstance(value, str) or not isinstance(value, (list, tuple, set, frozenset)):
             raise ValueError("must be a list of sbatch option names")
         return sf.check_names([str(v) for v in value], what="allowed_pod_flags")
+
+    @field_validator("job_environment", mode="before")
+    @classmethod
+    def _job_environment(cls, value: object) -> object:
+        return je.check_names(value, what="job_environment")
 
 
 @dataclass(slots=True)
@@ -188,6 +199,13 @@ class SlurmBackend:
     def output_path(self, job_dir: Path) -> Path:
         return job_dir / layout.JOB_STDOUT
 
+    def _sbatch_environment(self, ours: dict[str, str]) -> dict[str, str]:
+        """sbatch's environment, which every job inherits: the submitter's variables the site lists
+        (``job_environment``) and what sbatch needs (``SBATCH_NEEDS``), then ``ours``; never what sbatch would
+        read as options, nor the submitter's settings (``flags.sbatch_environment``)."""
+        allow = (*self.settings.job_environment, *sf.SBATCH_NEEDS)
+        return sf.sbatch_environment(je.job_environment(os.environ, allow, ours=ours))
+
     async def _run(self, command: sp.Command, argv: list[str], *, env: dict[str, str] | None = None) -> str:
         """The command's stdout; a failure raises the error ``slurm_parse.classify_failure`` names."""
         self.calls += 1
@@ -235,7 +253,7 @@ class SlurmBackend:
             )
         except sf.FlagError as exc:
             raise SubmitRejected(str(exc)) from exc
-        env = sf.sbatch_environment(environ_with({layout.JOB_DIR_ENV: str(spec.job_dir)}))
+        env = self._sbatch_environment({layout.JOB_DIR_ENV: str(spec.job_dir)})
         out = await self._run(sp.Command.SBATCH, argv, env=env)
         try:
             return sp.parse_sbatch_id(out)
@@ -308,7 +326,7 @@ class SlurmBackend:
             )
         except sf.FlagError as exc:
             raise SubmitRejected(str(exc)) from exc
-        out = await self._run(sp.Command.SBATCH, argv, env=sf.sbatch_environment(environ_with({})))
+        out = await self._run(sp.Command.SBATCH, argv, env=self._sbatch_environment({}))
         try:
             return sp.parse_sbatch_id(out)
         except ValueError as exc:
@@ -362,7 +380,7 @@ class SlurmBackend:
             )
         except sf.FlagError as exc:
             raise SubmitRejected(str(exc)) from exc
-        out = await self._run(sp.Command.SBATCH, argv, env=sf.sbatch_environment(environ_with({})))
+        out = await self._run(sp.Command.SBATCH, argv, env=self._sbatch_environment({}))
         try:
             array_id = sp.parse_sbatch_id(out)
         except ValueError as exc:

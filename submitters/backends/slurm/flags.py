@@ -72,6 +72,12 @@ _DIRECTIVES = ("#SBATCH", "#SLURM", "#PBS", "#BSUB")
 """``#SBATCH``/``#SLURM`` (_opt_batch_script) and the ``#PBS``/``#BSUB`` it translates (xlate_batch_script)."""
 _INPUT_ENV = ("SLURM_CLUSTERS", "SLURM_HINT", "SLURM_HOSTFILE", "SLURM_UMASK", "SLURM_CONTAINER")
 """The SLURM_* variables sbatch reads as options (env_vars[], _opt_verify, sbatch.c); every SBATCH_* is one."""
+SBATCH_NEEDS = ("SLURM_CONF",)
+"""What sbatch reads from its environment to work, kept whatever ``slurm.job_environment`` says: where slurm.conf
+is (src/common/read_config.c; without it sbatch looks for /etc/slurm/slurm.conf, then for a configless
+controller in DNS). Everything else it needs comes from that file: the controllers, and the munge socket
+(``AuthInfo=socket=``). A path, no secret; the job's own ``srun``/``scontrol`` (a pod group's launcher) need it too.
+``SLURM_JWT`` (auth/jwt clients) is a token: it is passed only where the site lists it, and then every job sees it."""
 
 
 def check_script_header(lines: Iterable[str], *, what: str = "job script") -> None:
