@@ -24,6 +24,10 @@ submitter's account or holds a secret. ``HOME``, ``USER``, ``LOGNAME``, ``MAIL``
 the submitter's, not those of the account the job runs as (Slurm sets ``SLURM_JOB_USER``; the job's shell finds
 its own home from the password database)."""
 
+SUBMITTER_SETTINGS = "INTERLINK_SUBMITTER_"
+"""The submitter's own settings (``submitters.settings.ENV_PREFIX``: NATS credentials among them): never passed,
+even where a site's list names them."""
+
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 
 
@@ -54,11 +58,15 @@ def allows(allowlist: Iterable[str], name: str) -> bool:
 def job_environment(
     env: Mapping[str, str], allowlist: Iterable[str], *, ours: Mapping[str, str] | None = None
 ) -> dict[str, str]:
-    """The variables of ``env`` that ``allowlist`` lists, then ``ours`` (what interlink-nats sets for the job,
-    which wins over a variable of the same name)."""
+    """The variables of ``env`` that ``allowlist`` lists (never the submitter's settings), then ``ours`` (what
+    interlink-nats sets for the job, which wins over a variable of the same name)."""
     listed = tuple(allowlist)
     exact = frozenset(e for e in listed if not e.endswith("*"))
     prefixes = tuple(e[:-1] for e in listed if e.endswith("*"))
-    out = {k: v for k, v in env.items() if k in exact or (prefixes and k.startswith(prefixes))}
+    out = {
+        k: v
+        for k, v in env.items()
+        if (k in exact or (prefixes and k.startswith(prefixes))) and not k.startswith(SUBMITTER_SETTINGS)
+    }
     out.update(ours or {})
     return out

@@ -65,3 +65,8 @@ def test_a_bad_list_is_one_line_naming_the_setting(bad: object, says: str) -> No
 
 def test_a_good_list_is_kept_in_order_without_repeats() -> None:
     assert check_names(["PATH", " LC_* ", "PATH", "SITE_"], what="x") == ("PATH", "LC_*", "SITE_")
+
+
+def test_the_submitters_settings_never_pass_even_if_listed() -> None:
+    env = {"INTERLINK_SUBMITTER_NATS__PASSWORD": "x", "INTERLINK_JOB_DIR": "/j"}
+    assert job_environment(env, ["INTERLINK_*"]) == {"INTERLINK_JOB_DIR": "/j"}

@@ -44,6 +44,7 @@ from interlink_nats.kernel.clock import SYSTEM_CLOCK, Clock
 from interlink_nats.kernel.pod_limits import max_grace_s
 from interlink_nats.kernel.tasks import cancel_and_wait
 from interlink_nats.submitters.backends.accounts import take_over, warn_about_root
+from interlink_nats.submitters.backends.job_environment import DEFAULT_JOB_ENVIRONMENT
 from interlink_nats.submitters.backends.podman_janitor import PodmanJanitor
 from interlink_nats.submitters.backends.shell.arrays import ShellArrays
 from interlink_nats.submitters.backends.shell.config import ShellCommands, ShellConfig, pool_slots, shell_commands
@@ -112,6 +113,7 @@ class ShellBackend(ShellGangs, ShellArrays):
             kill_grace_s=context.kill_grace_s,
             clock=context.clock,
             accounting=warn_about_root(config.accounting),  # said once, as the submitter builds its backend
+            job_environment=config.job_environment,
         )
 
     def __init__(
@@ -122,6 +124,7 @@ class ShellBackend(ShellGangs, ShellArrays):
         kill_grace_s: float = 5.0,
         clock: Clock | None = None,
         accounting: AccountingPolicy | None = None,
+        job_environment: Sequence[str] = DEFAULT_JOB_ENVIRONMENT,
     ) -> None:
         self._clock = clock or SYSTEM_CLOCK
         self._fixed_limit = max_concurrent
@@ -142,7 +145,7 @@ class ShellBackend(ShellGangs, ShellArrays):
         """Claims with no runner, by when a poll first saw them (see ``NEVER_STARTED_AFTER``)."""
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        self._launcher = Launcher(bash)
+        self._launcher = Launcher(bash, job_environment)
         self._launches: set[asyncio.Task[None]] = set()
         self._exit_fds: set[int] = set()
         self._waiting_obs: Observation | None = None
