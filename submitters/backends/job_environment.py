@@ -14,6 +14,9 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
+from typing import Annotated
+
+from pydantic import BeforeValidator
 
 __pure__ = True  # no I/O, not even through what it imports (held by tests/contracts/test_import_contracts.py)
 
@@ -70,3 +73,7 @@ def job_environment(
     }
     out.update(ours or {})
     return out
+
+
+JobEnvironment = Annotated[tuple[str, ...], BeforeValidator(lambda value: check_names(value, what="job_environment"))]
+"""A settings field holding a job environment allowlist (``slurm.job_environment``, ``shell.job_environment``)."""

@@ -93,10 +93,9 @@ class SlurmConfig(BaseModel):
     """The sbatch options (canonical long names, e.g. ``nodes``, ``qos``) a pod's ``slurm-job.vk.io/flags`` may
     use, however it spells them; default ``flags.DEFAULT_ALLOWED`` (docs/backends/slurm.md). ``--account`` is
     decided by ``accounting`` where there is one; the options the submitter controls cannot be listed."""
-    job_environment: tuple[str, ...] = je.DEFAULT_JOB_ENVIRONMENT
+    job_environment: je.JobEnvironment = je.DEFAULT_JOB_ENVIRONMENT
     """The submitter's environment variables sbatch (and so every job: sbatch exports its environment) gets, by
-    name or ``PREFIX*``; besides them only ``flags.SBATCH_NEEDS`` and what interlink-nats sets for the job. The
-    variables sbatch would read as options (``SBATCH_*``...) and the submitter's settings are removed even if listed."""
+    name or ``PREFIX*`` (``flags.job_sbatch_environment`` says what else: ``SLURM_CONF``, ``INTERLINK_JOB_DIR``)."""
 
     @field_validator("allowed_pod_flags", mode="before")
     @classmethod
@@ -104,11 +103,6 @@ class SlurmConfig(BaseModel):
         if isinstance(value, str) or not isinstance(value, (list, tuple, set, frozenset)):
             raise ValueError("must be a list of sbatch option names")
         return sf.check_names([str(v) for v in value], what="allowed_pod_flags")
-
-    @field_validator("job_environment", mode="before")
-    @classmethod
-    def _job_environment(cls, value: object) -> object:
-        return je.check_names(value, what="job_environment")
 
 
 @dataclass(slots=True)
@@ -199,13 +193,6 @@ class SlurmBackend:
     def output_path(self, job_dir: Path) -> Path:
         return job_dir / layout.JOB_STDOUT
 
-    def _sbatch_environment(self, ours: dict[str, str]) -> dict[str, str]:
-        """sbatch's environment, which every job inherits: the submitter's variables the site lists
-        (``job_environment``) and what sbatch needs (``SBATCH_NEEDS``), then ``ours``; never what sbatch would
-        read as options, nor the submitter's settings (``flags.sbatch_environment``)."""
-        allow = (*self.settings.job_environment, *sf.SBATCH_NEEDS)
-        return sf.sbatch_environment(je.job_environment(os.environ, allow, ours=ours))
-
     async def _run(self, command: sp.Command, argv: list[str], *, env: dict[str, str] | None = None) -> str:
         """The command's stdout; a failure raises the error ``slurm_parse.classify_failure`` names."""
         self.calls += 1
@@ -214,6 +201,16 @@ class SlurmBackend:
         except CommandFailed as failed:
             raise error_for(sp.classify_failure(command, failed.returncode, failed.stderr), failed) from failed
         return done.stdout
+
+    async def _sbatch(self, argv: list[str], ours: dict[str, str]) -> str:
+        """The id of the job sbatch submitted, run with the job's environment: what the site listed and ``ours``
+        (``flags.job_sbatch_environment``), for every sbatch (a pod, an array, a gang)."""
+        env = sf.job_sbatch_environment(os.environ, self.settings.job_environment, ours)
+        out = await self._run(sp.Command.SBATCH, argv, env=env)
+        try:
+            return sp.parse_sbatch_id(out)
+        except ValueError as exc:
+            raise BackendUnavailable(str(exc)) from exc
 
     def _site_flags(self, spec: JobSpec) -> tuple[list[sf.Flag], list[str]]:
         """(the pod's flags, the site's ``--account``/``--uid``/``--gid``) for ``spec``; a refusal raises."""
@@ -253,12 +250,7 @@ class SlurmBackend:
             )
         except sf.FlagError as exc:
             raise SubmitRejected(str(exc)) from exc
-        env = self._sbatch_environment({layout.JOB_DIR_ENV: str(spec.job_dir)})
-        out = await self._run(sp.Command.SBATCH, argv, env=env)
-        try:
-            return sp.parse_sbatch_id(out)
-        except ValueError as exc:
-            raise BackendUnavailable(str(exc)) from exc
+        return await self._sbatch(argv, {layout.JOB_DIR_ENV: str(spec.job_dir)})
 
     def _gang_site_flags(self, gang: GangSpec) -> tuple[list[sf.Flag], list[str]]:
         return self._group_site_flags(gang.members, gang.job_dir)
@@ -326,11 +318,7 @@ class SlurmBackend:
             )
         except sf.FlagError as exc:
             raise SubmitRejected(str(exc)) from exc
-        out = await self._run(sp.Command.SBATCH, argv, env=self._sbatch_environment({}))
-        try:
-            return sp.parse_sbatch_id(out)
-        except ValueError as exc:
-            raise BackendUnavailable(str(exc)) from exc
+        return await self._sbatch(argv, {})
 
     async def find_gang(self, gang: GangSpec) -> Reconciled:
         """``RunsGangs``: the gang's job is named by the group uid, as a single job by its pod uid."""
@@ -380,11 +368,7 @@ class SlurmBackend:
             )
         except sf.FlagError as exc:
             raise SubmitRejected(str(exc)) from exc
-        out = await self._run(sp.Command.SBATCH, argv, env=self._sbatch_environment({}))
-        try:
-            array_id = sp.parse_sbatch_id(out)
-        except ValueError as exc:
-            raise BackendUnavailable(str(exc)) from exc
+        array_id = await self._sbatch(argv, {})
         return array_id, self.member_job_ids(array, array_id)
 
     async def find_array(self, array: ArraySpec) -> Reconciled:
