@@ -1,12 +1,11 @@
 """The ``shell`` backend: each job is ``bash job.sh`` on this host, detached from the submitter.
 
-Why detached: a submitter restart (or crash) must not kill running pods. One long-lived
-launcher (a small bash in its own session, started once) reads job directories on its stdin;
-for each it claims the directory and starts the runner in the background, in a process group
-of its own, then answers with the runner's pid. The runner keeps going when the submitter (and
-then the launcher, at end of input) goes away. The job is found again by its pid file, checked
-against ``/proc/<pid>/cmdline`` (and its start time once seen), so a recycled pid is never
-mistaken for the job. Why one launcher, not a process per job: :mod:`.processes`. A pod group is one job (:mod:`.gang`).
+Why detached: a submitter restart (or crash) must not kill running pods. One long-lived launcher (a small bash in its
+own session, started once) reads job directories on its stdin; for each it claims the directory and starts the runner
+in the background, in a process group of its own, then answers with the runner's pid. The runner keeps going when the
+submitter (and then the launcher, at end of input) goes away. The job is found again by its pid file, checked against
+``/proc/<pid>/cmdline`` (and its start time once seen), so a recycled pid is never mistaken for the job. Why one
+launcher, not a process per job: :mod:`.processes`. A pod group is one job (:mod:`.gang`).
 
 Why "run at most once" holds: each launch starts with ``mkdir .shell.claim``, atomic on every
 POSIX filesystem; a second launch of the same directory (a retry after a crash, or a second
@@ -22,9 +21,8 @@ Runtime podman: a container outlives a killed job script, so while the pool's ru
 backend removes a pod's containers on cancel and, at start, those whose job script is gone
 (:mod:`interlink_nats.submitters.backends.podman_janitor`).
 
-Files the backend adds to the job directory (next to the layout.py contract):
-``.shell.claim/`` (the run-once claim), ``.shell.pid`` (runner pid), ``.shell.exit``
-(job.sh's exit code), ``job.out`` (job.sh's own stdout/stderr).
+Files the backend adds to the job directory (next to the layout.py contract): ``.shell.claim/`` (the run-once claim),
+``.shell.pid`` (runner pid), ``.shell.exit`` (job.sh's exit code), ``job.out`` (job.sh's own stdout/stderr).
 """
 
 from __future__ import annotations
@@ -44,7 +42,6 @@ from interlink_nats.kernel.clock import SYSTEM_CLOCK, Clock
 from interlink_nats.kernel.pod_limits import max_grace_s
 from interlink_nats.kernel.tasks import cancel_and_wait
 from interlink_nats.submitters.backends.accounts import take_over, warn_about_root
-from interlink_nats.submitters.backends.job_environment import DEFAULT_JOB_ENVIRONMENT
 from interlink_nats.submitters.backends.podman_janitor import PodmanJanitor
 from interlink_nats.submitters.backends.shell.arrays import ShellArrays
 from interlink_nats.submitters.backends.shell.config import ShellCommands, ShellConfig, pool_slots, shell_commands
@@ -124,7 +121,7 @@ class ShellBackend(ShellGangs, ShellArrays):
         kill_grace_s: float = 5.0,
         clock: Clock | None = None,
         accounting: AccountingPolicy | None = None,
-        job_environment: Sequence[str] = DEFAULT_JOB_ENVIRONMENT,
+        job_environment: Sequence[str] | None = None,
     ) -> None:
         self._clock = clock or SYSTEM_CLOCK
         self._fixed_limit = max_concurrent

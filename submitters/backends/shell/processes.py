@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from interlink_nats.kernel import layout
-from interlink_nats.submitters.backends.job_environment import job_environment
+from interlink_nats.submitters.backends.job_environment import DEFAULT_JOB_ENVIRONMENT, job_environment
 from interlink_nats.submitters.backends.proc import timed
 from interlink_nats.submitters.backends.shell import jobtree
 from interlink_nats.submitters.backends.shell.jobtree import CLAIM as CLAIM
@@ -163,9 +163,9 @@ def _meminfo(key: str) -> int:
 class Launcher:
     """The long-lived launcher process and the launches waiting for its answer."""
 
-    def __init__(self, bash: str, environment: Sequence[str] = ()) -> None:
+    def __init__(self, bash: str, environment: Sequence[str] | None = None) -> None:
         self._bash = bash
-        self._environment = tuple(environment)
+        self._environment = DEFAULT_JOB_ENVIRONMENT if environment is None else tuple(environment)
         """What of the submitter's environment the launcher, and so every runner and job.sh, gets (the site's
         ``shell.job_environment``): the rest (the admin's tokens, ``HOME``...) is not the job's."""
         self._proc: asyncio.subprocess.Process | None = None
