@@ -24,8 +24,8 @@ DEFAULT_JOB_ENVIRONMENT: tuple[str, ...] = ("PATH", "LANG", "LANGUAGE", "LC_*", 
 """What a job gets of the submitter's environment unless the site says otherwise: where programs are (the job
 runs ``podman``/``apptainer`` and coreutils by name), its language, locale and time zone. None of it names the
 submitter's account or holds a secret. ``HOME``, ``USER``, ``LOGNAME``, ``MAIL``, ``XDG_*`` are left out: they are
-the submitter's, not those of the account the job runs as (Slurm sets ``SLURM_JOB_USER``; the job's shell finds
-its own home from the password database)."""
+the submitter's, not those of the account the job runs as (Slurm sets ``SLURM_JOB_USER``; a site whose jobs need
+the account's home sets it, docs/backends/slurm.md, "The job's environment")."""
 
 SUBMITTER_SETTINGS = "INTERLINK_SUBMITTER_"
 """The submitter's own settings (``submitters.settings.ENV_PREFIX``: NATS credentials among them): never passed,
