@@ -1,12 +1,11 @@
 """The ``shell`` backend: each job is ``bash job.sh`` on this host, detached from the submitter.
 
-Why detached: a submitter restart (or crash) must not kill running pods. One long-lived
-launcher (a small bash in its own session, started once) reads job directories on its stdin;
-for each it claims the directory and starts the runner in the background, in a process group
-of its own, then answers with the runner's pid. The runner keeps going when the submitter (and
-then the launcher, at end of input) goes away. The job is found again by its pid file, checked
-against ``/proc/<pid>/cmdline`` (and its start time once seen), so a recycled pid is never
-mistaken for the job. Why one launcher, not a process per job: :mod:`.processes`. A pod group is one job (:mod:`.gang`).
+Why detached: a submitter restart (or crash) must not kill running pods. One long-lived launcher (a small bash in its
+own session, started once) reads job directories on its stdin; for each it claims the directory and starts the runner
+in the background, in a process group of its own, then answers with the runner's pid. The runner keeps going when the
+submitter (and then the launcher, at end of input) goes away. The job is found again by its pid file, checked against
+``/proc/<pid>/cmdline`` (and its start time once seen), so a recycled pid is never mistaken for the job. Why one
+launcher, not a process per job: :mod:`.processes`. A pod group is one job (:mod:`.gang`).
 
 Why "run at most once" holds: each launch starts with ``mkdir .shell.claim``, atomic on every
 POSIX filesystem; a second launch of the same directory (a retry after a crash, or a second
@@ -22,9 +21,8 @@ Runtime podman: a container outlives a killed job script, so while the pool's ru
 backend removes a pod's containers on cancel and, at start, those whose job script is gone
 (:mod:`interlink_nats.submitters.backends.podman_janitor`).
 
-Files the backend adds to the job directory (next to the layout.py contract):
-``.shell.claim/`` (the run-once claim), ``.shell.pid`` (runner pid), ``.shell.exit``
-(job.sh's exit code), ``job.out`` (job.sh's own stdout/stderr).
+Files the backend adds to the job directory (next to the layout.py contract): ``.shell.claim/`` (the run-once claim),
+``.shell.pid`` (runner pid), ``.shell.exit`` (job.sh's exit code), ``job.out`` (job.sh's own stdout/stderr).
 """
 
 from __future__ import annotations
@@ -111,6 +109,7 @@ class ShellBackend(ShellGangs, ShellArrays):
             kill_grace_s=context.kill_grace_s,
             clock=context.clock,
             accounting=warn_about_root(config.accounting),  # said once, as the submitter builds its backend
+            job_environment=config.job_environment,
         )
 
     def __init__(
@@ -121,6 +120,7 @@ class ShellBackend(ShellGangs, ShellArrays):
         kill_grace_s: float = 5.0,
         clock: Clock | None = None,
         accounting: AccountingPolicy | None = None,
+        job_environment: Sequence[str] | None = None,
     ) -> None:
         self._clock = clock or SYSTEM_CLOCK
         self._fixed_limit = max_concurrent
@@ -141,7 +141,7 @@ class ShellBackend(ShellGangs, ShellArrays):
         """Claims with no runner, by when a poll first saw them (see ``NEVER_STARTED_AFTER``)."""
         self._wake = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
-        self._launcher = Launcher(bash)
+        self._launcher = Launcher(bash, job_environment)
         self._launches: set[asyncio.Task[None]] = set()
         self._exit_fds: set[int] = set()
         self._waiting_obs: Observation | None = None

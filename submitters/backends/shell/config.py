@@ -7,6 +7,7 @@ import os
 
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel.backend_options import backend_options
+from interlink_nats.submitters.backends import job_environment as je
 from interlink_nats.submitters.core.backend import BatchCommand
 from interlink_nats.submitters.core.site_policy import AccountingPolicy
 from pydantic import BaseModel, ConfigDict, Field
@@ -25,6 +26,10 @@ class ShellConfig(BaseModel):
     accounting: AccountingPolicy | None = None
     """Whose account a namespace's jobs run as (``run_as_*`` of each rule; docs/security.md): job.sh runs
     through ``setpriv`` as that account, which needs the submitter to be root. None: the submitter's own."""
+    job_environment: je.JobEnvironment = je.DEFAULT_JOB_ENVIRONMENT
+    """The submitter's environment variables every ``job.sh`` gets (through the launcher), by name or ``PREFIX*``;
+    besides them only what interlink-nats sets (``INTERLINK_JOB_DIR``...). The submitter's settings
+    (``INTERLINK_SUBMITTER_*``) never, even if listed."""
 
 
 def pool_slots(build_config: pb.BuildConfig) -> int:

@@ -18,9 +18,11 @@ import logging
 import os
 import sys
 from collections import deque
+from collections.abc import Sequence
 from pathlib import Path
 
 from interlink_nats.kernel import layout
+from interlink_nats.submitters.backends.job_environment import DEFAULT_JOB_ENVIRONMENT, job_environment
 from interlink_nats.submitters.backends.proc import timed
 from interlink_nats.submitters.backends.shell import jobtree
 from interlink_nats.submitters.backends.shell.jobtree import CLAIM as CLAIM
@@ -182,8 +184,11 @@ def _meminfo(key: str) -> int:
 class Launcher:
     """The long-lived launcher process and the launches waiting for its answer."""
 
-    def __init__(self, bash: str) -> None:
+    def __init__(self, bash: str, environment: Sequence[str] | None = None) -> None:
         self._bash = bash
+        self._environment = DEFAULT_JOB_ENVIRONMENT if environment is None else tuple(environment)
+        """What of the submitter's environment the launcher, and so every runner and job.sh, gets (the site's
+        ``shell.job_environment``): the rest (the admin's tokens, ``HOME``...) is not the job's."""
         self._proc: asyncio.subprocess.Process | None = None
         self._reader: asyncio.Task[None] | None = None
         self._waiting: dict[bytes, deque[asyncio.Future[int | None]]] = {}
@@ -206,6 +211,7 @@ class Launcher:
                     self._bash,
                     _RUNNER,
                     layout.JOB_DIR_ENV,
+                    env=self.launcher_environment(),
                     cwd="/",
                     stdin=asyncio.subprocess.PIPE,
                     stdout=asyncio.subprocess.PIPE,
@@ -218,6 +224,11 @@ class Launcher:
             self._proc = proc
             self._reader = asyncio.create_task(self._read(proc), name="shell-launcher-read")
             return proc
+
+    def launcher_environment(self) -> dict[str, str]:
+        """The launcher's environment, which each job inherits: the listed variables of the submitter's, never its
+        settings (``INTERLINK_SUBMITTER_*``); the launcher adds the job's ``INTERLINK_JOB_DIR``."""
+        return job_environment(os.environ, self._environment)
 
     async def launch(self, spec: JobSpec, account: str = "") -> int | None:
         """Claim the job's directory and start its runner (job.sh as ``account``, "uid:gid", when given; the

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,8 +28,9 @@ from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel import layout
 from interlink_nats.kernel.backend_options import backend_options
 from interlink_nats.kernel.config_files import renamed
+from interlink_nats.submitters.backends import job_environment as je
 from interlink_nats.submitters.backends.accounts import hand_over, job_identity, take_over, warn_about_root
-from interlink_nats.submitters.backends.proc import environ_with, run_command
+from interlink_nats.submitters.backends.proc import run_command
 from interlink_nats.submitters.backends.reconcile import reconcile_by_uid
 from interlink_nats.submitters.backends.slurm import array as sa
 from interlink_nats.submitters.backends.slurm import array_ids
@@ -91,6 +93,9 @@ class SlurmConfig(BaseModel):
     """The sbatch options (canonical long names, e.g. ``nodes``, ``qos``) a pod's ``slurm-job.vk.io/flags`` may
     use, however it spells them; default ``flags.DEFAULT_ALLOWED`` (docs/backends/slurm.md). ``--account`` is
     decided by ``accounting`` where there is one; the options the submitter controls cannot be listed."""
+    job_environment: je.JobEnvironment = je.DEFAULT_JOB_ENVIRONMENT
+    """The submitter's environment variables sbatch (and so every job: sbatch exports its environment) gets, by
+    name or ``PREFIX*`` (``flags.job_sbatch_environment`` says what else: ``SLURM_CONF``, ``INTERLINK_JOB_DIR``)."""
 
     @field_validator("allowed_pod_flags", mode="before")
     @classmethod
@@ -197,6 +202,16 @@ class SlurmBackend:
             raise error_for(sp.classify_failure(command, failed.returncode, failed.stderr), failed) from failed
         return done.stdout
 
+    async def _sbatch(self, argv: list[str], ours: dict[str, str]) -> str:
+        """The id of the job sbatch submitted, run with the job's environment: what the site listed and ``ours``
+        (``flags.job_sbatch_environment``), for every sbatch (a pod, an array, a gang)."""
+        env = sf.job_sbatch_environment(os.environ, self.settings.job_environment, ours)
+        out = await self._run(sp.Command.SBATCH, argv, env=env)
+        try:
+            return sp.parse_sbatch_id(out)
+        except ValueError as exc:
+            raise BackendUnavailable(str(exc)) from exc
+
     def _site_flags(self, spec: JobSpec) -> tuple[list[sf.Flag], list[str]]:
         """(the pod's flags, the site's ``--account``/``--uid``/``--gid``) for ``spec``; a refusal raises."""
         policy = self.settings.accounting
@@ -235,12 +250,7 @@ class SlurmBackend:
             )
         except sf.FlagError as exc:
             raise SubmitRejected(str(exc)) from exc
-        env = sf.sbatch_environment(environ_with({layout.JOB_DIR_ENV: str(spec.job_dir)}))
-        out = await self._run(sp.Command.SBATCH, argv, env=env)
-        try:
-            return sp.parse_sbatch_id(out)
-        except ValueError as exc:
-            raise BackendUnavailable(str(exc)) from exc
+        return await self._sbatch(argv, {layout.JOB_DIR_ENV: str(spec.job_dir)})
 
     def _gang_site_flags(self, gang: GangSpec) -> tuple[list[sf.Flag], list[str]]:
         return self._group_site_flags(gang.members, gang.job_dir)
@@ -308,11 +318,7 @@ class SlurmBackend:
             )
         except sf.FlagError as exc:
             raise SubmitRejected(str(exc)) from exc
-        out = await self._run(sp.Command.SBATCH, argv, env=sf.sbatch_environment(environ_with({})))
-        try:
-            return sp.parse_sbatch_id(out)
-        except ValueError as exc:
-            raise BackendUnavailable(str(exc)) from exc
+        return await self._sbatch(argv, {})
 
     async def find_gang(self, gang: GangSpec) -> Reconciled:
         """``RunsGangs``: the gang's job is named by the group uid, as a single job by its pod uid."""
@@ -362,11 +368,7 @@ class SlurmBackend:
             )
         except sf.FlagError as exc:
             raise SubmitRejected(str(exc)) from exc
-        out = await self._run(sp.Command.SBATCH, argv, env=sf.sbatch_environment(environ_with({})))
-        try:
-            array_id = sp.parse_sbatch_id(out)
-        except ValueError as exc:
-            raise BackendUnavailable(str(exc)) from exc
+        array_id = await self._sbatch(argv, {})
         return array_id, self.member_job_ids(array, array_id)
 
     async def find_array(self, array: ArraySpec) -> Reconciled:

@@ -21,6 +21,7 @@ from interlink_nats.kernel.sbatch_grammar import FlagError as FlagError
 from interlink_nats.kernel.sbatch_grammar import allowed as allowed
 from interlink_nats.kernel.sbatch_grammar import check_names as check_names
 from interlink_nats.kernel.sbatch_grammar import parse as parse
+from interlink_nats.submitters.backends.job_environment import job_environment
 
 
 def site_flags(words: Sequence[str], *, source: str) -> list[Flag]:
@@ -72,6 +73,12 @@ _DIRECTIVES = ("#SBATCH", "#SLURM", "#PBS", "#BSUB")
 """``#SBATCH``/``#SLURM`` (_opt_batch_script) and the ``#PBS``/``#BSUB`` it translates (xlate_batch_script)."""
 _INPUT_ENV = ("SLURM_CLUSTERS", "SLURM_HINT", "SLURM_HOSTFILE", "SLURM_UMASK", "SLURM_CONTAINER")
 """The SLURM_* variables sbatch reads as options (env_vars[], _opt_verify, sbatch.c); every SBATCH_* is one."""
+SBATCH_NEEDS = ("SLURM_CONF",)
+"""What sbatch reads from its environment to work, kept whatever ``slurm.job_environment`` says: where slurm.conf
+is (src/common/read_config.c; without it sbatch looks for /etc/slurm/slurm.conf, then for a configless
+controller in DNS). Everything else it needs comes from that file: the controllers, and the munge socket
+(``AuthInfo=socket=``). A path, no secret; the job's own ``srun``/``scontrol`` (a pod group's launcher) need it too.
+``SLURM_JWT`` (auth/jwt clients) is a token: it is passed only where the site lists it, and then every job sees it."""
 
 
 def check_script_header(lines: Iterable[str], *, what: str = "job script") -> None:
@@ -85,6 +92,13 @@ def check_script_header(lines: Iterable[str], *, what: str = "job script") -> No
             return
         if stripped.upper().startswith(_DIRECTIVES):
             raise FlagError(f"{what}: line {stripped[:60].rstrip()!r} is an sbatch directive; flags come only checked")
+
+
+def job_sbatch_environment(env: Mapping[str, str], allow: Iterable[str], ours: Mapping[str, str]) -> dict[str, str]:
+    """sbatch's environment, which every job inherits: the variables of ``env`` (the submitter's) that ``allow``
+    (``slurm.job_environment``) lists, and :data:`SBATCH_NEEDS`, then ``ours`` (what interlink-nats sets for the
+    job); never what sbatch would read as options, nor the submitter's settings (:func:`sbatch_environment`)."""
+    return sbatch_environment(job_environment(env, (*allow, *SBATCH_NEEDS), ours=ours))
 
 
 def sbatch_environment(env: Mapping[str, str]) -> dict[str, str]:
