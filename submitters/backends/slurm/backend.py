@@ -205,6 +205,7 @@ class SlurmBackend:
     async def _sbatch(self, argv: list[str], ours: dict[str, str]) -> str:
         """The id of the job sbatch submitted, run with the job's environment: what the site listed and ``ours``
         (``flags.job_sbatch_environment``), for every sbatch (a pod, an array, a gang)."""
+        ours = {layout.JOB_REMOVES_LAYOUT_ENV: "1", **ours}  # the node removes the ended layout, not the login node
         env = sf.job_sbatch_environment(os.environ, self.settings.job_environment, ours)
         out = await self._run(sp.Command.SBATCH, argv, env=env)
         try:

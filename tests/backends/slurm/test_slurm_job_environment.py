@@ -98,7 +98,16 @@ async def test_every_sbatch_call_gets_only_the_listed_environment(
         assert_only_what_the_site_chose(env, slurm_conf="/etc/site/slurm.conf")
         assert not {k for k in env if k.startswith(("SBATCH_", "INTERLINK_SUBMITTER_"))}, "removed even if listed"
     assert envs[0][layout.JOB_DIR_ENV] == str(single.job_dir), "what interlink-nats sets for the job"
-    allowed = {"PATH", "LANG", "LANGUAGE", "TZ", "SITE_SCRATCH", "SLURM_CONF", layout.JOB_DIR_ENV}
+    allowed = {
+        "PATH",
+        "LANG",
+        "LANGUAGE",
+        "TZ",
+        "SITE_SCRATCH",
+        "SLURM_CONF",
+        layout.JOB_DIR_ENV,
+        layout.JOB_REMOVES_LAYOUT_ENV,
+    }
     # bash adds PWD, SHLVL and _ to the environment it records
     extra = {k for env in envs for k in env if k not in allowed and not k.startswith("LC_")} - {"PWD", "SHLVL", "_"}
     assert not extra, extra
