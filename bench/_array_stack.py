@@ -100,12 +100,21 @@ def _cpu(pid: int) -> float:
     return own + children
 
 
-def measure_stack(mode: str, n: int, queue_depth: int | None = None) -> dict[str, float]:
+def measure_stack(
+    mode: str, n: int, queue_depth: int | None = None, max_payload: int | None = None
+) -> dict[str, float]:
     """One burst of N pods through the stack, as one Job's pods (coalesced) or as N unrelated pods, on a Slurm
-    whose ``default_queue_depth`` is ``queue_depth`` (None: Slurm's)."""
+    whose ``default_queue_depth`` is ``queue_depth`` (None: Slurm's), with a nats-server whose ``max_payload`` is
+    ``max_payload`` (None: NATS's 1 MiB; the gateway never lets an array grow past it)."""
     tmp = Path(tempfile.mkdtemp(prefix="bench-array-stack-"))
     cluster = SlurmCluster(cpus=n + 2, queue_depth=queue_depth).start()
-    nats_server = NatsServerProcess().start_blocking()
+    if max_payload is None:
+        nats_server = NatsServerProcess().start_blocking()
+    else:
+        conf = tmp / "nats-server.conf"
+        conf.write_text(f"max_payload: {max_payload}\n")
+        listen = ["-a", "127.0.0.1", "-p", "-1", "-js", "-sd", str(tmp / "jetstream")]
+        nats_server = NatsServerProcess(config_file=conf, extra_args=listen).start_blocking()
     redis = RedisProcess()
     config = tmp / "submitter.json"
     config.write_text(

@@ -239,7 +239,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                 if args.stack:
                     from _array_stack import measure_stack
 
-                    runs.setdefault((mode, n), []).append(await asyncio.to_thread(measure_stack, mode, n, depth))
+                    measured = await asyncio.to_thread(measure_stack, mode, n, depth, args.max_payload)
+                    runs.setdefault((mode, n), []).append(measured)
                 else:
                     runs.setdefault((mode, n), []).append(await measure(mode, n, depth))
                 print(f"rep {rep} n={n} {mode}: {runs[(mode, n)][-1]}", file=sys.stderr)
@@ -309,6 +310,7 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         "single_pod_running_p99_s": percentile(lat, 99),
         "poll_interval_s": poll_s,
         "queue_depth": args.queue_depth,
+        "max_payload": args.max_payload,
     }
     if not args.stack:
         out["slurmctld_whole_life_cpu_ratio"] = med("array", top, "ctld_life_per_pod_ms") / med(
@@ -330,6 +332,12 @@ if __name__ == "__main__":
     parser.add_argument("--sizes", default="100,1000", help="burst sizes N, comma-separated (default 100,1000)")
     parser.add_argument("--stack", action="store_true", help="through nats-server, gateway and submitter processes")
     parser.add_argument("--samples", type=int, default=0, help="single-pod latency samples (default 40, quick 12)")
+    parser.add_argument(
+        "--max-payload",
+        type=int,
+        default=None,
+        help="--stack: the nats-server's max_payload in bytes (default NATS's, 1 MiB); one array never exceeds it",
+    )
     parser.add_argument(
         "--queue-depth",
         default="slurm",
