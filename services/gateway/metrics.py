@@ -97,36 +97,28 @@ class GatewayMetrics:
     ) -> None:
         """Pod groups held until all their members arrive, those members and their jobs' bytes (what
         ``max_held_bytes`` bounds), computed when scraped."""
-        held = Gauge("interlink_gateway_pod_groups_held", "Pod groups waiting for members", registry=self.registry)
-        held.set_function(lambda: float(groups()))
-        waiting = Gauge(
-            "interlink_gateway_pod_group_members_held", "Pods held for their pod group", registry=self.registry
+        self._computed("interlink_gateway_pod_groups_held", "Pod groups waiting for members", groups)
+        self._computed("interlink_gateway_pod_group_members_held", "Pods held for their pod group", members)
+        self._computed(
+            "interlink_gateway_pod_group_bytes_held", "Bytes of the rendered jobs held for their pod group", held_bytes
         )
-        waiting.set_function(lambda: float(members()))
-        size = Gauge(
-            "interlink_gateway_pod_group_bytes_held",
-            "Bytes of the rendered jobs held for their pod group",
-            registry=self.registry,
-        )
-        size.set_function(lambda: float(held_bytes()))
 
     def watch_arrays(
         self, arrays: Callable[[], int], members: Callable[[], int], held_bytes: Callable[[], int]
     ) -> None:
         """The Job arrays being coalesced (``array_policy``): apart from the pod groups above, whose figures mean a
         group still missing members, while a forming array is sent within ``array_max_wait_s`` whatever comes."""
-        forming = Gauge("interlink_gateway_arrays_forming", "Job arrays being coalesced", registry=self.registry)
-        forming.set_function(lambda: float(arrays()))
-        waiting = Gauge(
-            "interlink_gateway_array_members_held", "Pods held while their Job's array forms", registry=self.registry
-        )
-        waiting.set_function(lambda: float(members()))
-        size = Gauge(
+        self._computed("interlink_gateway_arrays_forming", "Job arrays being coalesced", arrays)
+        self._computed("interlink_gateway_array_members_held", "Pods held while their Job's array forms", members)
+        self._computed(
             "interlink_gateway_array_bytes_held",
             "Bytes of the rendered jobs held while their Job's array forms",
-            registry=self.registry,
+            held_bytes,
         )
-        size.set_function(lambda: float(held_bytes()))
+
+    def _computed(self, name: str, documentation: str, value: Callable[[], int]) -> None:
+        """A gauge read from ``value`` when scraped."""
+        Gauge(name, documentation, registry=self.registry).set_function(lambda: float(value()))
 
     def bill(self, namespace: str, pool: str, billed: Billed) -> None:
         """One ended pod's usage, already bounded (``gateway.usage``). ``namespace`` is a validated name (pods are

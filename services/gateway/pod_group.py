@@ -103,17 +103,17 @@ class PodGroup:
     def header_json(self) -> str:
         """What redis keeps of the group itself; each member is kept apart (``member_json``), so an arrival
         writes one member and this header, whatever the group's size."""
-        return json.dumps(
-            {
-                "namespace": self.namespace,
-                "name": self.name,
-                "pool": self.pool,
-                "total": self.total,
-                "failure_policy": self.failure_policy,
-                "first_at": self.first_at,
-                "last_at": self.last_at,
-            }
-        )
+        return json.dumps({**self._fields(), "last_at": self.last_at})
+
+    def _fields(self) -> dict[str, Any]:
+        return {
+            "namespace": self.namespace,
+            "name": self.name,
+            "pool": self.pool,
+            "total": self.total,
+            "failure_policy": self.failure_policy,
+            "first_at": self.first_at,
+        }
 
     @classmethod
     def from_header(cls, text: str | bytes) -> tuple[PodGroup, list[dict[str, Any]] | None]:
@@ -135,17 +135,7 @@ class PodGroup:
     def to_json(self) -> str:
         """The format an older gateway stored: the whole group, every member's job inside, as one JSON value
         (read back by ``from_json``, and moved to the present format when loaded)."""
-        return json.dumps(
-            {
-                "namespace": self.namespace,
-                "name": self.name,
-                "pool": self.pool,
-                "total": self.total,
-                "failure_policy": self.failure_policy,
-                "first_at": self.first_at,
-                "members": [member_data(m) for m in self.members.values()],
-            }
-        )
+        return json.dumps({**self._fields(), "members": [member_data(m) for m in self.members.values()]})
 
     @classmethod
     def from_json(cls, text: str | bytes) -> PodGroup:
