@@ -20,10 +20,22 @@ from pydantic import BeforeValidator
 
 __pure__ = True  # no I/O, not even through what it imports (held by tests/contracts/test_import_contracts.py)
 
-DEFAULT_JOB_ENVIRONMENT: tuple[str, ...] = ("PATH", "LANG", "LANGUAGE", "LC_*", "TZ")
+DEFAULT_JOB_ENVIRONMENT: tuple[str, ...] = (
+    "PATH",
+    "LANG",
+    "LANGUAGE",
+    "LC_*",
+    "TZ",
+    "CONTAINERS_CONF",
+    "CONTAINERS_STORAGE_CONF",
+    "CONTAINERS_REGISTRIES_CONF",
+)
 """What a job gets of the submitter's environment unless the site says otherwise: where programs are (the job
-runs ``podman``/``apptainer`` and coreutils by name), its language, locale and time zone. None of it names the
-submitter's account or holds a secret. ``HOME``, ``USER``, ``LOGNAME``, ``MAIL``, ``XDG_*`` are left out: they are
+runs ``podman``/``apptainer`` and coreutils by name), its language, locale and time zone, and where the site's
+podman configuration is when the submitter names it (containers.conf(5), containers-storage.conf(5),
+containers-registries.conf(5): files, not credentials), so a job's podman uses the storage and registries the
+site set up for the submitter's. None of it names the submitter's account or holds a secret (a prefix such as
+``APPTAINER_*`` would: ``APPTAINER_DOCKER_PASSWORD``). ``HOME``, ``USER``, ``LOGNAME``, ``MAIL``, ``XDG_*`` are left out: they are
 the submitter's, not those of the account the job runs as (Slurm sets ``SLURM_JOB_USER``; a site whose jobs need
 the account's home sets it, docs/backends/slurm.md, "The job's environment")."""
 
