@@ -35,9 +35,9 @@ runs ``podman``/``apptainer`` and coreutils by name), its language, locale and t
 podman configuration is when the submitter names it (containers.conf(5), containers-storage.conf(5),
 containers-registries.conf(5): files, not credentials), so a job's podman uses the storage and registries the
 site set up for the submitter's. None of it names the submitter's account or holds a secret (a prefix such as
-``APPTAINER_*`` would: ``APPTAINER_DOCKER_PASSWORD``). ``HOME``, ``USER``, ``LOGNAME``, ``MAIL``, ``XDG_*`` are left out: they are
-the submitter's, not those of the account the job runs as (Slurm sets ``SLURM_JOB_USER``; a site whose jobs need
-the account's home sets it, docs/backends/slurm.md, "The job's environment")."""
+``APPTAINER_*`` would: ``APPTAINER_DOCKER_PASSWORD``). ``HOME``, ``USER``, ``LOGNAME``, ``MAIL``, ``XDG_*`` are
+left out: they are the submitter's, not those of the account the job runs as (Slurm sets ``SLURM_JOB_USER``; a site
+whose jobs need the account's home sets it, docs/backends/slurm.md, "The job's environment")."""
 
 SUBMITTER_SETTINGS = "INTERLINK_SUBMITTER_"
 """The submitter's own settings (``submitters.settings.ENV_PREFIX``: NATS credentials among them): never passed,
