@@ -8,10 +8,11 @@ Pure (the caller passes the time), so the counting rules are tested directly; th
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 
 from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.gen.interlink_nats.v1 import fastwire
 from interlink_nats.submitters.core.backend import Capacity
 
 
@@ -54,17 +55,48 @@ class FailureWindow:
         return len(self._events), failures
 
 
-def held_by(specs: Iterable[bytes]) -> Capacity:
-    """What unfinished jobs asked of the site: the resource requests of their stored JobScripts, summed
-    (a spec that does not parse counts as nothing)."""
-    cpu = mem = gpus = 0
-    for raw in specs:
+def requested_by(raw: bytes) -> Capacity | None:
+    """What one stored JobScript asks of the site (None: it does not parse). Read by ``fastwire``'s view,
+    betterproto2 only for what the view does not take: a report sums every live job's, each announcement."""
+    view = fastwire.read_job_script(raw)
+    if view is not None:
+        resources: fastwire.ResourceRequestView | pb.ResourceRequest | None = view.resources
+    else:
         try:
             resources = pb.JobScript.parse(raw).resources
         except Exception:  # betterproto2 raises several kinds for bad bytes
-            continue
-        if resources is not None:
-            cpu += max(0, resources.cpu_millis)
-            mem += max(0, resources.memory_bytes)
-            gpus += max(0, resources.gpus)
+            return None
+    if resources is None:
+        return Capacity()
+    return Capacity(
+        cpu_millis=max(0, resources.cpu_millis),
+        memory_bytes=max(0, resources.memory_bytes),
+        gpus=max(0, resources.gpus),
+    )
+
+
+def _summed(requests: Iterable[Capacity]) -> Capacity:
+    cpu = mem = gpus = 0
+    for c in requests:
+        cpu += c.cpu_millis
+        mem += c.memory_bytes
+        gpus += c.gpus
     return Capacity(cpu_millis=cpu, memory_bytes=mem, gpus=gpus)
+
+
+@dataclass(slots=True)
+class HeldTally:
+    """What unfinished jobs asked of the site, summed (a spec that does not parse counts as nothing), each job's
+    request read once (by uid) rather than at every announcement: a pool with thousands of jobs queued at its
+    site read every stored JobScript at each announcement (0.27 ms each by betterproto2, on the event loop)."""
+
+    _by_uid: dict[str, tuple[int, Capacity | None]] = field(default_factory=dict)
+
+    def held(self, specs: Mapping[str, bytes]) -> Capacity:
+        """The sum over ``specs`` (uid -> stored JobScript); jobs no longer in it are forgotten."""
+        known, fresh = self._by_uid, {}
+        for uid, raw in specs.items():
+            hit = known.get(uid)
+            fresh[uid] = hit if hit is not None and hit[0] == len(raw) else (len(raw), requested_by(raw))
+        self._by_uid = fresh
+        return _summed(c for _, c in fresh.values() if c is not None)

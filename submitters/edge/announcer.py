@@ -19,7 +19,7 @@ from interlink_nats.kernel.clock import Clock
 from interlink_nats.kernel.subjects import config_subject, resources_subject
 from interlink_nats.submitters.core.backend import Backend, BackendError, Capacity, ReportsFree, RunsArrays
 from interlink_nats.submitters.core.errors import SubmitterError
-from interlink_nats.submitters.core.load import FailureWindow, QueueLoad, held_by
+from interlink_nats.submitters.core.load import FailureWindow, HeldTally, QueueLoad
 from interlink_nats.submitters.settings import SubmitterSettings
 from nats.aio.client import Client as NATS
 
@@ -53,8 +53,9 @@ class Announcer:
         self.failures = FailureWindow(settings.failure_window_s)
         """Fed by the submission path and the poller (``runtime``); read into every report."""
         self.held = Capacity()
-        self.held_specs: Callable[[], Awaitable[list[bytes]]] | None = None
-        """The stored JobScripts of the pool's unfinished jobs (the runtime reads them from the registry)."""
+        self.held_specs: Callable[[], Awaitable[dict[str, bytes]]] | None = None
+        """The stored JobScripts of the pool's unfinished jobs, by uid (the runtime reads them from the registry)."""
+        self._held_tally = HeldTally()
         self.ended_statuses: Callable[[float], Awaitable[list[bytes]]] | None = None
         """The last statuses of the pool's jobs that ended since a time (the runtime reads them from the registry)."""
         self.recent_usage = pb.JobUsage()
@@ -109,7 +110,7 @@ class Announcer:
                 log.warning("cannot discover free capacity (%s); reporting none", exc)
         if self.free is not None and self.held_specs is not None:
             try:
-                self.held = held_by(await self.held_specs())
+                self.held = self._held_tally.held(await self.held_specs())
             except Exception as exc:  # the registry closed under us (stopping): keep the last figure
                 log.debug("cannot count what the pool's jobs hold: %s", exc)
         if self.ended_statuses is not None:

@@ -378,9 +378,9 @@ class Registry:
             f"SELECT {COLUMNS} FROM jobs WHERE owner = ? AND phase IN (?, ?)", (owner, *LIVE_PHASES)
         )
 
-    async def live_specs(self, owner: str) -> list[bytes]:
-        """The stored JobScripts of ``owner``'s unfinished jobs (what they hold, for the ResourceReport)."""
-        return [row.spec for row in await self.live(owner)]
+    async def live_specs(self, owner: str) -> dict[str, bytes]:
+        """The stored JobScripts of ``owner``'s unfinished jobs, by uid (what they hold, for the ResourceReport)."""
+        return {row.uid: row.spec for row in await self.live(owner)}
 
     async def statuses_ended_since(self, since: float) -> list[bytes]:
         """The last statuses of the jobs that ended at or after ``since`` (their usage, for the ResourceReport)."""

@@ -77,7 +77,7 @@ async def test_the_report_carries_free_held_queue_and_failures(tmp_path: Path) -
     backend = _FreeBackend(Capacity(cpu_millis=3000, memory_bytes=2**30))
     announcer = Announcer(settings, backend, clock)
     job = pb.JobScript(resources=pb.ResourceRequest(cpu_millis=1500, memory_bytes=2**20))
-    announcer.held_specs = _specs([bytes(job), bytes(job), b"\xff\xff"])
+    announcer.held_specs = _specs({"a": bytes(job), "b": bytes(job), "c": b"\xff\xff"})
     announcer.queue_load = lambda now: QueueLoad(2, 42.9)
     announcer.record_outcome(False)
     announcer.record_outcome(True)
@@ -101,8 +101,8 @@ async def test_a_backend_that_cannot_tell_reports_no_free_figures(tmp_path: Path
     assert report.free == {} and report.held == {}
 
 
-def _specs(specs: list[bytes]) -> Callable[[], Awaitable[list[bytes]]]:
-    async def read() -> list[bytes]:
+def _specs(specs: dict[str, bytes]) -> Callable[[], Awaitable[dict[str, bytes]]]:
+    async def read() -> dict[str, bytes]:
         return specs
 
     return read
@@ -136,3 +136,45 @@ async def test_the_pools_queue_and_start_outcomes_come_from_its_tracked_jobs(tmp
         report = sub.announcer.resource_report()
         assert report.queued_jobs == 1
         assert (report.recent_attempts, report.recent_failures) == (5, 1)
+
+
+def test_held_counts_each_job_once_reads_it_once_and_forgets_jobs_that_ended(monkeypatch: object) -> None:
+    import interlink_nats.submitters.core.load as load
+
+    reads: list[bytes] = []
+    real = load.requested_by
+
+    def counted(raw: bytes) -> Capacity | None:
+        reads.append(raw)
+        return real(raw)
+
+    setattr(load, "requested_by", counted)  # noqa: B010 - restored below
+    try:
+        small = bytes(pb.JobScript(script="x", resources=pb.ResourceRequest(cpu_millis=500, memory_bytes=2**20)))
+        gpu = bytes(pb.JobScript(script="y", resources=pb.ResourceRequest(cpu_millis=1000, gpus=1)))
+        tally = load.HeldTally()
+        assert tally.held({"a": small, "b": gpu, "bad": b"\x2a\x05\x08"}) == Capacity(1500, 2**20, 1)
+        assert len(reads) == 3
+        assert tally.held({"a": small, "b": gpu, "bad": b"\x2a\x05\x08", "c": small}) == Capacity(2000, 2**21, 1)
+        assert len(reads) == 4  # only the new job was read
+        assert tally.held({"c": small}) == Capacity(500, 2**20, 0)  # a and b ended
+        assert tally.held({"a": small}) == Capacity(500, 2**20, 0)
+        assert len(reads) == 5  # a came back (a uid seen again after it ended is read again)
+    finally:
+        setattr(load, "requested_by", real)  # noqa: B010
+
+
+def test_what_a_job_requests_reads_the_same_by_the_fast_view_and_by_betterproto() -> None:
+    from interlink_nats.gen.interlink_nats.v1 import fastwire
+    from interlink_nats.submitters.core.load import requested_by
+
+    job = pb.JobScript(
+        script="s",
+        containers=["a"],
+        resources=pb.ResourceRequest(cpu_millis=2500, memory_bytes=3 * 2**30, gpus=2),
+    )
+    raw = bytes(job)
+    assert fastwire.read_job_script(raw) is not None  # the fast path is the one taken
+    assert requested_by(raw) == Capacity(2500, 3 * 2**30, 2)
+    assert requested_by(bytes(pb.JobScript(script="s"))) == Capacity()  # no request: nothing held
+    assert requested_by(b"\x2a\x05\x08") is None  # resources (field 5) cut short: betterproto2 refuses it too
