@@ -31,6 +31,7 @@ import asyncio
 import contextlib
 import logging
 import os
+import select
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -85,11 +86,15 @@ REAP_FALLBACK_S = 0.5  # how often full slots are re-checked when no pidfd told 
 @dataclass(slots=True)
 class _Running:
     pid: int
-    start_ticks: int
+    start_ticks: int | None
+    """Its start time (``/proc/<pid>/stat``), which tells it from a later process of the same pid. None while a
+    pidfd watches it and nothing needed it yet (:meth:`ShellBackend._start_ticks`): most jobs end unasked."""
     job_dir: Path
     watched: bool = False
     """A pidfd tells when it ends: until then nothing about the job can change but its container files.
     ``_reap`` need not look at it either: its slot is freed by the pidfd."""
+    pidfd: int | None = None
+    """The pidfd while it watches the runner (closed, and None, once it fired)."""
     seen: Observation | None = None
     """The RUNNING observation a poll returns, without any I/O, while ``watched``."""
 
@@ -226,9 +231,12 @@ class ShellBackend(ShellGangs, ShellArrays):
                 if len(self._running) + len(self._starting) >= self._limit:
                     self._reap()
                     if len(self._running) + len(self._starting) >= self._limit:
-                        # Woken as soon as a runner exits (pidfd); the timeout is the fallback where
-                        # pidfds are unavailable, and for runners adopted after a restart.
+                        # Woken as soon as a runner exits (pidfd) or a launch ends; the timeout is the fallback
+                        # where a runner has no pidfd (unavailable, or out of descriptors).
                         self._wake.clear()
+                        if all(run.watched for run in self._running.values()):
+                            await self._wake.wait()
+                            continue
                         with contextlib.suppress(TimeoutError):
                             # not wait_for: on 3.11 it can swallow a cancel
                             async with asyncio.timeout(REAP_FALLBACK_S):
@@ -259,10 +267,14 @@ class ShellBackend(ShellGangs, ShellArrays):
                     continue
                 if pid is None:
                     return  # claimed before (a retry after a crash): the poll finds its runner by the pid file
-                seen = proc_start_ticks(pid)
-                if seen is not None:
-                    self._running[spec.uid] = _Running(pid, seen[0], spec.job_dir)
-                    self._watch_exit(spec.uid, pid)
+                run = _Running(pid, None, spec.job_dir)
+                self._running[spec.uid] = run
+                if not self._watch_exit(spec.uid, run):  # no pidfd: its start time tells it from a later pid
+                    seen = proc_start_ticks(pid)
+                    if seen is None:
+                        del self._running[spec.uid]  # gone already: the poll finds its exit file
+                    else:
+                        run.start_ticks = seen[0]
                 return
         except Exception:
             log.exception("launching job %s failed; it will be reported as lost", spec.uid)
@@ -271,27 +283,27 @@ class ShellBackend(ShellGangs, ShellArrays):
             self._accounts.pop(spec.uid, None)
             self._wake.set()
 
-    def _watch_exit(self, uid: str, pid: int) -> None:
-        """Learn the moment the runner exits: a pidfd becomes readable then (Linux ≥ 5.3).
+    def _watch_exit(self, uid: str, run: _Running) -> bool:
+        """Learn the moment the runner exits: a pidfd becomes readable then (Linux ≥ 5.3). False: no pidfd.
 
         Frees its slot at once, and lets a poll skip every job whose runner has not exited (no
         /proc or file reads for it). Without a pidfd (old kernel, or out of descriptors) the poll
         checks the job as before, and ``_reap()`` frees its slot on the fallback tick.
         """
+        pid = run.pid
         try:
             fd = os.pidfd_open(pid)
         except (AttributeError, OSError):
-            return
+            return False
         loop = asyncio.get_running_loop()
         self._exit_fds.add(fd)
-        watched = self._running.get(uid)
-        if watched is not None and watched.pid == pid:
-            watched.watched = True
+        run.watched, run.pidfd = True, fd
 
         def exited() -> None:
             loop.remove_reader(fd)
             os.close(fd)
             self._exit_fds.discard(fd)
+            run.pidfd = None
             current = self._running.get(uid)
             if current is not None and current.pid == pid:
                 del self._running[uid]
@@ -299,8 +311,23 @@ class ShellBackend(ShellGangs, ShellArrays):
             self._wake.set()
 
         loop.add_reader(fd, exited)
+        return True
+
+    def _start_ticks(self, run: _Running) -> int | None:
+        """The runner's start time, read when first needed (a cancel); None once it has ended.
+
+        Read while its pidfd says it still runs: a pid is not reused before its process has ended, so the
+        ``/proc`` entry read is the runner's when the pidfd is still quiet after the read."""
+        if run.start_ticks is None:
+            seen = proc_start_ticks(run.pid)
+            if seen is None or run.pidfd is None or _readable(run.pidfd):
+                return None
+            run.start_ticks = seen[0]
+        return run.start_ticks
 
     def _alive(self, run: _Running) -> bool:
+        if run.pidfd is not None:
+            return not _readable(run.pidfd)  # readable once it has exited (a zombie too)
         seen = proc_start_ticks(run.pid)
         return seen is not None and seen[0] == run.start_ticks and seen[1] != "Z"
 
@@ -326,7 +353,7 @@ class ShellBackend(ShellGangs, ShellArrays):
             return None
         run = _Running(pid, seen[0], job_dir)
         self._running[uid] = run
-        self._watch_exit(uid, pid)
+        self._watch_exit(uid, run)
         return run
 
     async def reconcile(self, jobs: Sequence[JobHandle]) -> dict[str, Reconciled]:
@@ -481,8 +508,9 @@ class ShellBackend(ShellGangs, ShellArrays):
                 break
             await asyncio.sleep(0.02)
         run = self._running.get(uid) or self._adopt(uid, job.job_dir)
-        if run is not None and self._alive(run):  # its slot is freed when its runner ends: once nothing of it is left
-            await self._stopping.start(run.pid, run.start_ticks, lambda: self._remove_containers(job))
+        ticks = self._start_ticks(run) if run is not None and self._alive(run) else None
+        if run is not None and ticks is not None:  # its slot is freed when its runner ends: once nothing of it is left
+            await self._stopping.start(run.pid, ticks, lambda: self._remove_containers(job))
         else:
             await self._remove_containers(job)
 
@@ -497,3 +525,8 @@ class ShellBackend(ShellGangs, ShellArrays):
     async def free(self) -> Capacity | None:
         """What this host has free now (``ReportsFree``), less the slots its own jobs hold."""
         return host_free(busy=len(self._running) + len(self._starting) + len(self._queue), slots=self._limit)
+
+
+def _readable(fd: int) -> bool:
+    """Whether a pidfd says its process has exited, without waiting."""
+    return bool(select.select([fd], [], [], 0)[0])

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import os
 import sys
@@ -77,13 +78,20 @@ def runner_layout(spec: JobSpec) -> bytes:
     """``spec.layout`` as the launcher reads it (empty: none, the runner makes nothing and asks no removal)."""
     if not spec.layout:
         return b""
+    return _encoded_layout(spec.layout, spec.layout_marker)
+
+
+@functools.lru_cache(maxsize=256)
+def _encoded_layout(entries: tuple[layout.LayoutEntry, ...], marker: bool) -> bytes:
+    """Cached: the paths are relative to the job dir, so the pods of one shape (a Job's, a campaign's) share
+    their layout, and its encoding is on every launch."""
     items: list[tuple[str, str, int | str | None]] = []
-    for entry in spec.layout:
+    for entry in entries:
         if isinstance(entry, layout.LayoutDir):
             items.append(("d", entry.path, entry.mode))
         else:
             items.append(("l", entry.path, entry.target))
-    return jobtree.encode_layout(items, spec.layout_marker)
+    return jobtree.encode_layout(items, marker)
 
 
 def proc_start_ticks(pid: int) -> tuple[int, str] | None:
