@@ -31,10 +31,8 @@ import asyncio
 import contextlib
 import logging
 import os
-import select
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from interlink_nats.gen.interlink_nats import v1 as pb
@@ -55,12 +53,15 @@ from interlink_nats.submitters.backends.shell.processes import (
     NEVER_STARTED_AFTER,
     PID_FILE,
     Launcher,
+    RunningJob,
     is_our_runner,
     may_still_start,
     mtime,
+    pidfd_exited,
     proc_start_ticks,
     read_int,
     read_int_and_mtime,
+    start_ticks,
 )
 from interlink_nats.submitters.backends.shell.stopping import Stopping
 from interlink_nats.submitters.backends.storage_access import check_own_access
@@ -81,22 +82,6 @@ log = logging.getLogger(__name__)
 
 LAUNCH_ATTEMPTS = 3  # tries per job when the launcher itself fails (a retry of a started job is a no-op)
 REAP_FALLBACK_S = 0.5  # how often full slots are re-checked when no pidfd told us a runner ended
-
-
-@dataclass(slots=True)
-class _Running:
-    pid: int
-    start_ticks: int | None
-    """Its start time (``/proc/<pid>/stat``), which tells it from a later process of the same pid. None while a
-    pidfd watches it and nothing needed it yet (:meth:`ShellBackend._start_ticks`): most jobs end unasked."""
-    job_dir: Path
-    watched: bool = False
-    """A pidfd tells when it ends: until then nothing about the job can change but its container files.
-    ``_reap`` need not look at it either: its slot is freed by the pidfd."""
-    pidfd: int | None = None
-    """The pidfd while it watches the runner (closed, and None, once it fired)."""
-    seen: Observation | None = None
-    """The RUNNING observation a poll returns, without any I/O, while ``watched``."""
 
 
 class ShellBackend(ShellGangs, ShellArrays):
@@ -138,7 +123,7 @@ class ShellBackend(ShellGangs, ShellArrays):
         """Jobs that run as another account: "uid:gid", until launched."""
         self._queue: deque[JobSpec] = deque()
         self._queued: set[str] = set()
-        self._running: dict[str, _Running] = {}
+        self._running: dict[str, RunningJob] = {}
         self._cancelled: set[str] = set()  # answered CANCELLED (not GONE) until a poll brings their removal
         self._starting: set[str] = set()
         """Taken from the queue, launcher not done yet: neither queued nor findable on disk."""
@@ -267,7 +252,7 @@ class ShellBackend(ShellGangs, ShellArrays):
                     continue
                 if pid is None:
                     return  # claimed before (a retry after a crash): the poll finds its runner by the pid file
-                run = _Running(pid, None, spec.job_dir)
+                run = RunningJob(pid, None, spec.job_dir)
                 self._running[spec.uid] = run
                 if not self._watch_exit(spec.uid, run):  # no pidfd: its start time tells it from a later pid
                     seen = proc_start_ticks(pid)
@@ -283,7 +268,7 @@ class ShellBackend(ShellGangs, ShellArrays):
             self._accounts.pop(spec.uid, None)
             self._wake.set()
 
-    def _watch_exit(self, uid: str, run: _Running) -> bool:
+    def _watch_exit(self, uid: str, run: RunningJob) -> bool:
         """Learn the moment the runner exits: a pidfd becomes readable then (Linux ≥ 5.3). False: no pidfd.
 
         Frees its slot at once, and lets a poll skip every job whose runner has not exited (no
@@ -313,21 +298,9 @@ class ShellBackend(ShellGangs, ShellArrays):
         loop.add_reader(fd, exited)
         return True
 
-    def _start_ticks(self, run: _Running) -> int | None:
-        """The runner's start time, read when first needed (a cancel); None once it has ended.
-
-        Read while its pidfd says it still runs: a pid is not reused before its process has ended, so the
-        ``/proc`` entry read is the runner's when the pidfd is still quiet after the read."""
-        if run.start_ticks is None:
-            seen = proc_start_ticks(run.pid)
-            if seen is None or run.pidfd is None or _readable(run.pidfd):
-                return None
-            run.start_ticks = seen[0]
-        return run.start_ticks
-
-    def _alive(self, run: _Running) -> bool:
+    def _alive(self, run: RunningJob) -> bool:
         if run.pidfd is not None:
-            return not _readable(run.pidfd)  # readable once it has exited (a zombie too)
+            return not pidfd_exited(run.pidfd)  # readable once it has exited (a zombie too)
         seen = proc_start_ticks(run.pid)
         return seen is not None and seen[0] == run.start_ticks and seen[1] != "Z"
 
@@ -344,14 +317,14 @@ class ShellBackend(ShellGangs, ShellArrays):
             if (run.job_dir / EXIT_FILE).exists() or not self._alive(run):
                 del self._running[uid]
 
-    def _adopt(self, uid: str, job_dir: Path) -> _Running | None:
+    def _adopt(self, uid: str, job_dir: Path) -> RunningJob | None:
         pid = read_int(job_dir / PID_FILE)
         if pid is None or not is_our_runner(pid, job_dir):
             return None
         seen = proc_start_ticks(pid)
         if seen is None or seen[1] == "Z":
             return None
-        run = _Running(pid, seen[0], job_dir)
+        run = RunningJob(pid, seen[0], job_dir)
         self._running[uid] = run
         self._watch_exit(uid, run)
         return run
@@ -483,7 +456,7 @@ class ShellBackend(ShellGangs, ShellArrays):
             return Observation(BackendState.GONE, reason=NEVER_STARTED)
         return None  # gone: the runner vanished without writing its exit file
 
-    def _seen_running(self, run: _Running) -> Observation:
+    def _seen_running(self, run: RunningJob) -> Observation:
         obs = Observation(BackendState.RUNNING, started_at=mtime(run.job_dir / PID_FILE))
         if run.watched and obs.started_at is not None:
             run.seen = obs  # nothing more to learn until its pidfd fires (which drops ``run``)
@@ -508,7 +481,7 @@ class ShellBackend(ShellGangs, ShellArrays):
                 break
             await asyncio.sleep(0.02)
         run = self._running.get(uid) or self._adopt(uid, job.job_dir)
-        ticks = self._start_ticks(run) if run is not None and self._alive(run) else None
+        ticks = start_ticks(run) if run is not None and self._alive(run) else None
         if run is not None and ticks is not None:  # its slot is freed when its runner ends: once nothing of it is left
             await self._stopping.start(run.pid, ticks, lambda: self._remove_containers(job))
         else:
@@ -525,8 +498,3 @@ class ShellBackend(ShellGangs, ShellArrays):
     async def free(self) -> Capacity | None:
         """What this host has free now (``ReportsFree``), less the slots its own jobs hold."""
         return host_free(busy=len(self._running) + len(self._starting) + len(self._queue), slots=self._limit)
-
-
-def _readable(fd: int) -> bool:
-    """Whether a pidfd says its process has exited, without waiting."""
-    return bool(select.select([fd], [], [], 0)[0])

@@ -17,9 +17,11 @@ import contextlib
 import functools
 import logging
 import os
+import select
 import sys
 from collections import deque
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from interlink_nats.kernel import layout
@@ -28,7 +30,7 @@ from interlink_nats.submitters.backends.proc import timed
 from interlink_nats.submitters.backends.shell import jobtree
 from interlink_nats.submitters.backends.shell.jobtree import CLAIM as CLAIM
 from interlink_nats.submitters.backends.shell.jobtree import CLAIM_LAUNCHER, CLAIM_RUNNER, LAUNCHER_NAME, RUNNER_NAME
-from interlink_nats.submitters.core.backend import BackendUnavailable, JobSpec
+from interlink_nats.submitters.core.backend import BackendUnavailable, JobSpec, Observation
 
 log = logging.getLogger(__name__)
 
@@ -187,6 +189,42 @@ def _meminfo(key: str) -> int:
             if line.startswith(key):
                 return int(line.split()[1]) * 1024
     return 0
+
+
+@dataclass(slots=True)
+class RunningJob:
+    """A runner the shell backend started (or adopted after a restart), while it runs."""
+
+    pid: int
+    start_ticks: int | None
+    """Its start time (``/proc/<pid>/stat``), which tells it from a later process of the same pid. None while a
+    pidfd watches it and nothing needed it yet (:func:`start_ticks`): most jobs end unasked."""
+    job_dir: Path
+    watched: bool = False
+    """A pidfd tells when it ends: until then nothing about the job can change but its container files.
+    ``_reap`` need not look at it either: its slot is freed by the pidfd."""
+    pidfd: int | None = None
+    """The pidfd while it watches the runner (closed, and None, once it fired)."""
+    seen: Observation | None = None
+    """The RUNNING observation a poll returns, without any I/O, while ``watched``."""
+
+
+def start_ticks(run: RunningJob) -> int | None:
+    """The runner's start time, read when first needed (a cancel); None once it has ended.
+
+    Read while its pidfd says it still runs: a pid is not reused before its process has ended, so the
+    ``/proc`` entry read is the runner's when the pidfd is still quiet after the read."""
+    if run.start_ticks is None:
+        seen = proc_start_ticks(run.pid)
+        if seen is None or run.pidfd is None or pidfd_exited(run.pidfd):
+            return None
+        run.start_ticks = seen[0]
+    return run.start_ticks
+
+
+def pidfd_exited(fd: int) -> bool:
+    """Whether a pidfd says its process has exited, without waiting."""
+    return bool(select.select([fd], [], [], 0)[0])
 
 
 class Launcher:
