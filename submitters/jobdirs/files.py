@@ -93,7 +93,8 @@ def prepare_job_dir(
     (``JobScript.layout``), or, for a script rendered before that field existed, on the script's layout
     line: it is made here too, and the script, finding it there, skips the processes that would make it
     (P8). When the layout cannot be made the script makes it itself, as it would have. ``make_layout`` False:
-    the backend's runner makes it (``MakesLayout``: the shell backend), and this writes only the rest.
+    the backend's runner makes it and ``containers/`` (``MakesLayout``: the shell backend), and this writes only
+    the job dir and the script: two inodes on the create path instead of four.
 
     Idempotent, so a retried submission after a crash rewrites the same content. On the create
     path of every job, so it spends few syscalls: plain ``os`` calls on string paths, the parent
@@ -113,8 +114,9 @@ def prepare_job_dir(
     exact_modes = fresh and _umask_keeps_owner_bits()
     if not exact_modes:
         os.chmod(directory, 0o700)
-    with contextlib.suppress(FileExistsError):
-        os.mkdir(os.path.join(directory, layout.CONTAINERS_DIR), 0o700)
+    if make_layout:  # else the runner makes ``containers/`` with the layout, and so as the job's account
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(os.path.join(directory, layout.CONTAINERS_DIR), 0o700)
     if not script.startswith("#!"):
         script = "#!/bin/bash\n" + script  # sbatch insists on an interpreter line
     path = os.path.join(directory, layout.SCRIPT_NAME)

@@ -85,9 +85,10 @@ def runner_layout(spec: JobSpec) -> bytes:
 
 @functools.lru_cache(maxsize=256)
 def _encoded_layout(entries: tuple[layout.LayoutEntry, ...], marker: bool) -> bytes:
-    """Cached: the paths are relative to the job dir, so the pods of one shape (a Job's, a campaign's) share
-    their layout, and its encoding is on every launch."""
-    items: list[tuple[str, str, int | str | None]] = []
+    """``containers/`` first (the submitter left it to the runner, ``prepare_job_dir(make_layout=False)``), then
+    the entries. Cached: the paths are relative to the job dir, so the pods of one shape (a Job's, a campaign's)
+    share their layout, and its encoding is on every launch."""
+    items: list[tuple[str, str, int | str | None]] = [("d", layout.CONTAINERS_DIR, 0o700)]
     for entry in entries:
         if isinstance(entry, layout.LayoutDir):
             items.append(("d", entry.path, entry.mode))

@@ -50,7 +50,8 @@ def job(root: Path, *, marker: bool = False) -> JobSpec:
     job_dir = job_dir_for(root, uid)
     script = (
         "#!/bin/bash\n"
-        "{ [ -d volumes/data ] && [ rootfs/main/mnt -ef volumes/data ] && [ -d rootfs/main/work ]; } "
+        "{ [ -d containers ] && [ -d volumes/data ] && [ rootfs/main/mnt -ef volumes/data ] "
+        "&& [ -d rootfs/main/work ]; } "
         "&& echo found > found\n"
         "until [ -e go ]; do sleep 0.05; done\n"
         "echo the-log\n"
@@ -72,11 +73,12 @@ async def test_the_runner_makes_the_layout_and_it_is_gone_when_the_exit_file_is_
     try:
         spec = job(tmp_path, marker=True)
         d = spec.job_dir
-        assert not (d / "volumes").exists()  # the submitter made none
+        assert not (d / "volumes").exists() and not (d / "containers").exists()  # the submitter made none
         await backend.submit(spec)
         await until(lambda: (d / "found").exists() or ((d / "job.out").exists() and (d / "go").exists()), "job.sh")
         await until(lambda: (d / "found").exists(), "the script to find the layout")
         assert stat.S_IMODE((d / "volumes/data").stat().st_mode) == 0o700
+        assert stat.S_IMODE((d / "containers").stat().st_mode) == 0o700  # the runner made it, for the script
         assert stat.S_IMODE((d / "volumes/secret").stat().st_mode) == 0o500
         assert os.readlink(d / "rootfs/main/mnt") == str(d.absolute() / "volumes/data")
         assert os.readlink(d / layout.PREPARED_FILE) == str(d.absolute())
