@@ -186,6 +186,8 @@ class ShellBackend(ShellGangs, ShellArrays):
             loop.remove_reader(fd)
             os.close(fd)
         self._exit_fds.clear()
+        for run in self._running.values():  # their pidfds are closed: never asked again
+            run.pidfd = None
         await self._launcher.close()
 
     def output_path(self, job_dir: Path) -> Path:
@@ -216,8 +218,7 @@ class ShellBackend(ShellGangs, ShellArrays):
                 if len(self._running) + len(self._starting) >= self._limit:
                     self._reap()
                     if len(self._running) + len(self._starting) >= self._limit:
-                        # Woken as soon as a runner exits (pidfd) or a launch ends; the timeout is the fallback
-                        # where a runner has no pidfd (unavailable, or out of descriptors).
+                        # Woken when a runner exits (pidfd) or a launch ends; a runner without a pidfd: the timeout
                         self._wake.clear()
                         if all(run.watched for run in self._running.values()):
                             await self._wake.wait()
@@ -271,9 +272,8 @@ class ShellBackend(ShellGangs, ShellArrays):
     def _watch_exit(self, uid: str, run: RunningJob) -> bool:
         """Learn the moment the runner exits: a pidfd becomes readable then (Linux ≥ 5.3). False: no pidfd.
 
-        Frees its slot at once, and lets a poll skip every job whose runner has not exited (no
-        /proc or file reads for it). Without a pidfd (old kernel, or out of descriptors) the poll
-        checks the job as before, and ``_reap()`` frees its slot on the fallback tick.
+        Frees its slot at once, and lets a poll skip every job whose runner has not exited (no /proc or file
+        reads for it). Without a pidfd (old kernel, out of descriptors) the poll checks the job, ``_reap()`` its slot.
         """
         pid = run.pid
         try:
