@@ -379,8 +379,11 @@ class Registry:
         )
 
     async def live_specs(self, owner: str) -> dict[str, bytes]:
-        """The stored JobScripts of ``owner``'s unfinished jobs, by uid (what they hold, for the ResourceReport)."""
-        return {row.uid: row.spec for row in await self.live(owner)}
+        """The stored JobScripts of ``owner``'s unfinished jobs, by uid (what they hold, for the ResourceReport):
+        the two columns only, at every announcement, not whole rows with their statuses."""
+        sql = "SELECT uid, spec FROM jobs WHERE owner = ? AND phase IN (?, ?)"
+        async with self._db.execute(sql, (owner, *LIVE_PHASES)) as cur:
+            return {str(r[0]): bytes(r[1]) for r in await cur.fetchall()}
 
     async def statuses_ended_since(self, since: float) -> list[bytes]:
         """The last statuses of the jobs that ended at or after ``since`` (their usage, for the ResourceReport)."""

@@ -45,6 +45,25 @@ async def test_registry_claims_once_and_survives_reopen(tmp_path: Path) -> None:
     await reg.close()
 
 
+async def test_live_specs_are_the_owners_unfinished_jobs_stored_scripts_by_uid(tmp_path: Path) -> None:
+    """What the ResourceReport's ``held`` reads at every announcement: uid -> stored JobScript, nothing else."""
+    from interlink_nats.submitters.core.lifecycle import Phase
+    from interlink_nats.submitters.state.schema import StatusUpdate
+
+    reg = await Registry.open(tmp_path / "r.sqlite3")
+    kw = claim_fields(tmp_path)
+    await reg.claim(uid="running", **{**kw, "spec": b"one"})
+    await reg.mark_submitted("running", "1")
+    await reg.claim(uid="submitting", **{**kw, "spec": b"two"})
+    await reg.claim(uid="ended", **{**kw, "spec": b"three"})
+    await reg.mark_submitted("ended", "3")
+    await reg.save_statuses([StatusUpdate("ended", Phase.DONE, 3, b"", 2, 1.0)])
+    await reg.claim(uid="others", **{**kw, "spec": b"four", "owner": "b"})
+    assert await reg.live_specs("a") == {"running": b"one", "submitting": b"two"}
+    assert await reg.live_specs("b") == {"others": b"four"}
+    await reg.close()
+
+
 async def test_a_claims_follow_up_runs_after_its_commit_only_when_it_created_the_row(tmp_path: Path) -> None:
     """``claim(then=...)``: Submit writes its job directory in the claim's thread hop, after the commit."""
     import asyncio
