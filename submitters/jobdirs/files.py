@@ -87,14 +87,15 @@ def _umask_keeps_owner_bits() -> bool:
 def prepare_job_dir(
     job_dir: Path, script: str, entries: Sequence[pb.LayoutEntry] = (), *, make_layout: bool = True
 ) -> Path:
-    """Create the job directory (0700) with ``containers/`` and write the script (0700) atomically.
+    """Create the job directory (0700) with ``containers/`` (unless the runner makes it) and write the script
+    (0700) atomically.
 
     The job-dir layout (volume directories, runtime ``none``'s links) comes in ``entries``
     (``JobScript.layout``), or, for a script rendered before that field existed, on the script's layout
     line: it is made here too, and the script, finding it there, skips the processes that would make it
     (P8). When the layout cannot be made the script makes it itself, as it would have. ``make_layout`` False:
     the backend's runner makes it and ``containers/`` (``MakesLayout``: the shell backend), and this writes only
-    the job dir and the script: two inodes on the create path instead of four.
+    the job dir and the script: two inodes on the create path instead of three.
 
     Idempotent, so a retried submission after a crash rewrites the same content. On the create
     path of every job, so it spends few syscalls: plain ``os`` calls on string paths, the parent
