@@ -164,6 +164,7 @@ async def test_pods_arriving_every_half_window_form_one_array_and_a_gap_opens_th
     assert await pool.next_array() == uids(13)
     await eventually(lambda: _empty(r), what="both arrays forgotten once sent")
     assert await client.hlen(r.held.key) == 0 and await client.hlen(r.held.members_key) == 0
+    await r.stop()
 
 
 async def _empty(r: PodGroupRunner) -> bool:
@@ -188,6 +189,10 @@ async def test_an_array_never_grows_past_what_one_nats_message_carries(client: A
         size = len(bytes(pb.SubmitGroupRequest(members=[job(int(u[2:]), pad=3000) for u in array])))
         assert size <= limit - 16 * 1024, (len(array), size)
     assert sorted(len(a) for a in sent)[1:] == [290, 290, 290], "each array but the last as full as the limit allows"
+    # The sends forget their arrays in redis in the background: done before the client closes (else a connection
+    # still in a send's hands outlives the test, and its loop).
+    await eventually(lambda: _empty(r), what="every array forgotten once sent")
+    await r.stop()
 
 
 async def test_the_longest_wait_bounds_an_array_whose_pods_keep_coming(client: Any) -> None:
@@ -202,6 +207,8 @@ async def test_the_longest_wait_bounds_an_array_whose_pods_keep_coming(client: A
     clock.advance(WINDOW)
     await r.sweep()
     assert await pool.next_array() == uids(5, 6, 7)
+    await eventually(lambda: _empty(r), what="both arrays forgotten once sent")
+    await r.stop()
 
 
 async def test_a_restart_while_an_array_forms_loses_nothing_and_sends_it_once(client: Any) -> None:
