@@ -90,13 +90,11 @@ class HeldTally:
     request read once (by uid) rather than at every announcement: a pool with thousands of jobs queued at its
     site read every stored JobScript at each announcement (0.27 ms each by betterproto2, on the event loop)."""
 
-    _by_uid: dict[str, tuple[int, Capacity | None]] = field(default_factory=dict)
+    _by_uid: dict[str, Capacity | None] = field(default_factory=dict)
 
     def held(self, specs: Mapping[str, bytes]) -> Capacity:
-        """The sum over ``specs`` (uid -> stored JobScript); jobs no longer in it are forgotten."""
-        known, fresh = self._by_uid, {}
-        for uid, raw in specs.items():
-            hit = known.get(uid)
-            fresh[uid] = hit if hit is not None and hit[0] == len(raw) else (len(raw), requested_by(raw))
-        self._by_uid = fresh
-        return _summed(c for _, c in fresh.values() if c is not None)
+        """The sum over ``specs`` (uid -> stored JobScript: the registry writes it once, at the claim); jobs no
+        longer in it are forgotten."""
+        known = self._by_uid
+        self._by_uid = {uid: known[uid] if uid in known else requested_by(raw) for uid, raw in specs.items()}
+        return _summed(c for c in self._by_uid.values() if c is not None)

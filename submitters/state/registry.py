@@ -51,6 +51,10 @@ _Op = Callable[[sqlite3.Connection], object]
 """One write: runs inside the batch's transaction on the writer thread, returns its result."""
 
 
+_LIVE_OF_OWNER = "owner = ? AND phase IN (?, ?)"
+"""An owner's unfinished jobs; its parameters: the owner, then ``LIVE_PHASES``."""
+
+
 @dataclass(slots=True)
 class _AfterCommit:
     """An op's result plus work to run on the writer thread once that op's transaction is committed.
@@ -374,14 +378,12 @@ class Registry:
         return await self._write(store)
 
     async def live(self, owner: str) -> list[JobRow]:
-        return await self._fetch(
-            f"SELECT {COLUMNS} FROM jobs WHERE owner = ? AND phase IN (?, ?)", (owner, *LIVE_PHASES)
-        )
+        return await self._fetch(f"SELECT {COLUMNS} FROM jobs WHERE {_LIVE_OF_OWNER}", (owner, *LIVE_PHASES))
 
     async def live_specs(self, owner: str) -> dict[str, bytes]:
         """The stored JobScripts of ``owner``'s unfinished jobs, by uid (what they hold, for the ResourceReport):
         the two columns only, at every announcement, not whole rows with their statuses."""
-        sql = "SELECT uid, spec FROM jobs WHERE owner = ? AND phase IN (?, ?)"
+        sql = f"SELECT uid, spec FROM jobs WHERE {_LIVE_OF_OWNER}"
         async with self._db.execute(sql, (owner, *LIVE_PHASES)) as cur:
             return {str(r[0]): bytes(r[1]) for r in await cur.fetchall()}
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
+import pytest
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel.clock import ManualClock
 from interlink_nats.submitters.backends.htcondor.free import parse_unclaimed
@@ -138,7 +139,7 @@ async def test_the_pools_queue_and_start_outcomes_come_from_its_tracked_jobs(tmp
         assert (report.recent_attempts, report.recent_failures) == (5, 1)
 
 
-def test_held_counts_each_job_once_reads_it_once_and_forgets_jobs_that_ended(monkeypatch: object) -> None:
+def test_held_counts_each_job_once_reads_it_once_and_forgets_jobs_that_ended(monkeypatch: pytest.MonkeyPatch) -> None:
     import interlink_nats.submitters.core.load as load
 
     reads: list[bytes] = []
@@ -148,20 +149,17 @@ def test_held_counts_each_job_once_reads_it_once_and_forgets_jobs_that_ended(mon
         reads.append(raw)
         return real(raw)
 
-    setattr(load, "requested_by", counted)  # noqa: B010 - restored below
-    try:
-        small = bytes(pb.JobScript(script="x", resources=pb.ResourceRequest(cpu_millis=500, memory_bytes=2**20)))
-        gpu = bytes(pb.JobScript(script="y", resources=pb.ResourceRequest(cpu_millis=1000, gpus=1)))
-        tally = load.HeldTally()
-        assert tally.held({"a": small, "b": gpu, "bad": b"\x2a\x05\x08"}) == Capacity(1500, 2**20, 1)
-        assert len(reads) == 3
-        assert tally.held({"a": small, "b": gpu, "bad": b"\x2a\x05\x08", "c": small}) == Capacity(2000, 2**21, 1)
-        assert len(reads) == 4  # only the new job was read
-        assert tally.held({"c": small}) == Capacity(500, 2**20, 0)  # a and b ended
-        assert tally.held({"a": small}) == Capacity(500, 2**20, 0)
-        assert len(reads) == 5  # a came back (a uid seen again after it ended is read again)
-    finally:
-        setattr(load, "requested_by", real)  # noqa: B010
+    monkeypatch.setattr(load, "requested_by", counted)
+    small = bytes(pb.JobScript(script="x", resources=pb.ResourceRequest(cpu_millis=500, memory_bytes=2**20)))
+    gpu = bytes(pb.JobScript(script="y", resources=pb.ResourceRequest(cpu_millis=1000, gpus=1)))
+    tally = load.HeldTally()
+    assert tally.held({"a": small, "b": gpu, "bad": b"\x2a\x05\x08"}) == Capacity(1500, 2**20, 1)
+    assert len(reads) == 3
+    assert tally.held({"a": small, "b": gpu, "bad": b"\x2a\x05\x08", "c": small}) == Capacity(2000, 2**21, 1)
+    assert len(reads) == 4  # only the new job was read
+    assert tally.held({"c": small}) == Capacity(500, 2**20, 0)  # a and b ended
+    assert tally.held({"a": small}) == Capacity(500, 2**20, 0)
+    assert len(reads) == 5  # a came back (a uid seen again after it ended is read again)
 
 
 def test_what_a_job_requests_reads_the_same_by_the_fast_view_and_by_betterproto() -> None:

@@ -50,3 +50,24 @@ async def test_a_watched_runners_start_time_is_read_while_it_runs_and_never_afte
 def test_a_runner_without_a_pidfd_has_no_start_time_to_read_later(tmp_path: Path) -> None:
     run = RunningJob(os.getpid(), None, tmp_path)
     assert start_ticks(run) is None  # the launch reads it at once when no pidfd watches the runner
+
+
+async def test_a_pidfd_numbered_past_select_s_limit_still_tells_whether_its_runner_ended() -> None:
+    """A submitter with a thousand runners holds pidfds numbered past FD_SETSIZE (1024), where ``select`` refuses."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < 1500:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 4096), hard))
+    proc = await asyncio.create_subprocess_exec("sleep", "60")
+    fd = os.pidfd_open(proc.pid)
+    high = os.dup2(fd, 1400, inheritable=False)
+    try:
+        assert not pidfd_exited(high)
+        proc.kill()
+        await proc.wait()
+        assert pidfd_exited(high)
+    finally:
+        os.close(high)
+        os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
