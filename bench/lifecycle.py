@@ -245,7 +245,7 @@ def main() -> None:
         raw_cpus: list[float] = []
         rows: list[list[object]] = []
         figures: dict[tuple[str, str, int], list[dict[str, float]]] = {}
-        top_stacks: Counter[tuple[str, ...]] = Counter()
+        top_stacks: dict[str, Counter[tuple[str, ...]]] = {site.backend: Counter() for site in sites}
         for rep in range(args.reps):
             raw_count = 2000
             raw_before = time.process_time(), cpu_seconds(responder.pid)[0]
@@ -261,7 +261,9 @@ def main() -> None:
                             count = args.slurm_pods if in_flight > 1 else args.slurm_serial_pods
                         else:
                             count = args.pods if in_flight > 1 else args.serial_pods
-                        cpu, phases = window(port, site, shape, in_flight, count, f"r{rep}", gateway.pid, top_stacks)
+                        cpu, phases = window(
+                            port, site, shape, in_flight, count, f"r{rep}", gateway.pid, top_stacks[site.backend]
+                        )
                         cpu["vs_raw"] = cpu["submitter"] / raw_cpus[-1]
                         figures.setdefault((site.backend, shape.name, in_flight), []).append(cpu)
                         total = sum(phases.values()) or 1
@@ -313,8 +315,11 @@ def main() -> None:
             ],
             rows,
         )
-        for stack, n in top_stacks.most_common(args.stacks):
-            print(f"{n:5d} {phase_of(list(stack)):8s} " + " > ".join(f.rsplit("/", 1)[-1] for f in stack[-7:]))
+        for backend, stacks in top_stacks.items():
+            if args.stacks:
+                print(f"{backend}, interlink at {IN_FLIGHT} in flight, the stacks sampled most:")
+            for stack, n in stacks.most_common(args.stacks):
+                print(f"{n:5d} {phase_of(list(stack)):8s} " + " > ".join(f.rsplit("/", 1)[-1] for f in stack[-7:]))
         result: dict[str, object] = {"shell": None, "slurm": None}
         for site in sites:
             result[site.backend] = summary = summarize(figures, site.backend, shapes, raw_cpu)
@@ -393,7 +398,7 @@ def window(
         )
     stacks_after = site.profile.read() if site.profile else Counter()
     phases = Profile.phases(stacks, stacks_after)
-    if shape.name == "interlink" and in_flight > 1 and site.backend == "shell":
+    if shape.name == "interlink" and in_flight > 1:
         top_stacks.update(stacks_after - stacks)
     total = sum(phases.values()) or 1
     for phase, n in phases.items():  # the submitter's CPU per pod, split by the samples' shares
