@@ -7,6 +7,8 @@ import contextlib
 import json
 import os
 import signal
+import subprocess
+import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -50,6 +52,52 @@ def system_seconds(pid: int) -> float:
     """The kernel's CPU on the process's behalf (``stime``): on the create path mostly the file system's inodes."""
     stat = Path(f"/proc/{pid}/stat").read_text()
     return int(stat[stat.rindex(")") + 2 :].split()[12]) / os.sysconf("SC_CLK_TCK")
+
+
+IDLE_WAKE = """
+import sys, time
+from pathlib import Path
+def ran():
+    return int(Path("/proc/self/schedstat").read_text().split()[0])
+turns = int(sys.argv[1])
+time.sleep(0.5)
+before = ran()
+for _ in range(turns):
+    time.sleep(0.5)
+print((ran() - before) / turns / 1e6)
+"""
+"""A process that sleeps 0.5 s, wakes and sleeps again: its CPU per turn (``python -c IDLE_WAKE <turns>``, in ms)
+is what one wake-up of an idle process costs on this machine, printed beside the figures it inflates."""
+
+
+def idle_wake_ms(turns: int = 8) -> float:
+    """The machine's cost of one wake-up of a process that idled 0.5 s, in ms of CPU (``IDLE_WAKE``)."""
+    out = subprocess.run([sys.executable, "-c", IDLE_WAKE, str(turns)], capture_output=True, text=True, check=True)
+    return float(out.stdout)
+
+
+def ran_seconds(pid: int) -> float:
+    """The CPU the process's threads ran, to the nanosecond (``schedstat``; ``/proc/<pid>/stat`` counts 10 ms
+    ticks, too coarse for an idle process over a few seconds)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):
+            total += int((task / "schedstat").read_text().split()[0])
+    return total / 1e9
+
+
+def wakeups(pid: int) -> int:
+    """How often the process's threads were woken from a wait (their voluntary context switches, summed).
+
+    A stable figure where CPU time is not: on a virtual machine each wake-up of a process that idled costs it
+    CPU for the caches and the vCPU's return, more the longer it idled (``IDLE_WAKE``'s yardstick)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):
+            for line in (task / "status").read_text().splitlines():
+                if line.startswith("voluntary_ctxt_switches:"):
+                    total += int(line.split()[1])
+    return total
 
 
 def phase_of(stack: list[str]) -> str:

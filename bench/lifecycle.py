@@ -74,7 +74,7 @@ from _harness import (
     stop_process,
     wait_http,
 )
-from _meters import CgroupCpu, Profile, own_cpu, phase_of, system_seconds
+from _meters import CgroupCpu, Profile, idle_wake_ms, own_cpu, phase_of, ran_seconds, system_seconds, wakeups
 from _pods import SHAPES, Shape, pod_data
 from create import RAW_RESPONDER, CpuMeter, closed_loop, raw_ceiling
 from interlink_nats.gen.interlink_nats import v1 as pb
@@ -84,7 +84,7 @@ from interlink_nats.services.scripts import render_job
 from slurm_cluster import SlurmCluster
 
 IN_FLIGHT = 64
-IDLE_WINDOW_S = 5.0
+IDLE_WINDOW_S = 10.0
 SHAPE_NAMES = ("interlink", "minimal")
 
 
@@ -236,11 +236,17 @@ def main() -> None:
                 warm = [shape.make(i, f"warm-{site.backend}-{shape.name}", site.pool) for i in range(16)]
                 asyncio.run(closed_loop(port, [http_request("POST", "/create", json.dumps(p).encode()) for p in warm]))
                 asyncio.run(wait_lives(port, warm, site.jobs))
-        meter = CpuMeter(gateway.pid, sites[0].submitter.pid)
-        idle_before = meter.read()
+        idle_pids = {"gateway": gateway.pid, **{f"{site.backend} submitter": site.submitter.pid for site in sites}}
+        idle_before = {name: (ran_seconds(pid), wakeups(pid)) for name, pid in idle_pids.items()}
         time.sleep(IDLE_WINDOW_S)
-        idle = CpuMeter.per_request_ms(idle_before, meter.read(), 1)
-        idle_ms_per_s = (idle["gateway"] + idle["submitter"]) / IDLE_WINDOW_S
+        idle = {
+            name: {
+                "cpu_ms_per_s": round((ran_seconds(pid) - idle_before[name][0]) * 1e3 / IDLE_WINDOW_S, 2),
+                "wakeups_per_s": round((wakeups(pid) - idle_before[name][1]) / IDLE_WINDOW_S, 1),
+            }
+            for name, pid in idle_pids.items()
+        }
+        wake_ms = idle_wake_ms()
 
         raw_cpus: list[float] = []
         rows: list[list[object]] = []
@@ -277,6 +283,7 @@ def main() -> None:
                                 f"{cpu['gateway']:.2f}",
                                 f"{cpu['submitter']:.2f}",
                                 f"{cpu['submitter_system']:.2f}",
+                                f"{cpu['wakeups']:.1f}",
                                 f"{cpu['children']:.2f}",
                                 f"{cpu['jobs']:.2f}",
                                 f"{cpu['daemons']:.2f}" if site.daemons else "-",
@@ -287,7 +294,14 @@ def main() -> None:
                             ]
                         )
         raw_cpu = median(raw_cpus)
-        print(f"idle, gateway + shell submitter: {idle_ms_per_s:.2f} ms of CPU per second over {IDLE_WINDOW_S:g} s")
+        print(
+            f"idle, over {IDLE_WINDOW_S:g} s: "
+            + ", ".join(
+                f"{n} {f['cpu_ms_per_s']:.2f} ms of CPU, {f['wakeups_per_s']:.1f} wake-ups per s"
+                for n, f in idle.items()
+            )
+        )
+        print(f"one wake-up of a process idle for 0.5 s: {wake_ms:.3f} ms of CPU on this machine")
         print(f"raw NATS request-reply: {raw_cpu:.3f} ms of CPU per call (client + responder), median of {args.reps}")
         print_table(
             f"whole life of a pod, shell: {args.pods} pods per window at {IN_FLIGHT} in flight, {args.serial_pods}"
@@ -295,7 +309,8 @@ def main() -> None:
             f" Slurm: {args.slurm_pods} and {args.slurm_serial_pods} (runtime none, jobs run beside the creates; job"
             f" directories on {state_fs}); CPU in ms per pod; 'children': the shell launcher's own CPU, or the batch"
             " commands' (sbatch, squeue...); 'slurm daemons': slurmctld, slurmd and munged; 'vs raw' = the"
-            " submitter's CPU in raw request-replies; 'raw' = that rep's raw request-reply CPU",
+            " submitter's CPU in raw request-replies; 'raw' = that rep's raw request-reply CPU; 'wake-ups': how often"
+            " the submitter's threads were woken, per pod",
             [
                 "rep",
                 "backend",
@@ -305,6 +320,7 @@ def main() -> None:
                 "gateway",
                 "submitter",
                 "of it kernel",
+                "wake-ups",
                 "children",
                 "jobs",
                 "slurm daemons",
@@ -329,7 +345,8 @@ def main() -> None:
         result.update(
             {
                 "raw_cpu_ms_per_req": round(raw_cpu, 4),
-                "idle_cpu_ms_per_s": round(idle_ms_per_s, 2),
+                "idle": idle,
+                "idle_wake_ms": round(wake_ms, 3),
                 "in_flight": IN_FLIGHT,
                 "pods": {"shell": [args.pods, args.serial_pods], "slurm": [args.slurm_pods, args.slurm_serial_pods]},
                 "reps": args.reps,
@@ -373,7 +390,7 @@ def window(
     meter = CpuMeter(gateway_pid, site.submitter.pid)
     pid = site.submitter.pid
     stacks = site.profile.read() if site.profile else Counter()
-    before, tree_before, sys_before = meter.read(), site.tree.read(), system_seconds(pid)
+    before, tree_before, sys_before, woken_before = meter.read(), site.tree.read(), system_seconds(pid), wakeups(pid)
     batch_before, daemons_before = (site.batch.read() if site.batch else None), own_cpu(site.daemons)
     started = time.perf_counter()
     _, _, errors = asyncio.run(closed_loop(port, requests, in_flight))
@@ -382,6 +399,7 @@ def window(
     cpu = CpuMeter.per_request_ms(before, meter.read(), count)
     tree_after, batch_after = site.tree.read(), (site.batch.read() if site.batch else None)
     cpu["submitter_system"] = (system_seconds(pid) - sys_before) * 1e3 / count
+    cpu["wakeups"] = (wakeups(pid) - woken_before) / count
     cpu["daemons"] = (own_cpu(site.daemons) - daemons_before) * 1e3 / count
     cpu["children"] = cpu["launcher"]
     if tree_before is not None and tree_after is not None:  # below the submitter: the launcher and the jobs, or
@@ -424,6 +442,7 @@ def summarize(
             result[f"submitter_cpu_ms_per_pod{suffix}"] = med("submitter")
             result[f"submitter_system_cpu_ms_per_pod{suffix}"] = med("submitter_system")
             result[f"submitter_cpu_vs_raw{suffix}"] = round(med("submitter") / raw_cpu, 2)
+            result[f"submitter_wakeups_per_pod{suffix}"] = med("wakeups")
             result[f"gateway_cpu_ms_per_pod{suffix}"] = med("gateway")
             result[f"children_cpu_ms_per_pod{suffix}"] = med("children")
             if backend == "slurm":

@@ -62,9 +62,11 @@ class PodGroupRunner:
     _submitting: dict[str, asyncio.Task[None]] = field(default_factory=dict, init=False)
     _sweeper: asyncio.Task[None] | None = field(default=None, init=False)
     _lock: asyncio.Lock = field(default_factory=asyncio.Lock, init=False)
+    """Arrivals, departures and outcomes of groups one at a time: each reads a group and writes it back."""
     _stale: set[str] = field(default_factory=set, init=False)
     """Groups whose members' waiting statuses are shown again by the next sweep (a member arrived)."""
-    """Arrivals, departures and outcomes of groups one at a time: each reads a group and writes it back."""
+    _holding: asyncio.Event = field(default_factory=asyncio.Event, init=False)
+    """Set when a group is held: the sweeper waits for it while none is."""
 
     def __post_init__(self) -> None:
         if self.policy is None:
@@ -128,6 +130,7 @@ class PodGroupRunner:
                 pod_group.check_room(self.limits, self.held.usage(record.namespace), held, member)
                 # redis first: once the member is answered it must survive a restart
                 await self.held.add(held, member, now)
+                self._holding.set()
                 await self.store.put(record)
                 self._show_waiting(held, record)
                 log.info("holding pod %s/%s: %s", record.namespace, record.name, self._waiting(held))
@@ -252,8 +255,13 @@ class PodGroupRunner:
 
     # --- waiting -------------------------------------------------------------------------------
     async def _sweep_forever(self) -> None:
+        """Ask the policy about every held group each tick; with none held, sleep until one is (no timer wakes
+        an idle gateway: on a virtual machine each wake-up costs a few ms of CPU)."""
         tick = min(1.0, max(0.05, self.wait_s / 20))
         while True:
+            if not self.held.groups:
+                self._holding.clear()
+                await self._holding.wait()
             await self.clock.sleep(tick)
             try:
                 await self.sweep()

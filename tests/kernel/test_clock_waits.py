@@ -108,17 +108,47 @@ async def test_the_gateways_pod_group_sweep_runs_on_the_clock() -> None:
     hold = PodGroupRunner(store, PodGroupStore(), cast(PoolClient, None), wait_s=600, clock=clock)
     await hold.start()
     try:
-        record = PodRecord("u1", "ns", "w-0", "a", containers=["main"])
-        job = pb.JobScript(pod=pb.PodRef(uid="u1", namespace="ns", name="w-0"), containers=["main"])
-        await hold.hold(record, job, PodGroupSpec("train", 2, pb.GangFailurePolicy.FAIL_GANG, None))
+        await hold.hold(*_gang_member("u1", "train"))
         tick = await next_sleep(clock)
         assert tick == 1.0
-        clock.advance(600)
-        await next_sleep(clock)  # the loop came round: its sweep is done
+        clock.advance(300)
+        assert await next_sleep(clock) == 1.0, "nothing to fail yet: the loop waits again"
+        await hold.hold(*_gang_member("u2", "later"))
+        clock.advance(300)
+        await next_sleep(clock)  # the loop came round (a group is still held): its sweep is done
+        failed, waiting = store.pods["u1"].status, store.pods["u2"].status
+        assert failed is not None and failed.state == pb.JobState.FAILED
+        assert waiting is not None and waiting.state != pb.JobState.FAILED
+    finally:
+        await hold.stop()
+
+
+async def test_the_pod_group_sweep_waits_for_no_time_while_no_group_is_held() -> None:
+    """No timer runs in an idle gateway: the sweep begins a wait only once a group is held, and stops once none
+    is (on a virtual machine each wake-up of an idle process costs it CPU)."""
+    clock = ManualClock()
+    store = PodStore()
+    hold = PodGroupRunner(store, PodGroupStore(), cast(PoolClient, None), wait_s=600, clock=clock)
+    await hold.start()
+    try:
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(clock.next_sleep(), 0.2)  # nothing held: no wait begun
+        await hold.hold(*_gang_member("u1", "train"))
+        assert await next_sleep(clock) == 1.0
+        clock.advance(600)  # the group fails and is dropped: nothing held any more
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(clock.next_sleep(), 0.2)  # (meanwhile the sweep ran)
         status = store.pods["u1"].status
         assert status is not None and status.state == pb.JobState.FAILED
     finally:
         await hold.stop()
+
+
+def _gang_member(uid: str, group: str) -> tuple[PodRecord, pb.JobScript, PodGroupSpec]:
+    """The first of a gang of two's members."""
+    record = PodRecord(uid, "ns", f"{group}-0", "a", containers=["main"])
+    job = pb.JobScript(pod=pb.PodRef(uid=uid, namespace="ns", name=f"{group}-0"), containers=["main"])
+    return record, job, PodGroupSpec(group, 2, pb.GangFailurePolicy.FAIL_GANG, None)
 
 
 async def test_the_controllers_wait_for_kueue_runs_on_the_clock() -> None:
