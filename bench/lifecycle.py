@@ -34,6 +34,12 @@ Ceiling, in the same run (once per rep): a raw nats-py request-reply between two
 minimal pod's Submit bytes); its CPU per call (client + responder) is the machine's yardstick, printed beside
 every figure (``vs raw``: the submitter's CPU per pod in raw request-replies).
 
+Wake-ups: ``wake-ups`` is how often the submitter's threads were woken per pod (voluntary context switches, a
+figure that does not drift with the machine's speed). Before the reps, each process's idle CPU and wake-ups per
+second (10 s, ``schedstat``), and what one wake-up of a small process idle for 0.5 s costs on this machine
+(``_meters.IDLE_WAKE``): on a virtual machine it is 0.2-1.8 ms of CPU (2026-11-29), so where pods come slowly
+(Slurm) the submitter's CPU per pod is mostly its wake-ups.
+
 Slurm (``--backend``; default both): a real one-node cluster (``tests/harness/slurm_cluster.py``: slurmctld, slurmd,
 munged on free ports, as the tests start it) and a ``submitter slurm`` on its own pool. There ``children`` is the
 batch commands' CPU (sbatch, squeue, sacct: the submitter's cgroup less the submitter), ``slurm daemons`` the
