@@ -414,6 +414,19 @@ class MakesLayout(Protocol):
 
 
 @runtime_checkable
+class ReadsScriptOptions(Protocol):
+    """A backend whose batch system also reads options from the job script itself (sbatch's ``#SBATCH`` lines).
+
+    Optional (the submitter checks with ``isinstance``): each job's script is checked at the door, on the text the
+    request carries and before anything is written, so no option reaches the batch system unchecked by way of the
+    script, and the submission reads nothing back from disk (the gateway's scripts carry none; any NATS client may
+    send one)."""
+
+    def check_script(self, script: str, *, field: str) -> None:
+        """Raise ValueError naming ``field`` and the first line the batch system would read as options."""
+
+
+@runtime_checkable
 class ReportsFree(Protocol):
     """A backend that can say what the site has free now, for the ResourceReport's ``free``.
 

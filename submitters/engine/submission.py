@@ -30,6 +30,7 @@ from interlink_nats.submitters.core.backend import (
     BackendUnavailable,
     JobHandle,
     MakesLayout,
+    ReadsScriptOptions,
     Reconciled,
 )
 from interlink_nats.submitters.core.errors import CannotSubmit, InvalidRequest, Refused, Unavailable
@@ -80,13 +81,21 @@ def _no_storage() -> pb.StoragePolicy | None:
     return None
 
 
-def validate_job(job: pb.JobScript, storage: Callable[[], pb.StoragePolicy | None] = _no_storage) -> None:
+def validate_job(
+    job: pb.JobScript, storage: Callable[[], pb.StoragePolicy | None] = _no_storage, backend: object = None
+) -> None:
     """Reject what could never run or is unsafe to use, naming the field (raises :class:`InvalidRequest`):
     any NATS client may send a job, so it is checked here again (``core.requests``), its storage volumes with
-    the site's policy (``storage``: the one in force; none maps nothing)."""
+    the site's policy (``storage``: the one in force; none maps nothing), its script with the batch system's
+    grammar where that reads options from it (``backend``: :class:`ReadsScriptOptions`)."""
     check_job(job)
     if job.storage:
         check_storage(job, storage())
+    if isinstance(backend, ReadsScriptOptions):
+        try:
+            backend.check_script(job.script, field="job.script")
+        except ValueError as exc:
+            raise InvalidRequest(str(exc)) from None
 
 
 def _job_dirs_runner() -> BatchRunner[jobfiles.JobDirItem, Path]:
@@ -155,7 +164,7 @@ class Submissions:
     async def submit(self, job: pb.JobScript, *, deadline: float | None = None) -> pb.SubmitResponse:
         """Idempotent by pod UID; the work is shielded so a caller's deadline cannot interrupt it. ``deadline``:
         when this caller stops waiting (unix time; None: it never does)."""
-        validate_job(job, self.storage)
+        validate_job(job, self.storage, self.backend)
         if job.gang is not None:
             raise InvalidRequest("job.gang is set: a member of a pod group is submitted with SubmitGroup")
         if job.array is not None:
@@ -419,8 +428,8 @@ class Submissions:
 
     # --- what a pod group's submission uses (``engine.gangs.MemberSubmissions``) ------------------------
     def validate(self, job: pb.JobScript) -> None:
-        """:func:`validate_job` with the site's storage policy in force."""
-        validate_job(job, self.storage)
+        """:func:`validate_job` with the site's storage policy in force and the backend's script grammar."""
+        validate_job(job, self.storage, self.backend)
 
     def submitting_group(self, uids: list[str], task: asyncio.Task[pb.SubmitGroupResponse]) -> None:
         """``task`` submits these members' group: a Cancel of one (and recovery) waits for it to end."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
@@ -18,6 +19,7 @@ import pytest
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel import layout
 from interlink_nats.kernel.clock import ManualClock
+from interlink_nats.submitters.backends.slurm import flags as slurm_flags
 from interlink_nats.submitters.core.backend import (
     Backend,
     BackendState,
@@ -304,6 +306,31 @@ async def test_cancel_of_an_unknown_pod_and_a_failing_backend_cancel(tmp_path: P
         assert await phase_of(a, uid) is Phase.ACTIVE, "nothing changed: the caller retries"
         assert (await a.submissions.cancel(uid)).found
         assert await phase_of(a, uid) is Phase.DELETED
+
+
+class ScriptOptionsFake(FakeBackend):
+    """A batch system that also reads options from the script's header, with sbatch's grammar
+    (``ReadsScriptOptions``)."""
+
+    def check_script(self, script: str, *, field: str) -> None:
+        slurm_flags.check_script_header(io.StringIO(script), what=field)
+
+
+async def test_a_script_carrying_batch_options_is_refused_at_the_door_before_anything_is_written(
+    tmp_path: Path,
+) -> None:
+    backend = ScriptOptionsFake()
+    async with offline_submitter(tmp_path, backend, instance_id="a") as a:
+        uid = new_uid()
+        hostile = job(uid)
+        hostile.script = "#!/bin/bash\n#SBATCH --uid=0\ntrue\n"
+        with pytest.raises(InvalidRequest, match=r"^job\.script: line '#SBATCH --uid=0' is an sbatch directive"):
+            await a.submissions.submit(hostile)
+        assert await phase_of(a, uid) is None, "no intent recorded"
+        assert not jobfiles.job_dir_for(tmp_path, uid).exists() and backend.calls == 0
+        plain = new_uid()
+        assert (await a.submissions.submit(job(plain))).job_id, "a script without any is submitted"
+        assert jobfiles.job_dir_for(tmp_path, plain).exists()
 
 
 async def test_submit_failures_map_to_domain_errors(tmp_path: Path) -> None:

@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import asyncio
+import io
 import logging
 import os
 from collections.abc import Awaitable, Callable, Sequence
@@ -148,9 +149,8 @@ class SlurmBackend:
         self._me = [] if self._all_users else ["--me"]
 
     def configure(self, build_config: pb.BuildConfig) -> None:
-        """Take the pool's flags (parsed: a flag sbatch would refuse, or one the submitter controls, is a config
-        error), and write this submitter's pod allowlist into ``build_config`` (``backends.slurm.allowed_pod_flags``):
-        the pool announces it, and the gateway refuses a pod using another flag before sending it."""
+        """Take the pool's flags (one sbatch would refuse, or the submitter controls, is a config error); write the
+        pod allowlist into ``build_config`` (``backends.slurm.allowed_pod_flags``: the gateway refuses other flags)."""
         options = build_config.backends = backend_options(build_config)
         slurm = options.slurm = options.slurm or pb.SlurmOptions()
         slurm.allowed_pod_flags = sorted(self.settings.allowed_pod_flags)
@@ -213,14 +213,13 @@ class SlurmBackend:
         except ValueError as exc:
             raise BackendUnavailable(str(exc)) from exc
 
+    def check_script(self, script: str, *, field: str) -> None:
+        """``ReadsScriptOptions``: sbatch's ``#SBATCH`` lines, on the request's text at the door (never read back)."""
+        sf.check_script_header(io.StringIO(script), what=field)
+
     def _site_flags(self, spec: JobSpec) -> tuple[list[sf.Flag], list[str]]:
         """(the pod's flags, the site's ``--account``/``--uid``/``--gid``) for ``spec``; a refusal raises."""
         policy = self.settings.accounting
-        try:
-            with spec.script.open(errors="replace") as script:
-                sf.check_script_header(script)
-        except OSError:
-            pass  # sbatch cannot read it either, and says so
         flags = self._flag_policy.check(spec.backend_flags, account_by_policy=policy is not None)
         if policy is None:
             check_own_access(spec.storage)
@@ -237,8 +236,9 @@ class SlurmBackend:
         return pod_flags, site
 
     async def submit(self, spec: JobSpec) -> str:
-        try:
-            pod_flags, site = await asyncio.to_thread(self._site_flags, spec)
+        try:  # a thread only to look at the site (NSS, the storage's directories): a hop costs two wake-ups
+            looks = self.settings.accounting is not None or spec.storage
+            pod_flags, site = await asyncio.to_thread(self._site_flags, spec) if looks else self._site_flags(spec)
             argv = sp.sbatch_argv(
                 self.settings.sbatch,
                 uid=spec.uid,

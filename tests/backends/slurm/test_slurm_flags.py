@@ -14,7 +14,7 @@ from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.services.scripts import PodRejected, render_job
 from interlink_nats.submitters.backends.slurm import flags as sf
 from interlink_nats.submitters.backends.slurm.backend import SlurmBackend, SlurmConfig
-from interlink_nats.submitters.core.backend import JobSpec, SubmitRejected
+from interlink_nats.submitters.core.backend import BackendUnavailable, JobSpec, ReadsScriptOptions, SubmitRejected
 from interlink_nats.submitters.core.site_policy import AccountingPolicy
 from jobs import pod_dict
 from pydantic import ValidationError
@@ -172,7 +172,6 @@ async def test_the_backend_refuses_before_running_sbatch(tmp_path: Path) -> None
         (("-vAgrp-b",), "#!/bin/bash\ntrue\n", "'-vAgrp-b' (sbatch --verbose)"),
         (("-Agrp-b",), "#!/bin/bash\ntrue\n", "pod flag --account: accounting group is set by the site"),
         (("--acco=other",), "#!/bin/bash\ntrue\n", "pod flag --account: accounting group is set by the site"),
-        ((), "#!/bin/bash\n#SBATCH --uid=0\ntrue\n", "'#SBATCH --uid=0' is an sbatch directive"),
     ]
     for flags, text, says in cases:
         script.write_text(text)
@@ -181,6 +180,22 @@ async def test_the_backend_refuses_before_running_sbatch(tmp_path: Path) -> None
             await backend.submit(job)
         assert says in str(err.value)
     assert backend.calls == 0
+
+
+async def test_the_backend_checks_a_scripts_header_on_its_text_and_never_reads_it_back(tmp_path: Path) -> None:
+    """``ReadsScriptOptions``: the submitter's door asks the backend about the request's script text
+    (``engine.submission.validate_job``); ``submit`` reads nothing from disk, so a file changed behind the
+    submitter's back (it never is: the job directory is the submitter's, 0700) goes to sbatch unread."""
+    backend = SlurmBackend(SlurmConfig(sbatch=str(tmp_path / "no-sbatch")))
+    assert isinstance(backend, ReadsScriptOptions)
+    with pytest.raises(sf.FlagError, match=r"^job\.script: line '#SBATCH --uid=0' is an sbatch directive"):
+        backend.check_script("#!/bin/bash\n#SBATCH --uid=0\ntrue\n", field="job.script")
+    backend.check_script("#!/bin/bash\ntrue\n#SBATCH --uid=0\n", field="job.script")  # after the first command
+    script = tmp_path / "job.sh"
+    script.write_text("#!/bin/bash\n#SBATCH --uid=0\ntrue\n")
+    with pytest.raises(BackendUnavailable, match="no-sbatch"):  # sbatch's turn: nothing read the file first
+        await backend.submit(JobSpec(uid="u", job_dir=tmp_path, script=script, namespace="lab"))
+    assert backend.calls == 1
 
 
 def test_sbatch_runs_without_the_environment_it_would_read_as_options() -> None:
