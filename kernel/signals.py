@@ -38,8 +38,8 @@ async def _parent_gone(parent: int) -> None:
     """Return once our parent is no longer ``parent`` (it died: we were re-parented).
 
     A pidfd on the parent turns readable when it exits, so a daemon that does nothing is not woken for it: on a
-    virtual machine each wake-up of an idle process costs it a few ms of CPU (measured: a bare 0.5 s sleep loop
-    costs 2 ms per turn here, ``bench/lifecycle.py``). Without pidfds (Linux < 5.3) ``getppid`` is polled."""
+    virtual machine each wake-up of an idle process costs it CPU (a bare 0.5 s sleep loop: 0.2-2 ms per turn on
+    the 2026-11-29 host, ``bench/lifecycle.py`` prints it). Without pidfds (Linux < 5.3) ``getppid`` is polled."""
     try:
         pidfd = os.pidfd_open(parent)
     except OSError:  # no pidfd here, or the parent is gone already (the check below says which)

@@ -13,7 +13,7 @@ import logging
 from collections.abc import Sequence
 
 from interlink_nats.kernel import layout
-from interlink_nats.submitters.core.backend import BackendError, JobHandle
+from interlink_nats.submitters.core.backend import BackendError, JobHandle, ReadsScriptOptions
 from interlink_nats.submitters.core.lifecycle import (
     AwaitRetry,
     Drop,
@@ -114,6 +114,10 @@ class Recovery:
                 continue
             track: Track
             if isinstance(action, Resubmit):
+                refusal = await self._script_refusal(row)
+                if refusal is not None:
+                    await self._fail(row, refusal)
+                    continue
                 try:
                     job_id = await self._subs.backend.submit(row.backend_spec())
                 except BackendError as exc:
@@ -133,13 +137,32 @@ class Recovery:
             self._subs.poller.track(row)
         log.info("tracking %d jobs after recovery", len(self._subs.poller.tracked))
 
+    async def _script_refusal(self, row: JobRow) -> str | None:
+        """Why the door would refuse the stored script now (the backend's batch options in it), if it would. Checked
+        at its door, on the request's text; again here, from the file: an earlier version may have claimed it,
+        whose door left that check to the backend's submit."""
+        backend = self._subs.backend
+        if not isinstance(backend, ReadsScriptOptions):
+            return None
+        try:
+            script = await asyncio.to_thread((row.job_dir / layout.SCRIPT_NAME).read_text, errors="replace")
+            backend.check_script(script, field="job.script")
+        except OSError:
+            return None  # the backend's own submit says what is missing
+        except ValueError as exc:
+            return str(exc)
+        return None
+
+    async def _fail(self, row: JobRow, message: str) -> None:
+        """Never submit it: its pod fails, saying why."""
+        subs = self._subs
+        meta = meta_from_row(row, subs.pool, subs.backend.name)
+        await subs.record_final(row, submit_failed_status(meta, message, now=subs.clock.time()))
+        log.warning(
+            "not submitting job %s: %s", row.uid, message, extra={"pod_uid": row.uid, "namespace": row.namespace}
+        )
+
     async def _drop(self, rows: Sequence[JobRow]) -> None:
         """Never submit these: their callers stopped waiting before the backend got them (``lifecycle.Drop``)."""
-        subs = self._subs
-        reason = gave_up(subs.backend.name)
         for row in rows:
-            meta = meta_from_row(row, subs.pool, subs.backend.name)
-            await subs.record_final(row, submit_failed_status(meta, reason, now=subs.clock.time()))
-            log.warning(
-                "not submitting job %s: %s", row.uid, reason, extra={"pod_uid": row.uid, "namespace": row.namespace}
-            )
+            await self._fail(row, gave_up(self._subs.backend.name))

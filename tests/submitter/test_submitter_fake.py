@@ -333,6 +333,27 @@ async def test_a_script_carrying_batch_options_is_refused_at_the_door_before_any
         assert jobfiles.job_dir_for(tmp_path, plain).exists()
 
 
+async def test_recovery_checks_a_stored_job_at_the_door_again_before_resubmitting_it(tmp_path: Path) -> None:
+    """A job claimed by an earlier version, whose door checked less (here: not the script's batch options), and
+    interrupted before the batch system got it: recovery never hands it over unchecked; its pod fails, saying why."""
+    older = FakeBackend()
+    uid = new_uid()
+    hostile = job(uid)
+    hostile.script = "#!/bin/bash\n#SBATCH --uid=0\ntrue\n"
+    async with offline_submitter(tmp_path, older, instance_id="a") as a:
+        older.crash("submit")
+        with pytest.raises(SimulatedCrash):
+            await a.submissions.submit(hostile)
+        await crash(a)
+    backend = ScriptOptionsFake()
+    async with offline_submitter(tmp_path, backend, instance_id="a") as a:
+        assert backend.submissions(uid) == [] and a.tracked == 0
+        assert await phase_of(a, uid) is Phase.DONE
+        status = (await a.queries.get_status([uid])).statuses[0]
+        assert status.state == pb.JobState.FAILED
+        assert "job.script: line '#SBATCH --uid=0' is an sbatch directive" in status.containers[0].message
+
+
 async def test_submit_failures_map_to_domain_errors(tmp_path: Path) -> None:
     backend = FakeBackend()
     async with offline_submitter(tmp_path, backend, instance_id="a") as a:
