@@ -292,6 +292,7 @@ class Submitter:
         if drain and self.nc is not None and self.nc.is_connected and self.registry is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.publish_pending(), timeout=5)
+        await self.outbox.mark_published()  # what was acked, before the registry closes
         with contextlib.suppress(Exception):
             await self.backend.close()
         with contextlib.suppress(Exception):

@@ -47,6 +47,11 @@ PROBE_TIMEOUT_S = 1.0
 again within a second (safe: the message id makes a second copy of a stored event a duplicate the stream
 drops). It doubles with each probe that times out, up to ``PUBLISH_TIMEOUT_S``, so acks slower than a second
 (a loaded cluster) still get through."""
+MARK_AFTER_S = 1.0
+"""Acked events are marked published in the registry this long after the first of them, by one write for all
+(each write is a hop to the registry's thread and back: two wake-ups; at one pod in flight, every event paid
+its own). A crash before the mark publishes them again at the next start: the stream drops the copies (their
+message ids, within its ``duplicate_window``) and the gateway keeps the newest revision, so nothing changes there."""
 LIVE_AFTER_S = 0.5
 """An event not acked within this is also sent on the live subject (see the module docstring): far above an
 ack's milliseconds on a loaded machine, far below the seconds a leader election takes."""
@@ -117,6 +122,9 @@ class Outbox:
     acks_late: bool = field(init=False, default=False)
     """An ack is overdue (``LIVE_AFTER_S``) and none has come since: new events go live at once too."""
     _live_tasks: set[asyncio.Task[None]] = field(init=False, default_factory=set)
+    _acked: list[tuple[str, int]] = field(init=False, default_factory=list)
+    """Acked (uid, revision) not yet marked published in the registry (``MARK_AFTER_S``)."""
+    _marking: asyncio.TimerHandle | None = field(init=False, default=None)
 
     def event(self, status: pb.JobStatus, revision: int, *, unstamped: bytes | None = None) -> PendingEvent:
         """The event of ``status`` (stamped now unless it has ``updated_at``). ``unstamped``: ``status`` already
@@ -231,9 +239,8 @@ class Outbox:
                     del self.pending[uid]
                 if self.live_sent and self.live_sent.get(uid, 0) <= rev:
                     self.live_sent.pop(uid, None)
-            registry = self.registry()
-            if done and registry is not None:
-                await registry.mark_published(done)
+            if done:
+                self._mark_later(done)
             if failed:
                 self.failures += 1
                 if probing and timed_out:
@@ -272,6 +279,30 @@ class Outbox:
             await self.nc.publish(live_subject(self.pool, self.subject_prefix), event.data)
         except nats.errors.Error as exc:
             log.debug("live event for %s not sent: %s", uid, exc)
+
+    def _mark_later(self, done: list[tuple[str, int]]) -> None:
+        self._acked += done
+        if self._marking is None:
+            self._marking = asyncio.get_running_loop().call_later(MARK_AFTER_S, self._mark_due)
+
+    def _mark_due(self) -> None:
+        self._marking = None
+        task = asyncio.ensure_future(self.mark_published())
+        self._live_tasks.add(task)
+        task.add_done_callback(self._live_tasks.discard)
+
+    async def mark_published(self) -> None:
+        """Mark what was acked published now (at ``MARK_AFTER_S``; a stop calls it before the registry closes)."""
+        if self._marking is not None:
+            self._marking.cancel()
+            self._marking = None
+        done, self._acked = self._acked, []
+        registry = self.registry()
+        if done and registry is not None:
+            try:
+                await registry.mark_published(done)
+            except Exception as exc:  # the registry closed under us: published again at the next start (no harm)
+                log.debug("cannot mark %d events published: %s", len(done), exc)
 
     async def run(self, stop: asyncio.Event, interval_s: float) -> None:
         """Publish whenever woken (or every ``interval_s``) until ``stop`` is set; while paused, after each
