@@ -14,6 +14,7 @@ from collections.abc import Sequence
 
 from interlink_nats.kernel import layout
 from interlink_nats.submitters.core.backend import BackendError, JobHandle, ReadsScriptOptions
+from interlink_nats.submitters.core.errors import InvalidRequest
 from interlink_nats.submitters.core.lifecycle import (
     AwaitRetry,
     Drop,
@@ -31,7 +32,7 @@ from interlink_nats.submitters.core.status import submit_failed_status
 from interlink_nats.submitters.engine.arrays import array_of, recover_arrays
 from interlink_nats.submitters.engine.gangs import recover_gangs
 from interlink_nats.submitters.engine.polling import meta_from_row
-from interlink_nats.submitters.engine.submission import Submissions
+from interlink_nats.submitters.engine.submission import Submissions, check_script_options
 from interlink_nats.submitters.state.schema import JobRow
 
 log = logging.getLogger(__name__)
@@ -140,16 +141,17 @@ class Recovery:
     async def _script_refusal(self, row: JobRow) -> str | None:
         """Why the door would refuse the stored script now (the backend's batch options in it), if it would. Checked
         at its door, on the request's text; again here, from the file: an earlier version may have claimed it,
-        whose door left that check to the backend's submit."""
-        backend = self._subs.backend
-        if not isinstance(backend, ReadsScriptOptions):
-            return None
+        whose door left that check to the backend's submit. Read as bytes and decoded, as the door got the text (no
+        newline translation: sbatch splits lines at ``\\n`` alone)."""
+        if not isinstance(self._subs.backend, ReadsScriptOptions):
+            return None  # nothing to check: no file read
         try:
-            script = await asyncio.to_thread((row.job_dir / layout.SCRIPT_NAME).read_text, errors="replace")
-            backend.check_script(script, field="job.script")
+            raw = await asyncio.to_thread((row.job_dir / layout.SCRIPT_NAME).read_bytes)
         except OSError:
             return None  # the backend's own submit says what is missing
-        except ValueError as exc:
+        try:
+            check_script_options(raw.decode(errors="replace"), self._subs.backend)
+        except InvalidRequest as exc:
             return str(exc)
         return None
 

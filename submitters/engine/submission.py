@@ -91,9 +91,15 @@ def validate_job(
     check_job(job)
     if job.storage:
         check_storage(job, storage())
+    check_script_options(job.script, backend)
+
+
+def check_script_options(script: str, backend: object) -> None:
+    """:class:`InvalidRequest` naming ``job.script`` when ``backend``'s batch system would read options from it
+    (:class:`ReadsScriptOptions`); nothing to check for any other backend."""
     if isinstance(backend, ReadsScriptOptions):
         try:
-            backend.check_script(job.script, field="job.script")
+            backend.check_script(script, field="job.script")
         except ValueError as exc:
             raise InvalidRequest(str(exc)) from None
 

@@ -125,6 +125,8 @@ class Outbox:
     _acked: list[tuple[str, int]] = field(init=False, default_factory=list)
     """Acked (uid, revision) not yet marked published in the registry (``MARK_AFTER_S``)."""
     _marking: asyncio.TimerHandle | None = field(init=False, default=None)
+    _mark_task: asyncio.Task[None] | None = field(init=False, default=None)
+    """The last timed mark (held here: the loop keeps only a weak reference to a task)."""
 
     def event(self, status: pb.JobStatus, revision: int, *, unstamped: bytes | None = None) -> PendingEvent:
         """The event of ``status`` (stamped now unless it has ``updated_at``). ``unstamped``: ``status`` already
@@ -287,9 +289,7 @@ class Outbox:
 
     def _mark_due(self) -> None:
         self._marking = None
-        task = asyncio.ensure_future(self.mark_published())
-        self._live_tasks.add(task)
-        task.add_done_callback(self._live_tasks.discard)
+        self._mark_task = asyncio.ensure_future(self.mark_published())
 
     async def mark_published(self) -> None:
         """Mark what was acked published now (at ``MARK_AFTER_S``; a stop calls it before the registry closes)."""

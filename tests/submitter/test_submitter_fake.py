@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import io
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
@@ -19,7 +18,7 @@ import pytest
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel import layout
 from interlink_nats.kernel.clock import ManualClock
-from interlink_nats.submitters.backends.slurm import flags as slurm_flags
+from interlink_nats.submitters.backends.slurm.backend import SlurmBackend
 from interlink_nats.submitters.core.backend import (
     Backend,
     BackendState,
@@ -313,7 +312,7 @@ class ScriptOptionsFake(FakeBackend):
     (``ReadsScriptOptions``)."""
 
     def check_script(self, script: str, *, field: str) -> None:
-        slurm_flags.check_script_header(io.StringIO(script), what=field)
+        SlurmBackend().check_script(script, field=field)
 
 
 async def test_a_script_carrying_batch_options_is_refused_at_the_door_before_anything_is_written(
@@ -337,17 +336,20 @@ async def test_recovery_checks_a_stored_job_at_the_door_again_before_resubmittin
     """A job claimed by an earlier version, whose door checked less (here: not the script's batch options), and
     interrupted before the batch system got it: recovery never hands it over unchecked; its pod fails, saying why."""
     older = FakeBackend()
-    uid = new_uid()
-    hostile = job(uid)
+    uid, joined = new_uid(), new_uid()
+    hostile, harmless = job(uid), job(joined)
     hostile.script = "#!/bin/bash\n#SBATCH --uid=0\ntrue\n"
+    harmless.script = "#!/bin/bash\r#SBATCH --uid=0\ntrue\n"  # one comment line to sbatch, as at the door
     async with offline_submitter(tmp_path, older, instance_id="a") as a:
-        older.crash("submit")
-        with pytest.raises(SimulatedCrash):
-            await a.submissions.submit(hostile)
+        for stored in (hostile, harmless):
+            older.crash("submit")
+            with pytest.raises(SimulatedCrash):
+                await a.submissions.submit(stored)
         await crash(a)
     backend = ScriptOptionsFake()
     async with offline_submitter(tmp_path, backend, instance_id="a") as a:
-        assert backend.submissions(uid) == [] and a.tracked == 0
+        assert backend.submissions(uid) == [] and a.tracked == 1
+        assert len(backend.submissions(joined)) == 1, "the file is read as the door read the text"
         assert await phase_of(a, uid) is Phase.DONE
         status = (await a.queries.get_status([uid])).statuses[0]
         assert status.state == pb.JobState.FAILED

@@ -133,3 +133,38 @@ async def test_sbatch_reads_nothing_from_the_submitters_sbatch_environment(
     shown = slurm.run("scontrol", "show", "job", "-o", job_id).stdout
     slurm.run("scancel", job_id)
     assert "ArrayTaskId" not in shown and "Account=from-env" not in shown, shown
+
+
+# (a script's text, whether sbatch reads a directive from its header, whether the door's check refuses it). sbatch
+# splits the script at "\n" alone (``_next_line`` in src/sbatch/opt.c), so a "\r" joins what follows to a comment
+# line; it reads a directive only at the very start of a line, and stops at the first command (``_opt_batch_script``).
+# The check refuses every line sbatch reads, and on purpose more (an indented or lower-case directive, #PBS...).
+HEADERS = [
+    ("#!/bin/bash\n#SBATCH --comment=read\ntrue\n", True, True),
+    ("#!/bin/bash\n\n# a comment\n#SBATCH --comment=read\ntrue\n", True, True),
+    ("#!/bin/bash\r#SBATCH --comment=read\ntrue\n", False, False),
+    ("#!/bin/bash\ntrue\n#SBATCH --comment=read\n", False, False),  # after the first command
+    ("#!/bin/bash\n  #SBATCH --comment=read\ntrue\n", False, True),  # stricter than this sbatch
+]
+
+
+@pytest.mark.parametrize(("text", "read", "refused"), HEADERS, ids=[repr(t) for t, _, _ in HEADERS])
+def test_the_header_check_refuses_whatever_sbatch_reads_as_a_directive(
+    slurm: SlurmCluster, tmp_path: Path, text: str, read: bool, refused: bool
+) -> None:
+    """The door's check (``SlurmBackend.check_script``, on the request's text) against the real sbatch: each
+    script sbatch takes a directive from is refused."""
+    script = tmp_path / "job.sh"
+    script.write_bytes(text.encode())
+    out = sbatch(slurm, "--hold", "--parsable", "--job-name=header", "--output=/dev/null", str(script))
+    assert out.returncode == 0, out.stderr
+    job_id = out.stdout.strip().split(";")[0]
+    shown = slurm.run("scontrol", "show", "job", "-o", job_id).stdout
+    slurm.run("scancel", job_id)
+    assert ("Comment=read" in shown) is read, shown
+    backend = SlurmBackend(SlurmConfig())
+    if refused:
+        with pytest.raises(sf.FlagError, match="is an sbatch directive"):
+            backend.check_script(text, field="job.script")
+    else:
+        backend.check_script(text, field="job.script")
