@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
+from email.utils import parsedate_to_datetime
 from pathlib import Path
 
 import httpx
@@ -169,6 +170,27 @@ async def test_the_gateway_listens_on_a_unix_socket(nats_url: str, tmp_path: Pat
             response = await client.request("GET", "/status", json=[])
         assert response.status_code == 200
         assert response.json()["status"] == "ok"
+
+
+async def test_the_date_header_moves_on_though_the_servers_loop_wakes_once_a_second(
+    nats_url: str, tmp_path: Path
+) -> None:
+    """``GatewayServer.main_loop`` replaces uvicorn's ten ticks a second by one (``DATE_TICK_S``): the Date header,
+    which uvicorn refreshes on its ticks, still follows the clock."""
+    from interlink_nats.services.gateway.server import serving
+
+    sock = tmp_path / "gw.sock"
+    settings = GatewaySettings(
+        nats=GatewayNatsSettings(url=nats_url), unix_socket=sock, events_durable=f"gw-{uuid.uuid4().hex[:8]}"
+    )
+    async with running_gateway(settings) as gateway, serving(gateway, settings):
+        transport = httpx.AsyncHTTPTransport(uds=str(sock))
+        async with httpx.AsyncClient(transport=transport, base_url="http://gateway") as client:
+            first = parsedate_to_datetime((await client.get("/healthz")).headers["date"])
+            deadline = time.monotonic() + 60
+            while parsedate_to_datetime((await client.get("/healthz")).headers["date"]) <= first:
+                assert time.monotonic() < deadline, "the Date header never moved on"
+                await asyncio.sleep(0.1)
 
 
 async def test_healthz_and_metrics_reflect_the_gateway(nats_url: str, tmp_path: Path) -> None:
