@@ -12,7 +12,8 @@ The work function runs on one dedicated thread, so it may keep thread-bound stat
 Why not ``run_in_executor``: a hop through a ``ThreadPoolExecutor`` (a ``concurrent.futures.Future``
 chained to an asyncio one, a drain task per batch) cost ~90 µs of CPU; here the loop puts the item
 on a ``SimpleQueue`` the thread reads, and the thread hands a batch's results back with one
-``call_soon_threadsafe``: ~30 µs. A lone Submit makes two of these hops (its claim and its mark).
+``call_soon_threadsafe``: ~30 µs. While it is :attr:`BatchRunner.idle` a caller may do its work on the loop
+instead (the registry's lone writes: ``state.inline``), knowing it overtakes nothing.
 """
 
 from __future__ import annotations
@@ -64,6 +65,13 @@ class BatchRunner(Generic[In, Out]):
         self._closed = False
         self.batches = 0
         """Batches run so far (tests and benchmarks read it to check grouping happens)."""
+        self._outstanding = 0
+        """Items and calls queued whose results the loop has not yet been handed (touched on the loop only)."""
+
+    @property
+    def idle(self) -> bool:
+        """Nothing queued, running, or on its way back: work done now on the loop cannot overtake any."""
+        return self._outstanding == 0
 
     def _start(self) -> None:
         if self._thread is None:
@@ -77,17 +85,23 @@ class BatchRunner(Generic[In, Out]):
             raise RuntimeError("batch runner is closed")
         fut: asyncio.Future[Out] = asyncio.get_running_loop().create_future()
         self._queue.put((item, fut))
+        self._outstanding += 1
         self._start()
         return await fut
 
     async def call(self, fn: Callable[[], R]) -> R:
         """Run ``fn`` alone on the runner's thread (after the batches queued before it)."""
+        return await self.queue_call(fn)
+
+    def queue_call(self, fn: Callable[[], R]) -> asyncio.Future[R]:
+        """Queue ``fn`` as :meth:`call` does, at once (the runner is busy from now on); its future to await."""
         if self._closed:
             raise RuntimeError("batch runner is closed")
         fut: asyncio.Future[R] = asyncio.get_running_loop().create_future()
         self._queue.put(_Call(fn, fut))
+        self._outstanding += 1
         self._start()
-        return await fut
+        return fut
 
     def _serve(self) -> None:
         """The thread: take what queued up (at most ``MAX_BATCH`` items), run it, hand the results back."""
@@ -126,9 +140,9 @@ class BatchRunner(Generic[In, Out]):
         try:
             result = call.fn()
         except BaseException as exc:
-            self._hand_back(call.fut.get_loop(), _settle, call.fut, exc)
+            self._hand_back(call.fut.get_loop(), self._settle_call, call.fut, exc)
             return
-        self._hand_back(call.fut.get_loop(), _settle, call.fut, result)
+        self._hand_back(call.fut.get_loop(), self._settle_call, call.fut, result)
 
     @staticmethod
     def _hand_back(loop: asyncio.AbstractEventLoop, fn: Callable[..., None], *args: Any) -> None:
@@ -138,10 +152,15 @@ class BatchRunner(Generic[In, Out]):
     def _deliver(self, batch: list[tuple[In, asyncio.Future[Out]]], results: Sequence[Out | BaseException]) -> None:
         """On the loop: each caller gets its own result (a caller that gave up is skipped)."""
         self.batches += 1
+        self._outstanding -= len(batch)
         for (_, fut), result in zip(batch, results, strict=True):
             _settle(fut, result)
 
-    async def idle(self) -> None:
+    def _settle_call(self, fut: asyncio.Future[Any], result: object) -> None:
+        self._outstanding -= 1
+        _settle(fut, result)
+
+    async def drained(self) -> None:
         """Wait until every queued item has run."""
         if self._thread is not None:
             await self.call(_noop)
@@ -151,7 +170,7 @@ class BatchRunner(Generic[In, Out]):
         if finish is not None:
             await self.call(finish)
         else:
-            await self.idle()
+            await self.drained()
         self._closed = True
         if self._thread is not None:
             self._queue.put(_STOP)

@@ -9,16 +9,20 @@ Lifecycle of a row (``phase``): see :mod:`submitters.core.lifecycle` (the phases
 table); the SQL guards here enforce that table (e.g. a ``deleted`` tombstone never changes).
 
 Reads and writes use different connections. Reads go through aiosqlite (one connection on its
-own thread) and see committed data only. Every write goes through one :class:`BatchRunner`
-that owns a plain ``sqlite3`` connection on its own thread: writes queued while a commit runs
-are applied together in the next transaction (group commit). So 64 concurrent Submits cost a
-few commits and thread hops instead of 128, writes never interleave inside another caller's
-transaction, and a write still returns only after its transaction is committed (durable against
-a process crash: WAL with ``synchronous=NORMAL``).
+own thread) and see committed data only. Writes go through one :class:`BatchRunner` that owns a
+plain ``sqlite3`` connection on its own thread: writes queued while a commit runs are applied
+together in the next transaction (group commit). So 64 concurrent Submits cost a few commits and
+thread hops instead of 128, and writes never interleave inside another caller's transaction. A
+write made while that thread is idle commits on the event loop instead (``inline``: one commit
+without the hop's two wake-ups), unless another process holds the lock. Either way a write
+returns only after its transaction is committed (durable against a process crash: WAL with
+``synchronous=NORMAL``).
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import logging
 import os
@@ -34,6 +38,7 @@ from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel.clock import SYSTEM_CLOCK, Clock
 from interlink_nats.submitters.core.lifecycle import LIVE_PHASES, Phase
 from interlink_nats.submitters.state.batching import BatchRunner
+from interlink_nats.submitters.state.inline import INLINE_CHECKPOINT_EVERY, InlineWriter, is_busy
 from interlink_nats.submitters.state.schema import (
     COLUMNS,
     JobRow,
@@ -76,6 +81,11 @@ class _AfterCommit:
         return self
 
 
+def _ignore_result(fut: asyncio.Future[None]) -> None:
+    if not fut.cancelled():
+        fut.exception()  # retrieved: a checkpoint that failed is retried by the next one
+
+
 @lru_cache(maxsize=256)
 def _names_json(names: tuple[str, ...]) -> str:
     """A container-name list as its column stores it; every claim of a pod shape repeats the same one."""
@@ -112,6 +122,12 @@ class _Writer:
         if self.conn is not None:
             self.conn.close()
             self.conn = None
+
+    def checkpoint(self) -> None:
+        """Copy the WAL back into the database where no reader needs it (the inline connection never does)."""
+        if self.conn is not None:
+            with contextlib.suppress(sqlite3.Error):  # busy: the next one, or the next write here, does it
+                self.conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchall()
 
     def apply(self, ops: Sequence[_Op]) -> list[object]:
         """Run ``ops`` in one transaction; if it fails, run each alone so one bad op fails alone."""
@@ -153,6 +169,7 @@ class Registry:
     _writer: _Writer
     _runner: BatchRunner[_Op, object]
     _clock: Clock = SYSTEM_CLOCK
+    _inline: InlineWriter | None = None
 
     @classmethod
     async def open(cls, path: Path, *, clock: Clock = SYSTEM_CLOCK) -> Registry:
@@ -164,6 +181,7 @@ class Registry:
             db = await aiosqlite.connect(path, timeout=30.0, isolation_level=None)
             try:
                 await db.execute("PRAGMA busy_timeout=30000")
+                inline = await asyncio.to_thread(InlineWriter, path)
             except BaseException:
                 await db.close()
                 raise
@@ -171,10 +189,13 @@ class Registry:
             await runner.close(writer.close)
             raise RegistryError(f"cannot open registry {path}: {exc}") from exc
         os.chmod(path, 0o600)
-        return cls(db, path, writer, runner, clock)
+        return cls(db, path, writer, runner, clock, inline)
 
     async def close(self) -> None:
+        inline, self._inline = self._inline, None
         try:
+            if inline is not None:
+                inline.conn.close()
             await self._runner.close(self._writer.close)
         finally:
             await self._db.close()
@@ -184,13 +205,32 @@ class Registry:
         """Transactions committed by the writer so far (each may hold many writes)."""
         return self._runner.batches
 
-    async def _write(self, op: Callable[[sqlite3.Connection], _T]) -> _T:
+    async def _write(self, op: Callable[[sqlite3.Connection], _T], *, thread_only: bool = False) -> _T:
+        """``op`` committed: on the loop when the writer thread is idle (:class:`InlineWriter`), else in the thread's
+        next group commit. ``thread_only``: an op whose result runs work after the commit (``_AfterCommit``)."""
+        inline = None if thread_only else self._inline
+        if inline is not None and self._runner.idle:  # nothing queued that this write could overtake
+            try:
+                result = inline.transaction(op)
+            except sqlite3.Error as exc:
+                if not is_busy(exc):
+                    raise RegistryError(f"registry write failed: {exc}") from exc
+            else:
+                if inline.commits % INLINE_CHECKPOINT_EVERY == 0:
+                    self._queue_checkpoint()
+                return cast(_T, result)
         try:
             return cast(_T, await self._runner.run(op))
         except RegistryError:
             raise
         except sqlite3.Error as exc:
             raise RegistryError(f"registry write failed: {exc}") from exc
+
+    def _queue_checkpoint(self) -> None:
+        """Queue a checkpoint on the writer thread now (not from a task: lone writes that follow one another on
+        the loop never let one start), so the writes after it take the thread's turn until it has run."""
+        with contextlib.suppress(RuntimeError):  # closed: the writer's close checkpoints
+            self._runner.queue_call(self._writer.checkpoint).add_done_callback(_ignore_result)
 
     async def _fetch(self, sql: str, params: Sequence[object] = ()) -> list[JobRow]:
         async with self._db.execute(sql, params) as cur:
@@ -249,7 +289,7 @@ class Registry:
             return False, conn.execute(_SELECT_ONE, (uid,)).fetchone()
 
         try:
-            result = await self._write(op)
+            result = await self._write(op, thread_only=then is not None)
         except Exception as exc:
             raise RegistryError(f"cannot record job {uid}: {exc}") from exc
         if isinstance(result, _AfterCommit):
