@@ -85,3 +85,48 @@ def test_no_descriptor_left_open(run: Callable[[Coroutine[Any, Any, Any]], Any])
     before = len(os.listdir("/proc/self/fd"))
     run(many())
     assert len(os.listdir("/proc/self/fd")) <= before
+
+
+def test_a_bare_name_is_found_on_the_commands_own_path(
+    run: Callable[[Coroutine[Any, Any, Any]], Any], tmp_path: Path
+) -> None:
+    """As ``Popen`` finds it: on the PATH of the environment the command gets, not the submitter's."""
+    tool = tmp_path / "site-squeue"
+    tool.write_text("#!/bin/sh\necho found here\n")
+    tool.chmod(0o755)
+    done = run(run_command(["site-squeue"], env={"PATH": f"/nonexistent:{tmp_path}"}))
+    assert done.stdout == "found here\n"
+    tool.chmod(0o644)
+    with pytest.raises(BackendUnavailable, match=r"^cannot run site-squeue: .*Permission denied"):
+        run(run_command(["site-squeue"], env={"PATH": f"{tmp_path}:/nonexistent"}))
+
+
+def test_a_command_finds_sigpipe_at_its_default(run: Callable[[Coroutine[Any, Any, Any]], Any]) -> None:
+    """Python ignores SIGPIPE; a command must not inherit that (``yes`` ends by the signal, 128 + 13, as from a
+    shell), as ``Popen(restore_signals=True)`` did."""
+    done = run(run_command(["bash", "-c", 'yes | head -c 1 >/dev/null; echo "${PIPESTATUS[0]}"']))
+    assert done.stdout == "141\n"
+
+
+def test_a_command_gets_no_descriptor_but_its_three(tmp_path: Path) -> None:
+    """A descriptor the submitter was started with (a make's jobserver pipe, inheritable) does not reach a
+    command, nor do its own (close-on-exec), as with ``Popen(close_fds=True)``."""
+    import subprocess
+    import sys
+
+    code = (
+        "import asyncio, os\n"
+        "from interlink_nats.submitters.backends.proc import run_command\n"
+        "done = asyncio.run(run_command(['ls', '/proc/self/fd']))\n"
+        "print(sorted(int(n) for n in done.stdout.split()))\n"
+    )
+    read_end, write_end = os.pipe()
+    os.set_inheritable(write_end, True)
+    try:
+        out = subprocess.run(
+            [sys.executable, "-c", code], pass_fds=(write_end,), capture_output=True, text=True, timeout=60, check=True
+        )
+    finally:
+        os.close(read_end)
+        os.close(write_end)
+    assert out.stdout.strip() == "[0, 1, 2, 3]", "stdin, stdout, stderr and ls's own listing"
