@@ -174,6 +174,16 @@ def child_pids(pid: int) -> list[int]:
     return pids
 
 
+def exit_on_term() -> None:
+    """A TERM (a ``kill``, a CI's timeout) ends the bench as Ctrl-C does: through its ``finally`` blocks, which stop
+    the servers and daemons it started (Python's default for TERM ends the process where it is, leaving them)."""
+
+    def leave(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, leave)
+
+
 def stop_process(proc: subprocess.Popen[bytes]) -> None:
     if proc.poll() is None:
         proc.send_signal(signal.SIGTERM)

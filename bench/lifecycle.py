@@ -72,6 +72,7 @@ sys.path.insert(0, str(Path(__file__).parent.parent / "tests" / "harness"))  # t
 from _harness import (
     HttpConnection,
     cpu_seconds,
+    exit_on_term,
     file_system_of,
     free_port,
     http_request,
@@ -200,9 +201,10 @@ def main() -> None:
     shapes: list[Shape] = [SHAPES[name] for name in args.shape or SHAPE_NAMES]
     backends = args.backend or ["shell", "slurm"]
 
+    exit_on_term()
     tmp = Path(tempfile.mkdtemp(prefix="bench-lifecycle-", dir=args.state_root))
     state_fs = file_system_of(tmp)
-    nats_server = NatsServerProcess().start_blocking()
+    nats_server = NatsServerProcess(die_with_parent=True).start_blocking()
     port = free_port()
     sites: list[Site] = []
     slurm = None

@@ -18,7 +18,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
+import functools
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -151,7 +153,7 @@ def _spawn(argv: list[str], env: Mapping[str, str] | None, cwd: str | None) -> _
         return _Child.popen(argv, env, cwd)
     close_inherited()
     environ = os.environ if env is None else env
-    programs = [argv[0]] if os.path.dirname(argv[0]) else [os.path.join(d, argv[0]) for d in os.get_exec_path(env)]
+    programs = _candidates(argv[0], env)
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
     actions = [
@@ -184,6 +186,28 @@ def _spawn(argv: list[str], env: Mapping[str, str] | None, cwd: str | None) -> _
     if failed.errno in _NEXT_DIRECTORY:
         raise BackendUnavailable(f"command not found: {argv[0]}")
     raise BackendUnavailable(f"cannot run {argv[0]}: {failed}")
+
+
+def _candidates(program: str, env: Mapping[str, str] | None) -> list[str]:
+    """The paths to spawn ``program`` by, in turn: a path as given; a bare name where it was found on the
+    command's PATH (one spawn: each failed one costs a vfork and an exec, and a site's PATH has many
+    directories), else every directory of that PATH (as ``execvpe``, to fail as ``Popen`` would)."""
+    if os.path.dirname(program):
+        return [program]
+    search = os.pathsep.join(os.get_exec_path(env))
+    every = [os.path.join(d, program) for d in search.split(os.pathsep)]
+    found = _where(program, search)
+    if found is None or not os.access(found, os.X_OK):  # gone since: found again (a stat, not a spawn)
+        _where.cache_clear()
+        found = _where(program, search)
+    return [found] if found else every
+
+
+@functools.lru_cache(maxsize=64)
+def _where(program: str, search: str) -> str | None:
+    """Where ``program`` is on the ``search`` path (an executable file), as ``execvpe`` would find it; None: nowhere
+    (the spawn then tries each directory, to fail as ``Popen`` would: "not found" or the first other error)."""
+    return shutil.which(program, path=search)
 
 
 _inherited_marked = False

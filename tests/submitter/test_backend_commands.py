@@ -130,3 +130,27 @@ def test_a_command_gets_no_descriptor_but_its_three(tmp_path: Path) -> None:
         os.close(read_end)
         os.close(write_end)
     assert out.stdout.strip() == "[0, 1, 2, 3]", "stdin, stdout, stderr and ls's own listing"
+
+
+def test_a_bare_name_on_a_long_path_costs_one_spawn(
+    run: Callable[[Coroutine[Any, Any, Any]], Any], tmp_path: Path
+) -> None:
+    """Found once, then spawned where it was found: each failed spawn in a directory without it would cost a vfork
+    and an exec, a wait of the event loop each (a voluntary context switch: the figure counted here; found by
+    ``bench/lifecycle.py``, 53 wake-ups a Slurm pod where 7 were expected)."""
+    import resource
+
+    tool = tmp_path / "bin" / "site-sbatch"
+    tool.parent.mkdir()
+    tool.write_text("#!/bin/sh\necho 'Submitted batch job 7'\n")
+    tool.chmod(0o755)
+    path = os.pathsep.join([*(str(tmp_path / f"empty{i}") for i in range(40)), str(tool.parent)])
+
+    async def switches_per_command(count: int) -> float:
+        await run_command(["site-sbatch"], env={"PATH": path})  # found here
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_nvcsw
+        for _ in range(count):
+            assert (await run_command(["site-sbatch"], env={"PATH": path})).stdout == "Submitted batch job 7\n"
+        return (resource.getrusage(resource.RUSAGE_SELF).ru_nvcsw - before) / count
+
+    assert run(switches_per_command(20)) < 10, "about 40 failed spawns a command"
