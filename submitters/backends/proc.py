@@ -195,12 +195,11 @@ def _candidates(program: str, env: Mapping[str, str] | None) -> list[str]:
     if os.path.dirname(program):
         return [program]
     search = os.pathsep.join(os.get_exec_path(env))
-    every = [os.path.join(d, program) for d in search.split(os.pathsep)]
     found = _where(program, search)
     if found is None or not os.access(found, os.X_OK):  # gone since: found again (a stat, not a spawn)
         _where.cache_clear()
         found = _where(program, search)
-    return [found] if found else every
+    return [found] if found else [os.path.join(d, program) for d in search.split(os.pathsep)]
 
 
 @functools.lru_cache(maxsize=64)
