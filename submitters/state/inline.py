@@ -59,4 +59,7 @@ class InlineWriter:
 
 
 def is_busy(exc: sqlite3.Error) -> bool:
-    return getattr(exc, "sqlite_errorcode", None) in _BUSY
+    """Another connection holds the lock (or recovers the WAL): nothing was written, the thread may wait for it.
+    ``sqlite_errorcode`` is the extended code (``SQLITE_BUSY_RECOVERY`` is 261): its low byte is the primary one."""
+    code = getattr(exc, "sqlite_errorcode", None)
+    return code is not None and code & 0xFF in _BUSY
