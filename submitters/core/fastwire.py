@@ -49,6 +49,13 @@ def submit_response(resp: pb.SubmitResponse) -> bytes:
     return fastwire.encode_submit_response(resp)
 
 
+def plain_submit_request(data: bytes) -> pb.SubmitRequest | None:
+    """``SubmitRequest.FromString(data)`` when ``data`` is plainly encoded, else None. The RPC server reads
+    every Submit with it first: plain bytes are well-formed in every field, so they skip its strict wire check
+    as well as betterproto2 (the check is a second pass over the bytes: 20 µs of an interLink-shaped pod's 41)."""
+    return fastwire.decode_plain_submit_request(data)
+
+
 def submit_request(data: bytes) -> pb.SubmitRequest:
     """``SubmitRequest.FromString(data)``, read straight when ``data`` is plainly encoded (~4x less CPU).
 

@@ -301,7 +301,7 @@ def rpc_server(nc: NATS, submitter: Served, *, max_concurrency: int) -> RpcServe
         pool=submitter.pool,
         max_concurrency=max_concurrency,
         metadata={"backend": submitter.backend.name, "instance": submitter.instance_id},
-        decoders={pb.SubmitRequest: fastwire.submit_request},
+        decoders={pb.SubmitRequest: fastwire.plain_submit_request},
         encoders={pb.SubmitResponse: fastwire.submit_response},
         latency=submitter.metrics.rpc,
     )

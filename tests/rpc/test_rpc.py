@@ -435,32 +435,44 @@ async def test_garbage_request_is_invalid_argument_and_the_server_keeps_working(
     assert (await submitter_client(client_nc, pool).submit(submit_request("ok"))).job_id == "s:ok"
 
 
-async def test_a_request_decoder_replaces_from_string_after_the_strict_check(
+async def test_a_request_decoder_reads_first_and_what_it_leaves_gets_the_strict_check(
     serve: Serve, client_nc: NATS, pool: str
 ) -> None:
-    """``decoders``: a hot request type is decoded by the given function, but only bytes the strict
-    wire check accepted reach it, and a decoder that fails answers INVALID_ARGUMENT like a bad request."""
-    decoded: list[bytes] = []
+    """``decoders``: a hot request type is read by the given function first (the generated plain decoder here);
+    bytes it leaves (None) go through the strict wire check and ``FromString``, so garbage is still answered
+    INVALID_ARGUMENT, and a decoder that fails answers INVALID_ARGUMENT like a bad request."""
+    from interlink_nats.gen.interlink_nats.v1.fastwire import decode_plain_submit_request
 
-    def decode(data: bytes) -> SubmitRequest:
+    decoded: list[bytes] = []
+    taken: list[bool] = []
+
+    def decode(data: bytes) -> SubmitRequest | None:
         decoded.append(data)
         if b"undecodable" in data:
             raise ValueError("no")
-        return SubmitRequest.FromString(data)
+        request = decode_plain_submit_request(data)
+        taken.append(request is not None)
+        return request
 
     service = Recorder()
     await serve(service, pool, decoders={SubmitRequest: decode})
     client = submitter_client(client_nc, pool)
 
     assert (await client.submit(submit_request("fast"))).job_id == "s:fast"
-    assert decoded == [bytes(submit_request("fast"))]
+    assert decoded == [bytes(submit_request("fast"))] and taken == [True]
+    # valid, but not plain (an unknown field): left to FromString, which keeps the unknown field
+    unusual = bytes(submit_request("slow")) + b"\x10\x01"
+    reply = await raw_request(client_nc, rpc_subject("Submit", pool), unusual)
+    assert reply.headers is None or STATUS not in reply.headers, reply.headers
+    assert taken == [True, False]
+    # truncated: the plain decoder leaves it, the strict check rejects it (betterproto2 alone would not)
     garbage = await raw_request(client_nc, rpc_subject("Submit", pool), b"\x0a\x05ab")
     assert garbage.headers is not None and garbage.headers[STATUS] == str(Status.INVALID_ARGUMENT.value)
-    assert len(decoded) == 1, "the strict check rejects garbage before any decoder"
+    assert taken == [True, False, False]
     with pytest.raises(GRPCError) as failed:
         await client.submit(submit_request("u", script="undecodable"))
     assert failed.value.status is Status.INVALID_ARGUMENT
-    assert service.seen == ["fast"]
+    assert service.seen == ["fast", "slow"]
 
 
 async def test_a_reply_encoder_replaces_serialize_to_string(serve: Serve, client_nc: NATS, pool: str) -> None:

@@ -8,6 +8,8 @@ from __future__ import annotations
 import datetime as dt
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from interlink_nats.gen.interlink_nats import v1 as pb
 
 
@@ -136,7 +138,7 @@ def _unusual_submit_requests() -> list[bytes]:
         job + _frame(2, b"t"),  # the script twice: the last wins
         job + _frame(1, _frame(1, b"v")),  # the pod twice
         job + _frame(7, b"z"),  # an unknown field
-        job + b"\x40\x01",  # an unknown varint field
+        job + b"\xf0\x01\x01",  # an unknown varint field (30: 8 is run_as_user now)
         _frame(1, _frame(4, b"n") + b"\x20\x01"),  # an unknown varint field in the pod
         _frame(2, b"\xc3\x28"),  # invalid UTF-8 in the script
         _frame(1, _frame(3, b"\xff\xfe")),  # invalid UTF-8 in the pod's name
@@ -195,3 +197,76 @@ def test_an_optional_bool_is_encoded_as_betterproto_does_false_included(ready: b
     assert pb.JobStatus.parse(raw).containers[0].ready is ready
     view = codec.read_job_status(raw)
     assert view is not None and view.containers[0].ready is ready
+
+
+def _rich_submit_request() -> bytes:
+    """A plain SubmitRequest with every kind of field the Submit decoder reads: nested messages, repeated ones,
+    enums, optional numbers, a duration."""
+    return bytes(
+        pb.SubmitRequest(
+            job=pb.JobScript(
+                pod=pb.PodRef(uid="u-1", namespace="ns", name="p"),
+                script="#!/bin/bash\ntrue\n",
+                init_containers=["i"],
+                containers=["main", "side"],
+                resources=pb.ResourceRequest(
+                    cpu_millis=1500, memory_bytes=2**33, gpus=1, wall_time=dt.timedelta(minutes=5)
+                ),
+                backend_flags=["--qos=x"],
+                layout=[
+                    pb.LayoutEntry(path="volumes/a", kind=pb.LayoutEntryKind.DIRECTORY, mode=0o700),
+                    pb.LayoutEntry(path="rootfs/a", kind=pb.LayoutEntryKind.SYMLINK, target="volumes/a"),
+                ],
+                run_as_user=1000,
+                run_as_group=1000,
+                gang=pb.GangMember(group_uid="g", group_name="gang"),
+                array=pb.ArrayMember(array_uid="a", job_name="job"),
+                storage=[pb.StorageMount(field="data", claim="claim")],
+            )
+        )
+    )
+
+
+_MUTATED_BASES = [_rich_submit_request(), *_plain_submit_requests()[:4]]
+
+
+@settings(max_examples=1500, deadline=None)
+@given(
+    base=st.sampled_from(_MUTATED_BASES),
+    where=st.integers(min_value=0),
+    how=st.sampled_from(["cut", "set", "insert", "drop"]),
+    byte=st.integers(min_value=0, max_value=255),
+)
+def test_what_the_plain_decoder_takes_passes_the_strict_check(base: bytes, where: int, how: str, byte: int) -> None:
+    """The RPC server skips its strict wire check for bytes the plain decoder takes (``decoders``): so whatever
+    it takes, however damaged, must pass that check and decode to exactly what betterproto2 reads."""
+    from interlink_nats.gen.interlink_nats.v1.fastwire import decode_plain_submit_request
+    from interlink_nats.services.bus.rpc import strict
+
+    at = where % (len(base) + 1)
+    data = {
+        "cut": base[:at],
+        "set": base[:at] + bytes([byte]) + base[at + 1 :],
+        "insert": base[:at] + bytes([byte]) + base[at:],
+        "drop": base[:at] + base[at + 1 :],
+    }[how]
+    taken = decode_plain_submit_request(data)
+    if taken is None:
+        return
+    strict.check(data, pb.SubmitRequest)
+    assert taken == pb.SubmitRequest.FromString(data)
+
+
+@pytest.mark.parametrize("data", [_rich_submit_request(), *_plain_submit_requests()])
+def test_the_plain_decoder_takes_plain_requests(data: bytes) -> None:
+    """The fast path is taken where it should be (the property above would hold for a decoder taking nothing)."""
+    from interlink_nats.gen.interlink_nats.v1.fastwire import decode_plain_submit_request
+
+    assert decode_plain_submit_request(data) == pb.SubmitRequest.FromString(data)
+
+
+@pytest.mark.parametrize("data", [d for d in _unusual_submit_requests() if d])  # b"": plainly an empty request
+def test_the_plain_decoder_leaves_unusual_requests(data: bytes) -> None:
+    from interlink_nats.gen.interlink_nats.v1.fastwire import decode_plain_submit_request
+
+    assert decode_plain_submit_request(data) is None

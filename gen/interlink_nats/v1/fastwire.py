@@ -426,6 +426,16 @@ def decode_pod_ref(data: bytes) -> pb.PodRef:
         return pb.PodRef.parse(data)
 
 
+def decode_plain_pod_ref(data: bytes) -> pb.PodRef | None:
+    """``pb.PodRef.parse(data)`` when ``data`` is plain, else None. Plain bytes are well-formed in every
+    field (known fields only, each with its own wire type, every length and varint within its message), so a
+    caller may take them without a separate strict check; None leaves them to that check and betterproto2."""
+    try:
+        return _decode_pod_ref(data, 0, len(data))
+    except (Unusual, IndexError, ValueError, OverflowError):
+        return None
+
+
 def read_pod_ref(data: bytes) -> PodRefView | None:
     """The fields of a plain ``PodRef``; None when ``data`` is not one (ask betterproto2 then)."""
     try:
@@ -714,6 +724,16 @@ def decode_resource_request(data: bytes) -> pb.ResourceRequest:
         return _decode_resource_request(data, 0, len(data))
     except (Unusual, IndexError, ValueError, OverflowError):
         return pb.ResourceRequest.parse(data)
+
+
+def decode_plain_resource_request(data: bytes) -> pb.ResourceRequest | None:
+    """``pb.ResourceRequest.parse(data)`` when ``data`` is plain, else None. Plain bytes are well-formed in every
+    field (known fields only, each with its own wire type, every length and varint within its message), so a
+    caller may take them without a separate strict check; None leaves them to that check and betterproto2."""
+    try:
+        return _decode_resource_request(data, 0, len(data))
+    except (Unusual, IndexError, ValueError, OverflowError):
+        return None
 
 
 def read_resource_request(data: bytes) -> ResourceRequestView | None:
@@ -1011,6 +1031,16 @@ def decode_layout_entry(data: bytes) -> pb.LayoutEntry:
         return _decode_layout_entry(data, 0, len(data))
     except (Unusual, IndexError, ValueError, OverflowError):
         return pb.LayoutEntry.parse(data)
+
+
+def decode_plain_layout_entry(data: bytes) -> pb.LayoutEntry | None:
+    """``pb.LayoutEntry.parse(data)`` when ``data`` is plain, else None. Plain bytes are well-formed in every
+    field (known fields only, each with its own wire type, every length and varint within its message), so a
+    caller may take them without a separate strict check; None leaves them to that check and betterproto2."""
+    try:
+        return _decode_layout_entry(data, 0, len(data))
+    except (Unusual, IndexError, ValueError, OverflowError):
+        return None
 
 
 def read_layout_entry(data: bytes) -> LayoutEntryView | None:
@@ -1360,6 +1390,16 @@ def decode_gang_member(data: bytes) -> pb.GangMember:
         return _decode_gang_member(data, 0, len(data))
     except (Unusual, IndexError, ValueError, OverflowError):
         return pb.GangMember.parse(data)
+
+
+def decode_plain_gang_member(data: bytes) -> pb.GangMember | None:
+    """``pb.GangMember.parse(data)`` when ``data`` is plain, else None. Plain bytes are well-formed in every
+    field (known fields only, each with its own wire type, every length and varint within its message), so a
+    caller may take them without a separate strict check; None leaves them to that check and betterproto2."""
+    try:
+        return _decode_gang_member(data, 0, len(data))
+    except (Unusual, IndexError, ValueError, OverflowError):
+        return None
 
 
 def read_gang_member(data: bytes) -> GangMemberView | None:
@@ -2009,6 +2049,16 @@ def decode_storage_mount(data: bytes) -> pb.StorageMount:
         return pb.StorageMount.parse(data)
 
 
+def decode_plain_storage_mount(data: bytes) -> pb.StorageMount | None:
+    """``pb.StorageMount.parse(data)`` when ``data`` is plain, else None. Plain bytes are well-formed in every
+    field (known fields only, each with its own wire type, every length and varint within its message), so a
+    caller may take them without a separate strict check; None leaves them to that check and betterproto2."""
+    try:
+        return _decode_storage_mount(data, 0, len(data))
+    except (Unusual, IndexError, ValueError, OverflowError):
+        return None
+
+
 def read_storage_mount(data: bytes) -> StorageMountView | None:
     """The fields of a plain ``StorageMount``; None when ``data`` is not one (ask betterproto2 then)."""
     try:
@@ -2415,6 +2465,16 @@ def decode_array_member(data: bytes) -> pb.ArrayMember:
         return _decode_array_member(data, 0, len(data))
     except (Unusual, IndexError, ValueError, OverflowError):
         return pb.ArrayMember.parse(data)
+
+
+def decode_plain_array_member(data: bytes) -> pb.ArrayMember | None:
+    """``pb.ArrayMember.parse(data)`` when ``data`` is plain, else None. Plain bytes are well-formed in every
+    field (known fields only, each with its own wire type, every length and varint within its message), so a
+    caller may take them without a separate strict check; None leaves them to that check and betterproto2."""
+    try:
+        return _decode_array_member(data, 0, len(data))
+    except (Unusual, IndexError, ValueError, OverflowError):
+        return None
 
 
 def read_array_member(data: bytes) -> ArrayMemberView | None:
@@ -3095,6 +3155,16 @@ def decode_job_script(data: bytes) -> pb.JobScript:
         return pb.JobScript.parse(data)
 
 
+def decode_plain_job_script(data: bytes) -> pb.JobScript | None:
+    """``pb.JobScript.parse(data)`` when ``data`` is plain, else None. Plain bytes are well-formed in every
+    field (known fields only, each with its own wire type, every length and varint within its message), so a
+    caller may take them without a separate strict check; None leaves them to that check and betterproto2."""
+    try:
+        return _decode_job_script(data, 0, len(data))
+    except (Unusual, IndexError, ValueError, OverflowError):
+        return None
+
+
 def read_job_script(data: bytes) -> JobScriptView | None:
     """The fields of a plain ``JobScript``; None when ``data`` is not one (ask betterproto2 then)."""
     try:
@@ -3228,6 +3298,16 @@ def decode_submit_request(data: bytes) -> pb.SubmitRequest:
         return _decode_submit_request(data, 0, len(data))
     except (Unusual, IndexError, ValueError, OverflowError):
         return pb.SubmitRequest.parse(data)
+
+
+def decode_plain_submit_request(data: bytes) -> pb.SubmitRequest | None:
+    """``pb.SubmitRequest.parse(data)`` when ``data`` is plain, else None. Plain bytes are well-formed in every
+    field (known fields only, each with its own wire type, every length and varint within its message), so a
+    caller may take them without a separate strict check; None leaves them to that check and betterproto2."""
+    try:
+        return _decode_submit_request(data, 0, len(data))
+    except (Unusual, IndexError, ValueError, OverflowError):
+        return None
 
 
 def read_submit_request(data: bytes) -> SubmitRequestView | None:
@@ -3795,6 +3875,16 @@ def decode_container_status(data: bytes) -> pb.ContainerStatus:
         return pb.ContainerStatus.parse(data)
 
 
+def decode_plain_container_status(data: bytes) -> pb.ContainerStatus | None:
+    """``pb.ContainerStatus.parse(data)`` when ``data`` is plain, else None. Plain bytes are well-formed in every
+    field (known fields only, each with its own wire type, every length and varint within its message), so a
+    caller may take them without a separate strict check; None leaves them to that check and betterproto2."""
+    try:
+        return _decode_container_status(data, 0, len(data))
+    except (Unusual, IndexError, ValueError, OverflowError):
+        return None
+
+
 def read_container_status(data: bytes) -> ContainerStatusView | None:
     """The fields of a plain ``ContainerStatus``; None when ``data`` is not one (ask betterproto2 then)."""
     try:
@@ -4126,6 +4216,16 @@ def decode_job_usage(data: bytes) -> pb.JobUsage:
         return _decode_job_usage(data, 0, len(data))
     except (Unusual, IndexError, ValueError, OverflowError):
         return pb.JobUsage.parse(data)
+
+
+def decode_plain_job_usage(data: bytes) -> pb.JobUsage | None:
+    """``pb.JobUsage.parse(data)`` when ``data`` is plain, else None. Plain bytes are well-formed in every
+    field (known fields only, each with its own wire type, every length and varint within its message), so a
+    caller may take them without a separate strict check; None leaves them to that check and betterproto2."""
+    try:
+        return _decode_job_usage(data, 0, len(data))
+    except (Unusual, IndexError, ValueError, OverflowError):
+        return None
 
 
 def read_job_usage(data: bytes) -> JobUsageView | None:
@@ -4759,6 +4859,16 @@ def decode_job_status(data: bytes) -> pb.JobStatus:
         return pb.JobStatus.parse(data)
 
 
+def decode_plain_job_status(data: bytes) -> pb.JobStatus | None:
+    """``pb.JobStatus.parse(data)`` when ``data`` is plain, else None. Plain bytes are well-formed in every
+    field (known fields only, each with its own wire type, every length and varint within its message), so a
+    caller may take them without a separate strict check; None leaves them to that check and betterproto2."""
+    try:
+        return _decode_job_status(data, 0, len(data))
+    except (Unusual, IndexError, ValueError, OverflowError):
+        return None
+
+
 def read_job_status(data: bytes) -> JobStatusView | None:
     """The fields of a plain ``JobStatus``; None when ``data`` is not one (ask betterproto2 then)."""
     try:
@@ -4994,6 +5104,16 @@ def decode_submit_response(data: bytes) -> pb.SubmitResponse:
         return _decode_submit_response(data, 0, len(data))
     except (Unusual, IndexError, ValueError, OverflowError):
         return pb.SubmitResponse.parse(data)
+
+
+def decode_plain_submit_response(data: bytes) -> pb.SubmitResponse | None:
+    """``pb.SubmitResponse.parse(data)`` when ``data`` is plain, else None. Plain bytes are well-formed in every
+    field (known fields only, each with its own wire type, every length and varint within its message), so a
+    caller may take them without a separate strict check; None leaves them to that check and betterproto2."""
+    try:
+        return _decode_submit_response(data, 0, len(data))
+    except (Unusual, IndexError, ValueError, OverflowError):
+        return None
 
 
 def read_submit_response(data: bytes) -> SubmitResponseView | None:
@@ -5237,6 +5357,16 @@ def decode_job_event(data: bytes) -> pb.JobEvent:
         return _decode_job_event(data, 0, len(data))
     except (Unusual, IndexError, ValueError, OverflowError):
         return pb.JobEvent.parse(data)
+
+
+def decode_plain_job_event(data: bytes) -> pb.JobEvent | None:
+    """``pb.JobEvent.parse(data)`` when ``data`` is plain, else None. Plain bytes are well-formed in every
+    field (known fields only, each with its own wire type, every length and varint within its message), so a
+    caller may take them without a separate strict check; None leaves them to that check and betterproto2."""
+    try:
+        return _decode_job_event(data, 0, len(data))
+    except (Unusual, IndexError, ValueError, OverflowError):
+        return None
 
 
 def read_job_event(data: bytes) -> JobEventView | None:

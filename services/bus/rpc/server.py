@@ -63,11 +63,13 @@ class RpcServer:
     ``max_concurrency`` bounds handlers in flight (streams hold their slot until they end);
     further requests wait in the subscription. ``stream_window`` is how many stream messages
     may be in flight unacked; ``stream_idle_timeout`` ends a stream whose client stopped acking.
-    ``decoders`` replaces ``FromString`` for hot request types (e.g. a hand-coded decoder of the
-    submitter's ``SubmitRequest``); each must return exactly what ``FromString`` would, and sees
-    only bytes that passed the strict wire check. ``encoders`` likewise replaces ``SerializeToString``
-    for hot reply types of unary calls; each must return exactly the bytes it would. ``latency``: where each
-    call's duration is observed, by method and status (the process's /metrics).
+    ``decoders`` reads hot request types first (e.g. the generated plain decoder of the submitter's
+    ``SubmitRequest``): each returns exactly what ``FromString`` would, or None for bytes it does not take;
+    what it takes must be well-formed in every field (the strict wire check would pass them), since it
+    stands in for that check too. What it leaves goes through the check and ``FromString``. ``encoders``
+    likewise replaces ``SerializeToString`` for hot reply types of unary calls; each must return exactly the
+    bytes it would. ``latency``: where each call's duration is observed, by method and status (the process's
+    /metrics).
     """
 
     def __init__(
@@ -83,7 +85,7 @@ class RpcServer:
         version: str = __version__,
         description: str = "interlink-nats submitter: runs pods of one pool on a batch site",
         metadata: Mapping[str, str] | None = None,
-        decoders: Mapping[type, Callable[[bytes], Any]] | None = None,
+        decoders: Mapping[type, Callable[[bytes], Any | None]] | None = None,
         encoders: Mapping[type, Callable[[Any], bytes]] | None = None,
         latency: RpcLatency | None = None,
     ) -> None:
@@ -105,7 +107,7 @@ class RpcServer:
             metadata={**(metadata or {}), "pool": self.pool},
             endpoints=[e.stats for e in self._endpoints],
         )
-        self._decoders: dict[type, Callable[[bytes], Any]] = dict(decoders or {})
+        self._decoders: dict[type, Callable[[bytes], Any | None]] = dict(decoders or {})
         self._encoders: dict[type, Callable[[Any], bytes]] = dict(encoders or {})
         self._latency = latency
         self._slots = asyncio.Semaphore(max_concurrency)
@@ -232,8 +234,11 @@ class RpcServer:
                 return await self._reject(endpoint, msg, Status.INVALID_ARGUMENT, f"bad {protocol.WINDOW} header")
         handler = endpoint.handler
         try:
-            strict.check(msg.data, handler.request_type)
-            request = self._decoders.get(handler.request_type, handler.request_type.FromString)(msg.data)
+            decode = self._decoders.get(handler.request_type)
+            request = None if decode is None else decode(msg.data)
+            if request is None:
+                strict.check(msg.data, handler.request_type)
+                request = handler.request_type.FromString(msg.data)
         except Exception:
             return await self._reject(
                 endpoint, msg, Status.INVALID_ARGUMENT, f"request is not a valid {handler.request_type.__name__}"

@@ -23,6 +23,7 @@ from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 from interlink_nats.kernel import layout
 from interlink_nats.submitters.backends.job_environment import DEFAULT_JOB_ENVIRONMENT, job_environment
@@ -231,6 +232,51 @@ def pidfd_exited(fd: int) -> bool:
     return bool(poller.poll(0))
 
 
+ANSWER_LIMIT = 64 * 1024
+"""The most the launcher may send without finishing an answer (a job directory and a pid): more is not the launcher
+we started, and it is treated as gone."""
+
+
+class _LauncherPipes(asyncio.SubprocessProtocol):
+    """One launcher process's pipes. Its answers (job directory NUL pid-or-word NUL) are read in the loop's own
+    callback, each resolving its launch's future there and then: a stream reader cost a task step and two
+    ``readuntil`` per launch, a writer's ``drain`` one more await (the backlog it would bound is already bounded:
+    one message per launch waiting for its answer)."""
+
+    def __init__(self, launcher: Launcher) -> None:
+        self._launcher = launcher
+        self._pending = b""
+        self.transport: asyncio.SubprocessTransport | None = None
+        self.exited: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.SubprocessTransport, transport)  # uvloop's is one without the base class
+
+    def pipe_data_received(self, fd: int, data: bytes) -> None:
+        if fd != 1:
+            return
+        parts = (self._pending + data if self._pending else data).split(b"\0")
+        self._pending = parts.pop()  # what follows the last NUL: the start of the next field
+        if len(parts) % 2:  # a job directory whose answer has not come yet
+            self._pending = parts.pop() + b"\0" + self._pending
+        if len(self._pending) > ANSWER_LIMIT:
+            self._launcher.gone(self, BackendUnavailable("the shell launcher exited (LimitOverrunError)"))
+            return
+        for i in range(0, len(parts), 2):
+            self._launcher.answered(parts[i], parts[i + 1])
+
+    def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
+        if fd == 1:  # nothing more will be answered
+            self._launcher.gone(self, BackendUnavailable("the shell launcher exited"))
+
+    def process_exited(self) -> None:
+        if not self.exited.done():
+            self.exited.set_result(None)
+        self._launcher.gone(self, BackendUnavailable("the shell launcher exited"))
+        if self.transport is not None:
+            self.transport.close()  # its pipes (the process is gone: nothing to kill)
+
+
 class Launcher:
     """The long-lived launcher process and the launches waiting for its answer."""
 
@@ -239,41 +285,48 @@ class Launcher:
         self._environment = DEFAULT_JOB_ENVIRONMENT if environment is None else tuple(environment)
         """What of the submitter's environment the launcher, and so every runner and job.sh, gets (the site's
         ``shell.job_environment``): the rest (the admin's tokens, ``HOME``...) is not the job's."""
-        self._proc: asyncio.subprocess.Process | None = None
-        self._reader: asyncio.Task[None] | None = None
+        self._pipes: _LauncherPipes | None = None
+        """The live launcher's pipes; None before the first launch and once it is gone (the next launch starts one)."""
         self._waiting: dict[bytes, deque[asyncio.Future[int | None]]] = {}
         self._lock = asyncio.Lock()
         self.spawned = 0
         """Launcher processes started so far (one, unless one died)."""
 
-    async def _ensure(self) -> asyncio.subprocess.Process:
-        async with self._lock:
-            proc = self._proc
-            if proc is not None and proc.returncode is None and self._reader is not None and not self._reader.done():
-                return proc
-            try:
-                proc = await asyncio.create_subprocess_exec(
-                    sys.executable,
-                    "-I",
-                    "-S",
-                    jobtree.__file__,
-                    LAUNCHER_NAME,
-                    self._bash,
-                    _RUNNER,
-                    layout.JOB_DIR_ENV,
-                    env=self.launcher_environment(),
-                    cwd="/",
-                    stdin=asyncio.subprocess.PIPE,
-                    stdout=asyncio.subprocess.PIPE,
-                    stderr=asyncio.subprocess.DEVNULL,
-                    start_new_session=True,
-                )
-            except OSError as exc:
-                raise BackendUnavailable(f"cannot start the shell launcher ({sys.executable}): {exc}") from exc
-            self.spawned += 1
-            self._proc = proc
-            self._reader = asyncio.create_task(self._read(proc), name="shell-launcher-read")
-            return proc
+    async def _ensure(self) -> asyncio.WriteTransport:
+        pipes = self._pipes
+        if pipes is None:
+            async with self._lock:
+                pipes = self._pipes or await self._start()
+        assert pipes.transport is not None
+        return cast(asyncio.WriteTransport, pipes.transport.get_pipe_transport(0))
+
+    async def _start(self) -> _LauncherPipes:
+        loop = asyncio.get_running_loop()
+        try:
+            _, pipes = await loop.subprocess_exec(
+                lambda: _LauncherPipes(self),
+                sys.executable,
+                "-I",
+                "-S",
+                jobtree.__file__,
+                LAUNCHER_NAME,
+                self._bash,
+                _RUNNER,
+                layout.JOB_DIR_ENV,
+                env=self.launcher_environment(),
+                cwd="/",
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            raise BackendUnavailable(f"cannot start the shell launcher ({sys.executable}): {exc}") from exc
+        self.spawned += 1
+        if pipes.exited.done():  # gone before we could look (it could not start its Python)
+            raise BackendUnavailable("the shell launcher exited")
+        self._pipes = pipes
+        return pipes
 
     def launcher_environment(self) -> dict[str, str]:
         """The launcher's environment, which each job inherits: the listed variables of the submitter's, never its
@@ -288,71 +341,59 @@ class Launcher:
             return await self._launch(spec.job_dir, account, runner_layout(spec))
 
     async def _launch(self, job_dir: Path, account: str, job_layout: bytes) -> int | None:
-        proc = await self._ensure()
+        stdin = await self._ensure()
+        if stdin.is_closing():
+            raise BackendUnavailable("the shell launcher is gone")
         key = str(job_dir).encode()
         fut: asyncio.Future[int | None] = asyncio.get_running_loop().create_future()
         self._waiting.setdefault(key, deque()).append(fut)
-        assert proc.stdin is not None
-        try:
-            proc.stdin.write(key + b"\0" + account.encode() + b"\0" + job_layout + b"\0")
-            await proc.stdin.drain()
-        except (ConnectionError, RuntimeError) as exc:
-            self._forget(key, fut)
-            raise BackendUnavailable(f"the shell launcher is gone: {exc}") from exc
+        stdin.write(key + b"\0" + account.encode() + b"\0" + job_layout + b"\0")
         return await fut
 
-    def _forget(self, key: bytes, fut: asyncio.Future[int | None]) -> None:
+    def answered(self, key: bytes, answer: bytes) -> None:
+        """The launcher's answer for ``key``: the oldest launch of that directory gets it."""
         waiting = self._waiting.get(key)
-        if waiting is not None and fut in waiting:
-            waiting.remove(fut)
-            if not waiting:
-                del self._waiting[key]
+        if not waiting:
+            log.warning("shell launcher answered for a job nobody waits for: %r", key)
+            return
+        fut = waiting.popleft()
+        if not waiting:
+            del self._waiting[key]
+        if not fut.done():
+            fut.set_result(int(answer) if answer.isdigit() else None)
 
-    async def _read(self, proc: asyncio.subprocess.Process) -> None:
-        assert proc.stdout is not None
-        error: Exception = BackendUnavailable("the shell launcher exited")
-        try:
-            while True:
-                key = (await proc.stdout.readuntil(b"\0"))[:-1]
-                answer = (await proc.stdout.readuntil(b"\0"))[:-1]
-                waiting = self._waiting.get(key)
-                if not waiting:
-                    log.warning("shell launcher answered for a job nobody waits for: %r", key)
-                    continue
-                fut = waiting.popleft()
-                if not waiting:
-                    del self._waiting[key]
-                if not fut.done():
-                    fut.set_result(int(answer) if answer.isdigit() else None)
-        except (asyncio.IncompleteReadError, asyncio.LimitOverrunError, ConnectionError, ValueError) as exc:
-            error = BackendUnavailable(f"the shell launcher exited ({type(exc).__name__})")
-        finally:
-            # Whatever it had not answered may or may not have started: the caller retries, and the
-            # claim makes a retry of a started job a no-op ("claimed"); the pid file finds its runner.
-            unanswered, self._waiting = self._waiting, {}
-            for futs in unanswered.values():
-                for fut in futs:
-                    if not fut.done():
-                        fut.set_exception(error)
+    def gone(self, pipes: _LauncherPipes, error: BackendUnavailable) -> None:
+        """The launcher of ``pipes`` exited, closed its output or misbehaved: whatever it had not answered may or
+        may not have started, so the callers retry (the claim makes a retry of a started job a no-op, "claimed";
+        the pid file finds its runner). A later launch starts a new launcher. Once per launcher."""
+        if pipes is not self._pipes:
+            return
+        self._pipes = None
+        self._fail_waiting(error)
+        if pipes.transport is not None and pipes.transport.get_returncode() is None:
             with contextlib.suppress(ProcessLookupError):
-                if proc.returncode is None:
-                    proc.kill()
+                pipes.transport.kill()
+
+    def _fail_waiting(self, error: BaseException) -> None:
+        unanswered, self._waiting = self._waiting, {}
+        for futs in unanswered.values():
+            for fut in futs:
+                if not fut.done():
+                    fut.set_exception(error)
 
     async def close(self) -> None:
         """End the launcher's input: it finishes what it was sent and exits; runners are not touched."""
-        proc, self._proc = self._proc, None
-        if proc is None:
+        pipes, self._pipes = self._pipes, None
+        if pipes is None or pipes.transport is None:
             return
-        if proc.stdin is not None:
-            proc.stdin.close()
+        stdin = pipes.transport.get_pipe_transport(0)
+        if stdin is not None:
+            stdin.close()
         try:
             async with asyncio.timeout(5):  # not wait_for: on 3.11 it can swallow a cancel
-                await proc.wait()
+                await asyncio.shield(pipes.exited)
         except TimeoutError:
             with contextlib.suppress(ProcessLookupError):
-                proc.kill()
-        if self._reader is not None:
-            self._reader.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._reader
-            self._reader = None
+                pipes.transport.kill()
+        pipes.transport.close()
+        self._fail_waiting(BackendUnavailable("the shell launcher exited"))

@@ -117,10 +117,10 @@ async def test_a_launcher_gone_leaves_the_layout_to_the_submitter(tmp_path: Path
         d = spec.job_dir
         await backend.submit(spec)
         await until(lambda: (d / "found").exists(), "the script to find the layout")
-        launcher = backend._launcher._proc
-        assert launcher is not None
-        launcher.kill()
-        await launcher.wait()
+        launcher = backend._launcher._pipes
+        assert launcher is not None and launcher.transport is not None
+        launcher.transport.kill()
+        await launcher.exited
         (d / "go").touch()
         await until(lambda: (d / ".shell.exit").exists(), "the exit file (the runner goes on)")
         assert (d / ".shell.exit").read_text().strip() == "0"
