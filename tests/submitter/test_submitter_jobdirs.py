@@ -308,3 +308,40 @@ def test_the_jobs_directory_spreads_its_job_directories_where_the_file_system_ca
     assert ("T" in flags) is ext and ("d" in flags) is ext
     assert spread_subdirectories(str(older)) is ext, "marked before: said so again, nothing changed"
     assert spread_subdirectories(str(tmp_path / "missing")) is False
+
+
+def test_a_journaled_file_system_gets_no_spread_mark_and_loses_an_old_one(tmp_path: Path) -> None:
+    """With a journal, ext4 checks no freed inode's age: the mark would only cost each job directory the
+    allocator's walk over every group. A real journaled ext4 (a loop-mounted image, as the kernel lists its
+    journal in /proc/fs/jbd2), and the same rule read from a stand-in list naming the test's own device."""
+    image, mount = tmp_path / "fs.img", tmp_path / "mnt"
+    mount.mkdir()
+    with image.open("wb") as f:
+        f.truncate(64 << 20)
+    subprocess.run(["mkfs.ext4", "-q", "-F", str(image)], check=True)
+    subprocess.run(["mount", "-o", "loop", str(image), str(mount)], check=True, capture_output=True)
+    try:
+        jobs = mount / "jobs"
+        jobs.mkdir()
+        subprocess.run(["chattr", "+T", str(jobs)], check=True)  # as an earlier version marked every jobs/
+        device = os.stat(jobs).st_dev
+        loop = os.path.basename(os.path.realpath(f"/sys/dev/block/{os.major(device)}:{os.minor(device)}"))
+        assert f"{loop}-8" in os.listdir("/proc/fs/jbd2"), "the kernel's name for its journal"
+        assert spread_subdirectories(str(jobs)) is False
+        assert "T" not in _lsattr_flags(jobs)
+    finally:
+        subprocess.run(["umount", str(mount)], check=True)
+
+    if _file_system_of(tmp_path) not in ("ext2", "ext3", "ext4"):
+        return  # the flag cannot be set here at all (the first test holds that)
+    listed = tmp_path / "jbd2"
+    listed.mkdir()
+    device = os.stat(tmp_path).st_dev
+    name = os.path.basename(os.path.realpath(f"/sys/dev/block/{os.major(device)}:{os.minor(device)}"))
+    here = tmp_path / "here"
+    here.mkdir()
+    subprocess.run(["chattr", "+d", str(here)], check=True)
+    assert spread_subdirectories(str(here), jbd2=str(listed)) is True, "no journal listed: marked"
+    (listed / f"{name}-8").mkdir()
+    assert spread_subdirectories(str(here), jbd2=str(listed)) is False, "its device's journal listed: unmarked"
+    assert _lsattr_flags(here).count("T") == 0 and "d" in _lsattr_flags(here), "the site's own flag stays"
