@@ -66,6 +66,25 @@ def test_job_dirs_are_private_and_names_are_checked(tmp_path: Path) -> None:
         jobfiles.validate_container("Main")
 
 
+def test_a_retry_after_a_write_cut_short_replaces_the_script_whole(tmp_path: Path) -> None:
+    """A fresh job directory gets its script written in place (nothing reads it yet); a crash mid-write leaves half
+    a script in a directory the retried Submit finds, and there the whole script replaces it by a rename, with its
+    mode (whatever the half one had), leaving no temporary file."""
+    job_dir = jobfiles.job_dir_for(tmp_path, "0f3bd293-bef1-4af9-b11f-3af7d25b8f85")
+    whole = "#!/bin/bash\n" + "echo line\n" * 2000
+    jobfiles.prepare_job_dir(job_dir, whole)
+    script = job_dir / layout.SCRIPT_NAME
+    script.write_text(whole[:100])  # as a crash mid-write leaves it
+    script.chmod(0o644)
+    inode = script.stat().st_ino
+
+    assert jobfiles.prepare_job_dir(job_dir, whole) == script
+    assert script.read_text() == whole
+    assert oct(script.stat().st_mode & 0o777) == "0o700"
+    assert script.stat().st_ino != inode, "replaced by a rename: a reader of the old one never sees it change"
+    assert sorted(p.name for p in job_dir.iterdir()) == sorted([layout.SCRIPT_NAME, layout.CONTAINERS_DIR])
+
+
 def test_container_files_are_read_and_cached_by_directory_mtime(tmp_path: Path) -> None:
     job_dir = tmp_path / "j"
     jobfiles.prepare_job_dir(job_dir, "true")
