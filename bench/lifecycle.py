@@ -184,7 +184,12 @@ async def wait_lives(port: int, pods: list[dict[str, object]], jobs: Path, limit
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--pods", type=int, default=256, help="pods per rep and shape at 64 in flight")
-    parser.add_argument("--serial-pods", type=int, default=64, help="pods per rep and shape at 1 in flight")
+    parser.add_argument(
+        "--serial-pods",
+        type=int,
+        default=192,
+        help="pods per rep and shape at 1 in flight (a window lasts a poll interval at least: fewer pods share it)",
+    )
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--quick", action="store_true", help="128 and 32 pods (Slurm: 32 and 8), 3 reps")
     parser.add_argument("--shape", action="append", choices=SHAPE_NAMES, help="a pod shape (default: both)")
