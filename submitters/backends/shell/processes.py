@@ -248,12 +248,15 @@ class _LauncherPipes(asyncio.SubprocessProtocol):
         self._pending = b""
         self.transport: asyncio.SubprocessTransport | None = None
         self.exited: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self.lost = False
+        """Given up (:meth:`Launcher.gone`): what it sends from then on is not read."""
+        self.output_closed = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = cast(asyncio.SubprocessTransport, transport)  # uvloop's is one without the base class
 
     def pipe_data_received(self, fd: int, data: bytes) -> None:
-        if fd != 1:
+        if fd != 1 or self.lost:
             return
         parts = (self._pending + data if self._pending else data).split(b"\0")
         self._pending = parts.pop()  # what follows the last NUL: the start of the next field
@@ -266,15 +269,21 @@ class _LauncherPipes(asyncio.SubprocessProtocol):
             self._launcher.answered(parts[i], parts[i + 1])
 
     def pipe_connection_lost(self, fd: int, exc: Exception | None) -> None:
-        if fd == 1:  # nothing more will be answered
+        """Its output is over (it exited: its runners hold /dev/null, not this pipe): every answer it wrote before
+        has been read, so what it has not answered now never will be."""
+        if fd == 1:
+            self.output_closed = True
             self._launcher.gone(self, BackendUnavailable("the shell launcher exited"))
+            self._close_when_done()
 
     def process_exited(self) -> None:
         if not self.exited.done():
             self.exited.set_result(None)
-        self._launcher.gone(self, BackendUnavailable("the shell launcher exited"))
-        if self.transport is not None:
-            self.transport.close()  # its pipes (the process is gone: nothing to kill)
+        self._close_when_done()
+
+    def _close_when_done(self) -> None:
+        if self.lost and self.exited.done() and self.transport is not None:
+            self.transport.close()  # its pipes: the process is gone, nothing to kill
 
 
 class Launcher:
@@ -323,7 +332,10 @@ class Launcher:
         except OSError as exc:
             raise BackendUnavailable(f"cannot start the shell launcher ({sys.executable}): {exc}") from exc
         self.spawned += 1
-        if pipes.exited.done():  # gone before we could look (it could not start its Python)
+        if pipes.output_closed:  # gone before we could look (it could not start its Python)
+            pipes.lost = True
+            if pipes.transport is not None:
+                pipes.transport.close()  # and killed, were it still running
             raise BackendUnavailable("the shell launcher exited")
         self._pipes = pipes
         return pipes
@@ -369,6 +381,7 @@ class Launcher:
         if pipes is not self._pipes:
             return
         self._pipes = None
+        pipes.lost = True
         self._fail_waiting(error)
         if pipes.transport is not None and pipes.transport.get_returncode() is None:
             with contextlib.suppress(ProcessLookupError):

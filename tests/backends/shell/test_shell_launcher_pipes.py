@@ -122,3 +122,33 @@ def test_a_launcher_flooding_its_output_is_treated_as_gone() -> None:
         assert launcher._pipes is None, "the next launch starts another launcher"
 
     asyncio.run(scenario())
+
+
+def test_what_a_dead_launcher_wrote_is_still_read_before_its_launches_fail() -> None:
+    """The loop may tell the launcher's exit before the last of its output: an answer it wrote before it died
+    still reaches its launch (that runner did start), and only at the end of its output do the launches it never
+    answered fail, to be retried (the claim makes a retry of a started job a no-op)."""
+
+    async def scenario() -> None:
+        launcher = Launcher("bash")
+        pipes = _LauncherPipes(launcher)
+        launcher._pipes = pipes
+        loop = asyncio.get_running_loop()
+        started: asyncio.Future[int | None] = loop.create_future()
+        unanswered: asyncio.Future[int | None] = loop.create_future()
+        launcher._waiting[b"/jobs/a"] = deque([started])
+        launcher._waiting[b"/jobs/b"] = deque([unanswered])
+
+        pipes.process_exited()
+        assert not unanswered.done(), "its output is not over yet"
+        pipes.pipe_data_received(1, b"/jobs/a\x00101\x00")
+        pipes.pipe_connection_lost(1, None)
+
+        assert started.result() == 101
+        with pytest.raises(BackendUnavailable):
+            await unanswered
+        assert launcher._pipes is None
+        pipes.pipe_data_received(1, b"/jobs/c\x00303\x00")  # nothing more is read from it
+        assert launcher._waiting == {}
+
+    asyncio.run(scenario())
