@@ -4,8 +4,9 @@ Why: betterproto2 spends ~40-60 µs per message on reflection; these are made of
 codecs generated from proto/ (``gen/.../fastwire.py``) cost a few µs, byte for byte
 betterproto2's. This module only puts together what the registry keeps (a spec without its script, a
 pending status) from those parts; the parts that need the status mapping are cached per container list.
-Decoding (:func:`submit_request`) reads the plain encoding every client sends and hands anything else to
-betterproto2, so its result is always what ``SubmitRequest.FromString`` gives.
+Decoding (:func:`plain_submit_request`) reads the plain encoding every client sends and leaves anything else to
+the RPC server's strict check and betterproto2, so what a Submit gets is always what ``SubmitRequest.FromString``
+gives.
 """
 
 from __future__ import annotations
@@ -54,13 +55,3 @@ def plain_submit_request(data: bytes) -> pb.SubmitRequest | None:
     every Submit with it first: plain bytes are well-formed in every field, so they skip its strict wire check
     as well as betterproto2 (the check is a second pass over the bytes: 20 µs of an interLink-shaped pod's 41)."""
     return fastwire.decode_plain_submit_request(data)
-
-
-def submit_request(data: bytes) -> pb.SubmitRequest:
-    """``SubmitRequest.FromString(data)``, read straight when ``data`` is plainly encoded (~4x less CPU).
-
-    Plain: only the known fields, each singular one at most once, valid UTF-8. Anything else
-    (unknown or repeated singular fields, bad text, truncation) is left to betterproto2, so the
-    result and the errors are exactly its own.
-    """
-    return fastwire.decode_submit_request(data)

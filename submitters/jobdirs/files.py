@@ -88,8 +88,7 @@ def prepare_job_dir(
     job_dir: Path, script: str, entries: Sequence[pb.LayoutEntry] = (), *, make_layout: bool = True
 ) -> Path:
     """Create the job directory (0700) with ``containers/`` (unless the runner makes it) and write the script
-    (0700): straight into a directory this call made (nothing reads it before this returns), by a rename into one
-    it found (a retry: whatever reads there never sees half a script).
+    (0700) atomically.
 
     The job-dir layout (volume directories, runtime ``none``'s links) comes in ``entries``
     (``JobScript.layout``), or, for a script rendered before that field existed, on the script's layout
@@ -122,10 +121,10 @@ def prepare_job_dir(
     if not script.startswith("#!"):
         script = "#!/bin/bash\n" + script  # sbatch insists on an interpreter line
     path = os.path.join(directory, layout.SCRIPT_NAME)
-    # A fresh directory is this call's alone: nothing reads the script before this returns, and a write cut short
-    # (a crash) is rewritten by the retry, which finds the directory and replaces the script by a rename.
-    tmp = path if fresh else os.path.join(directory, f".{layout.SCRIPT_NAME}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | (os.O_EXCL if fresh else os.O_TRUNC) | os.O_CLOEXEC, 0o700)
+    # Through a rename even into a fresh directory: the claim is committed before this runs, and recovery takes a
+    # ``job.sh`` that exists as stored (``engine.recovery``), so a crash mid-write must leave none, never half one.
+    tmp = os.path.join(directory, f".{layout.SCRIPT_NAME}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o700)
     try:
         if not exact_modes:  # in a fresh directory the open made the file
             os.fchmod(fd, 0o700)
@@ -135,8 +134,7 @@ def prepare_job_dir(
             written += os.write(fd, data[written:])
     finally:
         os.close(fd)
-    if not fresh:
-        os.replace(tmp, path)
+    os.replace(tmp, path)
     if make_layout:
         _prepare_layout(directory, script, entries, fresh)
     return Path(path)

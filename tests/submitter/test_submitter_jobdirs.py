@@ -67,9 +67,9 @@ def test_job_dirs_are_private_and_names_are_checked(tmp_path: Path) -> None:
 
 
 def test_a_retry_after_a_write_cut_short_replaces_the_script_whole(tmp_path: Path) -> None:
-    """A fresh job directory gets its script written in place (nothing reads it yet); a crash mid-write leaves half
-    a script in a directory the retried Submit finds, and there the whole script replaces it by a rename, with its
-    mode (whatever the half one had), leaving no temporary file."""
+    """The script goes in by a rename, so a crash mid-write leaves no ``job.sh`` (recovery reads one that exists as
+    stored); whatever a retry finds there (half a script, another mode) the whole script replaces by a rename, with
+    its mode, leaving no temporary file."""
     job_dir = jobfiles.job_dir_for(tmp_path, "0f3bd293-bef1-4af9-b11f-3af7d25b8f85")
     whole = "#!/bin/bash\n" + "echo line\n" * 2000
     jobfiles.prepare_job_dir(job_dir, whole)
@@ -332,7 +332,7 @@ def test_the_jobs_directory_spreads_its_job_directories_where_the_file_system_ca
 def test_a_journaled_file_system_gets_no_spread_mark_and_loses_an_old_one(tmp_path: Path) -> None:
     """With a journal, ext4 checks no freed inode's age: the mark would only cost each job directory the
     allocator's walk over every group. A real journaled ext4 (a loop-mounted image, as the kernel lists its
-    journal in /proc/fs/jbd2), and the same rule read from a stand-in list naming the test's own device."""
+    journal in /proc/fs/jbd2), and the same rule read from a stand-in list of journals on that file system."""
     image, mount = tmp_path / "fs.img", tmp_path / "mnt"
     mount.mkdir()
     with image.open("wb") as f:
@@ -348,19 +348,17 @@ def test_a_journaled_file_system_gets_no_spread_mark_and_loses_an_old_one(tmp_pa
         assert f"{loop}-8" in os.listdir("/proc/fs/jbd2"), "the kernel's name for its journal"
         assert spread_subdirectories(str(jobs)) is False
         assert "T" not in _lsattr_flags(jobs)
+
+        # the rule alone, on the same ext4, with a stand-in list of the kernel's journals
+        listed = tmp_path / "jbd2"
+        listed.mkdir()
+        here = mount / "here"
+        here.mkdir()
+        subprocess.run(["chattr", "+d", str(here)], check=True)  # nodump: a flag of the site's, to be kept
+        assert spread_subdirectories(str(here), jbd2=str(listed)) is True, "no journal listed: marked"
+        assert "T" in _lsattr_flags(here)
+        (listed / f"{loop}-8").mkdir()
+        assert spread_subdirectories(str(here), jbd2=str(listed)) is False, "its device's journal listed: unmarked"
+        assert "T" not in _lsattr_flags(here) and "d" in _lsattr_flags(here), "the site's own flag stays"
     finally:
         subprocess.run(["umount", str(mount)], check=True)
-
-    if _file_system_of(tmp_path) not in ("ext2", "ext3", "ext4"):
-        return  # the flag cannot be set here at all (the first test holds that)
-    listed = tmp_path / "jbd2"
-    listed.mkdir()
-    device = os.stat(tmp_path).st_dev
-    name = os.path.basename(os.path.realpath(f"/sys/dev/block/{os.major(device)}:{os.minor(device)}"))
-    here = tmp_path / "here"
-    here.mkdir()
-    subprocess.run(["chattr", "+d", str(here)], check=True)
-    assert spread_subdirectories(str(here), jbd2=str(listed)) is True, "no journal listed: marked"
-    (listed / f"{name}-8").mkdir()
-    assert spread_subdirectories(str(here), jbd2=str(listed)) is False, "its device's journal listed: unmarked"
-    assert _lsattr_flags(here).count("T") == 0 and "d" in _lsattr_flags(here), "the site's own flag stays"

@@ -263,7 +263,8 @@ class _LauncherPipes(asyncio.SubprocessProtocol):
         if len(parts) % 2:  # a job directory whose answer has not come yet
             self._pending = parts.pop() + b"\0" + self._pending
         if len(self._pending) > ANSWER_LIMIT:
-            self._launcher.gone(self, BackendUnavailable("the shell launcher exited (LimitOverrunError)"))
+            flooded = f"the shell launcher sent {ANSWER_LIMIT} bytes without finishing an answer"
+            self._launcher.gone(self, BackendUnavailable(flooded))
             return
         for i in range(0, len(parts), 2):
             self._launcher.answered(parts[i], parts[i + 1])
