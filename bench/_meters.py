@@ -143,10 +143,14 @@ class CgroupCpu:
 
 
 class Profile:
-    """The submitter's sampled stacks, read at a window's edges (SIGUSR2 makes the sampler write them)."""
+    """The submitter's sampled stacks, read at a window's edges (SIGUSR2 stops the sampler and makes it write
+    them; :meth:`start` starts it again)."""
 
     def __init__(self, pid: int, path: Path) -> None:
         self.pid, self.path = pid, path
+
+    def start(self) -> None:
+        os.kill(self.pid, signal.SIGUSR1)
 
     def read(self) -> Counter[tuple[str, ...]]:
         before = self.path.stat().st_mtime_ns if self.path.exists() else 0

@@ -1,10 +1,14 @@
 """Run ``interlink-nats <args>`` with a CPU-time sampling profiler: where a process's CPU goes, by call stack.
 
 Used by ``bench/lifecycle.py`` only (the product has no profiling hook): ``python bench/_sampler.py OUT INTERVAL_MS
--- <interlink-nats args>``. Every ``INTERVAL_MS`` of the process's CPU (``ITIMER_PROF``: user + system time, all
-threads; an idle process is never sampled) the main thread's Python stack is counted. ``SIGUSR2`` writes the
-counts so far to ``OUT`` (JSON ``{"samples": n, "stacks": [[count, "file:function", ...outermost first]]}``,
-through a rename, so a reader never sees half a file); the bench diffs two dumps to get one window's profile.
+-- <interlink-nats args>``. While sampling is on, every ``INTERVAL_MS`` of the process's CPU (``ITIMER_PROF``:
+user + system time, all threads; an idle process is never sampled) the main thread's Python stack is counted.
+Sampling starts off: ``SIGUSR1`` turns it on, ``SIGUSR2`` turns it off and writes the counts so far to ``OUT``
+(JSON ``{"samples": n, "stacks": [[count, "file:function", ...outermost first]]}``, through a rename, so a reader
+never sees half a file); the bench diffs two dumps to get one window's profile. Off unless asked because sampling
+has a cost of its own (a signal and a stack walk every ``INTERVAL_MS``: the submitter's CPU per pod read about
+10 % higher sampled than bare, 2026-11-29), so the bench takes its figures with it off and samples in a rep of
+its own.
 
 Why a signal timer, not a thread: a thread that looks at the main thread every few ms samples wall time (an
 idle event loop too) and takes the GIL the process needs. The timer's signal goes to the thread that spent the
@@ -74,9 +78,16 @@ def install(out: str, interval_s: float) -> None:
             json.dump({"samples": total, "stacks": stacks}, f)
         os.replace(tmp, out)
 
+    def start(signum: int, frame: FrameType | None) -> None:
+        signal.setitimer(signal.ITIMER_PROF, interval_s, interval_s)
+
+    def stop_and_dump(signum: int, frame: FrameType | None) -> None:
+        signal.setitimer(signal.ITIMER_PROF, 0)
+        dump(signum, frame)
+
     signal.signal(signal.SIGPROF, sample)
-    signal.signal(signal.SIGUSR2, dump)
-    signal.setitimer(signal.ITIMER_PROF, interval_s, interval_s)
+    signal.signal(signal.SIGUSR1, start)
+    signal.signal(signal.SIGUSR2, stop_and_dump)
     atexit.register(signal.setitimer, signal.ITIMER_PROF, 0)  # SIGPROF's default action ends a process
 
 

@@ -18,7 +18,11 @@ publishes, the removal of its layout are all in. ``pods/s`` is N over the window
 interval bounds from below (the submitter's shipped 5 s unless ``--poll-interval``).
 
 Where the submitter's CPU goes: the submitter runs under ``_sampler.py`` (a CPU-time sampling profiler the bench
-alone uses; ``--no-profile`` runs it bare). Each sampled stack is put in one phase by the innermost frame a rule
+alone uses; ``--no-profile`` runs it bare), sampling only in one more rep after the measured ones (rep ``p``):
+sampling costs CPU of its own (a signal and a stack walk every 2 ms of CPU; the submitter read about 10 % more
+per pod sampled, 2026-11-29), so the figures and their medians come from the reps with the sampler off, and
+``submitter by phase`` splits them by the sampled rep's shares (its own CPU is printed, and is in the JSON as
+``..._sampled``). Each sampled stack is put in one phase by the innermost frame a rule
 of ``PHASES`` names: create (Submit: the request, the registry, the job directory), launch (the launcher's pipe,
 the pidfd watch), poll (the backend poll, container files, the plan), publish (the outbox, events to NATS),
 cleanup (the ended layout's removal), nats (the client's reads and writes), loop (no Python frame above the event
@@ -266,13 +270,20 @@ def main() -> None:
         rows: list[list[object]] = []
         figures: dict[tuple[str, str, int], list[dict[str, float]]] = {}
         top_stacks: dict[str, Counter[tuple[str, ...]]] = {site.backend: Counter() for site in sites}
-        for rep in range(args.reps):
-            raw_count = 2000
-            raw_before = time.process_time(), cpu_seconds(responder.pid)[0]
-            asyncio.run(raw_ceiling(nats_server.url, raw_payload, raw_count))
-            raw_cpus.append(
-                (time.process_time() - raw_before[0] + cpu_seconds(responder.pid)[0] - raw_before[1]) * 1e3 / raw_count
-            )
+        profiled_figures: dict[tuple[str, str, int], dict[str, float]] = {}
+        profile_phases: dict[tuple[str, str, int], Counter[str]] = {}
+        # The figures come from reps with the sampler off; one more rep, sampled, tells where the CPU goes.
+        plan = [(str(rep + 1), False) for rep in range(args.reps)] + ([] if args.no_profile else [("p", True)])
+        for rep, (rep_name, profiled) in enumerate(plan):
+            if not profiled:
+                raw_count = 2000
+                raw_before = time.process_time(), cpu_seconds(responder.pid)[0]
+                asyncio.run(raw_ceiling(nats_server.url, raw_payload, raw_count))
+                raw_cpus.append(
+                    (time.process_time() - raw_before[0] + cpu_seconds(responder.pid)[0] - raw_before[1])
+                    * 1e3
+                    / raw_count
+                )
             first = rep % len(shapes)
             for site in sites:
                 for shape in shapes[first:] + shapes[:first]:
@@ -282,14 +293,26 @@ def main() -> None:
                         else:
                             count = args.pods if in_flight > 1 else args.serial_pods
                         cpu, phases = window(
-                            port, site, shape, in_flight, count, f"r{rep}", gateway.pid, top_stacks[site.backend]
+                            port,
+                            site,
+                            shape,
+                            in_flight,
+                            count,
+                            f"r{rep_name}",
+                            gateway.pid,
+                            top_stacks[site.backend],
+                            profiled=profiled,
                         )
                         cpu["vs_raw"] = cpu["submitter"] / raw_cpus[-1]
-                        figures.setdefault((site.backend, shape.name, in_flight), []).append(cpu)
+                        key = (site.backend, shape.name, in_flight)
+                        if profiled:
+                            profiled_figures[key], profile_phases[key] = cpu, phases
+                        else:
+                            figures.setdefault(key, []).append(cpu)
                         total = sum(phases.values()) or 1
                         rows.append(
                             [
-                                rep + 1,
+                                rep_name,
                                 site.backend,
                                 shape.name,
                                 in_flight,
@@ -303,7 +326,7 @@ def main() -> None:
                                 f"{cpu['daemons']:.2f}" if site.daemons else "-",
                                 f"{cpu['vs_raw']:.1f}",
                                 f"{raw_cpus[-1]:.3f}",
-                                " ".join(f"{p}={n * 100 / total:.0f}%" for p, n in phases.most_common()),
+                                " ".join(f"{p}={n * 100 / total:.0f}%" for p, n in phases.most_common()) or "-",
                                 int(cpu["errors"]),
                             ]
                         )
@@ -317,6 +340,11 @@ def main() -> None:
         )
         print(f"one wake-up of a process idle for 0.5 s: {wake_ms:.3f} ms of CPU on this machine")
         print(f"raw NATS request-reply: {raw_cpu:.3f} ms of CPU per call (client + responder), median of {args.reps}")
+        if not args.no_profile:
+            print(
+                "rep 'p': the submitter sampled (bench/_sampler.py), for 'submitter by phase' only: sampling costs CPU"
+                " of its own, so its figures are not in the medians; the phase split applies its shares to them"
+            )
         print_table(
             f"whole life of a pod, shell: {args.pods} pods per window at {IN_FLIGHT} in flight, {args.serial_pods}"
             " at 1;"
@@ -352,7 +380,9 @@ def main() -> None:
                 print(f"{n:5d} {phase_of(list(stack)):8s} " + " > ".join(f.rsplit("/", 1)[-1] for f in stack[-7:]))
         result: dict[str, object] = {"shell": None, "slurm": None}
         for site in sites:
-            result[site.backend] = summary = summarize(figures, site.backend, shapes, raw_cpu)
+            result[site.backend] = summary = summarize(
+                figures, profiled_figures, profile_phases, site.backend, shapes, raw_cpu
+            )
             for shape in shapes:
                 phases = summary[shape.name]["submitter_phase_ms_per_pod"]
                 print(f"{site.backend}, {shape.name} at {IN_FLIGHT} in flight, submitter ms per pod by phase: {phases}")
@@ -396,14 +426,20 @@ def window(
     rep: str,
     gateway_pid: int,
     top_stacks: Counter[tuple[str, ...]],
+    *,
+    profiled: bool,
 ) -> tuple[dict[str, float], Counter[str]]:
-    """One shape's ``count`` pods through their whole life at one site: CPU per pod, pods/s, the profile's phases."""
+    """One shape's ``count`` pods through their whole life at one site: CPU per pod, pods/s, and (``profiled``: the
+    submitter sampled meanwhile) the profile's samples by phase."""
     run = f"{rep}-{in_flight}-{uuid.uuid4().hex[:6]}"
     pods = [shape.make(i, run, site.pool) for i in range(count)]
     requests = [http_request("POST", "/create", json.dumps(p).encode()) for p in pods]
     meter = CpuMeter(gateway_pid, site.submitter.pid)
     pid = site.submitter.pid
-    stacks = site.profile.read() if site.profile else Counter()
+    profile = site.profile if profiled else None
+    stacks = profile.read() if profile else Counter()
+    if profile:
+        profile.start()
     before, tree_before, sys_before, woken_before = meter.read(), site.tree.read(), system_seconds(pid), wakeups(pid)
     ran_before = {"gateway": ran_seconds(gateway_pid), "submitter": ran_seconds(pid)}
     batch_before, daemons_before = (site.batch.read() if site.batch else None), own_cpu(site.daemons)
@@ -431,27 +467,31 @@ def window(
             if batch_before is not None and batch_after is not None
             else float("nan")
         )
-    stacks_after = site.profile.read() if site.profile else Counter()
+    stacks_after = profile.read() if profile else Counter()
     phases = Profile.phases(stacks, stacks_after)
     if shape.name == "interlink" and in_flight > 1:
         top_stacks.update(stacks_after - stacks)
-    total = sum(phases.values()) or 1
-    for phase, n in phases.items():  # the submitter's CPU per pod, split by the samples' shares
-        cpu[f"phase_{phase}"] = cpu["submitter"] * n / total
     cpu["pods_per_s"] = count / elapsed
     cpu["errors"] = errors
     return cpu, phases
 
 
 def summarize(
-    figures: dict[tuple[str, str, int], list[dict[str, float]]], backend: str, shapes: list[Shape], raw_cpu: float
+    figures: dict[tuple[str, str, int], list[dict[str, float]]],
+    profiled: dict[tuple[str, str, int], dict[str, float]],
+    phases: dict[tuple[str, str, int], Counter[str]],
+    backend: str,
+    shapes: list[Shape],
+    raw_cpu: float,
 ) -> dict[str, dict[str, object]]:
-    """Per shape, medians over the reps; ``_1`` = at 1 in flight."""
+    """Per shape, medians over the (unsampled) reps; ``_1`` = at 1 in flight. The submitter's CPU by phase is that
+    median split by the sampled rep's shares; the sampled rep's own CPU is beside it (``_sampled``)."""
     out: dict[str, dict[str, object]] = {}
     for shape in shapes:
         result: dict[str, object] = {}
         for in_flight, suffix in ((IN_FLIGHT, ""), (1, "_1")):
-            cpus = figures[(backend, shape.name, in_flight)]
+            key = (backend, shape.name, in_flight)
+            cpus = figures[key]
 
             def med(key: str, cpus: list[dict[str, float]] = cpus) -> float:
                 return round(median([c.get(key, 0.0) for c in cpus]), 3)
@@ -466,8 +506,13 @@ def summarize(
                 result[f"slurm_daemons_cpu_ms_per_pod{suffix}"] = med("daemons")
             result[f"jobs_cpu_ms_per_pod{suffix}"] = med("jobs")
             result[f"pods_per_s{suffix}"] = round(med("pods_per_s"), 1)
-            phases = sorted({k for c in cpus for k in c if k.startswith("phase_")})
-            result[f"submitter_phase_ms_per_pod{suffix}"] = {p[6:]: med(p) for p in phases}
+            samples = phases.get(key, Counter())
+            total = sum(samples.values()) or 1
+            result[f"submitter_phase_ms_per_pod{suffix}"] = {
+                p: round(med("submitter") * n / total, 3) for p, n in sorted(samples.items())
+            }
+            if key in profiled:
+                result[f"submitter_cpu_ms_per_pod_sampled{suffix}"] = round(profiled[key]["submitter"], 3)
         out[shape.name] = result
     return out
 
