@@ -9,6 +9,9 @@ failure is :class:`InvalidRequest` naming the field as the message spells it (``
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from functools import lru_cache
+
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel import layout
 from interlink_nats.kernel.names import is_dns_label, is_dns_subdomain, is_pod_uid
@@ -59,19 +62,47 @@ def check_job(job: pb.JobScript) -> None:
 
 def _check_layout(entries: list[pb.LayoutEntry]) -> None:
     """The paths the submitter itself creates: below the job directory (relative, no ``..``, no NUL)."""
-    for i, entry in enumerate(entries):
-        paths = [("path", entry.path)]
-        if entry.kind == pb.LayoutEntryKind.SYMLINK:
-            paths.append(("target", entry.target))
-        for field, path in paths:
+    job_layout(entries)
+
+
+def job_layout(entries: Sequence[pb.LayoutEntry]) -> tuple[layout.LayoutEntry, ...] | None:
+    """``JobScript.layout`` checked and as the kernel's entries: InvalidRequest naming the entry's field for a path
+    outside the job directory or a bad mode; None when an entry is of a kind this submitter does not know (the
+    script then makes its layout itself, as before the field existed).
+
+    Each distinct layout is checked and converted once: the pods of a shape (a Job's, a campaign's) share theirs,
+    and a Submit asked for it three times (the check at the door, the runner's layout, the job directory's), some
+    20 µs of an interLink-shaped pod's. The key is the entries' own values, so what is cached is what was checked."""
+    return _job_layout(tuple((entry.kind, entry.path, entry.mode, entry.target) for entry in entries))
+
+
+_LayoutKey = tuple[tuple[int, str, int | None, str], ...]
+
+
+@lru_cache(maxsize=256)
+def _job_layout(key: _LayoutKey) -> tuple[layout.LayoutEntry, ...] | None:
+    for i, (kind, path, mode, target) in enumerate(key):
+        fields = [("path", path)]
+        if kind == pb.LayoutEntryKind.SYMLINK:
+            fields.append(("target", target))
+        for field, value in fields:
             try:
-                layout.below_job_dir(path)
+                layout.below_job_dir(value)
             except ValueError:
                 raise InvalidRequest(
-                    f"layout[{i}].{field} {shown(path)} is not a path below the job directory"
+                    f"layout[{i}].{field} {shown(value)} is not a path below the job directory"
                 ) from None
-        if entry.mode is not None and not 0 <= entry.mode <= 0o777:
-            raise InvalidRequest(f"layout[{i}].mode {entry.mode:#o} is not a permission mode (0 to 0o777)")
+        if mode is not None and not 0 <= mode <= 0o777:
+            raise InvalidRequest(f"layout[{i}].mode {mode:#o} is not a permission mode (0 to 0o777)")
+    out: list[layout.LayoutEntry] = []
+    for kind, path, mode, target in key:
+        if kind == pb.LayoutEntryKind.DIRECTORY:
+            out.append(layout.LayoutDir(path, mode))
+        elif kind == pb.LayoutEntryKind.SYMLINK:
+            out.append(layout.LayoutLink(path, target))
+        else:
+            return None
+    return tuple(out)
 
 
 def _check_numbers(job: pb.JobScript) -> None:

@@ -171,7 +171,7 @@ class Submissions:
         if not self.runner_makes_layout or not job.layout:
             return None
         try:
-            return tuple(jobfiles.layout_entries(job.layout))
+            return jobfiles.layout_entries(job.layout)
         except ValueError:
             return None
 

@@ -20,6 +20,8 @@ from pathlib import Path
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel import layout
 from interlink_nats.kernel.names import is_dns_label, is_pod_uid
+from interlink_nats.submitters.core.errors import InvalidRequest
+from interlink_nats.submitters.core.requests import job_layout
 from interlink_nats.submitters.core.status import ContainerFiles, container_file_number, exit_reason
 from interlink_nats.submitters.jobdirs.spread import spread_subdirectories
 
@@ -140,20 +142,16 @@ def prepare_job_dir(
     return Path(path)
 
 
-def layout_entries(entries: Sequence[pb.LayoutEntry]) -> list[layout.LayoutEntry]:
-    """``JobScript.layout`` as the kernel's entries; ValueError for a path outside the job dir or a kind
-    this submitter does not know (the script then makes its layout itself)."""
-    out: list[layout.LayoutEntry] = []
-    for entry in entries:
-        path = layout.below_job_dir(entry.path)
-        if entry.kind == pb.LayoutEntryKind.DIRECTORY:
-            if entry.mode is not None and not 0 <= entry.mode <= 0o777:  # as the old line allowed
-                raise ValueError(f"layout: bad mode {entry.mode!r}")
-            out.append(layout.LayoutDir(path, entry.mode))
-        elif entry.kind == pb.LayoutEntryKind.SYMLINK:
-            out.append(layout.LayoutLink(path, layout.below_job_dir(entry.target)))
-        else:
-            raise ValueError(f"layout: unknown entry kind {entry.kind!r}")
+def layout_entries(entries: Sequence[pb.LayoutEntry]) -> tuple[layout.LayoutEntry, ...]:
+    """``JobScript.layout`` as the kernel's entries (checked once per distinct layout: ``requests.job_layout``);
+    ValueError for a path outside the job dir, a bad mode or a kind this submitter does not know (the script then
+    makes its layout itself)."""
+    try:
+        out = job_layout(entries)
+    except InvalidRequest as exc:
+        raise ValueError(str(exc)) from None
+    if out is None:
+        raise ValueError("layout: an entry of a kind this submitter does not know")
     return out
 
 

@@ -177,7 +177,7 @@ def test_prepare_job_dir_makes_the_declared_layout(tmp_path: Path, declared_by: 
         pb.LayoutEntry(kind=pb.LayoutEntryKind.SYMLINK, path="rootfs/main/etc/app", target="volumes/cfg"),
         pb.LayoutEntry(kind=pb.LayoutEntryKind.DIRECTORY, path="rootfs/main/etc/app/inside"),
     ]
-    assert jobfiles.layout_entries(field) == entries
+    assert jobfiles.layout_entries(field) == tuple(entries)
     if declared_by == "field":  # the script tests each entry: no marker
         script, declared = "#!/bin/bash\ntrue\n", field
     else:  # an older renderer's script, which tests the marker

@@ -14,10 +14,11 @@ import pytest
 from grpclib.const import Status
 from grpclib.exceptions import GRPCError
 from interlink_nats.gen.interlink_nats import v1 as pb
+from interlink_nats.kernel import layout
 from interlink_nats.services.bus.rpc import submitter_client
 from interlink_nats.submitters.core.errors import InvalidRequest
 from interlink_nats.submitters.core.gangs import validate_group
-from interlink_nats.submitters.core.requests import check_job
+from interlink_nats.submitters.core.requests import check_job, job_layout
 from interlink_nats.submitters.runtime import Submitter
 from jobs import pod_job
 from shell_submitter import final_status, uid
@@ -102,6 +103,31 @@ def test_a_malformed_job_is_refused_naming_the_field(change: Callable[[pb.JobScr
         check_job(job)
     assert str(err.value).startswith(field), err.value
     assert len(str(err.value)) < 300, "a long value is cut in the message"
+
+
+def test_a_layout_is_checked_and_converted_once_and_a_bad_one_every_time() -> None:
+    """``job_layout`` caches per distinct layout (three callers a Submit): the pods of a shape get the very same
+    entries; a refused layout is never cached as good, and an entry of an unknown kind leaves the layout to the
+    script (None) without refusing the job."""
+    shape = [
+        pb.LayoutEntry(kind=pb.LayoutEntryKind.DIRECTORY, path="volumes/cfg", mode=0o755),
+        pb.LayoutEntry(kind=SYMLINK, path="rootfs/main/etc/app", target="volumes/cfg"),
+    ]
+    first = job_layout(shape)
+    assert first == (layout.LayoutDir("volumes/cfg", 0o755), layout.LayoutLink("rootfs/main/etc/app", "volumes/cfg"))
+    assert job_layout([pb.LayoutEntry(e.kind, e.path, e.mode, e.target) for e in shape]) is first
+    bad = [*shape, pb.LayoutEntry(kind=SYMLINK, path="rootfs/main/x", target="../../etc")]
+    for _ in range(2):
+        with pytest.raises(InvalidRequest, match=r"^layout\[2\]\.target"):
+            job_layout(bad)
+    later = [*shape, pb.LayoutEntry(kind=99, path="rootfs/main/y")]  # a kind from a newer gateway
+    assert job_layout(later) is None
+    job = good()
+    job.layout = later
+    check_job(job)
+    job.layout = [*later, pb.LayoutEntry(kind=99, path="/etc")]  # its path is still checked
+    with pytest.raises(InvalidRequest, match=r"^layout\[3\]\.path"):
+        check_job(job)
 
 
 def test_a_group_name_must_be_a_label_value_the_same_for_every_member() -> None:
