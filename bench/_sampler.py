@@ -6,9 +6,8 @@ user + system time, all threads; an idle process is never sampled) the main thre
 Sampling starts off: ``SIGUSR1`` turns it on, ``SIGUSR2`` turns it off and writes the counts so far to ``OUT``
 (JSON ``{"samples": n, "stacks": [[count, "file:function", ...outermost first]]}``, through a rename, so a reader
 never sees half a file); the bench diffs two dumps to get one window's profile. Off unless asked because sampling
-has a cost of its own (a signal and a stack walk every ``INTERVAL_MS``: the submitter's CPU per pod read about
-10 % higher sampled than bare, 2026-11-29), so the bench takes its figures with it off and samples in a rep of
-its own.
+has a cost of its own (a signal and a stack walk every ``INTERVAL_MS``), which must not be in the figures: the
+bench takes them with it off and samples in a rep of its own, whose figures it prints beside the others.
 
 Why a signal timer, not a thread: a thread that looks at the main thread every few ms samples wall time (an
 idle event loop too) and takes the GIL the process needs. The timer's signal goes to the thread that spent the

@@ -19,8 +19,8 @@ interval bounds from below (the submitter's shipped 5 s unless ``--poll-interval
 
 Where the submitter's CPU goes: the submitter runs under ``_sampler.py`` (a CPU-time sampling profiler the bench
 alone uses; ``--no-profile`` runs it bare), sampling only in one more rep after the measured ones (rep ``p``):
-sampling costs CPU of its own (a signal and a stack walk every 2 ms of CPU; the submitter read about 10 % more
-per pod sampled, 2026-11-29), so the figures and their medians come from the reps with the sampler off, and
+sampling costs CPU of its own (a signal and a stack walk every 2 ms of CPU), so the figures and their medians come
+from the reps with the sampler off (the sampled rep's are printed too: within the reps' spread on 2026-11-29), and
 ``submitter by phase`` splits them by the sampled rep's shares (its own CPU is printed, and is in the JSON as
 ``..._sampled``). Each sampled stack is put in one phase by the innermost frame a rule
 of ``PHASES`` names: create (Submit: the request, the registry, the job directory), launch (the launcher's pipe,
