@@ -13,13 +13,14 @@ from collections.abc import Awaitable, Callable
 
 import nats.errors
 from interlink_nats.gen.interlink_nats import v1 as pb
-from interlink_nats.kernel import quantities, usage
+from interlink_nats.kernel import quantities
 from interlink_nats.kernel.backend_options import with_legacy_fields
 from interlink_nats.kernel.clock import Clock
 from interlink_nats.kernel.subjects import config_subject, resources_subject
 from interlink_nats.submitters.core.backend import Backend, BackendError, Capacity, ReportsFree, RunsArrays
 from interlink_nats.submitters.core.errors import SubmitterError
 from interlink_nats.submitters.core.load import FailureWindow, HeldTally, QueueLoad
+from interlink_nats.submitters.core.usage import EndedUsage
 from interlink_nats.submitters.settings import SubmitterSettings
 from nats.aio.client import Client as NATS
 
@@ -56,8 +57,10 @@ class Announcer:
         self.held_specs: Callable[[], Awaitable[dict[str, bytes]]] | None = None
         """The stored JobScripts of the pool's unfinished jobs, by uid (the runtime reads them from the registry)."""
         self._held_tally = HeldTally()
-        self.ended_statuses: Callable[[float], Awaitable[list[bytes]]] | None = None
-        """The last statuses of the pool's jobs that ended since a time (the runtime reads them from the registry)."""
+        self.ended_statuses: Callable[[float], Awaitable[list[tuple[str, int, bytes]]]] | None = None
+        """(uid, revision, last status) of the pool's jobs that ended since a time (the runtime reads them from the
+        registry)."""
+        self._ended_usage = EndedUsage()
         self.recent_usage = pb.JobUsage()
         """What the pool's jobs that ended within ``USAGE_WINDOW_S`` used (summed), at the last discovery."""
         self.queue_load: Callable[[float], QueueLoad] = _no_queue
@@ -122,8 +125,8 @@ class Announcer:
                 log.debug("cannot count what the pool's jobs hold: %s", exc)
         if self.ended_statuses is not None:
             try:
-                raw = await self.ended_statuses(self.clock.time() - USAGE_WINDOW_S)
-                self.recent_usage = usage.summed(u for u in map(usage.usage_in_status, raw) if u is not None)
+                ended = await self.ended_statuses(self.clock.time() - USAGE_WINDOW_S)
+                self.recent_usage = self._ended_usage.summed(ended)
             except Exception as exc:  # the registry closed under us (stopping): keep the last figure
                 log.debug("cannot add up the pool's recent usage: %s", exc)
         return self.capacity

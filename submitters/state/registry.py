@@ -427,11 +427,13 @@ class Registry:
         async with self._db.execute(sql, (owner, *LIVE_PHASES)) as cur:
             return {str(r[0]): bytes(r[1]) for r in await cur.fetchall()}
 
-    async def statuses_ended_since(self, since: float) -> list[bytes]:
-        """The last statuses of the jobs that ended at or after ``since`` (their usage, for the ResourceReport)."""
-        sql = "SELECT status FROM jobs WHERE finished_at >= ? AND status IS NOT NULL"
+    async def statuses_ended_since(self, since: float) -> list[tuple[str, int, bytes]]:
+        """(uid, revision, last status) of the jobs that ended at or after ``since`` (their usage, for the
+        ResourceReport; the revision tells a status already read). By ``jobs_by_finished``: the hour's rows, not the
+        retention's (a full scan of the table every announcement before)."""
+        sql = "SELECT uid, revision, status FROM jobs WHERE finished_at >= ? AND status IS NOT NULL"
         async with self._db.execute(sql, (since,)) as cur:
-            return [bytes(r[0]) for r in await cur.fetchall()]
+            return [(str(r[0]), int(r[1]), bytes(r[2])) for r in await cur.fetchall()]
 
     async def unpublished(self, owner: str) -> list[JobRow]:
         return await self._fetch(f"SELECT {COLUMNS} FROM jobs WHERE owner = ? AND published < revision", (owner,))

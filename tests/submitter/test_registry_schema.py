@@ -180,3 +180,57 @@ async def test_a_version_2_registry_gains_the_deadline_column_and_keeps_its_jobs
     finally:
         await registry.close()
     assert user_version(path) == SCHEMA_VERSION == 3
+
+
+async def test_an_older_registry_gains_the_end_time_index_and_the_recent_usage_query_uses_it(tmp_path: Path) -> None:
+    """The ResourceReport's recent usage reads the jobs that ended in the last hour at every announcement: by
+    ``jobs_by_finished`` it visits the hour's rows, not every row the retention keeps. A registry from before the
+    index gets it at its next open, its version unchanged (an index only: an older release reads the file as before)."""
+    path = tmp_path / "registry.sqlite3"
+    make_0_1_0_registry(path)
+    with sqlite3.connect(path) as conn:
+        old_status = b"\x1a\x02\x08\x01"
+        rows = [
+            (
+                f"u-{i}",
+                "ns",
+                "pod",
+                "done",
+                "",
+                "o",
+                f"/j/{i}",
+                "[]",
+                '["main"]',
+                b"s",
+                3,
+                old_status,
+                1,
+                1,
+                1.0,
+                1.0,
+                t,
+            )
+            for i, t in enumerate((100.0, 5000.0, 9000.0), start=2)
+        ]
+        conn.executemany(
+            "INSERT INTO jobs (uid, namespace, name, phase, job_id, owner, job_dir, init_containers, containers, spec,"
+            " state, status, revision, published, created_at, updated_at, finished_at)"
+            " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+            rows,
+        )
+    registry = await Registry.open(path)
+    try:
+        assert sorted(await registry.statuses_ended_since(5000.0)) == [("u-3", 1, old_status), ("u-4", 1, old_status)]
+    finally:
+        await registry.close()
+    with sqlite3.connect(path) as conn:
+        plan = " ".join(
+            str(row[-1])
+            for row in conn.execute(
+                "EXPLAIN QUERY PLAN SELECT uid, revision, status FROM jobs"
+                " WHERE finished_at >= ? AND status IS NOT NULL",
+                (5000.0,),
+            )
+        )
+    assert "USING INDEX jobs_by_finished" in plan, plan
+    assert user_version(path) == SCHEMA_VERSION

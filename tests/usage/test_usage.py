@@ -218,6 +218,25 @@ def test_usages_add_up_and_are_read_back_from_an_encoded_status() -> None:
     assert kernel_usage.usage_in_status(b"\xff\xff") is None
 
 
+def test_the_recent_usage_reads_each_ended_jobs_status_once_per_revision_and_forgets_what_left_the_window() -> None:
+    """``EndedUsage`` sums what the registry's window of ended jobs used, as summing their statuses afresh would;
+    a status already read at that revision is not read again (a changed byte under the same revision, which the
+    registry never writes, shows it), a new revision is, and a job no longer in the window is forgotten."""
+    a = pb.JobUsage(millicpu_seconds=1000, wall_millis=1000, source=ALLOCATION)
+    b = pb.JobUsage(millicpu_seconds=500, wall_millis=2000, source=ALLOCATION)
+    c = pb.JobUsage(millicpu_seconds=7, wall_millis=7, source=ACCOUNTING)
+    tally = usage.EndedUsage()
+    window = [("u-a", 3, bytes(pb.JobStatus(usage=a))), ("u-b", 2, bytes(pb.JobStatus(usage=b)))]
+    assert tally.summed(window) == kernel_usage.summed([a, b])
+    same_revision = [("u-a", 3, bytes(pb.JobStatus(usage=c))), ("u-b", 2, bytes(pb.JobStatus(usage=b)))]
+    assert tally.summed(same_revision) == kernel_usage.summed([a, b]), "read once per revision"
+    new_revision = [("u-a", 4, bytes(pb.JobStatus(usage=c))), ("u-b", 2, bytes(pb.JobStatus(usage=b)))]
+    assert tally.summed(new_revision) == kernel_usage.summed([c, b])
+    assert tally.summed([("u-b", 2, b"")]) == kernel_usage.summed([b]), "u-a left the window"
+    assert tally.summed([("u-a", 4, bytes(pb.JobStatus(usage=c)))]) == c, "read again once it comes back"
+    assert tally.summed([("u-x", 1, b"\xff\xff"), ("u-y", 1, bytes(pb.JobStatus()))]) == pb.JobUsage()
+
+
 def test_the_event_of_a_status_with_usage_is_the_job_event_on_the_wire() -> None:
     """A poll hands the outbox the status's bytes to stamp; ``usage`` follows ``updated_at`` in field order, so the
     one status of a job that carries it is encoded whole: the event is still ``bytes(JobEvent)``."""
