@@ -440,8 +440,9 @@ class Registry:
 
     async def owners(self) -> set[str]:
         """Owners of jobs that still need tracking or publishing."""
-        async with self._db.execute(
-            "SELECT DISTINCT owner FROM jobs WHERE phase IN (?, ?) OR published < revision", LIVE_PHASES
+        async with self._db.execute(  # two index searches (jobs_by_phase, jobs_unpublished), not a scan of every row
+            "SELECT owner FROM jobs WHERE phase IN (?, ?) UNION SELECT owner FROM jobs WHERE published < revision",
+            LIVE_PHASES,
         ) as cur:
             return {str(r[0]) for r in await cur.fetchall()}
 

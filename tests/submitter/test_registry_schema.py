@@ -182,10 +182,12 @@ async def test_a_version_2_registry_gains_the_deadline_column_and_keeps_its_jobs
     assert user_version(path) == SCHEMA_VERSION == 3
 
 
-async def test_an_older_registry_gains_the_end_time_index_and_the_recent_usage_query_uses_it(tmp_path: Path) -> None:
-    """The ResourceReport's recent usage reads the jobs that ended in the last hour at every announcement: by
-    ``jobs_by_finished`` it visits the hour's rows, not every row the retention keeps. A registry from before the
-    index gets it at its next open, its version unchanged (an index only: an older release reads the file as before)."""
+async def test_an_older_registry_gains_the_timer_indexes_and_the_timed_reads_use_them(tmp_path: Path) -> None:
+    """What the submitter reads on a timer visits what is live, not every row the retention keeps: the ResourceReport's
+    recent usage (the jobs that ended in the last hour, every announcement) by ``jobs_by_finished``, the owners of
+    live or unpublished jobs (every third poll, to adopt a dead replica's) by ``jobs_by_phase`` and
+    ``jobs_unpublished``. A registry from before the indexes gets them at its next open, its version unchanged
+    (indexes only: an older release reads the file as before)."""
     path = tmp_path / "registry.sqlite3"
     make_0_1_0_registry(path)
     with sqlite3.connect(path) as conn:
@@ -218,19 +220,26 @@ async def test_an_older_registry_gains_the_end_time_index_and_the_recent_usage_q
             " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
             rows,
         )
+        conn.execute("UPDATE jobs SET owner = 'gone-host', revision = 2 WHERE uid = 'u-2'")  # an event unpublished
     registry = await Registry.open(path)
     try:
         assert sorted(await registry.statuses_ended_since(5000.0)) == [("u-3", 1, old_status), ("u-4", 1, old_status)]
+        # u-1 is live (old-host-1's), u-2 ended with an event not yet published, u-3 and u-4 are over ("o")
+        assert await registry.owners() == {"old-host-1", "gone-host"}
     finally:
         await registry.close()
-    with sqlite3.connect(path) as conn:
-        plan = " ".join(
-            str(row[-1])
-            for row in conn.execute(
-                "EXPLAIN QUERY PLAN SELECT uid, revision, status FROM jobs"
-                " WHERE finished_at >= ? AND status IS NOT NULL",
-                (5000.0,),
-            )
-        )
-    assert "USING INDEX jobs_by_finished" in plan, plan
+
+    def plan(sql: str, params: tuple[object, ...]) -> str:
+        with sqlite3.connect(path) as conn:
+            return " ".join(str(row[-1]) for row in conn.execute("EXPLAIN QUERY PLAN " + sql, params))
+
+    usage_plan = plan("SELECT uid, revision, status FROM jobs WHERE finished_at >= ? AND status IS NOT NULL", (5000.0,))
+    assert "USING INDEX jobs_by_finished" in usage_plan, usage_plan
+    owners_plan = plan(
+        "SELECT owner FROM jobs WHERE phase IN (?, ?) UNION SELECT owner FROM jobs WHERE published < revision",
+        ("submitting", "active"),
+    )
+    # the one scan is of the partial index, which holds only the rows with an unpublished event
+    assert owners_plan.count("SCAN jobs") == owners_plan.count("SCAN jobs USING INDEX jobs_unpublished"), owners_plan
+    assert "jobs_by_phase" in owners_plan and "jobs_unpublished" in owners_plan, owners_plan
     assert user_version(path) == SCHEMA_VERSION
