@@ -192,8 +192,9 @@ class Announcer:
                 async with asyncio.timeout(CONFIG_CHECK_INTERVAL):  # not wait_for: on 3.11 it can swallow a cancel
                     await stop.wait()
             try:
-                # The file's mtime is looked at here (one stat of a local file); only a change costs a thread hop
-                # (a hop every 2 s was two to three wake-ups of an idle submitter, about a third of its idle CPU).
+                # The file's mtime is looked at here: one stat of the submitter's own configuration file, which its
+                # start read on the loop too; only a change costs a thread hop (to read and check it). A hop every
+                # 2 s was two to three wake-ups of an idle submitter, about a third of its idle CPU.
                 changed = self.build_config_moved() and await asyncio.to_thread(self.reload_build_config)
                 due = self.clock.monotonic() - last >= self.settings.announce_interval_s
                 if due:
