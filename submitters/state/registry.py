@@ -57,6 +57,9 @@ _Op = Callable[[sqlite3.Connection], object]
 
 
 _LIVE_OF_OWNER = "owner = ? AND phase IN (?, ?)"
+ENDED_UNPUBLISHED = "published < revision AND phase NOT IN ('submitting', 'active')"
+"""The ended rows with an event not yet marked published: the condition of the partial index
+``jobs_ended_unpublished`` (``schema.SCHEMA``) as it spells it, which a query must state to use the index."""
 """An owner's unfinished jobs; its parameters: the owner, then ``LIVE_PHASES``."""
 
 
@@ -440,8 +443,9 @@ class Registry:
 
     async def owners(self) -> set[str]:
         """Owners of jobs that still need tracking or publishing."""
-        async with self._db.execute(  # two index searches (jobs_by_phase, jobs_unpublished), not a scan of every row
-            "SELECT owner FROM jobs WHERE phase IN (?, ?) UNION SELECT owner FROM jobs WHERE published < revision",
+        # two index searches (jobs_by_phase, jobs_ended_unpublished), not a scan of every row kept
+        async with self._db.execute(
+            f"SELECT owner FROM jobs WHERE phase IN (?, ?) UNION SELECT owner FROM jobs WHERE {ENDED_UNPUBLISHED}",
             LIVE_PHASES,
         ) as cur:
             return {str(r[0]) for r in await cur.fetchall()}

@@ -10,8 +10,8 @@ import sqlite3
 from pathlib import Path
 
 import pytest
-from interlink_nats.submitters.core.lifecycle import Phase
-from interlink_nats.submitters.state.registry import Registry
+from interlink_nats.submitters.core.lifecycle import LIVE_PHASES, Phase
+from interlink_nats.submitters.state.registry import ENDED_UNPUBLISHED, Registry
 from interlink_nats.submitters.state.schema import SCHEMA_VERSION, RegistryError
 
 # The registry as release 0.1.0 created it (submitters/state/registry.py at that release), kept verbatim.
@@ -186,7 +186,7 @@ async def test_an_older_registry_gains_the_timer_indexes_and_the_timed_reads_use
     """What the submitter reads on a timer visits what is live, not every row the retention keeps: the ResourceReport's
     recent usage (the jobs that ended in the last hour, every announcement) by ``jobs_by_finished``, the owners of
     live or unpublished jobs (every third poll, to adopt a dead replica's) by ``jobs_by_phase`` and
-    ``jobs_unpublished``. A registry from before the indexes gets them at its next open, its version unchanged
+    ``jobs_ended_unpublished``. A registry from before the indexes gets them at its next open, its version unchanged
     (indexes only: an older release reads the file as before)."""
     path = tmp_path / "registry.sqlite3"
     make_0_1_0_registry(path)
@@ -236,10 +236,13 @@ async def test_an_older_registry_gains_the_timer_indexes_and_the_timed_reads_use
     usage_plan = plan("SELECT uid, revision, status FROM jobs WHERE finished_at >= ? AND status IS NOT NULL", (5000.0,))
     assert "USING INDEX jobs_by_finished" in usage_plan, usage_plan
     owners_plan = plan(
-        "SELECT owner FROM jobs WHERE phase IN (?, ?) UNION SELECT owner FROM jobs WHERE published < revision",
-        ("submitting", "active"),
+        f"SELECT owner FROM jobs WHERE phase IN (?, ?) UNION SELECT owner FROM jobs WHERE {ENDED_UNPUBLISHED}",
+        LIVE_PHASES,
     )
-    # the one scan is of the partial index, which holds only the rows with an unpublished event
-    assert owners_plan.count("SCAN jobs") == owners_plan.count("SCAN jobs USING INDEX jobs_unpublished"), owners_plan
-    assert "jobs_by_phase" in owners_plan and "jobs_unpublished" in owners_plan, owners_plan
+    # the one scan is of the partial index, which holds only the ended rows with an unpublished event
+    index = "jobs_ended_unpublished"
+    assert owners_plan.count("SCAN jobs") == owners_plan.count(f"SCAN jobs USING INDEX {index}"), owners_plan
+    assert "jobs_by_phase" in owners_plan and index in owners_plan, owners_plan
+    live = ", ".join(repr(str(phase)) for phase in LIVE_PHASES)
+    assert f"NOT IN ({live})" in ENDED_UNPUBLISHED, "the live phases, spelled out"
     assert user_version(path) == SCHEMA_VERSION
