@@ -11,7 +11,8 @@ For each history size a registry is built with ``Registry.open`` (the shipped sc
 over the retention, a few live and unpublished rows among them. Timed (CPU of this process, medians of
 ``--rounds``), in the same run on the same rows:
 
-- after: the registry's queries as shipped (``statuses_ended_since``, ``owners``) and ``core.usage.EndedUsage``
+- after: the registry's reads as shipped (``Registry.statuses_ended_since``, ``Registry.owners``, through its
+  connection's thread, which this process's CPU counts) and ``core.usage.EndedUsage``
   at its steady state (the window read before, so only what changed is decoded);
 - before: the same file without the two timer indexes (``jobs_by_finished``,
   ``jobs_ended_unpublished``) and the reads as
@@ -46,7 +47,7 @@ from interlink_nats.kernel import usage as kernel_usage
 from interlink_nats.services.scripts import render_job
 from interlink_nats.submitters.core import fastwire
 from interlink_nats.submitters.core.usage import EndedUsage
-from interlink_nats.submitters.state.registry import ENDED_UNPUBLISHED, Registry
+from interlink_nats.submitters.state.registry import Registry
 
 RETENTION_S = 7 * 86400
 WINDOW_S = 3600
@@ -55,8 +56,6 @@ OWNERS_EVERY_S = 15.0
 LIVE_PHASES = ("submitting", "active")
 BEFORE_USAGE = "SELECT status FROM jobs WHERE finished_at >= ? AND status IS NOT NULL"
 BEFORE_OWNERS = "SELECT DISTINCT owner FROM jobs WHERE phase IN (?, ?) OR published < revision"
-AFTER_USAGE = "SELECT uid, revision, status FROM jobs WHERE finished_at >= ? AND status IS NOT NULL"
-AFTER_OWNERS = f"SELECT owner FROM jobs WHERE phase IN (?, ?) UNION SELECT owner FROM jobs WHERE {ENDED_UNPUBLISHED}"
 
 
 def ended_status(uid: str) -> bytes:
@@ -121,35 +120,37 @@ def cpu_ms(read: Callable[[], object], rounds: int) -> float:
     return statistics.median(times)
 
 
+async def _create(path: Path) -> None:
+    await (await Registry.open(path)).close()
+
+
 def measure(tmp: Path, size: int, rounds: int) -> dict[str, float]:
     """One history size: the shipped registry and its index-less copy, each read as its code reads it."""
     now = time.time()
     after_path = tmp / f"after-{size}.sqlite3"
 
-    async def create() -> None:
-        await (await Registry.open(after_path)).close()
-
-    asyncio.run(create())
+    asyncio.run(_create(after_path))
     fill(after_path, size, now)
     before_path = tmp / f"before-{size}.sqlite3"
     shutil.copy(after_path, before_path)
     with sqlite3.connect(before_path) as conn:
         conn.execute("DROP INDEX jobs_by_finished")
         conn.execute("DROP INDEX jobs_ended_unpublished")
-    after, before = sqlite3.connect(after_path), sqlite3.connect(before_path)
+    loop = asyncio.new_event_loop()  # the shipped reads, through the registry as the submitter makes them
+    after = loop.run_until_complete(Registry.open(after_path))
+    before = sqlite3.connect(before_path)
     since = now - WINDOW_S
     tally = EndedUsage()
 
     def usage_after() -> pb.JobUsage:
-        rows = [(str(r[0]), int(r[1]), bytes(r[2])) for r in after.execute(AFTER_USAGE, (since,))]
-        return tally.summed(rows)
+        return tally.summed(loop.run_until_complete(after.statuses_ended_since(since)))
 
     def usage_before() -> pb.JobUsage:
         raw = [bytes(r[0]) for r in before.execute(BEFORE_USAGE, (since,))]
         return kernel_usage.summed(u for u in map(kernel_usage.usage_in_status, raw) if u is not None)
 
     def owners_after() -> set[str]:
-        return {str(r[0]) for r in after.execute(AFTER_OWNERS, LIVE_PHASES)}
+        return loop.run_until_complete(after.owners())
 
     def owners_before() -> set[str]:
         return {str(r[0]) for r in before.execute(BEFORE_OWNERS, LIVE_PHASES)}
@@ -162,10 +163,11 @@ def measure(tmp: Path, size: int, rounds: int) -> dict[str, float]:
             "usage_after_ms": cpu_ms(usage_after, rounds),
             "owners_before_ms": cpu_ms(owners_before, rounds),
             "owners_after_ms": cpu_ms(owners_after, rounds),
-            "rows_in_usage_window": float(sum(1 for _ in after.execute(AFTER_USAGE, (since,)))),
+            "rows_in_usage_window": float(len(loop.run_until_complete(after.statuses_ended_since(since)))),
         }
     finally:
-        after.close()
+        loop.run_until_complete(after.close())
+        loop.close()
         before.close()
     got["cpu_ms_per_s_before"] = got["usage_before_ms"] / USAGE_EVERY_S + got["owners_before_ms"] / OWNERS_EVERY_S
     got["cpu_ms_per_s_after"] = got["usage_after_ms"] / USAGE_EVERY_S + got["owners_after_ms"] / OWNERS_EVERY_S

@@ -53,16 +53,11 @@ def check_job(job: pb.JobScript) -> None:
         raise InvalidRequest("containers: container names must be unique")
     if not job.script.strip():
         raise InvalidRequest("script: the job script is empty")
-    _check_layout(job.layout)
+    job_layout(job.layout)  # the paths the submitter creates; cached for the runner's and the job directory's
     for i, flag in enumerate(job.backend_flags):
         if "\x00" in flag:
             raise InvalidRequest(f"backend_flags[{i}] holds a NUL byte")
     _check_numbers(job)
-
-
-def _check_layout(entries: list[pb.LayoutEntry]) -> None:
-    """The paths the submitter itself creates: below the job directory (relative, no ``..``, no NUL)."""
-    job_layout(entries)
 
 
 def job_layout(entries: Sequence[pb.LayoutEntry]) -> tuple[layout.LayoutEntry, ...] | None:

@@ -53,7 +53,7 @@ from interlink_nats.submitters.core.lifecycle import (
     plan_resume,
     plan_submit,
 )
-from interlink_nats.submitters.core.requests import check_job
+from interlink_nats.submitters.core.requests import check_job, job_layout
 from interlink_nats.submitters.core.status import JobMeta, cancelled_status, map_status, submit_failed_status
 from interlink_nats.submitters.core.storage_check import check_storage
 from interlink_nats.submitters.engine.polling import Poller, meta_from_row
@@ -171,8 +171,8 @@ class Submissions:
         if not self.runner_makes_layout or not job.layout:
             return None
         try:
-            return jobfiles.layout_entries(job.layout)
-        except ValueError:
+            return job_layout(job.layout)  # None: a kind this submitter does not know
+        except InvalidRequest:
             return None
 
     def reopen(self) -> None:

@@ -142,19 +142,6 @@ def prepare_job_dir(
     return Path(path)
 
 
-def layout_entries(entries: Sequence[pb.LayoutEntry]) -> tuple[layout.LayoutEntry, ...]:
-    """``JobScript.layout`` as the kernel's entries (checked once per distinct layout: ``requests.job_layout``);
-    ValueError for a path outside the job dir, a bad mode or a kind this submitter does not know (the script then
-    makes its layout itself)."""
-    try:
-        out = job_layout(entries)
-    except InvalidRequest as exc:
-        raise ValueError(str(exc)) from None
-    if out is None:
-        raise ValueError("layout: an entry of a kind this submitter does not know")
-    return out
-
-
 def _prepare_layout(directory: str, script: str, proto_entries: Sequence[pb.LayoutEntry], fresh: bool) -> None:
     """Make the layout a rendered script declares. For a script that tests it (``layout.tests_marker``),
     ``.prepared`` last: a symlink to the job dir as this process names it, so ``[ .prepared -ef . ]`` in the
@@ -166,9 +153,10 @@ def _prepare_layout(directory: str, script: str, proto_entries: Sequence[pb.Layo
         with contextlib.suppress(FileNotFoundError):
             os.unlink(marker)  # the script's own set-up until this pass completes
     try:
-        # The field when it is set; else the layout line of a script rendered before it (compatibility path).
-        entries = layout_entries(proto_entries) if proto_entries else layout.parse_layout(script)
-    except ValueError:
+        # The field when it is set (None: a kind this submitter does not know); else the layout line of a script
+        # rendered before it (compatibility path).
+        entries = job_layout(proto_entries) if proto_entries else layout.parse_layout(script)
+    except (InvalidRequest, ValueError):
         return
     if entries is None:
         return

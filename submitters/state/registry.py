@@ -41,6 +41,7 @@ from interlink_nats.submitters.state.batching import BatchRunner
 from interlink_nats.submitters.state.inline import INLINE_CHECKPOINT_EVERY, InlineWriter, is_busy
 from interlink_nats.submitters.state.schema import (
     COLUMNS,
+    ENDED_UNPUBLISHED,
     JobRow,
     RegistryError,
     StatusUpdate,
@@ -57,9 +58,6 @@ _Op = Callable[[sqlite3.Connection], object]
 
 
 _LIVE_OF_OWNER = "owner = ? AND phase IN (?, ?)"
-ENDED_UNPUBLISHED = "published < revision AND phase NOT IN ('submitting', 'active')"
-"""The ended rows with an event not yet marked published: the condition of the partial index
-``jobs_ended_unpublished`` (``schema.SCHEMA``) as it spells it, which a query must state to use the index."""
 """An owner's unfinished jobs; its parameters: the owner, then ``LIVE_PHASES``."""
 
 

@@ -17,9 +17,13 @@ from typing import Any
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel import layout
 from interlink_nats.submitters.core.backend import JobSpec
-from interlink_nats.submitters.core.lifecycle import Phase
+from interlink_nats.submitters.core.lifecycle import LIVE_PHASES, Phase
 
-SCHEMA = """
+ENDED_UNPUBLISHED = "published < revision AND phase NOT IN ({})".format(", ".join(f"'{p.value}'" for p in LIVE_PHASES))
+"""The ended rows with an event not yet marked published: the condition of the partial index
+``jobs_ended_unpublished``, spelled once here for the index and for the query that must state it to use it."""
+
+SCHEMA = f"""
 CREATE TABLE IF NOT EXISTS jobs (
     uid TEXT PRIMARY KEY,
     namespace TEXT NOT NULL,
@@ -45,8 +49,7 @@ CREATE INDEX IF NOT EXISTS jobs_by_owner ON jobs (owner, phase);
 CREATE INDEX IF NOT EXISTS jobs_by_phase ON jobs (phase);
 CREATE INDEX IF NOT EXISTS jobs_by_gang ON jobs (gang) WHERE gang != '';
 CREATE INDEX IF NOT EXISTS jobs_by_finished ON jobs (finished_at) WHERE finished_at IS NOT NULL;
-CREATE INDEX IF NOT EXISTS jobs_ended_unpublished ON jobs (owner)
-    WHERE published < revision AND phase NOT IN ('submitting', 'active');
+CREATE INDEX IF NOT EXISTS jobs_ended_unpublished ON jobs (owner) WHERE {ENDED_UNPUBLISHED};
 """
 """Two indexes for what the submitter reads on a timer, so that costs what is live, not what the retention keeps
 (7 days of jobs: each was a scan of every row kept, 20 ms of CPU for 30,000 rows):
@@ -55,8 +58,8 @@ and the retention's prune read a range of end times. ``jobs_ended_unpublished``:
 marked published (a handful: marked within a second), which the search for dead replicas' jobs reads every third
 poll beside the live ones (``jobs_by_phase``). Ended only: a live job's row changes at each of its statuses, and a
 live row in the index would be rewritten there each time (a WAL page more per commit, measured); an ended row enters
-once, with its last status, and leaves at its mark. The phases are spelled out, as the registry's query spells them
-(``registry.ENDED_UNPUBLISHED``): SQLite uses a partial index only for a query that states its condition.
+once, with its last status, and leaves at its mark. The query states the index's condition (``ENDED_UNPUBLISHED``):
+SQLite uses a partial index only then.
 Indexes only: ``CREATE ... IF NOT EXISTS`` adds them to a registry of any version at its next open, and a release
 without them reads the file as before."""
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 from interlink_nats.submitters.core.lifecycle import LIVE_PHASES, Phase
-from interlink_nats.submitters.state.registry import ENDED_UNPUBLISHED, Registry
-from interlink_nats.submitters.state.schema import SCHEMA_VERSION, RegistryError
+from interlink_nats.submitters.state.registry import Registry
+from interlink_nats.submitters.state.schema import ENDED_UNPUBLISHED, SCHEMA_VERSION, RegistryError
 
 # The registry as release 0.1.0 created it (submitters/state/registry.py at that release), kept verbatim.
 SCHEMA_0_1_0 = """

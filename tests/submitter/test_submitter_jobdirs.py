@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel import layout
+from interlink_nats.submitters.core.requests import job_layout
 from interlink_nats.submitters.core.status import container_file_number
 from interlink_nats.submitters.jobdirs import files as jobfiles
 from interlink_nats.submitters.jobdirs import logs
@@ -177,7 +178,7 @@ def test_prepare_job_dir_makes_the_declared_layout(tmp_path: Path, declared_by: 
         pb.LayoutEntry(kind=pb.LayoutEntryKind.SYMLINK, path="rootfs/main/etc/app", target="volumes/cfg"),
         pb.LayoutEntry(kind=pb.LayoutEntryKind.DIRECTORY, path="rootfs/main/etc/app/inside"),
     ]
-    assert jobfiles.layout_entries(field) == tuple(entries)
+    assert job_layout(field) == tuple(entries)
     if declared_by == "field":  # the script tests each entry: no marker
         script, declared = "#!/bin/bash\ntrue\n", field
     else:  # an older renderer's script, which tests the marker
