@@ -5,9 +5,11 @@ The child is started by ``posix_spawn`` (glibc's is a ``vfork`` and ``exec``; :c
 ``vfork``, where a working directory is asked for), not by the event loop's ``subprocess_exec``: the submitter
 runs on uvloop, whose libuv spawn is a ``fork`` that copies the page tables of the whole process, so each
 ``squeue`` or ``sbatch`` cost CPU in proportion to the submitter's heap (12 ms against 2.8 ms with a 300 MB heap,
-measured; about 5 ms per poll with 10,000 jobs tracked). Its output and its exit are then awaited on the loop,
-by one future: the pipes by readers on their descriptors, the exit through a pidfd (a thread where there is
-none), so a command can still be cancelled and is killed when it is.
+measured; about 5 ms per poll with 10,000 jobs tracked). Its stdout and stderr go to anonymous memory files
+(``memfd_create``), not pipes: a command never blocks on a full pipe, so the loop waits for one thing, its exit
+(a pidfd; a thread where there is none), and reads both files once. Pipes woke the loop two or three times a
+command (its output, the ends of file, its exit); a Slurm pod's ``sbatch`` is on every pod's path
+(``bench/lifecycle.py``). A command can still be cancelled, and is killed when it is.
 
 Every command is timed here, the one place they are run: :func:`time_commands` names where the durations go (the
 submitter's /metrics), by command and outcome.
@@ -23,6 +25,7 @@ import os
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextvars import ContextVar
@@ -31,8 +34,7 @@ from pathlib import Path
 
 from interlink_nats.submitters.core.backend import BackendUnavailable, CommandFailed
 
-READ_CHUNK = 1 << 16
-"""Bytes per read of a command's output (a pipe's whole buffer on Linux)."""
+_OUTPUT_FILE_FLAGS = getattr(os, "MFD_CLOEXEC", 0)
 
 
 CommandTimer = Callable[[str, str, float], None]
@@ -142,46 +144,55 @@ _DEFAULT_SIGNALS = tuple(getattr(signal, name) for name in ("SIGPIPE", "SIGXFZ",
 _NEXT_DIRECTORY = (errno.ENOENT, errno.ENOTDIR)
 
 
+def _output_file(name: str) -> int:
+    """A descriptor for a command's ``name`` stream (close-on-exec here; ``dup2`` gives the child its own): an
+    anonymous memory file, or an unlinked temporary file where there is no ``memfd_create``."""
+    try:
+        return os.memfd_create(name, _OUTPUT_FILE_FLAGS)
+    except (AttributeError, OSError):
+        fd, path = tempfile.mkstemp(prefix=f"interlink-nats-{name}-")
+        os.unlink(path)
+        return fd
+
+
 def _spawn(argv: list[str], env: Mapping[str, str] | None, cwd: str | None) -> _Child:
-    """Start ``argv`` with stdin from /dev/null and its stdout and stderr on pipes, found on ``env``'s PATH as
+    """Start ``argv`` with stdin from /dev/null and its stdout and stderr in output files, found on ``env``'s PATH as
     ``Popen`` finds it. ``posix_spawn`` (glibc's is a vfork and exec) where no ``cwd`` is asked for: ``Popen``'s
     Python layers cost 0.1 ms of CPU more per command (measured, 0.27 against 0.17 ms a command on uvloop);
     ``Popen`` for a ``cwd`` (``posix_spawn`` cannot change directory on Python 3.11). The child gets no other
     descriptor: every one this process opens is close-on-exec (Python's own, uvloop's, SQLite's), and
     :func:`_close_inherited` marks those it was started with."""
-    if cwd is not None:
-        return _Child.popen(argv, env, cwd)
+    out, err = _output_file("stdout"), _output_file("stderr")
+    try:
+        if cwd is not None:
+            return _Child.popen(argv, env, cwd, out, err)
+        return _posix_spawn(argv, env, out, err)
+    except BaseException:
+        os.close(out)
+        os.close(err)
+        raise
+
+
+def _posix_spawn(argv: list[str], env: Mapping[str, str] | None, out: int, err: int) -> _Child:
     _close_inherited()
     environ = os.environ if env is None else env
     programs = _candidates(argv[0], env)
-    out_r, out_w = os.pipe()
-    err_r, err_w = os.pipe()
     actions = [
         (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-        (os.POSIX_SPAWN_DUP2, out_w, 1),
-        (os.POSIX_SPAWN_DUP2, err_w, 2),
+        (os.POSIX_SPAWN_DUP2, out, 1),
+        (os.POSIX_SPAWN_DUP2, err, 2),
     ]
     first: OSError | None = None
     last: OSError = FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), argv[0])
-    try:
-        for program in programs:  # as execvpe: the first error that is not "not here", else the last
-            try:
-                pid = os.posix_spawn(program, argv, environ, file_actions=actions, setsigdef=_DEFAULT_SIGNALS)
-            except OSError as exc:
-                if exc.errno not in _NEXT_DIRECTORY and first is None:
-                    first = exc
-                last = exc
-                continue
-            return _Child(pid, out_r, err_r)
-    except BaseException:
-        os.close(out_r)
-        os.close(err_r)
-        raise
-    finally:
-        os.close(out_w)
-        os.close(err_w)
-    os.close(out_r)
-    os.close(err_r)
+    for program in programs:  # as execvpe: the first error that is not "not here", else the last
+        try:
+            pid = os.posix_spawn(program, argv, environ, file_actions=actions, setsigdef=_DEFAULT_SIGNALS)
+        except OSError as exc:
+            if exc.errno not in _NEXT_DIRECTORY and first is None:
+                first = exc
+            last = exc
+            continue
+        return _Child(pid, out, err)
     failed = first or last
     if failed.errno in _NEXT_DIRECTORY:
         raise BackendUnavailable(f"command not found: {argv[0]}")
@@ -194,7 +205,8 @@ def _candidates(program: str, env: Mapping[str, str] | None) -> list[str]:
     directories), else every directory of that PATH (as ``execvpe``, to fail as ``Popen`` would)."""
     if os.path.dirname(program):
         return [program]
-    search = os.pathsep.join(os.get_exec_path(env))
+    path = (os.environ if env is None else env).get("PATH")  # as os.get_exec_path, without its warnings filter
+    search = os.defpath if path is None else path
     found = _where(program, search)
     if found is None or not os.access(found, os.X_OK):  # gone since: found again (a stat, not a spawn)
         _where.cache_clear()
@@ -227,7 +239,7 @@ def _close_inherited() -> None:
 
 
 class _Child:
-    """A started command: its pid, its output pipes (read on the loop as they come) and its exit (on a pidfd)."""
+    """A started command: its pid, its output files (read once it exited) and its exit (on a pidfd)."""
 
     def __init__(self, pid: int, out: int, err: int, popen: subprocess.Popen[bytes] | None = None) -> None:
         self.pid, self.out, self.err, self._popen = pid, out, err, popen
@@ -239,13 +251,13 @@ class _Child:
         self._closed = False
 
     @classmethod
-    def popen(cls, argv: list[str], env: Mapping[str, str] | None, cwd: str) -> _Child:
+    def popen(cls, argv: list[str], env: Mapping[str, str] | None, cwd: str, out: int, err: int) -> _Child:
         try:
             proc = subprocess.Popen(
                 argv,
                 stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
+                stdout=out,
+                stderr=err,
                 env=dict(env) if env is not None else None,
                 cwd=cwd,
             )
@@ -253,60 +265,30 @@ class _Child:
             raise BackendUnavailable(f"command not found: {argv[0]}") from exc
         except OSError as exc:
             raise BackendUnavailable(f"cannot run {argv[0]}: {exc}") from exc
-        assert proc.stdout is not None and proc.stderr is not None
-        return cls(proc.pid, proc.stdout.fileno(), proc.stderr.fileno(), proc)
+        return cls(proc.pid, out, err, proc)
 
     async def finished(self) -> tuple[bytes, bytes, int]:
-        """Its whole stdout and stderr and its exit code, once both pipes closed and it exited (one future for
-        the three: they usually turn ready together, in one wake-up of the loop)."""
-        loop = asyncio.get_running_loop()
-        done: asyncio.Future[None] = loop.create_future()
-        chunks: dict[int, list[bytes]] = {self.out: [], self.err: []}
-        open_pipes = set(chunks)
-
-        def settle() -> None:
-            if not open_pipes and self.returncode is not None and not done.done():
-                done.set_result(None)
-
-        def readable(fd: int) -> None:  # one read a wake-up: a chatty command cannot hold the loop
-            if fd not in open_pipes or done.done():
-                return
-            try:
-                data = os.read(fd, READ_CHUNK)
-            except BlockingIOError:
-                return
-            except OSError as exc:
-                done.set_exception(exc)
-                return
-            if data:
-                chunks[fd].append(data)
-                return
-            open_pipes.discard(fd)  # end of file: the command closed its end
-            loop.remove_reader(fd)
-            settle()
-
-        def exited() -> None:
-            self._reap(nohang=True)
-            settle()
-
-        for fd in open_pipes:
-            os.set_blocking(fd, False)
-            loop.add_reader(fd, readable, fd)
+        """Its whole stdout and stderr and its exit code, once it exited: one wake-up of the loop. What a process
+        it left behind writes later is not waited for (with pipes, one that kept them open held the command)."""
         pidfd = self._pidfd
-        if pidfd is not None:
-            loop.add_reader(pidfd, exited)
-        waiter = None if pidfd is not None else asyncio.ensure_future(asyncio.to_thread(self._reap))
-        if waiter is not None:
-            waiter.add_done_callback(lambda _: settle())
-        try:
-            await done
-        finally:
-            for fd in open_pipes:
-                loop.remove_reader(fd)
-            if pidfd is not None:
+        if pidfd is None:
+            await asyncio.to_thread(self._reap)
+        else:
+            loop = asyncio.get_running_loop()
+            exited: asyncio.Future[None] = loop.create_future()
+
+            def ready() -> None:
+                self._reap(nohang=True)
+                if self.returncode is not None and not exited.done():
+                    exited.set_result(None)
+
+            loop.add_reader(pidfd, ready)
+            try:
+                await exited
+            finally:
                 loop.remove_reader(pidfd)
         assert self.returncode is not None
-        return b"".join(chunks[self.out]), b"".join(chunks[self.err]), self.returncode
+        return _read_all(self.out), _read_all(self.err), self.returncode
 
     def _reap(self, *, nohang: bool = False) -> None:
         if self.returncode is not None:
@@ -346,19 +328,24 @@ class _Child:
             await asyncio.to_thread(self._reap)
 
     def close(self) -> None:
-        """Close its pipes and pidfd (once; the child is reaped by then, or killed and being reaped)."""
+        """Close its output files and pidfd (once; the child is reaped by then, or killed and being reaped)."""
         if self._closed:
             return
         self._closed = True
-        if self._popen is not None:
-            for pipe in (self._popen.stdout, self._popen.stderr):
-                if pipe is not None:
-                    pipe.close()
-        else:
-            os.close(self.out)
-            os.close(self.err)
+        os.close(self.out)
+        os.close(self.err)
         if self._pidfd is not None:
             os.close(self._pidfd)
+
+
+def _read_all(fd: int) -> bytes:
+    """What a command wrote to its output file ``fd``, from the start: its writes moved the offset it shares with
+    this descriptor, so it is read by position (one read, but for a short one)."""
+    size = os.fstat(fd).st_size
+    data = os.pread(fd, size, 0) if size else b""
+    while len(data) < size and (chunk := os.pread(fd, size - len(data), len(data))):
+        data += chunk
+    return data
 
 
 def environ_with(extra: Mapping[str, str]) -> dict[str, str]:

@@ -33,6 +33,20 @@ def test_output_exit_code_and_large_output(run: Callable[[Coroutine[Any, Any, An
     assert (done.returncode, len(done.stdout), set(done.stdout), done.stderr) == (3, 3_000_000, {"x"}, "err")
 
 
+def test_a_command_answers_at_its_exit_though_it_left_a_process_holding_its_output(
+    run: Callable[[Coroutine[Any, Any, Any]], Any], tmp_path: Path
+) -> None:
+    """Its output is read once it exited: a process it left behind with its stdout and stderr (a site's wrapper
+    that starts a helper) neither holds the command until the time limit nor blocks it on a full pipe."""
+    pid_file = tmp_path / "left"
+    script = f"sleep 60 & echo $! > {pid_file}; head -c 200000 /dev/zero | tr '\\0' y; printf id; echo warn >&2"
+    try:
+        done = run(run_command(["bash", "-c", script], time_limit=30))
+        assert (len(done.stdout), done.stdout[-2:], done.stderr) == (200_002, "id", "warn\n")
+    finally:
+        os.kill(int(pid_file.read_text()), 9)
+
+
 def test_failure_names_stderr(run: Callable[[Coroutine[Any, Any, Any]], Any]) -> None:
     with pytest.raises(CommandFailed) as failed:
         run(run_command(["bash", "-c", "echo 'sbatch: error: Invalid account' >&2; exit 1"]))

@@ -20,7 +20,6 @@ from __future__ import annotations
 import asyncio
 import io
 import logging
-import os
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -136,6 +135,7 @@ class SlurmBackend:
         self._sacct_broken = False
         self._watch = _Watch()
         """``poll_changes``'s view of the tracked jobs."""
+        self._sbatch_environment = sf.SbatchEnvironment(self.settings.job_environment)
         self._polled = _Watch()
         """``poll``'s own view (only its squeue outlives a call): a plain poll in between must not hide a change."""
         self.calls = 0
@@ -206,7 +206,7 @@ class SlurmBackend:
         """The id of the job sbatch submitted, run with the job's environment: what the site listed and ``ours``
         (``flags.job_sbatch_environment``), for every sbatch (a pod, an array, a gang)."""
         ours = {layout.JOB_REMOVES_LAYOUT_ENV: "1", **ours}  # the node removes the ended layout, not the login node
-        env = sf.job_sbatch_environment(os.environ, self.settings.job_environment, ours)
+        env = self._sbatch_environment(ours)
         out = await self._run(sp.Command.SBATCH, argv, env=env)
         try:
             return sp.parse_sbatch_id(out)
