@@ -46,6 +46,7 @@ from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel import usage as kernel_usage
 from interlink_nats.services.scripts import render_job
 from interlink_nats.submitters.core import fastwire
+from interlink_nats.submitters.core.lifecycle import LIVE_PHASES
 from interlink_nats.submitters.core.usage import EndedUsage
 from interlink_nats.submitters.state.registry import Registry
 
@@ -53,7 +54,6 @@ RETENTION_S = 7 * 86400
 WINDOW_S = 3600
 USAGE_EVERY_S = 30.0
 OWNERS_EVERY_S = 15.0
-LIVE_PHASES = ("submitting", "active")
 BEFORE_USAGE = "SELECT status FROM jobs WHERE finished_at >= ? AND status IS NOT NULL"
 BEFORE_OWNERS = "SELECT DISTINCT owner FROM jobs WHERE phase IN (?, ?) OR published < revision"
 
