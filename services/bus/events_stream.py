@@ -17,7 +17,7 @@ from typing import Any
 from interlink_nats.kernel.subjects import DEFAULT_PREFIX, EVENTS_STREAM, events_wildcard
 from nats.js import JetStreamContext
 from nats.js.api import DiscardPolicy, RetentionPolicy, StorageType, StreamConfig
-from nats.js.errors import BadRequestError
+from nats.js.errors import BadRequestError, ServiceUnavailableError
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +28,22 @@ MAX_AUTO_REPLICAS = 3
 """JetStream's usual replication: survives one node's loss with a quorum of 2 (R5 only on request)."""
 
 STREAM_NAME_IN_USE = 10058
+
+NO_JETSTREAM = (
+    "the NATS server has no JetStream for this account: its JetStream API did not answer (start nats-server "
+    "with JetStream, -js or a jetstream {} block; with accounts, enable JetStream for this one)"
+)
+"""What a JetStream API request without responders means (nats-py's ``ServiceUnavailableError``, a 503): said
+in these words by the gateway, which cannot start without the stream, and by a pool, whose events wait."""
+
+
+class JetStreamMissing(RuntimeError):
+    """The server or account has no JetStream: the gateway cannot keep statuses. The CLI prints it as one line."""
+
+    exit_code = 1  # the environment, not the command line: a restart once the server has JetStream succeeds
+
+    def __init__(self) -> None:
+        super().__init__(NO_JETSTREAM)
 
 
 def events_stream_config(prefix: str = DEFAULT_PREFIX, replicas: int = 1) -> StreamConfig:
@@ -88,7 +104,16 @@ async def ensure_events_stream(
     allows it (the stream's other settings are kept); the creator's identity needs
     ``$JS.API.STREAM.UPDATE`` for that, which ``nats-config`` grants the gateway.
     """
-    wanted = desired_replicas(replicas, server_info or {})
+    try:
+        return await _ensure(js, prefix, replicas, server_info or {})
+    except ServiceUnavailableError:
+        raise JetStreamMissing() from None
+
+
+async def _ensure(
+    js: JetStreamContext, prefix: str, replicas: int | None, server_info: Mapping[str, Any]
+) -> StreamState:
+    wanted = desired_replicas(replicas, server_info)
     explicit = replicas is not None
     for count in range(wanted, 0, -1):
         try:

@@ -73,6 +73,8 @@ class PoolDirectory:
     clock: Clock = SYSTEM_CLOCK
     pools: dict[str, PoolInfo] = field(default_factory=dict, init=False)
     _subs: list[Subscription] = field(default_factory=list, init=False)
+    _describing: dict[str, asyncio.Task[pb.BuildConfig]] = field(default_factory=dict, init=False)
+    """The one ``Describe`` in flight per pool that ``build_config`` waits on (see there)."""
 
     async def start(self) -> None:
         await self._load_from_redis()
@@ -85,6 +87,8 @@ class PoolDirectory:
             with contextlib.suppress(Exception):  # connection already closed
                 await sub.unsubscribe()
         self._subs.clear()
+        for asking in list(self._describing.values()):
+            asking.cancel()
 
     def _info(self, pool: str) -> PoolInfo:
         return self.pools.setdefault(pool, PoolInfo())
@@ -154,24 +158,41 @@ class PoolDirectory:
         info = self.pools.get(pool)
         if info is not None and info.build_config is not None:
             return info.build_config
+        return await self._describe_once(pool, deadline_s)
+
+    async def _describe_once(self, pool: str, deadline_s: float) -> pb.BuildConfig:
+        """Ask ``pool`` with ``Describe`` and remember its answer, joining the call in flight if there is one: a
+        campaign's first burst after a gateway restart asked once per create, each answer a full ResourceReport
+        the pool computed again. Shielded: a create that gives up does not cancel the call under the others."""
+        asking = self._describing.get(pool)
+        if asking is None:
+            asking = self._describing[pool] = asyncio.create_task(self._described_config(pool, deadline_s))
+            asking.add_done_callback(lambda done: self._forget_describe(pool, done))
+        return await asyncio.shield(asking)
+
+    async def _described_config(self, pool: str, deadline_s: float) -> pb.BuildConfig:
         described = await self.describe(pool, deadline_s)
         await self.remember_build_config(pool, described.build_config or pb.BuildConfig())
         if described.resources is not None:
             self.remember_report(pool, described.resources)
         return self._info(pool).build_config or pb.BuildConfig()
 
+    def _forget_describe(self, pool: str, done: asyncio.Task[pb.BuildConfig]) -> None:
+        """Drop the finished call (a failed one is asked again by the next create); its outcome is each
+        waiter's, and with none left waiting it is read here so asyncio never logs it as unretrieved."""
+        if self._describing.get(pool) is done:
+            del self._describing[pool]
+        if not done.cancelled():
+            done.exception()
+
     async def describe_all(self, pools: set[str], deadline_s: float) -> None:
         """Ask every pool to describe itself, so the ping and renders are right right after a restart."""
 
         async def one(pool: str) -> None:
             try:
-                described = await self.describe(pool, deadline_s)
+                await self._describe_once(pool, deadline_s)
             except Exception as exc:  # a pool that cannot answer now will announce itself later
                 log.info("pool %s did not describe itself: %s", pool, exc)
-                return
-            await self.remember_build_config(pool, described.build_config or pb.BuildConfig())
-            if described.resources is not None:
-                self.remember_report(pool, described.resources)
 
         await asyncio.gather(*(one(pool) for pool in sorted(pools)))
 

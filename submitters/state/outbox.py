@@ -33,6 +33,7 @@ from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel.clock import Clock
 from interlink_nats.kernel.nats_connection import leader_retry_delay
 from interlink_nats.kernel.subjects import EVENTS_STREAM, events_subject, live_subject
+from interlink_nats.services.bus.events_stream import NO_JETSTREAM
 from interlink_nats.submitters.core.status import encode_status, event_bytes, stamp_status
 from interlink_nats.submitters.state.registry import Registry
 from nats.aio.client import Client as NATS
@@ -174,6 +175,12 @@ class Outbox:
         except nats.js.errors.NotFoundError:
             if not self._missing_logged:
                 log.info("events stream %s does not exist yet (the gateway creates it); events wait", EVENTS_STREAM)
+                self._missing_logged = True
+            self.stream_ready = False
+            return
+        except nats.js.errors.ServiceUnavailableError:
+            if not self._missing_logged:
+                log.warning("%s; events wait", NO_JETSTREAM)
                 self._missing_logged = True
             self.stream_ready = False
             return

@@ -273,3 +273,18 @@ def test_help_at_80_columns_shows_every_option_name_whole(command: list[str]) ->
     words = set(result.stdout.replace(",", " ").split())
     missing = [opt for param in leaf.params for opt in (*param.opts, *param.secondary_opts) if opt not in words]
     assert not missing, result.stdout
+
+
+def test_a_gateway_on_a_server_without_jetstream_says_so(tmp_path: Path) -> None:
+    """It printed ``ServiceUnavailableError: nats: ServiceUnavailableError: code=None ...``: a bare exception name."""
+    from interlink_nats.services.ops.nats_server import NatsServerProcess
+
+    from conftest import free_port
+
+    with NatsServerProcess(jetstream=False, work_dir=tmp_path / "nats") as server:
+        result = run_cli("gateway", "--nats-url", server.url, "--port", str(free_port()), "--log-level", "warning")
+    assert result.returncode == 1, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
+    assert lines[0].startswith("interlink-nats: error: the NATS server has no JetStream"), lines[0]
+    assert "-js" in lines[0]

@@ -97,6 +97,22 @@ def test_a_good_shell_site_passes_and_takes_nothing(stack: SecureStack, tmp_path
     no_process_left(str(path))
 
 
+def test_a_server_without_jetstream_fails_the_stream_row_saying_so(tmp_path: Path) -> None:
+    """The row said ``lookup failed: ServiceUnavailableError: nats: ServiceUnavailableError: code=None ...``."""
+    from interlink_nats.services.ops.nats_server import NatsServerProcess
+
+    with NatsServerProcess(jetstream=False, work_dir=tmp_path / "nats") as server:
+        path = tmp_path / "a.yaml"
+        path.write_text(
+            f"pool: a\nstate_dir: {tmp_path / 'state'}\nnats: {{url: '{server.url}'}}\n"
+            "backend: shell\nbuild_config: {runtime: none}\n"
+        )
+        code, rows, out = check(["submitter", "check", "--config", str(path)])
+    assert code == 2, out
+    status, detail = rows["nats stream INTERLINK_EVENTS"]
+    assert status == "FAILED" and detail.startswith("the NATS server has no JetStream"), out
+
+
 def test_a_missing_sbatch_fails_naming_it_and_its_setting(stack: SecureStack, tmp_path: Path) -> None:
     path = site(tmp_path, stack, extra="backend: slurm\nslurm: {sbatch: /opt/nowhere/sbatch}\n")
     code, rows, out = check(["submitter", "check", "--config", str(path)])
