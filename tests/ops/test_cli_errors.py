@@ -277,9 +277,8 @@ def test_help_at_80_columns_shows_every_option_name_whole(command: list[str]) ->
 
 def test_a_gateway_on_a_server_without_jetstream_says_so(tmp_path: Path) -> None:
     """It printed ``ServiceUnavailableError: nats: ServiceUnavailableError: code=None ...``: a bare exception name."""
-    from interlink_nats.services.ops.nats_server import NatsServerProcess
-
     from conftest import free_port
+    from interlink_nats.services.ops.nats_server import NatsServerProcess
 
     with NatsServerProcess(jetstream=False, work_dir=tmp_path / "nats") as server:
         result = run_cli("gateway", "--nats-url", server.url, "--port", str(free_port()), "--log-level", "warning")
