@@ -115,7 +115,8 @@ class Outbox:
     """Publish attempts failed in a row (0: publishing normally); while > 0 one event probes at a time."""
     _paused_at: float = field(init=False, default=0.0)
     _slow_probes: int = field(init=False, default=0)
-    _missing_logged: bool = field(init=False, default=False)
+    _missing_said: str = field(init=False, default="")
+    """Why the stream was last found missing, as logged: said once per reason, not at every retry."""
     _lock: asyncio.Lock = field(init=False, default_factory=asyncio.Lock)
     _wake: asyncio.Event = field(init=False, default_factory=asyncio.Event)
     live_sent: dict[str, int] = field(init=False, default_factory=dict)
@@ -173,22 +174,23 @@ class Outbox:
         try:
             await js.stream_info(EVENTS_STREAM)
         except nats.js.errors.NotFoundError:
-            if not self._missing_logged:
-                log.info("events stream %s does not exist yet (the gateway creates it); events wait", EVENTS_STREAM)
-                self._missing_logged = True
-            self.stream_ready = False
+            self._missing(f"events stream {EVENTS_STREAM} does not exist yet (the gateway creates it); events wait")
             return
         except nats.js.errors.ServiceUnavailableError:
-            if not self._missing_logged:
-                log.warning("%s; events wait", NO_JETSTREAM)
-                self._missing_logged = True
-            self.stream_ready = False
+            self._missing(f"{NO_JETSTREAM}; events wait", logging.WARNING)
             return
         except (nats.errors.Error, TimeoutError) as exc:
             log.warning("cannot look up stream %s (%s); events wait until it is there", EVENTS_STREAM, exc)
             self.stream_ready = False
             return
         self.stream_ready = True
+        self._missing_said = ""
+
+    def _missing(self, why: str, level: int = logging.INFO) -> None:
+        self.stream_ready = False
+        if why != self._missing_said:
+            log.log(level, "%s", why)
+            self._missing_said = why
 
     async def publish_pending(self) -> int:
         """Publish every unpublished event (newest revision per pod); returns how many went out."""

@@ -256,3 +256,35 @@ async def test_acked_events_never_go_live(nc: NATS) -> None:
     assert await publishing == 0
     await nc.flush()
     assert [e.status.pod.uid for e in heard] == ["late"]
+
+
+async def test_a_server_without_jetstream_is_said_once_and_a_missing_stream_then_too(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Each reason the stream cannot be used is logged once, not at every retry, and a new reason is logged again
+    (a flag kept for the first reason hid every later one)."""
+    import logging
+
+    from interlink_nats.services.bus.events_stream import NO_JETSTREAM
+
+    caplog.set_level(logging.INFO, logger="interlink_nats.submitters.state.outbox")
+    with NatsServerProcess(jetstream=False) as bare:
+        client = await nats.connect(bare.url)
+        box = outbox_on(client)
+        for _ in range(3):
+            await box.ensure_stream()
+        await client.close()
+    assert not box.stream_ready
+    said = [r.getMessage() for r in caplog.records]
+    assert said == [f"{NO_JETSTREAM}; events wait"], said
+    with NatsServerProcess() as server:  # JetStream now, but nobody made the stream yet
+        client = await nats.connect(server.url)
+        box.nc = client
+        for _ in range(3):
+            await box.ensure_stream()
+        await client.jetstream().add_stream(events_stream_config(DEFAULT_PREFIX))
+        await box.ensure_stream()
+        await client.close()
+    assert box.stream_ready
+    said = [r.getMessage() for r in caplog.records]
+    assert len(said) == 2 and "does not exist yet" in said[1], said
