@@ -90,6 +90,9 @@ def describe(exc: BaseException, flags: Collection[str] | None = None) -> tuple[
         )
     if kind.__module__.startswith("nkeys"):  # a garbage seed: retrying (systemd every 5 s) cannot fix it
         return f"the nkey seed file (--nats-nkey-seed-file, nkey_seed_file) holds no valid seed: {exc}", BAD_INPUT
+    description = getattr(exc, "description", None)
+    if kind.__module__.startswith("nats.js") and description:  # JetStream's own words, not nats-py's repr of them
+        return f"NATS JetStream answered: {description} (err_code {getattr(exc, 'err_code', None)})", FAILED
     code = getattr(exc, "exit_code", None)  # errors meant for the user say so (e.g. a taken port)
     if isinstance(code, int):
         return str(exc), code

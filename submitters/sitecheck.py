@@ -20,7 +20,7 @@ import shutil
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel.checks import FAILED, OK, WARNING, Check
 from interlink_nats.kernel.subjects import EVENTS_STREAM, rpc_subject
-from interlink_nats.services.bus.events_stream import NO_JETSTREAM
+from interlink_nats.services.bus.events_stream import NO_JETSTREAM, no_jetstream
 from interlink_nats.submitters.backends.commands import commands_problem, runtime_check
 from interlink_nats.submitters.core.backend import AnswersQueries, Backend
 from interlink_nats.submitters.core.errors import SubmitterError
@@ -118,9 +118,9 @@ async def _stream_check(submitter: Submitter) -> Check:
         await submitter.nc.jetstream(timeout=5).stream_info(EVENTS_STREAM)
     except nats.js.errors.NotFoundError:
         return Check(name, WARNING, "does not exist yet: the gateway creates it; events wait until then")
-    except nats.js.errors.ServiceUnavailableError:
-        return Check(name, FAILED, NO_JETSTREAM)
     except (nats.errors.Error, TimeoutError) as exc:
         refused = [e for e in submitter.permission_errors if "violation" in e.lower()]
+        if not refused and no_jetstream(exc):
+            return Check(name, FAILED, NO_JETSTREAM)
         return Check(name, FAILED, "; ".join(refused) or f"lookup failed: {type(exc).__name__}: {exc}")
     return Check(name, OK, "found")

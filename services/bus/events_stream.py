@@ -33,8 +33,17 @@ NO_JETSTREAM = (
     "the NATS server has no JetStream for this account: its JetStream API did not answer (start nats-server "
     "with JetStream, -js or a jetstream {} block; with accounts, enable JetStream for this one)"
 )
-"""What a JetStream API request without responders means (nats-py's ``ServiceUnavailableError``, a 503): said
-in these words by the gateway, which cannot start without the stream, and by a pool, whose events wait."""
+"""What a JetStream API request without responders means: said in these words by the gateway, which cannot start
+without the stream, by ``submitter check`` and by a pool, whose events wait (:func:`no_jetstream` tells the case)."""
+
+
+def no_jetstream(exc: BaseException) -> bool:
+    """Whether ``exc`` says the server has no JetStream for this account: nats-py raises ``ServiceUnavailableError``
+    without a code when the API request found no responders (``nats/js/manager.py`` ``_api_request``,
+    ``nats/js/errors.py`` ``from_msg``). The same class with code 503 and a description is a JetStream that is there
+    but cannot answer now (err_code 10008, "JetStream system temporarily unavailable", a cluster without its meta
+    leader): not this, and its own description says so."""
+    return isinstance(exc, ServiceUnavailableError) and exc.code is None
 
 
 class JetStreamMissing(RuntimeError):
@@ -106,8 +115,10 @@ async def ensure_events_stream(
     """
     try:
         return await _ensure(js, prefix, replicas, server_info or {})
-    except ServiceUnavailableError:
-        raise JetStreamMissing() from None
+    except ServiceUnavailableError as exc:
+        if no_jetstream(exc):
+            raise JetStreamMissing() from None
+        raise
 
 
 async def _ensure(

@@ -33,7 +33,7 @@ from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel.clock import Clock
 from interlink_nats.kernel.nats_connection import leader_retry_delay
 from interlink_nats.kernel.subjects import EVENTS_STREAM, events_subject, live_subject
-from interlink_nats.services.bus.events_stream import NO_JETSTREAM
+from interlink_nats.services.bus.events_stream import NO_JETSTREAM, no_jetstream
 from interlink_nats.submitters.core.status import encode_status, event_bytes, stamp_status
 from interlink_nats.submitters.state.registry import Registry
 from nats.aio.client import Client as NATS
@@ -176,10 +176,10 @@ class Outbox:
         except nats.js.errors.NotFoundError:
             self._missing(f"events stream {EVENTS_STREAM} does not exist yet (the gateway creates it); events wait")
             return
-        except nats.js.errors.ServiceUnavailableError:
-            self._missing(f"{NO_JETSTREAM}; events wait", logging.WARNING)
-            return
         except (nats.errors.Error, TimeoutError) as exc:
+            if no_jetstream(exc):
+                self._missing(f"{NO_JETSTREAM}; events wait", logging.WARNING)
+                return
             log.warning("cannot look up stream %s (%s); events wait until it is there", EVENTS_STREAM, exc)
             self.stream_ready = False
             return

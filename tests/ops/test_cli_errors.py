@@ -287,3 +287,16 @@ def test_a_gateway_on_a_server_without_jetstream_says_so(tmp_path: Path) -> None
     assert len(lines) == 1 and "Traceback" not in result.stderr, result.stderr
     assert lines[0].startswith("interlink-nats: error: the NATS server has no JetStream"), lines[0]
     assert "-js" in lines[0]
+
+
+def test_a_jetstream_refusal_is_said_in_its_own_words() -> None:
+    """A JetStream that answers but cannot serve (a cluster electing its meta leader) printed nats-py's repr,
+    ``ServiceUnavailableError: nats: ServiceUnavailableError: code=503 err_code=10008 description='...'``."""
+    from nats.js.errors import ServiceUnavailableError
+
+    from interlink_nats.errors import describe
+
+    line, code = describe(
+        ServiceUnavailableError(code=503, err_code=10008, description="JetStream system temporarily unavailable")
+    )
+    assert (line, code) == ("NATS JetStream answered: JetStream system temporarily unavailable (err_code 10008)", 1)

@@ -44,7 +44,8 @@ def test_a_command_answers_at_its_exit_though_it_left_a_process_holding_its_outp
         done = run(run_command(["bash", "-c", script], time_limit=30))
         assert (len(done.stdout), done.stdout[-2:], done.stderr) == (200_002, "id", "warn\n")
     finally:
-        os.kill(int(pid_file.read_text()), 9)
+        if pid_file.exists():  # else the failure above is the one to see
+            os.kill(int(pid_file.read_text()), 9)
 
 
 def test_failure_names_stderr(run: Callable[[Coroutine[Any, Any, Any]], Any]) -> None:

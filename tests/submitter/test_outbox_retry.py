@@ -288,3 +288,15 @@ async def test_a_server_without_jetstream_is_said_once_and_a_missing_stream_then
     assert box.stream_ready
     said = [r.getMessage() for r in caplog.records]
     assert len(said) == 2 and "does not exist yet" in said[1], said
+
+
+def test_only_no_responders_reads_as_no_jetstream() -> None:
+    """A JetStream that is there but cannot answer now (a cluster electing its meta leader answers 503 with
+    err_code 10008) must not be reported as a server without JetStream: its own description says what is wrong."""
+    from interlink_nats.services.bus.events_stream import no_jetstream
+    from nats.js.errors import ServiceUnavailableError
+
+    assert no_jetstream(ServiceUnavailableError())  # what nats-py raises for no responders
+    electing = ServiceUnavailableError(code=503, err_code=10008, description="JetStream system temporarily unavailable")
+    assert not no_jetstream(electing)
+    assert not no_jetstream(TimeoutError())
