@@ -49,9 +49,14 @@ Slurm (``--backend``; default both): a real one-node cluster (``tests/harness/sl
 munged on free ports, as the tests start it) and a ``submitter slurm`` on its own pool. There ``children`` is the
 batch commands' CPU (sbatch, squeue, sacct: the submitter's cgroup less the submitter), ``slurm daemons`` the
 own CPU of slurmctld, slurmd and munged, and ``jobs`` what the daemons started (slurmstepd and the job, a
-cgroup around the daemons less their own). Slurm starts a few jobs a second here, so its windows hold fewer
-pods (``--slurm-pods``) and last longer: what the submitter and the gateway spend meanwhile (polls, timers; the
-idle line) weighs more per pod.
+cgroup around the daemons less their own). The node declares ``--slurm-cpus`` CPUs (16; the jobs run ``true``,
+so they may outnumber the host's cores, as ``arrays.py``'s do): with the host's 2, Slurm ran 2 jobs at a time, 62
+of 64 pods waited in its queue, and a window of 64 pods lasted 35 s at 1.8 pods a second, so the submitter's
+per-second costs (a poll every 5 s, its timers: the idle line) were most of its CPU per pod, a figure of the
+cluster's size rather than of a pod (2026-11-30, one rep of each, interLink-shaped pods at 64 in flight: 3.75 ms
+with 2 CPUs, 1.93 with 16 at 12.3 pods a second, 2.08 with 64 at 12.7: past 16 slurmctld and slurmd bound the
+rate). ``--slurm-cpus 0`` declares the host's. Slurm still starts fewer jobs a second than the shell launcher, so its
+windows hold fewer pods (``--slurm-pods``): what the submitter and the gateway spend meanwhile weighs more per pod.
 """
 
 from __future__ import annotations
@@ -97,6 +102,8 @@ from slurm_cluster import SlurmCluster
 
 IN_FLIGHT = 64
 IDLE_WINDOW_S = 10.0
+SLURM_CPUS = 16
+"""The Slurm node's declared CPUs: enough that its daemons, not its CPU count, bound how fast jobs start."""
 SHAPE_NAMES = ("interlink", "minimal")
 
 
@@ -200,6 +207,12 @@ def main() -> None:
     parser.add_argument("--backend", action="append", choices=("shell", "slurm"), help="default: both")
     parser.add_argument("--slurm-pods", type=int, default=64, help="Slurm: pods per window at 64 in flight")
     parser.add_argument("--slurm-serial-pods", type=int, default=16, help="Slurm: pods per window at 1 in flight")
+    parser.add_argument(
+        "--slurm-cpus",
+        type=int,
+        default=SLURM_CPUS,
+        help=f"CPUs the Slurm node declares (default {SLURM_CPUS}; 0: the host's)",
+    )
     parser.add_argument("--poll-interval", type=float, default=None, help="the submitters' poll interval, s")
     parser.add_argument("--state-root", type=Path, default=None, help="where the job directories go")
     parser.add_argument("--stacks", type=int, default=0, help="print the N stacks sampled most (interLink, 64)")
@@ -209,6 +222,7 @@ def main() -> None:
         args.pods, args.serial_pods, args.slurm_pods, args.slurm_serial_pods = 128, 32, 32, 8
     shapes: list[Shape] = [SHAPES[name] for name in args.shape or SHAPE_NAMES]
     backends = args.backend or ["shell", "slurm"]
+    slurm_cpus = args.slurm_cpus or os.cpu_count() or 1
 
     exit_on_term()
     tmp = Path(tempfile.mkdtemp(prefix="bench-lifecycle-", dir=args.state_root))
@@ -225,7 +239,7 @@ def main() -> None:
             env: dict[str, str] = {}
             daemons: list[int] = []
             if backend == "slurm":
-                slurm = SlurmCluster().start()
+                slurm = SlurmCluster(cpus=slurm_cpus).start()
                 env = {"SLURM_CONF": str(slurm.conf)}
                 munged = int((slurm.dir / "munge" / "munged.pid").read_text())
                 daemons = [p.pid for p in slurm._procs] + [munged]
@@ -348,7 +362,8 @@ def main() -> None:
         print_table(
             f"whole life of a pod, shell: {args.pods} pods per window at {IN_FLIGHT} in flight, {args.serial_pods}"
             " at 1;"
-            f" Slurm: {args.slurm_pods} and {args.slurm_serial_pods} (runtime none, jobs run beside the creates; job"
+            f" Slurm: {args.slurm_pods} and {args.slurm_serial_pods} on a node of {slurm_cpus} CPUs (runtime none, jobs"
+            " run beside the creates; job"
             f" directories on {state_fs}); CPU in ms per pod; 'children': the shell launcher's own CPU, or the batch"
             " commands' (sbatch, squeue...); 'slurm daemons': slurmctld, slurmd and munged; 'vs raw' = the"
             " submitter's CPU in raw request-replies; 'raw' = that rep's raw request-reply CPU; 'wake-ups': how often"
@@ -393,6 +408,7 @@ def main() -> None:
                 "idle_wake_ms": round(wake_ms, 3),
                 "in_flight": IN_FLIGHT,
                 "pods": {"shell": [args.pods, args.serial_pods], "slurm": [args.slurm_pods, args.slurm_serial_pods]},
+                "slurm_cpus": slurm_cpus if "slurm" in backends else None,
                 "reps": args.reps,
                 "state_fs": state_fs,
                 "profiled": not args.no_profile,

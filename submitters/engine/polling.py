@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import itertools
 import os
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -316,11 +317,10 @@ class Poller:
         # Only what may have changed is looked at: every job after a full answer, else the jobs answered,
         # added, hinted, hot or swept (see the module's docstring).
         seen = None if changes is None or restart else (by_uid, added)
-        # Files, mapping and serialisation run off the event loop: thousands of statuses changing
-        # at once must not stall RPC handling.
-        updates, events, finished, ended = await asyncio.to_thread(
-            self._compute, tracked, observed, now, journals, seen
-        )
+        # Files, mapping and serialisation run off the event loop: thousands of statuses changing at once must not
+        # stall RPC handling. An idle pool (no job, no journal) has nothing to read: no hop (two wake-ups a poll).
+        compute = functools.partial(self._compute, tracked, observed, now, journals, seen)
+        updates, events, finished, ended = await asyncio.to_thread(compute) if tracked or journals else compute()
         self._restart = not tracked
         async with self.lock:
             # A job cancelled while we polled is no longer tracked: its tombstone must win.

@@ -528,3 +528,28 @@ async def test_a_full_poll_keeps_nothing_of_the_jobs_that_ended(tmp_path: Path) 
 
 def test_the_fake_backend_implements_the_backend_interface() -> None:
     assert isinstance(FakeBackend(), Backend)
+
+
+async def test_an_idle_pool_polls_without_a_thread_hop(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """With no job tracked there is nothing to read: the poll stays on the loop (a hop is two wake-ups of an idle
+    submitter every poll); a tracked job's files are read off the loop, and once it ended the pool is idle again."""
+    hops: list[str] = []
+    to_thread = asyncio.to_thread
+
+    async def counted(func: object, /, *args: object, **kwargs: object) -> object:
+        hops.append(repr(func))  # a partial or a bound method: its repr names the method
+        return await to_thread(func, *args, **kwargs)  # type: ignore[arg-type]
+
+    backend = FakeBackend()
+    async with offline_submitter(tmp_path, backend, instance_id="a") as a:
+        monkeypatch.setattr(asyncio, "to_thread", counted)
+        await a.poll_once()
+        assert not [h for h in hops if "_compute" in h], "an idle poll hopped to a thread"
+        (uid,) = await running(a, backend, 1)
+        assert [h for h in hops if "_compute" in h], "a tracked job's files are read off the loop"
+        backend.finish(uid)
+        await settle(a)
+        assert not a.poller.tracked
+        hops.clear()
+        await a.poll_once()
+        assert not [h for h in hops if "_compute" in h], "the pool is idle again once its job ended"
