@@ -50,13 +50,14 @@ munged on free ports, as the tests start it) and a ``submitter slurm`` on its ow
 batch commands' CPU (sbatch, squeue, sacct: the submitter's cgroup less the submitter), ``slurm daemons`` the
 own CPU of slurmctld, slurmd and munged, and ``jobs`` what the daemons started (slurmstepd and the job, a
 cgroup around the daemons less their own). The node declares ``--slurm-cpus`` CPUs (16; the jobs run ``true``,
-so they may outnumber the host's cores, as ``arrays.py``'s do): with the host's 2, Slurm ran 2 jobs at a time, 62
-of 64 pods waited in its queue, and a window of 64 pods lasted 35 s at 1.8 pods a second, so the submitter's
-per-second costs (a poll every 5 s, its timers: the idle line) were most of its CPU per pod, a figure of the
-cluster's size rather than of a pod (2026-11-30, one rep of each, interLink-shaped pods at 64 in flight: 3.75 ms
-with 2 CPUs, 1.93 with 16 at 12.3 pods a second, 2.08 with 64 at 12.7: past 16 slurmctld and slurmd bound the
-rate). ``--slurm-cpus 0`` declares the host's. Slurm still starts fewer jobs a second than the shell launcher, so its
-windows hold fewer pods (``--slurm-pods``): what the submitter and the gateway spend meanwhile weighs more per pod.
+so they may outnumber the host's cores, as ``arrays.py``'s do): with the host's 2, Slurm ran 2 jobs at a time and 62
+of 64 pods waited in its queue, 1.8 pods a second, so the window's share of the submitter's per-second costs (its
+polls and timers: the idle line) grew with the cluster's smallness, not with the pod. 2026-11-30, 3 interleaved pairs
+of one rep, interLink-shaped pods at 64 in flight, 2 CPUs then 16: 3.60 / 3.05, 3.08 / 1.68 (the host sped up
+between the two), 2.50 / 2.32 ms, wake-ups a pod 5.1 / 3.6, 5.1 / 2.9, 5.7 / 2.7 (12.7 pods a second); past 16
+CPUs, slurmctld and slurmd bound the rate (64 CPUs: 12.7 pods a second too). ``--slurm-cpus 0`` declares the host's.
+Slurm still starts fewer jobs a second than the shell launcher, so its windows hold fewer pods (``--slurm-pods``):
+what the submitter and the gateway spend meanwhile weighs more per pod.
 """
 
 from __future__ import annotations
