@@ -202,7 +202,9 @@ def _posix_spawn(argv: list[str], env: Mapping[str, str] | None, out: int, err: 
 def _candidates(program: str, env: Mapping[str, str] | None) -> list[str]:
     """The paths to spawn ``program`` by, in turn: a path as given; a bare name where it was found on the
     command's PATH (one spawn: each failed one costs a vfork and an exec, and a site's PATH has many
-    directories), else every directory of that PATH (as ``execvpe``, to fail as ``Popen`` would)."""
+    directories), else each path of that PATH where something by that name exists (as ``execvpe``, to fail as
+    ``Popen`` would: a file there that cannot be run gives its own error; a name in no directory, "not found",
+    spawns nothing: a shell pool without ``nvidia-smi`` spawned once per PATH directory at each announcement)."""
     if os.path.dirname(program):
         return [program]
     path = (os.environ if env is None else env).get("PATH")  # as os.get_exec_path, without its warnings filter
@@ -211,7 +213,9 @@ def _candidates(program: str, env: Mapping[str, str] | None) -> list[str]:
     if found is None or not os.access(found, os.X_OK):  # gone since: found again (a stat, not a spawn)
         _where.cache_clear()
         found = _where(program, search)
-    return [found] if found else [os.path.join(d, program) for d in search.split(os.pathsep)]
+    if found:
+        return [found]
+    return [p for p in (os.path.join(d, program) for d in search.split(os.pathsep)) if os.path.exists(p)]
 
 
 @functools.lru_cache(maxsize=64)

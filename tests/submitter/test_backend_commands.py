@@ -65,6 +65,31 @@ def test_missing_command_is_unavailable(run: Callable[[Coroutine[Any, Any, Any]]
         run(run_command(["no-such-squeue"]))
 
 
+def test_a_name_in_no_directory_of_the_path_spawns_nothing(
+    run: Callable[[Coroutine[Any, Any, Any]], Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A program nowhere on the command's PATH is "not found" without a spawn per directory (a shell pool without
+    ``nvidia-smi`` spawned once per PATH directory at each announcement: 11 vforks every 30 s, seen with strace);
+    a file of that name that cannot be run still gives its own error, as ``Popen`` would."""
+    spawned: list[str] = []
+    posix_spawn = os.posix_spawn
+
+    def counted(path: str, *args: Any, **kwargs: Any) -> int:
+        spawned.append(path)
+        return posix_spawn(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "posix_spawn", counted)
+    path = os.pathsep.join(str(tmp_path / f"empty{i}") for i in range(10))
+    with pytest.raises(BackendUnavailable, match=r"^command not found: no-such-nvidia-smi$"):
+        run(run_command(["no-such-nvidia-smi"], env={"PATH": path}))
+    assert spawned == []
+    (tmp_path / "empty7").mkdir()
+    (tmp_path / "empty7" / "no-such-nvidia-smi").write_text("#!/bin/sh\n")  # there, but not executable
+    with pytest.raises(BackendUnavailable, match=r"^cannot run no-such-nvidia-smi: .*Permission denied"):
+        run(run_command(["no-such-nvidia-smi"], env={"PATH": path}))
+    assert spawned == [str(tmp_path / "empty7" / "no-such-nvidia-smi")], "only where a file of that name is"
+
+
 def test_time_limit_kills_and_reaps_the_command(run: Callable[[Coroutine[Any, Any, Any]], Any], tmp_path: Path) -> None:
     pid_file = tmp_path / "pid"
     with pytest.raises(CommandFailed, match=r"no answer within 0\.5s"):
