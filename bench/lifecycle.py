@@ -223,6 +223,8 @@ def main() -> None:
         args.pods, args.serial_pods, args.slurm_pods, args.slurm_serial_pods = 128, 32, 32, 8
     shapes: list[Shape] = [SHAPES[name] for name in args.shape or SHAPE_NAMES]
     backends = args.backend or ["shell", "slurm"]
+    if args.slurm_cpus < 0:
+        parser.error(f"--slurm-cpus: {args.slurm_cpus} is below 0 (0 declares the host's CPUs)")
     slurm_cpus = args.slurm_cpus or os.cpu_count() or 1
 
     exit_on_term()

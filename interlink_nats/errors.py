@@ -92,7 +92,8 @@ def describe(exc: BaseException, flags: Collection[str] | None = None) -> tuple[
         return f"the nkey seed file (--nats-nkey-seed-file, nkey_seed_file) holds no valid seed: {exc}", BAD_INPUT
     description = getattr(exc, "description", None)
     if kind.__module__.startswith("nats.js") and description:  # JetStream's own words, not nats-py's repr of them
-        return f"NATS JetStream answered: {description} (err_code {getattr(exc, 'err_code', None)})", FAILED
+        err_code = getattr(exc, "err_code", None)
+        return f"NATS JetStream answered: {description}" + (f" (err_code {err_code})" if err_code else ""), FAILED
     code = getattr(exc, "exit_code", None)  # errors meant for the user say so (e.g. a taken port)
     if isinstance(code, int):
         return str(exc), code

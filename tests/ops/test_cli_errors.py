@@ -300,3 +300,5 @@ def test_a_jetstream_refusal_is_said_in_its_own_words() -> None:
         ServiceUnavailableError(code=503, err_code=10008, description="JetStream system temporarily unavailable")
     )
     assert (line, code) == ("NATS JetStream answered: JetStream system temporarily unavailable (err_code 10008)", 1)
+    without_code = describe(ServiceUnavailableError(code=503, description="JetStream system temporarily unavailable"))
+    assert without_code == ("NATS JetStream answered: JetStream system temporarily unavailable", 1), "no 'None'"
