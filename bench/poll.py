@@ -43,10 +43,14 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
+sys.path.insert(0, str(Path(__file__).parent.parent / "tests" / "harness"))  # the condor_* stand-ins
 
+import htcondor_standin as standin
 from _harness import run_on_uvloop
 from interlink_nats.gen.interlink_nats import v1 as pb
 from interlink_nats.kernel import layout
+from interlink_nats.submitters.backends.htcondor import parse as hp
+from interlink_nats.submitters.backends.htcondor.backend import HTCondorBackend, HTCondorConfig
 from interlink_nats.submitters.backends.proc import run_command
 from interlink_nats.submitters.backends.shell.backend import ShellBackend
 from interlink_nats.submitters.backends.shell.processes import CLAIM, EXIT_FILE, PID_FILE, RUNNER_NAME
@@ -306,16 +310,7 @@ async def bench_shell(root: Path, n: int) -> dict[str, float | int]:
     }
 
 
-TESTS_DIR = str(Path(__file__).resolve().parent.parent / "tests")
-"""Where the condor_* stand-ins live (no HTCondor daemons can run on these machines)."""
-
-
 async def bench_htcondor(root: Path, n: int, sample: int) -> dict[str, float | int]:
-    sys.path.insert(0, TESTS_DIR)
-    import htcondor_standin as standin
-    from interlink_nats.submitters.backends.htcondor import parse as hp
-    from interlink_nats.submitters.backends.htcondor.backend import HTCondorBackend, HTCondorConfig
-
     jobs = make_jobs(root, n, shell_done=False)
     ads = []
     for i, (uid, _, jid) in enumerate(jobs):
