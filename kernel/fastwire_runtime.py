@@ -192,3 +192,28 @@ def without(data: bytes, numbers: frozenset[int]) -> bytes:
         return data
     kept.append(data[start:])
     return b"".join(kept)
+
+
+def insert(data: bytes, field: bytes, *, after: frozenset[int]) -> bytes:
+    """``data`` with ``field`` (one whole encoded field) put before its first top-level field whose number is
+    not in ``after`` (the numbers declared before the field's), or at the end: where betterproto2 writes it,
+    in declaration order with unknown fields last. ValueError (or IndexError) unless the top-level fields are
+    well-formed."""
+    pos = 0
+    end = len(data)
+    while pos < end:
+        field_start = pos
+        key = data[pos]  # one-byte keys and lengths read inline, as in ``without``
+        if key < 0x80:
+            pos += 1
+        else:
+            key, pos = read_varint(data, pos)
+        if key >> 3 not in after:
+            return data[:field_start] + field + data[field_start:]
+        if key & 7 == 2 and data[pos] < 0x80:
+            pos += 1 + data[pos]
+        else:
+            pos = skip(data, pos, key & 7)
+    if pos != end:
+        raise ValueError("the last field runs past the end")
+    return data + field

@@ -22,6 +22,9 @@ For every message reachable from the ``roots=`` option (``+``-separated full nam
 - ``<message>_<field>_once(data) -> bytes | None``: a message field's bytes as they came, when it occurs once;
 - ``<message>_without(*fields) -> (data -> bytes)``: a function that drops the named top-level fields from
   encoded messages (every occurrence; the rest byte for byte), for a holder that keeps those fields elsewhere;
+- ``<message>_with(field) -> ((data, encoded field) -> bytes)``: a function that puts one field, already
+  encoded (``<message>_<field>_field``), into an encoded message that lacks it, where ``bytes(msg)`` writes
+  it, for a message encoded before that field was known (the rest byte for byte);
 - ``check_<message>(data)``: ValueError unless the top-level fields are well-formed (known fields of their
   wire type, lengths within the data), which betterproto2 does not check.
 
@@ -36,6 +39,7 @@ from __future__ import annotations
 
 import re
 import sys
+from collections.abc import Iterable
 
 from fastwire_model import (
     VARINT_KINDS,
@@ -60,6 +64,7 @@ _RUNTIME_NAMES = {
     "encode_duration": "_duration",
     "encode_timestamp": "_timestamp",
     "field_once": "_field_once",
+    "insert": "_insert",
     "read_duration": "_read_duration",
     "read_timestamp": "_read_timestamp",
     "read_varint": "_read_varint",
@@ -322,6 +327,11 @@ def emit_check(w: Writer, m: Message) -> None:
     w()
 
 
+def _frozenset(numbers: Iterable[int]) -> str:
+    listed = ", ".join(map(str, numbers))
+    return f"frozenset({{{listed}}})" if listed else "frozenset()"
+
+
 def emit_without(w: Writer, m: Message) -> None:
     numbers = ", ".join(f'"{f.name}": {f.number}' for f in m.fields)
     w(f"_{m.snake.upper()}_NUMBERS = {{{numbers}}}")
@@ -331,6 +341,17 @@ def emit_without(w: Writer, m: Message) -> None:
     w(f'    """A function that returns an encoded ``{m.name}`` less the named top-level fields (KeyError: no such')
     w('    field); ValueError from it unless the top-level fields are well-formed."""')
     w(f"    return partial(_without, numbers=frozenset(_{m.snake.upper()}_NUMBERS[name] for name in fields))")
+    w()
+    w()
+    earlier = ", ".join(f'"{f.name}": {_frozenset(e.number for e in m.fields[:i])}' for i, f in enumerate(m.fields))
+    w(f"_{m.snake.upper()}_EARLIER = {{{earlier}}}")
+    w()
+    w()
+    w(f"def {m.snake}_with(field: str) -> Callable[[bytes, bytes], bytes]:")
+    w(f'    """A function that puts the named field, already encoded, into an encoded ``{m.name}`` that lacks it,')
+    w("    where ``bytes(msg)`` writes it (KeyError: no such field); ValueError from it unless the top-level fields")
+    w('    are well-formed."""')
+    w(f"    return partial(_insert, after=_{m.snake.upper()}_EARLIER[field])")
     w()
     w()
 

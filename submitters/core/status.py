@@ -378,14 +378,20 @@ def encode_status(s: pb.JobStatus) -> bytes:
     return fastwire.encode_job_status(s)
 
 
-def stamp_status(raw: bytes, updated_at: dt.datetime) -> bytes:
-    """``encode_status`` of a status whose bytes without ``updated_at`` are ``raw``, once it is set, for a
-    status that is not ``deleted`` and carries no ``usage`` (``updated_at`` is its last field but those two; the
-    one status of a job with usage is encoded whole).
+_with_updated_at = fastwire.job_status_with("updated_at")
+
+
+def stamp_status(raw: bytes, status: pb.JobStatus) -> bytes:
+    """``encode_status(status)`` once its ``updated_at`` is set, from ``raw``, its bytes without ``updated_at``.
 
     Why: a poll encodes each new status to compare it with the stored one, then stamps and publishes it;
-    appending the stamp to those bytes saves encoding the status a second time (~15 µs per event)."""
-    return raw + fastwire.job_status_updated_at_field(updated_at)
+    putting the stamp into those bytes saves encoding the status a second time (~15 µs per event). The stamp
+    goes last, unless the status is ``deleted`` or carries ``usage`` (declared after ``updated_at``; the last
+    status of every job that ran has usage): then it goes before them, found by walking the top-level fields."""
+    stamp = fastwire.job_status_updated_at_field(status.updated_at)
+    if status.usage is None and not status.deleted:
+        return raw + stamp
+    return _with_updated_at(raw, stamp)
 
 
 def event_bytes(status: bytes | None, revision: int, instance_id: str) -> bytes:

@@ -135,10 +135,7 @@ class Outbox:
         encoded without ``updated_at`` (a poll's comparison bytes), so it is not encoded again."""
         if status.updated_at is None:
             status.updated_at = self.clock.utcnow()
-        if unstamped is not None and not status.deleted and status.usage is None:  # see ``stamp_status``
-            encoded = stamp_status(unstamped, status.updated_at)
-        else:
-            encoded = encode_status(status)
+        encoded = encode_status(status) if unstamped is None else stamp_status(unstamped, status)
         return PendingEvent(status, revision, event_bytes(encoded, revision, self.instance_id))
 
     def put(self, uid: str, event: PendingEvent) -> None:

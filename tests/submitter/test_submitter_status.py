@@ -321,14 +321,17 @@ def test_event_bytes_are_byte_for_byte_betterproto2() -> None:
 
 def test_stamp_status_is_encode_status_once_stamped() -> None:
     """A poll stamps the bytes it compared instead of encoding the status again: the same bytes as betterproto2
-    once ``updated_at`` is set, for every status a poll can make (never ``deleted``)."""
+    once ``updated_at`` is set, with usage (every job's last status) or deleted or neither."""
     from interlink_nats.submitters.core.status import encode_status, stamp_status
 
-    for i, status in enumerate(s for s in _statuses() if not s.deleted):
+    usages = [None, pb.JobUsage(), pb.JobUsage(1500, 2048, 0, 61_000, pb.UsageSource.ACCOUNTING)]
+    for i, status in enumerate(_statuses()):
+        status.usage = usages[i % 3]
         status.updated_at = None
         raw = encode_status(status)
         status.updated_at = dt.datetime.fromtimestamp(NOW + i / 7, tz=dt.UTC)
-        assert stamp_status(raw, status.updated_at) == bytes(status), status
+        assert stamp_status(raw, status) == bytes(status), status
+    assert any(s.deleted for s in _statuses())
 
 
 def test_outbox_event_is_the_job_event_on_the_wire() -> None:

@@ -18,6 +18,7 @@ from interlink_nats.kernel.fastwire_runtime import (
     encode_duration as _duration,
     encode_timestamp as _timestamp,
     field_once as _field_once,
+    insert as _insert,
     read_duration as _read_duration,
     read_timestamp as _read_timestamp,
     read_varint as _read_varint,
@@ -458,6 +459,16 @@ def pod_ref_without(*fields: str) -> Callable[[bytes], bytes]:
     return partial(_without, numbers=frozenset(_POD_REF_NUMBERS[name] for name in fields))
 
 
+_POD_REF_EARLIER = {"uid": frozenset(), "namespace": frozenset({1}), "name": frozenset({1, 2})}
+
+
+def pod_ref_with(field: str) -> Callable[[bytes, bytes], bytes]:
+    """A function that puts the named field, already encoded, into an encoded ``PodRef`` that lacks it,
+    where ``bytes(msg)`` writes it (KeyError: no such field); ValueError from it unless the top-level fields
+    are well-formed."""
+    return partial(_insert, after=_POD_REF_EARLIER[field])
+
+
 def encode_resource_request(msg: pb.ResourceRequest) -> bytes:
     """``bytes(msg)``, byte for byte, without betterproto2's reflection."""
     return bytes(_encode_resource_request(msg))
@@ -756,6 +767,16 @@ def resource_request_without(*fields: str) -> Callable[[bytes], bytes]:
     """A function that returns an encoded ``ResourceRequest`` less the named top-level fields (KeyError: no such
     field); ValueError from it unless the top-level fields are well-formed."""
     return partial(_without, numbers=frozenset(_RESOURCE_REQUEST_NUMBERS[name] for name in fields))
+
+
+_RESOURCE_REQUEST_EARLIER = {"cpu_millis": frozenset(), "memory_bytes": frozenset({1}), "gpus": frozenset({1, 2}), "wall_time": frozenset({1, 2, 3})}
+
+
+def resource_request_with(field: str) -> Callable[[bytes, bytes], bytes]:
+    """A function that puts the named field, already encoded, into an encoded ``ResourceRequest`` that lacks it,
+    where ``bytes(msg)`` writes it (KeyError: no such field); ValueError from it unless the top-level fields
+    are well-formed."""
+    return partial(_insert, after=_RESOURCE_REQUEST_EARLIER[field])
 
 
 def encode_layout_entry(msg: pb.LayoutEntry) -> bytes:
@@ -1063,6 +1084,16 @@ def layout_entry_without(*fields: str) -> Callable[[bytes], bytes]:
     """A function that returns an encoded ``LayoutEntry`` less the named top-level fields (KeyError: no such
     field); ValueError from it unless the top-level fields are well-formed."""
     return partial(_without, numbers=frozenset(_LAYOUT_ENTRY_NUMBERS[name] for name in fields))
+
+
+_LAYOUT_ENTRY_EARLIER = {"kind": frozenset(), "path": frozenset({1}), "mode": frozenset({1, 2}), "target": frozenset({1, 2, 3})}
+
+
+def layout_entry_with(field: str) -> Callable[[bytes, bytes], bytes]:
+    """A function that puts the named field, already encoded, into an encoded ``LayoutEntry`` that lacks it,
+    where ``bytes(msg)`` writes it (KeyError: no such field); ValueError from it unless the top-level fields
+    are well-formed."""
+    return partial(_insert, after=_LAYOUT_ENTRY_EARLIER[field])
 
 
 def encode_gang_member(msg: pb.GangMember) -> bytes:
@@ -1422,6 +1453,16 @@ def gang_member_without(*fields: str) -> Callable[[bytes], bytes]:
     """A function that returns an encoded ``GangMember`` less the named top-level fields (KeyError: no such
     field); ValueError from it unless the top-level fields are well-formed."""
     return partial(_without, numbers=frozenset(_GANG_MEMBER_NUMBERS[name] for name in fields))
+
+
+_GANG_MEMBER_EARLIER = {"group_uid": frozenset(), "group_name": frozenset({1}), "rank": frozenset({1, 2}), "size": frozenset({1, 2, 3}), "failure_policy": frozenset({1, 2, 3, 4})}
+
+
+def gang_member_with(field: str) -> Callable[[bytes, bytes], bytes]:
+    """A function that puts the named field, already encoded, into an encoded ``GangMember`` that lacks it,
+    where ``bytes(msg)`` writes it (KeyError: no such field); ValueError from it unless the top-level fields
+    are well-formed."""
+    return partial(_insert, after=_GANG_MEMBER_EARLIER[field])
 
 
 def encode_storage_mount(msg: pb.StorageMount) -> bytes:
@@ -2081,6 +2122,16 @@ def storage_mount_without(*fields: str) -> Callable[[bytes], bytes]:
     return partial(_without, numbers=frozenset(_STORAGE_MOUNT_NUMBERS[name] for name in fields))
 
 
+_STORAGE_MOUNT_EARLIER = {"kind": frozenset(), "field": frozenset({1}), "claim": frozenset({1, 2}), "storage_class": frozenset({1, 2, 3}), "nfs_server": frozenset({1, 2, 3, 4}), "nfs_path": frozenset({1, 2, 3, 4, 5}), "volume": frozenset({1, 2, 3, 4, 5, 6}), "host_path": frozenset({1, 2, 3, 4, 5, 6, 7}), "site_path": frozenset({1, 2, 3, 4, 5, 6, 7, 8}), "read_only": frozenset({1, 2, 3, 4, 5, 6, 7, 8, 9})}
+
+
+def storage_mount_with(field: str) -> Callable[[bytes, bytes], bytes]:
+    """A function that puts the named field, already encoded, into an encoded ``StorageMount`` that lacks it,
+    where ``bytes(msg)`` writes it (KeyError: no such field); ValueError from it unless the top-level fields
+    are well-formed."""
+    return partial(_insert, after=_STORAGE_MOUNT_EARLIER[field])
+
+
 def encode_array_member(msg: pb.ArrayMember) -> bytes:
     """``bytes(msg)``, byte for byte, without betterproto2's reflection."""
     return bytes(_encode_array_member(msg))
@@ -2497,6 +2548,16 @@ def array_member_without(*fields: str) -> Callable[[bytes], bytes]:
     """A function that returns an encoded ``ArrayMember`` less the named top-level fields (KeyError: no such
     field); ValueError from it unless the top-level fields are well-formed."""
     return partial(_without, numbers=frozenset(_ARRAY_MEMBER_NUMBERS[name] for name in fields))
+
+
+_ARRAY_MEMBER_EARLIER = {"array_uid": frozenset(), "job_name": frozenset({1}), "job_uid": frozenset({1, 2}), "task": frozenset({1, 2, 3}), "size": frozenset({1, 2, 3, 4}), "completion_index": frozenset({1, 2, 3, 4, 5})}
+
+
+def array_member_with(field: str) -> Callable[[bytes, bytes], bytes]:
+    """A function that puts the named field, already encoded, into an encoded ``ArrayMember`` that lacks it,
+    where ``bytes(msg)`` writes it (KeyError: no such field); ValueError from it unless the top-level fields
+    are well-formed."""
+    return partial(_insert, after=_ARRAY_MEMBER_EARLIER[field])
 
 
 def encode_job_script(msg: pb.JobScript) -> bytes:
@@ -3187,6 +3248,16 @@ def job_script_without(*fields: str) -> Callable[[bytes], bytes]:
     return partial(_without, numbers=frozenset(_JOB_SCRIPT_NUMBERS[name] for name in fields))
 
 
+_JOB_SCRIPT_EARLIER = {"pod": frozenset(), "script": frozenset({1}), "init_containers": frozenset({1, 2}), "containers": frozenset({1, 2, 3}), "resources": frozenset({1, 2, 3, 4}), "backend_flags": frozenset({1, 2, 3, 4, 5}), "layout": frozenset({1, 2, 3, 4, 5, 6}), "run_as_user": frozenset({1, 2, 3, 4, 5, 6, 7}), "run_as_group": frozenset({1, 2, 3, 4, 5, 6, 7, 8}), "gang": frozenset({1, 2, 3, 4, 5, 6, 7, 8, 9}), "storage": frozenset({1, 2, 3, 4, 5, 6, 7, 8, 9, 10}), "array": frozenset({1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11})}
+
+
+def job_script_with(field: str) -> Callable[[bytes, bytes], bytes]:
+    """A function that puts the named field, already encoded, into an encoded ``JobScript`` that lacks it,
+    where ``bytes(msg)`` writes it (KeyError: no such field); ValueError from it unless the top-level fields
+    are well-formed."""
+    return partial(_insert, after=_JOB_SCRIPT_EARLIER[field])
+
+
 def encode_submit_request(msg: pb.SubmitRequest) -> bytes:
     """``bytes(msg)``, byte for byte, without betterproto2's reflection."""
     return bytes(_encode_submit_request(msg))
@@ -3330,6 +3401,16 @@ def submit_request_without(*fields: str) -> Callable[[bytes], bytes]:
     """A function that returns an encoded ``SubmitRequest`` less the named top-level fields (KeyError: no such
     field); ValueError from it unless the top-level fields are well-formed."""
     return partial(_without, numbers=frozenset(_SUBMIT_REQUEST_NUMBERS[name] for name in fields))
+
+
+_SUBMIT_REQUEST_EARLIER = {"job": frozenset()}
+
+
+def submit_request_with(field: str) -> Callable[[bytes, bytes], bytes]:
+    """A function that puts the named field, already encoded, into an encoded ``SubmitRequest`` that lacks it,
+    where ``bytes(msg)`` writes it (KeyError: no such field); ValueError from it unless the top-level fields
+    are well-formed."""
+    return partial(_insert, after=_SUBMIT_REQUEST_EARLIER[field])
 
 
 def encode_container_status(msg: pb.ContainerStatus) -> bytes:
@@ -3907,6 +3988,16 @@ def container_status_without(*fields: str) -> Callable[[bytes], bytes]:
     return partial(_without, numbers=frozenset(_CONTAINER_STATUS_NUMBERS[name] for name in fields))
 
 
+_CONTAINER_STATUS_EARLIER = {"name": frozenset(), "init": frozenset({1}), "phase": frozenset({1, 2}), "exit_code": frozenset({1, 2, 3}), "started_at": frozenset({1, 2, 3, 4}), "finished_at": frozenset({1, 2, 3, 4, 5}), "reason": frozenset({1, 2, 3, 4, 5, 6}), "message": frozenset({1, 2, 3, 4, 5, 6, 7}), "ready": frozenset({1, 2, 3, 4, 5, 6, 7, 8})}
+
+
+def container_status_with(field: str) -> Callable[[bytes, bytes], bytes]:
+    """A function that puts the named field, already encoded, into an encoded ``ContainerStatus`` that lacks it,
+    where ``bytes(msg)`` writes it (KeyError: no such field); ValueError from it unless the top-level fields
+    are well-formed."""
+    return partial(_insert, after=_CONTAINER_STATUS_EARLIER[field])
+
+
 def encode_job_usage(msg: pb.JobUsage) -> bytes:
     """``bytes(msg)``, byte for byte, without betterproto2's reflection."""
     return bytes(_encode_job_usage(msg))
@@ -4248,6 +4339,16 @@ def job_usage_without(*fields: str) -> Callable[[bytes], bytes]:
     """A function that returns an encoded ``JobUsage`` less the named top-level fields (KeyError: no such
     field); ValueError from it unless the top-level fields are well-formed."""
     return partial(_without, numbers=frozenset(_JOB_USAGE_NUMBERS[name] for name in fields))
+
+
+_JOB_USAGE_EARLIER = {"millicpu_seconds": frozenset(), "memory_mib_seconds": frozenset({1}), "milligpu_seconds": frozenset({1, 2}), "wall_millis": frozenset({1, 2, 3}), "source": frozenset({1, 2, 3, 4})}
+
+
+def job_usage_with(field: str) -> Callable[[bytes, bytes], bytes]:
+    """A function that puts the named field, already encoded, into an encoded ``JobUsage`` that lacks it,
+    where ``bytes(msg)`` writes it (KeyError: no such field); ValueError from it unless the top-level fields
+    are well-formed."""
+    return partial(_insert, after=_JOB_USAGE_EARLIER[field])
 
 
 def encode_job_status(msg: pb.JobStatus) -> bytes:
@@ -4891,6 +4992,16 @@ def job_status_without(*fields: str) -> Callable[[bytes], bytes]:
     return partial(_without, numbers=frozenset(_JOB_STATUS_NUMBERS[name] for name in fields))
 
 
+_JOB_STATUS_EARLIER = {"pod": frozenset(), "pool": frozenset({1}), "job_id": frozenset({1, 2}), "state": frozenset({1, 2, 3}), "containers": frozenset({1, 2, 3, 4}), "reason": frozenset({1, 2, 3, 4, 5}), "message": frozenset({1, 2, 3, 4, 5, 6}), "updated_at": frozenset({1, 2, 3, 4, 5, 6, 7}), "deleted": frozenset({1, 2, 3, 4, 5, 6, 7, 8}), "usage": frozenset({1, 2, 3, 4, 5, 6, 7, 8, 9})}
+
+
+def job_status_with(field: str) -> Callable[[bytes, bytes], bytes]:
+    """A function that puts the named field, already encoded, into an encoded ``JobStatus`` that lacks it,
+    where ``bytes(msg)`` writes it (KeyError: no such field); ValueError from it unless the top-level fields
+    are well-formed."""
+    return partial(_insert, after=_JOB_STATUS_EARLIER[field])
+
+
 def encode_submit_response(msg: pb.SubmitResponse) -> bytes:
     """``bytes(msg)``, byte for byte, without betterproto2's reflection."""
     return bytes(_encode_submit_response(msg))
@@ -5136,6 +5247,16 @@ def submit_response_without(*fields: str) -> Callable[[bytes], bytes]:
     """A function that returns an encoded ``SubmitResponse`` less the named top-level fields (KeyError: no such
     field); ValueError from it unless the top-level fields are well-formed."""
     return partial(_without, numbers=frozenset(_SUBMIT_RESPONSE_NUMBERS[name] for name in fields))
+
+
+_SUBMIT_RESPONSE_EARLIER = {"job_id": frozenset(), "created": frozenset({1}), "status": frozenset({1, 2})}
+
+
+def submit_response_with(field: str) -> Callable[[bytes, bytes], bytes]:
+    """A function that puts the named field, already encoded, into an encoded ``SubmitResponse`` that lacks it,
+    where ``bytes(msg)`` writes it (KeyError: no such field); ValueError from it unless the top-level fields
+    are well-formed."""
+    return partial(_insert, after=_SUBMIT_RESPONSE_EARLIER[field])
 
 
 def encode_job_event(msg: pb.JobEvent) -> bytes:
@@ -5389,3 +5510,13 @@ def job_event_without(*fields: str) -> Callable[[bytes], bytes]:
     """A function that returns an encoded ``JobEvent`` less the named top-level fields (KeyError: no such
     field); ValueError from it unless the top-level fields are well-formed."""
     return partial(_without, numbers=frozenset(_JOB_EVENT_NUMBERS[name] for name in fields))
+
+
+_JOB_EVENT_EARLIER = {"status": frozenset(), "revision": frozenset({1}), "instance_id": frozenset({1, 2})}
+
+
+def job_event_with(field: str) -> Callable[[bytes, bytes], bytes]:
+    """A function that puts the named field, already encoded, into an encoded ``JobEvent`` that lacks it,
+    where ``bytes(msg)`` writes it (KeyError: no such field); ValueError from it unless the top-level fields
+    are well-formed."""
+    return partial(_insert, after=_JOB_EVENT_EARLIER[field])
