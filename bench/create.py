@@ -54,6 +54,7 @@ import asyncio
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -391,6 +392,7 @@ def main() -> None:
         for submitter in submitters.values():
             stop_process(submitter)
         nats_server.stop_blocking()
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def shape_result(figures: Figures, raw_rate: float, raw_cpu: float, submit_bytes: int) -> dict[str, object]:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import tempfile
 import time
@@ -166,6 +167,7 @@ def main() -> None:
         empty_redis.stop()
         full_redis.stop()
         nats.stop_blocking()
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

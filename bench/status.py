@@ -20,6 +20,7 @@ import argparse
 import asyncio
 import gc
 import json
+import shutil
 import sys
 import tempfile
 import time
@@ -363,6 +364,7 @@ def main() -> None:
         stop_process(gateway)
         redis_server.stop()
         nats.stop_blocking()
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":

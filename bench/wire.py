@@ -18,9 +18,11 @@ is one JSON object with every figure.
 from __future__ import annotations
 
 import argparse
+import atexit
 import datetime as dt
 import importlib
 import json
+import shutil
 import statistics
 import subprocess
 import sys
@@ -80,9 +82,16 @@ def samples() -> dict[str, Any]:
     return {"job": job, "status": status, "event": event, "response": response, "request": pb.SubmitRequest(job=job)}
 
 
+def _temp_dir(prefix: str) -> Path:
+    """A temp dir for modules imported from it: they are used until the run ends, which removes it."""
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
+
+
 def load_hand(base: str) -> dict[str, ModuleType] | None:
     """The hand codecs of ``base``, as a package ``_hand`` in a temp dir (their imports pointed at it)."""
-    target = Path(tempfile.mkdtemp(prefix="bench-wire-hand-")) / "_hand"
+    target = _temp_dir("bench-wire-hand-") / "_hand"
     target.mkdir()
     (target / "__init__.py").write_text("")
     for name, path in HAND_FILES.items():
@@ -111,7 +120,7 @@ def load_upb() -> ModuleType | None:
         return None
     if api_implementation.Type() != "upb":
         return None
-    out = Path(tempfile.mkdtemp(prefix="bench-wire-pb2-"))
+    out = _temp_dir("bench-wire-pb2-")
     # The files go under another folder: ``interlink_nats`` is this project's package, so ``_pb2`` modules
     # under that name could not be imported beside it.
     src = out / "src"

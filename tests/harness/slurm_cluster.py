@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import pwd
+import select
 import shutil
 import signal
 import socket
@@ -182,10 +183,21 @@ class SlurmCluster:
                     os.kill(int(pid), signal.SIGKILL)
             except (OSError, ValueError):
                 pass
-        pidfile = self.dir / "munge" / "munged.pid"
-        with contextlib.suppress(OSError, ValueError):
-            os.kill(int(pidfile.read_text().strip()), signal.SIGTERM)
+        self._stop_munged()
         shutil.rmtree(self.dir, ignore_errors=True)
+
+    def _stop_munged(self) -> None:
+        """TERM munged and wait until it is gone: it writes its seed file into our dir as it exits, and a removal
+        before that left ``munge/munged.seed`` behind in /tmp after every cluster."""
+        with contextlib.suppress(OSError, ValueError):
+            pidfd = os.pidfd_open(int((self.dir / "munge" / "munged.pid").read_text().strip()))
+            try:
+                signal.pidfd_send_signal(pidfd, signal.SIGTERM)
+                if not select.select([pidfd], [], [], 30)[0]:
+                    signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+                    select.select([pidfd], [], [], 30)
+            finally:
+                os.close(pidfd)
 
 
 @contextlib.contextmanager
