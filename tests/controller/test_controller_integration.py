@@ -81,8 +81,12 @@ async def test_flavors_and_queues_follow_reports_capacity_and_timeouts(
                 lambda: emu.names("ResourceFlavor") == ["mq-hpc-site-b"], within=RETENTION + 3, what="flavor deletion"
             )
             assert list(quotas(emu, "mq-borrower")) == ["mq-hpc-site-b"]
-            reasons = {e["reason"] for e in (o for k, o in emu.objects.items() if k[1] == "events")}
-            assert {"PoolLive", "PoolTimedOut", "FlavorDeleted"} <= reasons
+
+            def reasons() -> set[str]:
+                return {e["reason"] for e in (o for k, o in emu.objects.items() if k[1] == "events")}
+
+            # The flavor's deletion is written before the event that says so: wait for the event, not the object.
+            await eventually(lambda: {"PoolLive", "PoolTimedOut", "FlavorDeleted"} <= reasons(), what="events")
         finally:
             keeper.cancel()
     assert not emu.rejected
