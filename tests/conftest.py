@@ -11,7 +11,6 @@ import os
 import shutil
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -160,21 +159,6 @@ def podman_host() -> Iterator[PodmanHost]:
     yield host
     left = host.stop()
     assert not left, f"the podman tests left these behind: {left}"
-
-
-PER_PROCESS_DIRS = {"hostile_strings": "CANARY_DIR", "storage_sites": "STRINGS_ROOT"}
-"""Harness modules that name a directory of their own under the temp dir after the test process (module: name)."""
-
-
-@pytest.fixture(scope="session", autouse=True)
-def _per_process_dirs_removed() -> Iterator[None]:
-    """At the session's end, remove the directories those harnesses name for this process (the hostile strings'
-    canary, the pod-string runs' storage site): every CI run left one of each in /tmp."""
-    yield
-    for module, name in PER_PROCESS_DIRS.items():
-        loaded = sys.modules.get(module)
-        if loaded is not None:
-            shutil.rmtree(getattr(loaded, name), ignore_errors=True)
 
 
 LEFTOVER_TASKS_FIXTURE = "_no_asyncio_task_left_behind"

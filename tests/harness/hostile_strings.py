@@ -11,9 +11,11 @@ to the model later appears here by itself; ``test_pod_strings.py`` then fails un
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import enum
 import os
+import shutil
 import tempfile
 import types
 import typing
@@ -25,6 +27,7 @@ from interlink_nats.services.scripts.errors import PodRejected
 
 CANARY_DIR = Path(tempfile.gettempdir()) / f"interlink-nats-canary-dir-{os.getpid()}"
 """Must stay empty: every shape below creates ``x`` in it when run as code."""
+atexit.register(shutil.rmtree, CANARY_DIR, ignore_errors=True)  # named for this process: gone with it
 _T = f"touch {CANARY_DIR}/x"
 MARKER = "IL_42_MARK"
 """What the printing shapes print when run (``$((6*7))`` is computed): never in any output."""

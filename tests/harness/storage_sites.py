@@ -6,7 +6,9 @@ its own says so with :data:`OPEN_HOST_PATHS`: every path, read-write, the behavi
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -27,6 +29,7 @@ def with_open_host_paths(bc: pb.BuildConfig) -> pb.BuildConfig:
 
 STRINGS_ROOT = Path(tempfile.gettempdir()) / f"interlink-nats-storage-{os.getpid()}"
 """Where the pod-string runs' claims and NFS export live (a test process's own directory)."""
+atexit.register(shutil.rmtree, STRINGS_ROOT, ignore_errors=True)  # named for this process: gone with it
 STRINGS_NFS_SERVER = "ok-1"
 STRINGS_SITE = pb.StoragePolicy(
     claims=[
